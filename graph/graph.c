@@ -1,0 +1,318 @@
+/* graph/graph.c — the job graph: nodes on queues, explicit edges, the ring builder, and reading back. */
+#include "graph/graph_int.h"
+#include "runtime/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const rf__kind_names[] = {"copy", "wait", "compute"};
+
+int rf_graph_create(unsigned flags, rf_graph **out)
+{
+	if (out == NULL)
+		return rf__err(RF_EINVAL, "rf_graph_create: out is NULL");
+	if (flags != 0)
+		return rf__err(RF_EINVAL, "rf_graph_create: flags must be 0 (got %#x)", flags);
+	rf_graph *g = calloc(1, sizeof *g);
+	if (g == NULL)
+		return rf__err(RF_ENOMEM, "rf_graph_create: out of memory");
+	for (unsigned q = 0; q < RF_MAX_QUEUES; q++)
+		g->qlast[q] = RF__NONE;
+	*out = g;
+	return RF_OK;
+}
+
+void rf_graph_destroy(rf_graph *g)
+{
+	if (g == NULL)
+		return;
+	for (size_t i = 0; i < g->n; i++) {
+		free(g->out[i].v);
+		free(g->in[i].v);
+	}
+	free(g->nodes);
+	free(g->out);
+	free(g->in);
+	free(g->qprev);
+	free(g);
+}
+
+/* Grow every per-node array together so that they always have the same capacity. */
+static int rf__graph_reserve(rf_graph *g)
+{
+	if (g->n < g->cap)
+		return RF_OK;
+	size_t cap = g->cap ? g->cap * 2 : 64;
+	rf_node_desc *nodes = realloc(g->nodes, cap * sizeof *nodes);
+	if (nodes == NULL)
+		return RF_ENOMEM;
+	g->nodes = nodes;
+	rf__idvec *out = realloc(g->out, cap * sizeof *out);
+	if (out == NULL)
+		return RF_ENOMEM;
+	g->out = out;
+	rf__idvec *in = realloc(g->in, cap * sizeof *in);
+	if (in == NULL)
+		return RF_ENOMEM;
+	g->in = in;
+	size_t *qprev = realloc(g->qprev, cap * sizeof *qprev);
+	if (qprev == NULL)
+		return RF_ENOMEM;
+	g->qprev = qprev;
+	g->cap = cap;
+	return RF_OK;
+}
+
+int rf_graph_add_node(rf_graph *g, const rf_node_desc *desc, size_t *id)
+{
+	if (g == NULL || desc == NULL)
+		return rf__err(RF_EINVAL, "rf_graph_add_node: %s is NULL", g == NULL ? "g" : "desc");
+	if ((unsigned)desc->kind > RF_NODE_COMPUTE)
+		return rf__err(RF_EINVAL, "rf_graph_add_node: unknown node kind %d", (int)desc->kind);
+	if (desc->queue >= RF_MAX_QUEUES)
+		return rf__err(RF_EINVAL, "rf_graph_add_node: queue %u >= RF_MAX_QUEUES (%u)", desc->queue,
+			       RF_MAX_QUEUES);
+	if (desc->kind != RF_NODE_WAIT && desc->slot >= RF_MAX_SLOTS)
+		return rf__err(RF_EINVAL, "rf_graph_add_node: slot %u >= RF_MAX_SLOTS (%u)", desc->slot,
+			       RF_MAX_SLOTS);
+	if (desc->kind != RF_NODE_WAIT && desc->block > (size_t)INT64_MAX / 2)
+		return rf__err(RF_EINVAL, "rf_graph_add_node: block %zu is too large", desc->block);
+	if (desc->flags != 0)
+		return rf__err(RF_EINVAL, "rf_graph_add_node: flags must be 0 (got %#x)", desc->flags);
+	if (rf__graph_reserve(g) != RF_OK)
+		return rf__err(RF_ENOMEM, "rf_graph_add_node: out of memory at node %zu", g->n);
+	size_t i = g->n++;
+	rf_node_desc d = *desc;
+	if (d.kind == RF_NODE_WAIT)
+		d.block = 0, d.slot = 0;
+	g->nodes[i] = d;
+	memset(&g->out[i], 0, sizeof g->out[i]);
+	memset(&g->in[i], 0, sizeof g->in[i]);
+	g->qprev[i] = g->qlast[d.queue];
+	g->qlast[d.queue] = i;
+	if (id != NULL)
+		*id = i;
+	return RF_OK;
+}
+
+static int rf__idvec_push(rf__idvec *v, size_t id)
+{
+	if (v->n == v->cap) {
+		if (v->cap >= UINT32_MAX / 2)
+			return RF_ENOMEM;
+		uint32_t cap = v->cap ? v->cap * 2 : 2;
+		size_t *nv = realloc(v->v, cap * sizeof *nv);
+		if (nv == NULL)
+			return RF_ENOMEM;
+		v->v = nv;
+		v->cap = cap;
+	}
+	v->v[v->n++] = id;
+	return RF_OK;
+}
+
+static int rf__idvec_remove(rf__idvec *v, size_t id)
+{
+	for (uint32_t i = 0; i < v->n; i++) {
+		if (v->v[i] == id) {
+			v->v[i] = v->v[--v->n];
+			return 1;
+		}
+	}
+	return 0;
+}
+
+int rf_graph_has_edge(const rf_graph *g, size_t from, size_t to)
+{
+	if (g == NULL || from >= g->n || to >= g->n)
+		return 0;
+	/* Scan the shorter of the two lists. */
+	const rf__idvec *v = g->out[from].n <= g->in[to].n ? &g->out[from] : &g->in[to];
+	size_t want = v == &g->out[from] ? to : from;
+	for (uint32_t i = 0; i < v->n; i++)
+		if (v->v[i] == want)
+			return 1;
+	return 0;
+}
+
+int rf_graph_add_edge(rf_graph *g, size_t from, size_t to)
+{
+	if (g == NULL)
+		return rf__err(RF_EINVAL, "rf_graph_add_edge: g is NULL");
+	if (from >= g->n || to >= g->n)
+		return rf__err(RF_EINVAL, "rf_graph_add_edge: edge %zu -> %zu names a node >= %zu", from, to,
+			       g->n);
+	if (from == to)
+		return rf__err(RF_EINVAL, "rf_graph_add_edge: self edge on node %zu", from);
+	if (rf_graph_has_edge(g, from, to))
+		return RF_OK;
+	if (rf__idvec_push(&g->out[from], to) != RF_OK)
+		return rf__err(RF_ENOMEM, "rf_graph_add_edge: out of memory");
+	if (rf__idvec_push(&g->in[to], from) != RF_OK) {
+		g->out[from].n--;
+		return rf__err(RF_ENOMEM, "rf_graph_add_edge: out of memory");
+	}
+	g->nedges++;
+	return RF_OK;
+}
+
+int rf_graph_remove_edge(rf_graph *g, size_t from, size_t to)
+{
+	if (g == NULL)
+		return rf__err(RF_EINVAL, "rf_graph_remove_edge: g is NULL");
+	if (!rf_graph_has_edge(g, from, to))
+		return rf__err(RF_EINVAL, "rf_graph_remove_edge: no edge %zu -> %zu", from, to);
+	rf__idvec_remove(&g->out[from], to);
+	rf__idvec_remove(&g->in[to], from);
+	g->nedges--;
+	return RF_OK;
+}
+
+size_t rf_graph_nodes(const rf_graph *g)
+{
+	return g ? g->n : 0;
+}
+
+size_t rf_graph_edges(const rf_graph *g)
+{
+	return g ? g->nedges : 0;
+}
+
+int rf_graph_node(const rf_graph *g, size_t id, rf_node_desc *out)
+{
+	if (g == NULL || out == NULL)
+		return rf__err(RF_EINVAL, "rf_graph_node: %s is NULL", g == NULL ? "g" : "out");
+	if (id >= g->n)
+		return rf__err(RF_EINVAL, "rf_graph_node: node %zu does not exist (%zu nodes)", id, g->n);
+	*out = g->nodes[id];
+	return RF_OK;
+}
+
+const char *rf__node_str(const rf_graph *g, size_t id, char *buf, size_t cap)
+{
+	const rf_node_desc *d = &g->nodes[id];
+	if (d->kind == RF_NODE_WAIT)
+		snprintf(buf, cap, "node %zu (wait on q%u)", id, d->queue);
+	else
+		snprintf(buf, cap, "node %zu (%s b%zu s%u on q%u)", id, rf__kind_names[d->kind], d->block,
+			 d->slot, d->queue);
+	return buf;
+}
+
+unsigned rf__graph_nslots(const rf_graph *g)
+{
+	unsigned n = 0;
+	for (size_t i = 0; i < g->n; i++)
+		if (g->nodes[i].kind != RF_NODE_WAIT && g->nodes[i].slot + 1 > n)
+			n = g->nodes[i].slot + 1;
+	return n;
+}
+
+unsigned rf__graph_nqueues(const rf_graph *g)
+{
+	unsigned n = 0;
+	for (size_t i = 0; i < g->n; i++)
+		if (g->nodes[i].queue + 1 > n)
+			n = g->nodes[i].queue + 1;
+	return n;
+}
+
+size_t rf__graph_nblocks(const rf_graph *g)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < g->n; i++)
+		if (g->nodes[i].kind != RF_NODE_WAIT && g->nodes[i].block + 1 > n)
+			n = g->nodes[i].block + 1;
+	return n;
+}
+
+/* ---- the ring builder ---------------------------------------------------------------------------- */
+
+static int rf__add(rf_graph *g, rf_node_kind kind, unsigned queue, size_t block, unsigned depth,
+		   size_t *id)
+{
+	rf_node_desc d = {kind, queue, block, (unsigned)(block % depth), 0};
+	return rf_graph_add_node(g, &d, id);
+}
+
+/* Copy of block b, preceded (b >= depth) by the WAR wait on compute(b - depth). compute_id[] holds
+ * the ids of the last `depth` computes, indexed by slot. */
+static int rf__ring_copy(rf_graph *g, size_t b, unsigned depth, unsigned kq, const size_t *compute_id,
+			 size_t *copy_id)
+{
+	unsigned q = 1 + (unsigned)(b % kq);
+	int rc;
+	if (b >= depth) {
+		size_t w;
+		if ((rc = rf__add(g, RF_NODE_WAIT, q, 0, depth, &w)) != RF_OK ||
+		    (rc = rf_graph_add_edge(g, compute_id[b % depth], w)) != RF_OK ||
+		    (rc = rf__add(g, RF_NODE_COPY, q, b, depth, copy_id)) != RF_OK)
+			return rc;
+		return rf_graph_add_edge(g, w, *copy_id);
+	}
+	return rf__add(g, RF_NODE_COPY, q, b, depth, copy_id);
+}
+
+/* Await + compute of block n: copy(n) -> WAIT on q0 -> compute(n). */
+static int rf__ring_compute(rf_graph *g, size_t n, unsigned depth, size_t copy, size_t *compute_id)
+{
+	size_t w;
+	int rc;
+	if ((rc = rf__add(g, RF_NODE_WAIT, 0, 0, depth, &w)) != RF_OK ||
+	    (rc = rf_graph_add_edge(g, copy, w)) != RF_OK ||
+	    (rc = rf__add(g, RF_NODE_COMPUTE, 0, n, depth, compute_id)) != RF_OK)
+		return rc;
+	return rf_graph_add_edge(g, w, *compute_id);
+}
+
+static int rf__ring_build(rf_graph *g, size_t nblocks, unsigned depth, unsigned kq, size_t *copy_id,
+			  size_t *compute_id)
+{
+	size_t ahead = depth - 1;
+	int rc;
+	for (size_t b = 0; b < ahead && b < nblocks; b++)
+		if ((rc = rf__ring_copy(g, b, depth, kq, compute_id, &copy_id[b % depth])) != RF_OK)
+			return rc;
+	for (size_t n = 0; n < nblocks; n++) {
+		size_t b = n + ahead;
+		if (b < nblocks && (rc = rf__ring_copy(g, b, depth, kq, compute_id, &copy_id[b % depth])) != RF_OK)
+			return rc;
+		if ((rc = rf__ring_compute(g, n, depth, copy_id[n % depth], &compute_id[n % depth])) != RF_OK)
+			return rc;
+	}
+	return RF_OK;
+}
+
+int rf_graph_ring(size_t nblocks, unsigned depth, unsigned copy_queues, rf_graph **out)
+{
+	if (out == NULL)
+		return rf__err(RF_EINVAL, "rf_graph_ring: out is NULL");
+	if (depth == 0 || depth > RF_MAX_DEPTH)
+		return rf__err(RF_EINVAL, "rf_graph_ring: depth %u is outside 1..%u", depth, RF_MAX_DEPTH);
+	if (copy_queues == 0 || copy_queues >= RF_MAX_QUEUES)
+		return rf__err(RF_EINVAL, "rf_graph_ring: copy_queues %u is outside 1..%u", copy_queues,
+			       RF_MAX_QUEUES - 1);
+	if (copy_queues > 1 && depth < copy_queues + 1)
+		return rf__err(RF_EINVAL,
+			       "rf_graph_ring: %u copy queues need depth >= %u to keep them busy (depth is %u)",
+			       copy_queues, copy_queues + 1, depth);
+	if (nblocks > (size_t)INT64_MAX / 8)
+		return rf__err(RF_EINVAL, "rf_graph_ring: nblocks %zu is too large", nblocks);
+	rf_graph *g;
+	int rc = rf_graph_create(0, &g);
+	if (rc != RF_OK)
+		return rc;
+	size_t *ids = malloc(2 * (size_t)depth * sizeof *ids);
+	if (ids == NULL) {
+		rf_graph_destroy(g);
+		return rf__err(RF_ENOMEM, "rf_graph_ring: out of memory");
+	}
+	rc = rf__ring_build(g, nblocks, depth, copy_queues, ids, ids + depth);
+	free(ids);
+	if (rc != RF_OK) {
+		rf_graph_destroy(g);
+		return rc;
+	}
+	*out = g;
+	return RF_OK;
+}

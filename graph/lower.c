@@ -1,0 +1,357 @@
+/* graph/lower.c — lowering a validated graph to per-queue programs of copy / compute / signal / wait
+ * ops (the rules are in include/ringfetch/graph.h), the periodic program of a ring, and reading
+ * programs back. */
+#include "graph/graph_int.h"
+#include "graph/program.h"
+#include "runtime/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct rf_program *rf__prog_alloc(size_t nops)
+{
+	struct rf_program *p = calloc(1, sizeof *p);
+	if (p == NULL)
+		return NULL;
+	p->ops = malloc((nops ? nops : 1) * sizeof *p->ops);
+	p->qidx = malloc((nops ? nops : 1) * sizeof *p->qidx);
+	if (p->ops == NULL || p->qidx == NULL) {
+		rf_program_destroy(p);
+		return NULL;
+	}
+	return p;
+}
+
+void rf_program_destroy(rf_program *p)
+{
+	if (p == NULL)
+		return;
+	free(p->ops);
+	free(p->qidx);
+	free(p);
+}
+
+int rf__prog_index(struct rf_program *p)
+{
+	size_t count[RF_MAX_QUEUES] = {0};
+	unsigned nq = 0;
+	for (size_t i = 0; i < p->nops; i++) {
+		count[p->ops[i].queue]++;
+		if (p->ops[i].queue + 1u > nq)
+			nq = p->ops[i].queue + 1u;
+	}
+	p->nqueues = nq > p->nqueues ? nq : p->nqueues;
+	p->qstart[0] = 0;
+	for (unsigned q = 0; q < RF_MAX_QUEUES; q++)
+		p->qstart[q + 1] = p->qstart[q] + count[q];
+	size_t fill[RF_MAX_QUEUES];
+	memcpy(fill, p->qstart, sizeof fill);
+	for (size_t i = 0; i < p->nops; i++)
+		p->qidx[fill[p->ops[i].queue]++] = i;
+	return RF_OK;
+}
+
+/* ---- generic lowering ------------------------------------------------------------------------------ */
+
+typedef struct rf__lower {
+	const rf_graph *g;
+	struct rf_program *p;
+	size_t cap;
+	int64_t *sigval;     /* value signalled after node i, 0 = none */
+	int64_t *waited;     /* waited[q * RF_MAX_QUEUES + wq]: highest value q already waited for */
+	int64_t next[RF_MAX_QUEUES];
+} rf__lower;
+
+static int rf__emit(rf__lower *l, rf__op op)
+{
+	struct rf_program *p = l->p;
+	if (p->nops == l->cap) {
+		size_t cap = l->cap * 2;
+		rf__op *ops = realloc(p->ops, cap * sizeof *ops);
+		if (ops == NULL)
+			return RF_ENOMEM;
+		p->ops = ops;
+		size_t *qidx = realloc(p->qidx, cap * sizeof *qidx);
+		if (qidx == NULL)
+			return RF_ENOMEM;
+		p->qidx = qidx;
+		l->cap = cap;
+	}
+	p->ops[p->nops++] = op;
+	return RF_OK;
+}
+
+static int rf__has_foreign_consumer(const rf_graph *g, size_t x)
+{
+	for (uint32_t e = 0; e < g->out[x].n; e++)
+		if (g->nodes[g->out[x].v[e]].queue != g->nodes[x].queue)
+			return 1;
+	return 0;
+}
+
+/* Waits before node x: per foreign queue, only the latest producer, and only if not already waited. */
+static int rf__lower_waits(rf__lower *l, size_t x)
+{
+	const rf_graph *g = l->g;
+	unsigned q = g->nodes[x].queue;
+	int64_t need[RF_MAX_QUEUES] = {0};
+	for (uint32_t e = 0; e < g->in[x].n; e++) {
+		size_t p = g->in[x].v[e];
+		unsigned wq = g->nodes[p].queue;
+		if (wq != q && l->sigval[p] > need[wq])
+			need[wq] = l->sigval[p];
+	}
+	for (unsigned wq = 0; wq < RF_MAX_QUEUES; wq++) {
+		int64_t *done = &l->waited[q * RF_MAX_QUEUES + wq];
+		if (need[wq] <= *done)
+			continue;
+		*done = need[wq];
+		rf__op op = {RF_OP_WAIT, (uint8_t)q, (uint8_t)wq, 0, 0, 0, 0, need[wq], x};
+		if (rf__emit(l, op) != RF_OK)
+			return RF_ENOMEM;
+	}
+	return RF_OK;
+}
+
+static int rf__lower_node(rf__lower *l, size_t x)
+{
+	const rf_node_desc *d = &l->g->nodes[x];
+	if (rf__lower_waits(l, x) != RF_OK)
+		return RF_ENOMEM;
+	if (d->kind != RF_NODE_WAIT) {
+		uint8_t kind = d->kind == RF_NODE_COPY ? RF_OP_COPY : RF_OP_COMPUTE;
+		rf__op op = {kind, (uint8_t)d->queue, 0, 0, d->slot, (int64_t)d->block, (int64_t)d->block, 0, x};
+		if (rf__emit(l, op) != RF_OK)
+			return RF_ENOMEM;
+	}
+	if (rf__has_foreign_consumer(l->g, x)) {
+		l->sigval[x] = l->next[d->queue]++;
+		rf__op op = {RF_OP_SIGNAL, (uint8_t)d->queue, 0, 0, 0, 0, 0, l->sigval[x], x};
+		if (rf__emit(l, op) != RF_OK)
+			return RF_ENOMEM;
+	}
+	return RF_OK;
+}
+
+int rf_graph_lower(const rf_graph *g, rf_program **out)
+{
+	if (g == NULL || out == NULL)
+		return rf__err(RF_EINVAL, "rf_graph_lower: %s is NULL", g == NULL ? "g" : "out");
+	int rc = rf_graph_validate(g);
+	if (rc != RF_OK)
+		return rc;
+	size_t *order, *pos;
+	if ((rc = rf__graph_topo(g, &order, &pos)) != RF_OK)
+		return rc;
+	rf__lower l = {g, rf__prog_alloc(2 * g->n + 16), 2 * g->n + 16, calloc(g->n + 1, sizeof(int64_t)),
+		       calloc((size_t)RF_MAX_QUEUES * RF_MAX_QUEUES, sizeof(int64_t)), {0}};
+	for (unsigned q = 0; q < RF_MAX_QUEUES; q++)
+		l.next[q] = 1;
+	rc = (l.p && l.sigval && l.waited) ? RF_OK : RF_ENOMEM;
+	for (size_t i = 0; i < g->n && rc == RF_OK; i++)
+		rc = rf__lower_node(&l, order[i]);
+	free(order);
+	free(pos);
+	free(l.sigval);
+	free(l.waited);
+	if (rc != RF_OK) {
+		rf_program_destroy(l.p);
+		return rf__err(RF_ENOMEM, "rf_graph_lower: out of memory");
+	}
+	l.p->nqueues = rf__graph_nqueues(g);
+	l.p->nslots = rf__graph_nslots(g);
+	l.p->nblocks_min = rf__graph_nblocks(g);
+	rf__prog_index(l.p);
+	*out = l.p;
+	return RF_OK;
+}
+
+/* ---- the periodic program of a ring ---------------------------------------------------------------- */
+
+/* One iteration = K blocks n = rK + j (j = 0..K-1), each: [WAR wait] copy(n+D-1) signal; RAW wait,
+ * compute(n), signal. Values are "block + 1": every queue signals at most once per block, in block
+ * order, so they increase on each queue as counters require. */
+static size_t rf__ring_ops(struct rf_program *p, unsigned D, unsigned K)
+{
+	size_t k = 0;
+	int64_t d = D;
+	for (unsigned j = 0; j < K; j++) {
+		int64_t n = j, b = n + d - 1;
+		uint8_t cq = (uint8_t)(1 + (unsigned)((b % K + K) % K));
+		uint8_t nq = (uint8_t)(1 + j % K);
+		uint32_t bslot = (uint32_t)(((b % d) + d) % d), nslot = (uint32_t)(n % d);
+		rf__op war = {RF_OP_WAIT, cq, 0, 0, 0, b, b - d, b - d + 1, k};
+		rf__op copy = {RF_OP_COPY, cq, 0, 0, bslot, b, b, 0, k};
+		rf__op csig = {RF_OP_SIGNAL, cq, 0, 0, 0, b, b, b + 1, k};
+		rf__op raw = {RF_OP_WAIT, 0, nq, 0, 0, n, n, n + 1, k};
+		rf__op comp = {RF_OP_COMPUTE, 0, 0, 0, nslot, n, n, 0, k};
+		rf__op xsig = {RF_OP_SIGNAL, 0, 0, 0, 0, n, n + d, n + 1, k};
+		p->ops[k++] = war;
+		p->ops[k++] = copy;
+		p->ops[k++] = csig;
+		p->ops[k++] = raw;
+		p->ops[k++] = comp;
+		p->ops[k++] = xsig;
+	}
+	return k;
+}
+
+int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **out)
+{
+	struct rf_program *p = rf__prog_alloc(6 * (size_t)copy_queues);
+	if (p == NULL)
+		return rf__err(RF_ENOMEM, "ring program: out of memory");
+	p->nops = rf__ring_ops(p, depth, copy_queues);
+	p->nqueues = 1 + copy_queues;
+	p->nslots = depth;
+	p->period = copy_queues;
+	/* The first iteration is the one whose copies include block 0: prime blocks 0 .. depth-2 come
+	 * from iterations with negative (skipped) computes. */
+	p->iter_begin = -(int64_t)((depth + copy_queues - 2) / copy_queues);
+	p->nblocks_min = 0;
+	rf__prog_index(p);
+	*out = p;
+	return RF_OK;
+}
+
+/* ---- reading programs ------------------------------------------------------------------------------ */
+
+unsigned rf_program_queues(const rf_program *p)
+{
+	return p ? p->nqueues : 0;
+}
+
+size_t rf_program_ops(const rf_program *p, unsigned q)
+{
+	if (p == NULL || q >= p->nqueues)
+		return 0;
+	return p->qstart[q + 1] - p->qstart[q];
+}
+
+static rf_op rf__op_public(const rf__op *o, int64_t base, unsigned slot)
+{
+	rf_op r = {(rf_op_kind)o->kind, o->queue, o->node, 0, 0, 0, 0};
+	if (o->kind == RF_OP_COPY || o->kind == RF_OP_COMPUTE) {
+		r.block = (size_t)(o->block + base);
+		r.slot = slot;
+	}
+	if (o->kind == RF_OP_WAIT)
+		r.wait_queue = o->wqueue;
+	if (o->kind == RF_OP_WAIT || o->kind == RF_OP_SIGNAL)
+		r.value = (uint64_t)(o->value + base);
+	return r;
+}
+
+int rf_program_op(const rf_program *p, unsigned q, size_t i, rf_op *out)
+{
+	if (p == NULL || out == NULL)
+		return rf__err(RF_EINVAL, "rf_program_op: %s is NULL", p == NULL ? "p" : "out");
+	if (q >= p->nqueues || i >= rf_program_ops(p, q))
+		return rf__err(RF_EINVAL, "rf_program_op: queue %u has no op %zu", q, i);
+	const rf__op *o = &p->ops[p->qidx[p->qstart[q] + i]];
+	*out = rf__op_public(o, 0, o->slot);
+	return RF_OK;
+}
+
+size_t rf_program_count(const rf_program *p, rf_op_kind kind)
+{
+	size_t n = 0;
+	for (size_t i = 0; p != NULL && i < p->nops; i++)
+		n += p->ops[i].kind == (uint8_t)kind;
+	return n;
+}
+
+int rf_program_print(const rf_program *p, FILE *f)
+{
+	if (p == NULL || f == NULL)
+		return rf__err(RF_EINVAL, "rf_program_print: %s is NULL", p == NULL ? "p" : "f");
+	int bad = 0;
+	for (unsigned q = 0; q < p->nqueues; q++) {
+		bad |= fprintf(f, "queue %u: %zu ops\n", q, rf_program_ops(p, q)) < 0;
+		for (size_t i = 0; i < rf_program_ops(p, q); i++) {
+			rf_op o;
+			rf_program_op(p, q, i, &o);
+			switch (o.kind) {
+			case RF_OP_COPY:
+				bad |= fprintf(f, "  q%u: copy    b%zu -> s%u (node %zu)\n", q, o.block, o.slot, o.node) < 0;
+				break;
+			case RF_OP_COMPUTE:
+				bad |= fprintf(f, "  q%u: compute b%zu @ s%u (node %zu)\n", q, o.block, o.slot, o.node) < 0;
+				break;
+			case RF_OP_SIGNAL:
+				bad |= fprintf(f, "  q%u: signal  q%u=%llu (node %zu)\n", q, q,
+					       (unsigned long long)o.value, o.node) < 0;
+				break;
+			case RF_OP_WAIT:
+				bad |= fprintf(f, "  q%u: wait    q%u>=%llu (before node %zu)\n", q, o.wait_queue,
+					       (unsigned long long)o.value, o.node) < 0;
+				break;
+			}
+		}
+	}
+	if (bad || fflush(f) != 0)
+		return rf__err(RF_EBACKEND, "rf_program_print: write failed");
+	return RF_OK;
+}
+
+/* ---- expansion (tests, printing) ------------------------------------------------------------------- */
+
+/* Position (1-based) of value v among the values queue q signalled, or 0. Values increase. */
+static uint64_t rf__ordinal(const int64_t *vals, size_t n, int64_t v)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (vals[mid] < v)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && vals[lo] == v ? lo + 1 : 0;
+}
+
+int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, size_t *n)
+{
+	int64_t iend = rf__prog_iter_end(p, nblocks), P = p->period;
+	size_t cap = (size_t)(iend - p->iter_begin) * p->nops + 1, k = 0;
+	rf_op *ops = malloc(cap * sizeof *ops);
+	int64_t *sig = malloc(cap * sizeof *sig);
+	size_t nsig[RF_MAX_QUEUES] = {0}, *sigoff = calloc(RF_MAX_QUEUES, sizeof *sigoff);
+	if (ops == NULL || sig == NULL || sigoff == NULL)
+		goto nomem;
+	/* Pass 1: the ops that run, raw values. */
+	for (int64_t r = p->iter_begin; r < iend; r++) {
+		int64_t base = r * P;
+		for (size_t i = 0; i < p->nops; i++) {
+			const rf__op *o = &p->ops[i];
+			int64_t b = o->block + base, a = o->aux + base;
+			if (P != 0 && (b < 0 || a < 0 || (uint64_t)b >= nblocks || (uint64_t)a >= nblocks))
+				continue;
+			unsigned slot = p->nslots ? (unsigned)((o->slot + (uint64_t)(base % p->nslots + p->nslots)) % p->nslots) : 0;
+			ops[k++] = rf__op_public(o, base, slot);
+		}
+	}
+	/* Pass 2: renumber signal values per queue from 1, and waits to match. */
+	for (unsigned q = 0, off = 0; q < RF_MAX_QUEUES; q++) {
+		sigoff[q] = off;
+		for (size_t i = 0; i < k; i++)
+			if (ops[i].kind == RF_OP_SIGNAL && ops[i].queue == q)
+				sig[off + nsig[q]++] = (int64_t)ops[i].value;
+		off += (unsigned)nsig[q];
+	}
+	for (size_t i = 0; i < k; i++) {
+		unsigned q = ops[i].kind == RF_OP_WAIT ? ops[i].wait_queue : ops[i].queue;
+		if (ops[i].kind == RF_OP_SIGNAL || ops[i].kind == RF_OP_WAIT)
+			ops[i].value = rf__ordinal(sig + sigoff[q], nsig[q], (int64_t)ops[i].value);
+	}
+	free(sig);
+	free(sigoff);
+	*out = ops;
+	*n = k;
+	return RF_OK;
+nomem:
+	free(ops);
+	free(sig);
+	free(sigoff);
+	return rf__err(RF_ENOMEM, "program expansion: out of memory");
+}

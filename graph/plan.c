@@ -1,0 +1,38 @@
+/* graph/plan.c — the ring schedule as a flat list of steps: a pure function of (nblocks, depth). */
+#include "runtime/error.h"
+
+#include <stdint.h>
+
+static rf_step rf__step(rf_step_kind kind, size_t block, unsigned depth)
+{
+	rf_step s = {kind, block, (unsigned)(block % depth)};
+	return s;
+}
+
+int rf_plan_ring(size_t nblocks, unsigned depth, rf_step *steps, size_t cap, size_t *len)
+{
+	if (depth == 0 || depth > RF_MAX_DEPTH)
+		return rf__err(RF_EINVAL, "rf_plan_ring: depth %u is outside 1..%u", depth, RF_MAX_DEPTH);
+	if (nblocks > SIZE_MAX / 3)
+		return rf__err(RF_EINVAL, "rf_plan_ring: 3 * nblocks (%zu) overflows size_t", nblocks);
+	if (steps == NULL && cap > 0)
+		return rf__err(RF_EINVAL, "rf_plan_ring: steps is NULL but cap is %zu", cap);
+	size_t need = 3 * nblocks;
+	if (len != NULL)
+		*len = need;
+	if (cap < need)
+		return rf__err(RF_ENOSPC, "rf_plan_ring: %zu steps needed, cap is %zu", need, cap);
+
+	/* The lookahead is depth-1 blocks: prime that many, then keep the window full. */
+	size_t ahead = depth - 1, k = 0;
+	size_t prime = ahead < nblocks ? ahead : nblocks;
+	for (size_t b = 0; b < prime; b++)
+		steps[k++] = rf__step(RF_STEP_PREFETCH, b, depth);
+	for (size_t n = 0; n < nblocks; n++) {
+		if (n + ahead < nblocks)
+			steps[k++] = rf__step(RF_STEP_PREFETCH, n + ahead, depth);
+		steps[k++] = rf__step(RF_STEP_AWAIT, n, depth);
+		steps[k++] = rf__step(RF_STEP_COMPUTE, n, depth);
+	}
+	return RF_OK;
+}

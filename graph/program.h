@@ -1,0 +1,70 @@
+/* graph/program.h — internal layout of a lowered program, shared by the lowering (graph/) and the
+ * executors (runtime/, backends/).
+ *
+ * A program is a list of ops in one global issue order (a topological order: a single thread that
+ * issues them in this order never waits on an op it has not issued yet), plus, per queue, the indices
+ * of that queue's ops. It is *periodic*: the ops are a template for one iteration of `period` blocks,
+ * run for iterations r = iter_begin .. iter_end(nblocks)-1, where in iteration r
+ *     block = op.block + r * period,   aux = op.aux + r * period,   value = op.value + r * period,
+ *     slot  = (op.slot + (r * period) mod nslots) mod nslots,
+ * and an op runs only when both block and aux lie in [0, nblocks). A graph lowered by rf_graph_lower is
+ * the degenerate case: period 0, one iteration, nothing skipped. A ring pipeline's program is the real
+ * case: a few ops per block whatever nblocks is, so a run over a million blocks needs O(depth) memory.
+ *
+ *   COPY, COMPUTE: block = the node's block, aux = block.
+ *   SIGNAL: block = the producer's block, aux = the block of a consumer (skipped with its consumers).
+ *   WAIT:   block = the block of the node it precedes, aux = the producer's block.
+ */
+#ifndef RF_GRAPH_PROGRAM_H
+#define RF_GRAPH_PROGRAM_H
+
+#include "ringfetch.h"
+
+#include <stdint.h>
+
+typedef struct rf__op {
+	uint8_t kind;   /* rf_op_kind */
+	uint8_t queue;  /* executing queue */
+	uint8_t wqueue; /* WAIT: queue waited on */
+	uint8_t pad_;
+	uint32_t slot; /* COPY, COMPUTE: slot (offset, see above) */
+	int64_t block;
+	int64_t aux;
+	int64_t value; /* SIGNAL, WAIT */
+	size_t node;   /* node id (template id for a periodic program), for printing and tracing */
+} rf__op;
+
+struct rf_program {
+	unsigned nqueues;
+	unsigned nslots;
+	size_t nops;
+	rf__op *ops;
+	size_t *qidx;                      /* per-queue op indices, grouped by queue */
+	size_t qstart[RF_MAX_QUEUES + 1];  /* queue q owns qidx[qstart[q] .. qstart[q+1]) */
+	int64_t period;                    /* blocks per iteration; 0 = not periodic */
+	int64_t iter_begin;
+	size_t nblocks_min; /* a run must stream at least this many blocks (largest block used + 1) */
+};
+
+/* End of the iteration range for a run over nblocks blocks. */
+static inline int64_t rf__prog_iter_end(const struct rf_program *p, size_t nblocks)
+{
+	if (p->period == 0)
+		return 1;
+	return (int64_t)((nblocks + (size_t)p->period - 1) / (size_t)p->period);
+}
+
+/* Allocate an empty program with room for nops ops (per-queue index built by rf__prog_index). */
+struct rf_program *rf__prog_alloc(size_t nops);
+/* Fill qidx/qstart from ops[].queue and set nqueues. Returns RF_OK or RF_ENOMEM. */
+int rf__prog_index(struct rf_program *p);
+
+/* The program of a ring of `depth` slots with `copy_queues` copy queues (1 + b % copy_queues carries
+ * block b's copy, queue 0 the computes): one iteration per copy_queues blocks. */
+int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **out);
+
+/* Expand a (periodic) program for nblocks into the flat op list a generic lowering would give, values
+ * renumbered per queue from 1. *out is malloc'd (*n entries). For tests and printing. */
+int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, size_t *n);
+
+#endif

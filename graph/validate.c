@@ -1,0 +1,280 @@
+/* graph/validate.c — topological order, cycle detection and RAW/WAR/WAW hazard detection by
+ * reachability over the effective graph (explicit edges + the implicit order of each queue). */
+#include "graph/graph_int.h"
+#include "runtime/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- a small binary min-heap of node ids --------------------------------------------------------- */
+
+static void rf__heap_push(size_t *h, size_t *n, size_t x)
+{
+	size_t i = (*n)++;
+	while (i > 0 && h[(i - 1) / 2] > x) {
+		h[i] = h[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	h[i] = x;
+}
+
+static size_t rf__heap_pop(size_t *h, size_t *n)
+{
+	size_t top = h[0], x = h[--(*n)], i = 0;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= *n)
+			break;
+		if (c + 1 < *n && h[c + 1] < h[c])
+			c++;
+		if (h[c] >= x)
+			break;
+		h[i] = h[c];
+		i = c;
+	}
+	if (*n > 0)
+		h[i] = x;
+	return top;
+}
+
+/* Successors of x in the effective graph are its out-edges plus the next node of its queue; we walk
+ * queue order through qprev in reverse, so keep a next-on-queue array for Kahn's algorithm. */
+static int rf__topo_kahn(const rf_graph *g, size_t *order, size_t *indeg, size_t *qnext, size_t *heap)
+{
+	size_t n = g->n, hn = 0, k = 0;
+	for (size_t i = 0; i < n; i++)
+		qnext[i] = RF__NONE;
+	for (size_t i = 0; i < n; i++) {
+		indeg[i] = g->in[i].n + (g->qprev[i] != RF__NONE);
+		if (g->qprev[i] != RF__NONE)
+			qnext[g->qprev[i]] = i;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (indeg[i] == 0)
+			rf__heap_push(heap, &hn, i);
+	while (hn > 0) {
+		size_t x = rf__heap_pop(heap, &hn);
+		order[k++] = x;
+		for (uint32_t e = 0; e < g->out[x].n; e++)
+			if (--indeg[g->out[x].v[e]] == 0)
+				rf__heap_push(heap, &hn, g->out[x].v[e]);
+		if (qnext[x] != RF__NONE && --indeg[qnext[x]] == 0)
+			rf__heap_push(heap, &hn, qnext[x]);
+	}
+	return k == n;
+}
+
+/* Every node left with indegree > 0 is on a cycle or downstream of one; walking predecessors that are
+ * still blocked n times from any of them must end on the cycle itself. */
+static size_t rf__cycle_node(const rf_graph *g, const size_t *indeg)
+{
+	size_t x = 0;
+	while (indeg[x] == 0)
+		x++;
+	for (size_t step = 0; step < g->n; step++) {
+		size_t p = g->qprev[x];
+		if (p == RF__NONE || indeg[p] == 0) {
+			for (uint32_t e = 0; e < g->in[x].n; e++)
+				if (indeg[g->in[x].v[e]] > 0) {
+					p = g->in[x].v[e];
+					break;
+				}
+		}
+		x = p;
+	}
+	return x;
+}
+
+int rf__graph_topo(const rf_graph *g, size_t **order_out, size_t **pos_out)
+{
+	size_t n = g->n;
+	size_t *order = malloc((n ? n : 1) * sizeof *order);
+	size_t *pos = malloc((n ? n : 1) * sizeof *pos);
+	if (order == NULL || pos == NULL)
+		goto nomem;
+	/* Fast path: a graph built in a valid order (every edge to a later id) is its own order. */
+	int sorted = 1;
+	for (size_t i = 0; i < n && sorted; i++)
+		for (uint32_t e = 0; e < g->out[i].n; e++)
+			if (g->out[i].v[e] < i) {
+				sorted = 0;
+				break;
+			}
+	if (sorted) {
+		for (size_t i = 0; i < n; i++)
+			order[i] = i;
+	} else {
+		size_t *tmp = malloc(3 * n * sizeof *tmp);
+		if (tmp == NULL)
+			goto nomem;
+		if (!rf__topo_kahn(g, order, tmp, tmp + n, tmp + 2 * n)) {
+			char buf[96];
+			rf__node_str(g, rf__cycle_node(g, tmp), buf, sizeof buf);
+			free(tmp);
+			free(order);
+			free(pos);
+			return rf__err(RF_EINVAL, "graph has a cycle through %s", buf);
+		}
+		free(tmp);
+	}
+	for (size_t i = 0; i < n; i++)
+		pos[order[i]] = i;
+	*order_out = order;
+	*pos_out = pos;
+	return RF_OK;
+nomem:
+	free(order);
+	free(pos);
+	return rf__err(RF_ENOMEM, "graph analysis: out of memory (%zu nodes)", n);
+}
+
+/* ---- reachability ---------------------------------------------------------------------------------- */
+
+typedef struct rf__reach {
+	const rf_graph *g;
+	const size_t *pos;
+	uint32_t *seen; /* generation stamps: no clearing between queries */
+	uint32_t gen;
+	size_t *stack;
+} rf__reach;
+
+/* Is there a path u -> v? Search backwards from v; a node placed before u in topological order
+ * cannot lie on such a path, so the search stays within the window between the two. */
+static int rf__reaches(rf__reach *r, size_t u, size_t v)
+{
+	const rf_graph *g = r->g;
+	size_t lo = r->pos[u], sp = 0;
+	if (r->pos[v] < lo)
+		return 0;
+	if (++r->gen == 0) {
+		memset(r->seen, 0, g->n * sizeof *r->seen);
+		r->gen = 1;
+	}
+	r->stack[sp++] = v;
+	r->seen[v] = r->gen;
+	while (sp > 0) {
+		size_t x = r->stack[--sp];
+		if (x == u)
+			return 1;
+		for (uint32_t e = 0; e <= g->in[x].n; e++) {
+			size_t p = e < g->in[x].n ? g->in[x].v[e] : g->qprev[x];
+			if (p == RF__NONE || r->seen[p] == r->gen || r->pos[p] < lo)
+				continue;
+			r->seen[p] = r->gen;
+			r->stack[sp++] = p; /* each node is pushed once per query: n slots suffice */
+		}
+	}
+	return 0;
+}
+
+/* ---- hazards --------------------------------------------------------------------------------------- */
+
+/* Slot accesses sorted by (slot, block, copies before computes). */
+typedef struct rf__access {
+	unsigned slot;
+	int is_compute;
+	size_t block, id;
+} rf__access;
+
+static int rf__access_cmp(const void *a, const void *b)
+{
+	const rf__access *x = a, *y = b;
+	if (x->slot != y->slot)
+		return x->slot < y->slot ? -1 : 1;
+	if (x->block != y->block)
+		return x->block < y->block ? -1 : 1;
+	if (x->is_compute != y->is_compute)
+		return x->is_compute - y->is_compute;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static int rf__hazard(const rf_graph *g, const char *what, size_t a, size_t b)
+{
+	char sa[96], sb[96];
+	return rf__err(RF_EHAZARD, "%s hazard: %s is not ordered before %s", what,
+		       rf__node_str(g, a, sa, sizeof sa), rf__node_str(g, b, sb, sizeof sb));
+}
+
+/*
+ * Per slot, the accesses in block order form a sequence copy(b0) reads(b0)... copy(b1) reads(b1)...
+ * It is enough to check each neighbouring requirement; transitivity covers the rest:
+ *   RAW: copy(bk) reaches every compute of bk (and a compute of bk without such a copy reads garbage);
+ *   WAR: every compute of bk reaches copy(bk+1);   WAW: copy(bk) reaches copy(bk+1).
+ */
+static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n)
+{
+	const rf_graph *g = r->g;
+	size_t copy = RF__NONE, copy_block = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (!a[i].is_compute) {
+			if (copy != RF__NONE && copy_block == a[i].block) {
+				char s1[96], s2[96];
+				return rf__err(RF_EHAZARD, "WAW hazard: %s and %s copy the same block into one slot",
+					       rf__node_str(g, copy, s1, sizeof s1),
+					       rf__node_str(g, a[i].id, s2, sizeof s2));
+			}
+			if (copy != RF__NONE && !rf__reaches(r, copy, a[i].id))
+				return rf__hazard(g, "WAW", copy, a[i].id);
+			for (size_t j = i; j-- > 0 && a[j].is_compute && a[j].block == copy_block;)
+				if (!rf__reaches(r, a[j].id, a[i].id))
+					return rf__hazard(g, "WAR", a[j].id, a[i].id);
+			copy = a[i].id;
+			copy_block = a[i].block;
+			continue;
+		}
+		if (copy == RF__NONE || copy_block != a[i].block) {
+			char s[96];
+			return rf__err(RF_EHAZARD, "RAW hazard: %s reads a slot no copy of its block fills",
+				       rf__node_str(g, a[i].id, s, sizeof s));
+		}
+		if (!rf__reaches(r, copy, a[i].id))
+			return rf__hazard(g, "RAW", copy, a[i].id);
+	}
+	return RF_OK;
+}
+
+static int rf__check_hazards(rf__reach *r)
+{
+	const rf_graph *g = r->g;
+	size_t m = 0;
+	rf__access *acc = malloc((g->n ? g->n : 1) * sizeof *acc);
+	if (acc == NULL)
+		return rf__err(RF_ENOMEM, "rf_graph_validate: out of memory");
+	for (size_t i = 0; i < g->n; i++) {
+		const rf_node_desc *d = &g->nodes[i];
+		if (d->kind == RF_NODE_WAIT)
+			continue;
+		rf__access x = {d->slot, d->kind == RF_NODE_COMPUTE, d->block, i};
+		acc[m++] = x;
+	}
+	qsort(acc, m, sizeof *acc, rf__access_cmp);
+	int rc = RF_OK;
+	for (size_t i = 0, j; i < m && rc == RF_OK; i = j) {
+		for (j = i; j < m && acc[j].slot == acc[i].slot; j++)
+			;
+		rc = rf__check_slot_run(r, acc + i, j - i);
+	}
+	free(acc);
+	return rc;
+}
+
+int rf_graph_validate(const rf_graph *g)
+{
+	if (g == NULL)
+		return rf__err(RF_EINVAL, "rf_graph_validate: g is NULL");
+	size_t *order, *pos;
+	int rc = rf__graph_topo(g, &order, &pos);
+	if (rc != RF_OK)
+		return rc;
+	rf__reach r = {g, pos, calloc(g->n ? g->n : 1, sizeof(uint32_t)), 0,
+		       malloc((g->n ? g->n : 1) * sizeof(size_t))};
+	if (r.seen == NULL || r.stack == NULL)
+		rc = rf__err(RF_ENOMEM, "rf_graph_validate: out of memory");
+	else
+		rc = rf__check_hazards(&r);
+	free(r.seen);
+	free(r.stack);
+	free(order);
+	free(pos);
+	return rc;
+}

@@ -1,0 +1,205 @@
+/*
+ * ringfetch.h — stream blocks of bytes through a ring of N staging slots so that the transfer of the
+ * next blocks overlaps the compute of the current one (the double buffer, generalised to any depth).
+ *
+ * This umbrella header carries the core contract: errors, the ring plan, the pipeline and the version.
+ * The job-graph API (build, validate, lower, instantiate custom graphs) is in <ringfetch/graph.h>,
+ * which this header includes.
+ *
+ * Conventions, for every function below:
+ *  - int-returning functions return 0 (RF_OK) on success or a negative RF_E* code; rf_errmsg() then
+ *    holds a sentence naming what was wrong (which argument, block, node or variable).
+ *  - Handles are opaque; every create has a destroy; destroy(NULL) is a no-op.
+ *  - Reserved fields and flags must be zero; anything else is RF_EINVAL.
+ *  - The library never prints, never calls exit(), and never returns memory the caller must free().
+ *  - It never changes the affinity, signal mask or scheduling of a thread it did not create.
+ */
+#ifndef RINGFETCH_H
+#define RINGFETCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- export and version ---------------------------------------------------------------------- */
+
+#if defined(RINGFETCH_STATIC)
+#define RF_EXTERN
+#elif defined(__GNUC__)
+#define RF_EXTERN __attribute__((visibility("default")))
+#else
+#define RF_EXTERN
+#endif
+
+#define RF_VERSION_MAJOR 0
+#define RF_VERSION_MINOR 1
+#define RF_VERSION_PATCH 0
+#define RF_VERSION_HEX ((RF_VERSION_MAJOR << 16) | (RF_VERSION_MINOR << 8) | RF_VERSION_PATCH)
+
+/** The RF_VERSION_HEX the library was built with (compare with the header's to catch a mismatch). */
+RF_EXTERN unsigned rf_version(void);
+/** The version as "MAJOR.MINOR.PATCH"; a static string. */
+RF_EXTERN const char *rf_version_string(void);
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+/* One table generates the codes, rf_strerror() and rf_err_name(). Values are stable. */
+#define RF_ERROR_MAP(XX)                                                                           \
+	XX(EINVAL, -1, "invalid argument")                                                         \
+	XX(ENOMEM, -2, "out of memory")                                                            \
+	XX(ENOSPC, -3, "buffer too small")                                                         \
+	XX(ENODEV, -4, "no such backend or device")                                                \
+	XX(ENOTSUP, -5, "operation not supported by this backend")                                 \
+	XX(EBUSY, -6, "object is busy")                                                            \
+	XX(ECANCELED, -7, "operation canceled")                                                    \
+	XX(ECALLBACK, -8, "compute callback failed")                                               \
+	XX(EBACKEND, -9, "backend failure")                                                        \
+	XX(EHAZARD, -10, "data hazard in graph")                                                   \
+	XX(ECONFIG, -11, "malformed configuration value")
+
+typedef enum rf_errno {
+	RF_OK = 0,
+#define RF__XX_ENUM(name, value, text) RF_##name = (value),
+	RF_ERROR_MAP(RF__XX_ENUM)
+#undef RF__XX_ENUM
+} rf_errno;
+
+/** A static sentence for err ("success" for 0, "unknown error" for a code not in the table). Never NULL. */
+RF_EXTERN const char *rf_strerror(int err);
+/** The symbolic name of err ("RF_EINVAL", "RF_OK", "RF_UNKNOWN"). Never NULL. */
+RF_EXTERN const char *rf_err_name(int err);
+/**
+ * Detail of the calling thread's most recent failed rf_ call ("" if none failed yet). Thread-local: a
+ * failure on another thread does not change it. The pointer is valid until this thread's next failing
+ * rf_ call; copy it to keep it. Never NULL.
+ */
+RF_EXTERN const char *rf_errmsg(void);
+
+/* ---- the ring plan ----------------------------------------------------------------------------- */
+
+/** Largest ring depth accepted anywhere in the library. */
+#define RF_MAX_DEPTH 1024u
+
+typedef enum rf_step_kind {
+	RF_STEP_PREFETCH, /* start copying `block` into `slot` */
+	RF_STEP_AWAIT,    /* wait until the copy of `block` has landed */
+	RF_STEP_COMPUTE   /* run the compute of `block` over `slot` */
+} rf_step_kind;
+
+typedef struct rf_step {
+	rf_step_kind kind;
+	size_t block;
+	unsigned slot; /* always block % depth */
+} rf_step;
+
+/**
+ * The schedule of a ring of `depth` slots over `nblocks` blocks: a pure function of its two inputs.
+ *
+ *   prime:  PREFETCH b for b = 0 .. min(depth-1, nblocks)-1
+ *   for n in 0 .. nblocks-1:
+ *       PREFETCH n+depth-1 (if < nblocks);  AWAIT n;  COMPUTE n
+ *
+ * so the lookahead is depth-1 blocks: depth 2 is the classic double buffer, depth 1 the sequential,
+ * no-overlap schedule. Writes the 3*nblocks steps into steps[0 .. 3*nblocks) and sets *len to
+ * 3*nblocks (len may be NULL).
+ *
+ * Two-call sizing: call with cap 0 (steps may be NULL) to learn the size.
+ * \return RF_OK;
+ *         RF_EINVAL if depth is 0 or > RF_MAX_DEPTH, steps is NULL with cap > 0, or 3*nblocks
+ *                   overflows size_t;
+ *         RF_ENOSPC if cap < 3*nblocks: nothing written, *len = steps needed (when len is not NULL).
+ */
+RF_EXTERN int rf_plan_ring(size_t nblocks, unsigned depth, rf_step *steps, size_t cap, size_t *len);
+
+/* ---- the pipeline: what most embedders call --------------------------------------------------- */
+
+typedef struct rf_pipeline rf_pipeline;
+
+/** What a compute callback is given: one block, resident in its slot. */
+typedef struct rf_block {
+	size_t index;     /* block number in this run */
+	unsigned slot;    /* index % depth */
+	const void *data; /* slot bytes: host pointer (cpu, threads) or device pointer (cuda) */
+	size_t bytes;     /* sizes[index] */
+	void *stream;     /* cudaStream_t for cuda (enqueue work there and return), NULL otherwise */
+} rf_block;
+
+/** The compute of one block. Return 0 on success; any other value fails the run (RF_ECALLBACK). */
+typedef int (*rf_compute_fn)(void *user, const rf_block *block);
+
+typedef struct rf_pipeline_params {
+	unsigned depth;      /* ring slots; 0 = configured default: RINGFETCH_DEPTH, else 2 */
+	size_t slot_bytes;   /* capacity of each slot (> 0) */
+	const char *backend; /* "cpu", "threads", "cuda", "auto"; NULL = RINGFETCH_BACKEND, else "auto" */
+	int device;          /* CUDA device ordinal (ignored by CPU backends) */
+	unsigned flags;      /* must be 0 */
+	unsigned copy_queues; /* copy lanes; 0 = 1. Block i's copy goes on lane i % copy_queues, so keeping
+	                         K copies in flight needs depth >= K + 1 */
+} rf_pipeline_params;
+
+/**
+ * Create a pipeline: resolve depth and backend (explicit value, else environment, else default),
+ * allocate depth * slot_bytes of ring memory and the backend's queues. The ring program is built once
+ * here; its size depends on depth and copy_queues only, never on how many blocks a run streams.
+ *
+ * Backends: "cpu" runs everything inline on the caller's thread (correct, no overlap). "auto" picks
+ * the best backend available on this machine (today: "cpu").
+ *
+ * \return RF_OK and *out;
+ *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, flags != 0,
+ *                   copy_queues > depth - 1 when copy_queues > 1, or depth * slot_bytes overflowing;
+ *         RF_ENODEV for an unknown backend name, or a backend not usable here (rf_errmsg says why);
+ *         RF_ECONFIG for a malformed RINGFETCH_DEPTH or RINGFETCH_BACKEND (when consulted), naming
+ *                    the variable and its value;
+ *         RF_ENOMEM when memory runs out. On failure *out is untouched and nothing is leaked.
+ * Environment: RINGFETCH_DEPTH (1 .. RF_MAX_DEPTH, decimal digits only) is read when depth is 0;
+ * RINGFETCH_BACKEND ("cpu", "threads", "cuda", "auto") when backend is NULL. An empty value is malformed.
+ */
+RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out);
+
+/**
+ * Stream blocks 0 .. nblocks-1 through the ring: block i (sizes[i] bytes at srcs[i]) is copied into
+ * slot i % depth, then compute(user, &block) is called for it, in block order, exactly once each.
+ * When compute runs, block->data holds exactly the sizes[i] bytes of srcs[i] and no copy writes that
+ * slot until compute has returned. Returns when all work has finished; the caller may then reuse or
+ * free srcs. srcs and sizes are read during the call only.
+ *
+ * Threads (cpu backend): copies and computes run on the calling thread.
+ *
+ * \return RF_OK (also for nblocks 0, where nothing else is looked at);
+ *         RF_EINVAL, before any work, for NULL p, srcs, sizes or compute with nblocks > 0, a size over
+ *                   slot_bytes, or a NULL src with a non-zero size (rf_errmsg names the block);
+ *         RF_EBUSY if the pipeline is already running (another thread, or a callback re-entering);
+ *         RF_ECALLBACK if compute returned non-zero at block k: no compute runs after k, copies in
+ *                   flight are drained, rf_errmsg names k and the value; the pipeline stays usable;
+ *         RF_EBACKEND if the backend failed (rf_errmsg says how).
+ */
+RF_EXTERN int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const *srcs,
+                              const size_t *sizes, rf_compute_fn compute, void *user);
+
+/** The resolved ring depth (1 .. RF_MAX_DEPTH); 0 for NULL. */
+RF_EXTERN unsigned rf_pipeline_depth(const rf_pipeline *p);
+/** The resolved backend name, e.g. "cpu" (never "auto"); a static string. "" for NULL. */
+RF_EXTERN const char *rf_pipeline_backend(const rf_pipeline *p);
+/** Slot capacity in bytes; 0 for NULL. */
+RF_EXTERN size_t rf_pipeline_slot_bytes(const rf_pipeline *p);
+/** Copy lanes the pipeline was created with (>= 1); 0 for NULL. */
+RF_EXTERN unsigned rf_pipeline_copy_queues(const rf_pipeline *p);
+
+/**
+ * Release the pipeline, its ring memory and its backend queues. NULL is a no-op. Must not be called
+ * while another thread runs the pipeline. Called from inside one of its own compute callbacks, the
+ * release is deferred until that run returns (which then reports RF_ECANCELED for the blocks left).
+ */
+RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#include "ringfetch/graph.h"
+
+#endif /* RINGFETCH_H */

@@ -1,0 +1,202 @@
+/*
+ * ringfetch/graph.h — the job graph under every pipeline: build one by hand (or from a ring plan),
+ * validate it, lower it to per-queue programs, instantiate it on a backend and run it.
+ *
+ * Lifecycle: rf_graph_create -> rf_graph_add_node / rf_graph_add_edge -> rf_graph_validate ->
+ *            rf_exec_create (validates and lowers again, owns its own copy) -> rf_exec_run ... ->
+ *            rf_exec_destroy; the graph can be destroyed as soon as the exec exists.
+ *
+ * Model. A node sits on a queue (a lane of execution: a worker thread, a CUDA stream, or the caller);
+ * work on one queue runs in the order the nodes were added. An edge u -> v means "u finishes before v
+ * starts". Slots are the ring's buffers, numbered 0 .. nslots-1 (nslots = largest slot used + 1).
+ *   COPY    (queue, block, slot): copy srcs[block] (sizes[block] bytes) into slot;
+ *   COMPUTE (queue, block, slot): call compute with block `block` resident in `slot`;
+ *   WAIT    (queue): the queue waits until every predecessor of the node has finished; it does no work.
+ */
+#ifndef RINGFETCH_GRAPH_H
+#define RINGFETCH_GRAPH_H
+
+#include "../ringfetch.h"
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Most queues a graph may use (queue numbers 0 .. RF_MAX_QUEUES-1). */
+#define RF_MAX_QUEUES 64u
+/** Most slots a graph may use. */
+#define RF_MAX_SLOTS RF_MAX_DEPTH
+
+typedef struct rf_graph rf_graph;
+typedef struct rf_program rf_program;
+typedef struct rf_exec rf_exec;
+
+typedef enum rf_node_kind { RF_NODE_COPY, RF_NODE_WAIT, RF_NODE_COMPUTE } rf_node_kind;
+
+/** A node as added and as read back. block and slot are ignored (read back as 0) for WAIT. */
+typedef struct rf_node_desc {
+	rf_node_kind kind;
+	unsigned queue;
+	size_t block;
+	unsigned slot;
+	unsigned flags; /* must be 0 */
+} rf_node_desc;
+
+/* ---- building ---------------------------------------------------------------------------------- */
+
+/**
+ * An empty graph. flags must be 0.
+ * \return RF_OK; RF_EINVAL (out NULL, flags != 0); RF_ENOMEM.
+ */
+RF_EXTERN int rf_graph_create(unsigned flags, rf_graph **out);
+
+/**
+ * Append a node; its id (0, 1, 2, ... in order of addition) goes to *id (id may be NULL).
+ * Queue order is the order of addition among the nodes of one queue.
+ * \return RF_OK; RF_EINVAL (g or desc NULL, unknown kind, queue >= RF_MAX_QUEUES,
+ *         slot >= RF_MAX_SLOTS, flags != 0, the graph already instantiated count aside); RF_ENOMEM.
+ */
+RF_EXTERN int rf_graph_add_node(rf_graph *g, const rf_node_desc *desc, size_t *id);
+
+/**
+ * Add the edge from -> to ("from finishes before to starts"). Adding an existing edge is a no-op.
+ * Cycles are accepted here and rejected by rf_graph_validate.
+ * \return RF_OK; RF_EINVAL (g NULL, an id out of range, from == to); RF_ENOMEM.
+ */
+RF_EXTERN int rf_graph_add_edge(rf_graph *g, size_t from, size_t to);
+
+/** Remove the edge from -> to. \return RF_OK; RF_EINVAL (g NULL, no such edge). */
+RF_EXTERN int rf_graph_remove_edge(rf_graph *g, size_t from, size_t to);
+
+/**
+ * The graph of a ring: nblocks blocks through `depth` slots, block b copied on queue 1 + b % copy_queues
+ * into slot b % depth and computed on queue 0, in the order of rf_plan_ring. Edges, made explicit:
+ *   RAW: copy(b) -> WAIT on queue 0 -> compute(b);
+ *   WAR: compute(b - depth) -> WAIT on the copy queue -> copy(b)   (for b >= depth);
+ *   program order between the computes (block order) and between the copies of one queue.
+ * Node ids follow plan order, so the ids of block b's nodes are easy to find with rf_graph_node().
+ * \return RF_OK and *out; RF_EINVAL (depth 0 or > RF_MAX_DEPTH, copy_queues 0 or >= RF_MAX_QUEUES,
+ *         copy_queues > 1 with depth < copy_queues + 1, out NULL); RF_ENOMEM.
+ */
+RF_EXTERN int rf_graph_ring(size_t nblocks, unsigned depth, unsigned copy_queues, rf_graph **out);
+
+/* ---- reading ----------------------------------------------------------------------------------- */
+
+/** Number of nodes (0 for NULL). */
+RF_EXTERN size_t rf_graph_nodes(const rf_graph *g);
+/** Number of edges (0 for NULL). */
+RF_EXTERN size_t rf_graph_edges(const rf_graph *g);
+/** Read node id. \return RF_OK; RF_EINVAL (NULL argument, id out of range). */
+RF_EXTERN int rf_graph_node(const rf_graph *g, size_t id, rf_node_desc *out);
+/** 1 if the edge from -> to exists, 0 if not or on bad arguments. */
+RF_EXTERN int rf_graph_has_edge(const rf_graph *g, size_t from, size_t to);
+
+/**
+ * Check that the graph can run and cannot race:
+ *  - it has no cycle (RF_EINVAL, rf_errmsg names a node on the cycle);
+ *  - RAW: every COMPUTE of (block b, slot s) has the COPY of (b, s) among its ancestors;
+ *  - WAR: every COPY into slot s of block b is ordered after every COMPUTE reading s for a block < b;
+ *  - WAW: every COPY into slot s of block b is ordered after every COPY into s of a block < b;
+ *  - a block is copied into a slot at most once.
+ * A violation is RF_EHAZARD, and rf_errmsg names the two nodes (ids, kinds, blocks, slot).
+ * Cost: O(nodes * (nodes + edges) / 64) time and O(nodes^2 / 8) bytes (reachability bitsets).
+ * \return RF_OK; RF_EINVAL (g NULL, cycle); RF_EHAZARD; RF_ENOMEM.
+ */
+RF_EXTERN int rf_graph_validate(const rf_graph *g);
+
+/**
+ * Write the graph in Graphviz DOT (one cluster per queue; RAW edges solid, WAR edges dashed, queue
+ * order dotted) into buf. Two-call sizing: with cap too small (buf may be NULL then) returns RF_ENOSPC
+ * and sets *len to the bytes needed including the terminating NUL; on success *len = strlen + 1.
+ * \return RF_OK; RF_EINVAL (g or len NULL, buf NULL with cap > 0); RF_ENOSPC.
+ */
+RF_EXTERN int rf_graph_dot(const rf_graph *g, char *buf, size_t cap, size_t *len);
+
+/** Release the graph. NULL is a no-op. */
+RF_EXTERN void rf_graph_destroy(rf_graph *g);
+
+/* ---- lowering ---------------------------------------------------------------------------------- */
+
+/*
+ * A lowered program: for every queue, the list of ops it executes. Rules:
+ *  - an edge between two nodes of one queue costs nothing (queue order implies it);
+ *  - a node with consumers on other queues is followed by one SIGNAL on its queue (one, however many
+ *    consumers); signal values on a queue count up from 1;
+ *  - before a node (or at a WAIT node) the queue WAITs on each foreign queue at most once, for the
+ *    latest producer it depends on there (earlier ones are implied by that queue's order), and not at
+ *    all when an earlier op of the same queue already waited for that value or a later one.
+ * Events are (queue, value) pairs: a backend keeps one monotonically increasing counter per queue (or
+ * reuses a small pool of CUDA events round robin), so a run allocates nothing per block.
+ */
+typedef enum rf_op_kind { RF_OP_COPY, RF_OP_COMPUTE, RF_OP_SIGNAL, RF_OP_WAIT } rf_op_kind;
+
+typedef struct rf_op {
+	rf_op_kind kind;
+	unsigned queue;      /* the queue executing the op */
+	size_t node;         /* COPY, COMPUTE, SIGNAL: the node; WAIT: the node it is waited before */
+	size_t block;        /* COPY, COMPUTE: the node's block */
+	unsigned slot;       /* COPY, COMPUTE: the node's slot */
+	unsigned wait_queue; /* WAIT: the queue waited on */
+	uint64_t value;      /* SIGNAL: the value signalled; WAIT: the value awaited (>=) */
+} rf_op;
+
+/**
+ * Validate and lower g. The program is independent of g afterwards.
+ * \return RF_OK and *out; errors of rf_graph_validate; RF_EINVAL (NULL argument); RF_ENOMEM.
+ */
+RF_EXTERN int rf_graph_lower(const rf_graph *g, rf_program **out);
+/** Number of queues (largest queue used + 1); 0 for NULL. */
+RF_EXTERN unsigned rf_program_queues(const rf_program *p);
+/** Number of ops of queue q (0 if p is NULL or q out of range). */
+RF_EXTERN size_t rf_program_ops(const rf_program *p, unsigned q);
+/** Read op i of queue q. \return RF_OK; RF_EINVAL (NULL argument, q or i out of range). */
+RF_EXTERN int rf_program_op(const rf_program *p, unsigned q, size_t i, rf_op *out);
+/** Count ops of one kind over all queues (0 for NULL). */
+RF_EXTERN size_t rf_program_count(const rf_program *p, rf_op_kind kind);
+/**
+ * Print the program, one queue per paragraph, one op per line ("q1: copy b3 -> s1 (node 7)").
+ * \return RF_OK; RF_EINVAL (NULL argument); RF_EBACKEND if writing to f failed.
+ */
+RF_EXTERN int rf_program_print(const rf_program *p, FILE *f);
+/** Release the program. NULL is a no-op. */
+RF_EXTERN void rf_program_destroy(rf_program *p);
+
+/* ---- instantiate and run ----------------------------------------------------------------------- */
+
+typedef struct rf_exec_params {
+	const char *backend; /* as rf_pipeline_params.backend */
+	size_t slot_bytes;   /* capacity of each slot (> 0) */
+	int device;          /* CUDA device ordinal */
+	unsigned flags;      /* must be 0 */
+} rf_exec_params;
+
+/**
+ * Instantiate g on a backend: validate, lower, allocate nslots * slot_bytes of slot memory and the
+ * backend's queues. The exec keeps its own program; g may be changed or destroyed afterwards.
+ * \return RF_OK and *out; rf_graph_validate's errors; RF_EINVAL (NULL argument, slot_bytes 0, flags,
+ *         an empty graph); RF_ENODEV; RF_ECONFIG (RINGFETCH_BACKEND malformed, when consulted); RF_ENOMEM.
+ */
+RF_EXTERN int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **out);
+
+/**
+ * Run the instantiated graph once: COPY nodes read srcs[block] (sizes[block] bytes), COMPUTE nodes call
+ * compute. nblocks must exceed every block number in the graph. Input checks and error codes as for
+ * rf_pipeline_run; a failing compute stops every queue from starting new nodes and the run returns
+ * RF_ECALLBACK once in-flight work has drained. Computes on one queue run in that queue's order.
+ * \return RF_OK; RF_EINVAL; RF_EBUSY; RF_ECALLBACK; RF_EBACKEND.
+ */
+RF_EXTERN int rf_exec_run(rf_exec *e, size_t nblocks, const void *const *srcs, const size_t *sizes,
+                          rf_compute_fn compute, void *user);
+
+/** The resolved backend name ("" for NULL). */
+RF_EXTERN const char *rf_exec_backend(const rf_exec *e);
+/** Release the exec. NULL is a no-op; not while it runs on another thread. */
+RF_EXTERN void rf_exec_destroy(rf_exec *e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RINGFETCH_GRAPH_H */

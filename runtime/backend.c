@@ -1,0 +1,86 @@
+/* runtime/backend.c — the backend registry and the wrappers the core calls backends through. */
+#include "runtime/backend.h"
+#include "runtime/error.h"
+
+#include <assert.h>
+#include <string.h>
+
+/* Built-ins in order of preference for "auto" (the best usable one wins). */
+static const rf__backend_ops *const rf__builtin[] = {&rf__backend_cpu};
+#define RF__NBUILTIN (sizeof rf__builtin / sizeof rf__builtin[0])
+
+static const rf__backend_ops *rf__extra[8];
+static unsigned rf__nextra;
+
+int rf__backend_register(const rf__backend_ops *ops)
+{
+	if (ops == NULL || ops->abi != RF__BACKEND_ABI)
+		return rf__err(RF_EINVAL, "backend register: NULL ops or ABI mismatch");
+	if (rf__nextra == sizeof rf__extra / sizeof rf__extra[0])
+		return rf__err(RF_ENOMEM, "backend register: table full");
+	rf__extra[rf__nextra++] = ops;
+	return RF_OK;
+}
+
+static const rf__backend_ops *rf__find(const char *name)
+{
+	for (unsigned i = 0; i < RF__NBUILTIN; i++)
+		if (strcmp(rf__builtin[i]->name, name) == 0)
+			return rf__builtin[i];
+	for (unsigned i = 0; i < rf__nextra; i++)
+		if (strcmp(rf__extra[i]->name, name) == 0)
+			return rf__extra[i];
+	return NULL;
+}
+
+int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out)
+{
+	if (strcmp(name, "auto") == 0) {
+		for (unsigned i = 0; i < RF__NBUILTIN; i++)
+			if (rf__builtin[i]->probe(device) == RF_OK) {
+				*out = rf__builtin[i];
+				return RF_OK;
+			}
+		return rf__err(RF_ENODEV, "backend \"auto\": no usable backend");
+	}
+	const rf__backend_ops *be = rf__find(name);
+	if (be == NULL) {
+		if (strcmp(name, "threads") == 0 || strcmp(name, "cuda") == 0)
+			return rf__err(RF_ENODEV, "backend \"%s\" is not built into this library", name);
+		return rf__err(RF_ENODEV, "unknown backend \"%s\" (known: cpu, auto)", name);
+	}
+	int rc = be->probe(device);
+	if (rc != RF_OK)
+		return rc;
+	*out = be;
+	return RF_OK;
+}
+
+int rf__be_open(const rf__backend_ops *be, const rf__open_args *args, void **ctx)
+{
+	assert(args->nqueues >= 1 && args->nqueues <= RF_MAX_QUEUES);
+	return be->open(args, ctx);
+}
+
+void rf__be_close(const rf__backend_ops *be, void *ctx)
+{
+	be->close(ctx);
+}
+
+int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void **mem)
+{
+	assert(bytes > 0);
+	return be->slots_alloc(ctx, bytes, mem);
+}
+
+void rf__be_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t bytes)
+{
+	if (mem != NULL)
+		be->slots_free(ctx, mem, bytes);
+}
+
+int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run)
+{
+	assert(run->prog != NULL && run->slots != NULL);
+	return be->run(ctx, run);
+}

@@ -1,0 +1,75 @@
+/* runtime/backend.h — the backend interface. Each backend exports one const ops table (in the manner
+ * of SQLite's VFS: versioned by `abi`, methods only appended); the core calls backends only through
+ * the rf__be_* wrappers below, which is where argument asserts, tracing and fault injection live. */
+#ifndef RF_RUNTIME_BACKEND_H
+#define RF_RUNTIME_BACKEND_H
+
+#include "graph/program.h"
+#include "ringfetch.h"
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define RF__BACKEND_ABI 1
+
+/* Capabilities. */
+#define RF__CAP_OVERLAP 0x1u /* queues really run concurrently */
+#define RF__CAP_DEVICE 0x2u  /* slots live in device memory */
+
+/* Everything one run needs; the backend fills the failure fields. */
+typedef struct rf__run {
+	const struct rf_program *prog;
+	size_t nblocks;
+	const void *const *srcs;
+	const size_t *sizes;
+	rf_compute_fn compute;
+	void *user;
+	unsigned char *slots; /* nslots * slot_bytes, from slots_alloc */
+	size_t slot_bytes;
+	const atomic_int *cancel;   /* non-zero: stop issuing new nodes (deferred destroy, cancel) */
+	/* out */
+	size_t failed_block; /* RF_ECALLBACK: the block whose compute failed */
+	int failed_value;    /* RF_ECALLBACK: what the compute returned */
+} rf__run;
+
+typedef struct rf__open_args {
+	unsigned nqueues;
+	int device;
+} rf__open_args;
+
+typedef struct rf__backend_ops {
+	unsigned abi;
+	const char *name;
+	unsigned caps;
+	/* Is the backend usable here? RF_OK, or RF_ENODEV with rf_errmsg saying why. */
+	int (*probe)(int device);
+	/* Per pipeline/exec state: queues, workers, streams. */
+	int (*open)(const rf__open_args *args, void **ctx);
+	void (*close)(void *ctx);
+	/* Slot memory in the backend's address space (host memory for CPU backends). */
+	int (*slots_alloc)(void *ctx, size_t bytes, void **mem);
+	void (*slots_free)(void *ctx, void *mem, size_t bytes);
+	/* Execute the program over run->nblocks blocks and return when all work has finished:
+	 * RF_OK, RF_ECALLBACK (failed_* set), RF_ECANCELED, RF_EBACKEND (rf_errmsg set). */
+	int (*run)(void *ctx, rf__run *run);
+} rf__backend_ops;
+
+/* The backend called `name` ("auto" resolves to the first usable one), or NULL with RF_ENODEV set. */
+int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out);
+
+/* Tests register extra backends (a recording backend, a fault-injecting one). Not thread-safe: call
+ * before creating pipelines. Returns RF_OK or RF_ENOMEM when the table is full. */
+int rf__backend_register(const rf__backend_ops *ops);
+
+/* ---- wrappers: the only way the core reaches a backend ---------------------------------------- */
+
+int rf__be_open(const rf__backend_ops *be, const rf__open_args *args, void **ctx);
+void rf__be_close(const rf__backend_ops *be, void *ctx);
+int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void **mem);
+void rf__be_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t bytes);
+int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run);
+
+/* The built-in backends. */
+extern const rf__backend_ops rf__backend_cpu;
+
+#endif

@@ -1,0 +1,114 @@
+/* runtime/engine.c — the executor core shared by rf_pipeline and rf_exec. */
+#include "runtime/engine.h"
+#include "runtime/error.h"
+
+#include <stdint.h>
+
+int rf__engine_init(rf__engine *e, const char *who, const char *backend, int device,
+		    struct rf_program *prog, size_t slot_bytes)
+{
+	int rc;
+	e->prog = prog;
+	e->slot_bytes = slot_bytes;
+	if (prog->nslots > 0 && slot_bytes > SIZE_MAX / prog->nslots) {
+		rc = rf__err(RF_EINVAL, "%s: %u slots of %zu bytes overflow size_t", who, prog->nslots, slot_bytes);
+		goto fail_prog;
+	}
+	e->slots_len = (size_t)(prog->nslots ? prog->nslots : 1) * slot_bytes;
+	if ((rc = rf__backend_lookup(backend, device, &e->be)) != RF_OK)
+		goto fail_prog;
+	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device};
+	if ((rc = rf__be_open(e->be, &args, &e->ctx)) != RF_OK)
+		goto fail_prog;
+	void *mem = NULL;
+	if ((rc = rf__be_slots_alloc(e->be, e->ctx, e->slots_len, &mem)) != RF_OK)
+		goto fail_open;
+	e->slots = mem;
+	atomic_init(&e->state, RF__IDLE);
+	atomic_init(&e->cancel, 0);
+	return RF_OK;
+fail_open:
+	rf__be_close(e->be, e->ctx);
+fail_prog:
+	rf_program_destroy(prog);
+	e->prog = NULL;
+	return rc;
+}
+
+void rf__engine_fini(rf__engine *e)
+{
+	rf__be_slots_free(e->be, e->ctx, e->slots, e->slots_len);
+	rf__be_close(e->be, e->ctx);
+	rf_program_destroy(e->prog);
+}
+
+static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
+			    const size_t *sizes, rf_compute_fn compute)
+{
+	if (srcs == NULL || sizes == NULL || compute == NULL)
+		return rf__err(RF_EINVAL, "%s: %s is NULL with nblocks %zu", who,
+			       srcs == NULL ? "srcs" : sizes == NULL ? "sizes" : "compute", nblocks);
+	if (nblocks < e->prog->nblocks_min)
+		return rf__err(RF_EINVAL, "%s: the graph uses blocks up to %zu but nblocks is %zu", who,
+			       e->prog->nblocks_min - 1, nblocks);
+	if (nblocks > (size_t)INT64_MAX / 4)
+		return rf__err(RF_EINVAL, "%s: nblocks %zu is too large", who, nblocks);
+	for (size_t i = 0; i < nblocks; i++) {
+		if (sizes[i] > e->slot_bytes)
+			return rf__err(RF_EINVAL, "%s: block %zu is %zu bytes, over slot_bytes %zu", who, i,
+				       sizes[i], e->slot_bytes);
+		if (srcs[i] == NULL && sizes[i] != 0)
+			return rf__err(RF_EINVAL, "%s: block %zu has a NULL source and %zu bytes", who, i, sizes[i]);
+	}
+	return RF_OK;
+}
+
+static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
+			   const size_t *sizes, rf_compute_fn compute, void *user)
+{
+	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_bytes, &e->cancel, 0, 0};
+	int rc = rf__be_run(e->be, e->ctx, &run);
+	switch (rc) {
+	case RF_OK:
+		return RF_OK;
+	case RF_ECALLBACK:
+		return rf__err(RF_ECALLBACK, "%s: compute failed at block %zu (returned %d)", who,
+			       run.failed_block, run.failed_value);
+	case RF_ECANCELED:
+		return rf__err(RF_ECANCELED, "%s: run canceled", who);
+	default:
+		return rf__err(rc, "%s: backend %s: %s", who, e->be->name, rf__errmsg_peek());
+	}
+}
+
+int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
+		   const size_t *sizes, rf_compute_fn compute, void *user)
+{
+	if (nblocks == 0)
+		return RF_OK;
+	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute);
+	if (rc != RF_OK)
+		return rc;
+	int idle = RF__IDLE;
+	if (!atomic_compare_exchange_strong(&e->state, &idle, RF__RUNNING))
+		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
+	atomic_store_explicit(&e->cancel, 0, memory_order_relaxed);
+	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user);
+	int running = RF__RUNNING;
+	if (!atomic_compare_exchange_strong(&e->state, &running, RF__IDLE)) {
+		/* Destroyed from inside the run: it is ours to release now. */
+		e->release(e->owner);
+		return rc;
+	}
+	return rc;
+}
+
+int rf__engine_destroy_begin(rf__engine *e)
+{
+	int running = RF__RUNNING;
+	if (atomic_compare_exchange_strong(&e->state, &running, RF__DOOMED)) {
+		atomic_store(&e->cancel, 1);
+		return 0;
+	}
+	return 1;
+}

@@ -1,0 +1,38 @@
+/* runtime/engine.h — what a pipeline and an exec share: a backend instance, slot memory, a lowered
+ * program, and the run lifecycle (input checks, busy detection, deferred destroy). */
+#ifndef RF_RUNTIME_ENGINE_H
+#define RF_RUNTIME_ENGINE_H
+
+#include "runtime/backend.h"
+
+#include <stdatomic.h>
+
+enum { RF__IDLE = 0, RF__RUNNING = 1, RF__DOOMED = 2 };
+
+typedef struct rf__engine {
+	const rf__backend_ops *be;
+	void *ctx;
+	struct rf_program *prog; /* owned */
+	unsigned char *slots;
+	size_t slot_bytes, slots_len;
+	atomic_int state;  /* RF__IDLE / RF__RUNNING / RF__DOOMED */
+	atomic_int cancel; /* read by backends between nodes */
+	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
+	void *owner;
+} rf__engine;
+
+/* Resolve `backend` (already through config), open it, allocate prog->nslots * slot_bytes of slots.
+ * Takes ownership of prog in every case. `who` prefixes error messages. */
+int rf__engine_init(rf__engine *e, const char *who, const char *backend, int device,
+		    struct rf_program *prog, size_t slot_bytes);
+
+/* Check the inputs, then run the program; see rf_pipeline_run for the contract. */
+int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
+		   const size_t *sizes, rf_compute_fn compute, void *user);
+
+/* Returns 1 if the owner may be freed now, 0 if a run in progress will free it (deferred). */
+int rf__engine_destroy_begin(rf__engine *e);
+/* Release the backend, slots and program (the engine struct itself belongs to the owner). */
+void rf__engine_fini(rf__engine *e);
+
+#endif

@@ -1,0 +1,73 @@
+/* runtime/exec.c — rf_exec: a hand-built graph, validated, lowered and instantiated on a backend. */
+#include "runtime/config.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+
+#include <stdlib.h>
+
+struct rf_exec {
+	rf__engine eng;
+};
+
+static void rf__exec_free(void *p)
+{
+	rf_exec *e = p;
+	rf__engine_fini(&e->eng);
+	free(e);
+}
+
+int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **out)
+{
+	if (g == NULL || params == NULL || out == NULL)
+		return rf__err(RF_EINVAL, "rf_exec_create: %s is NULL",
+			       g == NULL ? "g" : params == NULL ? "params" : "out");
+	if (params->slot_bytes == 0)
+		return rf__err(RF_EINVAL, "rf_exec_create: slot_bytes is 0");
+	if (params->flags != 0)
+		return rf__err(RF_EINVAL, "rf_exec_create: flags must be 0 (got %#x)", params->flags);
+	if (rf_graph_nodes(g) == 0)
+		return rf__err(RF_EINVAL, "rf_exec_create: the graph is empty");
+	const char *backend;
+	int rc = rf__config_backend(params->backend, &backend);
+	if (rc != RF_OK)
+		return rc;
+	rf_program *prog;
+	if ((rc = rf_graph_lower(g, &prog)) != RF_OK)
+		return rc;
+	rf_exec *e = calloc(1, sizeof *e);
+	if (e == NULL) {
+		rf_program_destroy(prog);
+		return rf__err(RF_ENOMEM, "rf_exec_create: out of memory");
+	}
+	if ((rc = rf__engine_init(&e->eng, "rf_exec_create", backend, params->device, prog,
+				  params->slot_bytes)) != RF_OK) {
+		free(e);
+		return rc;
+	}
+	e->eng.release = rf__exec_free;
+	e->eng.owner = e;
+	*out = e;
+	return RF_OK;
+}
+
+int rf_exec_run(rf_exec *e, size_t nblocks, const void *const *srcs, const size_t *sizes,
+		rf_compute_fn compute, void *user)
+{
+	if (e == NULL)
+		return rf__err(RF_EINVAL, "rf_exec_run: e is NULL");
+	if (nblocks == 0 && e->eng.prog->nblocks_min > 0)
+		return rf__err(RF_EINVAL, "rf_exec_run: the graph uses blocks up to %zu but nblocks is 0",
+			       e->eng.prog->nblocks_min - 1);
+	return rf__engine_run(&e->eng, "rf_exec_run", nblocks, srcs, sizes, compute, user);
+}
+
+const char *rf_exec_backend(const rf_exec *e)
+{
+	return e ? e->eng.be->name : "";
+}
+
+void rf_exec_destroy(rf_exec *e)
+{
+	if (e != NULL && rf__engine_destroy_begin(&e->eng))
+		rf__exec_free(e);
+}

@@ -1,0 +1,105 @@
+/* runtime/pipeline.c — rf_pipeline: the ring of `depth` slots as a periodic program on an engine. */
+#include "runtime/config.h"
+#include "runtime/engine.h"
+#include "runtime/error.h"
+
+#include <stdlib.h>
+
+struct rf_pipeline {
+	rf__engine eng;
+	unsigned depth;
+	unsigned copy_queues;
+};
+
+static int rf__pipeline_params_check(const rf_pipeline_params *pp, rf_pipeline **out)
+{
+	if (pp == NULL || out == NULL)
+		return rf__err(RF_EINVAL, "rf_pipeline_create: %s is NULL", pp == NULL ? "params" : "out");
+	if (pp->slot_bytes == 0)
+		return rf__err(RF_EINVAL, "rf_pipeline_create: slot_bytes is 0");
+	if (pp->depth > RF_MAX_DEPTH)
+		return rf__err(RF_EINVAL, "rf_pipeline_create: depth %u is over RF_MAX_DEPTH (%u)", pp->depth,
+			       RF_MAX_DEPTH);
+	if (pp->flags != 0)
+		return rf__err(RF_EINVAL, "rf_pipeline_create: flags must be 0 (got %#x)", pp->flags);
+	if (pp->copy_queues >= RF_MAX_QUEUES)
+		return rf__err(RF_EINVAL, "rf_pipeline_create: copy_queues %u is over %u", pp->copy_queues,
+			       RF_MAX_QUEUES - 1);
+	return RF_OK;
+}
+
+static void rf__pipeline_free(void *p)
+{
+	rf_pipeline *pl = p;
+	rf__engine_fini(&pl->eng);
+	free(pl);
+}
+
+int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
+{
+	int rc = rf__pipeline_params_check(params, out);
+	if (rc != RF_OK)
+		return rc;
+	unsigned depth, kq = params->copy_queues ? params->copy_queues : 1;
+	const char *backend;
+	if ((rc = rf__config_depth(params->depth, &depth)) != RF_OK ||
+	    (rc = rf__config_backend(params->backend, &backend)) != RF_OK)
+		return rc;
+	if (kq > 1 && depth < kq + 1)
+		return rf__err(RF_EINVAL, "rf_pipeline_create: %u copy queues need depth >= %u (depth is %u)", kq,
+			       kq + 1, depth);
+	rf_pipeline *p = calloc(1, sizeof *p);
+	if (p == NULL)
+		return rf__err(RF_ENOMEM, "rf_pipeline_create: out of memory");
+	struct rf_program *prog;
+	if ((rc = rf__ring_program(depth, kq, &prog)) != RF_OK)
+		goto fail;
+	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", backend, params->device, prog,
+				  params->slot_bytes)) != RF_OK)
+		goto fail;
+	p->eng.release = rf__pipeline_free;
+	p->eng.owner = p;
+	p->depth = depth;
+	p->copy_queues = kq;
+	*out = p;
+	return RF_OK;
+fail:
+	free(p);
+	return rc;
+}
+
+int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const *srcs, const size_t *sizes,
+		    rf_compute_fn compute, void *user)
+{
+	if (nblocks == 0)
+		return RF_OK;
+	if (p == NULL)
+		return rf__err(RF_EINVAL, "rf_pipeline_run: p is NULL");
+	return rf__engine_run(&p->eng, "rf_pipeline_run", nblocks, srcs, sizes, compute, user);
+}
+
+unsigned rf_pipeline_depth(const rf_pipeline *p)
+{
+	return p ? p->depth : 0;
+}
+
+const char *rf_pipeline_backend(const rf_pipeline *p)
+{
+	return p ? p->eng.be->name : "";
+}
+
+size_t rf_pipeline_slot_bytes(const rf_pipeline *p)
+{
+	return p ? p->eng.slot_bytes : 0;
+}
+
+unsigned rf_pipeline_copy_queues(const rf_pipeline *p)
+{
+	return p ? p->copy_queues : 0;
+}
+
+void rf_pipeline_destroy(rf_pipeline *p)
+{
+	if (p != NULL && rf__engine_destroy_begin(&p->eng))
+		rf__pipeline_free(p);
+}

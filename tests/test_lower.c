@@ -1,0 +1,3 @@
+#include <criterion/criterion.h>
+#include "ringfetch.h"
+Test(placeholder, lower) { cr_assert(1); }
