@@ -49,6 +49,8 @@ static void rf__dot_body(rf__out *o, const rf_graph *g)
 	unsigned nq = rf__graph_nqueues(g);
 	rf__put(o, "digraph ringfetch {\n  rankdir=LR;\n  node [fontname=\"Helvetica\", fontsize=10];\n");
 	for (unsigned q = 0; q < nq; q++) {
+		if (g->qlast[q] == RF__NONE)
+			continue; /* a queue number no node uses */
 		rf__put(o, "  subgraph cluster_q%u {\n    label=\"queue %u\";\n", q, q);
 		for (size_t i = 0; i < g->n; i++)
 			if (g->nodes[i].queue == q)

@@ -198,6 +198,9 @@ static size_t rf__ring_ops(struct rf_program *p, unsigned D, unsigned K)
 
 int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **out)
 {
+	/* Callers (rf_pipeline_create) have checked these; a zero would divide by zero below. */
+	if (depth == 0 || copy_queues == 0 || copy_queues >= RF_MAX_QUEUES)
+		return rf__err(RF_EINVAL, "ring program: depth %u, copy queues %u", depth, copy_queues);
 	struct rf_program *p = rf__prog_alloc(6 * (size_t)copy_queues);
 	if (p == NULL)
 		return rf__err(RF_ENOMEM, "ring program: out of memory");
@@ -212,6 +215,16 @@ int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **o
 	rf__prog_index(p);
 	*out = p;
 	return RF_OK;
+}
+
+void rf__prog_drop_war(struct rf_program *p)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < p->nops; i++)
+		if (!(p->ops[i].kind == RF_OP_WAIT && p->ops[i].queue != 0 && p->ops[i].wqueue == 0))
+			p->ops[k++] = p->ops[i];
+	p->nops = k;
+	rf__prog_index(p);
 }
 
 /* ---- reading programs ------------------------------------------------------------------------------ */

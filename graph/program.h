@@ -63,6 +63,10 @@ int rf__prog_index(struct rf_program *p);
  * block b's copy, queue 0 the computes): one iteration per copy_queues blocks. */
 int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **out);
 
+/* Test-only negative control: remove every wait of a non-compute queue (q != 0) on queue 0 — in a
+ * ring, exactly the WAR waits — and reindex. */
+void rf__prog_drop_war(struct rf_program *p);
+
 /* Expand a (periodic) program for nblocks into the flat op list a generic lowering would give, values
  * renumbered per queue from 1. *out is malloc'd (*n entries). For tests and printing. */
 int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, size_t *n);

@@ -6,8 +6,10 @@
 #include <string.h>
 
 /* Built-ins in order of preference for "auto" (the best usable one wins). */
-static const rf__backend_ops *const rf__builtin[] = {&rf__backend_cpu};
+static const rf__backend_ops *const rf__builtin[] = {&rf__backend_threads, &rf__backend_cpu};
 #define RF__NBUILTIN (sizeof rf__builtin / sizeof rf__builtin[0])
+
+rf__test_hooks_t rf__test_hooks;
 
 static const rf__backend_ops *rf__extra[8];
 static unsigned rf__nextra;
@@ -45,9 +47,9 @@ int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out
 	}
 	const rf__backend_ops *be = rf__find(name);
 	if (be == NULL) {
-		if (strcmp(name, "threads") == 0 || strcmp(name, "cuda") == 0)
+		if (strcmp(name, "cuda") == 0)
 			return rf__err(RF_ENODEV, "backend \"%s\" is not built into this library", name);
-		return rf__err(RF_ENODEV, "unknown backend \"%s\" (known: cpu, auto)", name);
+		return rf__err(RF_ENODEV, "unknown backend \"%s\" (known: cpu, threads, cuda, auto)", name);
 	}
 	int rc = be->probe(device);
 	if (rc != RF_OK)

@@ -69,7 +69,20 @@ int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void 
 void rf__be_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t bytes);
 int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run);
 
+/* Plain host slot memory, for CPU backends (the staging layer will replace it). */
+int rf__host_slots_alloc(void *ctx, size_t bytes, void **mem);
+void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
+
+/* Test-only hooks (white-box tests link the static library and set them before creating pipelines;
+ * they are never set in production, where each costs one predictable branch). */
+typedef struct rf__test_hooks {
+	void (*before_copy)(size_t block); /* called on the copying thread before each copy */
+	int drop_war_wait;                 /* pipelines created while set lose their WAR waits */
+} rf__test_hooks_t;
+extern rf__test_hooks_t rf__test_hooks;
+
 /* The built-in backends. */
 extern const rf__backend_ops rf__backend_cpu;
+extern const rf__backend_ops rf__backend_threads;
 
 #endif

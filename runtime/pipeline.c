@@ -54,6 +54,8 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	struct rf_program *prog;
 	if ((rc = rf__ring_program(depth, kq, &prog)) != RF_OK)
 		goto fail;
+	if (rf__test_hooks.drop_war_wait)
+		rf__prog_drop_war(prog);
 	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", backend, params->device, prog,
 				  params->slot_bytes)) != RF_OK)
 		goto fail;

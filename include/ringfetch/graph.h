@@ -55,8 +55,9 @@ RF_EXTERN int rf_graph_create(unsigned flags, rf_graph **out);
 /**
  * Append a node; its id (0, 1, 2, ... in order of addition) goes to *id (id may be NULL).
  * Queue order is the order of addition among the nodes of one queue.
- * \return RF_OK; RF_EINVAL (g or desc NULL, unknown kind, queue >= RF_MAX_QUEUES,
- *         slot >= RF_MAX_SLOTS, flags != 0, the graph already instantiated count aside); RF_ENOMEM.
+ * block and slot are ignored for WAIT nodes (and read back as 0).
+ * \return RF_OK; RF_EINVAL (g or desc NULL, unknown kind, queue >= RF_MAX_QUEUES, for COPY and
+ *         COMPUTE slot >= RF_MAX_SLOTS or block > INT64_MAX / 2, flags != 0); RF_ENOMEM.
  */
 RF_EXTERN int rf_graph_add_node(rf_graph *g, const rf_node_desc *desc, size_t *id);
 
@@ -75,10 +76,12 @@ RF_EXTERN int rf_graph_remove_edge(rf_graph *g, size_t from, size_t to);
  * into slot b % depth and computed on queue 0, in the order of rf_plan_ring. Edges, made explicit:
  *   RAW: copy(b) -> WAIT on queue 0 -> compute(b);
  *   WAR: compute(b - depth) -> WAIT on the copy queue -> copy(b)   (for b >= depth);
- *   program order between the computes (block order) and between the copies of one queue.
+ * and, implicit as on every queue, the order of addition: computes in block order, and the copies of
+ * one queue in block order.
  * Node ids follow plan order, so the ids of block b's nodes are easy to find with rf_graph_node().
+ * The lowered program has 1 + min(nblocks, copy_queues) queues (queues no node uses do not count).
  * \return RF_OK and *out; RF_EINVAL (depth 0 or > RF_MAX_DEPTH, copy_queues 0 or >= RF_MAX_QUEUES,
- *         copy_queues > 1 with depth < copy_queues + 1, out NULL); RF_ENOMEM.
+ *         copy_queues > 1 with depth < copy_queues + 1, nblocks > INT64_MAX / 8, out NULL); RF_ENOMEM.
  */
 RF_EXTERN int rf_graph_ring(size_t nblocks, unsigned depth, unsigned copy_queues, rf_graph **out);
 
@@ -156,7 +159,7 @@ RF_EXTERN int rf_program_op(const rf_program *p, unsigned q, size_t i, rf_op *ou
 /** Count ops of one kind over all queues (0 for NULL). */
 RF_EXTERN size_t rf_program_count(const rf_program *p, rf_op_kind kind);
 /**
- * Print the program, one queue per paragraph, one op per line ("q1: copy b3 -> s1 (node 7)").
+ * Print the program, one queue per paragraph, one op per line ("  q1: copy    b3 -> s0 (node 6)").
  * \return RF_OK; RF_EINVAL (NULL argument); RF_EBACKEND if writing to f failed.
  */
 RF_EXTERN int rf_program_print(const rf_program *p, FILE *f);

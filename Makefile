@@ -1,0 +1,48 @@
+# Thin wrapper over CMake. `make run` and `make test` install what is missing (as root, with apt-get),
+# configure, build, then run the demo / the whole test suite.
+BUILD ?= build
+BUILD_TYPE ?= RelWithDebInfo
+CMAKE_FLAGS ?=
+JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+
+# Debian packages the build and tests need (cmake, a C compiler, pkg-config, hwloc, jemalloc, Criterion).
+DEB_PACKAGES := cmake make gcc pkg-config libhwloc-dev libjemalloc-dev libcriterion-dev
+
+.PHONY: all deps configure build run test sanitize clean
+
+all: build
+
+deps:
+	@missing=""; \
+	for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		if [ "$$(id -u)" -ne 0 ]; then \
+			echo "Missing packages:$$missing. As root, run:"; \
+			echo "  apt-get update && apt-get install -y$$missing"; \
+			exit 1; \
+		fi; \
+		echo "Installing:$$missing"; \
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	fi
+
+configure: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DRINGFETCH_WERROR=ON $(CMAKE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+run: build
+	$(BUILD)/bench/ringfetch-demo
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
+sanitize: deps
+	$(MAKE) test BUILD=$(BUILD)-asan BUILD_TYPE=Debug CMAKE_FLAGS="-DRINGFETCH_SANITIZE=address,undefined $(CMAKE_FLAGS)"
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan

@@ -1,0 +1,86 @@
+/* runtime/walk.h — the one interpreter of lowered programs. Backends pass a const table of op
+ * handlers; the walk expands the periodic template (block, value and slot per iteration), skips ops
+ * outside [0, nblocks), and calls the handler of each op that runs, in program order. Everything is
+ * static inline so that a backend that passes a constant table gets the handlers inlined: the cpu
+ * backend's hot loop is this function with memcpy and the callback in it. */
+#ifndef RF_RUNTIME_WALK_H
+#define RF_RUNTIME_WALK_H
+
+#include "runtime/backend.h"
+
+typedef struct rf__walk_ops {
+	int (*copy)(void *c, rf__run *run, size_t block, unsigned slot);
+	int (*compute)(void *c, rf__run *run, size_t block, unsigned slot);
+	/* block: SIGNAL, the producer's block; WAIT, the block of the node it precedes (for logs, traces). */
+	int (*signal)(void *c, unsigned queue, int64_t value, size_t block);
+	int (*wait)(void *c, unsigned queue, unsigned wait_queue, int64_t value, size_t block);
+} rf__walk_ops;
+
+/* Walk the ops of `queue` (or of every queue, in global issue order, when queue < 0). Stops at the
+ * first handler that returns non-zero and returns that value. */
+static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void *c)
+{
+	const struct rf_program *p = run->prog;
+	const uint64_t n = run->nblocks;
+	const int64_t period = p->period, iend = rf__prog_iter_end(p, run->nblocks);
+	const unsigned ns = p->nslots ? p->nslots : 1;
+	const size_t *idx = queue < 0 ? NULL : p->qidx + p->qstart[queue];
+	const size_t nops = queue < 0 ? p->nops : p->qstart[queue + 1] - p->qstart[queue];
+	/* Slot of iteration r's block offset 0, kept incrementally: no division on the hot path. */
+	int64_t base = p->iter_begin * period;
+	unsigned rslot = (unsigned)(((base % (int64_t)ns) + ns) % ns), pstep = (unsigned)(period % ns);
+	for (int64_t r = p->iter_begin; r < iend; r++, base += period) {
+		for (size_t i = 0; i < nops; i++) {
+			const rf__op *o = &p->ops[idx ? idx[i] : i];
+			int64_t b = o->block + base, a = o->aux + base;
+			if ((uint64_t)b >= n || (uint64_t)a >= n)
+				continue;
+			unsigned slot = o->slot + rslot;
+			slot -= slot >= ns ? ns : 0;
+			int rc = 0;
+			switch (o->kind) {
+			case RF_OP_COPY:
+				if (rf__test_hooks.before_copy != NULL)
+					rf__test_hooks.before_copy((size_t)b);
+				rc = h->copy(c, run, (size_t)b, slot);
+				break;
+			case RF_OP_COMPUTE:
+				rc = h->compute(c, run, (size_t)b, slot);
+				break;
+			case RF_OP_SIGNAL:
+				rc = h->signal(c, o->queue, o->value + base, (size_t)b);
+				break;
+			case RF_OP_WAIT:
+				rc = h->wait(c, o->queue, o->wqueue, o->value + base, (size_t)b);
+				break;
+			}
+			if (rc != 0)
+				return rc;
+		}
+		rslot += pstep;
+		rslot -= rslot >= ns ? ns : 0;
+	}
+	return 0;
+}
+
+/* The bytes of a slot, and the call of a compute with the failure bookkeeping every backend needs. */
+static inline unsigned char *rf__slot_ptr(const rf__run *run, unsigned slot)
+{
+	return run->slots + (size_t)slot * run->slot_bytes;
+}
+
+static inline int rf__call_compute(rf__run *run, size_t b, unsigned slot, void *stream)
+{
+	if (atomic_load_explicit(run->cancel, memory_order_relaxed))
+		return RF_ECANCELED;
+	rf_block blk = {b, slot, rf__slot_ptr(run, slot), run->sizes[b], stream};
+	int v = run->compute(run->user, &blk);
+	if (v != 0) {
+		run->failed_block = b;
+		run->failed_value = v;
+		return RF_ECALLBACK;
+	}
+	return RF_OK;
+}
+
+#endif
