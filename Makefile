@@ -8,7 +8,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build and tests need (cmake, a C compiler, pkg-config, hwloc, jemalloc, Criterion).
 DEB_PACKAGES := cmake make gcc pkg-config libhwloc-dev libjemalloc-dev libcriterion-dev
 
-.PHONY: all deps configure build run test sanitize clean
+.PHONY: all deps configure build run test sanitize tsan clean
 
 all: build
 
@@ -43,6 +43,13 @@ test: build
 # The suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
 sanitize: deps
 	$(MAKE) test BUILD=$(BUILD)-asan BUILD_TYPE=Debug CMAKE_FLAGS="-DRINGFETCH_SANITIZE=address,undefined $(CMAKE_FLAGS)"
+
+# The race and stress tests (label tsan) under ThreadSanitizer. Criterion cannot run under TSan, so the
+# threaded checks live in a plain program, tests/race.c.
+tsan: deps
+	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DRINGFETCH_WERROR=ON -DRINGFETCH_SANITIZE=thread $(CMAKE_FLAGS)
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_race
+	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L tsan
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
