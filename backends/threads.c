@@ -1,0 +1,305 @@
+/* backends/threads.c — one worker thread per queue, with CUDA-stream semantics: each queue runs its own
+ * ops in order; a signal publishes "this queue has done everything up to value v"; a wait blocks its
+ * queue until the other queue has published at least v.
+ *
+ * Queue 0 runs on the calling thread (in a ring it holds the computes): one thread hop less than a
+ * dedicated compute worker, and an embedder keeps its thread-local state in the callback. Queues
+ * 1 .. n-1 get a worker each, created once per pipeline (rf_pipeline_create), parked between runs.
+ *
+ * Events are one counter per queue. A waiter spins briefly (a copy of a small block lands in well
+ * under a microsecond), then sleeps on the queue's condition variable. Lost wake-ups are excluded by
+ * the usual pairing: the waiter registers (waiters++) and re-checks the counter under the mutex; the
+ * signaller stores the counter and then reads `waiters` (both sequentially consistent), so either the
+ * waiter sees the value or the signaller sees the waiter and broadcasts under the mutex.
+ *
+ * Failure: the first failing op (a compute returning non-zero, a cancel) wins a CAS on `first_rc`, then
+ * sets `stop` and wakes every queue; every walker stops at its next op or wait, in-flight copies finish,
+ * and the run returns once all workers are parked again. The next run resets the counters. */
+#include "runtime/error.h"
+#include "runtime/walk.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define RF__PAUSE() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define RF__PAUSE() __asm__ __volatile__("yield")
+#else
+#define RF__PAUSE() ((void)0)
+#endif
+
+/* Spin iterations before sleeping: about 10-40 us of pause instructions on current x86. */
+#define RF__SPIN 256
+
+typedef struct rf__tq {
+	_Alignas(64) atomic_llong value; /* last value this queue signalled */
+	atomic_int waiters;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+} rf__tq;
+
+typedef struct rf__threads rf__threads;
+
+typedef struct rf__worker {
+	rf__threads *t;
+	unsigned q;
+	pthread_t tid;
+} rf__worker;
+
+struct rf__threads {
+	unsigned nq;
+	rf__tq *q;
+	rf__worker *w; /* workers of queues 1 .. nq-1 (w[0] unused) */
+	unsigned nworkers;
+	/* run control, under mu */
+	pthread_mutex_t mu;
+	pthread_cond_t start_cv, done_cv;
+	unsigned long gen;
+	unsigned active;
+	int quit;
+	rf__run *run;
+	/* failure */
+	atomic_int stop;
+	atomic_int first_rc;
+	size_t fail_block;
+	int fail_value;
+};
+
+/* Per-walker state: a private copy of the run (its failure fields are written by this walker only). */
+typedef struct rf__walker {
+	rf__threads *t;
+	rf__run run;
+} rf__walker;
+
+static void rf__thr_wake_all(rf__threads *t)
+{
+	for (unsigned i = 0; i < t->nq; i++) {
+		pthread_mutex_lock(&t->q[i].mu);
+		pthread_cond_broadcast(&t->q[i].cv);
+		pthread_mutex_unlock(&t->q[i].mu);
+	}
+}
+
+/* Record the first failure of the run and stop every queue. */
+static void rf__thr_fail(rf__walker *wk, int rc)
+{
+	rf__threads *t = wk->t;
+	int none = 0;
+	if (atomic_compare_exchange_strong(&t->first_rc, &none, rc)) {
+		t->fail_block = wk->run.failed_block;
+		t->fail_value = wk->run.failed_value;
+	}
+	atomic_store(&t->stop, 1);
+	rf__thr_wake_all(t);
+}
+
+static int rf__thr_stopped(const rf__walker *wk)
+{
+	return atomic_load_explicit(&wk->t->stop, memory_order_relaxed) ||
+	       atomic_load_explicit(wk->run.cancel, memory_order_relaxed);
+}
+
+/* `run` is the walker's private copy (wk->run). */
+static int rf__thr_copy(void *c, rf__run *run, size_t b, unsigned slot)
+{
+	if (rf__thr_stopped(c))
+		return RF_ECANCELED;
+	if (run->sizes[b] != 0)
+		memcpy(rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b]);
+	return 0;
+}
+
+static int rf__thr_compute(void *c, rf__run *run, size_t b, unsigned slot)
+{
+	if (atomic_load_explicit(&((rf__walker *)c)->t->stop, memory_order_relaxed))
+		return RF_ECANCELED;
+	return rf__call_compute(run, b, slot, NULL);
+}
+
+static int rf__thr_signal(void *c, unsigned q, int64_t v, size_t block)
+{
+	(void)block;
+	rf__tq *e = &((rf__walker *)c)->t->q[q];
+	atomic_store(&e->value, v);
+	if (atomic_load(&e->waiters) > 0) {
+		pthread_mutex_lock(&e->mu);
+		pthread_cond_broadcast(&e->cv);
+		pthread_mutex_unlock(&e->mu);
+	}
+	return 0;
+}
+
+static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
+{
+	(void)q;
+	(void)block;
+	rf__walker *wk = c;
+	rf__tq *e = &wk->t->q[wq];
+	for (int i = 0; i < RF__SPIN; i++) {
+		if (atomic_load_explicit(&e->value, memory_order_acquire) >= v)
+			return 0;
+		if (atomic_load_explicit(&wk->t->stop, memory_order_relaxed))
+			return RF_ECANCELED;
+		RF__PAUSE();
+	}
+	pthread_mutex_lock(&e->mu);
+	atomic_fetch_add(&e->waiters, 1);
+	while (atomic_load(&e->value) < v && !atomic_load(&wk->t->stop))
+		pthread_cond_wait(&e->cv, &e->mu);
+	atomic_fetch_sub(&e->waiters, 1);
+	pthread_mutex_unlock(&e->mu);
+	return atomic_load(&e->value) >= v ? 0 : RF_ECANCELED;
+}
+
+static const rf__walk_ops rf__thr_ops = {rf__thr_copy, rf__thr_compute, rf__thr_signal, rf__thr_wait};
+
+static void rf__thr_walk(rf__threads *t, rf__run *run, unsigned q)
+{
+	rf__walker wk = {t, *run};
+	int rc = rf__walk(&wk.run, (int)q, &rf__thr_ops, &wk);
+	if (rc != 0)
+		rf__thr_fail(&wk, rc);
+}
+
+static void *rf__thr_main(void *arg)
+{
+	rf__worker *w = arg;
+	rf__threads *t = w->t;
+	unsigned long seen = 0;
+	pthread_mutex_lock(&t->mu);
+	for (;;) {
+		while (t->gen == seen && !t->quit)
+			pthread_cond_wait(&t->start_cv, &t->mu);
+		if (t->quit)
+			break;
+		seen = t->gen;
+		rf__run *run = t->run;
+		pthread_mutex_unlock(&t->mu);
+		rf__thr_walk(t, run, w->q);
+		pthread_mutex_lock(&t->mu);
+		if (--t->active == 0)
+			pthread_cond_signal(&t->done_cv);
+	}
+	pthread_mutex_unlock(&t->mu);
+	return NULL;
+}
+
+static int rf__thr_run(void *ctx, rf__run *run)
+{
+	rf__threads *t = ctx;
+	for (unsigned i = 0; i < t->nq; i++)
+		atomic_store_explicit(&t->q[i].value, 0, memory_order_relaxed);
+	atomic_store(&t->stop, 0);
+	atomic_store(&t->first_rc, 0);
+	pthread_mutex_lock(&t->mu);
+	t->run = run;
+	t->gen++;
+	t->active = t->nworkers;
+	pthread_cond_broadcast(&t->start_cv);
+	pthread_mutex_unlock(&t->mu);
+
+	rf__thr_walk(t, run, 0);
+
+	pthread_mutex_lock(&t->mu);
+	while (t->active > 0)
+		pthread_cond_wait(&t->done_cv, &t->mu);
+	pthread_mutex_unlock(&t->mu);
+	int rc = atomic_load(&t->first_rc);
+	if (rc == RF_ECALLBACK) {
+		run->failed_block = t->fail_block;
+		run->failed_value = t->fail_value;
+	}
+	return rc;
+}
+
+static void rf__thr_join(rf__threads *t)
+{
+	pthread_mutex_lock(&t->mu);
+	t->quit = 1;
+	pthread_cond_broadcast(&t->start_cv);
+	pthread_mutex_unlock(&t->mu);
+	for (unsigned i = 1; i <= t->nworkers; i++)
+		pthread_join(t->w[i].tid, NULL);
+}
+
+static void rf__thr_free(rf__threads *t)
+{
+	for (unsigned i = 0; i < t->nq; i++) {
+		pthread_mutex_destroy(&t->q[i].mu);
+		pthread_cond_destroy(&t->q[i].cv);
+	}
+	pthread_mutex_destroy(&t->mu);
+	pthread_cond_destroy(&t->start_cv);
+	pthread_cond_destroy(&t->done_cv);
+	free(t->q);
+	free(t->w);
+	free(t);
+}
+
+static int rf__thr_open(const rf__open_args *args, void **ctx)
+{
+	rf__threads *t = calloc(1, sizeof *t);
+	if (t == NULL)
+		return rf__err(RF_ENOMEM, "threads: out of memory");
+	t->nq = args->nqueues;
+	t->q = aligned_alloc(64, t->nq * sizeof *t->q);
+	t->w = calloc(t->nq, sizeof *t->w);
+	if (t->q == NULL || t->w == NULL) {
+		free(t->q);
+		free(t->w);
+		free(t);
+		return rf__err(RF_ENOMEM, "threads: out of memory");
+	}
+	for (unsigned i = 0; i < t->nq; i++) {
+		atomic_init(&t->q[i].value, 0);
+		atomic_init(&t->q[i].waiters, 0);
+		pthread_mutex_init(&t->q[i].mu, NULL);
+		pthread_cond_init(&t->q[i].cv, NULL);
+	}
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->start_cv, NULL);
+	pthread_cond_init(&t->done_cv, NULL);
+	atomic_init(&t->stop, 0);
+	atomic_init(&t->first_rc, 0);
+	for (unsigned i = 1; i < t->nq; i++) {
+		t->w[i].t = t;
+		t->w[i].q = i;
+		int err = pthread_create(&t->w[i].tid, NULL, rf__thr_main, &t->w[i]);
+		if (err != 0) {
+			rf__thr_join(t);
+			rf__thr_free(t);
+			return rf__err(RF_ENOMEM, "threads: cannot start the worker of queue %u: %s", i, strerror(err));
+		}
+		t->nworkers = i;
+	}
+	*ctx = t;
+	return RF_OK;
+}
+
+static void rf__thr_close(void *ctx)
+{
+	rf__threads *t = ctx;
+	rf__thr_join(t);
+	rf__thr_free(t);
+}
+
+static int rf__thr_probe(int device)
+{
+	(void)device;
+	return RF_OK;
+}
+
+const rf__backend_ops rf__backend_threads = {
+	.abi = RF__BACKEND_ABI,
+	.name = "threads",
+	.caps = RF__CAP_OVERLAP,
+	.probe = rf__thr_probe,
+	.open = rf__thr_open,
+	.close = rf__thr_close,
+	.slots_alloc = rf__host_slots_alloc,
+	.slots_free = rf__host_slots_free,
+	.run = rf__thr_run,
+};
