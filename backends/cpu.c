@@ -5,6 +5,7 @@
 #include "runtime/error.h"
 #include "runtime/walk.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +69,13 @@ static void rf__cpu_close(void *ctx)
 	(void)ctx;
 }
 
+static int rf__cpu_describe(void *ctx, char *buf, size_t cap)
+{
+	(void)ctx;
+	snprintf(buf, cap, "cpu: copies and computes inline on the caller's thread, no worker threads");
+	return RF_OK;
+}
+
 int rf__host_slots_alloc(void *ctx, size_t bytes, void **mem)
 {
 	(void)ctx;
@@ -95,4 +103,5 @@ const rf__backend_ops rf__backend_cpu = {
 	.slots_alloc = rf__host_slots_alloc,
 	.slots_free = rf__host_slots_free,
 	.run = rf__cpu_run,
+	.describe = rf__cpu_describe,
 };

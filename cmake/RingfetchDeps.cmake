@@ -1,6 +1,7 @@
 # Dependencies: hwloc and jemalloc through pkg-config, Criterion for tests, CUDA optional.
-# hwloc and jemalloc are required now so that a machine that configures today builds the staging layer
-# tomorrow; the core (plan, graph, cpu backend) calls neither, so neither is linked until staging lands.
+# hwloc places the threads backend's workers (and, with the staging layer, memory). jemalloc is required
+# now so that a machine that configures today builds the staging layer tomorrow; nothing calls it yet,
+# so it is not linked until then.
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)

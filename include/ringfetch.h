@@ -145,8 +145,10 @@ typedef struct rf_pipeline_params {
  * allocate depth * slot_bytes of ring memory and the backend's queues. The ring program is built once
  * here; its size depends on depth and copy_queues only, never on how many blocks a run streams.
  *
- * Backends: "cpu" runs everything inline on the caller's thread (correct, no overlap). "auto" picks
- * the best backend available on this machine (today: "cpu").
+ * Backends: "cpu" runs everything inline on the caller's thread (correct, no overlap). "threads" runs
+ * the computes on the caller's thread and each copy queue on a worker thread of its own, created here
+ * once and pinned (when the machine has two cores or more) to a core other than the caller's. "auto"
+ * picks the best backend usable on this machine (today: "threads").
  *
  * \return RF_OK and *out;
  *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, flags != 0,
@@ -167,7 +169,9 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
  * slot until compute has returned. Returns when all work has finished; the caller may then reuse or
  * free srcs. srcs and sizes are read during the call only.
  *
- * Threads (cpu backend): copies and computes run on the calling thread.
+ * Threads: computes run on the calling thread with both backends; copies run on the calling thread
+ * ("cpu") or on the pipeline's copy workers ("threads"). Everything the copies and callbacks wrote is
+ * visible to the caller when this returns.
  *
  * \return RF_OK (also for nblocks 0, where nothing else is looked at);
  *         RF_EINVAL, before any work, for NULL p, srcs, sizes or compute with nblocks > 0, a size over
@@ -188,6 +192,12 @@ RF_EXTERN const char *rf_pipeline_backend(const rf_pipeline *p);
 RF_EXTERN size_t rf_pipeline_slot_bytes(const rf_pipeline *p);
 /** Copy lanes the pipeline was created with (>= 1); 0 for NULL. */
 RF_EXTERN unsigned rf_pipeline_copy_queues(const rf_pipeline *p);
+/**
+ * One line on how the pipeline runs: its backend's queues, worker threads, and the core each worker is
+ * pinned to — or why it is not (one core, hwloc failed, binding refused). Valid until the pipeline is
+ * destroyed; "" for NULL.
+ */
+RF_EXTERN const char *rf_pipeline_describe(const rf_pipeline *p);
 
 /**
  * Release the pipeline, its ring memory and its backend queues. NULL is a no-op. Must not be called

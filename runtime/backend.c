@@ -3,6 +3,7 @@
 #include "runtime/error.h"
 
 #include <assert.h>
+#include <stdio.h>
 #include <string.h>
 
 /* Built-ins in order of preference for "auto" (the best usable one wins). */
@@ -85,4 +86,10 @@ int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run)
 {
 	assert(run->prog != NULL && run->slots != NULL);
 	return be->run(ctx, run);
+}
+
+void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap)
+{
+	if (be->describe == NULL || be->describe(ctx, buf, cap) != RF_OK)
+		snprintf(buf, cap, "%s", be->name);
 }

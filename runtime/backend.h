@@ -52,6 +52,8 @@ typedef struct rf__backend_ops {
 	/* Execute the program over run->nblocks blocks and return when all work has finished:
 	 * RF_OK, RF_ECALLBACK (failed_* set), RF_ECANCELED, RF_EBACKEND (rf_errmsg set). */
 	int (*run)(void *ctx, rf__run *run);
+	/* Optional: one line on how the instance is laid out (threads, pinning), for rf_pipeline_describe. */
+	int (*describe)(void *ctx, char *buf, size_t cap);
 } rf__backend_ops;
 
 /* The backend called `name` ("auto" resolves to the first usable one), or NULL with RF_ENODEV set. */
@@ -68,6 +70,7 @@ void rf__be_close(const rf__backend_ops *be, void *ctx);
 int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void **mem);
 void rf__be_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t bytes);
 int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run);
+void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap);
 
 /* Plain host slot memory, for CPU backends (the staging layer will replace it). */
 int rf__host_slots_alloc(void *ctx, size_t bytes, void **mem);

@@ -24,6 +24,7 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	if ((rc = rf__be_slots_alloc(e->be, e->ctx, e->slots_len, &mem)) != RF_OK)
 		goto fail_open;
 	e->slots = mem;
+	rf__be_describe(e->be, e->ctx, e->describe, sizeof e->describe);
 	atomic_init(&e->state, RF__IDLE);
 	atomic_init(&e->cancel, 0);
 	return RF_OK;

@@ -17,6 +17,7 @@ typedef struct rf__engine {
 	size_t slot_bytes, slots_len;
 	atomic_int state;  /* RF__IDLE / RF__RUNNING / RF__DOOMED */
 	atomic_int cancel; /* read by backends between nodes */
+	char describe[320]; /* rf_pipeline_describe */
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
 	void *owner;
 } rf__engine;

@@ -95,6 +95,11 @@ size_t rf_pipeline_slot_bytes(const rf_pipeline *p)
 	return p ? p->eng.slot_bytes : 0;
 }
 
+const char *rf_pipeline_describe(const rf_pipeline *p)
+{
+	return p ? p->eng.describe : "";
+}
+
 unsigned rf_pipeline_copy_queues(const rf_pipeline *p)
 {
 	return p ? p->copy_queues : 0;

@@ -1,0 +1,48 @@
+/* runtime/topology.c — one hwloc topology per process, reference counted under a mutex. */
+#include "runtime/topology.h"
+#include "runtime/error.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+static pthread_mutex_t rf__topo_mu = PTHREAD_MUTEX_INITIALIZER;
+static hwloc_topology_t rf__topo;
+static unsigned rf__topo_refs;
+
+hwloc_topology_t rf__topo_acquire(void)
+{
+	pthread_mutex_lock(&rf__topo_mu);
+	if (rf__topo_refs == 0) {
+		hwloc_topology_t t;
+		if (hwloc_topology_init(&t) != 0) {
+			pthread_mutex_unlock(&rf__topo_mu);
+			rf__err(RF_EBACKEND, "hwloc_topology_init: %s", strerror(errno));
+			return NULL;
+		}
+		if (hwloc_topology_load(t) != 0) {
+			int e = errno;
+			hwloc_topology_destroy(t);
+			pthread_mutex_unlock(&rf__topo_mu);
+			rf__err(RF_EBACKEND, "hwloc_topology_load: %s", strerror(e));
+			return NULL;
+		}
+		rf__topo = t;
+	}
+	rf__topo_refs++;
+	hwloc_topology_t t = rf__topo;
+	pthread_mutex_unlock(&rf__topo_mu);
+	return t;
+}
+
+void rf__topo_release(hwloc_topology_t topo)
+{
+	if (topo == NULL)
+		return;
+	pthread_mutex_lock(&rf__topo_mu);
+	if (--rf__topo_refs == 0) {
+		hwloc_topology_destroy(rf__topo);
+		rf__topo = NULL;
+	}
+	pthread_mutex_unlock(&rf__topo_mu);
+}
