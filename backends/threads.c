@@ -23,6 +23,7 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -95,12 +96,16 @@ static void rf__thr_wake_all(rf__threads *t)
 	}
 }
 
-/* Record the first failure of the run and stop every queue. */
+/* Record the first failure of the run and stop every queue. A compute's failure outranks a cancel seen
+ * first by another queue (a callback that destroys its pipeline and then fails): the caller must hear
+ * about the block that failed, as on the cpu backend. */
 static void rf__thr_fail(rf__walker *wk, int rc)
 {
 	rf__threads *t = wk->t;
-	int none = 0;
-	if (atomic_compare_exchange_strong(&t->first_rc, &none, rc)) {
+	int prev = 0;
+	if (atomic_compare_exchange_strong(&t->first_rc, &prev, rc) ||
+	    (rc == RF_ECALLBACK && prev == RF_ECANCELED &&
+	     atomic_compare_exchange_strong(&t->first_rc, &prev, rc))) {
 		t->fail_block = wk->run.failed_block;
 		t->fail_value = wk->run.failed_value;
 	}
@@ -203,6 +208,10 @@ static void rf__thr_walk(rf__threads *t, rf__run *run, unsigned q)
 
 static void *rf__thr_main(void *arg)
 {
+	/* Process-directed signals are the application's business: never deliver one on our worker. */
+	sigset_t all;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	rf__worker *w = arg;
 	rf__threads *t = w->t;
 	unsigned long seen = 0;
@@ -290,33 +299,56 @@ static hwloc_obj_t rf__caller_core(hwloc_topology_t topo)
 	return core;
 }
 
-/* Pin each copy worker to a core other than the one the caller (queue 0, the computes) runs on, round
- * robin. The caller's thread is not ours: we never bind it. What happened is recorded in
- * t->placement, which rf_pipeline_describe shows; failing to pin is not an error (the run is still
- * correct), but it is never silent. */
+/* The cores a worker may take: inside the caller's CPU binding (taskset, cgroups, MPI binding: the
+ * process's cores, not the machine's), other than the caller's own core. Returns how many (<= cap). */
+static unsigned rf__worker_cores(hwloc_topology_t topo, hwloc_obj_t home, hwloc_obj_t *out, unsigned cap)
+{
+	unsigned n = 0;
+	hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
+	if (allowed == NULL || hwloc_get_cpubind(topo, allowed, HWLOC_CPUBIND_THREAD) != 0) {
+		hwloc_bitmap_free(allowed);
+		return 0;
+	}
+	int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
+	for (int i = 0; i < ncores && n < cap; i++) {
+		hwloc_obj_t c = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)i);
+		if (c != home && hwloc_bitmap_isincluded(c->cpuset, allowed))
+			out[n++] = c;
+	}
+	hwloc_bitmap_free(allowed);
+	return n;
+}
+
+/* Pin each copy worker, round robin, to a core of the caller's binding other than the one the caller
+ * (queue 0, the computes) runs on. The caller's thread is not ours: we never bind it. What happened is
+ * recorded in t->placement, which rf_pipeline_describe shows; failing to pin is not an error (the run is
+ * still correct), but it is never silent. */
 static void rf__thr_pin(rf__threads *t)
 {
 	int n = snprintf(t->placement, sizeof t->placement, "compute: caller's thread (not pinned by ringfetch)");
 	if (t->nworkers == 0)
 		return;
-	t->topo = rf__topo_acquire();
-	int ncores = t->topo ? hwloc_get_nbobjs_by_type(t->topo, HWLOC_OBJ_CORE) : 0;
-	hwloc_obj_t home = t->topo ? rf__caller_core(t->topo) : NULL;
-	if (ncores < 2 || home == NULL) {
+	hwloc_obj_t cores[RF_MAX_QUEUES];
+	unsigned ncores = 0;
+	hwloc_obj_t home = NULL;
+	if ((t->topo = rf__topo_acquire()) != NULL && (home = rf__caller_core(t->topo)) != NULL)
+		ncores = rf__worker_cores(t->topo, home, cores, RF_MAX_QUEUES);
+	if (ncores == 0) {
 		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; copy workers not pinned: %s",
-			 t->topo == NULL ? rf__errmsg_peek() : ncores < 2 ? "fewer than 2 cores" : "caller's core unknown");
+			 t->topo == NULL ? rf__errmsg_peek()
+			 : home == NULL ? "the caller's core is unknown (no core objects in the topology)"
+					: "no core besides the caller's in its CPU binding");
 		return;
 	}
-	for (unsigned i = 1, k = 0; i <= t->nworkers; i++, k++) {
-		unsigned idx = (home->logical_index + 1 + k % (unsigned)(ncores - 1)) % (unsigned)ncores;
-		hwloc_obj_t core = hwloc_get_obj_by_type(t->topo, HWLOC_OBJ_CORE, idx);
-		int ok = core && hwloc_set_thread_cpubind(t->topo, t->w[i].tid, core->cpuset, 0) == 0;
+	for (unsigned i = 1; i <= t->nworkers; i++) {
+		hwloc_obj_t core = cores[(i - 1) % ncores];
+		int ok = hwloc_set_thread_cpubind(t->topo, t->w[i].tid, core->cpuset, 0) == 0;
 		int e = errno;
 		if (n < 0 || (size_t)n >= sizeof t->placement)
 			continue;
 		size_t room = sizeof t->placement - (size_t)n;
 		if (ok)
-			n += snprintf(t->placement + n, room, "; q%u: core %u", i, idx);
+			n += snprintf(t->placement + n, room, "; q%u: core %u", i, core->logical_index);
 		else
 			n += snprintf(t->placement + n, room, "; q%u: not pinned (%s)", i, strerror(e));
 	}

@@ -106,10 +106,12 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 
 int rf__engine_destroy_begin(rf__engine *e)
 {
+	/* Raise cancel before the CAS: once the CAS succeeds the run may release the engine at any moment,
+	 * so nothing may touch it after. A stale cancel on an idle engine is cleared by the next run. */
+	atomic_store(&e->cancel, 1);
 	int running = RF__RUNNING;
-	if (atomic_compare_exchange_strong(&e->state, &running, RF__DOOMED)) {
-		atomic_store(&e->cancel, 1);
+	if (atomic_compare_exchange_strong(&e->state, &running, RF__DOOMED))
 		return 0;
-	}
-	return 1;
+	/* DOOMED: a second destroy from the same callback; the run still owns the release. */
+	return running == RF__DOOMED ? 0 : 1;
 }
