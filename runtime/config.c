@@ -62,7 +62,9 @@ int rf__config_backend(const char *explicit_backend, const char **out)
 		*out = "auto";
 		return RF_OK;
 	}
-	if ((*out = rf__parse_backend(env)) == NULL)
+	const char *name = rf__parse_backend(env);
+	if (name == NULL)
 		return rf__err(RF_ECONFIG, "RINGFETCH_BACKEND=\"%.64s\" is not one of cpu, threads, cuda, auto", env);
+	*out = name;
 	return RF_OK;
 }

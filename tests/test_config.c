@@ -1,3 +1,216 @@
+/*
+ * tests/test_config.c — runtime/config.h: strict parsing of configured values and the precedence
+ * explicit API value > environment > default, with RF_ECONFIG naming the variable and its value.
+ * White-box (static library). Each Criterion test runs in its own process, so setenv() stays local.
+ */
 #include <criterion/criterion.h>
+
 #include "ringfetch.h"
-Test(placeholder, config) { cr_assert(1); }
+#include "runtime/config.h"
+#include "runtime/error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEPTH_SENTINEL 0xdeadbeefu
+
+static void clean_env(void)
+{
+	unsetenv("RINGFETCH_DEPTH");
+	unsetenv("RINGFETCH_BACKEND");
+}
+
+TestSuite(config, .init = clean_env);
+
+/* ---- rf__parse_depth ----------------------------------------------------------------------------- */
+
+Test(config, parse_depth_valid)
+{
+	static const struct {
+		const char *s;
+		unsigned v;
+	} ok[] = {{"1", 1}, {"2", 2}, {"3", 3}, {"9", 9}, {"10", 10}, {"16", 16}, {"100", 100},
+		  {"999", 999}, {"1000", 1000}, {"1023", 1023}, {"1024", 1024}};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		unsigned out = DEPTH_SENTINEL;
+		cr_assert_eq(rf__parse_depth(ok[i].s, &out), 0, "\"%s\" rejected", ok[i].s);
+		cr_assert_eq(out, ok[i].v, "\"%s\" parsed as %u", ok[i].s, out);
+	}
+	/* Every value of the range round-trips. */
+	for (unsigned v = 1; v <= RF_MAX_DEPTH; v++) {
+		char buf[16];
+		snprintf(buf, sizeof buf, "%u", v);
+		unsigned out = DEPTH_SENTINEL;
+		cr_assert_eq(rf__parse_depth(buf, &out), 0, "\"%s\" rejected", buf);
+		cr_assert_eq(out, v);
+	}
+}
+
+Test(config, parse_depth_malformed)
+{
+	static const char *const bad[] = {
+		"", "0", "00", "-1", "-0", "+2", " 2", "2 ", "\t2", "2\n", "1025", "1030", "2048", "9999", "99999",
+		"4294967296", "4294967297", "18446744073709551617", "123456789012345678901234567890",
+		"abc", "a1", "1a", "4x", "0x10", "0x2", "1e3", "2.0", "2,", "\xd9\xa3", "1 0", "--1", "2\x01",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		unsigned out = DEPTH_SENTINEL;
+		cr_assert_eq(rf__parse_depth(bad[i], &out), -1, "\"%s\" accepted (as %u)", bad[i], out);
+		cr_assert_eq(out, DEPTH_SENTINEL, "\"%s\": *out written on failure (%u)", bad[i], out);
+	}
+	unsigned out = DEPTH_SENTINEL;
+	cr_assert_eq(rf__parse_depth(NULL, &out), -1, "NULL accepted");
+	cr_assert_eq(out, DEPTH_SENTINEL);
+	/* A multiple of 2^32 plus a small number must not wrap into range. */
+	cr_assert_eq(rf__parse_depth("4294967298", &out), -1, "2^32 + 2 accepted as %u", out);
+	/* A valid number followed by garbage. */
+	cr_assert_eq(rf__parse_depth("1024abc", &out), -1);
+	cr_assert_eq(out, DEPTH_SENTINEL);
+}
+
+/* ---- rf__parse_backend ----------------------------------------------------------------------------- */
+
+Test(config, parse_backend)
+{
+	static const char *const ok[] = {"cpu", "threads", "cuda", "auto"};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		char copy[16];
+		snprintf(copy, sizeof copy, "%s", ok[i]);
+		const char *r = rf__parse_backend(copy);
+		cr_assert_not_null(r, "\"%s\" rejected", ok[i]);
+		cr_assert_str_eq(r, ok[i]);
+		/* The canonical static name, not the caller's buffer. */
+		cr_assert_neq((const void *)r, (const void *)copy, "\"%s\": returned the caller's buffer", ok[i]);
+		cr_assert_eq(r, rf__parse_backend(ok[i]), "\"%s\": not one static name", ok[i]);
+	}
+	static const char *const bad[] = {"", "gpu", "CPU", "Cpu", "cpu ", " cpu", "cpux", "cp", "thread",
+					  "threads\n", "cuda0", "auto,cpu", "nope"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		cr_assert_null(rf__parse_backend(bad[i]), "\"%s\" accepted", bad[i]);
+	cr_assert_null(rf__parse_backend(NULL));
+}
+
+/* ---- rf__config_depth -------------------------------------------------------------------------------- */
+
+Test(config, depth_default_is_two)
+{
+	unsigned out = DEPTH_SENTINEL;
+	cr_assert_eq(rf__config_depth(0, &out), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(out, 2);
+}
+
+Test(config, depth_from_environment)
+{
+	static const struct {
+		const char *s;
+		unsigned v;
+	} ok[] = {{"1", 1}, {"5", 5}, {"1024", 1024}};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		setenv("RINGFETCH_DEPTH", ok[i].s, 1);
+		unsigned out = DEPTH_SENTINEL;
+		cr_assert_eq(rf__config_depth(0, &out), RF_OK, "RINGFETCH_DEPTH=%s: %s", ok[i].s, rf_errmsg());
+		cr_assert_eq(out, ok[i].v);
+	}
+}
+
+Test(config, explicit_depth_wins)
+{
+	unsigned out = DEPTH_SENTINEL;
+	cr_assert_eq(rf__config_depth(7, &out), RF_OK);
+	cr_assert_eq(out, 7);
+	setenv("RINGFETCH_DEPTH", "3", 1);
+	out = DEPTH_SENTINEL;
+	cr_assert_eq(rf__config_depth(7, &out), RF_OK);
+	cr_assert_eq(out, 7, "explicit 7 with RINGFETCH_DEPTH=3 gave %u", out);
+	/* A malformed variable is not even consulted when the value is explicit. */
+	setenv("RINGFETCH_DEPTH", "abc", 1);
+	out = DEPTH_SENTINEL;
+	cr_assert_eq(rf__config_depth(1, &out), RF_OK, "explicit 1 with RINGFETCH_DEPTH=abc: %s", rf_errmsg());
+	cr_assert_eq(out, 1);
+}
+
+Test(config, malformed_depth_environment_is_econfig)
+{
+	static const char *const bad[] = {"",   "0",    "-1",  "+2",   " 2",   "2 ",
+					  "1025", "99999", "abc", "0x10", "4x", "123456789012345678901234567890",
+					  "%s%n%x"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		setenv("RINGFETCH_DEPTH", bad[i], 1);
+		unsigned out = DEPTH_SENTINEL;
+		int rc = rf__config_depth(0, &out);
+		cr_assert_eq(rc, RF_ECONFIG, "RINGFETCH_DEPTH=\"%s\": %s", bad[i], rf_err_name(rc));
+		cr_assert_eq(out, DEPTH_SENTINEL, "RINGFETCH_DEPTH=\"%s\": *out written (%u)", bad[i], out);
+		const char *msg = rf_errmsg();
+		cr_assert(strstr(msg, "RINGFETCH_DEPTH") != NULL, "errmsg does not name the variable: %s", msg);
+		char quoted[64];
+		snprintf(quoted, sizeof quoted, "\"%s\"", bad[i]);
+		cr_assert(strstr(msg, quoted) != NULL, "errmsg does not show the value %s: %s", quoted, msg);
+	}
+}
+
+Test(config, long_malformed_value_is_reported_truncated)
+{
+	char big[600];
+	memset(big, '7', sizeof big - 1);
+	big[sizeof big - 1] = '\0';
+	setenv("RINGFETCH_DEPTH", big, 1);
+	unsigned out = DEPTH_SENTINEL;
+	cr_assert_eq(rf__config_depth(0, &out), RF_ECONFIG);
+	const char *msg = rf_errmsg();
+	cr_assert(strstr(msg, "RINGFETCH_DEPTH") != NULL, "%s", msg);
+	cr_assert(strstr(msg, "7777777777") != NULL, "the value's start is not shown: %s", msg);
+	cr_assert_lt(strlen(msg), 512);
+}
+
+/* ---- rf__config_backend ------------------------------------------------------------------------------ */
+
+Test(config, backend_default_is_auto)
+{
+	const char *out = NULL;
+	cr_assert_eq(rf__config_backend(NULL, &out), RF_OK);
+	cr_assert_str_eq(out, "auto");
+}
+
+Test(config, backend_from_environment)
+{
+	static const char *const ok[] = {"cpu", "threads", "cuda", "auto"};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		setenv("RINGFETCH_BACKEND", ok[i], 1);
+		const char *out = NULL;
+		cr_assert_eq(rf__config_backend(NULL, &out), RF_OK, "RINGFETCH_BACKEND=%s: %s", ok[i], rf_errmsg());
+		cr_assert_str_eq(out, ok[i]);
+		/* The result must outlive the environment string. */
+		setenv("RINGFETCH_BACKEND", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 1);
+		cr_assert_str_eq(out, ok[i], "result points into the environment");
+	}
+}
+
+Test(config, explicit_backend_wins)
+{
+	const char *out = NULL;
+	setenv("RINGFETCH_BACKEND", "cuda", 1);
+	cr_assert_eq(rf__config_backend("threads", &out), RF_OK);
+	cr_assert_str_eq(out, "threads");
+	setenv("RINGFETCH_BACKEND", "gpu", 1);
+	out = NULL;
+	cr_assert_eq(rf__config_backend("cpu", &out), RF_OK, "explicit cpu with RINGFETCH_BACKEND=gpu: %s",
+		     rf_errmsg());
+	cr_assert_str_eq(out, "cpu");
+}
+
+Test(config, malformed_backend_environment_is_econfig)
+{
+	static const char *const bad[] = {"gpu", "", "CPU", " cpu", "cpu ", "cpu,threads", "nope", "%s%n"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		setenv("RINGFETCH_BACKEND", bad[i], 1);
+		const char *out = "sentinel";
+		int rc = rf__config_backend(NULL, &out);
+		cr_assert_eq(rc, RF_ECONFIG, "RINGFETCH_BACKEND=\"%s\": %s", bad[i], rf_err_name(rc));
+		const char *msg = rf_errmsg();
+		cr_assert(strstr(msg, "RINGFETCH_BACKEND") != NULL, "errmsg does not name the variable: %s", msg);
+		char quoted[64];
+		snprintf(quoted, sizeof quoted, "\"%s\"", bad[i]);
+		cr_assert(strstr(msg, quoted) != NULL, "errmsg does not show the value %s: %s", quoted, msg);
+	}
+}

@@ -188,7 +188,8 @@ RF_EXTERN int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf
  * compute. nblocks must exceed every block number in the graph. Input checks and error codes as for
  * rf_pipeline_run; a failing compute stops every queue from starting new nodes and the run returns
  * RF_ECALLBACK once in-flight work has drained. Computes on one queue run in that queue's order.
- * \return RF_OK; RF_EINVAL; RF_EBUSY; RF_ECALLBACK; RF_EBACKEND.
+ * Unlike rf_pipeline_run, a NULL e is RF_EINVAL even with nblocks 0 (an exec always has a graph).
+ * \return RF_OK; RF_EINVAL; RF_EBUSY; RF_ECALLBACK; RF_ECANCELED; RF_EBACKEND.
  */
 RF_EXTERN int rf_exec_run(rf_exec *e, size_t nblocks, const void *const *srcs, const size_t *sizes,
                           rf_compute_fn compute, void *user);
