@@ -200,6 +200,18 @@ RF_EXTERN unsigned rf_pipeline_copy_queues(const rf_pipeline *p);
 RF_EXTERN const char *rf_pipeline_describe(const rf_pipeline *p);
 
 /**
+ * Record a Chrome trace (trace-event JSON, opens in Perfetto or chrome://tracing) of every following
+ * run: one track per queue, one slice per copy and per compute, named by block. Each run appends its
+ * events to the file at `path` (created with an opening "[" and left as an open JSON array, which the
+ * format allows, so that runs accumulate); path is copied. NULL stops tracing. While tracing, a run
+ * allocates 40 bytes per copy and compute before it starts (nothing during it) and writes the file
+ * after its work has finished.
+ * \return RF_OK; RF_EINVAL (p NULL, path ""); RF_EBUSY (the pipeline is running); RF_ENOMEM.
+ * A traced run whose work succeeded but whose file could not be written returns RF_EBACKEND.
+ */
+RF_EXTERN int rf_pipeline_trace(rf_pipeline *p, const char *path);
+
+/**
  * Release the pipeline, its ring memory and its backend queues. NULL is a no-op. Must not be called
  * while another thread runs the pipeline. Called from inside one of its own compute callbacks, the
  * release is deferred until that run returns (which then reports RF_ECANCELED for the blocks left).

@@ -30,6 +30,7 @@ typedef struct rf__run {
 	/* out */
 	size_t failed_block; /* RF_ECALLBACK: the block whose compute failed */
 	int failed_value;    /* RF_ECALLBACK: what the compute returned */
+	struct rf__trace *trace; /* non-NULL: walkers record copy/compute slices (runtime/trace.h) */
 } rf__run;
 
 typedef struct rf__open_args {

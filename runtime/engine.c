@@ -1,6 +1,10 @@
 /* runtime/engine.c — the executor core shared by rf_pipeline and rf_exec. */
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/trace.h"
+
+#include <stdlib.h>
+#include <string.h>
 
 #include <stdint.h>
 
@@ -36,8 +40,21 @@ fail_prog:
 	return rc;
 }
 
+int rf__engine_trace(rf__engine *e, const char *who, const char *path)
+{
+	if (atomic_load(&e->state) != RF__IDLE)
+		return rf__err(RF_EBUSY, "%s: cannot change tracing while running", who);
+	char *copy = NULL;
+	if (path != NULL && (copy = strdup(path)) == NULL)
+		return rf__err(RF_ENOMEM, "%s: out of memory", who);
+	free(e->trace_path);
+	e->trace_path = copy;
+	return RF_OK;
+}
+
 void rf__engine_fini(rf__engine *e)
 {
+	free(e->trace_path);
 	rf__be_slots_free(e->be, e->ctx, e->slots, e->slots_len);
 	rf__be_close(e->be, e->ctx);
 	rf_program_destroy(e->prog);
@@ -67,8 +84,19 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 			   const size_t *sizes, rf_compute_fn compute, void *user)
 {
-	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_bytes, &e->cancel, 0, 0};
+	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_bytes, &e->cancel, 0, 0, NULL};
+	rf__trace trace;
+	if (e->trace_path != NULL) {
+		if (rf__trace_begin(&trace, e->prog, nblocks) != RF_OK)
+			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
+		run.trace = &trace;
+	}
 	int rc = rf__be_run(e->be, e->ctx, &run);
+	if (run.trace != NULL) {
+		int trc = rf__trace_end(&trace, e->trace_path, e->be->name);
+		if (rc == RF_OK && trc != RF_OK)
+			return rf__err(trc, "%s: run succeeded, but %s", who, rf__errmsg_peek());
+	}
 	switch (rc) {
 	case RF_OK:
 		return RF_OK;

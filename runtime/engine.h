@@ -18,6 +18,7 @@ typedef struct rf__engine {
 	atomic_int state;  /* RF__IDLE / RF__RUNNING / RF__DOOMED */
 	atomic_int cancel; /* read by backends between nodes */
 	char describe[320]; /* rf_pipeline_describe */
+	char *trace_path;   /* rf_pipeline_trace: Chrome trace appended after each run, or NULL */
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
 	void *owner;
 } rf__engine;
@@ -30,6 +31,9 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 /* Check the inputs, then run the program; see rf_pipeline_run for the contract. */
 int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 		   const size_t *sizes, rf_compute_fn compute, void *user);
+
+/* Trace every following run into path (copied), or stop tracing (NULL). RF_EBUSY while running. */
+int rf__engine_trace(rf__engine *e, const char *who, const char *path);
 
 /* Returns 1 if the owner may be freed now, 0 if a run in progress will free it (deferred). */
 int rf__engine_destroy_begin(rf__engine *e);

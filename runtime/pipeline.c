@@ -95,6 +95,15 @@ size_t rf_pipeline_slot_bytes(const rf_pipeline *p)
 	return p ? p->eng.slot_bytes : 0;
 }
 
+int rf_pipeline_trace(rf_pipeline *p, const char *path)
+{
+	if (p == NULL)
+		return rf__err(RF_EINVAL, "rf_pipeline_trace: p is NULL");
+	if (path != NULL && path[0] == '\0')
+		return rf__err(RF_EINVAL, "rf_pipeline_trace: empty path");
+	return rf__engine_trace(&p->eng, "rf_pipeline_trace", path);
+}
+
 const char *rf_pipeline_describe(const rf_pipeline *p)
 {
 	return p ? p->eng.describe : "";

@@ -7,6 +7,7 @@
 #define RF_RUNTIME_WALK_H
 
 #include "runtime/backend.h"
+#include "runtime/trace.h"
 
 typedef struct rf__walk_ops {
 	int (*copy)(void *c, rf__run *run, size_t block, unsigned slot);
@@ -39,14 +40,22 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 			slot -= slot >= ns ? ns : 0;
 			int rc = 0;
 			switch (o->kind) {
-			case RF_OP_COPY:
+			case RF_OP_COPY: {
+				int64_t t0 = run->trace ? rf__trace_now() : 0;
 				if (rf__test_hooks.before_copy != NULL)
 					rf__test_hooks.before_copy((size_t)b);
 				rc = h->copy(c, run, (size_t)b, slot);
+				if (run->trace)
+					rf__trace_add(run->trace, o->queue, RF_OP_COPY, b, slot, t0);
 				break;
-			case RF_OP_COMPUTE:
+			}
+			case RF_OP_COMPUTE: {
+				int64_t t0 = run->trace ? rf__trace_now() : 0;
 				rc = h->compute(c, run, (size_t)b, slot);
+				if (run->trace)
+					rf__trace_add(run->trace, o->queue, RF_OP_COMPUTE, b, slot, t0);
 				break;
+			}
 			case RF_OP_SIGNAL:
 				rc = h->signal(c, o->queue, o->value + base, (size_t)b);
 				break;

@@ -1225,3 +1225,62 @@ Test(pipeline, destroy_from_inside_the_callback)
 	}
 	leak_check();
 }
+
+/* ---- tracing ----------------------------------------------------------------------------------- */
+
+static size_t count_in_file(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f, "cannot read %s", path);
+	char line[512];
+	size_t n = 0;
+	while (fgets(line, sizeof line, f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+typedef struct trace_reentry {
+	rf_pipeline *p;
+	int rc;
+} trace_reentry;
+
+static int trace_reentry_cb(void *user, const rf_block *blk)
+{
+	(void)blk;
+	trace_reentry *t = user;
+	t->rc = rf_pipeline_trace(t->p, NULL);
+	return 0;
+}
+
+/* Every copy and compute of every traced run becomes one slice; runs append; NULL stops. */
+Test(pipeline, trace_records_every_copy_and_compute)
+{
+	char path[] = "/tmp/rf-trace-XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	remove(path);
+	blockset bs;
+	bs_uniform(&bs, 37, 256, test_seed());
+	rf_pipeline *p = make_pipeline(3, 256, 1);
+	cr_assert_eq(rf_pipeline_trace(p, path), RF_OK, "%s", rf_errmsg());
+	checked_run(p, &bs, 0, "traced run 1");
+	checked_run(p, &bs, 0, "traced run 2");
+	cr_assert_eq(rf_pipeline_trace(p, NULL), RF_OK);
+	checked_run(p, &bs, 0, "untraced run");
+	cr_assert_eq(count_in_file(path, "\"cat\":\"copy\""), 2 * 37u);
+	cr_assert_eq(count_in_file(path, "\"cat\":\"compute\""), 2 * 37u);
+	cr_assert_eq(count_in_file(path, "\"process_name\""), 2u);
+	cr_assert_eq(count_in_file(path, "["), 1u, "one opening bracket, however many runs");
+	/* Changing the trace from inside a run is refused. */
+	trace_reentry t = {p, 0};
+	cr_assert_eq(rf_pipeline_run(p, bs.n, bs_srcs(&bs), bs.sizes, trace_reentry_cb, &t), RF_OK);
+	cr_assert_eq(t.rc, RF_EBUSY);
+	cr_assert_eq(rf_pipeline_trace(NULL, path), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_trace(p, ""), RF_EINVAL);
+	rf_pipeline_destroy(p);
+	bs_free(&bs);
+	remove(path);
+	leak_check();
+}

@@ -1,0 +1,47 @@
+/* runtime/trace.h — per-run event recording for Chrome traces (trace-event JSON: Perfetto,
+ * chrome://tracing). Each queue's walker appends to its own array (no sharing, no locks); the arrays
+ * are sized before the run from the program, so recording never allocates. */
+#ifndef RF_RUNTIME_TRACE_H
+#define RF_RUNTIME_TRACE_H
+
+#include "graph/program.h"
+
+#include <stdio.h>
+#include <time.h>
+
+typedef struct rf__tev {
+	int64_t t0, t1; /* ns, CLOCK_MONOTONIC */
+	int64_t block;
+	uint32_t slot;
+	uint8_t kind; /* RF_OP_COPY or RF_OP_COMPUTE */
+} rf__tev;
+
+typedef struct rf__trace {
+	unsigned nq;
+	rf__tev *ev[RF_MAX_QUEUES];
+	size_t n[RF_MAX_QUEUES];
+} rf__trace;
+
+static inline int64_t rf__trace_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline void rf__trace_add(rf__trace *t, unsigned q, uint8_t kind, int64_t block, unsigned slot,
+				 int64_t t0)
+{
+	rf__tev e = {t0, rf__trace_now(), block, slot, kind};
+	t->ev[q][t->n[q]++] = e;
+}
+
+/* Size the per-queue arrays for a run of prog over nblocks. RF_OK or RF_ENOMEM. */
+int rf__trace_begin(rf__trace *t, const struct rf_program *prog, size_t nblocks);
+/* Append the run's events to the file at path (creating it with the opening "[") and release the
+ * arrays. `label` names the process track. RF_OK or RF_EBACKEND (the file could not be written). */
+int rf__trace_end(rf__trace *t, const char *path, const char *label);
+/* Release the arrays without writing. */
+void rf__trace_drop(rf__trace *t);
+
+#endif
