@@ -1,12 +1,14 @@
 # Thin wrapper over CMake. `make run` and `make test` install what is missing (as root, with apt-get),
-# configure, build, then run the demo / the whole test suite.
+# configure, build, then run the default sweep / the whole test suite.
 BUILD ?= build
 BUILD_TYPE ?= RelWithDebInfo
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-# Debian packages the build and tests need (cmake, a C compiler, pkg-config, hwloc, jemalloc, Criterion).
-DEB_PACKAGES := cmake make gcc pkg-config libhwloc-dev libjemalloc-dev libcriterion-dev
+# Debian packages the build, tests and benchmark need: cmake, a C compiler, pkg-config, hwloc, jemalloc,
+# Criterion; gnuplot (the sweep's plot) and StarPU 1.3 (the sweep's peer baseline).
+DEB_PACKAGES := cmake make gcc pkg-config libhwloc-dev libjemalloc-dev libcriterion-dev gnuplot-nox libstarpu-dev
+RESULTS := $(BUILD)/results
 
 .PHONY: all deps configure build run test sanitize tsan clean
 
@@ -34,8 +36,14 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The default sweep: depth 1,2,3,4,8 x block size 64K..4M on the default backend, against the sequential
+# ring, a hand-written two-thread ring and StarPU.
 run: build
-	$(BUILD)/bench/ringfetch-demo
+	@mkdir -p $(RESULTS)
+	$(BUILD)/bench/ringfetch-bench --json $(RESULTS)/sweep.json --csv $(RESULTS)/sweep.csv \
+		--plot $(RESULTS)/sweep.png --trace $(RESULTS)/trace.json --dot $(RESULTS)/graph.dot
+	@echo
+	@echo "Results in $(RESULTS)/: sweep.json, sweep.csv, sweep.png (efficiency per depth), trace.json (Perfetto), graph.dot"
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -1,0 +1,112 @@
+/* bench/workload.c — sources, jitter and the compute models. */
+#include "workload.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+double rfb_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static unsigned long long rfb_rand(unsigned long long *s)
+{
+	unsigned long long z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static double rfb_unit(unsigned long long *s)
+{
+	return (double)(rfb_rand(s) >> 11) / 9007199254740992.0;
+}
+
+__attribute__((noinline)) static float rfb_sum(const void *p, size_t bytes)
+{
+	const float *f = p;
+	float s = 0;
+	for (size_t i = 0; i < bytes / sizeof(float); i++)
+		s += f[i];
+	return s;
+}
+
+static void rfb_spin(double ns)
+{
+	double end = rfb_now() + ns * 1e-9;
+	while (rfb_now() < end)
+		;
+}
+
+__attribute__((noinline)) int rfb_compute(void *user, const rf_block *b)
+{
+	rfb_sink *k = user;
+	const rfb_work *w = k->w;
+	if (w->model == RFB_SUM) {
+		float s = rfb_sum(b->data, b->bytes);
+		k->bad += !k->nocheck && s != w->expect[b->index];
+		k->total += s;
+		return 0;
+	}
+	/* Tag check: the first float of each source is its index (a stale slot shows). */
+	if (b->bytes >= sizeof(float)) {
+		float tag;
+		memcpy(&tag, b->data, sizeof tag);
+		k->bad += !k->nocheck && tag != (float)(b->index % w->nsrc);
+	}
+	rfb_spin(w->compute_ns[b->index]);
+	return 0;
+}
+
+int rfb_work_init(rfb_work *w, const rfb_opts *o, size_t size, size_t n)
+{
+	memset(w, 0, sizeof *w);
+	/* Enough distinct sources to leave the caches for big blocks (256 MiB in all, 4 .. 4096 of them). */
+	size_t nsrc = ((size_t)256 << 20) / size;
+	nsrc = nsrc < 4 ? 4 : nsrc > 4096 ? 4096 : nsrc;
+	*w = (rfb_work){n, size, nsrc, malloc(n * sizeof(void *)), malloc(n * sizeof(size_t)),
+			malloc(n * sizeof(float)), calloc(n, sizeof(double)), malloc(nsrc * size), o->compute};
+	if (!w->srcs || !w->sizes || !w->expect || !w->compute_ns || !w->pool) {
+		rfb_work_free(w);
+		return -1;
+	}
+	for (size_t s = 0; s < nsrc; s++) {
+		float *f = (float *)(w->pool + s * size);
+		f[0] = (float)s;
+		for (size_t i = 1; i < size / sizeof(float); i++)
+			f[i] = (float)((s * 7 + i) % 1000) * 0.5f;
+	}
+	unsigned long long seed = o->seed * 1000003ull + size;
+	for (size_t i = 0; i < n; i++) {
+		size_t bytes = size;
+		if (o->jitter > 0) /* variable copy times: [size * (1 - J), size], multiple of 4 */
+			bytes = ((size_t)((double)size * (1 - o->jitter * rfb_unit(&seed))) + 3) & ~(size_t)3;
+		w->srcs[i] = w->pool + (i % nsrc) * size;
+		w->sizes[i] = bytes;
+		w->expect[i] = rfb_sum(w->srcs[i], bytes);
+		if (o->compute == RFB_SPIN)
+			w->compute_ns[i] = o->compute_arg * (double)bytes / 1024 * (1 + o->jitter * (2 * rfb_unit(&seed) - 1));
+	}
+	return 0;
+}
+
+void rfb_work_set_ratio(rfb_work *w, const rfb_opts *o, double copy_ns_per_byte)
+{
+	unsigned long long seed = o->seed * 7919ull + w->size;
+	for (size_t i = 0; i < w->n; i++)
+		w->compute_ns[i] = o->compute_arg * copy_ns_per_byte * (double)w->sizes[i] *
+				   (1 + o->jitter * (2 * rfb_unit(&seed) - 1));
+}
+
+void rfb_work_free(rfb_work *w)
+{
+	free(w->srcs);
+	free(w->sizes);
+	free(w->expect);
+	free(w->compute_ns);
+	free(w->pool);
+	memset(w, 0, sizeof *w);
+}
