@@ -228,7 +228,7 @@ static int bench_size(sweep *s, const char *backend, size_t size, int with_basel
 		if (s->o->compute == RFB_RATIO) { /* compute time = R x this size's measured copy time */
 			arm a = {&z.w, z.ring, NULL, 1};
 			double c = timed("copy-only", &z.w, run_copy_only, &a, 1);
-			rfb_work_set_ratio(&z.w, s->o, c * (double)z.w.n / (double)(z.w.n * z.w.size) * 1e9);
+			rfb_work_set_ratio(&z.w, s->o, c * 1e9); /* c: seconds per block */
 		}
 	}
 	for (unsigned r = 0; r < s->o->reps && rc == 0; r++) {
@@ -264,7 +264,7 @@ static int write_trace(const rfb_opts *o, const char *path)
 	if (rfb_work_init(&w, &one, size, n) != 0)
 		return -1;
 	if (o->compute == RFB_RATIO)
-		rfb_work_set_ratio(&w, o, 0.1); /* about 10 GB/s copies: a plausible compute for the picture */
+		rfb_work_set_ratio(&w, o, (double)size * 0.1); /* as if copies ran at 10 GB/s */
 	remove(path); /* a trace file accumulates runs: start afresh */
 	rfb_sink k = {&w, 0, 0, 0};
 	int rc = rf_pipeline_create(&pp, &p);

@@ -93,12 +93,13 @@ int rfb_work_init(rfb_work *w, const rfb_opts *o, size_t size, size_t n)
 	return 0;
 }
 
-void rfb_work_set_ratio(rfb_work *w, const rfb_opts *o, double copy_ns_per_byte)
+/* Relative to the mean measured copy time, not to each block's size: with --jitter the copies vary
+ * (their sizes do) independently of the computes (which vary by their own +-J). */
+void rfb_work_set_ratio(rfb_work *w, const rfb_opts *o, double copy_ns_per_block)
 {
 	unsigned long long seed = o->seed * 7919ull + w->size;
 	for (size_t i = 0; i < w->n; i++)
-		w->compute_ns[i] = o->compute_arg * copy_ns_per_byte * (double)w->sizes[i] *
-				   (1 + o->jitter * (2 * rfb_unit(&seed) - 1));
+		w->compute_ns[i] = o->compute_arg * copy_ns_per_block * (1 + o->jitter * (2 * rfb_unit(&seed) - 1));
 }
 
 void rfb_work_free(rfb_work *w)

@@ -28,8 +28,8 @@ typedef struct rfb_sink {
 
 /* Sources, sizes (jittered), expected sums. ratio models get their times from rfb_work_set_ratio. */
 int rfb_work_init(rfb_work *w, const rfb_opts *o, size_t size, size_t nblocks);
-/* ratio:R — compute time of block i = R * copy_ns_per_byte * sizes[i] (jittered as spin). */
-void rfb_work_set_ratio(rfb_work *w, const rfb_opts *o, double copy_ns_per_byte);
+/* ratio:R — compute time of every block = R * the mean measured copy time per block, +-J (jitter). */
+void rfb_work_set_ratio(rfb_work *w, const rfb_opts *o, double copy_ns_per_block);
 void rfb_work_free(rfb_work *w);
 
 /* The compute every contestant calls (never inlined, so all run the same machine code). */
