@@ -4,141 +4,22 @@
  * Callbacks never use Criterion asserts (they may run on a library thread); they record the first
  * violation and the test asserts after the run. RF_TEST_SEED=<n> replays a randomised run.
  */
-#include <criterion/criterion.h>
+#include "support.h"
 
-#include "ringfetch.h"
-
-#include <stdarg.h>
 #include <stdatomic.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-#include <sched.h>
-
-/* Under AddressSanitizer, every test ends with leak_check(): "nothing is leaked" is part of the
- * contract (failed creates included), and neither LeakSanitizer's report at exit nor an assert in a
- * .fini hook would fail the test (Criterion has reported it by then). */
-#if defined(__SANITIZE_ADDRESS__)
-#define RF_TEST_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RF_TEST_LSAN 1
-#endif
-#endif
-#ifdef RF_TEST_LSAN
-#include <sanitizer/lsan_interface.h>
-#endif
-
-static void leak_check(void)
-{
-#ifdef RF_TEST_LSAN
-	cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "memory leaked (see the LeakSanitizer report)");
-#endif
-}
 
 /* ---- helpers ------------------------------------------------------------------------------------- */
-
-static const char *test_backend(void)
-{
-	const char *b = getenv("RF_TEST_BACKEND");
-	return (b != NULL && *b != '\0') ? b : "cpu";
-}
-
-static uint64_t test_seed(void)
-{
-	const char *s = getenv("RF_TEST_SEED");
-	if (s != NULL && *s != '\0')
-		return strtoull(s, NULL, 0);
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ((uint64_t)ts.tv_sec * 1000003u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
-}
-
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-	*s += 0x9e3779b97f4a7c15ull;
-	return mix64(*s);
-}
-
-static void fill_pattern(unsigned char *buf, size_t n, size_t index, uint64_t seed)
-{
-	uint64_t st = mix64(seed ^ mix64((uint64_t)index + 1));
-	for (size_t i = 0; i < n; i += 8) {
-		uint64_t v = rng_next(&st);
-		for (size_t k = 0; k < 8 && i + k < n; k++)
-			buf[i + k] = (unsigned char)(v >> (8 * k));
-	}
-}
-
-static int has_number(const char *msg, long long v)
-{
-	char num[32];
-	snprintf(num, sizeof num, "%lld", v);
-	size_t len = strlen(num);
-	for (const char *p = strstr(msg, num); p != NULL; p = strstr(p + 1, num)) {
-		int before_ok = p == msg || !((p[-1] >= '0' && p[-1] <= '9') || p[-1] == '-');
-		int after_ok = !(p[len] >= '0' && p[len] <= '9');
-		if (before_ok && after_ok)
-			return 1;
-	}
-	return 0;
-}
-
-typedef struct blockset {
-	size_t n;
-	uint64_t seed;
-	const void **srcs;
-	size_t *sizes;
-	unsigned char **bufs;
-} blockset;
 
 /* n blocks of random sizes in 0 .. slot_bytes, each in its own exact-size buffer. */
 static void bs_random(blockset *b, size_t n, size_t slot_bytes, uint64_t seed)
 {
-	memset(b, 0, sizeof *b);
-	b->n = n;
-	b->seed = seed;
-	b->srcs = calloc(n ? n : 1, sizeof *b->srcs);
-	b->sizes = calloc(n ? n : 1, sizeof *b->sizes);
-	b->bufs = calloc(n ? n : 1, sizeof *b->bufs);
-	cr_assert(b->srcs && b->sizes && b->bufs);
+	bs_alloc(b, n, seed);
 	uint64_t st = seed ^ 0xe8ecu;
 	for (size_t i = 0; i < n; i++) {
 		uint64_t r = rng_next(&st);
 		b->sizes[i] = (r % 5 == 0) ? slot_bytes : (size_t)((r >> 8) % (slot_bytes + 1));
-		b->bufs[i] = malloc(b->sizes[i] ? b->sizes[i] : 1);
-		cr_assert(b->bufs[i] != NULL);
-		fill_pattern(b->bufs[i], b->sizes[i], i, seed);
-		b->srcs[i] = b->bufs[i];
 	}
-}
-
-static void bs_free(blockset *b)
-{
-	for (size_t i = 0; b->bufs != NULL && i < b->n; i++)
-		free(b->bufs[i]);
-	free(b->bufs);
-	free(b->srcs);
-	free(b->sizes);
-	memset(b, 0, sizeof *b);
-}
-
-static const void *const *bs_srcs(const blockset *b)
-{
-	return (const void *const *)b->srcs;
+	bs_fill(b, 0);
 }
 
 /* The checking callback: computes arrive in the order listed in order[] (block numbers), block b in
@@ -156,25 +37,11 @@ typedef struct checker {
 	char err[320];
 } checker;
 
-static void ck_fail(checker *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void ck_fail(checker *c, const char *fmt, ...)
-{
-	if (c->err[0] != '\0')
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(c->err, sizeof c->err, fmt, ap);
-	va_end(ap);
-}
+#define ck_fail(c, ...) first_error((c)->err, sizeof (c)->err, __VA_ARGS__)
 
 static void ck_bytes(checker *c, const rf_block *blk, const char *when)
 {
-	size_t i = blk->index;
-	if (blk->bytes == 0)
-		return;
-	if (blk->data == NULL || memcmp(blk->data, c->bs->srcs[i], blk->bytes) != 0)
-		ck_fail(c, "block %zu (slot %u, %zu bytes): slot bytes differ from srcs[%zu] %s", i, blk->slot,
-			blk->bytes, i, when);
+	check_slot_bytes(c->err, sizeof c->err, blk, c->bs->srcs, when);
 }
 
 static int check_cb(void *user, const rf_block *blk)
@@ -194,14 +61,7 @@ static int check_cb(void *user, const rf_block *blk)
 			ck_fail(c, "block %zu: stream is not NULL on a host backend", i);
 		if (blk->bytes == c->bs->sizes[i]) {
 			ck_bytes(c, blk, "at entry (RAW)");
-			for (unsigned w = 0; w < c->work; w++) {
-				sched_yield();
-				const unsigned char *d = blk->data;
-				unsigned acc = 0;
-				for (size_t j = 0; j < blk->bytes; j++)
-					acc += d[j];
-				c->sink += acc;
-			}
+			hold_slot(blk, c->work, &c->sink);
 			ck_bytes(c, blk, "at exit (WAR: overwritten during compute)");
 		}
 	}
@@ -218,13 +78,6 @@ static void ck_init(checker *c, const blockset *bs, const size_t *order, size_t 
 	c->norder = norder;
 	c->slot_of = slot_of;
 	c->fail_at = SIZE_MAX;
-}
-
-static int count_cb(void *user, const rf_block *blk)
-{
-	(void)blk;
-	(*(size_t *)user)++;
-	return 0;
 }
 
 static rf_exec_params exec_params(size_t slot_bytes)
@@ -290,6 +143,21 @@ static void ring_expect_free(ring_expect *r)
 	free(r->slot_of);
 }
 
+/* One checked run of e over all of bs (work: yields + re-reads per compute): it returns RF_OK, and
+ * the computes are exactly order[0 .. norder) in their slot_of[] slots, with their bytes. `what` and
+ * the test's seed go into every failure message. */
+static void checked_run(rf_exec *e, const blockset *bs, const size_t *order, size_t norder,
+			const unsigned *slot_of, unsigned work, const char *what, uint64_t seed)
+{
+	checker c;
+	ck_init(&c, bs, order, norder, slot_of);
+	c.work = work;
+	int rc = rf_exec_run(e, bs->n, bs_srcs(bs), bs->sizes, check_cb, &c);
+	cr_assert_eq(rc, RF_OK, "%s: %s: %s", what, rf_err_name(rc), rf_errmsg());
+	cr_assert_str_empty(c.err, "%s: %s [seed %llu]", what, c.err, (unsigned long long)seed);
+	cr_assert_eq(c.pos, norder, "%s: %zu computes, expected %zu", what, c.pos, norder);
+}
+
 /* ---- ring graphs ----------------------------------------------------------------------------------- */
 
 Test(exec, ring_graph_tagged_payloads)
@@ -312,16 +180,10 @@ Test(exec, ring_graph_tagged_payloads)
 				for (int pass = 0; pass < 2; pass++) {
 					blockset bs;
 					bs_random(&bs, n, 96, seed + run++);
-					checker c;
-					ck_init(&c, &bs, r.order, n, r.slot_of);
-					c.work = (unsigned)(n % 2);
-					rc = rf_exec_run(e, n, bs_srcs(&bs), bs.sizes, check_cb, &c);
+					char what[96];
+					snprintf(what, sizeof what, "depth %u kq %u n %zu pass %d", depth, kq, n, pass);
+					checked_run(e, &bs, r.order, n, r.slot_of, (unsigned)(n % 2), what, seed);
 					bs_free(&bs);
-					cr_assert_eq(rc, RF_OK, "depth %u kq %u n %zu pass %d: %s: %s", depth, kq, n, pass,
-						     rf_err_name(rc), rf_errmsg());
-					cr_assert_str_empty(c.err, "depth %u kq %u n %zu pass %d: %s [seed %llu]", depth, kq, n,
-							    pass, c.err, (unsigned long long)seed);
-					cr_assert_eq(c.pos, n, "depth %u kq %u n %zu: %zu computes", depth, kq, n, c.pos);
 				}
 				ring_expect_free(&r);
 				rf_exec_destroy(e);
@@ -345,12 +207,7 @@ Test(exec, graph_destroyed_right_after_create)
 	ring_expect_make(&r, n, depth);
 	blockset bs;
 	bs_random(&bs, n, 50, seed);
-	checker c;
-	ck_init(&c, &bs, r.order, n, r.slot_of);
-	int rc = rf_exec_run(e, n, bs_srcs(&bs), bs.sizes, check_cb, &c);
-	cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
-	cr_assert_str_empty(c.err, "%s [seed %llu]", c.err, (unsigned long long)seed);
-	cr_assert_eq(c.pos, n);
+	checked_run(e, &bs, r.order, n, r.slot_of, 0, "graph destroyed right after create", seed);
 	bs_free(&bs);
 	ring_expect_free(&r);
 	rf_exec_destroy(e);
@@ -370,12 +227,7 @@ Test(exec, graph_changed_after_create_does_not_affect_exec)
 	ring_expect_make(&r, n, 2);
 	blockset bs;
 	bs_random(&bs, n, 32, seed);
-	checker c;
-	ck_init(&c, &bs, r.order, n, r.slot_of);
-	int rc = rf_exec_run(e, n, bs_srcs(&bs), bs.sizes, check_cb, &c);
-	cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
-	cr_assert_str_empty(c.err, "%s", c.err);
-	cr_assert_eq(c.pos, n);
+	checked_run(e, &bs, r.order, n, r.slot_of, 0, "graph grown after create", seed);
 	bs_free(&bs);
 	ring_expect_free(&r);
 	rf_exec_destroy(e);
@@ -422,25 +274,16 @@ Test(exec, hand_built_two_slot_graph)
 	for (int pass = 0; pass < 3; pass++) {
 		blockset bs;
 		bs_random(&bs, 4, 64, seed + (uint64_t)pass);
-		checker c;
-		ck_init(&c, &bs, order, 4, slot_of);
-		c.work = 2;
-		int rc = rf_exec_run(e, 4, bs_srcs(&bs), bs.sizes, check_cb, &c);
+		char what[32];
+		snprintf(what, sizeof what, "pass %d", pass);
+		checked_run(e, &bs, order, 4, slot_of, 2, what, seed);
 		bs_free(&bs);
-		cr_assert_eq(rc, RF_OK, "pass %d: %s: %s", pass, rf_err_name(rc), rf_errmsg());
-		cr_assert_str_empty(c.err, "pass %d: %s [seed %llu]", pass, c.err, (unsigned long long)seed);
-		cr_assert_eq(c.pos, 4);
 	}
 	/* nblocks may exceed the graph's blocks: the extra ones are checked but not streamed. */
 	blockset bs;
 	bs_random(&bs, 7, 64, seed + 99);
-	checker c;
-	ck_init(&c, &bs, order, 4, slot_of);
-	int rc = rf_exec_run(e, 7, bs_srcs(&bs), bs.sizes, check_cb, &c);
+	checked_run(e, &bs, order, 4, slot_of, 0, "7 blocks for a graph of 4", seed);
 	bs_free(&bs);
-	cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
-	cr_assert_str_empty(c.err, "%s", c.err);
-	cr_assert_eq(c.pos, 4, "%zu computes for a graph of 4", c.pos);
 	rf_exec_destroy(e);
 	leak_check();
 }
@@ -463,13 +306,8 @@ Test(exec, slots_are_the_nodes_slots)
 	static const unsigned slot_of[] = {9, 2, 9, 0};
 	blockset bs;
 	bs_random(&bs, 4, 16, seed);
-	checker c;
-	ck_init(&c, &bs, order, 2, slot_of);
-	int rc = rf_exec_run(e, 4, bs_srcs(&bs), bs.sizes, check_cb, &c);
+	checked_run(e, &bs, order, 2, slot_of, 0, "blocks 1 and 3 of 4", seed);
 	bs_free(&bs);
-	cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
-	cr_assert_str_empty(c.err, "%s [seed %llu]", c.err, (unsigned long long)seed);
-	cr_assert_eq(c.pos, 2);
 	rf_exec_destroy(e);
 	leak_check();
 }
@@ -553,13 +391,8 @@ Test(exec, high_queue_numbers)
 	static const unsigned slot_of[] = {0, 1, 2, 3, 4, 5};
 	blockset bs;
 	bs_random(&bs, n, 20, seed);
-	checker c;
-	ck_init(&c, &bs, order, n, slot_of);
-	int rc = rf_exec_run(e, n, bs_srcs(&bs), bs.sizes, check_cb, &c);
+	checked_run(e, &bs, order, n, slot_of, 0, "copies on queue 63", seed);
 	bs_free(&bs);
-	cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
-	cr_assert_str_empty(c.err, "%s [seed %llu]", c.err, (unsigned long long)seed);
-	cr_assert_eq(c.pos, n);
 	rf_exec_destroy(e);
 	leak_check();
 }
@@ -895,12 +728,8 @@ Test(exec, callback_failure_then_reusable)
 			cr_assert(has_number(rf_errmsg(), value), "errmsg does not name value %d: %s", value, rf_errmsg());
 
 			bs_random(&bs, n, 40, seed + 100 + k);
-			ck_init(&c, &bs, r.order, n, r.slot_of);
-			rc = rf_exec_run(e, n, bs_srcs(&bs), bs.sizes, check_cb, &c);
+			checked_run(e, &bs, r.order, n, r.slot_of, 0, "run after failure", seed);
 			bs_free(&bs);
-			cr_assert_eq(rc, RF_OK, "run after failure: %s", rf_errmsg());
-			cr_assert_str_empty(c.err, "%s [seed %llu]", c.err, (unsigned long long)seed);
-			cr_assert_eq(c.pos, n);
 		}
 		ring_expect_free(&r);
 		rf_exec_destroy(e);

@@ -7,6 +7,7 @@
 #include "graph/graph_int.h"
 #include "graph/program.h"
 #include "runtime/error.h"
+#include "graph_support.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -14,47 +15,13 @@
 
 /* ---- helpers ----------------------------------------------------------------------------------- */
 
-static void clear_errmsg(void)
+/* Validation of g fails with `want`, and rf_errmsg() says `what` ("RAW", "WAR", "WAW", "cycle"). */
+static void assert_invalid(const rf_graph *g, int want, const char *what)
 {
-	rf__err(RF_OK, "%s", "");
-	cr_assert_str_empty(rf_errmsg());
-}
-
-static rf_graph *new_graph(void)
-{
-	rf_graph *g = NULL;
-	cr_assert_eq(rf_graph_create(0, &g), RF_OK);
-	cr_assert_not_null(g);
-	return g;
-}
-
-static size_t add(rf_graph *g, rf_node_kind kind, unsigned queue, size_t block, unsigned slot)
-{
-	rf_node_desc d = {kind, queue, block, slot, 0};
-	size_t id = SIZE_MAX;
-	int rc = rf_graph_add_node(g, &d, &id);
-	cr_assert_eq(rc, RF_OK, "add_node: %d (%s)", rc, rf_errmsg());
-	return id;
-}
-
-static void edge(rf_graph *g, size_t from, size_t to)
-{
-	int rc = rf_graph_add_edge(g, from, to);
-	cr_assert_eq(rc, RF_OK, "add_edge %zu -> %zu: %d (%s)", from, to, rc, rf_errmsg());
-}
-
-static int valid_ring(unsigned D, unsigned K)
-{
-	return D >= 1 && K >= 1 && (K == 1 || D >= K + 1);
-}
-
-static rf_graph *ring(size_t N, unsigned D, unsigned K)
-{
-	rf_graph *g = NULL;
-	int rc = rf_graph_ring(N, D, K, &g);
-	cr_assert_eq(rc, RF_OK, "ring N=%zu D=%u K=%u: %d (%s)", N, D, K, rc, rf_errmsg());
-	cr_assert_not_null(g);
-	return g;
+	clear_errmsg();
+	int rc = rf_graph_validate(g);
+	cr_assert_eq(rc, want, "validate: %d, want %d (%s)", rc, want, what);
+	cr_assert(strstr(rf_errmsg(), what) != NULL, "\"%s\"", rf_errmsg());
 }
 
 /* Node ids of a ring graph, per block: copy, the WAR wait before it (SIZE_MAX if b < D), the RAW wait
@@ -572,9 +539,7 @@ Test(graph, ring_back_edge_cycle)
 		ring_ids r;
 		check_ring_nodes(g, N, D, 1, &r);
 		edge(g, r.compute[3], r.copy[1]);
-		clear_errmsg();
-		cr_assert_eq(rf_graph_validate(g), RF_EINVAL);
-		cr_assert(strstr(rf_errmsg(), "cycle") != NULL, "\"%s\"", rf_errmsg());
+		assert_invalid(g, RF_EINVAL, "cycle");
 		/* the error names a node on the cycle; every node from copy(1) to compute(3) in the
 		 * effective graph is, so check the id lies in that closed range of ids */
 		const char *s = strstr(rf_errmsg(), "node ");
@@ -627,9 +592,7 @@ Test(graph, hand_compute_without_copy)
 	add(g, RF_NODE_COPY, 1, 0, 0);
 	add(g, RF_NODE_COMPUTE, 0, 1, 0); /* block 1 was never copied */
 	edge(g, 0, 1);
-	clear_errmsg();
-	cr_assert_eq(rf_graph_validate(g), RF_EHAZARD);
-	cr_assert(strstr(rf_errmsg(), "RAW") != NULL, "\"%s\"", rf_errmsg());
+	assert_invalid(g, RF_EHAZARD, "RAW");
 	rf_graph_destroy(g);
 
 	/* alone on a queue */
@@ -642,18 +605,14 @@ Test(graph, hand_compute_without_copy)
 	g = new_graph();
 	add(g, RF_NODE_COPY, 0, 0, 1);
 	add(g, RF_NODE_COMPUTE, 0, 0, 0);
-	clear_errmsg();
-	cr_assert_eq(rf_graph_validate(g), RF_EHAZARD);
-	cr_assert(strstr(rf_errmsg(), "RAW") != NULL, "\"%s\"", rf_errmsg());
+	assert_invalid(g, RF_EHAZARD, "RAW");
 	rf_graph_destroy(g);
 
 	/* copy and compute on two queues with no edge */
 	g = new_graph();
 	add(g, RF_NODE_COPY, 1, 0, 0);
 	add(g, RF_NODE_COMPUTE, 0, 0, 0);
-	clear_errmsg();
-	cr_assert_eq(rf_graph_validate(g), RF_EHAZARD);
-	cr_assert(strstr(rf_errmsg(), "RAW") != NULL, "\"%s\"", rf_errmsg());
+	assert_invalid(g, RF_EHAZARD, "RAW");
 	/* and the edge fixes it */
 	edge(g, 0, 1);
 	cr_assert_eq(rf_graph_validate(g), RF_OK, "%s", rf_errmsg());
@@ -682,9 +641,7 @@ Test(graph, hand_two_copies_one_slot)
 	g = new_graph();
 	size_t c0 = add(g, RF_NODE_COPY, 1, 0, 0);
 	size_t c1 = add(g, RF_NODE_COPY, 2, 1, 0);
-	clear_errmsg();
-	cr_assert_eq(rf_graph_validate(g), RF_EHAZARD);
-	cr_assert(strstr(rf_errmsg(), "WAW") != NULL, "\"%s\"", rf_errmsg());
+	assert_invalid(g, RF_EHAZARD, "WAW");
 	edge(g, c0, c1);
 	cr_assert_eq(rf_graph_validate(g), RF_OK, "%s", rf_errmsg());
 	rf_graph_destroy(g);
@@ -714,9 +671,7 @@ Test(graph, hand_war_two_readers)
 	edge(g, cp0, r2);
 	edge(g, r0, cp1);
 	edge(g, cp1, r1);
-	clear_errmsg();
-	cr_assert_eq(rf_graph_validate(g), RF_EHAZARD);
-	cr_assert(strstr(rf_errmsg(), "WAR") != NULL, "\"%s\"", rf_errmsg());
+	assert_invalid(g, RF_EHAZARD, "WAR");
 	char name[96];
 	snprintf(name, sizeof name, "node %zu (compute b0", r2);
 	cr_assert(strstr(rf_errmsg(), name) != NULL, "\"%s\" does not name the unordered reader", rf_errmsg());
@@ -846,9 +801,7 @@ Test(graph, hand_cycles)
 	edge(g, a, b);
 	edge(g, b, a);
 	edge(g, b, down);
-	clear_errmsg();
-	cr_assert_eq(rf_graph_validate(g), RF_EINVAL);
-	cr_assert(strstr(rf_errmsg(), "cycle") != NULL, "\"%s\"", rf_errmsg());
+	assert_invalid(g, RF_EINVAL, "cycle");
 	char na[64], nb[64];
 	snprintf(na, sizeof na, "node %zu (", a);
 	snprintf(nb, sizeof nb, "node %zu (", b);
@@ -863,9 +816,7 @@ Test(graph, hand_cycles)
 	size_t w0 = add(g, RF_NODE_WAIT, 0, 0, 0);
 	size_t w1 = add(g, RF_NODE_WAIT, 0, 0, 0);
 	edge(g, w1, w0);
-	clear_errmsg();
-	cr_assert_eq(rf_graph_validate(g), RF_EINVAL);
-	cr_assert(strstr(rf_errmsg(), "cycle") != NULL, "\"%s\"", rf_errmsg());
+	assert_invalid(g, RF_EINVAL, "cycle");
 	rf_graph_destroy(g);
 
 	clear_errmsg();

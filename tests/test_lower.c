@@ -14,6 +14,7 @@
 #include "graph/graph_int.h"
 #include "graph/program.h"
 #include "runtime/error.h"
+#include "graph_support.h"
 
 #include <inttypes.h>
 #include <stdint.h>
@@ -22,12 +23,6 @@
 #include <string.h>
 
 /* ---- helpers ----------------------------------------------------------------------------------- */
-
-static void clear_errmsg(void)
-{
-	rf__err(RF_OK, "%s", "");
-	cr_assert_str_empty(rf_errmsg());
-}
 
 static const char *op_name(rf_op_kind k)
 {
@@ -42,28 +37,6 @@ static const char *op_name(rf_op_kind k)
 		return "wait";
 	}
 	return "?";
-}
-
-static rf_graph *new_graph(void)
-{
-	rf_graph *g = NULL;
-	cr_assert_eq(rf_graph_create(0, &g), RF_OK);
-	return g;
-}
-
-static size_t add(rf_graph *g, rf_node_kind kind, unsigned queue, size_t block, unsigned slot)
-{
-	rf_node_desc d = {kind, queue, block, slot, 0};
-	size_t id = SIZE_MAX;
-	int rc = rf_graph_add_node(g, &d, &id);
-	cr_assert_eq(rc, RF_OK, "add_node: %d (%s)", rc, rf_errmsg());
-	return id;
-}
-
-static void edge(rf_graph *g, size_t from, size_t to)
-{
-	int rc = rf_graph_add_edge(g, from, to);
-	cr_assert_eq(rc, RF_OK, "add_edge %zu -> %zu: %d (%s)", from, to, rc, rf_errmsg());
 }
 
 static rf_program *lower(const rf_graph *g)
@@ -83,19 +56,6 @@ static rf_op get_op(const rf_program *p, unsigned q, size_t i)
 	cr_assert_eq(rc, RF_OK, "op %zu of q%u: %d", i, q, rc);
 	cr_assert_eq(o.queue, q, "op %zu of q%u reports queue %u", i, q, o.queue);
 	return o;
-}
-
-static int valid_ring(unsigned D, unsigned K)
-{
-	return D >= 1 && K >= 1 && (K == 1 || D >= K + 1);
-}
-
-static rf_graph *ring(size_t N, unsigned D, unsigned K)
-{
-	rf_graph *g = NULL;
-	int rc = rf_graph_ring(N, D, K, &g);
-	cr_assert_eq(rc, RF_OK, "ring N=%zu D=%u K=%u: %d (%s)", N, D, K, rc, rf_errmsg());
-	return g;
 }
 
 /* Context printed with every failure of a shared checker (seed of a random graph, ring parameters). */

@@ -9,136 +9,12 @@
  *
  * Randomised tests print their seed on failure; RF_TEST_SEED=<n> replays one.
  */
-#include <criterion/criterion.h>
-
-#include "ringfetch.h"
+#include "support.h"
 
 #include <limits.h>
 #include <pthread.h>
-#include <sched.h>
-#include <stdarg.h>
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-/* Under AddressSanitizer, every test ends with leak_check(): "nothing is leaked" is part of the
- * contract (failed creates included), and neither LeakSanitizer's report at exit nor an assert in a
- * .fini hook would fail the test (Criterion has reported it by then). */
-#if defined(__SANITIZE_ADDRESS__)
-#define RF_TEST_LSAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define RF_TEST_LSAN 1
-#endif
-#endif
-#ifdef RF_TEST_LSAN
-#include <sanitizer/lsan_interface.h>
-#endif
-
-static void leak_check(void)
-{
-#ifdef RF_TEST_LSAN
-	cr_assert_eq(__lsan_do_recoverable_leak_check(), 0, "memory leaked (see the LeakSanitizer report)");
-#endif
-}
 
 /* ---- helpers ------------------------------------------------------------------------------------- */
-
-static const char *test_backend(void)
-{
-	const char *b = getenv("RF_TEST_BACKEND");
-	return (b != NULL && *b != '\0') ? b : "cpu";
-}
-
-static uint64_t test_seed(void)
-{
-	const char *s = getenv("RF_TEST_SEED");
-	if (s != NULL && *s != '\0')
-		return strtoull(s, NULL, 0);
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return ((uint64_t)ts.tv_sec * 1000003u) ^ (uint64_t)ts.tv_nsec ^ ((uint64_t)getpid() << 40);
-}
-
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
-
-static uint64_t rng_next(uint64_t *s)
-{
-	*s += 0x9e3779b97f4a7c15ull;
-	return mix64(*s);
-}
-
-/* The bytes of a block: a stream derived from (index, seed) only. */
-static void fill_pattern(unsigned char *buf, size_t n, size_t index, uint64_t seed)
-{
-	uint64_t st = mix64(seed ^ mix64((uint64_t)index + 1));
-	for (size_t i = 0; i < n; i += 8) {
-		uint64_t v = rng_next(&st);
-		for (size_t k = 0; k < 8 && i + k < n; k++)
-			buf[i + k] = (unsigned char)(v >> (8 * k));
-	}
-}
-
-/* Does msg contain the decimal number v as a whole token (no digit or '-' glued to it)? */
-static int has_number(const char *msg, long long v)
-{
-	char num[32];
-	snprintf(num, sizeof num, "%lld", v);
-	size_t len = strlen(num);
-	for (const char *p = strstr(msg, num); p != NULL; p = strstr(p + 1, num)) {
-		int before_ok = p == msg || !((p[-1] >= '0' && p[-1] <= '9') || p[-1] == '-');
-		int after_ok = !(p[len] >= '0' && p[len] <= '9');
-		if (before_ok && after_ok)
-			return 1;
-	}
-	return 0;
-}
-
-/* A run's inputs: block i is sizes[i] bytes of pattern (i, seed) in its own heap buffer of exactly
- * that size (so that ASan sees any over-read), or NULL for an empty block when null_empty is set. */
-typedef struct blockset {
-	size_t n;
-	uint64_t seed;
-	const void **srcs;
-	size_t *sizes;
-	unsigned char **bufs;
-} blockset;
-
-static void bs_alloc(blockset *b, size_t n, uint64_t seed)
-{
-	memset(b, 0, sizeof *b);
-	b->n = n;
-	b->seed = seed;
-	b->srcs = calloc(n ? n : 1, sizeof *b->srcs);
-	b->sizes = calloc(n ? n : 1, sizeof *b->sizes);
-	b->bufs = calloc(n ? n : 1, sizeof *b->bufs);
-	cr_assert(b->srcs && b->sizes && b->bufs, "out of memory");
-}
-
-static void bs_fill(blockset *b, int null_empty)
-{
-	for (size_t i = 0; i < b->n; i++) {
-		if (b->sizes[i] == 0 && null_empty) {
-			b->srcs[i] = NULL;
-			continue;
-		}
-		b->bufs[i] = malloc(b->sizes[i] ? b->sizes[i] : 1);
-		cr_assert(b->bufs[i] != NULL, "out of memory");
-		fill_pattern(b->bufs[i], b->sizes[i], i, b->seed);
-		b->srcs[i] = b->bufs[i];
-	}
-}
 
 /* Random sizes in 0 .. slot_bytes, with the edges (0, 1, slot_bytes) drawn often. */
 static void bs_random(blockset *b, size_t n, size_t slot_bytes, uint64_t seed)
@@ -162,29 +38,6 @@ static void bs_random(blockset *b, size_t n, size_t slot_bytes, uint64_t seed)
 		}
 	}
 	bs_fill(b, (int)(seed & 1));
-}
-
-static void bs_uniform(blockset *b, size_t n, size_t bytes, uint64_t seed)
-{
-	bs_alloc(b, n, seed);
-	for (size_t i = 0; i < n; i++)
-		b->sizes[i] = bytes;
-	bs_fill(b, 0);
-}
-
-static void bs_free(blockset *b)
-{
-	for (size_t i = 0; b->bufs != NULL && i < b->n; i++)
-		free(b->bufs[i]);
-	free(b->bufs);
-	free(b->srcs);
-	free(b->sizes);
-	memset(b, 0, sizeof *b);
-}
-
-static const void *const *bs_srcs(const blockset *b)
-{
-	return (const void *const *)b->srcs;
 }
 
 /* The checking callback's context. */
@@ -211,37 +64,12 @@ static void ck_init(checker *c, const blockset *bs, unsigned depth)
 		c->owner[s] = SIZE_MAX;
 }
 
-static void ck_fail(checker *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void ck_fail(checker *c, const char *fmt, ...)
-{
-	if (c->err[0] != '\0')
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(c->err, sizeof c->err, fmt, ap);
-	va_end(ap);
-	if (c->err[0] == '\0')
-		snprintf(c->err, sizeof c->err, "(violation)");
-}
+#define ck_fail(c, ...) first_error((c)->err, sizeof (c)->err, __VA_ARGS__)
 
 /* Verify that block i's bytes are exactly what is in the slot; `when` names the moment. */
 static void ck_bytes(checker *c, const rf_block *blk, const char *when)
 {
-	size_t i = blk->index;
-	if (blk->bytes == 0)
-		return;
-	if (blk->data == NULL) {
-		ck_fail(c, "block %zu: data is NULL with %zu bytes", i, blk->bytes);
-		return;
-	}
-	if (memcmp(blk->data, c->bs->srcs[i], blk->bytes) != 0) {
-		const unsigned char *d = blk->data, *s = c->bs->srcs[i];
-		size_t k = 0;
-		while (d[k] == s[k])
-			k++;
-		ck_fail(c, "block %zu (slot %u, %zu bytes): slot bytes differ from srcs[%zu] at offset %zu %s "
-			   "(0x%02x vs 0x%02x)", i, blk->slot, blk->bytes, i, k, when, d[k], s[k]);
-	}
+	check_slot_bytes(c->err, sizeof c->err, blk, c->bs->srcs, when);
 }
 
 static int check_cb(void *user, const rf_block *blk)
@@ -272,27 +100,13 @@ static int check_cb(void *user, const rf_block *blk)
 		if (blk->bytes == c->bs->sizes[i]) {
 			ck_bytes(c, blk, "at entry (RAW)");
 			/* Work while the slot is ours: a copy landing in it now would be a WAR violation. */
-			for (unsigned w = 0; w < c->work; w++) {
-				sched_yield();
-				const unsigned char *d = blk->data;
-				unsigned acc = 0;
-				for (size_t k = 0; k < blk->bytes; k++)
-					acc += d[k];
-				c->sink += acc;
-			}
+			hold_slot(blk, c->work, &c->sink);
 			ck_bytes(c, blk, "at exit (WAR: overwritten during compute)");
 		}
 	}
 	c->next = i + 1;
 	if (i == c->fail_at)
 		return c->fail_value;
-	return 0;
-}
-
-static int count_cb(void *user, const rf_block *blk)
-{
-	(void)blk;
-	(*(size_t *)user)++;
 	return 0;
 }
 
@@ -539,6 +353,17 @@ static void bad_teardown(bad_fixture *f)
 	rf_pipeline_destroy(f->p);
 }
 
+/* Running f's blocks, of which block `bad` is `why`, is RF_EINVAL before any compute, and the message
+ * names the block. */
+static void assert_bad_block_einval(bad_fixture *f, size_t bad, const char *why)
+{
+	int rc = rf_pipeline_run(f->p, f->bs.n, bs_srcs(&f->bs), f->bs.sizes, count_cb, &f->calls);
+	cr_assert_eq(rc, RF_EINVAL, "block %zu %s: %s", bad, why, rf_err_name(rc));
+	cr_assert_eq(f->calls, 0, "block %zu %s: compute called %zu times", bad, why, f->calls);
+	cr_assert(has_number(rf_errmsg(), (long long)bad), "errmsg \"%s\" does not name block %zu", rf_errmsg(),
+		  bad);
+}
+
 Test(pipeline, null_arguments_are_einval_before_any_work)
 {
 	bad_fixture f;
@@ -573,11 +398,7 @@ Test(pipeline, oversized_block_is_einval_before_any_work)
 		f.bs.bufs[bad] = calloc(1, 33);
 		f.bs.srcs[bad] = f.bs.bufs[bad];
 		f.bs.sizes[bad] = 33; /* slot_bytes + 1 */
-		int rc = rf_pipeline_run(f.p, N, bs_srcs(&f.bs), f.bs.sizes, count_cb, &f.calls);
-		cr_assert_eq(rc, RF_EINVAL, "block %zu over slot_bytes: %s", bad, rf_err_name(rc));
-		cr_assert_eq(f.calls, 0, "block %zu over slot_bytes: compute called %zu times", bad, f.calls);
-		cr_assert(has_number(rf_errmsg(), (long long)bad), "errmsg \"%s\" does not name block %zu",
-			  rf_errmsg(), bad);
+		assert_bad_block_einval(&f, bad, "over slot_bytes");
 		bad_teardown(&f);
 	}
 	/* Far over, and SIZE_MAX. */
@@ -599,11 +420,7 @@ Test(pipeline, null_source_with_bytes_is_einval)
 		bad_fixture f;
 		bad_setup(&f, N);
 		f.bs.srcs[bad] = NULL;
-		int rc = rf_pipeline_run(f.p, N, bs_srcs(&f.bs), f.bs.sizes, count_cb, &f.calls);
-		cr_assert_eq(rc, RF_EINVAL, "NULL srcs[%zu] with 32 bytes: %s", bad, rf_err_name(rc));
-		cr_assert_eq(f.calls, 0, "compute called %zu times", f.calls);
-		cr_assert(has_number(rf_errmsg(), (long long)bad), "errmsg \"%s\" does not name block %zu",
-			  rf_errmsg(), bad);
+		assert_bad_block_einval(&f, bad, "NULL source with 32 bytes");
 		bad_teardown(&f);
 	}
 	leak_check();
@@ -834,24 +651,30 @@ Test(pipeline, depth_from_environment)
 	leak_check();
 }
 
+/* With `var` set to `val`, creating from pp (which leaves the setting to the environment) is
+ * RF_ECONFIG, and the message names the variable and shows the value. */
+static void assert_env_econfig(const char *var, const char *val, const rf_pipeline_params *pp)
+{
+	setenv(var, val, 1);
+	rf_pipeline *p;
+	int rc = try_create(pp, &p);
+	cr_assert_eq(rc, RF_ECONFIG, "%s=\"%s\": %s", var, val, rf_err_name(rc));
+	const char *msg = rf_errmsg();
+	cr_assert(strstr(msg, var) != NULL, "errmsg does not name the variable: %s", msg);
+	if (val[0] != '\0')
+		cr_assert(strstr(msg, val) != NULL, "errmsg does not show the value \"%s\": %s", val, msg);
+	else
+		cr_assert(strstr(msg, "\"\"") != NULL || strstr(msg, "empty") != NULL,
+			  "errmsg does not show the empty value: %s", msg);
+}
+
 Test(pipeline, malformed_depth_environment_is_econfig)
 {
 	static const char *const vals[] = {"abc", "0", "-1", "99999", "", "4x", "1025", " 2", "+2", "0x10"};
 	unset_config_env();
 	for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
-		setenv("RINGFETCH_DEPTH", vals[i], 1);
-		rf_pipeline *p;
 		rf_pipeline_params pp = params_of(0, 64);
-		int rc = try_create(&pp, &p);
-		cr_assert_eq(rc, RF_ECONFIG, "RINGFETCH_DEPTH=\"%s\": %s", vals[i], rf_err_name(rc));
-		const char *msg = rf_errmsg();
-		cr_assert(strstr(msg, "RINGFETCH_DEPTH") != NULL, "errmsg does not name the variable: %s", msg);
-		if (vals[i][0] != '\0')
-			cr_assert(strstr(msg, vals[i]) != NULL, "errmsg does not show the value \"%s\": %s", vals[i],
-				  msg);
-		else
-			cr_assert(strstr(msg, "\"\"") != NULL || strstr(msg, "empty") != NULL,
-				  "errmsg does not show the empty value: %s", msg);
+		assert_env_econfig("RINGFETCH_DEPTH", vals[i], &pp);
 	}
 	leak_check();
 }
@@ -890,20 +713,9 @@ Test(pipeline, malformed_backend_environment_is_econfig)
 	static const char *const vals[] = {"gpu", "", "CPU", "cpu,threads", "nope"};
 	unset_config_env();
 	for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++) {
-		setenv("RINGFETCH_BACKEND", vals[i], 1);
-		rf_pipeline *p;
 		rf_pipeline_params pp = params_of(2, 64);
 		pp.backend = NULL;
-		int rc = try_create(&pp, &p);
-		cr_assert_eq(rc, RF_ECONFIG, "RINGFETCH_BACKEND=\"%s\": %s", vals[i], rf_err_name(rc));
-		const char *msg = rf_errmsg();
-		cr_assert(strstr(msg, "RINGFETCH_BACKEND") != NULL, "errmsg does not name the variable: %s", msg);
-		if (vals[i][0] != '\0')
-			cr_assert(strstr(msg, vals[i]) != NULL, "errmsg does not show the value \"%s\": %s", vals[i],
-				  msg);
-		else
-			cr_assert(strstr(msg, "\"\"") != NULL || strstr(msg, "empty") != NULL,
-				  "errmsg does not show the empty value: %s", msg);
+		assert_env_econfig("RINGFETCH_BACKEND", vals[i], &pp);
 	}
 	leak_check();
 }
