@@ -3,6 +3,7 @@
  * synchronisation, but each wait is still checked against the signals seen so far, so that an issue
  * order that could deadlock (a lowering bug) is reported instead of computing on stale slots. */
 #include "runtime/error.h"
+#include "runtime/staging.h"
 #include "runtime/walk.h"
 
 #include <stdio.h>
@@ -59,8 +60,9 @@ static int rf__cpu_probe(int device)
 
 static int rf__cpu_open(const rf__open_args *args, void **ctx)
 {
-	(void)args;
-	*ctx = NULL; /* no state: everything lives in the run */
+	/* No state of our own: everything lives in the run. The context is the staging policy (owned by
+	 * the engine, outliving us), which is all slots_alloc needs. */
+	*ctx = (void *)args->staging;
 	return RF_OK;
 }
 
@@ -79,18 +81,21 @@ static int rf__cpu_describe(void *ctx, char *buf, size_t cap)
 int rf__host_slots_alloc(void *ctx, size_t bytes, void **mem)
 {
 	(void)ctx;
-	/* Cache-line aligned, and a whole number of lines, as aligned_alloc requires. */
-	size_t rounded = (bytes + 63) & ~(size_t)63;
-	if (rounded < bytes || (*mem = aligned_alloc(64, rounded)) == NULL)
-		return rf__err(RF_ENOMEM, "cannot allocate %zu bytes of slots", bytes);
-	return RF_OK;
+	/* Page aligned and NUMA placed like every CPU pipeline's ring, under the default policy. */
+	return rf__staging_alloc(NULL, bytes, RF__STAGING_SLOT_ALIGN, mem);
 }
 
 void rf__host_slots_free(void *ctx, void *mem, size_t bytes)
 {
 	(void)ctx;
 	(void)bytes;
-	free(mem);
+	rf__staging_free(mem);
+}
+
+/* The ring comes from the staging layer under the pipeline's policy (ctx, see rf__cpu_open). */
+static int rf__cpu_slots_alloc(void *ctx, size_t bytes, void **mem)
+{
+	return rf__staging_alloc(ctx, bytes, RF__STAGING_SLOT_ALIGN, mem);
 }
 
 const rf__backend_ops rf__backend_cpu = {
@@ -100,7 +105,7 @@ const rf__backend_ops rf__backend_cpu = {
 	.probe = rf__cpu_probe,
 	.open = rf__cpu_open,
 	.close = rf__cpu_close,
-	.slots_alloc = rf__host_slots_alloc,
+	.slots_alloc = rf__cpu_slots_alloc,
 	.slots_free = rf__host_slots_free,
 	.run = rf__cpu_run,
 	.describe = rf__cpu_describe,

@@ -16,6 +16,7 @@
  * sets `stop` and wakes every queue; every walker stops at its next op or wait, in-flight copies finish,
  * and the run returns once all workers are parked again. The next run resets the counters. */
 #include "runtime/error.h"
+#include "runtime/staging.h"
 #include "runtime/topology.h"
 #include "runtime/walk.h"
 
@@ -79,6 +80,7 @@ struct rf__threads {
 	/* placement of the workers */
 	hwloc_topology_t topo;
 	char placement[256];
+	const rf__staging_policy *staging; /* where the ring goes (owned by the engine); NULL = auto */
 };
 
 /* Per-walker state: a private copy of the run (its failure fields are written by this walker only). */
@@ -367,6 +369,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	if (t == NULL)
 		return rf__err(RF_ENOMEM, "threads: out of memory");
 	t->nq = args->nqueues;
+	t->staging = args->staging;
 	t->q = aligned_alloc(64, t->nq * sizeof *t->q);
 	t->w = calloc(t->nq, sizeof *t->w);
 	if (t->q == NULL || t->w == NULL) {
@@ -409,6 +412,14 @@ static void rf__thr_close(void *ctx)
 	rf__thr_free(t);
 }
 
+/* The ring comes from the staging layer under the pipeline's policy. "auto" resolves on the calling
+ * thread, which is the compute thread (queue 0): the ring is placed next to its reader. */
+static int rf__thr_slots_alloc(void *ctx, size_t bytes, void **mem)
+{
+	rf__threads *t = ctx;
+	return rf__staging_alloc(t->staging, bytes, RF__STAGING_SLOT_ALIGN, mem);
+}
+
 static int rf__thr_probe(int device)
 {
 	(void)device;
@@ -422,7 +433,7 @@ const rf__backend_ops rf__backend_threads = {
 	.probe = rf__thr_probe,
 	.open = rf__thr_open,
 	.close = rf__thr_close,
-	.slots_alloc = rf__host_slots_alloc,
+	.slots_alloc = rf__thr_slots_alloc,
 	.slots_free = rf__host_slots_free,
 	.run = rf__thr_run,
 	.describe = rf__thr_describe,

@@ -1,7 +1,6 @@
 # Dependencies: hwloc and jemalloc through pkg-config, Criterion for tests, CUDA optional.
-# hwloc places the threads backend's workers (and, with the staging layer, memory). jemalloc is required
-# now so that a machine that configures today builds the staging layer tomorrow; nothing calls it yet,
-# so it is not linked until then.
+# hwloc places the threads backend's workers and binds staging memory; jemalloc serves staging memory
+# from per-NUMA-node arenas (runtime/staging.c, docs/staging.md).
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)

@@ -4,7 +4,7 @@
  *
  * This umbrella header carries the core contract: errors, the ring plan, the pipeline and the version.
  * The job-graph API (build, validate, lower, instantiate custom graphs) is in <ringfetch/graph.h>,
- * which this header includes.
+ * staging memory and ring placement in <ringfetch/staging.h>; this header includes both.
  *
  * Conventions, for every function below:
  *  - int-returning functions return 0 (RF_OK) on success or a negative RF_E* code; rf_errmsg() then
@@ -138,6 +138,8 @@ typedef struct rf_pipeline_params {
 	unsigned flags;      /* must be 0 */
 	unsigned copy_queues; /* copy lanes; 0 = 1. Block i's copy goes on lane i % copy_queues, so keeping
 	                         K copies in flight needs depth >= K + 1 */
+	const char *staging;  /* where the ring lives (<ringfetch/staging.h>): "auto" (NULL), "node:N",
+	                         "interleave" or "none"; read during rf_pipeline_create only */
 } rf_pipeline_params;
 
 /**
@@ -150,12 +152,18 @@ typedef struct rf_pipeline_params {
  * once and pinned (when the machine has two cores or more) to a core other than the caller's. "auto"
  * picks the best backend usable on this machine (today: "threads").
  *
+ * Ring memory (CPU backends) comes from the staging layer: bound to the NUMA node `staging` asks for
+ * ("auto": the node of the calling thread, where the computes run), touched here, and reported by
+ * rf_pipeline_placement() — including why it is not bound, when the kernel refuses binding.
+ *
  * \return RF_OK and *out;
  *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, flags != 0,
- *                   copy_queues > depth - 1 when copy_queues > 1, or depth * slot_bytes overflowing;
+ *                   copy_queues > depth - 1 when copy_queues > 1, depth * slot_bytes overflowing,
+ *                   or a malformed staging policy or one naming a NUMA node this process cannot use;
  *         RF_ENODEV for an unknown backend name, or a backend not usable here (rf_errmsg says why);
  *         RF_ECONFIG for a malformed RINGFETCH_DEPTH or RINGFETCH_BACKEND (when consulted), naming
  *                    the variable and its value;
+ *         RF_EBACKEND if the hwloc topology (needed to place the ring) cannot be loaded;
  *         RF_ENOMEM when memory runs out. On failure *out is untouched and nothing is leaked.
  * Environment: RINGFETCH_DEPTH (1 .. RF_MAX_DEPTH, decimal digits only) is read when depth is 0;
  * RINGFETCH_BACKEND ("cpu", "threads", "cuda", "auto") when backend is NULL. An empty value is malformed.
@@ -223,5 +231,6 @@ RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
 #endif
 
 #include "ringfetch/graph.h"
+#include "ringfetch/staging.h"
 
 #endif /* RINGFETCH_H */

@@ -36,6 +36,9 @@ typedef struct rf__run {
 typedef struct rf__open_args {
 	unsigned nqueues;
 	int device;
+	/* Where CPU backends put their slots (runtime/staging.h); NULL = "auto". Owned by the engine and
+	 * valid until the backend is closed, so a backend may keep the pointer. */
+	const struct rf__staging_policy *staging;
 } rf__open_args;
 
 typedef struct rf__backend_ops {
@@ -73,7 +76,8 @@ void rf__be_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t b
 int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run);
 void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap);
 
-/* Plain host slot memory, for CPU backends (the staging layer will replace it). */
+/* Host slot memory from the staging layer under the default policy ("auto"), ctx ignored: for
+ * backends without a policy of their own (test backends). cpu and threads pass their pipeline's. */
 int rf__host_slots_alloc(void *ctx, size_t bytes, void **mem);
 void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
 
@@ -82,6 +86,10 @@ void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
 typedef struct rf__test_hooks {
 	void (*before_copy)(size_t block); /* called on the copying thread before each copy */
 	int drop_war_wait;                 /* pipelines created while set lose their WAR waits */
+	/* Staging fault injection: consulted at each allocation step ("topology", "arena", "membind",
+	 * "fallback", "mallocx"); non-zero makes the step fail. For "membind" the value is the errno the
+	 * binding fails with: EPERM/ENOSYS/EXDEV/EINVAL are refusals (unbound fallback), others errors. */
+	int (*fail_alloc_step)(const char *step);
 } rf__test_hooks_t;
 extern rf__test_hooks_t rf__test_hooks;
 

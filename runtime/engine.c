@@ -21,12 +21,14 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	e->slots_len = (size_t)(prog->nslots ? prog->nslots : 1) * slot_bytes;
 	if ((rc = rf__backend_lookup(backend, device, &e->be)) != RF_OK)
 		goto fail_prog;
-	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device};
+	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging};
 	if ((rc = rf__be_open(e->be, &args, &e->ctx)) != RF_OK)
 		goto fail_prog;
 	void *mem = NULL;
-	if ((rc = rf__be_slots_alloc(e->be, e->ctx, e->slots_len, &mem)) != RF_OK)
+	if ((rc = rf__be_slots_alloc(e->be, e->ctx, e->slots_len, &mem)) != RF_OK) {
+		rf__err(rc, "%s: ring slots: %s", who, rf__errmsg_peek());
 		goto fail_open;
+	}
 	e->slots = mem;
 	rf__be_describe(e->be, e->ctx, e->describe, sizeof e->describe);
 	atomic_init(&e->state, RF__IDLE);

@@ -4,6 +4,7 @@
 #define RF_RUNTIME_ENGINE_H
 
 #include "runtime/backend.h"
+#include "runtime/staging.h"
 
 #include <stdatomic.h>
 
@@ -19,11 +20,14 @@ typedef struct rf__engine {
 	atomic_int cancel; /* read by backends between nodes */
 	char describe[320]; /* rf_pipeline_describe */
 	char *trace_path;   /* rf_pipeline_trace: Chrome trace appended after each run, or NULL */
+	rf__staging_policy staging; /* where CPU backends put the slots; set by the owner before init
+	                               (zero: "auto") */
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
 	void *owner;
 } rf__engine;
 
-/* Resolve `backend` (already through config), open it, allocate prog->nslots * slot_bytes of slots.
+/* Resolve `backend` (already through config), open it, allocate prog->nslots * slot_bytes of slots
+ * (CPU backends: from the staging layer under e->staging, which the owner sets first; zero = auto).
  * Takes ownership of prog in every case. `who` prefixes error messages. */
 int rf__engine_init(rf__engine *e, const char *who, const char *backend, int device,
 		    struct rf_program *prog, size_t slot_bytes);
@@ -34,6 +38,9 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 
 /* Trace every following run into path (copied), or stop tracing (NULL). RF_EBUSY while running. */
 int rf__engine_trace(rf__engine *e, const char *who, const char *path);
+
+/* A pipeline's engine (white-box tests: the ring's address and length). */
+const rf__engine *rf__pipeline_engine(const rf_pipeline *p);
 
 /* Returns 1 if the owner may be freed now, 0 if a run in progress will free it (deferred). */
 int rf__engine_destroy_begin(rf__engine *e);

@@ -42,8 +42,10 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		return rc;
 	unsigned depth, kq = params->copy_queues ? params->copy_queues : 1;
 	const char *backend;
+	rf__staging_policy staging;
 	if ((rc = rf__config_depth(params->depth, &depth)) != RF_OK ||
-	    (rc = rf__config_backend(params->backend, &backend)) != RF_OK)
+	    (rc = rf__config_backend(params->backend, &backend)) != RF_OK ||
+	    (rc = rf__staging_parse("rf_pipeline_create", params->staging, &staging)) != RF_OK)
 		return rc;
 	if (kq > 1 && depth < kq + 1)
 		return rf__err(RF_EINVAL, "rf_pipeline_create: %u copy queues need depth >= %u (depth is %u)", kq,
@@ -56,6 +58,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		goto fail;
 	if (rf__test_hooks.drop_war_wait)
 		rf__prog_drop_war(prog);
+	p->eng.staging = staging;
 	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", backend, params->device, prog,
 				  params->slot_bytes)) != RF_OK)
 		goto fail;
@@ -102,6 +105,23 @@ int rf_pipeline_trace(rf_pipeline *p, const char *path)
 	if (path != NULL && path[0] == '\0')
 		return rf__err(RF_EINVAL, "rf_pipeline_trace: empty path");
 	return rf__engine_trace(&p->eng, "rf_pipeline_trace", path);
+}
+
+/* Placement is a property of the ring's address: the staging layer knows every region it mapped. */
+int rf_pipeline_placement(const rf_pipeline *p, rf_placement *out)
+{
+	if (p == NULL || out == NULL)
+		return rf__err(RF_EINVAL, "rf_pipeline_placement: %s is NULL", p == NULL ? "p" : "out");
+	if (rf__staging_placement(p->eng.slots, out) != RF_OK)
+		return rf__err(RF_ENOTSUP, "rf_pipeline_placement: the ring of backend %s is not staging memory",
+			       p->eng.be->name);
+	return RF_OK;
+}
+
+/* White-box tests check the ring's pages against the kernel: they need its address. */
+const rf__engine *rf__pipeline_engine(const rf_pipeline *p)
+{
+	return &p->eng;
 }
 
 const char *rf_pipeline_describe(const rf_pipeline *p)

@@ -1,0 +1,86 @@
+/*
+ * ringfetch/staging.h — where ring (staging) memory lives, and NUMA-local buffers for embedders.
+ *
+ * Every CPU pipeline's ring slots come from the staging layer: page-aligned memory bound with hwloc to
+ * one NUMA node (BIND + STRICT, before first touch, then touched), served by a jemalloc arena per
+ * (node, pinned). Placement is never silently wrong: when the kernel refuses binding (containers
+ * without CAP_SYS_NICE, seccomp) the memory is ordinary memory and the placement says so, and why.
+ *
+ * Policies (rf_pipeline_params.staging, and the `policy` argument below), exact spelling:
+ *   "auto"        (also NULL) the NUMA node of the calling thread's current core (for CPU pipelines:
+ *                 the thread that creates the pipeline, which is the thread its computes run on);
+ *   "node:N"      NUMA node with OS index N (as numactl and /sys/devices/system/node number them);
+ *   "interleave"  pages interleaved over every NUMA node the process may use;
+ *   "none"        ordinary unbound memory (the kernel places it at first touch).
+ * Anything else ("", "Node:0", "node:", "node:-1", "node:1x", "node: 1") is RF_EINVAL.
+ *
+ * Page-locking for DMA (cudaHostRegister) belongs to the CUDA backend, a later addition: `pinned` is
+ * 0 for every allocation of this build. CPU pipelines and rf_staging_alloc do not ask for page-locked
+ * memory, so pinned == 0 is not a shortfall and does not make `reason` non-empty.
+ *
+ * See docs/staging.md for how the node is chosen, what happens in containers, and what linking
+ * jemalloc means for an embedding application.
+ */
+#ifndef RINGFETCH_STAGING_H
+#define RINGFETCH_STAGING_H
+
+#include "../ringfetch.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Where some staging memory landed. */
+typedef struct rf_placement {
+	int numa_node;      /* OS index of the node the memory is bound to; for unbound memory the node its
+	                       first page was found on, if the kernel says; -1 when unknown or interleaved */
+	int bound;          /* 1 when the kernel bound the pages as the policy asked (to numa_node, or
+	                       interleaved over every node for "interleave"); 0 otherwise */
+	int pinned;         /* 1 when page-locked for DMA; always 0 in this build (no CUDA backend yet) */
+	const char *reason; /* "" when bound; else a sentence saying why not ("policy none: ...",
+	                       "binding refused by the kernel (EPERM ...): unbound memory"). A static
+	                       string: valid for the life of the process. Never NULL. */
+} rf_placement;
+
+/**
+ * Where the pipeline's ring slots live (all slots of a ring are one allocation, placed as one).
+ * Thread-safe; may be called while the pipeline runs.
+ * \return RF_OK and *out;
+ *         RF_EINVAL if p or out is NULL;
+ *         RF_ENOTSUP if the pipeline's backend does not take its ring from the staging layer.
+ */
+RF_EXTERN int rf_pipeline_placement(const rf_pipeline *p, rf_placement *out);
+
+/**
+ * Allocate `bytes` of staging memory under `policy` (see the top of this header; NULL = "auto"):
+ * NUMA-bound, already touched (resident), zero-filled, aligned to 64 bytes, and to 4096 (a page) when
+ * bytes >= 4096. The caller owns it and releases it with rf_staging_free() — never free(). The memory
+ * comes from a jemalloc arena reserved for that (node, pinned) pair, created on first use and kept
+ * for the life of the process (freed memory is reused, and returned to the system by jemalloc's
+ * decay). Thread-safe.
+ * \return RF_OK and *out;
+ *         RF_EINVAL if out is NULL, bytes is 0, or policy is malformed or names a NUMA node this
+ *                   process cannot use (rf_errmsg lists the nodes there are);
+ *         RF_ENOMEM if memory (or a jemalloc arena) cannot be had; rf_errmsg names the step;
+ *         RF_EBACKEND if the hwloc topology cannot be loaded.
+ * A kernel that refuses binding is not an error: the memory is unbound and rf_staging_placement()
+ * says why. On failure *out is untouched and nothing is leaked.
+ */
+RF_EXTERN int rf_staging_alloc(size_t bytes, const char *policy, void **out);
+
+/** Release memory from rf_staging_alloc(). NULL is a no-op. Any thread may free. */
+RF_EXTERN void rf_staging_free(void *p);
+
+/**
+ * Where the staging memory at p (any address inside a live rf_staging_alloc() block, or inside a
+ * pipeline's ring) landed. Thread-safe.
+ * \return RF_OK and *out;
+ *         RF_EINVAL if out is NULL, or p is not inside staging memory.
+ */
+RF_EXTERN int rf_staging_placement(const void *p, rf_placement *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RINGFETCH_STAGING_H */

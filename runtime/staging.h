@@ -1,0 +1,54 @@
+/* runtime/staging.h — internal: staging memory (hwloc NUMA binding, jemalloc arenas with extent
+ * hooks). The public side is include/ringfetch/staging.h; this is what the engine and the CPU
+ * backends call, plus the accessors white-box tests use. */
+#ifndef RF_RUNTIME_STAGING_H
+#define RF_RUNTIME_STAGING_H
+
+#include "ringfetch.h"
+
+#include <stddef.h>
+
+/* A parsed policy. All-zero is "auto", so a zeroed engine (rf_exec) gets the default. */
+typedef enum rf__stg_kind {
+	RF__STG_AUTO = 0,   /* resolved at allocation: the NUMA node of the calling thread */
+	RF__STG_NODE,       /* bind to `node` (OS index) */
+	RF__STG_INTERLEAVE, /* interleave over the allowed nodes */
+	RF__STG_NONE,       /* ordinary memory */
+	RF__STG_UNKNOWN     /* auto, when the caller's node is unknown: ordinary memory (never parsed) */
+} rf__stg_kind;
+
+typedef struct rf__staging_policy {
+	rf__stg_kind kind;
+	int node;   /* RF__STG_NODE only */
+	int pinned; /* page-locked for DMA: reserved for the CUDA backend, 0 today */
+} rf__staging_policy;
+
+/* Alignment of ring slots: a page, so that the ring is placed (and later registered) page by page. */
+#define RF__STAGING_SLOT_ALIGN 4096u
+
+/* Parse a policy string (NULL = auto) strictly; RF_EINVAL with a sentence prefixed by `who`.
+ * Checks the syntax only: whether node N exists is checked when memory is allocated. */
+int rf__staging_parse(const char *who, const char *text, rf__staging_policy *out);
+
+/* Allocate bytes (> 0) aligned to align (a power of two <= 4096) under pol (NULL = auto).
+ * RF_OK, RF_EINVAL (no such node), RF_ENOMEM, RF_EBACKEND (topology); see rf_staging_alloc. */
+int rf__staging_alloc(const rf__staging_policy *pol, size_t bytes, size_t align, void **out);
+/* Release what rf__staging_alloc returned (NULL is a no-op). */
+void rf__staging_free(void *p);
+/* Placement of staging memory at p; RF_EINVAL if p is not inside staging memory. */
+int rf__staging_placement(const void *p, rf_placement *out);
+
+/* ---- for tests ---------------------------------------------------------------------------------- */
+
+typedef struct rf__staging_stats {
+	long live_allocs;         /* successful rf__staging_alloc minus rf__staging_free */
+	size_t mapped_bytes;      /* bytes currently mapped through the extent hooks, all arenas */
+	unsigned long hook_maps;  /* extent-hook mappings made so far */
+	unsigned narenas;         /* arenas created so far */
+} rf__staging_stats;
+
+void rf__staging_get_stats(rf__staging_stats *out);
+/* The jemalloc arena index serving staging memory at p, or -1 if p is not staging memory. */
+int rf__staging_arena_of(const void *p);
+
+#endif
