@@ -80,11 +80,16 @@ static void sp_compute(void *buffers[], void *arg)
 	size_t index, bytes;
 	starpu_codelet_unpack_args(arg, &k, &index, &bytes);
 	rf_block b = {index, 0, (const void *)STARPU_VECTOR_GET_PTR(buffers[0]), bytes, NULL};
-	rfb_compute(k, &b); /* all computes are ordered: RAW/WAR chains through the slot handles */
+	rfb_compute(k, &b); /* in block order, one at a time: the "order" handle (see below) */
 }
 
+/* The compute task also takes an "order" handle in RW mode: computes then run one at a time in block
+ * order, as rf_pipeline_run's contract (and a stateful compute, like the sink here) requires. Without
+ * it StarPU would run the computes of different slots concurrently on its workers — faster, but a
+ * different (and for this sink racy) pipeline. */
 static struct starpu_codelet sp_copy_cl = {.cpu_funcs = {sp_copy}, .nbuffers = 1, .modes = {STARPU_W}};
-static struct starpu_codelet sp_compute_cl = {.cpu_funcs = {sp_compute}, .nbuffers = 1, .modes = {STARPU_R}};
+static struct starpu_codelet sp_compute_cl = {.cpu_funcs = {sp_compute}, .nbuffers = 2,
+					      .modes = {STARPU_R, STARPU_RW}};
 
 int rfb_starpu_init(unsigned ncpu, char *why, size_t cap)
 {
@@ -106,8 +111,10 @@ int rfb_starpu_init(unsigned ncpu, char *why, size_t cap)
 
 int rfb_starpu_run(const rfb_work *w, unsigned depth, unsigned char *ring, rfb_sink *k)
 {
-	starpu_data_handle_t h[RF_MAX_DEPTH];
+	starpu_data_handle_t h[RF_MAX_DEPTH], order;
+	int token = 0;
 	starpu_resume();
+	starpu_variable_data_register(&order, STARPU_MAIN_RAM, (uintptr_t)&token, sizeof token);
 	for (unsigned s = 0; s < depth; s++)
 		starpu_vector_data_register(&h[s], STARPU_MAIN_RAM, (uintptr_t)(ring + s * w->size),
 					    (uint32_t)(w->size / sizeof(float)), sizeof(float));
@@ -119,12 +126,13 @@ int rfb_starpu_run(const rfb_work *w, unsigned depth, unsigned char *ring, rfb_s
 		rc = starpu_task_insert(&sp_copy_cl, STARPU_W, slot, STARPU_VALUE, &src, sizeof src, STARPU_VALUE,
 					&bytes, sizeof bytes, 0);
 		if (rc == 0)
-			rc = starpu_task_insert(&sp_compute_cl, STARPU_R, slot, STARPU_VALUE, &k, sizeof k, STARPU_VALUE,
-						&i, sizeof i, STARPU_VALUE, &bytes, sizeof bytes, 0);
+			rc = starpu_task_insert(&sp_compute_cl, STARPU_R, slot, STARPU_RW, order, STARPU_VALUE, &k, sizeof k,
+						STARPU_VALUE, &i, sizeof i, STARPU_VALUE, &bytes, sizeof bytes, 0);
 	}
 	starpu_task_wait_for_all();
 	for (unsigned s = 0; s < depth; s++)
 		starpu_data_unregister(h[s]);
+	starpu_data_unregister(order);
 	starpu_pause();
 	return rc;
 }
