@@ -187,6 +187,7 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
  *         RF_EBUSY if the pipeline is already running (another thread, or a callback re-entering);
  *         RF_ECALLBACK if compute returned non-zero at block k: no compute runs after k, copies in
  *                   flight are drained, rf_errmsg names k and the value; the pipeline stays usable;
+ *         RF_ECANCELED if rf_pipeline_cancel (or rf_pipeline_destroy from a callback) stopped the run;
  *         RF_EBACKEND if the backend failed (rf_errmsg says how).
  */
 RF_EXTERN int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const *srcs,
@@ -206,6 +207,16 @@ RF_EXTERN unsigned rf_pipeline_copy_queues(const rf_pipeline *p);
  * destroyed; "" for NULL.
  */
 RF_EXTERN const char *rf_pipeline_describe(const rf_pipeline *p);
+
+/**
+ * Stop the run in progress on p: no compute starts after the one running (if any), copies in flight
+ * finish, and that rf_pipeline_run returns RF_ECANCELED (RF_OK if its last compute had already started).
+ * The pipeline stays usable. Callable from any thread, including a compute callback of p. With no run
+ * in progress it does nothing (it is not remembered for the next run); racing with the end of one run
+ * and the start of the next on another thread, it may reach either.
+ * \return RF_OK; RF_EINVAL (p NULL).
+ */
+RF_EXTERN int rf_pipeline_cancel(rf_pipeline *p);
 
 /**
  * Record a Chrome trace (trace-event JSON, opens in Perfetto or chrome://tracing) of every following

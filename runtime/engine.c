@@ -121,9 +121,13 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	if (rc != RF_OK)
 		return rc;
 	int idle = RF__IDLE;
+	if (atomic_load(&e->state) != RF__IDLE)
+		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
+	/* Clear a stale cancel before the run becomes visible as RUNNING: a cancel that sees RUNNING (see
+	 * rf__engine_cancel) then always reaches this run. */
+	atomic_store(&e->cancel, 0);
 	if (!atomic_compare_exchange_strong(&e->state, &idle, RF__RUNNING))
 		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
-	atomic_store_explicit(&e->cancel, 0, memory_order_relaxed);
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user);
 	int running = RF__RUNNING;
 	if (!atomic_compare_exchange_strong(&e->state, &running, RF__IDLE)) {
@@ -132,6 +136,13 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 		return rc;
 	}
 	return rc;
+}
+
+int rf__engine_cancel(rf__engine *e)
+{
+	if (atomic_load(&e->state) == RF__RUNNING)
+		atomic_store(&e->cancel, 1);
+	return RF_OK;
 }
 
 int rf__engine_destroy_begin(rf__engine *e)

@@ -42,6 +42,9 @@ int rf__engine_trace(rf__engine *e, const char *who, const char *path);
 /* A pipeline's engine (white-box tests: the ring's address and length). */
 const rf__engine *rf__pipeline_engine(const rf_pipeline *p);
 
+/* Ask the run in progress, if any, to stop issuing work (it returns RF_ECANCELED once drained). */
+int rf__engine_cancel(rf__engine *e);
+
 /* Returns 1 if the owner may be freed now, 0 if a run in progress will free it (deferred). */
 int rf__engine_destroy_begin(rf__engine *e);
 /* Release the backend, slots and program (the engine struct itself belongs to the owner). */

@@ -98,6 +98,13 @@ size_t rf_pipeline_slot_bytes(const rf_pipeline *p)
 	return p ? p->eng.slot_bytes : 0;
 }
 
+int rf_pipeline_cancel(rf_pipeline *p)
+{
+	if (p == NULL)
+		return rf__err(RF_EINVAL, "rf_pipeline_cancel: p is NULL");
+	return rf__engine_cancel(&p->eng);
+}
+
 int rf_pipeline_trace(rf_pipeline *p, const char *path)
 {
 	if (p == NULL)

@@ -6,7 +6,8 @@
  * block order, slot = index % depth, bytes, payload — once on entry and again after a random delay
  * (sleep or spin), so that a copy overwriting a slot under a running compute is caught. Copies are made
  * slow and fast in turn through a test hook. Some iterations fail the compute at a random block and
- * check RF_ECALLBACK, that nothing ran after it, and that the pipeline is reusable.
+ * check RF_ECALLBACK, that nothing ran after it, and that the pipeline is reusable; some are canceled
+ * from another thread at a random moment (RF_ECANCELED or RF_OK, then reusable).
  *
  * usage: test_race [--backend B] [--seed S] [--iterations N] [--seconds T] [--only I]
  *                  [--negative-control]
@@ -16,6 +17,7 @@
  */
 #include "runtime/backend.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,6 +115,20 @@ static int compute(void *user, const rf_block *b)
 	return b->index == c->fail_at ? 7 : 0;
 }
 
+/* A canceller: waits a few microseconds, then cancels the pipeline's run (whatever it has reached). */
+typedef struct canceller {
+	rf_pipeline *p;
+	long delay_ns;
+} canceller;
+
+static void *cancel_soon(void *arg)
+{
+	canceller *k = arg;
+	pause_ns(k->delay_ns);
+	rf_pipeline_cancel(k->p);
+	return NULL;
+}
+
 /* One iteration; returns 0 if every check held, else prints why. */
 static int iteration(unsigned long long iter, int negative)
 {
@@ -147,20 +163,30 @@ static int iteration(unsigned long long iter, int negative)
 		goto out;
 	}
 	int failing = !negative && n > 0 && rnd(&s, 6) == 0;
+	int canceling = !negative && !failing && n > 0 && rnd(&s, 8) == 0;
 	if (failing)
 		c.fail_at = rnd(&s, n);
+	canceller k = {p, (long)rnd(&s, 200000)};
+	pthread_t kt;
+	if (canceling && pthread_create(&kt, NULL, cancel_soon, &k) != 0)
+		canceling = 0;
 	rc = rf_pipeline_run(p, n, (const void *const *)srcs, sizes, compute, &c);
+	if (canceling)
+		pthread_join(kt, NULL);
 	if (c.why[0]) {
 		printf("iteration %llu (depth %u, K %u, %zu blocks, slot %zu): %s\n", iter, depth, kq, n, slot, c.why);
 		bad = 1;
 	} else if (failing && (rc != RF_ECALLBACK || c.calls != c.fail_at + 1)) {
 		printf("iteration %llu: fail at %zu: rc %s, %zu computes\n", iter, c.fail_at, rf_err_name(rc), c.calls);
 		bad = 1;
-	} else if (!failing && (rc != RF_OK || c.calls != n)) {
+	} else if (canceling && !((rc == RF_OK && c.calls == n) || (rc == RF_ECANCELED && c.calls <= n))) {
+		printf("iteration %llu: canceled run: rc %s, %zu of %zu computes\n", iter, rf_err_name(rc), c.calls, n);
+		bad = 1;
+	} else if (!failing && !canceling && (rc != RF_OK || c.calls != n)) {
 		printf("iteration %llu: rc %s (%s), %zu of %zu computes\n", iter, rf_err_name(rc), rf_errmsg(), c.calls, n);
 		bad = 1;
-	} else if (failing) {
-		/* Reusable after a failure: the same pipeline streams everything. */
+	} else if (failing || canceling) {
+		/* Reusable after a failure or a cancel: the same pipeline streams everything. */
 		ctx again = c;
 		again.next = again.calls = 0;
 		again.fail_at = (size_t)-1;

@@ -13,6 +13,7 @@
 
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 /* ---- helpers ------------------------------------------------------------------------------------- */
 
@@ -1094,5 +1095,83 @@ Test(pipeline, trace_records_every_copy_and_compute)
 	rf_pipeline_destroy(p);
 	bs_free(&bs);
 	remove(path);
+	leak_check();
+}
+
+/* ---- cancellation ------------------------------------------------------------------------------ */
+
+typedef struct cancel_probe {
+	rf_pipeline *p;
+	size_t calls, at;
+	atomic_int started;
+} cancel_probe;
+
+/* Cancels its own pipeline at block `at` (from inside the callback). */
+static int cancel_self_cb(void *user, const rf_block *blk)
+{
+	cancel_probe *c = user;
+	c->calls++;
+	if (blk->index == c->at)
+		cr_assert_eq(rf_pipeline_cancel(c->p), RF_OK);
+	return 0;
+}
+
+/* Slow computes, so that a cancel from another thread lands mid-run. */
+static int slow_cb(void *user, const rf_block *blk)
+{
+	(void)blk;
+	cancel_probe *c = user;
+	c->calls++;
+	atomic_store(&c->started, 1);
+	struct timespec d = {0, 2000000};
+	nanosleep(&d, NULL);
+	return 0;
+}
+
+static void *cancel_later(void *arg)
+{
+	cancel_probe *c = arg;
+	while (!atomic_load(&c->started))
+		sched_yield();
+	struct timespec d = {0, 10000000};
+	nanosleep(&d, NULL);
+	cr_assert_eq(rf_pipeline_cancel(c->p), RF_OK);
+	return NULL;
+}
+
+Test(pipeline, cancel_from_the_callback_stops_after_that_block)
+{
+	blockset bs;
+	bs_uniform(&bs, 40, 64, test_seed());
+	for (unsigned depth = 1; depth <= 4; depth++) {
+		rf_pipeline *p = make_pipeline(depth, 64, 1);
+		cancel_probe c = {p, 0, 7, 0};
+		int rc = rf_pipeline_run(p, bs.n, bs_srcs(&bs), bs.sizes, cancel_self_cb, &c);
+		cr_assert_eq(rc, RF_ECANCELED, "depth %u: %s", depth, rf_err_name(rc));
+		cr_assert_eq(c.calls, 8u, "depth %u: %zu computes, none may follow block 7", depth, c.calls);
+		checked_run(p, &bs, 0, "after a cancel"); /* usable, and the cancel is not remembered */
+		rf_pipeline_destroy(p);
+	}
+	bs_free(&bs);
+	leak_check();
+}
+
+Test(pipeline, cancel_from_another_thread_drains_and_returns_ecanceled)
+{
+	blockset bs;
+	bs_uniform(&bs, 2000, 64, test_seed());
+	rf_pipeline *p = make_pipeline(3, 64, 1);
+	cancel_probe c = {p, 0, 0, 0};
+	pthread_t t;
+	cr_assert_eq(pthread_create(&t, NULL, cancel_later, &c), 0);
+	int rc = rf_pipeline_run(p, bs.n, bs_srcs(&bs), bs.sizes, slow_cb, &c);
+	pthread_join(t, NULL);
+	cr_assert_eq(rc, RF_ECANCELED, "%s: %s", rf_err_name(rc), rf_errmsg());
+	cr_assert_lt(c.calls, bs.n, "the run went to the end");
+	cr_assert_eq(rf_pipeline_cancel(p), RF_OK, "idle: no effect");
+	checked_run(p, &bs, 0, "after a cancel from another thread");
+	cr_assert_eq(rf_pipeline_cancel(NULL), RF_EINVAL);
+	rf_pipeline_destroy(p);
+	bs_free(&bs);
 	leak_check();
 }
