@@ -151,13 +151,6 @@ static int rf__thr_signal(void *c, unsigned q, int64_t v, size_t block)
 	return 0;
 }
 
-static int64_t rf__now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 /* Spin (pause, then yield) until the value is there, the run stops, or the spin budget is spent.
  * Returns 1 when the value is there, 0 otherwise. */
 static int rf__thr_spin(rf__threads *t, rf__tq *e, int64_t v)
@@ -171,7 +164,7 @@ static int rf__thr_spin(rf__threads *t, rf__tq *e, int64_t v)
 		if (i < RF__SPIN_PAUSES) {
 			RF__PAUSE();
 		} else {
-			int64_t now = rf__now_ns();
+			int64_t now = rf__trace_now();
 			if (t0 == 0)
 				t0 = now;
 			else if (now - t0 > RF__SPIN_NS)
@@ -333,6 +326,9 @@ static void rf__thr_pin(rf__threads *t)
 	hwloc_obj_t cores[RF_MAX_QUEUES];
 	unsigned ncores = 0;
 	hwloc_obj_t home = NULL;
+	/* A topology failure is not the caller's failure (create still succeeds): keep its rf_errmsg. */
+	char saved[256];
+	snprintf(saved, sizeof saved, "%s", rf__errmsg_peek());
 	if ((t->topo = rf__topo_acquire()) != NULL && (home = rf__caller_core(t->topo)) != NULL)
 		ncores = rf__worker_cores(t->topo, home, cores, RF_MAX_QUEUES);
 	if (ncores == 0) {
@@ -340,6 +336,7 @@ static void rf__thr_pin(rf__threads *t)
 			 t->topo == NULL ? rf__errmsg_peek()
 			 : home == NULL ? "the caller's core is unknown (no core objects in the topology)"
 					: "no core besides the caller's in its CPU binding");
+		rf__err(RF_OK, "%s", saved);
 		return;
 	}
 	for (unsigned i = 1; i <= t->nworkers; i++) {

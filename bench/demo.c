@@ -2,9 +2,11 @@
  * default backend (RINGFETCH_BACKEND / RINGFETCH_DEPTH apply), check every block's bytes in the
  * compute, and print what happened.
  *
- * usage: ringfetch-demo [--blocks N] [--size BYTES]
+ * usage: ringfetch-demo [--blocks N] [--size BYTES]   (16 sources of BYTES each are allocated)
  */
-#include "ringfetch.h"
+#include "options.h"
+
+#include <ringfetch.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,20 +38,19 @@ static int check_block(void *user, const rf_block *b)
 
 int main(int argc, char **argv)
 {
-	size_t n = 4096, size = 256 * 1024;
-	for (int i = 1; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--blocks"))
-			n = strtoull(argv[i + 1], NULL, 10);
-		else if (!strcmp(argv[i], "--size"))
-			size = strtoull(argv[i + 1], NULL, 10);
-		else {
-			fprintf(stderr, "usage: %s [--blocks N] [--size BYTES]\n", argv[0]);
+	unsigned long long n = 4096, size = 256 * 1024;
+	for (int i = 1; i < argc; i += 2) {
+		int ok = i + 1 < argc;
+		if (ok && !strcmp(argv[i], "--blocks"))
+			ok = rfb_parse_count(argv[i + 1], 0, 1u << 24, &n) == 0;
+		else if (ok && !strcmp(argv[i], "--size"))
+			ok = rfb_parse_count(argv[i + 1], 1, 1u << 28, &size) == 0;
+		else
+			ok = 0;
+		if (!ok) {
+			fprintf(stderr, "usage: %s [--blocks 0..16M] [--size 1..256M bytes]\n", argv[0]);
 			return 2;
 		}
-	}
-	if (size == 0) {
-		fprintf(stderr, "%s: --size must be > 0\n", argv[0]);
-		return 2;
 	}
 	/* 16 distinct source blocks, cycled: enough to make a stale slot visible. */
 	unsigned char *src = malloc(16 * size);
@@ -80,7 +81,7 @@ int main(int argc, char **argv)
 	clock_gettime(CLOCK_MONOTONIC, &t1);
 	double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	printf("ringfetch %s demo\n", rf_version_string());
-	printf("  backend      %s\n  depth        %u\n  blocks       %zu x %zu bytes\n", rf_pipeline_backend(p),
+	printf("  backend      %s\n  depth        %u\n  blocks       %llu x %llu bytes\n", rf_pipeline_backend(p),
 	       rf_pipeline_depth(p), n, size);
 	printf("  streamed     %.1f MiB in %.3f s (%.2f GB/s, %.2f us/block)\n", (double)n * (double)size / 1048576.0,
 	       s, (double)n * (double)size / s / 1e9, s / (double)(n ? n : 1) * 1e6);

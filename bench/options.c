@@ -146,15 +146,22 @@ static int parse_compute(rfb_opts *o, const char *v, char *err, size_t cap)
 	return fail(err, cap, "--compute: \"%s\" is not sum, spin:NS_PER_KIB (0..1e9) or ratio:R (0..1000)", v);
 }
 
-static int parse_ulong(const char *opt, const char *v, unsigned long long lo, unsigned long long hi,
-		       unsigned long long *out, char *err, size_t cap)
+int rfb_parse_count(const char *s, unsigned long long lo, unsigned long long hi, unsigned long long *out)
 {
 	char *end;
 	errno = 0;
-	unsigned long long x = strtoull(v, &end, 10);
-	if (*v < '0' || *v > '9' || *end != '\0' || errno != 0 || x < lo || x > hi)
-		return fail(err, cap, "%s: \"%s\" is not a whole number in %llu..%llu", opt, v, lo, hi);
+	unsigned long long x = strtoull(s, &end, 10);
+	if (*s < '0' || *s > '9' || *end != '\0' || errno != 0 || x < lo || x > hi)
+		return -1;
 	*out = x;
+	return 0;
+}
+
+static int parse_ulong(const char *opt, const char *v, unsigned long long lo, unsigned long long hi,
+		       unsigned long long *out, char *err, size_t cap)
+{
+	if (rfb_parse_count(v, lo, hi, out) != 0)
+		return fail(err, cap, "%s: \"%s\" is not a whole number in %llu..%llu", opt, v, lo, hi);
 	return 0;
 }
 

@@ -38,6 +38,8 @@ typedef struct rfb_opts {
 int rfb_parse(int argc, char **argv, rfb_opts *o, char *err, size_t errcap);
 /* The usage text. */
 const char *rfb_usage(void);
+/* A whole decimal number in lo..hi into *out: 0, or -1 if malformed or out of range. */
+int rfb_parse_count(const char *s, unsigned long long lo, unsigned long long hi, unsigned long long *out);
 /* "64K", "1M", "1.5M", "4096" -> bytes; 0 on a malformed or out-of-range value. */
 size_t rfb_parse_size(const char *s);
 

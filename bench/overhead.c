@@ -8,7 +8,9 @@
  *
  * usage: ringfetch-overhead [--blocks N] [--size BYTES] [--reps R] [--depth D]
  */
-#include "ringfetch.h"
+#include "options.h"
+
+#include <ringfetch.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,25 +61,24 @@ static void hand_loop(size_t n, const void *const *srcs, const size_t *sizes, un
 
 int main(int argc, char **argv)
 {
-	size_t n = 1u << 20, size = 64;
-	unsigned reps = 15, depth = 2;
-	for (int i = 1; i + 1 < argc; i += 2) {
-		if (!strcmp(argv[i], "--blocks"))
-			n = strtoull(argv[i + 1], NULL, 10);
-		else if (!strcmp(argv[i], "--size"))
-			size = strtoull(argv[i + 1], NULL, 10);
-		else if (!strcmp(argv[i], "--reps"))
-			reps = (unsigned)strtoul(argv[i + 1], NULL, 10);
-		else if (!strcmp(argv[i], "--depth"))
-			depth = (unsigned)strtoul(argv[i + 1], NULL, 10);
-		else {
-			fprintf(stderr, "usage: %s [--blocks N] [--size BYTES] [--reps R] [--depth D]\n", argv[0]);
+	unsigned long long n = 1u << 20, size = 64, reps = 15, depth = 2;
+	for (int i = 1; i < argc; i += 2) {
+		int ok = i + 1 < argc;
+		if (ok && !strcmp(argv[i], "--blocks"))
+			ok = rfb_parse_count(argv[i + 1], 1, 1u << 26, &n) == 0;
+		else if (ok && !strcmp(argv[i], "--size"))
+			ok = rfb_parse_count(argv[i + 1], 1, 1u << 20, &size) == 0;
+		else if (ok && !strcmp(argv[i], "--reps"))
+			ok = rfb_parse_count(argv[i + 1], 1, 1000, &reps) == 0;
+		else if (ok && !strcmp(argv[i], "--depth"))
+			ok = rfb_parse_count(argv[i + 1], 1, RF_MAX_DEPTH, &depth) == 0;
+		else
+			ok = 0;
+		if (!ok) {
+			fprintf(stderr, "usage: %s [--blocks 1..64M] [--size 1..1M] [--reps 1..1000] [--depth 1..%u]\n",
+				argv[0], RF_MAX_DEPTH);
 			return 2;
 		}
-	}
-	if (n == 0 || size == 0 || reps == 0 || depth == 0 || depth > RF_MAX_DEPTH) {
-		fprintf(stderr, "%s: blocks, size, reps must be > 0 and depth in 1..%u\n", argv[0], RF_MAX_DEPTH);
-		return 2;
 	}
 	/* 64 distinct sources, reused: the working set stays in cache on both sides, which is the point
 	 * (we measure the runtime's own cost, not DRAM). */
@@ -123,7 +124,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	double ma = median(a, reps), mb = median(b, reps), md = median(d, reps);
-	printf("cpu backend overhead: %zu blocks of %zu B, depth %u, %u alternating reps\n", n, size, depth, reps);
+	printf("cpu backend overhead: %llu blocks of %llu B, depth %llu, %llu alternating reps\n", n, size, depth, reps);
 	printf("  hand-written loop : %7.2f ns/block (median)\n", ma);
 	printf("  rf_pipeline_run   : %7.2f ns/block (median)\n", mb);
 	printf("  overhead          : %7.2f ns/block (median of paired differences), ratio %.2fx\n", md, mb / ma);

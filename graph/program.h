@@ -68,7 +68,8 @@ int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **o
 void rf__prog_drop_war(struct rf_program *p);
 
 /* Expand a (periodic) program for nblocks into the flat op list a generic lowering would give, values
- * renumbered per queue from 1. *out is malloc'd (*n entries). For tests and printing. */
+ * renumbered per queue from 1. *out is malloc'd (*n entries). Not used by the runtime: it is how the
+ * tests compare a ring's periodic program with the generic lowering of its explicit graph. */
 int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, size_t *n);
 
 #endif

@@ -73,8 +73,8 @@ RF_EXTERN const char *rf_strerror(int err);
 RF_EXTERN const char *rf_err_name(int err);
 /**
  * Detail of the calling thread's most recent failed rf_ call ("" if none failed yet). Thread-local: a
- * failure on another thread does not change it. The pointer is valid until this thread's next failing
- * rf_ call; copy it to keep it. Never NULL.
+ * failure on another thread does not change it, nor does a successful call. The pointer is valid until
+ * this thread's next failing rf_ call; copy it to keep it. Never NULL.
  */
 RF_EXTERN const char *rf_errmsg(void);
 
@@ -158,6 +158,7 @@ typedef struct rf_pipeline_params {
  *
  * \return RF_OK and *out;
  *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, flags != 0,
+ *                   copy_queues >= RF_MAX_QUEUES,
  *                   copy_queues > depth - 1 when copy_queues > 1, depth * slot_bytes overflowing,
  *                   or a malformed staging policy or one naming a NUMA node this process cannot use;
  *         RF_ENODEV for an unknown backend name, or a backend not usable here (rf_errmsg says why);
@@ -188,6 +189,7 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
  *         RF_ECALLBACK if compute returned non-zero at block k: no compute runs after k, copies in
  *                   flight are drained, rf_errmsg names k and the value; the pipeline stays usable;
  *         RF_ECANCELED if rf_pipeline_cancel (or rf_pipeline_destroy from a callback) stopped the run;
+ *         RF_ENOMEM if tracing is on (rf_pipeline_trace) and its event arrays cannot be allocated;
  *         RF_EBACKEND if the backend failed (rf_errmsg says how).
  */
 RF_EXTERN int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const *srcs,
@@ -223,7 +225,7 @@ RF_EXTERN int rf_pipeline_cancel(rf_pipeline *p);
  * run: one track per queue, one slice per copy and per compute, named by block. Each run appends its
  * events to the file at `path` (created with an opening "[" and left as an open JSON array, which the
  * format allows, so that runs accumulate); path is copied. NULL stops tracing. While tracing, a run
- * allocates 40 bytes per copy and compute before it starts (nothing during it) and writes the file
+ * allocates 32 bytes per copy and compute before it starts (nothing during it) and writes the file
  * after its work has finished.
  * \return RF_OK; RF_EINVAL (p NULL, path ""); RF_EBUSY (the pipeline is running); RF_ENOMEM.
  * A traced run whose work succeeded but whose file could not be written returns RF_EBACKEND.

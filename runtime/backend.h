@@ -12,7 +12,7 @@
 
 #define RF__BACKEND_ABI 1
 
-/* Capabilities. */
+/* Capabilities (reserved: set by backends, read by nobody yet; the CUDA backend will need them). */
 #define RF__CAP_OVERLAP 0x1u /* queues really run concurrently */
 #define RF__CAP_DEVICE 0x2u  /* slots live in device memory */
 

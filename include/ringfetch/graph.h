@@ -179,7 +179,8 @@ typedef struct rf_exec_params {
  * Instantiate g on a backend: validate, lower, allocate nslots * slot_bytes of slot memory and the
  * backend's queues. The exec keeps its own program; g may be changed or destroyed afterwards.
  * \return RF_OK and *out; rf_graph_validate's errors; RF_EINVAL (NULL argument, slot_bytes 0, flags,
- *         an empty graph); RF_ENODEV; RF_ECONFIG (RINGFETCH_BACKEND malformed, when consulted); RF_ENOMEM.
+ *         an empty graph, nslots * slot_bytes overflowing); RF_ENODEV; RF_ECONFIG (RINGFETCH_BACKEND
+ *         malformed, when consulted); RF_EBACKEND (hwloc topology for the slot memory); RF_ENOMEM.
  */
 RF_EXTERN int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **out);
 
@@ -189,14 +190,18 @@ RF_EXTERN int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf
  * rf_pipeline_run; a failing compute stops every queue from starting new nodes and the run returns
  * RF_ECALLBACK once in-flight work has drained. Computes on one queue run in that queue's order.
  * Unlike rf_pipeline_run, a NULL e is RF_EINVAL even with nblocks 0 (an exec always has a graph).
- * \return RF_OK; RF_EINVAL; RF_EBUSY; RF_ECALLBACK; RF_ECANCELED; RF_EBACKEND.
+ * Threads: queue 0's nodes run on the calling thread; with the "threads" backend every other queue's
+ * nodes — compute callbacks included — run on that queue's worker thread.
+ * \return RF_OK; RF_EINVAL; RF_EBUSY; RF_ECALLBACK; RF_ECANCELED (rf_exec_destroy from a callback);
+ *         RF_ENOMEM (tracing arrays); RF_EBACKEND.
  */
 RF_EXTERN int rf_exec_run(rf_exec *e, size_t nblocks, const void *const *srcs, const size_t *sizes,
                           rf_compute_fn compute, void *user);
 
 /** The resolved backend name ("" for NULL). */
 RF_EXTERN const char *rf_exec_backend(const rf_exec *e);
-/** Release the exec. NULL is a no-op; not while it runs on another thread. */
+/** Release the exec. NULL is a no-op. Must not be called while another thread runs it; called from
+ * one of its own compute callbacks, the release is deferred until that run returns RF_ECANCELED. */
 RF_EXTERN void rf_exec_destroy(rf_exec *e);
 
 #ifdef __cplusplus

@@ -73,7 +73,8 @@ RF_EXTERN void rf_staging_free(void *p);
 
 /**
  * Where the staging memory at p (any address inside a live rf_staging_alloc() block, or inside a
- * pipeline's ring) landed. Thread-safe.
+ * pipeline's ring) landed. Thread-safe. For memory already freed the result is unspecified (the region
+ * may still be cached by the arena, and then RF_OK describes where it was).
  * \return RF_OK and *out;
  *         RF_EINVAL if out is NULL, or p is not inside staging memory.
  */
