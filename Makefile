@@ -6,8 +6,8 @@ CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 # Debian packages the build, tests and benchmark need: cmake, a C compiler, pkg-config, hwloc, jemalloc,
-# Criterion; gnuplot (the sweep's plot) and StarPU 1.3 (the sweep's peer baseline).
-DEB_PACKAGES := cmake make gcc pkg-config libhwloc-dev libjemalloc-dev libcriterion-dev gnuplot-nox libstarpu-dev
+# Criterion, libinih (the config file); gnuplot (the sweep's plot) and StarPU 1.3 (the sweep's peer baseline).
+DEB_PACKAGES := cmake make gcc pkg-config libhwloc-dev libjemalloc-dev libcriterion-dev libinih-dev gnuplot-nox libstarpu-dev
 RESULTS := $(BUILD)/results
 
 .PHONY: all deps configure build run test sanitize tsan clean
@@ -61,3 +61,24 @@ tsan: deps
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
+
+# libFuzzer targets (tests/fuzz/): a clang build with ASan + UBSan in $(FUZZ_BUILD), then each fuzzer run
+# deterministically (-seed=1) for a fixed number of inputs from a scratch copy of its seed corpus. Fails
+# on any crash, sanitizer report, leak or timeout. clang and its runtime are needed for this target only.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_CC ?= clang
+FUZZ_PACKAGES := clang libclang-rt-14-dev
+FUZZ_GRAPH_RUNS ?= 200000
+FUZZ_CONFIG_RUNS ?= 100000
+
+.PHONY: deps-fuzz fuzz
+
+deps-fuzz:
+	$(MAKE) deps DEB_PACKAGES="$(DEB_PACKAGES) $(FUZZ_PACKAGES)"
+
+fuzz: deps-fuzz
+	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+		-DRINGFETCH_WERROR=ON -DRINGFETCH_FUZZ=ON -DRINGFETCH_SANITIZE=address,undefined \
+		-DRINGFETCH_BENCH=OFF $(CMAKE_FLAGS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_graph fuzz_config
+	bash tests/fuzz/run.sh $(FUZZ_BUILD)/tests/fuzz $(FUZZ_GRAPH_RUNS) $(FUZZ_CONFIG_RUNS)

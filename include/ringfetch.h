@@ -166,8 +166,16 @@ typedef struct rf_pipeline_params {
  *                    the variable and its value;
  *         RF_EBACKEND if the hwloc topology (needed to place the ring) cannot be loaded;
  *         RF_ENOMEM when memory runs out. On failure *out is untouched and nothing is leaked.
- * Environment: RINGFETCH_DEPTH (1 .. RF_MAX_DEPTH, decimal digits only) is read when depth is 0;
- * RINGFETCH_BACKEND ("cpu", "threads", "cuda", "auto") when backend is NULL. An empty value is malformed.
+ * Configuration: built-in defaults < config file < environment < explicit params. A value left at
+ * zero / NULL in params is taken from the environment — RINGFETCH_DEPTH (1 .. RF_MAX_DEPTH, decimal
+ * digits only), RINGFETCH_BACKEND ("cpu", "threads", "cuda", "auto"), RINGFETCH_COPY_QUEUES (1..63),
+ * RINGFETCH_STAGING (a staging policy) — else from the INI file named by RINGFETCH_CONFIG (section
+ * [ringfetch], keys depth, backend, copy_queues, staging, trace, memory_budget), else the default.
+ * RINGFETCH_TRACE / `trace` make every run of the pipeline append a Chrome trace (rf_pipeline_trace);
+ * RINGFETCH_MEMORY_BUDGET / `memory_budget` (bytes, K/M/G suffixes) caps depth * slot_bytes.
+ * An environment variable is checked when consulted (an empty value is malformed); the file is checked
+ * whole whenever RINGFETCH_CONFIG is set: syntax errors, unknown sections or keys and malformed values
+ * are RF_ECONFIG naming the file, the line and the value. A ring over the budget is RF_ECONFIG too.
  */
 RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out);
 

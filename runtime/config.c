@@ -3,6 +3,9 @@
 #include "runtime/config.h"
 #include "runtime/error.h"
 
+#include <ini.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -35,20 +38,177 @@ const char *rf__parse_backend(const char *s)
 	return NULL;
 }
 
+int rf__parse_copy_queues(const char *s, unsigned *out)
+{
+	unsigned v = 0;
+	if (s == NULL || *s == '\0')
+		return -1;
+	for (const char *c = s; *c; c++) {
+		if (*c < '0' || *c > '9')
+			return -1;
+		v = v * 10 + (unsigned)(*c - '0');
+		if (v >= RF_MAX_QUEUES)
+			return -1;
+	}
+	if (v == 0)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+int rf__parse_bytes(const char *s, unsigned long long *out)
+{
+	unsigned long long v = 0, mul = 1;
+	const char *c = s;
+	if (s == NULL || *s < '0' || *s > '9')
+		return -1;
+	for (; *c >= '0' && *c <= '9'; c++) {
+		v = v * 10 + (unsigned)(*c - '0');
+		if (v > (1ull << 50))
+			return -1;
+	}
+	if (*c == 'K' || *c == 'k')
+		mul = 1ull << 10, c++;
+	else if (*c == 'M' || *c == 'm')
+		mul = 1ull << 20, c++;
+	else if (*c == 'G' || *c == 'g')
+		mul = 1ull << 30, c++;
+	if (*c != '\0' || v == 0 || v > (1ull << 50) / mul)
+		return -1;
+	*out = v * mul;
+	return 0;
+}
+
+/* ---- the file ----------------------------------------------------------------------------------- */
+
+typedef struct rf__ini {
+	rf__config *c;
+	const char *path;
+	int error;        /* the first problem found, RF_OK while none */
+	char what[300];   /* its description (the line comes from ini_parse's return value) */
+} rf__ini;
+
+static int rf__ini_bad(rf__ini *st, const char *fmt, ...) RF__PRINTF(2, 3);
+static int rf__ini_bad(rf__ini *st, const char *fmt, ...)
+{
+	if (st->error == RF_OK) {
+		va_list ap;
+		va_start(ap, fmt);
+		st->error = RF_ECONFIG;
+		vsnprintf(st->what, sizeof st->what, fmt, ap);
+		va_end(ap);
+	}
+	return 0; /* tells inih this line is an error: ini_parse returns the first such line */
+}
+
+#define RF__MALFORMED "%s = \"%.100s\" is malformed"
+
+/* One key of [ringfetch]; values are parsed as strictly as the environment's. */
+static int rf__ini_key(rf__ini *st, const char *name, const char *value)
+{
+	rf__config *c = st->c;
+	if (!strcmp(name, "depth"))
+		return rf__parse_depth(value, &c->depth) == 0 ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
+	if (!strcmp(name, "backend"))
+		return (c->backend = rf__parse_backend(value)) != NULL ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
+	if (!strcmp(name, "copy_queues"))
+		return rf__parse_copy_queues(value, &c->copy_queues) == 0 ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
+	if (!strcmp(name, "memory_budget")) {
+		if (rf__parse_bytes(value, &c->memory_budget) != 0)
+			return rf__ini_bad(st, RF__MALFORMED, name, value);
+		snprintf(c->budget_from, sizeof c->budget_from, "memory_budget in %.140s", st->path);
+		return 1;
+	}
+	if (!strcmp(name, "staging") || !strcmp(name, "trace")) {
+		char *dst = name[0] == 's' ? c->staging : c->trace;
+		size_t cap = name[0] == 's' ? sizeof c->staging : sizeof c->trace;
+		if (*value == '\0' || strlen(value) >= cap)
+			return rf__ini_bad(st, "%s = \"%.100s\" is empty or too long", name, value);
+		memcpy(dst, value, strlen(value) + 1);
+		return 1;
+	}
+	return rf__ini_bad(st, "unknown key \"%s\" (depth, backend, copy_queues, staging, trace, memory_budget)", name);
+}
+
+static int rf__ini_handler(void *user, const char *section, const char *name, const char *value)
+{
+	rf__ini *st = user;
+	if (strcmp(section, "ringfetch") != 0)
+		return rf__ini_bad(st, "key \"%s\" outside section [ringfetch] (in [%s])", name, section);
+	return rf__ini_key(st, name, value);
+}
+
+static int rf__config_file(rf__config *c)
+{
+	const char *path = getenv("RINGFETCH_CONFIG");
+	if (path == NULL)
+		return RF_OK;
+	if (*path == '\0')
+		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG is set but empty");
+	rf__ini st = {c, path, RF_OK, ""};
+	int line = ini_parse(path, rf__ini_handler, &st);
+	if (line < 0)
+		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot %s the file", path,
+			       line == -1 ? "open" : "read");
+	if (line > 0)
+		return rf__err(RF_ECONFIG, "%.200s:%d: %s", path, line, st.error ? st.what : "syntax error");
+	return RF_OK;
+}
+
+/* ---- the environment ---------------------------------------------------------------------------- */
+
+static int rf__env_bad(const char *var, const char *value, const char *expect)
+{
+	return rf__err(RF_ECONFIG, "%s=\"%.64s\" is not %s", var, value, expect);
+}
+
+static int rf__config_env(rf__config *c, int want_depth, int want_backend, int want_kq, int want_staging)
+{
+	const char *v;
+	if (want_depth && (v = getenv("RINGFETCH_DEPTH")) != NULL && rf__parse_depth(v, &c->depth) != 0)
+		return rf__env_bad("RINGFETCH_DEPTH", v, "a depth in 1..1024");
+	if (want_backend && (v = getenv("RINGFETCH_BACKEND")) != NULL && (c->backend = rf__parse_backend(v)) == NULL)
+		return rf__env_bad("RINGFETCH_BACKEND", v, "one of cpu, threads, cuda, auto");
+	if (want_kq && (v = getenv("RINGFETCH_COPY_QUEUES")) != NULL && rf__parse_copy_queues(v, &c->copy_queues) != 0)
+		return rf__env_bad("RINGFETCH_COPY_QUEUES", v, "a number of copy queues in 1..63");
+	if (want_staging && (v = getenv("RINGFETCH_STAGING")) != NULL) {
+		if (*v == '\0' || strlen(v) >= sizeof c->staging)
+			return rf__env_bad("RINGFETCH_STAGING", v, "a staging policy (auto, node:N, interleave, none)");
+		memcpy(c->staging, v, strlen(v) + 1);
+	}
+	if ((v = getenv("RINGFETCH_TRACE")) != NULL) {
+		if (*v == '\0' || strlen(v) >= sizeof c->trace)
+			return rf__env_bad("RINGFETCH_TRACE", v, "a file path");
+		memcpy(c->trace, v, strlen(v) + 1);
+	}
+	if ((v = getenv("RINGFETCH_MEMORY_BUDGET")) != NULL) {
+		if (rf__parse_bytes(v, &c->memory_budget) != 0)
+			return rf__env_bad("RINGFETCH_MEMORY_BUDGET", v, "a size in bytes (K, M, G suffixes)");
+		snprintf(c->budget_from, sizeof c->budget_from, "RINGFETCH_MEMORY_BUDGET");
+	}
+	return RF_OK;
+}
+
+int rf__config_load(rf__config *c, int want_depth, int want_backend, int want_copy_queues, int want_staging)
+{
+	memset(c, 0, sizeof *c);
+	int rc = rf__config_file(c);
+	if (rc == RF_OK)
+		rc = rf__config_env(c, want_depth, want_backend, want_copy_queues, want_staging);
+	return rc;
+}
+
 int rf__config_depth(unsigned explicit_depth, unsigned *out)
 {
 	if (explicit_depth != 0) {
 		*out = explicit_depth;
 		return RF_OK;
 	}
-	const char *env = getenv("RINGFETCH_DEPTH");
-	if (env == NULL) {
-		*out = RF__DEFAULT_DEPTH;
-		return RF_OK;
-	}
-	if (rf__parse_depth(env, out) != 0)
-		return rf__err(RF_ECONFIG, "RINGFETCH_DEPTH=\"%.64s\" is not a depth in 1..%u", env, RF_MAX_DEPTH);
-	return RF_OK;
+	rf__config c;
+	int rc = rf__config_load(&c, 1, 0, 0, 0);
+	if (rc == RF_OK)
+		*out = c.depth ? c.depth : RF__DEFAULT_DEPTH;
+	return rc;
 }
 
 int rf__config_backend(const char *explicit_backend, const char **out)
@@ -57,14 +217,9 @@ int rf__config_backend(const char *explicit_backend, const char **out)
 		*out = explicit_backend;
 		return RF_OK;
 	}
-	const char *env = getenv("RINGFETCH_BACKEND");
-	if (env == NULL) {
-		*out = "auto";
-		return RF_OK;
-	}
-	const char *name = rf__parse_backend(env);
-	if (name == NULL)
-		return rf__err(RF_ECONFIG, "RINGFETCH_BACKEND=\"%.64s\" is not one of cpu, threads, cuda, auto", env);
-	*out = name;
-	return RF_OK;
+	rf__config c;
+	int rc = rf__config_load(&c, 0, 1, 0, 0);
+	if (rc == RF_OK)
+		*out = c.backend ? c.backend : "auto";
+	return rc;
 }

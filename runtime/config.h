@@ -1,4 +1,10 @@
-/* runtime/config.h — resolving configured values: explicit API value, else environment, else default. */
+/* runtime/config.h — configured values: built-in defaults < config file (RINGFETCH_CONFIG=path, INI,
+ * section [ringfetch]) < environment (RINGFETCH_*) < explicit API values (applied by the caller).
+ *
+ * The file is a deliberate deployment artifact and is checked whole whenever it is read: a syntax error,
+ * an unknown section or key, or a malformed value is RF_ECONFIG naming the file, the line and the value.
+ * An environment variable is checked when its value is consulted (an explicit API value wins without
+ * reading it), and a malformed one is RF_ECONFIG naming the variable and its value. */
 #ifndef RF_RUNTIME_CONFIG_H
 #define RF_RUNTIME_CONFIG_H
 
@@ -8,6 +14,25 @@
 int rf__parse_depth(const char *s, unsigned *out);
 /* Parse a backend name: one of cpu, threads, cuda, auto. Returns the static canonical name or NULL. */
 const char *rf__parse_backend(const char *s);
+/* Parse a count of copy queues: decimal digits, 1 .. RF_MAX_QUEUES-1. 0 on success, -1 if malformed. */
+int rf__parse_copy_queues(const char *s, unsigned *out);
+/* Parse bytes with an optional K, M or G suffix (powers of 1024): 1 .. 2^50. 0 on success, -1 if not. */
+int rf__parse_bytes(const char *s, unsigned long long *out);
+
+/* The configured values (0 / NULL / "" = not configured at that level). */
+typedef struct rf__config {
+	unsigned depth;
+	const char *backend; /* static canonical name */
+	unsigned copy_queues;
+	char staging[64];
+	char trace[1024];
+	unsigned long long memory_budget;
+	char budget_from[160]; /* where memory_budget came from, for messages */
+} rf__config;
+
+/* Read RINGFETCH_CONFIG's file (when set) and the environment variables for the values the caller did
+ * not give explicitly (want_* non-zero). RF_OK or RF_ECONFIG. */
+int rf__config_load(rf__config *c, int want_depth, int want_backend, int want_copy_queues, int want_staging);
 
 /* depth: explicit (non-zero) wins; else RINGFETCH_DEPTH; else 2. RF_ECONFIG names the variable. */
 int rf__config_depth(unsigned explicit_depth, unsigned *out);

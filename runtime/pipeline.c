@@ -35,37 +35,63 @@ static void rf__pipeline_free(void *p)
 	free(pl);
 }
 
+/* The values to build with: explicit params, else configured (file < environment), else defaults. */
+typedef struct rf__resolved {
+	unsigned depth, kq;
+	const char *backend;
+	rf__staging_policy staging;
+	rf__config cfg;
+} rf__resolved;
+
+static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
+{
+	rf__config *c = &r->cfg;
+	int rc = rf__config_load(c, pp->depth == 0, pp->backend == NULL, pp->copy_queues == 0, pp->staging == NULL);
+	if (rc != RF_OK)
+		return rc;
+	r->depth = pp->depth ? pp->depth : c->depth ? c->depth : 2;
+	r->kq = pp->copy_queues ? pp->copy_queues : c->copy_queues ? c->copy_queues : 1;
+	r->backend = pp->backend ? pp->backend : c->backend ? c->backend : "auto";
+	const char *staging = pp->staging ? pp->staging : c->staging[0] ? c->staging : NULL;
+	if ((rc = rf__staging_parse("rf_pipeline_create", staging, &r->staging)) != RF_OK)
+		return rc;
+	if (r->kq > 1 && r->depth < r->kq + 1)
+		return rf__err(RF_EINVAL, "rf_pipeline_create: %u copy queues need depth >= %u (depth is %u)", r->kq,
+			       r->kq + 1, r->depth);
+	if (c->memory_budget != 0 && pp->slot_bytes > c->memory_budget / r->depth)
+		return rf__err(RF_ECONFIG, "rf_pipeline_create: a ring of %u x %zu bytes exceeds %s (%llu bytes)",
+			       r->depth, pp->slot_bytes, c->budget_from, c->memory_budget);
+	return RF_OK;
+}
+
 int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 {
 	int rc = rf__pipeline_params_check(params, out);
 	if (rc != RF_OK)
 		return rc;
-	unsigned depth, kq = params->copy_queues ? params->copy_queues : 1;
-	const char *backend;
-	rf__staging_policy staging;
-	if ((rc = rf__config_depth(params->depth, &depth)) != RF_OK ||
-	    (rc = rf__config_backend(params->backend, &backend)) != RF_OK ||
-	    (rc = rf__staging_parse("rf_pipeline_create", params->staging, &staging)) != RF_OK)
+	rf__resolved r;
+	if ((rc = rf__pipeline_resolve(params, &r)) != RF_OK)
 		return rc;
-	if (kq > 1 && depth < kq + 1)
-		return rf__err(RF_EINVAL, "rf_pipeline_create: %u copy queues need depth >= %u (depth is %u)", kq,
-			       kq + 1, depth);
 	rf_pipeline *p = calloc(1, sizeof *p);
 	if (p == NULL)
 		return rf__err(RF_ENOMEM, "rf_pipeline_create: out of memory");
 	struct rf_program *prog;
-	if ((rc = rf__ring_program(depth, kq, &prog)) != RF_OK)
+	if ((rc = rf__ring_program(r.depth, r.kq, &prog)) != RF_OK)
 		goto fail;
 	if (rf__test_hooks.drop_war_wait)
 		rf__prog_drop_war(prog);
-	p->eng.staging = staging;
-	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", backend, params->device, prog,
+	p->eng.staging = r.staging;
+	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", r.backend, params->device, prog,
 				  params->slot_bytes)) != RF_OK)
 		goto fail;
 	p->eng.release = rf__pipeline_free;
 	p->eng.owner = p;
-	p->depth = depth;
-	p->copy_queues = kq;
+	p->depth = r.depth;
+	p->copy_queues = r.kq;
+	if (r.cfg.trace[0] != '\0' && (rc = rf__engine_trace(&p->eng, "rf_pipeline_create", r.cfg.trace)) != RF_OK) {
+		rf__pipeline_free(p);
+		return rc;
+	}
 	*out = p;
 	return RF_OK;
 fail:

@@ -12,11 +12,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+static int ok_cb(void *user, const rf_block *b)
+{
+	(void)user;
+	(void)b;
+	return 0;
+}
 
 #define DEPTH_SENTINEL 0xdeadbeefu
 
 static void clean_env(void)
 {
+	unsetenv("RINGFETCH_CONFIG");
+	unsetenv("RINGFETCH_COPY_QUEUES");
+	unsetenv("RINGFETCH_STAGING");
+	unsetenv("RINGFETCH_TRACE");
+	unsetenv("RINGFETCH_MEMORY_BUDGET");
 	unsetenv("RINGFETCH_DEPTH");
 	unsetenv("RINGFETCH_BACKEND");
 }
@@ -213,4 +226,168 @@ Test(config, malformed_backend_environment_is_econfig)
 		snprintf(quoted, sizeof quoted, "\"%s\"", bad[i]);
 		cr_assert(strstr(msg, quoted) != NULL, "errmsg does not show the value %s: %s", quoted, msg);
 	}
+}
+
+/* ---- the config file and the other variables ---------------------------------------------------- */
+
+/* Write text to a fresh temporary file and point RINGFETCH_CONFIG at it; the path goes to path[64]. */
+static void config_file(char *path, const char *text)
+{
+	snprintf(path, 64, "/tmp/rf-config-XXXXXX");
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	FILE *f = fdopen(fd, "w");
+	cr_assert_not_null(f);
+	fputs(text, f);
+	fclose(f);
+	setenv("RINGFETCH_CONFIG", path, 1);
+}
+
+Test(config, parse_bytes)
+{
+	unsigned long long v = 0;
+	cr_assert_eq(rf__parse_bytes("4096", &v), 0);
+	cr_assert_eq(v, 4096);
+	cr_assert_eq(rf__parse_bytes("64K", &v), 0);
+	cr_assert_eq(v, 65536);
+	cr_assert_eq(rf__parse_bytes("3m", &v), 0);
+	cr_assert_eq(v, 3ull << 20);
+	cr_assert_eq(rf__parse_bytes("2G", &v), 0);
+	cr_assert_eq(v, 2ull << 30);
+	static const char *const bad[] = {"", "0", "K", "-1", "1.5M", "4KB", " 4", "4 ", "1T", "99999999999999999999"};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		cr_assert_eq(rf__parse_bytes(bad[i], &v), -1, "\"%s\" accepted", bad[i]);
+	unsigned q = 0;
+	cr_assert_eq(rf__parse_copy_queues("3", &q), 0);
+	cr_assert_eq(q, 3);
+	cr_assert_eq(rf__parse_copy_queues("0", &q), -1);
+	cr_assert_eq(rf__parse_copy_queues("64", &q), -1);
+}
+
+Test(config, file_values_and_precedence)
+{
+	char path[64];
+	config_file(path, "; a deployment's ring\n[ringfetch]\ndepth = 3\nbackend = cpu\ncopy_queues = 2\n"
+			  "staging = none\ntrace = /tmp/x.json\nmemory_budget = 16M\n");
+	rf__config c;
+	cr_assert_eq(rf__config_load(&c, 1, 1, 1, 1), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.depth, 3);
+	cr_assert_str_eq(c.backend, "cpu");
+	cr_assert_eq(c.copy_queues, 2);
+	cr_assert_str_eq(c.staging, "none");
+	cr_assert_str_eq(c.trace, "/tmp/x.json");
+	cr_assert_eq(c.memory_budget, 16ull << 20);
+	/* environment over file, API over both */
+	setenv("RINGFETCH_DEPTH", "5", 1);
+	unsigned depth = 0;
+	cr_assert_eq(rf__config_depth(0, &depth), RF_OK);
+	cr_assert_eq(depth, 5);
+	cr_assert_eq(rf__config_depth(7, &depth), RF_OK);
+	cr_assert_eq(depth, 7);
+	unsetenv("RINGFETCH_DEPTH");
+	cr_assert_eq(rf__config_depth(0, &depth), RF_OK);
+	cr_assert_eq(depth, 3);
+	/* a pipeline built from it */
+	rf_pipeline_params pp = {.slot_bytes = 4096};
+	rf_pipeline *p;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_depth(p), 3);
+	cr_assert_str_eq(rf_pipeline_backend(p), "cpu");
+	cr_assert_eq(rf_pipeline_copy_queues(p), 2);
+	rf_placement pl;
+	cr_assert_eq(rf_pipeline_placement(p, &pl), RF_OK);
+	cr_assert_eq(pl.bound, 0, "staging = none");
+	rf_pipeline_destroy(p);
+	remove(path);
+}
+
+Test(config, file_errors_name_file_line_and_value)
+{
+	static const struct {
+		const char *text, *needle;
+		int line;
+	} bad[] = {
+		{"[ringfetch]\ndepth = 0\n", "\"0\"", 2},
+		{"[ringfetch]\n\ndepth = abc\n", "\"abc\"", 3},
+		{"[ringfetch]\nbackend = gpu\n", "\"gpu\"", 2},
+		{"[ringfetch]\ncopy_queues = 99\n", "\"99\"", 2},
+		{"[ringfetch]\nmemory_budget = lots\n", "\"lots\"", 2},
+		{"[ringfetch]\ndepht = 2\n", "unknown key \"depht\"", 2},
+		{"depth = 2\n", "outside section", 1},
+		{"[other]\ndepth = 2\n", "outside section", 2},
+		{"[ringfetch]\ndepth = 2\nthis is not ini\n", "syntax error", 3},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		char path[64];
+		config_file(path, bad[i].text);
+		rf__config c;
+		int rc = rf__config_load(&c, 1, 1, 1, 1);
+		cr_assert_eq(rc, RF_ECONFIG, "case %zu: %s", i, rf_err_name(rc));
+		char where[96];
+		snprintf(where, sizeof where, "%s:%d:", path, bad[i].line);
+		cr_assert(strstr(rf_errmsg(), where) != NULL, "case %zu: \"%s\" lacks %s", i, rf_errmsg(), where);
+		cr_assert(strstr(rf_errmsg(), bad[i].needle) != NULL, "case %zu: \"%s\" lacks %s", i, rf_errmsg(),
+			  bad[i].needle);
+		/* The file is checked whole: even an explicit depth does not skip it. */
+		rf_pipeline_params pp = {.depth = 2, .slot_bytes = 64, .backend = "cpu"};
+		rf_pipeline *p = NULL;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ECONFIG, "case %zu", i);
+		remove(path);
+	}
+	setenv("RINGFETCH_CONFIG", "/nonexistent/ringfetch.ini", 1);
+	rf__config c;
+	cr_assert_eq(rf__config_load(&c, 1, 1, 1, 1), RF_ECONFIG);
+	cr_assert(strstr(rf_errmsg(), "/nonexistent/ringfetch.ini") != NULL, "%s", rf_errmsg());
+	setenv("RINGFETCH_CONFIG", "", 1);
+	cr_assert_eq(rf__config_load(&c, 1, 1, 1, 1), RF_ECONFIG);
+	cr_assert(strstr(rf_errmsg(), "RINGFETCH_CONFIG") != NULL, "%s", rf_errmsg());
+}
+
+Test(config, other_variables)
+{
+	static const char *const vars[][2] = {{"RINGFETCH_COPY_QUEUES", "0"}, {"RINGFETCH_COPY_QUEUES", "x"},
+					      {"RINGFETCH_MEMORY_BUDGET", "1T"}, {"RINGFETCH_STAGING", ""},
+					      {"RINGFETCH_TRACE", ""}};
+	for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+		clean_env();
+		setenv(vars[i][0], vars[i][1], 1);
+		rf__config c;
+		cr_assert_eq(rf__config_load(&c, 1, 1, 1, 1), RF_ECONFIG, "%s=\"%s\"", vars[i][0], vars[i][1]);
+		cr_assert(strstr(rf_errmsg(), vars[i][0]) != NULL, "%s", rf_errmsg());
+	}
+	clean_env();
+	/* A budget the ring does not fit in, then one it does. */
+	setenv("RINGFETCH_MEMORY_BUDGET", "8K", 1);
+	rf_pipeline_params pp = {.depth = 4, .slot_bytes = 4096, .backend = "cpu"};
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ECONFIG);
+	cr_assert(strstr(rf_errmsg(), "RINGFETCH_MEMORY_BUDGET") != NULL, "%s", rf_errmsg());
+	pp.depth = 2;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	rf_pipeline_destroy(p);
+	/* RINGFETCH_TRACE: every run of a pipeline created while it is set is traced. */
+	char path[] = "/tmp/rf-envtrace-XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	remove(path);
+	setenv("RINGFETCH_TRACE", path, 1);
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	static unsigned char src[64];
+	const void *srcs[3] = {src, src, src};
+	size_t sizes[3] = {64, 64, 64};
+	cr_assert_eq(rf_pipeline_run(p, 3, srcs, sizes, ok_cb, NULL), RF_OK, "%s", rf_errmsg());
+	rf_pipeline_destroy(p);
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f, "RINGFETCH_TRACE did not produce %s", path);
+	fclose(f);
+	remove(path);
+	/* RINGFETCH_COPY_QUEUES applies when the API leaves copy_queues at 0 */
+	setenv("RINGFETCH_COPY_QUEUES", "2", 1);
+	unsetenv("RINGFETCH_TRACE");
+	unsetenv("RINGFETCH_MEMORY_BUDGET");
+	pp.depth = 3;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_copy_queues(p), 2);
+	rf_pipeline_destroy(p);
 }
