@@ -75,6 +75,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	demo d = {size, 0, 0};
+	rf_pipeline_collect_stats(p, 1);
 	struct timespec t0, t1;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	rc = rf_pipeline_run(p, n, srcs, sizes, check_block, &d);
@@ -85,6 +86,12 @@ int main(int argc, char **argv)
 	       rf_pipeline_depth(p), n, size);
 	printf("  streamed     %.1f MiB in %.3f s (%.2f GB/s, %.2f us/block)\n", (double)n * (double)size / 1048576.0,
 	       s, (double)n * (double)size / s / 1e9, s / (double)(n ? n : 1) * 1e6);
+	rf_stats st;
+	if (rf_pipeline_stats(p, &st) == RF_OK && st.timed)
+		printf("  copies       %.1f ms in all; computes waited %.1f ms; exposed transfer %.1f ms; "
+		       "overlap efficiency %.0f%%\n", (double)st.copy_ns / 1e6, (double)st.queue[0].wait_ns / 1e6,
+		       (double)st.exposed_ns / 1e6, 100 * st.overlap_efficiency);
+	printf("  placement    %s\n", rf_pipeline_describe(p));
 	printf("  result       %s, checksum %llu, %zu wrong bytes\n", rc == RF_OK ? "ok" : rf_strerror(rc), d.sum, d.bad);
 	rf_pipeline_destroy(p);
 	free(src);

@@ -218,6 +218,46 @@ RF_EXTERN unsigned rf_pipeline_copy_queues(const rf_pipeline *p);
  */
 RF_EXTERN const char *rf_pipeline_describe(const rf_pipeline *p);
 
+/** Time spent by one queue in the last run (collected only with rf_pipeline_collect_stats on). */
+typedef struct rf_queue_stats {
+	uint64_t busy_ns;  /* inside copies and computes */
+	uint64_t wait_ns;  /* waiting for another queue */
+	uint64_t copies, computes;
+} rf_queue_stats;
+
+/** How many queues rf_stats reports (a ring uses 1 + copy_queues: queue 0 computes). */
+#define RF_STATS_QUEUES 8u
+
+/** What the last run of a pipeline did (rf_pipeline_stats). */
+typedef struct rf_stats {
+	size_t blocks;     /* nblocks of the last run that started work, whatever its result */
+	uint64_t bytes;    /* sum of its sizes[] */
+	uint64_t wall_ns;  /* from the start of its work to its return */
+	int timed;         /* 1 when the fields below were collected (rf_pipeline_collect_stats) */
+	unsigned nqueues;  /* entries of queue[] in use: min(queues, RF_STATS_QUEUES) */
+	rf_queue_stats queue[RF_STATS_QUEUES];
+	uint64_t copy_ns;  /* busy time of every copy, all queues together */
+	/* Exposed transfer: wall time during which no compute ran (queue 0 idle: waiting for copies, or,
+	 * on "cpu", copying). Overlap efficiency: the share of copy time hidden behind computes,
+	 * 1 - exposed / copy_ns clipped to [0, 1]: 0 on "cpu", near 1 when copies hide entirely. */
+	uint64_t exposed_ns;
+	double overlap_efficiency;
+} rf_stats;
+
+/**
+ * Collect per-queue times in every following run (on != 0) or stop (0). Costs two clock reads per
+ * copy, compute and wait (about 40 ns a block here); the always-on fields of rf_stats cost nothing.
+ * \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (the pipeline is running).
+ */
+RF_EXTERN int rf_pipeline_collect_stats(rf_pipeline *p, int on);
+
+/**
+ * The statistics of p's last run (all zero before the first). Call it from the thread that ran it, or
+ * after synchronising with that thread.
+ * \return RF_OK; RF_EINVAL (p or out NULL); RF_EBUSY (the pipeline is running).
+ */
+RF_EXTERN int rf_pipeline_stats(const rf_pipeline *p, rf_stats *out);
+
 /**
  * Stop the run in progress on p: no compute starts after the one running (if any), copies in flight
  * finish, and that rf_pipeline_run returns RF_ECANCELED (RF_OK if its last compute had already started).

@@ -17,6 +17,13 @@
 #define RF__CAP_DEVICE 0x2u  /* slots live in device memory */
 
 /* Everything one run needs; the backend fills the failure fields. */
+/* Per-queue time accounting of one run (rf_pipeline_collect_stats): written by that queue's walker only. */
+typedef struct rf__qstats {
+	int64_t busy_ns; /* inside copies and computes */
+	int64_t wait_ns; /* inside waits */
+	uint64_t copies, computes;
+} rf__qstats;
+
 typedef struct rf__run {
 	const struct rf_program *prog;
 	size_t nblocks;
@@ -31,6 +38,7 @@ typedef struct rf__run {
 	size_t failed_block; /* RF_ECALLBACK: the block whose compute failed */
 	int failed_value;    /* RF_ECALLBACK: what the compute returned */
 	struct rf__trace *trace; /* non-NULL: walkers record copy/compute slices (runtime/trace.h) */
+	rf__qstats *stats;       /* non-NULL: walkers account time per queue (RF_MAX_QUEUES entries) */
 } rf__run;
 
 typedef struct rf__open_args {

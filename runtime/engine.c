@@ -63,7 +63,7 @@ void rf__engine_fini(rf__engine *e)
 }
 
 static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
-			    const size_t *sizes, rf_compute_fn compute)
+			    const size_t *sizes, rf_compute_fn compute, uint64_t *bytes)
 {
 	if (srcs == NULL || sizes == NULL || compute == NULL)
 		return rf__err(RF_EINVAL, "%s: %s is NULL with nblocks %zu", who,
@@ -79,6 +79,7 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 				       sizes[i], e->slot_bytes);
 		if (srcs[i] == NULL && sizes[i] != 0)
 			return rf__err(RF_EINVAL, "%s: block %zu has a NULL source and %zu bytes", who, i, sizes[i]);
+		*bytes += sizes[i];
 	}
 	return RF_OK;
 }
@@ -86,14 +87,21 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 			   const size_t *sizes, rf_compute_fn compute, void *user)
 {
-	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_bytes, &e->cancel, 0, 0, NULL};
+	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_bytes, &e->cancel, 0, 0, NULL,
+		       NULL};
+	if (e->collect_stats) {
+		memset(e->qstats, 0, sizeof e->qstats);
+		run.stats = e->qstats;
+	}
 	rf__trace trace;
 	if (e->trace_path != NULL) {
 		if (rf__trace_begin(&trace, e->prog, nblocks) != RF_OK)
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
 	}
+	int64_t t0 = rf__trace_now();
 	int rc = rf__be_run(e->be, e->ctx, &run);
+	e->last.wall_ns = (uint64_t)(rf__trace_now() - t0);
 	if (run.trace != NULL) {
 		int trc = rf__trace_end(&trace, e->trace_path, e->be->name);
 		if (rc == RF_OK && trc != RF_OK)
@@ -112,12 +120,37 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	}
 }
 
+/* Queue 0 computes (in a ring, and by convention); every copy anywhere counts as transfer. */
+static void rf__stats_summarise(rf__engine *e)
+{
+	rf_stats *s = &e->last;
+	unsigned nq = e->prog->nqueues;
+	s->timed = 1;
+	s->nqueues = nq < RF_STATS_QUEUES ? nq : RF_STATS_QUEUES;
+	for (unsigned q = 0; q < nq; q++) {
+		const rf__qstats *x = &e->qstats[q];
+		if (q < RF_STATS_QUEUES) {
+			rf_queue_stats y = {(uint64_t)x->busy_ns, (uint64_t)x->wait_ns, x->copies, x->computes};
+			s->queue[q] = y;
+		}
+		if (x->copies > 0 && x->computes == 0)
+			s->copy_ns += (uint64_t)x->busy_ns;
+	}
+	if (nq == 1) /* one queue doing both (cpu-style graphs): its copies are all exposed */
+		s->copy_ns = 0;
+	uint64_t compute0 = nq > 0 ? (uint64_t)e->qstats[0].busy_ns : 0;
+	s->exposed_ns = s->wall_ns > compute0 ? s->wall_ns - compute0 : 0;
+	double eff = s->copy_ns ? 1.0 - (double)s->exposed_ns / (double)s->copy_ns : 0.0;
+	s->overlap_efficiency = eff < 0 ? 0 : eff > 1 ? 1 : eff;
+}
+
 int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 		   const size_t *sizes, rf_compute_fn compute, void *user)
 {
 	if (nblocks == 0)
 		return RF_OK;
-	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute);
+	uint64_t bytes = 0;
+	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute, &bytes);
 	if (rc != RF_OK)
 		return rc;
 	int idle = RF__IDLE;
@@ -128,7 +161,12 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	atomic_store(&e->cancel, 0);
 	if (!atomic_compare_exchange_strong(&e->state, &idle, RF__RUNNING))
 		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
+	memset(&e->last, 0, sizeof e->last);
+	e->last.blocks = nblocks;
+	e->last.bytes = bytes;
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user);
+	if (e->collect_stats)
+		rf__stats_summarise(e);
 	int running = RF__RUNNING;
 	if (!atomic_compare_exchange_strong(&e->state, &running, RF__IDLE)) {
 		/* Destroyed from inside the run: it is ours to release now. */
@@ -136,6 +174,22 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 		return rc;
 	}
 	return rc;
+}
+
+int rf__engine_collect_stats(rf__engine *e, const char *who, int on)
+{
+	if (atomic_load(&e->state) != RF__IDLE)
+		return rf__err(RF_EBUSY, "%s: cannot change statistics while running", who);
+	e->collect_stats = on != 0;
+	return RF_OK;
+}
+
+int rf__engine_stats(const rf__engine *e, const char *who, rf_stats *out)
+{
+	if (atomic_load(&((rf__engine *)e)->state) != RF__IDLE)
+		return rf__err(RF_EBUSY, "%s: the pipeline is running", who);
+	*out = e->last;
+	return RF_OK;
 }
 
 int rf__engine_cancel(rf__engine *e)

@@ -19,6 +19,9 @@ typedef struct rf__engine {
 	atomic_int state;  /* RF__IDLE / RF__RUNNING / RF__DOOMED */
 	atomic_int cancel; /* read by backends between nodes */
 	char describe[320]; /* rf_pipeline_describe */
+	int collect_stats;  /* rf_pipeline_collect_stats */
+	rf__qstats qstats[RF_MAX_QUEUES];
+	rf_stats last;      /* rf_pipeline_stats */
 	char *trace_path;   /* rf_pipeline_trace: Chrome trace appended after each run, or NULL */
 	rf__staging_policy staging; /* where CPU backends put the slots; set by the owner before init
 	                               (zero: "auto") */
@@ -41,6 +44,10 @@ int rf__engine_trace(rf__engine *e, const char *who, const char *path);
 
 /* A pipeline's engine (white-box tests: the ring's address and length). */
 const rf__engine *rf__pipeline_engine(const rf_pipeline *p);
+
+/* rf_pipeline_collect_stats / rf_pipeline_stats. */
+int rf__engine_collect_stats(rf__engine *e, const char *who, int on);
+int rf__engine_stats(const rf__engine *e, const char *who, rf_stats *out);
 
 /* Ask the run in progress, if any, to stop issuing work (it returns RF_ECANCELED once drained). */
 int rf__engine_cancel(rf__engine *e);

@@ -124,6 +124,20 @@ size_t rf_pipeline_slot_bytes(const rf_pipeline *p)
 	return p ? p->eng.slot_bytes : 0;
 }
 
+int rf_pipeline_collect_stats(rf_pipeline *p, int on)
+{
+	if (p == NULL)
+		return rf__err(RF_EINVAL, "rf_pipeline_collect_stats: p is NULL");
+	return rf__engine_collect_stats(&p->eng, "rf_pipeline_collect_stats", on);
+}
+
+int rf_pipeline_stats(const rf_pipeline *p, rf_stats *out)
+{
+	if (p == NULL || out == NULL)
+		return rf__err(RF_EINVAL, "rf_pipeline_stats: %s is NULL", p == NULL ? "p" : "out");
+	return rf__engine_stats(&p->eng, "rf_pipeline_stats", out);
+}
+
 int rf_pipeline_cancel(rf_pipeline *p)
 {
 	if (p == NULL)

@@ -30,9 +30,9 @@ static inline int64_t rf__trace_now(void)
 }
 
 static inline void rf__trace_add(rf__trace *t, unsigned q, uint8_t kind, int64_t block, unsigned slot,
-				 int64_t t0)
+				 int64_t t0, int64_t t1)
 {
-	rf__tev e = {t0, rf__trace_now(), block, slot, kind};
+	rf__tev e = {t0, t1, block, slot, kind};
 	t->ev[q][t->n[q]++] = e;
 }
 

@@ -17,6 +17,21 @@ typedef struct rf__walk_ops {
 	int (*wait)(void *c, unsigned queue, unsigned wait_queue, int64_t value, size_t block);
 } rf__walk_ops;
 
+/* After a timed copy or compute (trace or stats on): record the slice and account the busy time. */
+static inline void rf__walk_timed(rf__run *run, unsigned q, uint8_t kind, int64_t b, unsigned slot, int64_t t0)
+{
+	int64_t t1 = rf__trace_now();
+	if (run->trace)
+		rf__trace_add(run->trace, q, kind, b, slot, t0, t1);
+	if (run->stats) {
+		run->stats[q].busy_ns += t1 - t0;
+		if (kind == RF_OP_COPY)
+			run->stats[q].copies++;
+		else
+			run->stats[q].computes++;
+	}
+}
+
 /* Walk the ops of `queue` (or of every queue, in global issue order, when queue < 0). Stops at the
  * first handler that returns non-zero and returns that value. */
 static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void *c)
@@ -27,6 +42,7 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 	const unsigned ns = p->nslots ? p->nslots : 1;
 	const size_t *idx = queue < 0 ? NULL : p->qidx + p->qstart[queue];
 	const size_t nops = queue < 0 ? p->nops : p->qstart[queue + 1] - p->qstart[queue];
+	const int timed = run->trace != NULL || run->stats != NULL;
 	/* Slot of iteration r's block offset 0, kept incrementally: no division on the hot path. */
 	int64_t base = p->iter_begin * period;
 	unsigned rslot = (unsigned)(((base % (int64_t)ns) + ns) % ns), pstep = (unsigned)(period % ns);
@@ -41,27 +57,31 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 			int rc = 0;
 			switch (o->kind) {
 			case RF_OP_COPY: {
-				int64_t t0 = run->trace ? rf__trace_now() : 0;
+				int64_t t0 = timed ? rf__trace_now() : 0;
 				if (rf__test_hooks.before_copy != NULL)
 					rf__test_hooks.before_copy((size_t)b);
 				rc = h->copy(c, run, (size_t)b, slot);
-				if (run->trace)
-					rf__trace_add(run->trace, o->queue, RF_OP_COPY, b, slot, t0);
+				if (timed)
+					rf__walk_timed(run, o->queue, RF_OP_COPY, b, slot, t0);
 				break;
 			}
 			case RF_OP_COMPUTE: {
-				int64_t t0 = run->trace ? rf__trace_now() : 0;
+				int64_t t0 = timed ? rf__trace_now() : 0;
 				rc = h->compute(c, run, (size_t)b, slot);
-				if (run->trace)
-					rf__trace_add(run->trace, o->queue, RF_OP_COMPUTE, b, slot, t0);
+				if (timed)
+					rf__walk_timed(run, o->queue, RF_OP_COMPUTE, b, slot, t0);
 				break;
 			}
 			case RF_OP_SIGNAL:
 				rc = h->signal(c, o->queue, o->value + base, (size_t)b);
 				break;
-			case RF_OP_WAIT:
+			case RF_OP_WAIT: {
+				int64_t t0 = run->stats ? rf__trace_now() : 0;
 				rc = h->wait(c, o->queue, o->wqueue, o->value + base, (size_t)b);
+				if (run->stats)
+					run->stats[o->queue].wait_ns += rf__trace_now() - t0;
 				break;
+			}
 			}
 			if (rc != 0)
 				return rc;

@@ -1175,3 +1175,64 @@ Test(pipeline, cancel_from_another_thread_drains_and_returns_ecanceled)
 	bs_free(&bs);
 	leak_check();
 }
+
+/* ---- statistics -------------------------------------------------------------------------------- */
+
+static int spin_cb(void *user, const rf_block *blk)
+{
+	(void)blk;
+	rf_pipeline *p = user;
+	rf_stats s;
+	cr_assert_eq(rf_pipeline_stats(p, &s), RF_EBUSY, "stats while running");
+	cr_assert_eq(rf_pipeline_collect_stats(p, 0), RF_EBUSY, "collect while running");
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 20000);
+	return 0;
+}
+
+Test(pipeline, stats_of_the_last_run)
+{
+	blockset bs;
+	bs_uniform(&bs, 64, 4096, test_seed());
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < bs.n; i++)
+		bytes += bs.sizes[i];
+	rf_pipeline *p = make_pipeline(3, 4096, 2);
+	rf_stats s;
+	cr_assert_eq(rf_pipeline_stats(p, &s), RF_OK);
+	cr_assert_eq(s.blocks, 0u, "no run yet");
+	checked_run(p, &bs, 0, "untimed");
+	cr_assert_eq(rf_pipeline_stats(p, &s), RF_OK);
+	cr_assert_eq(s.blocks, bs.n);
+	cr_assert_eq(s.bytes, bytes);
+	cr_assert_gt(s.wall_ns, 0u);
+	cr_assert_eq(s.timed, 0);
+	cr_assert_eq(rf_pipeline_collect_stats(p, 1), RF_OK);
+	cr_assert_eq(rf_pipeline_run(p, bs.n, bs_srcs(&bs), bs.sizes, spin_cb, p), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_stats(p, &s), RF_OK);
+	cr_assert_eq(s.timed, 1);
+	cr_assert_eq(s.nqueues, 3u, "queue 0 computes, two copy queues");
+	cr_assert_eq(s.queue[0].computes, bs.n);
+	cr_assert_eq(s.queue[0].copies, 0u);
+	cr_assert_eq(s.queue[1].copies + s.queue[2].copies, bs.n);
+	cr_assert_geq(s.queue[0].busy_ns, bs.n * 20000u, "64 computes of >= 20 us");
+	cr_assert_leq(s.queue[0].busy_ns, s.wall_ns);
+	cr_assert_gt(s.copy_ns, 0u);
+	cr_assert_eq(s.exposed_ns, s.wall_ns - s.queue[0].busy_ns);
+	cr_assert(s.overlap_efficiency >= 0 && s.overlap_efficiency <= 1, "%f", s.overlap_efficiency);
+	if (strcmp(test_backend(), "cpu") == 0) /* nothing overlaps inline: every copy is exposed */
+		cr_assert_eq(s.overlap_efficiency, 0.0);
+	cr_assert_eq(rf_pipeline_collect_stats(p, 0), RF_OK);
+	checked_run(p, &bs, 0, "untimed again");
+	cr_assert_eq(rf_pipeline_stats(p, &s), RF_OK);
+	cr_assert_eq(s.timed, 0);
+	cr_assert_eq(rf_pipeline_stats(NULL, &s), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_stats(p, NULL), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_collect_stats(NULL, 1), RF_EINVAL);
+	rf_pipeline_destroy(p);
+	bs_free(&bs);
+	leak_check();
+}
