@@ -68,8 +68,8 @@ clean:
 FUZZ_BUILD ?= build-fuzz
 FUZZ_CC ?= clang
 FUZZ_PACKAGES := clang libclang-rt-14-dev
-FUZZ_GRAPH_RUNS ?= 200000
-FUZZ_CONFIG_RUNS ?= 100000
+FUZZ_GRAPH_RUNS ?= 150000
+FUZZ_CONFIG_RUNS ?= 250000
 
 .PHONY: deps-fuzz fuzz
 

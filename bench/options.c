@@ -28,6 +28,7 @@ const char *rfb_usage(void)
 	       "  --quiet              no progress line on stderr\n";
 }
 
+static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int fail(char *err, size_t cap, const char *fmt, ...)
 {
 	va_list ap;

@@ -11,6 +11,9 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/ringfetch-fuzz.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 mkdir -p "$bin/artifacts"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+# The fuzzers set and read the RINGFETCH_* variables themselves: start from none.
+unset RINGFETCH_CONFIG RINGFETCH_DEPTH RINGFETCH_BACKEND RINGFETCH_COPY_QUEUES RINGFETCH_STAGING \
+	RINGFETCH_TRACE RINGFETCH_MEMORY_BUDGET
 status=0
 run() { # name runs max_len
 	local name=$1 runs=$2 max_len=$3 t0 rc=0
