@@ -165,7 +165,12 @@ static int size_run_init(size_run *z, const rfb_opts *o, const char *backend, si
 	for (unsigned d = 0; d < o->ndepths && rc == RF_OK; d++) {
 		rf_pipeline_params pp = {.depth = o->depths[d], .slot_bytes = size, .backend = backend,
 					 .copy_queues = o->copy_queues};
+		/* depth auto is configuration, not an API value: through the environment, for this create */
+		if (o->depths[d] == RFB_DEPTH_AUTO)
+			setenv("RINGFETCH_DEPTH", "auto", 1);
 		rc = rf_pipeline_create(&pp, &z->p[d]);
+		if (o->depths[d] == RFB_DEPTH_AUTO)
+			unsetenv("RINGFETCH_DEPTH");
 	}
 	if (rc != RF_OK) {
 		fprintf(stderr, "backend %s: rf_pipeline_create: %s: %s\n", backend, rf_strerror(rc), rf_errmsg());
@@ -191,6 +196,8 @@ static int one_rep(sweep *s, size_run *z, unsigned r, int with_baselines)
 		double *t = z->t + (T_FIRST_DEPTH + d * NM) * R;
 		if ((t[M_RF * R + r] = timed("ringfetch", &z->w, run_pipeline, &x, 0)) < 0)
 			return -1;
+		if (o->depths[d] == RFB_DEPTH_AUTO) /* the baselines have no auto depth */
+			continue;
 		if (with_baselines && (o->baselines & RFB_BASE_HAND) &&
 		    (t[M_HAND * R + r] = timed("hand", &z->w, run_hand, &x, 0)) < 0)
 			return -1;
@@ -210,7 +217,12 @@ static int record_size(sweep *s, size_run *z, const char *backend, int with_base
 		ok &= add(s, "sequential", "cpu", 1, &z->w, z->t + T_SEQ * R, copy, compute) != NULL;
 	for (unsigned d = 0; d < o->ndepths; d++) {
 		double *t = z->t + (T_FIRST_DEPTH + d * NM) * R;
-		ok &= add(s, "ringfetch", backend, o->depths[d], &z->w, t + M_RF * R, copy, compute) != NULL;
+		rfb_record *rf = add(s, "ringfetch", backend, o->depths[d], &z->w, t + M_RF * R, copy, compute);
+		ok &= rf != NULL;
+		if (rf != NULL && o->depths[d] == RFB_DEPTH_AUTO) {
+			rf->auto_depth = rf_pipeline_depth(z->p[d]);
+			continue;
+		}
 		if (with_baselines && (o->baselines & RFB_BASE_HAND))
 			ok &= add(s, "hand", "-", o->depths[d], &z->w, t + M_HAND * R, copy, compute) != NULL;
 		if (with_baselines && s->have_starpu)
@@ -245,10 +257,14 @@ static int bench_size(sweep *s, const char *backend, size_t size, int with_basel
 
 static unsigned pick_depth(const rfb_opts *o)
 {
-	for (unsigned d = 0; d < o->ndepths; d++)
+	unsigned first = 2;
+	for (unsigned d = o->ndepths; d-- > 0;) {
 		if (o->depths[d] == 2)
 			return 2;
-	return o->depths[0];
+		if (o->depths[d] != RFB_DEPTH_AUTO)
+			first = o->depths[d];
+	}
+	return first;
 }
 
 /* One representative run, traced: the first backend, depth 2 (or the first), the middle size. */

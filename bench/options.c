@@ -13,7 +13,7 @@ const char *rfb_usage(void)
 {
 	return "usage: ringfetch-bench [options]\n"
 	       "  --backend LIST       cpu, threads, cuda, auto (default auto)\n"
-	       "  --depth LIST         ring depths, 1..1024 (default 1,2,3,4,8)\n"
+	       "  --depth LIST         ring depths, 1..1024 or auto (default 1,2,3,4,8)\n"
 	       "  --size LIST          block sizes with K/M/G suffixes, multiples of 4, <= 1G (default 64K,256K,1M,4M)\n"
 	       "  --blocks N           blocks per run (default: about --bytes-per-rep of data, 64..100000)\n"
 	       "  --bytes-per-rep B    data per measured run when --blocks is not given (default 32M)\n"
@@ -95,9 +95,13 @@ static int one_depth(const char *s, void *ctx, char *err, size_t cap)
 {
 	rfb_opts *o = ctx;
 	char *end;
+	if (!strcmp(s, "auto")) { /* RFB_DEPTH_AUTO: the library picks it on the first run */
+		o->depths[o->ndepths++] = RFB_DEPTH_AUTO;
+		return 0;
+	}
 	unsigned long v = strtoul(s, &end, 10);
 	if (*s < '0' || *s > '9' || *end != '\0' || v < 1 || v > RF_MAX_DEPTH)
-		return fail(err, cap, "--depth: \"%s\" is not a depth in 1..%u", s, RF_MAX_DEPTH);
+		return fail(err, cap, "--depth: \"%s\" is not a depth in 1..%u or auto", s, RF_MAX_DEPTH);
 	o->depths[o->ndepths++] = (unsigned)v;
 	return 0;
 }
@@ -249,7 +253,7 @@ int rfb_parse(int argc, char **argv, rfb_opts *o, char *err, size_t cap)
 			return rc;
 	}
 	for (unsigned i = 0; i < o->ndepths; i++)
-		if (o->copy_queues > 1 && o->depths[i] < o->copy_queues + 1)
+		if (o->copy_queues > 1 && o->depths[i] != RFB_DEPTH_AUTO && o->depths[i] < o->copy_queues + 1)
 			return fail(err, cap, "--copy-queues %u needs every depth >= %u (got %u)", o->copy_queues,
 				    o->copy_queues + 1, o->depths[i]);
 	return 0;

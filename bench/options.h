@@ -7,6 +7,7 @@
 
 #define RFB_MAX_LIST 16
 #define RFB_MAX_SIZE ((size_t)1 << 30) /* 1 GiB per block */
+#define RFB_DEPTH_AUTO 0u                /* --depth auto */
 
 typedef enum rfb_compute_kind { RFB_SUM, RFB_SPIN, RFB_RATIO } rfb_compute_kind;
 

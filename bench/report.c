@@ -78,7 +78,12 @@ void rfb_print_table(const rfb_results *res, FILE *f)
 			snprintf(size, sizeof size, "%zuK", x->size >> 10);
 		else
 			snprintf(size, sizeof size, "%zu", x->size);
-		fprintf(f, "%-10s %-10s %5u %9s %7zu %11.2f %8.2f %6.1f%%", x->method, x->backend, x->depth, size,
+		char depth[16];
+		if (x->depth == 0)
+			snprintf(depth, sizeof depth, "a:%u", x->auto_depth);
+		else
+			snprintf(depth, sizeof depth, "%u", x->depth);
+		fprintf(f, "%-10s %-10s %5s %9s %7zu %11.2f %8.2f %6.1f%%", x->method, x->backend, depth, size,
 			x->blocks, x->us_per_block, (double)x->size / (x->us_per_block * 1e3), 100 * x->efficiency);
 		rfb_ratio(f, 7, x->speedup);
 		rfb_ratio(f, 8, x->vs_hand);
@@ -107,9 +112,9 @@ int rfb_write_json(const rfb_results *res, const rfb_opts *o, const char *machin
 		o->compute == RFB_SUM ? "sum" : o->compute == RFB_SPIN ? "spin" : "ratio", o->compute_arg, o->copy_queues);
 	for (size_t i = 0; i < res->n; i++) {
 		const rfb_record *x = &res->r[i];
-		fprintf(f, "    {\"method\": \"%s\", \"backend\": \"%s\", \"depth\": %u, \"copy_queues\": %u, "
-			   "\"size\": %zu, \"blocks\": %zu, ",
-			x->method, x->backend, x->depth, x->copy_queues, x->size, x->blocks);
+		fprintf(f, "    {\"method\": \"%s\", \"backend\": \"%s\", \"depth\": %u, \"auto_depth\": %u, "
+			   "\"copy_queues\": %u, \"size\": %zu, \"blocks\": %zu, ",
+			x->method, x->backend, x->depth, x->auto_depth, x->copy_queues, x->size, x->blocks);
 		rfb_jnum(f, "us_per_block", x->us_per_block, 0);
 		rfb_jnum(f, "gb_per_s", (double)x->size / (x->us_per_block * 1e3), 0);
 		rfb_jnum(f, "copy_us", x->copy_us, 0);
@@ -129,12 +134,12 @@ int rfb_write_csv(const rfb_results *res, const char *path)
 	FILE *f = fopen(path, "w");
 	if (f == NULL)
 		return -1;
-	fprintf(f, "method,backend,depth,copy_queues,size,blocks,us_per_block,gb_per_s,copy_us,compute_us,"
+	fprintf(f, "method,backend,depth,auto_depth,copy_queues,size,blocks,us_per_block,gb_per_s,copy_us,compute_us,"
 		   "efficiency,speedup_vs_sequential,ratio_vs_hand,ratio_vs_starpu\n");
 	for (size_t i = 0; i < res->n; i++) {
 		const rfb_record *x = &res->r[i];
-		fprintf(f, "%s,%s,%u,%u,%zu,%zu,%.4f,%.4f,%.4f,%.4f,%.4f,", x->method, x->backend, x->depth,
-			x->copy_queues, x->size, x->blocks, x->us_per_block, (double)x->size / (x->us_per_block * 1e3),
+		fprintf(f, "%s,%s,%u,%u,%u,%zu,%zu,%.4f,%.4f,%.4f,%.4f,%.4f,", x->method, x->backend, x->depth,
+			x->auto_depth, x->copy_queues, x->size, x->blocks, x->us_per_block, (double)x->size / (x->us_per_block * 1e3),
 			x->copy_us, x->compute_us, x->efficiency);
 		double v[3] = {x->speedup, x->vs_hand, x->vs_starpu};
 		for (int j = 0; j < 3; j++) {
@@ -209,7 +214,9 @@ int rfb_write_plot(const rfb_results *res, const char *path, char *why, size_t c
 	for (int i = 0; i < idx; i++) {
 		if (npts[i] == 0)
 			continue;
-		if (i < (int)nd)
+		if (i < (int)nd && depths[i] == 0)
+			fprintf(g, "%s$d%d using 1:2 with linespoints lw 3 title 'ringfetch depth auto'", first ? "" : ", ", i);
+		else if (i < (int)nd)
 			fprintf(g, "%s$d%d using 1:2 with linespoints lw 2 title 'ringfetch depth %u'", first ? "" : ", ",
 				i, depths[i]);
 		else

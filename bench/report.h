@@ -10,7 +10,8 @@
 typedef struct rfb_record {
 	const char *backend; /* the resolved backend ("threads", "cpu") or "-" for baselines */
 	const char *method;  /* "ringfetch", "sequential", "hand", "starpu" */
-	unsigned depth, copy_queues;
+	unsigned depth, copy_queues; /* depth 0: auto (the depth it chose is auto_depth) */
+	unsigned auto_depth;
 	size_t size, blocks;
 	double us_per_block;
 	double copy_us, compute_us; /* measured alone, per block */

@@ -171,6 +171,9 @@ typedef struct rf_pipeline_params {
  * digits only), RINGFETCH_BACKEND ("cpu", "threads", "cuda", "auto"), RINGFETCH_COPY_QUEUES (1..63),
  * RINGFETCH_STAGING (a staging policy) — else from the INI file named by RINGFETCH_CONFIG (section
  * [ringfetch], keys depth, backend, copy_queues, staging, trace, memory_budget), else the default.
+ * RINGFETCH_DEPTH / `depth` may be "auto": the ring starts at 2 (K+1 with K copy queues), slots are
+ * allocated for up to 16 (or what memory_budget allows), and the first successful run measures copy and
+ * compute times and picks the depth for later runs (docs/tuning.md; rf_pipeline_describe says what).
  * RINGFETCH_TRACE / `trace` make every run of the pipeline append a Chrome trace (rf_pipeline_trace);
  * RINGFETCH_MEMORY_BUDGET / `memory_budget` (bytes, K/M/G suffixes) caps depth * slot_bytes.
  * An environment variable is checked when consulted (an empty value is malformed); the file is checked
@@ -203,7 +206,8 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
 RF_EXTERN int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const *srcs,
                               const size_t *sizes, rf_compute_fn compute, void *user);
 
-/** The resolved ring depth (1 .. RF_MAX_DEPTH); 0 for NULL. */
+/** The ring depth (1 .. RF_MAX_DEPTH): the one runs use now (with depth = auto, the starting depth until
+ * the first run has finished, then the chosen one); 0 for NULL. */
 RF_EXTERN unsigned rf_pipeline_depth(const rf_pipeline *p);
 /** The resolved backend name, e.g. "cpu" (never "auto"); a static string. "" for NULL. */
 RF_EXTERN const char *rf_pipeline_backend(const rf_pipeline *p);

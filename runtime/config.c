@@ -107,8 +107,11 @@ static int rf__ini_bad(rf__ini *st, const char *fmt, ...)
 static int rf__ini_key(rf__ini *st, const char *name, const char *value)
 {
 	rf__config *c = st->c;
-	if (!strcmp(name, "depth"))
+	if (!strcmp(name, "depth")) {
+		if ((c->depth_auto = !strcmp(value, "auto")) != 0)
+			return 1;
 		return rf__parse_depth(value, &c->depth) == 0 ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
+	}
 	if (!strcmp(name, "backend"))
 		return (c->backend = rf__parse_backend(value)) != NULL ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
 	if (!strcmp(name, "copy_queues"))
@@ -165,8 +168,12 @@ static int rf__env_bad(const char *var, const char *value, const char *expect)
 static int rf__config_env(rf__config *c, int want_depth, int want_backend, int want_kq, int want_staging)
 {
 	const char *v;
-	if (want_depth && (v = getenv("RINGFETCH_DEPTH")) != NULL && rf__parse_depth(v, &c->depth) != 0)
-		return rf__env_bad("RINGFETCH_DEPTH", v, "a depth in 1..1024");
+	if (want_depth && (v = getenv("RINGFETCH_DEPTH")) != NULL) {
+		if ((c->depth_auto = !strcmp(v, "auto")) != 0)
+			c->depth = 0;
+		else if (rf__parse_depth(v, &c->depth) != 0)
+			return rf__env_bad("RINGFETCH_DEPTH", v, "a depth in 1..1024 or auto");
+	}
 	if (want_backend && (v = getenv("RINGFETCH_BACKEND")) != NULL && (c->backend = rf__parse_backend(v)) == NULL)
 		return rf__env_bad("RINGFETCH_BACKEND", v, "one of cpu, threads, cuda, auto");
 	if (want_kq && (v = getenv("RINGFETCH_COPY_QUEUES")) != NULL && rf__parse_copy_queues(v, &c->copy_queues) != 0)
@@ -207,7 +214,7 @@ int rf__config_depth(unsigned explicit_depth, unsigned *out)
 	rf__config c;
 	int rc = rf__config_load(&c, 1, 0, 0, 0);
 	if (rc == RF_OK)
-		*out = c.depth ? c.depth : RF__DEFAULT_DEPTH;
+		*out = c.depth_auto ? 0 : c.depth ? c.depth : RF__DEFAULT_DEPTH;
 	return rc;
 }
 

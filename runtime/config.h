@@ -22,6 +22,7 @@ int rf__parse_bytes(const char *s, unsigned long long *out);
 /* The configured values (0 / NULL / "" = not configured at that level). */
 typedef struct rf__config {
 	unsigned depth;
+	int depth_auto;      /* depth = auto: measured on the first run (runtime/pipeline.c) */
 	const char *backend; /* static canonical name */
 	unsigned copy_queues;
 	char staging[64];
@@ -34,7 +35,8 @@ typedef struct rf__config {
  * not give explicitly (want_* non-zero). RF_OK or RF_ECONFIG. */
 int rf__config_load(rf__config *c, int want_depth, int want_backend, int want_copy_queues, int want_staging);
 
-/* depth: explicit (non-zero) wins; else RINGFETCH_DEPTH; else 2. RF_ECONFIG names the variable. */
+/* depth: explicit (non-zero) wins; else RINGFETCH_DEPTH (file, env); else 2. 0 in *out means "auto".
+ * RF_ECONFIG names the variable. */
 int rf__config_depth(unsigned explicit_depth, unsigned *out);
 /* backend: explicit (non-NULL) wins; else RINGFETCH_BACKEND; else "auto". */
 int rf__config_backend(const char *explicit_backend, const char **out);

@@ -14,11 +14,13 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	int rc;
 	e->prog = prog;
 	e->slot_bytes = slot_bytes;
-	if (prog->nslots > 0 && slot_bytes > SIZE_MAX / prog->nslots) {
-		rc = rf__err(RF_EINVAL, "%s: %u slots of %zu bytes overflow size_t", who, prog->nslots, slot_bytes);
+	/* min_slots (set by the owner before init): room for a deeper program later (depth = auto). */
+	unsigned nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
+	if (nslots > 0 && slot_bytes > SIZE_MAX / nslots) {
+		rc = rf__err(RF_EINVAL, "%s: %u slots of %zu bytes overflow size_t", who, nslots, slot_bytes);
 		goto fail_prog;
 	}
-	e->slots_len = (size_t)(prog->nslots ? prog->nslots : 1) * slot_bytes;
+	e->slots_len = (size_t)(nslots ? nslots : 1) * slot_bytes;
 	if ((rc = rf__backend_lookup(backend, device, &e->be)) != RF_OK)
 		goto fail_prog;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging};
@@ -94,7 +96,7 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 		run.stats = e->qstats;
 	}
 	rf__trace trace;
-	if (e->trace_path != NULL) {
+	if (e->trace_path != NULL || e->measure != NULL) {
 		if (rf__trace_begin(&trace, e->prog, nblocks) != RF_OK)
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
@@ -103,9 +105,15 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	int rc = rf__be_run(e->be, e->ctx, &run);
 	e->last.wall_ns = (uint64_t)(rf__trace_now() - t0);
 	if (run.trace != NULL) {
-		int trc = rf__trace_end(&trace, e->trace_path, e->be->name);
-		if (rc == RF_OK && trc != RF_OK)
-			return rf__err(trc, "%s: run succeeded, but %s", who, rf__errmsg_peek());
+		if (e->measure != NULL && rc == RF_OK)
+			e->measure(e->owner, &trace);
+		if (e->trace_path == NULL) {
+			rf__trace_drop(&trace);
+		} else {
+			int trc = rf__trace_end(&trace, e->trace_path, e->be->name);
+			if (rc == RF_OK && trc != RF_OK)
+				return rf__err(trc, "%s: run succeeded, but %s", who, rf__errmsg_peek());
+		}
 	}
 	switch (rc) {
 	case RF_OK:

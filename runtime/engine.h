@@ -25,6 +25,9 @@ typedef struct rf__engine {
 	char *trace_path;   /* rf_pipeline_trace: Chrome trace appended after each run, or NULL */
 	rf__staging_policy staging; /* where CPU backends put the slots; set by the owner before init
 	                               (zero: "auto") */
+	unsigned min_slots; /* allocate at least this many slots (set before init; 0 = the program's) */
+	/* Called after a successful run with its recorded events (the run records them while set). */
+	void (*measure)(void *owner, const struct rf__trace *t);
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
 	void *owner;
 } rf__engine;

@@ -2,13 +2,20 @@
 #include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/trace.h"
 
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+/* depth = auto never goes deeper than this (nor than the memory budget allows). */
+#define RF__AUTO_MAX_DEPTH 16u
 
 struct rf_pipeline {
 	rf__engine eng;
 	unsigned depth;
 	unsigned copy_queues;
+	unsigned auto_max; /* depth = auto: the deepest ring the slots allow; 0 when depth is fixed */
 };
 
 static int rf__pipeline_params_check(const rf_pipeline_params *pp, rf_pipeline **out)
@@ -40,8 +47,27 @@ typedef struct rf__resolved {
 	unsigned depth, kq;
 	const char *backend;
 	rf__staging_policy staging;
+	unsigned auto_max; /* non-zero: depth = auto, up to this depth */
 	rf__config cfg;
 } rf__resolved;
+
+/* depth = auto: start at the shallowest ring that keeps every copy queue busy; the slots are allocated
+ * for the deepest ring the budget allows (capped at RF__AUTO_MAX_DEPTH), so choosing later allocates
+ * nothing. */
+static int rf__pipeline_auto(const rf_pipeline_params *pp, rf__resolved *r)
+{
+	const rf__config *c = &r->cfg;
+	unsigned lo = r->kq > 1 ? r->kq + 1 : 2, max = RF__AUTO_MAX_DEPTH > lo ? RF__AUTO_MAX_DEPTH : lo;
+	if (c->memory_budget != 0 && c->memory_budget / pp->slot_bytes < max)
+		max = (unsigned)(c->memory_budget / pp->slot_bytes);
+	if (max == 0 || (r->kq > 1 && max < lo))
+		return rf__err(RF_ECONFIG, "rf_pipeline_create: depth = auto: %s (%llu bytes) leaves room for %u slots of "
+					   "%zu bytes, %u needed", c->budget_from, c->memory_budget, max, pp->slot_bytes,
+			       r->kq > 1 ? lo : 1u);
+	r->auto_max = max;
+	r->depth = lo < max ? lo : max;
+	return RF_OK;
+}
 
 static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 {
@@ -51,6 +77,9 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 		return rc;
 	r->depth = pp->depth ? pp->depth : c->depth ? c->depth : 2;
 	r->kq = pp->copy_queues ? pp->copy_queues : c->copy_queues ? c->copy_queues : 1;
+	r->auto_max = 0;
+	if (pp->depth == 0 && c->depth_auto && (rc = rf__pipeline_auto(pp, r)) != RF_OK)
+		return rc;
 	r->backend = pp->backend ? pp->backend : c->backend ? c->backend : "auto";
 	const char *staging = pp->staging ? pp->staging : c->staging[0] ? c->staging : NULL;
 	if ((rc = rf__staging_parse("rf_pipeline_create", staging, &r->staging)) != RF_OK)
@@ -62,6 +91,110 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 		return rf__err(RF_ECONFIG, "rf_pipeline_create: a ring of %u x %zu bytes exceeds %s (%llu bytes)",
 			       r->depth, pp->slot_bytes, c->budget_from, c->memory_budget);
 	return RF_OK;
+}
+
+static int rf__cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/*
+ * The depth = auto rule (docs/tuning.md). From the first run at the starting depth D0 we know, for each
+ * block b >= D0, its refill latency L(b): from the end of compute(b - D0), which freed the slot, to the
+ * end of copy(b) — the copy itself plus whatever it waited for (a busy copy queue, a sleeping worker's
+ * wake-up). A ring of depth d gives that refill d-1 computes of slack, so d = 1 + ceil(L90 / m), with L90
+ * the 90th percentile latency and m the mean compute time: the extra slots absorb slow or late copies.
+ * When copies are the bottleneck (mean copy >= K x m) no depth makes them faster: keep every copy queue
+ * busy (K+1), plus one slot when copy times are jittery (p90 > 1.5 x mean). Never below K+1 (2 for one
+ * queue), never above auto_max.
+ */
+static unsigned rf__auto_rule(double c_mean, double c90, double l90, double m, unsigned kq, unsigned max)
+{
+	unsigned lo = kq > 1 ? kq + 1 : 2, d;
+	if (m <= 0 || c_mean >= m * kq) {
+		d = lo + (c90 > 1.5 * c_mean);
+	} else {
+		double x = l90 / m;
+		d = 1 + (unsigned)x + ((double)(unsigned)x < x);
+	}
+	d = d < lo ? lo : d;
+	return d > max ? max : d;
+}
+
+/* The 90th percentile of v[0..n) (sorted in place). */
+static double rf__p90(int64_t *v, size_t n)
+{
+	qsort(v, n, sizeof *v, rf__cmp_i64);
+	return (double)v[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];
+}
+
+/* Copy durations, refill latencies (see rf__auto_rule) and the compute sum, from a run's events. */
+typedef struct rf__auto_sample {
+	int64_t *copy, *lat, *compute_end;
+	size_t nc, nl, nm;
+	double csum, msum;
+} rf__auto_sample;
+
+static int rf__auto_collect(const struct rf__trace *t, unsigned depth, rf__auto_sample *a)
+{
+	size_t n = 0, nblocks = 0;
+	for (unsigned q = 0; q < t->nq; q++)
+		for (size_t i = 0; i < t->n[q]; i++, n++)
+			if ((size_t)t->ev[q][i].block + 1 > nblocks)
+				nblocks = (size_t)t->ev[q][i].block + 1;
+	memset(a, 0, sizeof *a);
+	a->copy = malloc((n ? n : 1) * sizeof *a->copy);
+	a->lat = malloc((n ? n : 1) * sizeof *a->lat);
+	a->compute_end = calloc(nblocks ? nblocks : 1, sizeof *a->compute_end);
+	if (a->copy == NULL || a->lat == NULL || a->compute_end == NULL)
+		return -1;
+	for (unsigned q = 0; q < t->nq; q++)
+		for (size_t i = 0; i < t->n[q]; i++)
+			if (t->ev[q][i].kind == RF_OP_COMPUTE) {
+				a->compute_end[t->ev[q][i].block] = t->ev[q][i].t1;
+				a->msum += (double)(t->ev[q][i].t1 - t->ev[q][i].t0);
+				a->nm++;
+			}
+	for (unsigned q = 0; q < t->nq; q++)
+		for (size_t i = 0; i < t->n[q]; i++) {
+			const rf__tev *e = &t->ev[q][i];
+			if (e->kind != RF_OP_COPY)
+				continue;
+			a->copy[a->nc++] = e->t1 - e->t0;
+			a->csum += (double)(e->t1 - e->t0);
+			if ((size_t)e->block >= depth && a->compute_end[e->block - depth] != 0)
+				a->lat[a->nl++] = e->t1 - a->compute_end[e->block - depth];
+		}
+	return 0;
+}
+
+/* After the first successful run of a depth = auto pipeline: pick the depth and rebuild the program. */
+static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
+{
+	rf_pipeline *p = owner;
+	rf__auto_sample a;
+	int ok = rf__auto_collect(t, p->depth, &a) == 0 && a.nc > 0 && a.nm > 0;
+	if (ok) {
+		double c_mean = a.csum / (double)a.nc, m = a.msum / (double)a.nm;
+		double c90 = rf__p90(a.copy, a.nc), l90 = a.nl ? rf__p90(a.lat, a.nl) : c90;
+		unsigned d = rf__auto_rule(c_mean, c90, l90, m, p->copy_queues, p->auto_max);
+		struct rf_program *prog;
+		if (d != p->depth && rf__ring_program(d, p->copy_queues, &prog) == RF_OK) {
+			rf_program_destroy(p->eng.prog);
+			p->eng.prog = prog;
+			p->depth = d;
+		}
+		p->eng.measure = NULL;
+		size_t len = strlen(p->eng.describe);
+		snprintf(p->eng.describe + len, sizeof p->eng.describe - len,
+			 "; depth auto: %u (copy mean %.1f us, p90 %.1f us; refill p90 %.1f us; compute mean %.1f us; "
+			 "at most %u)", p->depth, c_mean / 1e3, c90 / 1e3, l90 / 1e3, m / 1e3, p->auto_max);
+	}
+	/* Nothing to learn from (no copies or computes, or no memory): try again on the next run. */
+	free(a.copy);
+	free(a.lat);
+	free(a.compute_end);
 }
 
 int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
@@ -81,6 +214,10 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	if (rf__test_hooks.drop_war_wait)
 		rf__prog_drop_war(prog);
 	p->eng.staging = r.staging;
+	p->eng.min_slots = r.auto_max;
+	p->auto_max = r.auto_max;
+	if (r.auto_max != 0)
+		p->eng.measure = rf__pipeline_measure;
 	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", r.backend, params->device, prog,
 				  params->slot_bytes)) != RF_OK)
 		goto fail;

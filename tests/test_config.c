@@ -6,12 +6,14 @@
 #include <criterion/criterion.h>
 
 #include "ringfetch.h"
+#include "runtime/backend.h"
 #include "runtime/config.h"
 #include "runtime/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static int ok_cb(void *user, const rf_block *b)
@@ -390,4 +392,89 @@ Test(config, other_variables)
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 	cr_assert_eq(rf_pipeline_copy_queues(p), 2);
 	rf_pipeline_destroy(p);
+}
+
+/* ---- depth = auto ------------------------------------------------------------------------------ */
+
+static void spin_us(long us)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	while ((t.tv_sec - t0.tv_sec) * 1000000L + (t.tv_nsec - t0.tv_nsec) / 1000 < us);
+}
+
+static long g_compute_us, g_slow_copy_us, g_slow_every;
+
+static void shaped_copy(size_t block)
+{
+	if (g_slow_every && block % (size_t)g_slow_every == 0)
+		spin_us(g_slow_copy_us);
+}
+
+static int shaped_compute(void *user, const rf_block *b)
+{
+	(void)user;
+	(void)b;
+	spin_us(g_compute_us);
+	return 0;
+}
+
+/* A cpu pipeline with depth = auto, run once over n blocks with the given shape; returns its depth. */
+static unsigned auto_depth_after(long compute_us, long slow_copy_us, long every, size_t n)
+{
+	g_compute_us = compute_us, g_slow_copy_us = slow_copy_us, g_slow_every = every;
+	rf__test_hooks.before_copy = shaped_copy;
+	setenv("RINGFETCH_DEPTH", "auto", 1);
+	rf_pipeline_params pp = {.slot_bytes = 256, .backend = "cpu"};
+	rf_pipeline *p;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_depth(p), 2, "before the first run");
+	static unsigned char src[256];
+	const void *srcs[64];
+	size_t sizes[64];
+	for (size_t i = 0; i < n; i++)
+		srcs[i] = src, sizes[i] = sizeof src;
+	cr_assert_eq(rf_pipeline_run(p, n, srcs, sizes, shaped_compute, NULL), RF_OK, "%s", rf_errmsg());
+	unsigned d = rf_pipeline_depth(p);
+	cr_assert(strstr(rf_pipeline_describe(p), "depth auto") != NULL, "%s", rf_pipeline_describe(p));
+	cr_assert_eq(rf_pipeline_run(p, n, srcs, sizes, shaped_compute, NULL), RF_OK, "a run at the chosen depth");
+	cr_assert_eq(rf_pipeline_depth(p), d, "chosen once");
+	rf_pipeline_destroy(p);
+	rf__test_hooks.before_copy = NULL;
+	return d;
+}
+
+Test(config, depth_auto_follows_copy_and_compute_times)
+{
+	/* steady copies far shorter than computes: the double buffer */
+	cr_assert_eq(auto_depth_after(200, 0, 0, 40), 2);
+	/* every 4th copy 600 us, computes 150 us: depth 1 + ceil(600 / 150) = 5 */
+	unsigned d = auto_depth_after(150, 600, 4, 40);
+	cr_assert(d >= 4 && d <= 6, "jittery copies: depth %u", d);
+	/* copy-bound (every copy 400 us, computes 50 us): more slots do not make copies faster */
+	cr_assert_eq(auto_depth_after(50, 400, 1, 24), 2);
+	/* the budget caps it: 3 slots of 256 bytes */
+	setenv("RINGFETCH_MEMORY_BUDGET", "768", 1);
+	cr_assert_leq(auto_depth_after(150, 600, 4, 40), 3);
+	/* a budget under one slot cannot hold any ring */
+	setenv("RINGFETCH_MEMORY_BUDGET", "100", 1);
+	rf_pipeline_params pp = {.slot_bytes = 256, .backend = "cpu"};
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ECONFIG);
+	cr_assert(strstr(rf_errmsg(), "auto") != NULL, "%s", rf_errmsg());
+	/* auto in the file too, and an explicit depth still wins */
+	unsetenv("RINGFETCH_MEMORY_BUDGET");
+	unsetenv("RINGFETCH_DEPTH");
+	char path[64];
+	config_file(path, "[ringfetch]\ndepth = auto\n");
+	unsigned out = 99;
+	cr_assert_eq(rf__config_depth(0, &out), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(out, 0u, "0 = auto");
+	pp.depth = 4;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_depth(p), 4);
+	rf_pipeline_destroy(p);
+	remove(path);
 }

@@ -9,6 +9,7 @@
  * Each parser is compared against a reference written here from the documented grammar:
  *   depth    decimal digits only (leading zeros allowed), value 1 .. RF_MAX_DEPTH;
  *   backend  exactly "cpu", "threads", "cuda" or "auto";
+ *   RINGFETCH_DEPTH also takes "auto" (depth measured on the first run, starting at 2);
  *   staging  exactly "auto", "none", "interleave" or "node:" + decimal digits fitting an int.
  * abort() on a disagreement, an unknown return code, or an empty rf_errmsg after a failure.
  */
@@ -168,7 +169,8 @@ static int one_block(void *user, const rf_block *b)
 static void check_pipeline(const char *depth_s, const char *backend_s)
 {
 	unsigned want_depth = 0;
-	int depth_ok = ref_depth(depth_s, &want_depth);
+	int depth_auto = !strcmp(depth_s, "auto"); /* measured on the first run; starts at 2 */
+	int depth_ok = depth_auto ? (want_depth = 2, 1) : ref_depth(depth_s, &want_depth);
 	const char *want_backend = ref_backend(backend_s);
 	if (want_backend != NULL && (!strcmp(want_backend, "cuda") || !strcmp(want_backend, "auto")))
 		backend_s = "cpu", want_backend = "cpu"; /* keep runs cheap: no device probe, no workers */
@@ -209,7 +211,7 @@ static void check_pipeline(const char *depth_s, const char *backend_s)
 	unsigned d = 0;
 	const char *b = NULL;
 	rc = chk(rf__config_depth(0, &d));
-	CHECK(depth_ok ? rc == RF_OK && d == want_depth : rc == RF_ECONFIG);
+	CHECK(depth_ok ? rc == RF_OK && d == (depth_auto ? 0 : want_depth) : rc == RF_ECONFIG);
 	rc = chk(rf__config_backend(NULL, &b));
 	CHECK(want_backend ? rc == RF_OK && !strcmp(b, want_backend) : rc == RF_ECONFIG);
 	CHECK(unsetenv("RINGFETCH_DEPTH") == 0 && unsetenv("RINGFETCH_BACKEND") == 0);
