@@ -11,7 +11,8 @@
 
 #define RF__DEFAULT_DEPTH 2u
 
-int rf__parse_depth(const char *s, unsigned *out)
+/* A count in 1..max, written in decimal digits only (no sign, no space, no base prefix). */
+static int rf__parse_count(const char *s, unsigned max, unsigned *out)
 {
 	unsigned v = 0;
 	if (s == NULL || *s == '\0')
@@ -20,13 +21,18 @@ int rf__parse_depth(const char *s, unsigned *out)
 		if (*c < '0' || *c > '9')
 			return -1;
 		v = v * 10 + (unsigned)(*c - '0');
-		if (v > RF_MAX_DEPTH)
+		if (v > max)
 			return -1;
 	}
 	if (v == 0)
 		return -1;
 	*out = v;
 	return 0;
+}
+
+int rf__parse_depth(const char *s, unsigned *out)
+{
+	return rf__parse_count(s, RF_MAX_DEPTH, out);
 }
 
 const char *rf__parse_backend(const char *s)
@@ -40,20 +46,7 @@ const char *rf__parse_backend(const char *s)
 
 int rf__parse_copy_queues(const char *s, unsigned *out)
 {
-	unsigned v = 0;
-	if (s == NULL || *s == '\0')
-		return -1;
-	for (const char *c = s; *c; c++) {
-		if (*c < '0' || *c > '9')
-			return -1;
-		v = v * 10 + (unsigned)(*c - '0');
-		if (v >= RF_MAX_QUEUES)
-			return -1;
-	}
-	if (v == 0)
-		return -1;
-	*out = v;
-	return 0;
+	return rf__parse_count(s, RF_MAX_QUEUES - 1, out);
 }
 
 int rf__parse_bytes(const char *s, unsigned long long *out)
