@@ -10,7 +10,7 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 DEB_PACKAGES := cmake make gcc pkg-config libhwloc-dev libjemalloc-dev libcriterion-dev libinih-dev gnuplot-nox libstarpu-dev
 RESULTS := $(BUILD)/results
 
-.PHONY: all deps configure build run test sanitize tsan clean
+.PHONY: all deps configure build run test sanitize tsan valgrind clean
 
 all: build
 
@@ -58,6 +58,19 @@ tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DRINGFETCH_WERROR=ON -DRINGFETCH_SANITIZE=thread $(CMAKE_FLAGS)
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_race
 	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L tsan
+
+# A valgrind memcheck pass over a subset: the seeded stress on both CPU backends, the demo and a tiny
+# sweep (plain programs, so a memcheck error or a definite leak fails the target through its exit code).
+# jemalloc is named a malloc library so that memcheck tracks what it serves too.
+VALGRIND := valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
+	--soname-synonyms=somalloc=*jemalloc*
+valgrind: build
+	@command -v valgrind >/dev/null || $(MAKE) deps DEB_PACKAGES="$(DEB_PACKAGES) valgrind"
+	$(VALGRIND) $(BUILD)/tests/test_race --backend cpu --iterations 300 --seed 1
+	$(VALGRIND) $(BUILD)/tests/test_race --backend threads --iterations 150 --seed 1
+	$(VALGRIND) $(BUILD)/bench/ringfetch-demo --blocks 64 --size 65536
+	$(VALGRIND) $(BUILD)/bench/ringfetch-bench --backend cpu,threads --depth 1,2,auto --size 4K,64K --blocks 32 \
+		--reps 1 --baselines sequential,hand --quiet
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
