@@ -176,6 +176,10 @@ typedef struct rf_pipeline_params {
  * compute times and picks the depth for later runs (docs/tuning.md; rf_pipeline_describe says what).
  * RINGFETCH_TRACE / `trace` make every run of the pipeline append a Chrome trace (rf_pipeline_trace);
  * RINGFETCH_MEMORY_BUDGET / `memory_budget` (bytes, K/M/G suffixes) caps depth * slot_bytes.
+ * RINGFETCH_ORACLE=1 (debugging; "0" or "1") records every run's execution log and checks it with an
+ * independent hazard oracle (each block copied and computed once, computes in order, RAW and WAR on
+ * every slot): a violation turns an RF_OK run into RF_EHAZARD naming the blocks. It costs the trace's
+ * memory and clock reads.
  * An environment variable is checked when consulted (an empty value is malformed); the file is checked
  * whole whenever RINGFETCH_CONFIG is set: syntax errors, unknown sections or keys and malformed values
  * are RF_ECONFIG naming the file, the line and the value. A ring over the budget is RF_ECONFIG too.
@@ -277,7 +281,7 @@ RF_EXTERN int rf_pipeline_cancel(rf_pipeline *p);
  * run: one track per queue, one slice per copy and per compute, named by block. Each run appends its
  * events to the file at `path` (created with an opening "[" and left as an open JSON array, which the
  * format allows, so that runs accumulate); path is copied. NULL stops tracing. While tracing, a run
- * allocates 32 bytes per copy and compute before it starts (nothing during it) and writes the file
+ * allocates 48 bytes per copy and compute before it starts (nothing during it) and writes the file
  * after its work has finished.
  * \return RF_OK; RF_EINVAL (p NULL, path ""); RF_EBUSY (the pipeline is running); RF_ENOMEM.
  * A traced run whose work succeeded but whose file could not be written returns RF_EBACKEND.

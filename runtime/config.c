@@ -181,6 +181,11 @@ static int rf__config_env(rf__config *c, int want_depth, int want_backend, int w
 			return rf__env_bad("RINGFETCH_TRACE", v, "a file path");
 		memcpy(c->trace, v, strlen(v) + 1);
 	}
+	if ((v = getenv("RINGFETCH_ORACLE")) != NULL) {
+		if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+			return rf__env_bad("RINGFETCH_ORACLE", v, "0 or 1");
+		c->oracle = v[0] == '1';
+	}
 	if ((v = getenv("RINGFETCH_MEMORY_BUDGET")) != NULL) {
 		if (rf__parse_bytes(v, &c->memory_budget) != 0)
 			return rf__env_bad("RINGFETCH_MEMORY_BUDGET", v, "a size in bytes (K, M, G suffixes)");

@@ -29,6 +29,7 @@ typedef struct rf__config {
 	char trace[1024];
 	unsigned long long memory_budget;
 	char budget_from[160]; /* where memory_budget came from, for messages */
+	int oracle;            /* RINGFETCH_ORACLE=1: check every run's execution log (slow; debugging) */
 } rf__config;
 
 /* Read RINGFETCH_CONFIG's file (when set) and the environment variables for the values the caller did

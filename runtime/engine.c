@@ -1,6 +1,7 @@
 /* runtime/engine.c — the executor core shared by rf_pipeline and rf_exec. */
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/oracle.h"
 #include "runtime/trace.h"
 
 #include <stdlib.h>
@@ -96,7 +97,7 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 		run.stats = e->qstats;
 	}
 	rf__trace trace;
-	if (e->trace_path != NULL || e->measure != NULL) {
+	if (e->trace_path != NULL || e->measure != NULL || e->oracle) {
 		if (rf__trace_begin(&trace, e->prog, nblocks) != RF_OK)
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
@@ -105,6 +106,10 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	int rc = rf__be_run(e->be, e->ctx, &run);
 	e->last.wall_ns = (uint64_t)(rf__trace_now() - t0);
 	if (run.trace != NULL) {
+		if (e->oracle && rc == RF_OK && rf__oracle_check(&trace, nblocks) != RF_OK) {
+			rf__trace_drop(&trace);
+			return rf__err(RF_EHAZARD, "%s: %s", who, rf__errmsg_peek());
+		}
 		if (e->measure != NULL && rc == RF_OK)
 			e->measure(e->owner, &trace);
 		if (e->trace_path == NULL) {

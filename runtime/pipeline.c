@@ -215,6 +215,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		rf__prog_drop_war(prog);
 	p->eng.staging = r.staging;
 	p->eng.min_slots = r.auto_max;
+	p->eng.oracle = r.cfg.oracle;
 	p->auto_max = r.auto_max;
 	if (r.auto_max != 0)
 		p->eng.measure = rf__pipeline_measure;

@@ -13,6 +13,7 @@
 int rf__trace_begin(rf__trace *t, const struct rf_program *p, size_t nblocks)
 {
 	memset(t, 0, sizeof *t);
+	atomic_init(&t->seq, 0);
 	t->nq = p->nqueues;
 	int64_t iters = rf__prog_iter_end(p, nblocks) - p->iter_begin;
 	for (unsigned q = 0; q < p->nqueues; q++) {

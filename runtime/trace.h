@@ -6,11 +6,13 @@
 
 #include "graph/program.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <time.h>
 
 typedef struct rf__tev {
-	int64_t t0, t1; /* ns, CLOCK_MONOTONIC */
+	int64_t t0, t1;  /* ns, CLOCK_MONOTONIC */
+	uint64_t s0, s1; /* positions of start and end in the run's one sequence (for the oracle) */
 	int64_t block;
 	uint32_t slot;
 	uint8_t kind; /* RF_OP_COPY or RF_OP_COMPUTE */
@@ -20,6 +22,10 @@ typedef struct rf__trace {
 	unsigned nq;
 	rf__tev *ev[RF_MAX_QUEUES];
 	size_t n[RF_MAX_QUEUES];
+	/* Every start and end of a copy or compute takes the next number. Relaxed increments: the counter's
+	 * modification order follows happens-before, so an op that really ran after another gets larger
+	 * numbers, and the counter adds no synchronisation that could hide a race from ThreadSanitizer. */
+	atomic_ullong seq;
 } rf__trace;
 
 static inline int64_t rf__trace_now(void)
@@ -29,10 +35,15 @@ static inline int64_t rf__trace_now(void)
 	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static inline void rf__trace_add(rf__trace *t, unsigned q, uint8_t kind, int64_t block, unsigned slot,
-				 int64_t t0, int64_t t1)
+static inline uint64_t rf__trace_seq(rf__trace *t)
 {
-	rf__tev e = {t0, t1, block, slot, kind};
+	return atomic_fetch_add_explicit(&t->seq, 1, memory_order_relaxed);
+}
+
+static inline void rf__trace_add(rf__trace *t, unsigned q, uint8_t kind, int64_t block, unsigned slot,
+				 int64_t t0, int64_t t1, uint64_t s0)
+{
+	rf__tev e = {t0, t1, s0, rf__trace_seq(t), block, slot, kind};
 	t->ev[q][t->n[q]++] = e;
 }
 

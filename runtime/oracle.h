@@ -1,0 +1,16 @@
+/* runtime/oracle.h — the hazard oracle: an independent check of a ring run's execution log. It shares
+ * nothing with the plan, the graph, the lowering or the backends: it reads only what the walkers recorded
+ * (which block ran where, and the order of every start and end in the run's one sequence) and checks the
+ * ring's promises from first principles. Enabled per pipeline with RINGFETCH_ORACLE=1 (runtime/pipeline.c). */
+#ifndef RF_RUNTIME_ORACLE_H
+#define RF_RUNTIME_ORACLE_H
+
+#include "runtime/trace.h"
+
+/* Check a run over nblocks blocks that returned RF_OK: every block copied once and computed once, in
+ * block order one at a time; each compute starts after its block's copy ended (RAW) and reads the slot
+ * that copy filled; each copy into a slot starts after the compute of the slot's previous block ended
+ * (WAR). Returns RF_OK, or RF_EHAZARD with rf_errmsg naming the blocks; RF_ENOMEM. */
+int rf__oracle_check(const rf__trace *t, size_t nblocks);
+
+#endif
