@@ -15,6 +15,7 @@
  * Failure: the first failing op (a compute returning non-zero, a cancel) wins a CAS on `first_rc`, then
  * sets `stop` and wakes every queue; every walker stops at its next op or wait, in-flight copies finish,
  * and the run returns once all workers are parked again. The next run resets the counters. */
+#include "runtime/alloc.h"
 #include "runtime/error.h"
 #include "runtime/staging.h"
 #include "runtime/topology.h"
@@ -362,13 +363,13 @@ static int rf__thr_describe(void *ctx, char *buf, size_t cap)
 
 static int rf__thr_open(const rf__open_args *args, void **ctx)
 {
-	rf__threads *t = calloc(1, sizeof *t);
+	rf__threads *t = rf__calloc(1, sizeof *t);
 	if (t == NULL)
 		return rf__err(RF_ENOMEM, "threads: out of memory");
 	t->nq = args->nqueues;
 	t->staging = args->staging;
-	t->q = aligned_alloc(64, t->nq * sizeof *t->q);
-	t->w = calloc(t->nq, sizeof *t->w);
+	t->q = rf__aligned_alloc(64, t->nq * sizeof *t->q);
+	t->w = rf__calloc(t->nq, sizeof *t->w);
 	if (t->q == NULL || t->w == NULL) {
 		free(t->q);
 		free(t->w);
@@ -389,7 +390,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	for (unsigned i = 1; i < t->nq; i++) {
 		t->w[i].t = t;
 		t->w[i].q = i;
-		int err = pthread_create(&t->w[i].tid, NULL, rf__thr_main, &t->w[i]);
+		int err = rf__fault() ? EAGAIN : pthread_create(&t->w[i].tid, NULL, rf__thr_main, &t->w[i]);
 		if (err != 0) {
 			rf__thr_join(t);
 			rf__thr_free(t);

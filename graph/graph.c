@@ -1,4 +1,5 @@
 /* graph/graph.c — the job graph: nodes on queues, explicit edges, the ring builder, and reading back. */
+#include "runtime/alloc.h"
 #include "graph/graph_int.h"
 #include "runtime/error.h"
 
@@ -13,7 +14,7 @@ int rf_graph_create(unsigned flags, rf_graph **out)
 		return rf__err(RF_EINVAL, "rf_graph_create: out is NULL");
 	if (flags != 0)
 		return rf__err(RF_EINVAL, "rf_graph_create: flags must be 0 (got %#x)", flags);
-	rf_graph *g = calloc(1, sizeof *g);
+	rf_graph *g = rf__calloc(1, sizeof *g);
 	if (g == NULL)
 		return rf__err(RF_ENOMEM, "rf_graph_create: out of memory");
 	for (unsigned q = 0; q < RF_MAX_QUEUES; q++)
@@ -43,19 +44,19 @@ static int rf__graph_reserve(rf_graph *g)
 	if (g->n < g->cap)
 		return RF_OK;
 	size_t cap = g->cap ? g->cap * 2 : 64;
-	rf_node_desc *nodes = realloc(g->nodes, cap * sizeof *nodes);
+	rf_node_desc *nodes = rf__realloc(g->nodes, cap * sizeof *nodes);
 	if (nodes == NULL)
 		return RF_ENOMEM;
 	g->nodes = nodes;
-	rf__idvec *out = realloc(g->out, cap * sizeof *out);
+	rf__idvec *out = rf__realloc(g->out, cap * sizeof *out);
 	if (out == NULL)
 		return RF_ENOMEM;
 	g->out = out;
-	rf__idvec *in = realloc(g->in, cap * sizeof *in);
+	rf__idvec *in = rf__realloc(g->in, cap * sizeof *in);
 	if (in == NULL)
 		return RF_ENOMEM;
 	g->in = in;
-	size_t *qprev = realloc(g->qprev, cap * sizeof *qprev);
+	size_t *qprev = rf__realloc(g->qprev, cap * sizeof *qprev);
 	if (qprev == NULL)
 		return RF_ENOMEM;
 	g->qprev = qprev;
@@ -101,7 +102,7 @@ static int rf__idvec_push(rf__idvec *v, size_t id)
 		if (v->cap >= UINT32_MAX / 2)
 			return RF_ENOMEM;
 		uint32_t cap = v->cap ? v->cap * 2 : 2;
-		size_t *nv = realloc(v->v, cap * sizeof *nv);
+		size_t *nv = rf__realloc(v->v, cap * sizeof *nv);
 		if (nv == NULL)
 			return RF_ENOMEM;
 		v->v = nv;
@@ -302,7 +303,7 @@ int rf_graph_ring(size_t nblocks, unsigned depth, unsigned copy_queues, rf_graph
 	int rc = rf_graph_create(0, &g);
 	if (rc != RF_OK)
 		return rc;
-	size_t *ids = malloc(2 * (size_t)depth * sizeof *ids);
+	size_t *ids = rf__malloc(2 * (size_t)depth * sizeof *ids);
 	if (ids == NULL) {
 		rf_graph_destroy(g);
 		return rf__err(RF_ENOMEM, "rf_graph_ring: out of memory");

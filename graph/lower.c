@@ -1,6 +1,7 @@
 /* graph/lower.c — lowering a validated graph to per-queue programs of copy / compute / signal / wait
  * ops (the rules are in include/ringfetch/graph.h), the periodic program of a ring, and reading
  * programs back. */
+#include "runtime/alloc.h"
 #include "graph/graph_int.h"
 #include "graph/program.h"
 #include "runtime/error.h"
@@ -10,11 +11,11 @@
 
 struct rf_program *rf__prog_alloc(size_t nops)
 {
-	struct rf_program *p = calloc(1, sizeof *p);
+	struct rf_program *p = rf__calloc(1, sizeof *p);
 	if (p == NULL)
 		return NULL;
-	p->ops = malloc((nops ? nops : 1) * sizeof *p->ops);
-	p->qidx = malloc((nops ? nops : 1) * sizeof *p->qidx);
+	p->ops = rf__malloc((nops ? nops : 1) * sizeof *p->ops);
+	p->qidx = rf__malloc((nops ? nops : 1) * sizeof *p->qidx);
 	if (p->ops == NULL || p->qidx == NULL) {
 		rf_program_destroy(p);
 		return NULL;
@@ -67,11 +68,11 @@ static int rf__emit(rf__lower *l, rf__op op)
 	struct rf_program *p = l->p;
 	if (p->nops == l->cap) {
 		size_t cap = l->cap * 2;
-		rf__op *ops = realloc(p->ops, cap * sizeof *ops);
+		rf__op *ops = rf__realloc(p->ops, cap * sizeof *ops);
 		if (ops == NULL)
 			return RF_ENOMEM;
 		p->ops = ops;
-		size_t *qidx = realloc(p->qidx, cap * sizeof *qidx);
+		size_t *qidx = rf__realloc(p->qidx, cap * sizeof *qidx);
 		if (qidx == NULL)
 			return RF_ENOMEM;
 		p->qidx = qidx;
@@ -143,8 +144,8 @@ int rf_graph_lower(const rf_graph *g, rf_program **out)
 	size_t *order, *pos;
 	if ((rc = rf__graph_topo(g, &order, &pos)) != RF_OK)
 		return rc;
-	rf__lower l = {g, rf__prog_alloc(2 * g->n + 16), 2 * g->n + 16, calloc(g->n + 1, sizeof(int64_t)),
-		       calloc((size_t)RF_MAX_QUEUES * RF_MAX_QUEUES, sizeof(int64_t)), {0}};
+	rf__lower l = {g, rf__prog_alloc(2 * g->n + 16), 2 * g->n + 16, rf__calloc(g->n + 1, sizeof(int64_t)),
+		       rf__calloc((size_t)RF_MAX_QUEUES * RF_MAX_QUEUES, sizeof(int64_t)), {0}};
 	for (unsigned q = 0; q < RF_MAX_QUEUES; q++)
 		l.next[q] = 1;
 	rc = (l.p && l.sigval && l.waited) ? RF_OK : RF_ENOMEM;
@@ -327,9 +328,9 @@ int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, siz
 {
 	int64_t iend = rf__prog_iter_end(p, nblocks), P = p->period;
 	size_t cap = (size_t)(iend - p->iter_begin) * p->nops + 1, k = 0;
-	rf_op *ops = malloc(cap * sizeof *ops);
-	int64_t *sig = malloc(cap * sizeof *sig);
-	size_t nsig[RF_MAX_QUEUES] = {0}, *sigoff = calloc(RF_MAX_QUEUES, sizeof *sigoff);
+	rf_op *ops = rf__malloc(cap * sizeof *ops);
+	int64_t *sig = rf__malloc(cap * sizeof *sig);
+	size_t nsig[RF_MAX_QUEUES] = {0}, *sigoff = rf__calloc(RF_MAX_QUEUES, sizeof *sigoff);
 	if (ops == NULL || sig == NULL || sigoff == NULL)
 		goto nomem;
 	/* Pass 1: the ops that run, raw values. */

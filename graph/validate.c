@@ -1,5 +1,6 @@
 /* graph/validate.c — topological order, cycle detection and RAW/WAR/WAW hazard detection by
  * reachability over the effective graph (explicit edges + the implicit order of each queue). */
+#include "runtime/alloc.h"
 #include "graph/graph_int.h"
 #include "runtime/error.h"
 
@@ -88,8 +89,8 @@ static size_t rf__cycle_node(const rf_graph *g, const size_t *indeg)
 int rf__graph_topo(const rf_graph *g, size_t **order_out, size_t **pos_out)
 {
 	size_t n = g->n;
-	size_t *order = malloc((n ? n : 1) * sizeof *order);
-	size_t *pos = malloc((n ? n : 1) * sizeof *pos);
+	size_t *order = rf__malloc((n ? n : 1) * sizeof *order);
+	size_t *pos = rf__malloc((n ? n : 1) * sizeof *pos);
 	if (order == NULL || pos == NULL)
 		goto nomem;
 	/* Fast path: a graph built in a valid order (every edge to a later id) is its own order. */
@@ -104,7 +105,7 @@ int rf__graph_topo(const rf_graph *g, size_t **order_out, size_t **pos_out)
 		for (size_t i = 0; i < n; i++)
 			order[i] = i;
 	} else {
-		size_t *tmp = malloc(3 * n * sizeof *tmp);
+		size_t *tmp = rf__malloc(3 * n * sizeof *tmp);
 		if (tmp == NULL)
 			goto nomem;
 		if (!rf__topo_kahn(g, order, tmp, tmp + n, tmp + 2 * n)) {
@@ -237,7 +238,7 @@ static int rf__check_hazards(rf__reach *r)
 {
 	const rf_graph *g = r->g;
 	size_t m = 0;
-	rf__access *acc = malloc((g->n ? g->n : 1) * sizeof *acc);
+	rf__access *acc = rf__malloc((g->n ? g->n : 1) * sizeof *acc);
 	if (acc == NULL)
 		return rf__err(RF_ENOMEM, "rf_graph_validate: out of memory");
 	for (size_t i = 0; i < g->n; i++) {
@@ -266,8 +267,8 @@ int rf_graph_validate(const rf_graph *g)
 	int rc = rf__graph_topo(g, &order, &pos);
 	if (rc != RF_OK)
 		return rc;
-	rf__reach r = {g, pos, calloc(g->n ? g->n : 1, sizeof(uint32_t)), 0,
-		       malloc((g->n ? g->n : 1) * sizeof(size_t))};
+	rf__reach r = {g, pos, rf__calloc(g->n ? g->n : 1, sizeof(uint32_t)), 0,
+		       rf__malloc((g->n ? g->n : 1) * sizeof(size_t))};
 	if (r.seen == NULL || r.stack == NULL)
 		rc = rf__err(RF_ENOMEM, "rf_graph_validate: out of memory");
 	else

@@ -1,5 +1,6 @@
 /* runtime/backend.c — the backend registry and the wrappers the core calls backends through. */
 #include "runtime/backend.h"
+#include "runtime/alloc.h"
 #include "runtime/error.h"
 
 #include <assert.h>
@@ -59,9 +60,17 @@ int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out
 	return RF_OK;
 }
 
+/* Every wrapper that can fail is a fault-injection point (runtime/alloc.h). */
+static int rf__be_fault(const rf__backend_ops *be, const char *call)
+{
+	return rf__err(RF_EBACKEND, "backend %s: %s: injected fault", be->name, call);
+}
+
 int rf__be_open(const rf__backend_ops *be, const rf__open_args *args, void **ctx)
 {
 	assert(args->nqueues >= 1 && args->nqueues <= RF_MAX_QUEUES);
+	if (rf__fault())
+		return rf__be_fault(be, "open");
 	return be->open(args, ctx);
 }
 
@@ -73,6 +82,8 @@ void rf__be_close(const rf__backend_ops *be, void *ctx)
 int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void **mem)
 {
 	assert(bytes > 0);
+	if (rf__fault())
+		return rf__be_fault(be, "slots_alloc");
 	return be->slots_alloc(ctx, bytes, mem);
 }
 
@@ -85,6 +96,8 @@ void rf__be_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t b
 int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run)
 {
 	assert(run->prog != NULL && run->slots != NULL);
+	if (rf__fault())
+		return rf__be_fault(be, "run");
 	return be->run(ctx, run);
 }
 

@@ -1,4 +1,5 @@
 /* runtime/engine.c — the executor core shared by rf_pipeline and rf_exec. */
+#include "runtime/alloc.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
 #include "runtime/oracle.h"
@@ -50,7 +51,7 @@ int rf__engine_trace(rf__engine *e, const char *who, const char *path)
 	if (atomic_load(&e->state) != RF__IDLE)
 		return rf__err(RF_EBUSY, "%s: cannot change tracing while running", who);
 	char *copy = NULL;
-	if (path != NULL && (copy = strdup(path)) == NULL)
+	if (path != NULL && (copy = rf__strdup(path)) == NULL)
 		return rf__err(RF_ENOMEM, "%s: out of memory", who);
 	free(e->trace_path);
 	e->trace_path = copy;
@@ -106,9 +107,10 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	int rc = rf__be_run(e->be, e->ctx, &run);
 	e->last.wall_ns = (uint64_t)(rf__trace_now() - t0);
 	if (run.trace != NULL) {
-		if (e->oracle && rc == RF_OK && rf__oracle_check(&trace, nblocks) != RF_OK) {
+		int orc = e->oracle && rc == RF_OK ? rf__oracle_check(&trace, nblocks) : RF_OK;
+		if (orc != RF_OK) { /* RF_EHAZARD, or RF_ENOMEM for the oracle's own tables */
 			rf__trace_drop(&trace);
-			return rf__err(RF_EHAZARD, "%s: %s", who, rf__errmsg_peek());
+			return rf__err(orc, "%s: %s", who, rf__errmsg_peek());
 		}
 		if (e->measure != NULL && rc == RF_OK)
 			e->measure(e->owner, &trace);

@@ -1,4 +1,5 @@
 /* runtime/exec.c — rf_exec: a hand-built graph, validated, lowered and instantiated on a backend. */
+#include "runtime/alloc.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
@@ -34,7 +35,7 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 	rf_program *prog;
 	if ((rc = rf_graph_lower(g, &prog)) != RF_OK)
 		return rc;
-	rf_exec *e = calloc(1, sizeof *e);
+	rf_exec *e = rf__calloc(1, sizeof *e);
 	if (e == NULL) {
 		rf_program_destroy(prog);
 		return rf__err(RF_ENOMEM, "rf_exec_create: out of memory");

@@ -1,4 +1,5 @@
 /* runtime/oracle.c — see oracle.h. Deliberately naive: per-block tables and direct comparisons. */
+#include "runtime/alloc.h"
 #include "runtime/oracle.h"
 #include "runtime/error.h"
 
@@ -46,8 +47,8 @@ static int rf__oracle_block(const rf__seen *by, size_t b, const size_t *last_in_
 
 int rf__oracle_check(const rf__trace *t, size_t nblocks)
 {
-	rf__seen *by = calloc(nblocks ? nblocks : 1, sizeof *by);
-	size_t *last_in_slot = malloc((nblocks ? nblocks : 1) * sizeof *last_in_slot);
+	rf__seen *by = rf__calloc(nblocks ? nblocks : 1, sizeof *by);
+	size_t *last_in_slot = rf__malloc((nblocks ? nblocks : 1) * sizeof *last_in_slot);
 	size_t *owner = NULL;
 	int rc = by && last_in_slot ? rf__oracle_index(t, nblocks, by) : rf__err(RF_ENOMEM, "oracle: out of memory");
 	/* The previous block of the same slot, from the copies' own slots (not from any depth). */
@@ -55,7 +56,7 @@ int rf__oracle_check(const rf__trace *t, size_t nblocks)
 	for (size_t b = 0; rc == RF_OK && b < nblocks; b++)
 		if (by[b].copy != NULL && by[b].copy->slot + 1 > nslots)
 			nslots = by[b].copy->slot + 1;
-	if (rc == RF_OK && (owner = malloc((nslots ? nslots : 1) * sizeof *owner)) == NULL)
+	if (rc == RF_OK && (owner = rf__malloc((nslots ? nslots : 1) * sizeof *owner)) == NULL)
 		rc = rf__err(RF_ENOMEM, "oracle: out of memory");
 	for (unsigned s = 0; rc == RF_OK && s < nslots; s++)
 		owner[s] = (size_t)-1;

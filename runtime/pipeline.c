@@ -1,4 +1,5 @@
 /* runtime/pipeline.c — rf_pipeline: the ring of `depth` slots as a periodic program on an engine. */
+#include "runtime/alloc.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
@@ -144,9 +145,9 @@ static int rf__auto_collect(const struct rf__trace *t, unsigned depth, rf__auto_
 			if ((size_t)t->ev[q][i].block + 1 > nblocks)
 				nblocks = (size_t)t->ev[q][i].block + 1;
 	memset(a, 0, sizeof *a);
-	a->copy = malloc((n ? n : 1) * sizeof *a->copy);
-	a->lat = malloc((n ? n : 1) * sizeof *a->lat);
-	a->compute_end = calloc(nblocks ? nblocks : 1, sizeof *a->compute_end);
+	a->copy = rf__malloc((n ? n : 1) * sizeof *a->copy);
+	a->lat = rf__malloc((n ? n : 1) * sizeof *a->lat);
+	a->compute_end = rf__calloc(nblocks ? nblocks : 1, sizeof *a->compute_end);
 	if (a->copy == NULL || a->lat == NULL || a->compute_end == NULL)
 		return -1;
 	for (unsigned q = 0; q < t->nq; q++)
@@ -205,7 +206,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	rf__resolved r;
 	if ((rc = rf__pipeline_resolve(params, &r)) != RF_OK)
 		return rc;
-	rf_pipeline *p = calloc(1, sizeof *p);
+	rf_pipeline *p = rf__calloc(1, sizeof *p);
 	if (p == NULL)
 		return rf__err(RF_ENOMEM, "rf_pipeline_create: out of memory");
 	struct rf_program *prog;

@@ -1,5 +1,6 @@
 /* runtime/topology.c — one hwloc topology per process, reference counted under a mutex. */
 #include "runtime/topology.h"
+#include "runtime/alloc.h"
 #include "runtime/error.h"
 
 #include <errno.h>
@@ -15,6 +16,11 @@ hwloc_topology_t rf__topo_acquire(void)
 	pthread_mutex_lock(&rf__topo_mu);
 	if (rf__topo_refs == 0) {
 		hwloc_topology_t t;
+		if (rf__fault()) {
+			pthread_mutex_unlock(&rf__topo_mu);
+			rf__err(RF_EBACKEND, "hwloc_topology_init: injected fault");
+			return NULL;
+		}
 		if (hwloc_topology_init(&t) != 0) {
 			pthread_mutex_unlock(&rf__topo_mu);
 			rf__err(RF_EBACKEND, "hwloc_topology_init: %s", strerror(errno));

@@ -2,6 +2,7 @@
  * open, which the format allows, so that every run can append to it: one process track per run (named
  * after the pipeline and the run number), one thread track per queue, one complete ("X") slice per
  * copy and compute. */
+#include "runtime/alloc.h"
 #include "runtime/trace.h"
 #include "runtime/error.h"
 
@@ -23,7 +24,7 @@ int rf__trace_begin(rf__trace *t, const struct rf_program *p, size_t nblocks)
 			per_iter += k == RF_OP_COPY || k == RF_OP_COMPUTE;
 		}
 		size_t cap = per_iter * (size_t)(iters > 0 ? iters : 0);
-		if (cap > 0 && (t->ev[q] = malloc(cap * sizeof *t->ev[q])) == NULL) {
+		if (cap > 0 && (t->ev[q] = rf__malloc(cap * sizeof *t->ev[q])) == NULL) {
 			rf__trace_drop(t);
 			return rf__err(RF_ENOMEM, "trace: cannot allocate %zu events for queue %u", cap, q);
 		}
