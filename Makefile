@@ -82,7 +82,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_CC ?= clang
 FUZZ_PACKAGES := clang libclang-rt-14-dev
 FUZZ_GRAPH_RUNS ?= 150000
-FUZZ_CONFIG_RUNS ?= 250000
+FUZZ_CONFIG_RUNS ?= 150000
 
 .PHONY: deps-fuzz fuzz
 

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MAX_STRINGS 24
 
@@ -44,6 +45,14 @@ static int chk(int rc)
 	if (rc != RF_OK)
 		CHECK(rf_errmsg()[0] != '\0');
 	return rc;
+}
+
+static const char *g_file_path;
+
+static void remove_file(void)
+{
+	if (g_file_path != NULL)
+		remove(g_file_path);
 }
 
 /* ---- references ------------------------------------------------------------------------------- */
@@ -294,6 +303,34 @@ static void check_bench(int argc, char **argv, size_t errcap)
 	}
 }
 
+/* The raw input (after the separator byte) as a config file: the loader either accepts it with every
+ * value in range, or refuses it with RF_ECONFIG naming the file. */
+static void check_file(const uint8_t *data, size_t size)
+{
+	static char path[64];
+	if (path[0] == '\0') {
+		snprintf(path, sizeof path, "/tmp/rf-fuzz-config-%ld.ini", (long)getpid());
+		atexit(remove_file);
+	}
+	FILE *f = fopen(path, "wb");
+	CHECK(f != NULL);
+	CHECK(fwrite(data, 1, size, f) == size);
+	CHECK(fclose(f) == 0);
+	CHECK(setenv("RINGFETCH_CONFIG", path, 1) == 0);
+	rf__config c;
+	int rc = chk(rf__config_load(&c, 1, 1, 1, 1));
+	if (rc == RF_OK) {
+		CHECK(c.depth_auto ? c.depth == 0 : c.depth <= RF_MAX_DEPTH);
+		CHECK(c.copy_queues < RF_MAX_QUEUES);
+		CHECK(c.backend == NULL || ref_backend(c.backend) != NULL);
+		CHECK(strlen(c.staging) < sizeof c.staging && strlen(c.trace) < sizeof c.trace);
+	} else {
+		CHECK(rc == RF_ECONFIG && strstr(rf_errmsg(), path) != NULL);
+	}
+	CHECK(unsetenv("RINGFETCH_CONFIG") == 0);
+	g_file_path = path;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (size < 1 || size > 4096)
@@ -327,6 +364,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		}
 	}
 
+	check_file(data + 1, size - 1);
 	for (int i = 0; i < n; i++)
 		check_parsers(s[i]);
 	check_pipeline(s[0], n > 1 ? s[1] : "");
