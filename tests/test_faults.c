@@ -112,6 +112,8 @@ Test(faults, pipeline_create_and_run_every_step)
 		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 		long nr = sweep_run(p);
 		cr_assert_gt(nr, 0, "case %zu: no fallible step in a run", i);
+		cr_log_info("%s depth %u K %u: %ld faults injected into create, %ld into a run", cases[i].backend,
+			    cases[i].depth, cases[i].kq, nc, nr);
 		rf_pipeline_destroy(p);
 		unsetenv("RINGFETCH_DEPTH");
 		unsetenv("RINGFETCH_ORACLE");
@@ -145,6 +147,7 @@ Test(faults, graph_lower_and_exec_every_step)
 		if (steps < k) {
 			cr_assert_eq(rc, RF_OK);
 			cr_assert_gt(k, 10, "only %ld fallible steps", k - 1);
+			cr_log_info("graph + exec: %ld faults injected", k - 1);
 			break;
 		}
 	}
