@@ -281,7 +281,7 @@ RF_EXTERN int rf_pipeline_cancel(rf_pipeline *p);
  * run: one track per queue, one slice per copy and per compute, named by block. Each run appends its
  * events to the file at `path` (created with an opening "[" and left as an open JSON array, which the
  * format allows, so that runs accumulate); path is copied. NULL stops tracing. While tracing, a run
- * allocates 48 bytes per copy and compute before it starts (nothing during it) and writes the file
+ * allocates 56 bytes per copy and compute before it starts (nothing during it) and writes the file
  * after its work has finished.
  * \return RF_OK; RF_EINVAL (p NULL, path ""); RF_EBUSY (the pipeline is running); RF_ENOMEM.
  * A traced run whose work succeeded but whose file could not be written returns RF_EBACKEND.

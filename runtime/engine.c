@@ -2,7 +2,6 @@
 #include "runtime/alloc.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
-#include "runtime/oracle.h"
 #include "runtime/trace.h"
 
 #include <stdlib.h>
@@ -98,7 +97,7 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 		run.stats = e->qstats;
 	}
 	rf__trace trace;
-	if (e->trace_path != NULL || e->measure != NULL || e->oracle) {
+	if (e->trace_path != NULL || e->measure != NULL || e->oracle != NULL) {
 		if (rf__trace_begin(&trace, e->prog, nblocks) != RF_OK)
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
@@ -107,7 +106,7 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	int rc = rf__be_run(e->be, e->ctx, &run);
 	e->last.wall_ns = (uint64_t)(rf__trace_now() - t0);
 	if (run.trace != NULL) {
-		int orc = e->oracle && rc == RF_OK ? rf__oracle_check(&trace, nblocks) : RF_OK;
+		int orc = e->oracle != NULL && rc == RF_OK ? e->oracle(e->owner, &trace, nblocks) : RF_OK;
 		if (orc != RF_OK) { /* RF_EHAZARD, or RF_ENOMEM for the oracle's own tables */
 			rf__trace_drop(&trace);
 			return rf__err(orc, "%s: %s", who, rf__errmsg_peek());

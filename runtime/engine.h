@@ -26,7 +26,8 @@ typedef struct rf__engine {
 	rf__staging_policy staging; /* where CPU backends put the slots; set by the owner before init
 	                               (zero: "auto") */
 	unsigned min_slots; /* allocate at least this many slots (set before init; 0 = the program's) */
-	int oracle;         /* check every run's execution log (runtime/oracle.h); ring pipelines only */
+	/* Non-NULL (RINGFETCH_ORACLE=1): check every successful run's execution log (runtime/oracle.h). */
+	int (*oracle)(void *owner, const struct rf__trace *t, size_t nblocks);
 	/* Called after a successful run with its recorded events (the run records them while set). */
 	void (*measure)(void *owner, const struct rf__trace *t);
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */

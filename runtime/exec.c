@@ -3,17 +3,26 @@
 #include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/oracle.h"
 
 #include <stdlib.h>
 
 struct rf_exec {
 	rf__engine eng;
+	rf__oracle_graph oracle; /* RINGFETCH_ORACLE=1: the graph's promises, checked after every run */
 };
+
+static int rf__exec_oracle(void *owner, const struct rf__trace *t, size_t nblocks)
+{
+	(void)nblocks;
+	return rf__oracle_check_graph(t, &((rf_exec *)owner)->oracle);
+}
 
 static void rf__exec_free(void *p)
 {
 	rf_exec *e = p;
 	rf__engine_fini(&e->eng);
+	rf__oracle_graph_free(&e->oracle);
 	free(e);
 }
 
@@ -47,6 +56,14 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 	}
 	e->eng.release = rf__exec_free;
 	e->eng.owner = e;
+	rf__config cfg;
+	if ((rc = rf__config_load(&cfg, 0, 0, 0, 0)) == RF_OK && cfg.oracle &&
+	    (rc = rf__oracle_graph_build(g, &e->oracle)) == RF_OK)
+		e->eng.oracle = rf__exec_oracle;
+	if (rc != RF_OK) {
+		rf__exec_free(e);
+		return rc;
+	}
 	*out = e;
 	return RF_OK;
 }

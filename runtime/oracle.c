@@ -1,9 +1,11 @@
 /* runtime/oracle.c — see oracle.h. Deliberately naive: per-block tables and direct comparisons. */
 #include "runtime/alloc.h"
 #include "runtime/oracle.h"
+#include "graph/graph_int.h"
 #include "runtime/error.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct rf__seen {
 	const rf__tev *copy, *compute;
@@ -71,5 +73,106 @@ int rf__oracle_check(const rf__trace *t, size_t nblocks)
 	free(by);
 	free(last_in_slot);
 	free(owner);
+	return rc;
+}
+
+/* ---- hand-built graphs ----------------------------------------------------------------------------- */
+
+/* The work predecessors of v: walk back through explicit in-edges and queue order, passing through WAIT
+ * nodes, stopping at (and collecting) COPY / COMPUTE nodes. mark[] holds the last v that saw a node. */
+static int rf__work_preds(const struct rf_graph *g, size_t v, size_t *mark, size_t *stack, rf__oracle_graph *og,
+			  size_t *cap)
+{
+	size_t sp = 0;
+	stack[sp++] = v;
+	while (sp > 0) {
+		size_t x = stack[--sp];
+		for (uint32_t e = 0; e <= g->in[x].n; e++) {
+			size_t u = e < g->in[x].n ? g->in[x].v[e] : g->qprev[x];
+			if (u == RF__NONE || mark[u] == v)
+				continue;
+			mark[u] = v;
+			if (g->nodes[u].kind == RF_NODE_WAIT) {
+				stack[sp++] = u;
+				continue;
+			}
+			size_t k = og->start[v + 1]++;
+			if (k == *cap) {
+				size_t *np = rf__realloc(og->pred, 2 * *cap * sizeof *np);
+				if (np == NULL)
+					return RF_ENOMEM;
+				og->pred = np;
+				*cap *= 2;
+			}
+			og->pred[k] = u;
+		}
+	}
+	return RF_OK;
+}
+
+int rf__oracle_graph_build(const struct rf_graph *g, rf__oracle_graph *og)
+{
+	size_t n = g->n, cap = 2 * n + 16;
+	memset(og, 0, sizeof *og);
+	og->n = n;
+	og->work = rf__calloc(n ? n : 1, 1);
+	og->start = rf__calloc(n + 1, sizeof *og->start);
+	og->pred = rf__malloc(cap * sizeof *og->pred);
+	size_t *mark = rf__malloc((n ? n : 1) * sizeof *mark), *stack = rf__malloc((n ? n : 1) * sizeof *stack);
+	int rc = og->work && og->start && og->pred && mark && stack ? RF_OK : RF_ENOMEM;
+	for (size_t i = 0; i < n && rc == RF_OK; i++)
+		mark[i] = RF__NONE;
+	for (size_t v = 0; v < n && rc == RF_OK; v++) {
+		og->start[v + 1] = og->start[v];
+		og->work[v] = g->nodes[v].kind != RF_NODE_WAIT;
+		if (og->work[v])
+			rc = rf__work_preds(g, v, mark, stack, og, &cap);
+	}
+	free(mark);
+	free(stack);
+	if (rc != RF_OK) {
+		rf__oracle_graph_free(og);
+		return rf__err(RF_ENOMEM, "oracle: out of memory");
+	}
+	return RF_OK;
+}
+
+void rf__oracle_graph_free(rf__oracle_graph *og)
+{
+	free(og->work);
+	free(og->start);
+	free(og->pred);
+	memset(og, 0, sizeof *og);
+}
+
+int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og)
+{
+	const rf__tev **ev = rf__calloc(og->n ? og->n : 1, sizeof *ev);
+	if (ev == NULL)
+		return rf__err(RF_ENOMEM, "oracle: out of memory");
+	int rc = RF_OK;
+	for (unsigned q = 0; q < t->nq && rc == RF_OK; q++)
+		for (size_t i = 0; i < t->n[q] && rc == RF_OK; i++) {
+			const rf__tev *e = &t->ev[q][i];
+			if (e->node >= og->n || !og->work[e->node] || ev[e->node] != NULL)
+				rc = rf__err(RF_EHAZARD, "oracle: node %u ran twice or is not a copy/compute node", e->node);
+			else
+				ev[e->node] = e;
+		}
+	for (size_t v = 0; v < og->n && rc == RF_OK; v++) {
+		if (!og->work[v])
+			continue;
+		if (ev[v] == NULL) {
+			rc = rf__err(RF_EHAZARD, "oracle: node %zu never ran", v);
+			break;
+		}
+		for (size_t k = og->start[v]; k < og->start[v + 1]; k++)
+			if (ev[og->pred[k]] != NULL && ev[v]->s0 < ev[og->pred[k]]->s1) {
+				rc = rf__err(RF_EHAZARD, "oracle: node %zu started before node %zu (which it must follow) ended", v,
+					     og->pred[k]);
+				break;
+			}
+	}
+	free((void *)ev);
 	return rc;
 }

@@ -13,4 +13,20 @@
  * (WAR). Returns RF_OK, or RF_EHAZARD with rf_errmsg naming the blocks; RF_ENOMEM. */
 int rf__oracle_check(const rf__trace *t, size_t nblocks);
 
+/* A hand-built graph's promises, flattened for checking runs of its rf_exec: for every COPY / COMPUTE
+ * node, the COPY / COMPUTE nodes that must have ended before it starts — through its explicit edges, WAIT
+ * nodes and the order of its queue. Built from the graph itself, never from the lowered program. */
+typedef struct rf__oracle_graph {
+	size_t n;
+	uint8_t *work; /* 1 for COPY and COMPUTE nodes */
+	size_t *start; /* the predecessors of v are pred[start[v] .. start[v + 1]) */
+	size_t *pred;
+} rf__oracle_graph;
+
+int rf__oracle_graph_build(const struct rf_graph *g, rf__oracle_graph *out);
+void rf__oracle_graph_free(rf__oracle_graph *og);
+/* Every work node ran exactly once, after every one of its predecessors ended. RF_OK, RF_EHAZARD or
+ * RF_ENOMEM. */
+int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og);
+
 #endif

@@ -3,6 +3,7 @@
 #include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/error.h"
+#include "runtime/oracle.h"
 #include "runtime/trace.h"
 
 #include <stdio.h>
@@ -198,6 +199,12 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 	free(a.compute_end);
 }
 
+static int rf__pipeline_oracle(void *owner, const struct rf__trace *t, size_t nblocks)
+{
+	(void)owner;
+	return rf__oracle_check(t, nblocks);
+}
+
 int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 {
 	int rc = rf__pipeline_params_check(params, out);
@@ -216,7 +223,8 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		rf__prog_drop_war(prog);
 	p->eng.staging = r.staging;
 	p->eng.min_slots = r.auto_max;
-	p->eng.oracle = r.cfg.oracle;
+	if (r.cfg.oracle)
+		p->eng.oracle = rf__pipeline_oracle;
 	p->auto_max = r.auto_max;
 	if (r.auto_max != 0)
 		p->eng.measure = rf__pipeline_measure;

@@ -15,7 +15,8 @@ typedef struct rf__tev {
 	uint64_t s0, s1; /* positions of start and end in the run's one sequence (for the oracle) */
 	int64_t block;
 	uint32_t slot;
-	uint8_t kind; /* RF_OP_COPY or RF_OP_COMPUTE */
+	uint32_t node; /* graph node id (rf_exec); template op for a ring */
+	uint8_t kind;  /* RF_OP_COPY or RF_OP_COMPUTE */
 } rf__tev;
 
 typedef struct rf__trace {
@@ -41,9 +42,9 @@ static inline uint64_t rf__trace_seq(rf__trace *t)
 }
 
 static inline void rf__trace_add(rf__trace *t, unsigned q, uint8_t kind, int64_t block, unsigned slot,
-				 int64_t t0, int64_t t1, uint64_t s0)
+				 uint32_t node, int64_t t0, int64_t t1, uint64_t s0)
 {
-	rf__tev e = {t0, t1, s0, rf__trace_seq(t), block, slot, kind};
+	rf__tev e = {t0, t1, s0, rf__trace_seq(t), block, slot, node, kind};
 	t->ev[q][t->n[q]++] = e;
 }
 

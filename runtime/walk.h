@@ -18,12 +18,13 @@ typedef struct rf__walk_ops {
 } rf__walk_ops;
 
 /* After a timed copy or compute (trace or stats on): record the slice and account the busy time. */
-static inline void rf__walk_timed(rf__run *run, unsigned q, uint8_t kind, int64_t b, unsigned slot, int64_t t0,
-				  uint64_t s0)
+static inline void rf__walk_timed(rf__run *run, const rf__op *o, int64_t b, unsigned slot, int64_t t0, uint64_t s0)
 {
+	unsigned q = o->queue;
+	uint8_t kind = o->kind;
 	int64_t t1 = rf__trace_now();
 	if (run->trace)
-		rf__trace_add(run->trace, q, kind, b, slot, t0, t1, s0);
+		rf__trace_add(run->trace, q, kind, b, slot, (uint32_t)o->node, t0, t1, s0);
 	if (run->stats) {
 		run->stats[q].busy_ns += t1 - t0;
 		if (kind == RF_OP_COPY)
@@ -64,7 +65,7 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 					rf__test_hooks.before_copy((size_t)b);
 				rc = h->copy(c, run, (size_t)b, slot);
 				if (timed)
-					rf__walk_timed(run, o->queue, RF_OP_COPY, b, slot, t0, s0);
+					rf__walk_timed(run, o, b, slot, t0, s0);
 				break;
 			}
 			case RF_OP_COMPUTE: {
@@ -72,7 +73,7 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 				uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
 				rc = h->compute(c, run, (size_t)b, slot);
 				if (timed)
-					rf__walk_timed(run, o->queue, RF_OP_COMPUTE, b, slot, t0, s0);
+					rf__walk_timed(run, o, b, slot, t0, s0);
 				break;
 			}
 			case RF_OP_SIGNAL:

@@ -10,7 +10,7 @@
  * from another thread at a random moment (RF_ECANCELED or RF_OK, then reusable).
  *
  * usage: test_race [--backend B] [--seed S] [--iterations N] [--seconds T] [--only I]
- *                  [--negative-control | --oracle-control]
+ *                  [--negative-control | --oracle-control] [--graphs]
  * On a failure it prints the line that replays it. --negative-control drops the WAR waits (test hook)
  * and succeeds only if the checks catch the resulting race: proof that they can fail. --oracle-control
  * does the same with checking computes turned off and RINGFETCH_ORACLE=1: only the hazard oracle
@@ -218,6 +218,52 @@ out:
 	return bad;
 }
 
+/* --graphs: a ring graph (random depth, copy queues, blocks) with random extra forward edges between any
+ * nodes (more cross-queue ordering, never a cycle: ids grow along every queue and every edge), built by
+ * hand through the graph API and run through rf_exec, computes checking their bytes as above. With
+ * RINGFETCH_ORACLE=1 every run is also checked against the graph's edges. */
+static int graph_iteration(unsigned long long iter)
+{
+	unsigned long long s = g_seed * 7919ull + iter;
+	unsigned kq = 1 + (unsigned)rnd(&s, 3);
+	unsigned depth = kq == 1 ? 1 + (unsigned)rnd(&s, 8) : kq + 1 + (unsigned)rnd(&s, 6);
+	size_t n = 1 + rnd(&s, 40), slot = 1 + rnd(&s, 2048);
+	rf_graph *g = NULL;
+	rf_exec *e = NULL;
+	unsigned char **srcs = calloc(n, sizeof *srcs);
+	size_t *sizes = calloc(n, sizeof *sizes);
+	ctx c = {depth, 0, 0, (size_t)-1, (const unsigned char *const *)srcs, sizes, s ^ 0x77, s, ""};
+	int bad = rf_graph_ring(n, depth, kq, &g) != RF_OK;
+	size_t nodes = rf_graph_nodes(g), extra = rnd(&s, 2 * n + 1);
+	for (size_t i = 0; !bad && i < extra; i++) {
+		size_t u = rnd(&s, nodes), v = rnd(&s, nodes);
+		if (u < v)
+			bad |= rf_graph_add_edge(g, u, v) != RF_OK;
+	}
+	for (size_t b = 0; b < n; b++) {
+		sizes[b] = rnd(&s, slot + 1);
+		srcs[b] = malloc(sizes[b] + 1);
+		for (size_t i = 0; i < sizes[b]; i++)
+			srcs[b][i] = pat(c.seed, b, i);
+	}
+	rf_exec_params xp = {.backend = g_backend, .slot_bytes = slot};
+	int rc = bad ? RF_EINVAL : rf_exec_create(g, &xp, &e);
+	if (rc == RF_OK)
+		rc = rf_exec_run(e, n, (const void *const *)srcs, sizes, compute, &c);
+	if (rc != RF_OK || c.why[0] || c.calls != n) {
+		printf("graph iteration %llu (depth %u, K %u, %zu blocks, %zu extra edges): %s %s %s\n", iter, depth, kq, n,
+		       extra, rf_err_name(rc), rc != RF_OK ? rf_errmsg() : "", c.why);
+		bad = 1;
+	}
+	rf_exec_destroy(e);
+	rf_graph_destroy(g);
+	for (size_t b = 0; b < n; b++)
+		free(srcs[b]);
+	free(srcs);
+	free(sizes);
+	return bad;
+}
+
 static double seconds(void)
 {
 	struct timespec t;
@@ -229,7 +275,7 @@ int main(int argc, char **argv)
 {
 	unsigned long long iters = 3000, only = (unsigned long long)-1;
 	double budget = 120;
-	int negative = 0;
+	int negative = 0, graphs = 0;
 	g_seed = (unsigned long long)time(NULL);
 	const char *env = getenv("RF_TEST_BACKEND");
 	if (env && *env)
@@ -240,6 +286,8 @@ int main(int argc, char **argv)
 			negative = 1;
 		else if (!strcmp(a, "--oracle-control")) /* the negative control, seen by the oracle alone */
 			negative = g_oracle_only = 1;
+		else if (!strcmp(a, "--graphs"))
+			graphs = 1;
 		else if (v && !strcmp(a, "--backend"))
 			g_backend = v, i++;
 		else if (v && !strcmp(a, "--seed"))
@@ -260,16 +308,17 @@ int main(int argc, char **argv)
 		setenv("RINGFETCH_ORACLE", "1", 1);
 	rf__test_hooks.before_copy = slow_copy;
 	rf__test_hooks.drop_war_wait = negative;
-	printf("test_race: backend %s, seed %llu%s\n", g_backend, g_seed, negative ? ", WAR waits dropped" : "");
+	printf("test_race: backend %s, seed %llu%s%s\n", g_backend, g_seed, negative ? ", WAR waits dropped" : "",
+	       graphs ? ", hand-built graphs" : "");
 	fflush(stdout);
 	unsigned long long passed = 0, failed = 0;
 	double t0 = seconds();
 	for (unsigned long long it = 0; it < iters; it++) {
 		if (only != (unsigned long long)-1 && it != only)
 			continue;
-		if (iteration(it, negative)) {
+		if (graphs ? graph_iteration(it) : iteration(it, negative)) {
 			failed++;
-			printf("  replay: %s --backend %s --seed %llu --only %llu%s\n", argv[0], g_backend, g_seed, it,
+			printf("  replay: %s%s --backend %s --seed %llu --only %llu%s\n", argv[0], graphs ? " --graphs" : "", g_backend, g_seed, it,
 			       negative ? (g_oracle_only ? " --oracle-control" : " --negative-control") : "");
 			if (negative || failed >= 5)
 				break;

@@ -1,0 +1,98 @@
+/* tests/test_oracle.c — the hazard oracles must be able to fail: synthetic execution logs that break
+ * each rule are refused, and the logs of correct runs are accepted. */
+#include "runtime/oracle.h"
+
+#include <criterion/criterion.h>
+#include <string.h>
+
+/* A log on two queues: queue 1 copies, queue 0 computes; events given as (kind, block, slot, s0, s1). */
+typedef struct ev {
+	int kind;
+	long block;
+	unsigned slot, node;
+	unsigned long long s0, s1;
+} ev;
+
+static rf__tev g_ev[2][16];
+
+static void make_log(rf__trace *t, const ev *e, size_t n)
+{
+	memset(t, 0, sizeof *t);
+	t->nq = 2;
+	t->ev[0] = g_ev[0];
+	t->ev[1] = g_ev[1];
+	for (size_t i = 0; i < n; i++) {
+		unsigned q = e[i].kind == RF_OP_COPY ? 1 : 0;
+		rf__tev x = {0, 0, e[i].s0, e[i].s1, e[i].block, e[i].slot, e[i].node, (uint8_t)e[i].kind};
+		t->ev[q][t->n[q]++] = x;
+	}
+}
+
+#define C(b, s, a, z) {RF_OP_COPY, b, s, 0, a, z}
+#define M(b, s, a, z) {RF_OP_COMPUTE, b, s, 0, a, z}
+
+Test(oracle, ring_accepts_a_correct_depth2_run)
+{
+	/* P0 P1 C0 P2 C1 P3 C2 C3 with sequence numbers respecting RAW and WAR */
+	ev e[] = {C(0, 0, 0, 1), C(1, 1, 2, 3), M(0, 0, 4, 5), C(2, 0, 6, 7), M(1, 1, 8, 9), C(3, 1, 10, 11),
+		  M(2, 0, 12, 13), M(3, 1, 14, 15)};
+	rf__trace t;
+	make_log(&t, e, 8);
+	cr_assert_eq(rf__oracle_check(&t, 4), RF_OK);
+}
+
+Test(oracle, ring_refuses_each_broken_rule)
+{
+	static const struct {
+		ev e[4];
+		size_t n, nblocks;
+		const char *says;
+	} bad[] = {
+		{{C(0, 0, 0, 3), M(0, 0, 2, 4)}, 2, 1, "RAW"},                           /* compute before copy ended */
+		{{C(0, 0, 0, 1), M(0, 1, 2, 3)}, 2, 1, "slot"},                          /* computes another slot */
+		{{C(0, 0, 0, 1), M(0, 0, 2, 5), C(1, 0, 3, 4), M(1, 0, 6, 7)}, 4, 2, "WAR"}, /* refill under a reader */
+		{{C(0, 0, 0, 1), C(1, 1, 2, 3), M(1, 1, 4, 5), M(0, 0, 5, 6)}, 4, 2, "compute of block 1"}, /* order */
+		{{C(0, 0, 0, 1)}, 1, 1, "never computed"},
+		{{C(0, 0, 0, 1), M(0, 0, 2, 3), M(0, 0, 4, 5)}, 3, 1, "twice"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		rf__trace t;
+		make_log(&t, bad[i].e, bad[i].n);
+		cr_assert_eq(rf__oracle_check(&t, bad[i].nblocks), RF_EHAZARD, "case %zu accepted", i);
+		cr_assert(strstr(rf_errmsg(), bad[i].says) != NULL, "case %zu: %s", i, rf_errmsg());
+	}
+}
+
+Test(oracle, graph_refuses_a_node_that_started_before_its_predecessor_ended)
+{
+	/* copy (node 0, q1) -> WAIT (node 1, q0) -> compute (node 2, q0) */
+	rf_graph *g;
+	cr_assert_eq(rf_graph_create(0, &g), RF_OK);
+	rf_node_desc cp = {RF_NODE_COPY, 1, 0, 0, 0}, w = {RF_NODE_WAIT, 0, 0, 0, 0}, cm = {RF_NODE_COMPUTE, 0, 0, 0, 0};
+	size_t a, b, c;
+	cr_assert_eq(rf_graph_add_node(g, &cp, &a), RF_OK);
+	cr_assert_eq(rf_graph_add_node(g, &w, &b), RF_OK);
+	cr_assert_eq(rf_graph_add_node(g, &cm, &c), RF_OK);
+	cr_assert_eq(rf_graph_add_edge(g, a, b), RF_OK);
+	cr_assert_eq(rf_graph_add_edge(g, b, c), RF_OK);
+	rf__oracle_graph og;
+	cr_assert_eq(rf__oracle_graph_build(g, &og), RF_OK);
+	cr_assert_eq(og.start[c + 1] - og.start[c], 1u, "the compute's one work predecessor, through the WAIT");
+	cr_assert_eq(og.pred[og.start[c]], a);
+	ev good[] = {{RF_OP_COPY, 0, 0, 0, 0, 1}, {RF_OP_COMPUTE, 0, 0, 2, 2, 3}};
+	ev late[] = {{RF_OP_COPY, 0, 0, 0, 0, 3}, {RF_OP_COMPUTE, 0, 0, 2, 2, 4}};
+	ev twice[] = {{RF_OP_COPY, 0, 0, 0, 0, 1}, {RF_OP_COPY, 0, 0, 0, 2, 3}};
+	rf__trace t;
+	make_log(&t, good, 2);
+	cr_assert_eq(rf__oracle_check_graph(&t, &og), RF_OK, "%s", rf_errmsg());
+	make_log(&t, late, 2);
+	cr_assert_eq(rf__oracle_check_graph(&t, &og), RF_EHAZARD);
+	cr_assert(strstr(rf_errmsg(), "node 2 started before node 0") != NULL, "%s", rf_errmsg());
+	make_log(&t, twice, 2);
+	cr_assert_eq(rf__oracle_check_graph(&t, &og), RF_EHAZARD);
+	make_log(&t, good, 1);
+	cr_assert_eq(rf__oracle_check_graph(&t, &og), RF_EHAZARD);
+	cr_assert(strstr(rf_errmsg(), "never ran") != NULL, "%s", rf_errmsg());
+	rf__oracle_graph_free(&og);
+	rf_graph_destroy(g);
+}
