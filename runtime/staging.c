@@ -17,6 +17,7 @@
  * Arenas, their records and the topology reference live as long as the process, like jemalloc's own
  * arenas: pipelines come and go, the arenas (and their cached extents) are reused. */
 #include "runtime/staging.h"
+#include "runtime/alloc.h"
 #include "runtime/backend.h"
 #include "runtime/error.h"
 #include "runtime/topology.h"
@@ -69,9 +70,13 @@ static atomic_ulong rf__stg_maps;
 static _Thread_local const char *rf__stg_hook_step;
 static _Thread_local int rf__stg_hook_errno;
 
-/* Test fault injection: non-zero makes `step` fail (for "membind" the value is the errno seen). */
+/* Test fault injection: non-zero makes `step` fail (for "membind" the value is the errno seen). Both
+ * the per-step hook and the k-th-step sweep (runtime/alloc.h) reach every step; the sweep's membind
+ * fault is ENOMEM (an error, not a refusal to bind that would fall back). */
 static int rf__stg_fault(const char *step)
 {
+	if (rf__fault())
+		return strcmp(step, "membind") == 0 ? ENOMEM : 1;
 	return rf__test_hooks.fail_alloc_step != NULL ? rf__test_hooks.fail_alloc_step(step) : 0;
 }
 
