@@ -14,16 +14,18 @@ typedef struct rf__cpu_walk {
 	int64_t seen[RF_MAX_QUEUES]; /* last value signalled per queue */
 } rf__cpu_walk;
 
-static int rf__cpu_copy(void *c, rf__run *run, size_t b, unsigned slot)
+static int rf__cpu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
+	(void)queue;
 	(void)c;
 	if (run->sizes[b] != 0)
 		memcpy(rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b]);
 	return 0;
 }
 
-static int rf__cpu_compute(void *c, rf__run *run, size_t b, unsigned slot)
+static int rf__cpu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
+	(void)queue;
 	(void)c;
 	return rf__call_compute(run, b, slot, NULL);
 }

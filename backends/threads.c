@@ -123,8 +123,9 @@ static int rf__thr_stopped(const rf__walker *wk)
 }
 
 /* `run` is the walker's private copy (wk->run). */
-static int rf__thr_copy(void *c, rf__run *run, size_t b, unsigned slot)
+static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
+	(void)queue;
 	if (rf__thr_stopped(c))
 		return RF_ECANCELED;
 	if (run->sizes[b] != 0)
@@ -132,8 +133,9 @@ static int rf__thr_copy(void *c, rf__run *run, size_t b, unsigned slot)
 	return 0;
 }
 
-static int rf__thr_compute(void *c, rf__run *run, size_t b, unsigned slot)
+static int rf__thr_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
+	(void)queue;
 	if (atomic_load_explicit(&((rf__walker *)c)->t->stop, memory_order_relaxed))
 		return RF_ECANCELED;
 	return rf__call_compute(run, b, slot, NULL);

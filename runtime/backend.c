@@ -8,7 +8,11 @@
 #include <string.h>
 
 /* Built-ins in order of preference for "auto" (the best usable one wins). */
-static const rf__backend_ops *const rf__builtin[] = {&rf__backend_threads, &rf__backend_cpu};
+static const rf__backend_ops *const rf__builtin[] = {
+#ifdef RF_HAVE_CUDA
+	&rf__backend_cuda,
+#endif
+	&rf__backend_threads, &rf__backend_cpu};
 #define RF__NBUILTIN (sizeof rf__builtin / sizeof rf__builtin[0])
 
 rf__test_hooks_t rf__test_hooks;

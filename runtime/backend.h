@@ -6,15 +6,17 @@
 
 #include "graph/program.h"
 #include "ringfetch.h"
+#include "ringfetch/staging.h"
 
 #include <stdatomic.h>
 #include <stdint.h>
 
 #define RF__BACKEND_ABI 1
 
-/* Capabilities (reserved: set by backends, read by nobody yet; the CUDA backend will need them). */
+/* Capabilities. */
 #define RF__CAP_OVERLAP 0x1u /* queues really run concurrently */
-#define RF__CAP_DEVICE 0x2u  /* slots live in device memory */
+#define RF__CAP_DEVICE 0x2u  /* slots live in device memory; copies and computes are only enqueued by
+                                the walk (traces and stats time the enqueue, not the device) */
 
 /* Everything one run needs; the backend fills the failure fields. */
 /* Per-queue time accounting of one run (rf_pipeline_collect_stats): written by that queue's walker only. */
@@ -47,6 +49,8 @@ typedef struct rf__open_args {
 	/* Where CPU backends put their slots (runtime/staging.h); NULL = "auto". Owned by the engine and
 	 * valid until the backend is closed, so a backend may keep the pointer. */
 	const struct rf__staging_policy *staging;
+	const struct rf_program *prog; /* the program runs will execute (owned by the engine, outlives ctx) */
+	size_t slot_bytes;
 } rf__open_args;
 
 typedef struct rf__backend_ops {
@@ -66,6 +70,9 @@ typedef struct rf__backend_ops {
 	int (*run)(void *ctx, rf__run *run);
 	/* Optional: one line on how the instance is laid out (threads, pinning), for rf_pipeline_describe. */
 	int (*describe)(void *ctx, char *buf, size_t cap);
+	/* Optional: where the backend's host staging memory lives (cuda: the pinned host ring), for
+	 * rf_pipeline_placement; NULL: the ring slots themselves are staging memory. */
+	int (*placement)(void *ctx, rf_placement *out);
 } rf__backend_ops;
 
 /* The backend called `name` ("auto" resolves to the first usable one), or NULL with RF_ENODEV set. */
@@ -94,8 +101,9 @@ void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
 typedef struct rf__test_hooks {
 	void (*before_copy)(size_t block); /* called on the copying thread before each copy */
 	int drop_war_wait;                 /* pipelines created while set lose their WAR waits */
+	int drop_staging_war;              /* cuda: two-hop copies skip the pinned slot's WAR wait */
 	/* Staging fault injection: consulted at each allocation step ("topology", "arena", "membind",
-	 * "fallback", "mallocx"); non-zero makes the step fail. For "membind" the value is the errno the
+	 * "fallback", "pin", "mallocx"); non-zero makes the step fail. For "membind" the value is the errno the
 	 * binding fails with: EPERM/ENOSYS/EXDEV/EINVAL are refusals (unbound fallback), others errors. */
 	int (*fail_alloc_step)(const char *step);
 } rf__test_hooks_t;
@@ -104,5 +112,8 @@ extern rf__test_hooks_t rf__test_hooks;
 /* The built-in backends. */
 extern const rf__backend_ops rf__backend_cpu;
 extern const rf__backend_ops rf__backend_threads;
+/* CUDA streams and events (backends/cuda.c). Always compiled, registered as a built-in only when the
+ * toolkit was found (RF_HAVE_CUDA); tests drive it through a simulated CUDA (backends/cuda_api.h). */
+extern const rf__backend_ops rf__backend_cuda;
 
 #endif

@@ -24,7 +24,7 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	e->slots_len = (size_t)(nslots ? nslots : 1) * slot_bytes;
 	if ((rc = rf__backend_lookup(backend, device, &e->be)) != RF_OK)
 		goto fail_prog;
-	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging};
+	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes};
 	if ((rc = rf__be_open(e->be, &args, &e->ctx)) != RF_OK)
 		goto fail_prog;
 	void *mem = NULL;

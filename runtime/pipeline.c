@@ -301,11 +301,16 @@ int rf_pipeline_trace(rf_pipeline *p, const char *path)
 	return rf__engine_trace(&p->eng, "rf_pipeline_trace", path);
 }
 
-/* Placement is a property of the ring's address: the staging layer knows every region it mapped. */
+/* Placement is a property of the ring's address: the staging layer knows every region it mapped. A
+ * device ring (cuda) is not host memory: there the backend reports its pinned host ring. */
 int rf_pipeline_placement(const rf_pipeline *p, rf_placement *out)
 {
 	if (p == NULL || out == NULL)
 		return rf__err(RF_EINVAL, "rf_pipeline_placement: %s is NULL", p == NULL ? "p" : "out");
+	if (p->eng.be->placement != NULL) {
+		int rc = p->eng.be->placement(p->eng.ctx, out);
+		return rc == RF_OK ? RF_OK : rf__err(rc, "rf_pipeline_placement: %s", rf__errmsg_peek());
+	}
 	if (rf__staging_placement(p->eng.slots, out) != RF_OK)
 		return rf__err(RF_ENOTSUP, "rf_pipeline_placement: the ring of backend %s is not staging memory",
 			       p->eng.be->name);

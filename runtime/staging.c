@@ -45,6 +45,14 @@ typedef struct rf__stg_region {
 	int why;
 } rf__stg_region;
 
+/* A page-locked mapping (pinned arenas): registered whole by the alloc hook, and unregistered and
+ * unmapped whole once jemalloc has given back every piece of it (cudaHostUnregister takes only the
+ * base of a registration, so a piece cannot leave on its own: it stays mapped until its siblings go). */
+typedef struct rf__stg_pin {
+	uintptr_t start;
+	size_t len, live; /* live: bytes of the mapping jemalloc still holds */
+} rf__stg_pin;
+
 typedef struct rf__stg_arena {
 	extent_hooks_t hooks; /* first member: jemalloc passes &hooks back to every hook */
 	struct rf__stg_arena *next;
@@ -55,6 +63,8 @@ typedef struct rf__stg_arena {
 	pthread_mutex_t mu;      /* guards the region table (hooks run concurrently) */
 	rf__stg_region *regions; /* sorted by start, disjoint */
 	size_t nregions, cap;
+	rf__stg_pin *pins; /* pinned arenas: one per registered mapping (few: unsorted) */
+	size_t npins, pincap;
 } rf__stg_arena;
 
 static pthread_mutex_t rf__stg_mu = PTHREAD_MUTEX_INITIALIZER; /* topology, arena list */
@@ -69,6 +79,15 @@ static atomic_ulong rf__stg_maps;
  * thread, and jemalloc only reports NULL, so this is how the error message learns the cause. */
 static _Thread_local const char *rf__stg_hook_step;
 static _Thread_local int rf__stg_hook_errno;
+static _Thread_local const char *rf__stg_hook_detail; /* instead of strerror (a CUDA error) */
+
+/* Who page-locks pinned arenas' memory: the CUDA backend sets it (runtime/ stays free of CUDA). */
+static _Atomic(const rf__staging_pinner *) rf__stg_pinner;
+
+void rf__staging_set_pinner(const rf__staging_pinner *pinner)
+{
+	atomic_store(&rf__stg_pinner, pinner);
+}
 
 /* Test fault injection: non-zero makes `step` fail (for "membind" the value is the errno seen). Both
  * the per-step hook and the k-th-step sweep (runtime/alloc.h) reach every step; the sweep's membind
@@ -85,6 +104,7 @@ static void rf__stg_hook_fail(const char *step, int err)
 {
 	rf__stg_hook_step = step;
 	rf__stg_hook_errno = err;
+	rf__stg_hook_detail = NULL;
 }
 
 /* The page size, which is the granularity of binding and of touching. */
@@ -329,7 +349,71 @@ static void rf__stg_touch(void *p, size_t len)
 		c[i] = 0;
 }
 
-/* extent alloc: map (bound if possible), touch, record the region. */
+/* Pinned arenas: page-lock a fresh mapping (after binding and touching: the pages exist, on their
+ * node) and remember it. 0 with the hook's failure note set when it cannot be locked: pinned memory
+ * that is not pinned would be a silent fallback to pageable copies. */
+static int rf__stg_pin_add(rf__stg_arena *a, void *p, size_t len)
+{
+	const rf__staging_pinner *pin = atomic_load(&rf__stg_pinner);
+	const char *detail = NULL;
+	if (pin == NULL) {
+		rf__stg_hook_fail("page-locking", ENOSYS);
+		rf__stg_hook_detail = "no CUDA backend in this library to page-lock with";
+		return 0;
+	}
+	if (rf__stg_fault("pin") || pin->pin(p, len, &detail) != 0) {
+		rf__stg_hook_fail("page-locking (cudaHostRegister)", ENOMEM);
+		rf__stg_hook_detail = detail != NULL ? detail : "injected fault";
+		return 0;
+	}
+	pthread_mutex_lock(&a->mu);
+	int ok = 1;
+	if (a->npins == a->pincap) {
+		size_t cap = a->pincap ? 2 * a->pincap : 8;
+		rf__stg_pin *n = realloc(a->pins, cap * sizeof *n);
+		if (n == NULL)
+			ok = 0;
+		else
+			a->pins = n, a->pincap = cap;
+	}
+	if (ok)
+		a->pins[a->npins++] = (rf__stg_pin){(uintptr_t)p, len, len};
+	pthread_mutex_unlock(&a->mu);
+	if (!ok) {
+		pin->unpin(p);
+		rf__stg_hook_fail("recording the page-locked mapping", ENOMEM);
+	}
+	return ok;
+}
+
+/* jemalloc gave back [p, p+len) of a pinned mapping: when that was the last of it, unregister and
+ * unmap the whole mapping. */
+static void rf__stg_pin_release(rf__stg_arena *a, void *p, size_t len)
+{
+	uintptr_t x = (uintptr_t)p;
+	rf__stg_pin whole = {0, 0, 1};
+	pthread_mutex_lock(&a->mu);
+	for (size_t i = 0; i < a->npins; i++) {
+		rf__stg_pin *r = &a->pins[i];
+		if (x >= r->start && x < r->start + r->len) {
+			r->live -= len;
+			if (r->live == 0) {
+				whole = *r;
+				*r = a->pins[--a->npins];
+			}
+			break;
+		}
+	}
+	pthread_mutex_unlock(&a->mu);
+	if (whole.live == 0) {
+		const rf__staging_pinner *pin = atomic_load(&rf__stg_pinner);
+		if (pin != NULL)
+			pin->unpin((void *)whole.start);
+		hwloc_free(a->topo, (void *)whole.start, whole.len);
+	}
+}
+
+/* extent alloc: map (bound if possible), touch, page-lock (pinned arenas), record the region. */
 static void *rf__stg_hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t align, bool *zero,
 				bool *commit, unsigned ind)
 {
@@ -342,8 +426,15 @@ static void *rf__stg_hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, 
 	if (p == NULL)
 		return NULL;
 	rf__stg_touch(p, size);
-	if (!rf__stg_region_add(a, (uintptr_t)p, size, why)) {
+	if (a->key.pinned && !rf__stg_pin_add(a, p, size)) {
 		hwloc_free(a->topo, p, size);
+		return NULL;
+	}
+	if (!rf__stg_region_add(a, (uintptr_t)p, size, why)) {
+		if (a->key.pinned)
+			rf__stg_pin_release(a, p, size);
+		else
+			hwloc_free(a->topo, p, size);
 		rf__stg_hook_fail("recording the region", ENOMEM);
 		return NULL;
 	}
@@ -362,7 +453,10 @@ static bool rf__stg_hook_dalloc(extent_hooks_t *h, void *addr, size_t size, bool
 	rf__stg_arena *a = (rf__stg_arena *)h;
 	if (!rf__stg_region_cut(a, (uintptr_t)addr, size))
 		return true;
-	hwloc_free(a->topo, addr, size);
+	if (a->key.pinned)
+		rf__stg_pin_release(a, addr, size);
+	else
+		hwloc_free(a->topo, addr, size);
 	atomic_fetch_sub(&rf__stg_mapped, size);
 	return false;
 }
@@ -400,7 +494,7 @@ static const extent_hooks_t rf__stg_hooks = {
 	.dalloc = rf__stg_hook_dalloc,
 	.destroy = rf__stg_hook_destroy,
 	.commit = NULL,       /* everything is committed at alloc */
-	.decommit = NULL,     /* never decommit bound (later: pinned) memory */
+	.decommit = NULL,     /* never decommit bound or pinned memory */
 	.purge_lazy = NULL,   /* idle extents leave through dalloc, whole */
 	.purge_forced = NULL,
 	.split = rf__stg_hook_split,
@@ -556,8 +650,9 @@ static int rf__stg_alloc_failed(const rf__stg_arena *a, size_t bytes)
 	if (rf__stg_hook_step == NULL)
 		return rf__err(RF_ENOMEM, "staging: cannot allocate %zu bytes (%s): jemalloc mallocx returned NULL",
 			       bytes, where);
-	return rf__err(RF_ENOMEM, "staging: cannot allocate %zu bytes (%s): %s failed: %s", bytes, where,
-		       rf__stg_hook_step, strerror(rf__stg_hook_errno));
+	return rf__err(RF_ENOMEM, "staging: cannot allocate %zu bytes (%s%s): %s failed: %s", bytes, where,
+		       a->key.pinned ? ", pinned" : "", rf__stg_hook_step,
+		       rf__stg_hook_detail != NULL ? rf__stg_hook_detail : strerror(rf__stg_hook_errno));
 }
 
 /* Arena lookup under the lock, carving outside it: mallocx has its own locks, and hooks may run. */
@@ -651,7 +746,7 @@ int rf__staging_placement(const void *p, rf_placement *out)
 	if (p == NULL || !rf__stg_lookup(p, &a, &why))
 		return rf__err(RF_EINVAL, "staging placement: %p is not inside staging memory", p);
 	out->bound = why == RF__WHY_BOUND;
-	out->pinned = 0;
+	out->pinned = a->key.pinned;
 	out->reason = rf__stg_reason(why);
 	if (out->bound)
 		out->numa_node = a->key.kind == RF__STG_NODE ? a->key.node : -1;

@@ -20,8 +20,17 @@ typedef enum rf__stg_kind {
 typedef struct rf__staging_policy {
 	rf__stg_kind kind;
 	int node;   /* RF__STG_NODE only */
-	int pinned; /* page-locked for DMA: reserved for the CUDA backend, 0 today */
+	int pinned; /* page-locked for DMA (by the pinner the CUDA backend installs); never parsed */
 } rf__staging_policy;
+
+/* How pinned arenas page-lock their mappings: set by the CUDA backend (cudaHostRegister /
+ * cudaHostUnregister), so that runtime/ never includes CUDA. pin returns 0, or non-zero with *why a
+ * static sentence. Without a pinner, pinned allocations fail (RF_ENOMEM, saying so). */
+typedef struct rf__staging_pinner {
+	int (*pin)(void *p, size_t len, const char **why);
+	void (*unpin)(void *p);
+} rf__staging_pinner;
+void rf__staging_set_pinner(const rf__staging_pinner *pinner);
 
 /* Alignment of ring slots: a page, so that the ring is placed (and later registered) page by page. */
 #define RF__STAGING_SLOT_ALIGN 4096u

@@ -10,8 +10,8 @@
 #include "runtime/trace.h"
 
 typedef struct rf__walk_ops {
-	int (*copy)(void *c, rf__run *run, size_t block, unsigned slot);
-	int (*compute)(void *c, rf__run *run, size_t block, unsigned slot);
+	int (*copy)(void *c, rf__run *run, unsigned queue, size_t block, unsigned slot);
+	int (*compute)(void *c, rf__run *run, unsigned queue, size_t block, unsigned slot);
 	/* block: SIGNAL, the producer's block; WAIT, the block of the node it precedes (for logs, traces). */
 	int (*signal)(void *c, unsigned queue, int64_t value, size_t block);
 	int (*wait)(void *c, unsigned queue, unsigned wait_queue, int64_t value, size_t block);
@@ -63,7 +63,7 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 				uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
 				if (rf__test_hooks.before_copy != NULL)
 					rf__test_hooks.before_copy((size_t)b);
-				rc = h->copy(c, run, (size_t)b, slot);
+				rc = h->copy(c, run, o->queue, (size_t)b, slot);
 				if (timed)
 					rf__walk_timed(run, o, b, slot, t0, s0);
 				break;
@@ -71,7 +71,7 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 			case RF_OP_COMPUTE: {
 				int64_t t0 = timed ? rf__trace_now() : 0;
 				uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
-				rc = h->compute(c, run, (size_t)b, slot);
+				rc = h->compute(c, run, o->queue, (size_t)b, slot);
 				if (timed)
 					rf__walk_timed(run, o, b, slot, t0, s0);
 				break;

@@ -28,18 +28,18 @@ static void log_op(rec r)
 	g_log[g_len++] = r;
 }
 
-static int rec_copy(void *c, rf__run *run, size_t b, unsigned slot)
+static int rec_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
 	(void)c;
-	log_op((rec){RF_OP_COPY, 0, 0, slot, b, 0});
+	log_op((rec){RF_OP_COPY, queue, 0, slot, b, 0});
 	memcpy(rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b]);
 	return 0;
 }
 
-static int rec_compute(void *c, rf__run *run, size_t b, unsigned slot)
+static int rec_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
 	(void)c;
-	log_op((rec){RF_OP_COMPUTE, 0, 0, slot, b, 0});
+	log_op((rec){RF_OP_COMPUTE, queue, 0, slot, b, 0});
 	return rf__call_compute(run, b, slot, NULL);
 }
 
@@ -86,7 +86,7 @@ static void rec_close(void *ctx)
 }
 
 static const rf__backend_ops rec_backend = {RF__BACKEND_ABI, "record", 0, rec_probe, rec_open, rec_close,
-					    rf__host_slots_alloc, rf__host_slots_free, rec_run, NULL};
+					    rf__host_slots_alloc, rf__host_slots_free, rec_run, NULL, NULL};
 
 static void setup(void)
 {

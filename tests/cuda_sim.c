@@ -1,0 +1,577 @@
+/* tests/cuda_sim.c — the simulated CUDA runtime (see cuda_sim.h for the model). */
+#include "cuda_sim.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { OP_MEMCPY, OP_RECORD, OP_WAIT, OP_HOSTFN };
+
+typedef struct sim_event {
+	int id, live;
+	uint64_t enq, done; /* records enqueued / run */
+} sim_event;
+
+typedef struct sim_op {
+	int kind;
+	void *dst;
+	const void *src;
+	size_t n;
+	sim_event *ev;
+	uint64_t gen;
+	rf__cuda_host_fn fn;
+	void *arg;
+} sim_op;
+
+typedef struct sim_stream {
+	int id, live;
+	sim_op *ops;
+	size_t head, len, cap;
+} sim_stream;
+
+typedef struct sim_range {
+	uintptr_t start;
+	size_t len;
+	int kind; /* 'd' device, 'r' registered, 'h' host-allocated (pinned) */
+	int id;
+	void *owned; /* memory the simulator allocated (d, h) */
+} sim_range;
+
+static sim_config g_cfg;
+static uint64_t g_rng;
+static sim_stream **g_streams;
+static size_t g_nstreams, g_capstreams;
+static sim_event **g_events;
+static size_t g_nevents, g_capevents;
+static sim_range *g_ranges;
+static size_t g_nranges, g_capranges;
+static int g_range_ids[128]; /* per kind: d0, d1, ... and h0, h1, ... */
+static char **g_log;
+static size_t g_nlog, g_caplog;
+static long g_calls_seen;
+static int g_sticky;
+
+static void *xrealloc(void *p, size_t n)
+{
+	void *q = realloc(p, n);
+	if (q == NULL) {
+		fprintf(stderr, "cuda_sim: out of memory\n");
+		abort();
+	}
+	return q;
+}
+
+static uint64_t rnd(void)
+{
+	g_rng ^= g_rng << 13;
+	g_rng ^= g_rng >> 7;
+	g_rng ^= g_rng << 17;
+	return g_rng;
+}
+
+long sim_fail_seen(void)
+{
+	return g_calls_seen;
+}
+
+sim_config *sim_cfg(void)
+{
+	return &g_cfg;
+}
+
+/* ---- log --------------------------------------------------------------------------------------- */
+
+static void logf_(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void logf_(const char *fmt, ...)
+{
+	if (!g_cfg.log)
+		return;
+	char buf[160];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(buf, sizeof buf, fmt, ap);
+	va_end(ap);
+	if (g_nlog == g_caplog) {
+		g_caplog = g_caplog ? 2 * g_caplog : 256;
+		g_log = xrealloc(g_log, g_caplog * sizeof *g_log);
+	}
+	g_log[g_nlog] = xrealloc(NULL, strlen(buf) + 1);
+	strcpy(g_log[g_nlog++], buf);
+}
+
+const char *const *sim_log(size_t *n)
+{
+	*n = g_nlog;
+	return (const char *const *)g_log;
+}
+
+void sim_log_clear(void)
+{
+	for (size_t i = 0; i < g_nlog; i++)
+		free(g_log[i]);
+	g_nlog = 0;
+}
+
+void sim_log_dump(void)
+{
+	for (size_t i = 0; i < g_nlog; i++)
+		fprintf(stderr, "  %s\n", g_log[i]);
+}
+
+/* The call named `what` fails now (the fail_nth one of its kind)? */
+static int should_fail(const char *what)
+{
+	if (g_cfg.fail_call == NULL || strncmp(what, g_cfg.fail_call, strlen(g_cfg.fail_call)) != 0)
+		return 0;
+	if (++g_calls_seen != g_cfg.fail_nth)
+		return 0;
+	logf_("  -> injected failure of %s", what);
+	return g_cfg.fail_error ? g_cfg.fail_error : 1;
+}
+
+/* ---- memory ranges ------------------------------------------------------------------------------- */
+
+static sim_range *find_range(const void *p)
+{
+	uintptr_t x = (uintptr_t)p;
+	for (size_t i = 0; i < g_nranges; i++)
+		if (x >= g_ranges[i].start && x < g_ranges[i].start + g_ranges[i].len)
+			return &g_ranges[i];
+	return NULL;
+}
+
+static sim_range *add_range(void *p, size_t n, int kind, void *owned)
+{
+	if (g_nranges == g_capranges) {
+		g_capranges = g_capranges ? 2 * g_capranges : 64;
+		g_ranges = xrealloc(g_ranges, g_capranges * sizeof *g_ranges);
+	}
+	g_ranges[g_nranges] = (sim_range){(uintptr_t)p, n, kind, g_range_ids[kind & 127]++, owned};
+	return &g_ranges[g_nranges++];
+}
+
+static void drop_range(sim_range *r)
+{
+	free(r->owned);
+	*r = g_ranges[--g_nranges];
+}
+
+/* "d0+4096", "r1+0", "pageable". */
+static const char *where(const void *p, char *buf, size_t cap)
+{
+	sim_range *r = find_range(p);
+	if (r == NULL)
+		snprintf(buf, cap, "pageable");
+	else
+		snprintf(buf, cap, "%c%d+%zu", r->kind, r->id, (size_t)((uintptr_t)p - r->start));
+	return buf;
+}
+
+void *sim_host_alloc(size_t n)
+{
+	void *p = calloc(1, n ? n : 1);
+	if (p == NULL)
+		abort();
+	add_range(p, n ? n : 1, 'h', p);
+	return p;
+}
+
+void sim_host_free(void *p)
+{
+	sim_range *r = find_range(p);
+	if (r != NULL && r->kind == 'h')
+		drop_range(r);
+}
+
+/* ---- scheduling ------------------------------------------------------------------------------- */
+
+static int runnable(const sim_stream *s)
+{
+	if (!s->live || s->head == s->len)
+		return 0;
+	const sim_op *o = &s->ops[s->head];
+	return o->kind != OP_WAIT || o->ev->done >= o->gen;
+}
+
+/* Run the head of one random runnable stream (copy streams first when asked). 0 if none can run. */
+static int step(void)
+{
+	sim_stream *pick[256];
+	size_t n = 0;
+	for (size_t i = 0; i < g_nstreams && n < 256; i++)
+		if (runnable(g_streams[i]) && !(g_cfg.prefer_copies && i == 0))
+			pick[n++] = g_streams[i];
+	if (n == 0 && g_nstreams > 0 && runnable(g_streams[0]))
+		pick[n++] = g_streams[0];
+	if (n == 0)
+		return 0;
+	sim_stream *s = pick[rnd() % n];
+	sim_op o = s->ops[s->head++];
+	switch (o.kind) {
+	case OP_MEMCPY:
+		memcpy(o.dst, o.src, o.n);
+		break;
+	case OP_RECORD:
+		if (o.gen > o.ev->done)
+			o.ev->done = o.gen;
+		break;
+	case OP_HOSTFN:
+		o.fn(o.arg);
+		break;
+	default:
+		break;
+	}
+	return 1;
+}
+
+static void maybe_steps(void)
+{
+	if (g_cfg.step_prob <= 0 || (double)(rnd() % 1000000) / 1e6 >= g_cfg.step_prob)
+		return;
+	for (unsigned i = 0, k = 1 + rnd() % 4; i < k && step(); i++)
+		;
+}
+
+static void push(sim_stream *s, sim_op o)
+{
+	if (s->len == s->cap) {
+		/* compact, then grow */
+		memmove(s->ops, s->ops + s->head, (s->len - s->head) * sizeof *s->ops);
+		s->len -= s->head;
+		s->head = 0;
+		if (s->len == s->cap) {
+			s->cap = s->cap ? 2 * s->cap : 64;
+			s->ops = xrealloc(s->ops, s->cap * sizeof *s->ops);
+		}
+	}
+	s->ops[s->len++] = o;
+}
+
+size_t sim_pending(void)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < g_nstreams; i++)
+		n += g_streams[i]->len - g_streams[i]->head;
+	return n;
+}
+
+void sim_counts(int *streams, int *events, int *dev_allocs, int *registrations)
+{
+	*streams = *events = *dev_allocs = *registrations = 0;
+	for (size_t i = 0; i < g_nstreams; i++)
+		*streams += g_streams[i]->live;
+	for (size_t i = 0; i < g_nevents; i++)
+		*events += g_events[i]->live;
+	for (size_t i = 0; i < g_nranges; i++) {
+		*dev_allocs += g_ranges[i].kind == 'd';
+		*registrations += g_ranges[i].kind == 'r';
+	}
+}
+
+int sim_stream_id(const void *stream)
+{
+	const sim_stream *s = stream;
+	for (size_t i = 0; i < g_nstreams; i++)
+		if (g_streams[i] == s)
+			return s->id;
+	return -1;
+}
+
+/* ---- the API ------------------------------------------------------------------------------------ */
+
+static int s_get_device_count(int *n)
+{
+	logf_("cudaGetDeviceCount");
+	if (g_cfg.count_error)
+		return g_cfg.count_error;
+	*n = g_cfg.device_count;
+	return 0;
+}
+
+static int s_get_device(int *d)
+{
+	*d = 0;
+	return 0;
+}
+
+static int s_set_device(int d)
+{
+	return d >= 0 && d < g_cfg.device_count ? 0 : 101;
+}
+
+static int s_device_name(int d, char *buf, size_t cap)
+{
+	(void)d;
+	snprintf(buf, cap, "Simulated GPU");
+	return 0;
+}
+
+static int s_device_numa_node(int d, int *node)
+{
+	(void)d;
+	*node = g_cfg.numa_node;
+	return 0;
+}
+
+static int s_stream_create(void **out)
+{
+	maybe_steps();
+	int e = should_fail("stream_create");
+	if (e)
+		return e;
+	sim_stream *s = xrealloc(NULL, sizeof *s);
+	*s = (sim_stream){(int)g_nstreams, 1, NULL, 0, 0, 0};
+	if (g_nstreams == g_capstreams) {
+		g_capstreams = g_capstreams ? 2 * g_capstreams : 16;
+		g_streams = xrealloc(g_streams, g_capstreams * sizeof *g_streams);
+	}
+	g_streams[g_nstreams++] = s;
+	logf_("stream_create s%d", s->id);
+	*out = s;
+	return 0;
+}
+
+static int s_stream_synchronize(void *sp);
+
+static int s_stream_destroy(void *sp)
+{
+	sim_stream *s = sp;
+	logf_("stream_destroy s%d", s->id);
+	/* CUDA lets pending work finish; so do we. */
+	(void)s_stream_synchronize(sp);
+	s->live = 0;
+	return 0;
+}
+
+static int s_stream_synchronize(void *sp)
+{
+	sim_stream *s = sp;
+	logf_("sync s%d", s->id);
+	if (g_sticky)
+		return g_sticky;
+	while (s->head < s->len)
+		if (!step()) {
+			logf_("  -> deadlock: s%d cannot finish", s->id);
+			return SIM_ERR_DEADLOCK;
+		}
+	if (g_cfg.sync_error) {
+		g_sticky = g_cfg.sync_error;
+		return g_sticky;
+	}
+	return 0;
+}
+
+static int s_stream_query(void *sp)
+{
+	sim_stream *s = sp;
+	if (g_sticky)
+		return g_sticky;
+	(void)step();
+	return s->head == s->len ? 0 : RF__CUDA_NOT_READY;
+}
+
+static int s_event_create(void **out)
+{
+	int e = should_fail("event_create");
+	if (e)
+		return e;
+	sim_event *ev = xrealloc(NULL, sizeof *ev);
+	*ev = (sim_event){(int)g_nevents, 1, 0, 0};
+	if (g_nevents == g_capevents) {
+		g_capevents = g_capevents ? 2 * g_capevents : 64;
+		g_events = xrealloc(g_events, g_capevents * sizeof *g_events);
+	}
+	g_events[g_nevents++] = ev;
+	*out = ev;
+	return 0;
+}
+
+static int s_event_destroy(void *e)
+{
+	((sim_event *)e)->live = 0;
+	return 0;
+}
+
+static int s_event_record(void *e, void *sp)
+{
+	maybe_steps();
+	sim_event *ev = e;
+	sim_stream *s = sp;
+	logf_("record s%d e%d", s->id, ev->id);
+	int err = should_fail("record");
+	if (err)
+		return err;
+	push(s, (sim_op){.kind = OP_RECORD, .ev = ev, .gen = ++ev->enq});
+	return 0;
+}
+
+static int s_stream_wait_event(void *sp, void *e)
+{
+	maybe_steps();
+	sim_event *ev = e;
+	sim_stream *s = sp;
+	logf_("wait s%d e%d", s->id, ev->id);
+	int err = should_fail("wait");
+	if (err)
+		return err;
+	if (ev->enq > 0) /* captures the latest record; none: waits for nothing */
+		push(s, (sim_op){.kind = OP_WAIT, .ev = ev, .gen = ev->enq});
+	return 0;
+}
+
+static int s_memcpy_async(void *dst, const void *src, size_t n, void *sp)
+{
+	maybe_steps();
+	sim_stream *s = sp;
+	char a[32], b[32];
+	logf_("memcpy s%d %s <- %s n=%zu", s->id, where(dst, a, sizeof a), where(src, b, sizeof b), n);
+	int err = should_fail("memcpy");
+	if (err)
+		return err;
+	push(s, (sim_op){.kind = OP_MEMCPY, .dst = dst, .src = src, .n = n});
+	return 0;
+}
+
+static int s_launch_host_func(void *sp, rf__cuda_host_fn fn, void *arg)
+{
+	maybe_steps();
+	sim_stream *s = sp;
+	logf_("hostfn s%d", s->id);
+	int err = should_fail("hostfn");
+	if (err)
+		return err;
+	push(s, (sim_op){.kind = OP_HOSTFN, .fn = fn, .arg = arg});
+	return 0;
+}
+
+int sim_launch(void *stream, rf__cuda_host_fn fn, void *arg)
+{
+	return s_launch_host_func(stream, fn, arg);
+}
+
+static int s_malloc_device(void **p, size_t n)
+{
+	int err = should_fail("malloc");
+	if (err)
+		return err;
+	void *m = calloc(1, n);
+	if (m == NULL)
+		return 2;
+	sim_range *r = add_range(m, n, 'd', m);
+	logf_("malloc d%d n=%zu", r->id, n);
+	*p = m;
+	return 0;
+}
+
+static int s_free_device(void *p)
+{
+	sim_range *r = find_range(p);
+	if (r == NULL || r->kind != 'd' || r->start != (uintptr_t)p)
+		return 1;
+	drop_range(r);
+	return 0;
+}
+
+static int s_host_register(void *p, size_t n)
+{
+	if (g_cfg.register_error)
+		return g_cfg.register_error;
+	if (find_range(p) != NULL || find_range((char *)p + n - 1) != NULL)
+		return 712; /* cudaErrorHostMemoryAlreadyRegistered */
+	add_range(p, n, 'r', NULL);
+	return 0;
+}
+
+static int s_host_unregister(void *p)
+{
+	sim_range *r = find_range(p);
+	if (r == NULL || r->kind != 'r' || r->start != (uintptr_t)p)
+		return 713; /* cudaErrorHostMemoryNotRegistered */
+	drop_range(r);
+	return 0;
+}
+
+static int s_is_dma_capable(const void *p, size_t n)
+{
+	sim_range *a = find_range(p), *b = find_range((const char *)p + n - 1);
+	return a != NULL && a == b;
+}
+
+static const char *s_error_name(int e)
+{
+	switch (e) {
+	case 1: return "cudaErrorInvalidValue";
+	case 2: return "cudaErrorMemoryAllocation";
+	case 35: return "cudaErrorInsufficientDriver";
+	case 100: return "cudaErrorNoDevice";
+	case 600: return "cudaErrorNotReady";
+	case 700: return "cudaErrorIllegalAddress";
+	case 712: return "cudaErrorHostMemoryAlreadyRegistered";
+	case 713: return "cudaErrorHostMemoryNotRegistered";
+	case SIM_ERR_DEADLOCK: return "simDeadlock";
+	default: return "cudaErrorUnknown";
+	}
+}
+
+static const char *s_error_string(int e)
+{
+	switch (e) {
+	case 1: return "invalid argument";
+	case 2: return "out of memory";
+	case 35: return "CUDA driver version is insufficient for CUDA runtime version";
+	case 100: return "no CUDA-capable device is detected";
+	case 700: return "an illegal memory access was encountered";
+	case SIM_ERR_DEADLOCK: return "simulated deadlock: a stream waits for a record that never runs";
+	default: return "simulated error";
+	}
+}
+
+static int s_get_last_error(void)
+{
+	return 0;
+}
+
+const rf__cuda_api sim_api = {
+	.what = "cuda_sim",
+	.get_device_count = s_get_device_count,
+	.get_device = s_get_device,
+	.set_device = s_set_device,
+	.device_name = s_device_name,
+	.device_numa_node = s_device_numa_node,
+	.stream_create = s_stream_create,
+	.stream_destroy = s_stream_destroy,
+	.stream_synchronize = s_stream_synchronize,
+	.stream_query = s_stream_query,
+	.event_create = s_event_create,
+	.event_destroy = s_event_destroy,
+	.event_record = s_event_record,
+	.stream_wait_event = s_stream_wait_event,
+	.memcpy_async = s_memcpy_async,
+	.launch_host_func = s_launch_host_func,
+	.malloc_device = s_malloc_device,
+	.free_device = s_free_device,
+	.host_register = s_host_register,
+	.host_unregister = s_host_unregister,
+	.is_dma_capable = s_is_dma_capable,
+	.error_name = s_error_name,
+	.error_string = s_error_string,
+	.get_last_error = s_get_last_error,
+};
+
+void sim_install(const sim_config *cfg)
+{
+	sim_log_clear();
+	for (size_t i = 0; i < g_nstreams; i++) {
+		free(g_streams[i]->ops);
+		free(g_streams[i]);
+	}
+	for (size_t i = 0; i < g_nevents; i++)
+		free(g_events[i]);
+	g_nstreams = g_nevents = 0;
+	g_cfg = *cfg;
+	g_rng = cfg->seed ? cfg->seed : 0x9e3779b97f4a7c15ull;
+	g_calls_seen = 0;
+	g_sticky = 0;
+	rf__cuda = &sim_api;
+}

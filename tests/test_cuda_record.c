@@ -1,0 +1,637 @@
+/* tests/test_cuda_record.c — the cuda backend's lowering, on any machine: the backend drives a
+ * simulated CUDA runtime (tests/cuda_sim.h) that records every call and runs the enqueued work in
+ * random legal orders. Checked here: the exact call sequence for small rings (direct and two-hop),
+ * payload correctness under thousands of random schedules (RAW and WAR on both rings), that the
+ * simulator catches a ring without WAR waits (negative control), error paths (a failing call, a
+ * sticky device error, no GPU), callback failure and cancel, back-pressure of the staging job ring,
+ * pinned staging memory, and that nothing leaks. The real GPU runs are tests/test_cuda.c. */
+#include <criterion/criterion.h>
+
+#include "backends/cuda_api.h"
+#include "cuda_sim.h"
+#include "ringfetch.h"
+#include "ringfetch/graph.h"
+#include "ringfetch/staging.h"
+#include "runtime/alloc.h"
+#include "runtime/backend.h"
+#include "runtime/staging.h"
+#include "support.h"
+
+#include <stdatomic.h>
+
+static void install(uint64_t seed, double step_prob)
+{
+	sim_config c = {0};
+	c.seed = seed;
+	c.step_prob = step_prob;
+	c.device_count = 1;
+	c.numa_node = 0;
+	c.log = 1;
+	sim_install(&c);
+#ifndef RF_HAVE_CUDA
+	static int registered;
+	if (!registered++)
+		cr_assert_eq(rf__backend_register(&rf__backend_cuda), RF_OK);
+#endif
+}
+
+static rf_pipeline *make(unsigned depth, unsigned copy_queues, size_t slot_bytes)
+{
+	rf_pipeline_params pp = {0};
+	pp.depth = depth;
+	pp.slot_bytes = slot_bytes;
+	pp.backend = "cuda";
+	pp.copy_queues = copy_queues;
+	rf_pipeline *p = NULL;
+	int rc = rf_pipeline_create(&pp, &p);
+	cr_assert_eq(rc, RF_OK, "create depth %u K %u: %s", depth, copy_queues, rf_errmsg());
+	return p;
+}
+
+/* ---- the checking compute ------------------------------------------------------------------------ */
+
+/* The compute callback enqueues a host function on its stream that checks the slot's bytes when the
+ * device gets there (in stream order), i.e. exactly when a kernel would read them. */
+typedef struct check {
+	const blockset *bs;
+	size_t next_expected;
+	size_t checked, bad, first_bad;
+	int fail_at;   /* >= 0: the compute of this block returns 7 */
+	int cancel_at; /* >= 0: the compute of this block cancels the run */
+	rf_pipeline *p;
+	int wrong_stream;
+} check;
+
+typedef struct probe {
+	check *c;
+	rf_block b;
+} probe;
+
+static probe g_probes[4096];
+static size_t g_nprobes;
+
+static void probe_fn(void *arg)
+{
+	probe *pr = arg;
+	check *c = pr->c;
+	const blockset *bs = c->bs;
+	size_t i = pr->b.index;
+	int ok = pr->b.bytes == bs->sizes[i] && (bs->sizes[i] == 0 || memcmp(pr->b.data, bs->srcs[i], bs->sizes[i]) == 0);
+	if (!ok && c->bad++ == 0)
+		c->first_bad = i;
+	c->checked++;
+}
+
+static int compute(void *user, const rf_block *b)
+{
+	check *c = user;
+	if (sim_stream_id(b->stream) < 0)
+		c->wrong_stream++;
+	if (c->fail_at >= 0 && b->index == (size_t)c->fail_at)
+		return 7;
+	if (c->cancel_at >= 0 && b->index == (size_t)c->cancel_at)
+		rf_pipeline_cancel(c->p);
+	if (g_nprobes == sizeof g_probes / sizeof g_probes[0])
+		return 99;
+	probe *pr = &g_probes[g_nprobes++];
+	pr->c = c;
+	pr->b = *b;
+	return sim_launch(b->stream, probe_fn, pr) == 0 ? 0 : 98;
+}
+
+/* Block sources: pinned (simulator-registered), pageable (malloc), or a random mix. */
+enum { SRC_PINNED, SRC_PAGEABLE, SRC_MIXED };
+
+static void make_blocks_sized(blockset *bs, size_t n, size_t slot_bytes, int kind, uint64_t *rng, size_t fixed)
+{
+	bs_alloc(bs, n, rng_next(rng));
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = rng_next(rng);
+		bs->sizes[i] = fixed ? fixed : r % 7 == 0 ? 0 : 1 + (size_t)(r >> 8) % slot_bytes;
+		int pinned = kind == SRC_PINNED || (kind == SRC_MIXED && (r >> 40) % 2);
+		size_t sz = bs->sizes[i] ? bs->sizes[i] : 1;
+		bs->bufs[i] = pinned ? sim_host_alloc(sz) : malloc(sz);
+		cr_assert_not_null(bs->bufs[i]);
+		fill_pattern(bs->bufs[i], bs->sizes[i], i, bs->seed);
+		bs->srcs[i] = bs->bufs[i];
+	}
+}
+
+static void make_blocks(blockset *bs, size_t n, size_t slot_bytes, int kind, uint64_t *rng)
+{
+	make_blocks_sized(bs, n, slot_bytes, kind, rng, 0);
+}
+
+static void free_blocks(blockset *bs, int kind)
+{
+	for (size_t i = 0; i < bs->n; i++) {
+		if (kind == SRC_PAGEABLE)
+			free(bs->bufs[i]);
+		else if (kind == SRC_PINNED)
+			sim_host_free(bs->bufs[i]);
+		else {
+			/* mixed: the simulator knows which ones it allocated */
+			size_t n = 1;
+			const void *p = bs->bufs[i];
+			if (sim_api.is_dma_capable(p, n))
+				sim_host_free(bs->bufs[i]);
+			else
+				free(bs->bufs[i]);
+		}
+	}
+	free(bs->srcs);
+	free(bs->sizes);
+	free(bs->bufs);
+}
+
+static int run_checked(rf_pipeline *p, const blockset *bs, check *c)
+{
+	memset(c, 0, sizeof *c);
+	c->bs = bs;
+	c->fail_at = c->cancel_at = -1;
+	c->p = p;
+	g_nprobes = 0;
+	return rf_pipeline_run(p, bs->n, bs->srcs, bs->sizes, compute, c);
+}
+
+/* ---- exact call sequences ---------------------------------------------------------------------- */
+
+/* The enqueue calls of a run (memcpy / record / wait / hostfn lines), joined with '\n'. */
+static char *run_lines(void)
+{
+	size_t n;
+	const char *const *l = sim_log(&n);
+	size_t cap = 1, len = 0;
+	for (size_t i = 0; i < n; i++)
+		cap += strlen(l[i]) + 1;
+	char *out = calloc(1, cap);
+	cr_assert_not_null(out);
+	for (size_t i = 0; i < n; i++) {
+		if (strncmp(l[i], "memcpy", 6) && strncmp(l[i], "record", 6) && strncmp(l[i], "wait", 4) &&
+		    strncmp(l[i], "hostfn", 6) && strncmp(l[i], "sync", 4))
+			continue;
+		len += (size_t)sprintf(out + len, "%s\n", l[i]);
+	}
+	return out;
+}
+
+Test(cuda_sequence, depth2_pinned_sources)
+{
+	install(1, 0);
+	rf_pipeline *p = make(2, 1, 16);
+	uint64_t rng = 5;
+	blockset bs;
+	make_blocks_sized(&bs, 3, 16, SRC_PINNED, &rng, 16);
+	sim_log_clear();
+	check c;
+	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+	char *got = run_lines();
+	/* s0: the compute stream (queue 0), s1: the copy stream (queue 1), s2: its host staging stream.
+	 * Events e0..e11 belong to queue 0, e12..e23 to queue 1. Copies run ahead by the depth; a compute
+	 * waits for its copy (RAW), and the copy into a slot waits for the compute that last read it (WAR).
+	 * The last computes signal nothing: no copy waits for them. The run ends with one synchronisation
+	 * of every stream, nothing in between. d0 is the device ring, h0..h2 the (pinned) sources. */
+	const char *want = "memcpy s1 d0+0 <- h0+0 n=16\n"
+			   "record s1 e12\n"
+			   "memcpy s1 d0+16 <- h1+0 n=16\n"
+			   "record s1 e13\n"
+			   "wait s0 e12\n"
+			   "hostfn s0\n"
+			   "record s0 e0\n"
+			   "wait s1 e0\n"
+			   "memcpy s1 d0+0 <- h2+0 n=16\n"
+			   "record s1 e14\n"
+			   "wait s0 e13\n"
+			   "hostfn s0\n"
+			   "wait s0 e14\n"
+			   "hostfn s0\n"
+			   "sync s0\n"
+			   "sync s1\n"
+			   "sync s2\n";
+	if (strcmp(got, want) != 0)
+		fprintf(stderr, "got:\n%s", got);
+	cr_assert_str_eq(got, want);
+	cr_assert_eq(c.checked, 3);
+	cr_assert_eq(c.bad, 0);
+	free(got);
+	rf_pipeline_destroy(p);
+	free_blocks(&bs, SRC_PINNED);
+	leak_check();
+}
+
+Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
+{
+	install(1, 0);
+	rf_pipeline *p = make(2, 1, 16);
+	uint64_t rng = 5;
+	blockset bs;
+	make_blocks_sized(&bs, 3, 16, SRC_PAGEABLE, &rng, 16);
+	sim_log_clear();
+	check c;
+	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+	char *got = run_lines();
+	/* s2 is queue 1's host staging stream; the pinned ring (r-ranges: registered staging memory) has
+	 * two slots with events staged e24/e26 and free e25/e27. Block 2 reuses pinned slot 0 only after
+	 * the H2D of block 0 left it (wait s2 e25). */
+	const char *want_prefix = "hostfn s2\n"
+				  "record s2 e24\n"
+				  "wait s1 e24\n";
+	cr_assert(strncmp(got, want_prefix, strlen(want_prefix)) == 0, "got:\n%s", got);
+	cr_assert(strstr(got, "wait s2 e25\nhostfn s2\nrecord s2 e24\nwait s1 e24\n") != NULL, "got:\n%s", got);
+	cr_assert_eq(c.checked, 3);
+	cr_assert_eq(c.bad, 0, "block %zu corrupted", c.first_bad);
+	free(got);
+	rf_pipeline_destroy(p);
+	free_blocks(&bs, SRC_PAGEABLE);
+	leak_check();
+}
+
+/* ---- random schedules --------------------------------------------------------------------------- */
+
+/* One random configuration; returns the number of corrupted blocks seen. */
+static size_t random_case(uint64_t *rng, int prefer_copies, int expect_ok)
+{
+	unsigned depth = 1 + (unsigned)(rng_next(rng) % 6);
+	unsigned kq = 1 + (depth > 2 ? (unsigned)(rng_next(rng) % (depth - 1 < 3 ? depth - 1 : 3)) : 0);
+	size_t slot = 1 + rng_next(rng) % 64;
+	size_t n = rng_next(rng) % 40;
+	int kind = (int)(rng_next(rng) % 3);
+	sim_config cfg = {0};
+	cfg.seed = rng_next(rng) | 1;
+	cfg.step_prob = (double)(rng_next(rng) % 100) / 100.0;
+	cfg.prefer_copies = prefer_copies;
+	cfg.device_count = 1;
+	cfg.numa_node = -1;
+	sim_install(&cfg);
+	rf_pipeline *p = make(depth, kq, slot);
+	blockset bs;
+	make_blocks(&bs, n, slot, kind, rng);
+	check c;
+	int rc = run_checked(p, &bs, &c);
+	if (expect_ok) {
+		cr_assert_eq(rc, RF_OK, "depth %u K %u n %zu kind %d: %s", depth, kq, n, kind, rf_errmsg());
+		cr_assert_eq(c.checked, n, "depth %u K %u n %zu kind %d: %zu computes checked", depth, kq, n, kind,
+			     c.checked);
+		cr_assert_eq(c.bad, 0, "depth %u K %u n %zu kind %d seed %llu: block %zu corrupted", depth, kq, n,
+			     kind, (unsigned long long)cfg.seed, c.first_bad);
+		cr_assert_eq(c.wrong_stream, 0);
+		cr_assert_eq(sim_pending(), 0, "work left enqueued after the run");
+	}
+	rf_pipeline_destroy(p);
+	free_blocks(&bs, kind);
+	return c.bad;
+}
+
+Test(cuda_sim, random_rings_keep_raw_and_war, .timeout = 120)
+{
+	uint64_t seed = test_seed(), rng = seed;
+	fprintf(stderr, "cuda_sim random rings: RF_TEST_SEED=%llu\n", (unsigned long long)seed);
+	install(1, 0);
+	for (int i = 0; i < 1500; i++)
+		random_case(&rng, i % 2, 1);
+	leak_check();
+}
+
+/* Negative control: the same schedules with the ring's WAR waits removed must corrupt blocks — the
+ * simulator is able to see the race the waits prevent. */
+Test(cuda_sim, negative_control_without_war_waits_corrupts, .timeout = 120)
+{
+	uint64_t rng = 42;
+	install(1, 0);
+	rf__test_hooks.drop_war_wait = 1;
+	size_t bad = 0;
+	for (int i = 0; i < 300; i++)
+		bad += random_case(&rng, 1, 0);
+	rf__test_hooks.drop_war_wait = 0;
+	cr_assert_gt(bad, 0, "no corruption without WAR waits: the simulator cannot see the race");
+}
+
+/* The same for the pinned ring of the second hop: without its WAR wait, host copies overwrite pinned
+ * slots that an H2D copy has not read yet. */
+Test(cuda_sim, negative_control_without_staging_war_corrupts, .timeout = 120)
+{
+	uint64_t rng = 43;
+	install(1, 0);
+	rf__test_hooks.drop_staging_war = 1;
+	size_t bad = 0;
+	for (int i = 0; i < 300; i++)
+		bad += random_case(&rng, 1, 0);
+	rf__test_hooks.drop_staging_war = 0;
+	cr_assert_gt(bad, 0, "no corruption without the pinned ring's WAR waits");
+}
+
+/* More staged copies than the job ring holds, with the device idle while the host enqueues: the
+ * host must wait for the staging stream to drain (driving it through cudaStreamQuery). */
+Test(cuda_sim, staging_job_ring_back_pressure)
+{
+	install(3, 0);
+	rf_pipeline *p = make(4, 1, 32);
+	uint64_t rng = 9;
+	blockset bs;
+	make_blocks(&bs, 300, 32, SRC_PAGEABLE, &rng);
+	check c;
+	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.checked, 300);
+	cr_assert_eq(c.bad, 0, "block %zu corrupted", c.first_bad);
+	rf_pipeline_destroy(p);
+	free_blocks(&bs, SRC_PAGEABLE);
+	leak_check();
+}
+
+/* rf_exec of a hand-built two-hop graph on cuda: copy queue 1 fills, compute on queue 0, and a second
+ * copy queue; the generic lowering goes through the same backend. */
+Test(cuda_sim, exec_ring_graph_with_two_copy_queues)
+{
+	install(4, 0.3);
+	rf_graph *g;
+	cr_assert_eq(rf_graph_ring(20, 4, 2, &g), RF_OK);
+	rf_exec_params ep = {0};
+	ep.slot_bytes = 24;
+	ep.backend = "cuda";
+	rf_exec *e;
+	cr_assert_eq(rf_exec_create(g, &ep, &e), RF_OK, "%s", rf_errmsg());
+	rf_graph_destroy(g);
+	uint64_t rng = 11;
+	blockset bs;
+	make_blocks(&bs, 20, 24, SRC_MIXED, &rng);
+	check c;
+	memset(&c, 0, sizeof c);
+	c.bs = &bs;
+	c.fail_at = c.cancel_at = -1;
+	g_nprobes = 0;
+	cr_assert_eq(rf_exec_run(e, 20, bs.srcs, bs.sizes, compute, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.checked, 20);
+	cr_assert_eq(c.bad, 0);
+	rf_exec_destroy(e);
+	free_blocks(&bs, SRC_MIXED);
+	leak_check();
+}
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+Test(cuda_errors, no_gpu_is_enodev_with_cuda_s_reason)
+{
+	install(1, 0);
+	sim_cfg()->count_error = 35;
+	rf_pipeline_params pp = {0};
+	pp.depth = 2;
+	pp.slot_bytes = 64;
+	pp.backend = "cuda";
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENODEV);
+	cr_assert_null(p);
+	cr_assert(strstr(rf_errmsg(), "insufficient") != NULL && strstr(rf_errmsg(), "cudaGetDeviceCount") != NULL,
+		  "%s", rf_errmsg());
+	/* "auto" falls through to a CPU backend. */
+	pp.backend = "auto";
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	cr_assert_str_neq(rf_pipeline_backend(p), "cuda");
+	rf_pipeline_destroy(p);
+	sim_cfg()->count_error = 0;
+	pp.backend = "cuda";
+	pp.device = 3;
+	p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENODEV);
+	cr_assert(strstr(rf_errmsg(), "device 3") != NULL, "%s", rf_errmsg());
+	leak_check();
+}
+
+Test(cuda_errors, auto_picks_cuda_when_a_gpu_is_usable)
+{
+#ifndef RF_HAVE_CUDA
+	cr_skip_test("built without the CUDA toolkit: cuda is not a built-in backend");
+#else
+	install(1, 0);
+	rf_pipeline_params pp = {0};
+	pp.depth = 2;
+	pp.slot_bytes = 64;
+	pp.backend = "auto";
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	cr_assert_str_eq(rf_pipeline_backend(p), "cuda");
+	rf_pipeline_destroy(p);
+	leak_check();
+#endif
+}
+
+/* A call failing while enqueueing: RF_EBACKEND naming the call and CUDA's words, everything already
+ * enqueued drained, and the pipeline still usable. Every enqueue call kind, at several positions. */
+Test(cuda_errors, failing_enqueue_call_drains_and_pipeline_stays_usable, .timeout = 60)
+{
+	const char *calls[] = {"memcpy", "record", "wait", "hostfn"};
+	const char *names[] = {"cudaMemcpyAsync", "cudaEventRecord", "cudaStreamWaitEvent", "cudaLaunchHostFunc"};
+	for (int k = 0; k < 4; k++) {
+		for (long nth = 1; nth <= 12; nth += 5) {
+			install((uint64_t)nth, 0.2);
+			rf_pipeline *p = make(3, 1, 32);
+			uint64_t rng = 77;
+			blockset bs;
+			make_blocks(&bs, 10, 32, SRC_PAGEABLE, &rng);
+			sim_cfg()->fail_call = calls[k];
+			sim_cfg()->fail_nth = nth;
+			check c;
+			int rc = run_checked(p, &bs, &c);
+			/* A host function the test itself enqueues may be the one that fails: then the
+			 * compute reports it (98) as a callback failure. */
+			if (rc == RF_OK) {
+				cr_assert_lt(sim_fail_seen(), nth, "%s #%ld failed, but the run succeeded", calls[k], nth);
+			} else if (rc == RF_ECALLBACK) {
+				cr_assert_str_eq(calls[k], "hostfn");
+			} else {
+				cr_assert_eq(rc, RF_EBACKEND, "%s #%ld: %s", calls[k], nth, rf_errmsg());
+				cr_assert(strstr(rf_errmsg(), names[k]) != NULL && strstr(rf_errmsg(), "invalid argument"),
+					  "%s", rf_errmsg());
+			}
+			cr_assert_eq(sim_pending(), 0, "enqueued work left behind after a failed run");
+			sim_cfg()->fail_call = NULL;
+			cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "run after a failure: %s", rf_errmsg());
+			cr_assert_eq(c.bad, 0);
+			cr_assert_eq(c.checked, 10);
+			rf_pipeline_destroy(p);
+			free_blocks(&bs, SRC_PAGEABLE);
+		}
+	}
+	leak_check();
+}
+
+Test(cuda_errors, sticky_device_error_makes_the_pipeline_unusable)
+{
+	install(1, 0);
+	rf_pipeline *p = make(2, 1, 32);
+	uint64_t rng = 3;
+	blockset bs;
+	make_blocks(&bs, 6, 32, SRC_PINNED, &rng);
+	sim_cfg()->sync_error = 700;
+	check c;
+	cr_assert_eq(run_checked(p, &bs, &c), RF_EBACKEND);
+	cr_assert(strstr(rf_errmsg(), "cudaStreamSynchronize") && strstr(rf_errmsg(), "illegal memory access"), "%s",
+		  rf_errmsg());
+	cr_assert_eq(run_checked(p, &bs, &c), RF_EBACKEND);
+	cr_assert(strstr(rf_errmsg(), "unusable") != NULL, "%s", rf_errmsg());
+	rf_pipeline_destroy(p);
+	free_blocks(&bs, SRC_PINNED);
+	leak_check();
+}
+
+Test(cuda_errors, callback_failure_and_cancel_drain_the_streams)
+{
+	install(1, 0.5);
+	rf_pipeline *p = make(3, 1, 32);
+	uint64_t rng = 3;
+	blockset bs;
+	make_blocks(&bs, 12, 32, SRC_MIXED, &rng);
+	check c;
+	memset(&c, 0, sizeof c);
+	c.bs = &bs;
+	c.p = p;
+	c.fail_at = 5;
+	c.cancel_at = -1;
+	g_nprobes = 0;
+	cr_assert_eq(rf_pipeline_run(p, bs.n, bs.srcs, bs.sizes, compute, &c), RF_ECALLBACK);
+	cr_assert(has_number(rf_errmsg(), 5), "%s", rf_errmsg());
+	cr_assert_eq(sim_pending(), 0);
+	cr_assert_eq(c.checked, 5);
+	cr_assert_eq(c.bad, 0);
+	c.fail_at = -1;
+	c.cancel_at = 4;
+	c.checked = 0;
+	g_nprobes = 0;
+	cr_assert_eq(rf_pipeline_run(p, bs.n, bs.srcs, bs.sizes, compute, &c), RF_ECANCELED, "%s", rf_errmsg());
+	cr_assert_eq(sim_pending(), 0);
+	cr_assert_eq(c.bad, 0);
+	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.checked, 12);
+	rf_pipeline_destroy(p);
+	free_blocks(&bs, SRC_MIXED);
+	leak_check();
+}
+
+/* Every fallible step of create + run + destroy (allocations, threads, CUDA object creation, staging)
+ * failing in turn: a clean error, and nothing leaked (ASan/LSan) — streams and events included. */
+Test(cuda_errors, kth_step_fault_sweep, .timeout = 120)
+{
+	install(1, 0);
+	uint64_t rng = 8;
+	blockset bs;
+	make_blocks(&bs, 8, 48, SRC_PAGEABLE, &rng);
+	int swept = 0;
+	for (long k = 1; k < 400; k++) {
+		rf_pipeline_params pp = {0};
+		pp.depth = 3;
+		pp.slot_bytes = 48;
+		pp.backend = "cuda";
+		rf_pipeline *p = NULL;
+		rf__fault_arm(k);
+		int rc = rf_pipeline_create(&pp, &p);
+		check c;
+		if (rc == RF_OK)
+			rc = run_checked(p, &bs, &c);
+		int fired = rf__fault_steps() >= k;
+		rf__fault_arm(0);
+		if (p != NULL)
+			rf_pipeline_destroy(p);
+		if (!fired)
+			break;
+		swept++;
+		cr_assert_neq(rc, RF_OK, "step %ld failed but the call succeeded", k);
+		cr_assert(rc == RF_ENOMEM || rc == RF_EBACKEND || rc == RF_ENODEV, "step %ld: %s", k, rf_errmsg());
+		int s, e, d, r;
+		sim_counts(&s, &e, &d, &r);
+		cr_assert_eq(s, 0, "step %ld: %d streams leaked", k, s);
+		cr_assert_eq(e, 0, "step %ld: %d events leaked", k, e);
+		cr_assert_eq(d, 0, "step %ld: %d device allocations leaked", k, d);
+	}
+	cr_assert_gt(swept, 10);
+	free_blocks(&bs, SRC_PAGEABLE);
+	leak_check();
+}
+
+/* ---- pinned staging memory (the CUDA half of the staging layer) ----------------------------------- */
+
+Test(cuda_staging, host_ring_is_pinned_and_placed_near_the_gpu)
+{
+	install(1, 0);
+	rf_pipeline *p = make(3, 1, 8192);
+	rf_placement pl;
+	cr_assert_eq(rf_pipeline_placement(p, &pl), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(pl.pinned, 1);
+	/* The simulated GPU sits on node 0 (cudaDevAttrHostNumaId): bound there when the kernel lets us. */
+	if (pl.bound)
+		cr_assert_eq(pl.numa_node, 0);
+	else
+		cr_assert_str_neq(pl.reason, "");
+	const char *d = rf_pipeline_describe(p);
+	cr_assert(strstr(d, "cuda: device 0 (Simulated GPU, host NUMA node 0)") != NULL, "%s", d);
+	int s, e, dv, r;
+	sim_counts(&s, &e, &dv, &r);
+	cr_assert_gt(r, 0, "no cudaHostRegister seen");
+	rf_pipeline_destroy(p);
+	leak_check();
+}
+
+/* Pinned arenas register every mapping and unregister it only when jemalloc has given back all of
+ * it; thousands of variable-size cycles stay bounded. */
+Test(cuda_staging, pinned_alloc_cycles_register_and_unregister, .timeout = 60)
+{
+	install(1, 0);
+	uint64_t rng = 1;
+	void *live[16] = {0};
+	for (int i = 0; i < 4000; i++) {
+		unsigned j = (unsigned)(rng_next(&rng) % 16);
+		if (live[j] != NULL) {
+			rf_staging_free(live[j]);
+			live[j] = NULL;
+			continue;
+		}
+		size_t n = 1 + rng_next(&rng) % (3u << 20);
+		cr_assert_eq(rf__cuda_staging_alloc(n, NULL, 0, &live[j]), RF_OK, "%s", rf_errmsg());
+		rf_placement pl;
+		cr_assert_eq(rf_staging_placement(live[j], &pl), RF_OK);
+		cr_assert_eq(pl.pinned, 1);
+		cr_assert(sim_api.is_dma_capable(live[j], n), "pinned staging block not registered end to end");
+		memset(live[j], 0xab, n);
+	}
+	for (unsigned j = 0; j < 16; j++)
+		rf_staging_free(live[j]);
+	rf__staging_stats st;
+	rf__staging_get_stats(&st);
+	cr_assert_lt(st.mapped_bytes, (size_t)256 << 20, "pinned arena grew to %zu bytes", st.mapped_bytes);
+	leak_check();
+}
+
+Test(cuda_staging, page_locking_failure_is_an_error_not_a_fallback)
+{
+	install(1, 0);
+	sim_cfg()->register_error = 2;
+	void *m = NULL;
+	cr_assert_eq(rf__cuda_staging_alloc(1 << 20, NULL, 0, &m), RF_ENOMEM);
+	cr_assert_null(m);
+	cr_assert(strstr(rf_errmsg(), "cudaHostRegister") != NULL, "%s", rf_errmsg());
+	rf_pipeline_params pp = {0};
+	pp.depth = 2;
+	pp.slot_bytes = 1 << 20;
+	pp.backend = "cuda";
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENOMEM);
+	cr_assert(strstr(rf_errmsg(), "pinned host ring") != NULL, "%s", rf_errmsg());
+	int s, e, d, r;
+	sim_counts(&s, &e, &d, &r);
+	cr_assert_eq(s + e + d, 0, "failed create left %d streams, %d events, %d device allocations", s, e, d);
+	leak_check();
+}
+
+Test(cuda_staging, register_api_arguments)
+{
+	install(1, 0);
+	cr_assert_eq(rf__cuda_host_register(NULL, 5), RF_EINVAL);
+	char buf[64];
+	cr_assert_eq(rf__cuda_host_register(buf, 0), RF_EINVAL);
+	cr_assert_eq(rf__cuda_host_register(buf, sizeof buf), RF_OK);
+	cr_assert(sim_api.is_dma_capable(buf, sizeof buf));
+	cr_assert_eq(rf__cuda_host_register(buf, sizeof buf), RF_EBACKEND);
+	cr_assert_eq(rf__cuda_host_unregister(buf), RF_OK);
+	cr_assert_eq(rf__cuda_host_unregister(buf), RF_EINVAL);
+	sim_cfg()->count_error = 100;
+	cr_assert_eq(rf__cuda_host_register(buf, sizeof buf), RF_ENODEV);
+	leak_check();
+}
