@@ -190,7 +190,7 @@ static void defaults(rfb_opts *o)
 /* One option with its value; returns 0, or 2 with err set. */
 static int option(rfb_opts *o, const char *a, const char *v, char *err, size_t cap)
 {
-	unsigned long long x;
+	unsigned long long x = 0;
 	int rc = 0;
 	if (!strcmp(a, "--backend"))
 		o->nbackends = 0, rc = each_item(v, a, err, cap, one_backend, o);

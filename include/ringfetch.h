@@ -149,8 +149,10 @@ typedef struct rf_pipeline_params {
  *
  * Backends: "cpu" runs everything inline on the caller's thread (correct, no overlap). "threads" runs
  * the computes on the caller's thread and each copy queue on a worker thread of its own, created here
- * once and pinned (when the machine has two cores or more) to a core other than the caller's. "auto"
- * picks the best backend usable on this machine (today: "threads").
+ * once and pinned (when the machine has two cores or more) to a core other than the caller's. "cuda"
+ * streams into device memory with CUDA streams and events (<ringfetch/cuda.h>: data is a device
+ * pointer, stream the stream to enqueue on). "auto" picks the best backend usable on this machine:
+ * "cuda" when the library was built with CUDA and params.device is a usable GPU, else "threads".
  *
  * Ring memory (CPU backends) comes from the staging layer: bound to the NUMA node `staging` asks for
  * ("auto": the node of the calling thread, where the computes run), touched here, and reported by

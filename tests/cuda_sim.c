@@ -237,7 +237,8 @@ static void push(sim_stream *s, sim_op o)
 {
 	if (s->len == s->cap) {
 		/* compact, then grow */
-		memmove(s->ops, s->ops + s->head, (s->len - s->head) * sizeof *s->ops);
+		if (s->head > 0)
+			memmove(s->ops, s->ops + s->head, (s->len - s->head) * sizeof *s->ops);
 		s->len -= s->head;
 		s->head = 0;
 		if (s->len == s->cap) {

@@ -14,9 +14,12 @@
  *   "none"        ordinary unbound memory (the kernel places it at first touch).
  * Anything else ("", "Node:0", "node:", "node:-1", "node:1x", "node: 1") is RF_EINVAL.
  *
- * Page-locking for DMA (cudaHostRegister) belongs to the CUDA backend, a later addition: `pinned` is
- * 0 for every allocation of this build. CPU pipelines and rf_staging_alloc do not ask for page-locked
- * memory, so pinned == 0 is not a shortfall and does not make `reason` non-empty.
+ * Page-locking for DMA (cudaHostRegister, after binding and touching) is for the CUDA side: the cuda
+ * backend's pinned host ring and rf_cuda_staging_alloc() (<ringfetch/cuda.h>) come from pinned arenas
+ * placed on the NUMA node nearest the GPU, and report pinned = 1. A mapping that cannot be page-locked
+ * is an allocation error, never pageable memory passed off as pinned. CPU pipelines and
+ * rf_staging_alloc do not ask for page-locked memory: pinned == 0 there is not a shortfall and does not
+ * make `reason` non-empty.
  *
  * See docs/staging.md for how the node is chosen, what happens in containers, and what linking
  * jemalloc means for an embedding application.
@@ -36,14 +39,16 @@ typedef struct rf_placement {
 	                       first page was found on, if the kernel says; -1 when unknown or interleaved */
 	int bound;          /* 1 when the kernel bound the pages as the policy asked (to numa_node, or
 	                       interleaved over every node for "interleave"); 0 otherwise */
-	int pinned;         /* 1 when page-locked for DMA; always 0 in this build (no CUDA backend yet) */
+	int pinned;         /* 1 when page-locked for DMA (cuda pipelines, rf_cuda_staging_alloc) */
 	const char *reason; /* "" when bound; else a sentence saying why not ("policy none: ...",
 	                       "binding refused by the kernel (EPERM ...): unbound memory"). A static
 	                       string: valid for the life of the process. Never NULL. */
 } rf_placement;
 
 /**
- * Where the pipeline's ring slots live (all slots of a ring are one allocation, placed as one).
+ * Where the pipeline's ring slots live (all slots of a ring are one allocation, placed as one). For a
+ * cuda pipeline, whose ring is device memory, this is its pinned host ring (the staging hop of
+ * pageable sources): pinned = 1, on the NUMA node nearest the GPU when known.
  * Thread-safe; may be called while the pipeline runs.
  * \return RF_OK and *out;
  *         RF_EINVAL if p or out is NULL;
