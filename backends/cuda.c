@@ -305,9 +305,8 @@ static void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging
 
 /* Pinned slots per copying queue: enough to cover the ring's depth between them, at least two (one
  * filling while the other drains). */
-static unsigned rf__cu_npin(const struct rf_program *p, unsigned ncopyq)
+static unsigned rf__cu_npin(unsigned ns, unsigned ncopyq)
 {
-	unsigned ns = p->nslots ? p->nslots : 1;
 	unsigned per = (ns + ncopyq - 1) / ncopyq;
 	return per < 2 ? 2 : per;
 }
@@ -407,7 +406,7 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 	for (size_t i = 0; p != NULL && i < p->nops; i++)
 		if (p->ops[i].kind == RF_OP_COPY && !copies[p->ops[i].queue]++)
 			ncopyq++;
-	unsigned ns = p != NULL && p->nslots ? p->nslots : 1;
+	unsigned ns = args->nslots ? args->nslots : 1; /* depth = auto may deepen the ring up to this */
 	unsigned nev = 2 * ns + 8 < RF__CU_EVENTS_MAX ? 2 * ns + 8 : RF__CU_EVENTS_MAX;
 	if ((cx->q = rf__calloc(cx->nq, sizeof *cx->q)) == NULL) {
 		rc = rf__err(RF_ENOMEM, "cuda: out of memory");
@@ -416,7 +415,7 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 	for (unsigned i = 0; i < cx->nq; i++)
 		cx->q[i].nev = nev;
 	for (unsigned i = 0; i < cx->nq; i++)
-		if ((rc = rf__cu_queue_open(cx, &cx->q[i], copies[i], ncopyq ? rf__cu_npin(p, ncopyq) : 0)) != RF_OK)
+		if ((rc = rf__cu_queue_open(cx, &cx->q[i], copies[i], ncopyq ? rf__cu_npin(ns, ncopyq) : 0)) != RF_OK)
 			goto fail;
 	if (ncopyq > 0) {
 		if ((rc = rf__cu_team_start(&cx->team)) != RF_OK)

@@ -50,6 +50,9 @@ static void progress(sweep *s, const char *backend, size_t size, unsigned rep)
 }
 
 /* Time one contestant over the whole workload; seconds per block, or -1 on failure (message printed). */
+/* Runs a depth = auto pipeline makes before its depth is fixed: 1 (the rule) + 3 rounds of 3 probes. */
+#define RFB_AUTO_SETTLE_RUNS 10
+
 static double timed(const char *what, const rfb_work *w, int (*fn)(void *ctx, rfb_sink *k), void *ctx, int nocheck)
 {
 	rfb_sink k = {w, 0, 0, nocheck};
@@ -242,6 +245,15 @@ static int bench_size(sweep *s, const char *backend, size_t size, int with_basel
 			double c = timed("copy-only", &z.w, run_copy_only, &a, 1);
 			rfb_work_set_ratio(&z.w, s->o, c * 1e9); /* c: seconds per block */
 		}
+	}
+	/* depth = auto settles over its first runs (the rule, then 3 rounds of probing d, 2d, 4d): what a
+	 * long-lived pipeline does once. Those runs are not measured. */
+	for (unsigned d = 0; d < s->o->ndepths && rc == 0; d++) {
+		if (s->o->depths[d] != RFB_DEPTH_AUTO)
+			continue;
+		arm x = {&z.w, z.ring, z.p[d], s->o->depths[d]};
+		for (int k = 0; k < RFB_AUTO_SETTLE_RUNS && rc == 0; k++)
+			rc = timed("ringfetch", &z.w, run_pipeline, &x, 0) < 0 ? -1 : 0;
 	}
 	for (unsigned r = 0; r < s->o->reps && rc == 0; r++) {
 		progress(s, *resolved, size, r);

@@ -195,9 +195,10 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
  * slot until compute has returned. Returns when all work has finished; the caller may then reuse or
  * free srcs. srcs and sizes are read during the call only.
  *
- * Threads: computes run on the calling thread with both backends; copies run on the calling thread
- * ("cpu") or on the pipeline's copy workers ("threads"). Everything the copies and callbacks wrote is
- * visible to the caller when this returns.
+ * Threads: computes run on the calling thread with every backend; copies run on the calling thread
+ * ("cpu"), on the pipeline's copy workers ("threads"), or on CUDA streams ("cuda": the callback only
+ * enqueues its kernels on block->stream, see <ringfetch/cuda.h>). Everything the copies and callbacks
+ * wrote (or enqueued) is done and visible to the caller when this returns.
  *
  * \return RF_OK (also for nblocks 0, where nothing else is looked at);
  *         RF_EINVAL, before any work, for NULL p, srcs, sizes or compute with nblocks > 0, a size over
@@ -212,8 +213,9 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
 RF_EXTERN int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const *srcs,
                               const size_t *sizes, rf_compute_fn compute, void *user);
 
-/** The ring depth (1 .. RF_MAX_DEPTH): the one runs use now (with depth = auto, the starting depth until
- * the first run has finished, then the chosen one); 0 for NULL. */
+/** The ring depth (1 .. RF_MAX_DEPTH): the one runs use now; 0 for NULL. With depth = auto: the starting
+ * depth until the first run has finished, then the rule's choice d; the next 9 successful runs try d,
+ * 2d and 4d (within the slots) in turn, and from then on the fastest of them is kept (docs/tuning.md). */
 RF_EXTERN unsigned rf_pipeline_depth(const rf_pipeline *p);
 /** The resolved backend name, e.g. "cpu" (never "auto"); a static string. "" for NULL. */
 RF_EXTERN const char *rf_pipeline_backend(const rf_pipeline *p);

@@ -49,8 +49,10 @@ typedef struct rf__open_args {
 	/* Where CPU backends put their slots (runtime/staging.h); NULL = "auto". Owned by the engine and
 	 * valid until the backend is closed, so a backend may keep the pointer. */
 	const struct rf__staging_policy *staging;
-	const struct rf_program *prog; /* the program runs will execute (owned by the engine, outlives ctx) */
+	const struct rf_program *prog; /* the program runs start with (a depth = auto pipeline may switch
+	                                  to a deeper one of at most nslots slots between runs) */
 	size_t slot_bytes;
+	unsigned nslots; /* slots allocated: >= prog->nslots */
 } rf__open_args;
 
 typedef struct rf__backend_ops {

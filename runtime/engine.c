@@ -24,7 +24,8 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	e->slots_len = (size_t)(nslots ? nslots : 1) * slot_bytes;
 	if ((rc = rf__backend_lookup(backend, device, &e->be)) != RF_OK)
 		goto fail_prog;
-	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes};
+	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
+			     nslots ? nslots : 1};
 	if ((rc = rf__be_open(e->be, &args, &e->ctx)) != RF_OK)
 		goto fail_prog;
 	void *mem = NULL;
@@ -181,6 +182,8 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user);
 	if (e->collect_stats)
 		rf__stats_summarise(e);
+	if (rc == RF_OK && e->after != NULL && atomic_load(&e->state) == RF__RUNNING)
+		e->after(e->owner);
 	int running = RF__RUNNING;
 	if (!atomic_compare_exchange_strong(&e->state, &running, RF__IDLE)) {
 		/* Destroyed from inside the run: it is ours to release now. */

@@ -18,7 +18,7 @@ typedef struct rf__engine {
 	size_t slot_bytes, slots_len;
 	atomic_int state;  /* RF__IDLE / RF__RUNNING / RF__DOOMED */
 	atomic_int cancel; /* read by backends between nodes */
-	char describe[320]; /* rf_pipeline_describe */
+	char describe[512]; /* rf_pipeline_describe */
 	int collect_stats;  /* rf_pipeline_collect_stats */
 	rf__qstats qstats[RF_MAX_QUEUES];
 	rf_stats last;      /* rf_pipeline_stats */
@@ -30,6 +30,10 @@ typedef struct rf__engine {
 	int (*oracle)(void *owner, const struct rf__trace *t, size_t nblocks);
 	/* Called after a successful run with its recorded events (the run records them while set). */
 	void (*measure)(void *owner, const struct rf__trace *t);
+	/* Called after every successful run, before the engine is idle again (so never concurrently with
+	 * a run, and before a deferred destroy releases the owner): may swap e->prog for one of at most
+	 * the allocated slots. */
+	void (*after)(void *owner);
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
 	void *owner;
 } rf__engine;

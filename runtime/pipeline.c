@@ -12,12 +12,23 @@
 
 /* depth = auto never goes deeper than this (nor than the memory budget allows). */
 #define RF__AUTO_MAX_DEPTH 16u
+/* After the rule: up to this many candidate depths (the rule's d, 2d, 4d), each tried this many times
+ * over the following runs, alternating, before the fastest is kept. */
+#define RF__AUTO_NCAND 3u
+#define RF__AUTO_ROUNDS 3u
 
 struct rf_pipeline {
 	rf__engine eng;
 	unsigned depth;
 	unsigned copy_queues;
 	unsigned auto_max; /* depth = auto: the deepest ring the slots allow; 0 when depth is fixed */
+	/* depth = auto, probing (ncand > 1): candidate depths and their programs (built when the rule ran,
+	 * so that switching allocates nothing); cprog[cur] is the one the engine runs, the others are
+	 * ours until probing ends. best[i]: the fastest run of candidate i, ns per byte. */
+	unsigned ncand, cur, probes, skip;
+	unsigned cand[RF__AUTO_NCAND];
+	struct rf_program *cprog[RF__AUTO_NCAND];
+	double best[RF__AUTO_NCAND];
 };
 
 static int rf__pipeline_params_check(const rf_pipeline_params *pp, rf_pipeline **out)
@@ -40,6 +51,9 @@ static int rf__pipeline_params_check(const rf_pipeline_params *pp, rf_pipeline *
 static void rf__pipeline_free(void *p)
 {
 	rf_pipeline *pl = p;
+	for (unsigned i = 0; i < pl->ncand; i++)
+		if (i != pl->cur)
+			rf_program_destroy(pl->cprog[i]);
 	rf__engine_fini(&pl->eng);
 	free(pl);
 }
@@ -171,6 +185,100 @@ static int rf__auto_collect(const struct rf__trace *t, unsigned depth, rf__auto_
 	return 0;
 }
 
+/* A ring program for depth d, as rf_pipeline_create builds them (test hooks included). */
+static int rf__auto_program(const rf_pipeline *p, unsigned d, struct rf_program **out)
+{
+	int rc = rf__ring_program(d, p->copy_queues, out);
+	if (rc == RF_OK && rf__test_hooks.drop_war_wait)
+		rf__prog_drop_war(*out);
+	return rc;
+}
+
+/* Make cprog[i] the program the engine runs (the previous one stays in cprog[cur]). */
+static void rf__auto_install(rf_pipeline *p, unsigned i)
+{
+	p->cur = i;
+	p->eng.prog = p->cprog[i];
+	p->depth = p->cand[i];
+}
+
+/* The rule chose d: candidates d, 2d, 4d (within the slots), programs built now, d installed. The
+ * runs that follow try them in turn (rf__auto_after). Without memory for the candidates: d alone, or
+ * the starting ring if even d cannot be built. */
+static void rf__auto_candidates(rf_pipeline *p, unsigned d)
+{
+	unsigned n = 0, built = 0;
+	for (unsigned k = 0, c = d; k < RF__AUTO_NCAND && c <= p->auto_max; k++, c *= 2)
+		p->cand[n++] = c;
+	if (n < RF__AUTO_NCAND && p->cand[n - 1] < p->auto_max && p->cand[n - 1] * 2 > p->auto_max)
+		p->cand[n++] = p->auto_max; /* e.g. 5, 10, 16 under 16 slots */
+	struct rf_program *start = p->eng.prog;
+	for (; built < n; built++)
+		if (p->cand[built] == p->depth)
+			p->cprog[built] = start;
+		else if (rf__auto_program(p, p->cand[built], &p->cprog[built]) != RF_OK)
+			break;
+	if (built == 0)
+		return; /* keep the starting ring */
+	for (unsigned i = built; i-- > 1;) /* out of memory: d alone */
+		if (built < n && p->cprog[i] != start)
+			rf_program_destroy(p->cprog[i]);
+	n = built < n ? 1 : n;
+	int start_used = 0;
+	for (unsigned i = 0; i < n; i++)
+		start_used |= p->cprog[i] == start;
+	if (!start_used)
+		rf_program_destroy(start);
+	p->ncand = n;
+	for (unsigned i = 0; i < n; i++)
+		p->best[i] = 0;
+	p->probes = 0;
+	p->skip = 1; /* the run that measured ran the starting ring */
+	rf__auto_install(p, 0);
+	if (n == 1)
+		p->ncand = 0;
+}
+
+/* After each successful run while probing: note the run's speed (ns per byte, or per block for empty
+ * blocks) against the candidate it ran, move to the next one; after RF__AUTO_ROUNDS rounds keep the
+ * fastest (a deeper ring must beat a shallower one by 1 %: fewer slots in flight is the tie-break) and
+ * release the others. */
+static void rf__auto_after(void *owner)
+{
+	rf_pipeline *p = owner;
+	if (p->ncand < 2)
+		return;
+	if (p->skip) {
+		p->skip = 0;
+		return;
+	}
+	const rf_stats *s = &p->eng.last;
+	double x = (double)s->wall_ns / (double)(s->bytes ? s->bytes : s->blocks ? s->blocks : 1);
+	if (p->best[p->cur] == 0 || x < p->best[p->cur])
+		p->best[p->cur] = x;
+	if (++p->probes < p->ncand * RF__AUTO_ROUNDS) {
+		rf__auto_install(p, (p->cur + 1) % p->ncand);
+		return;
+	}
+	unsigned win = 0;
+	for (unsigned i = 1; i < p->ncand; i++)
+		if (p->best[i] < p->best[win] * 0.99)
+			win = i;
+	size_t len = strlen(p->eng.describe);
+	len += (size_t)snprintf(p->eng.describe + len, sizeof p->eng.describe - len, "; probed");
+	for (unsigned i = 0; i < p->ncand && len < sizeof p->eng.describe; i++)
+		len += (size_t)snprintf(p->eng.describe + len, sizeof p->eng.describe - len, " %u: %.3g ns/KiB%s",
+					p->cand[i], p->best[i] * 1024, i + 1 < p->ncand ? "," : "");
+	if (len < sizeof p->eng.describe)
+		snprintf(p->eng.describe + len, sizeof p->eng.describe - len, "; depth %u", p->cand[win]);
+	rf__auto_install(p, win);
+	for (unsigned i = 0; i < p->ncand; i++)
+		if (i != win)
+			rf_program_destroy(p->cprog[i]);
+	p->ncand = 0;
+	p->cur = 0;
+}
+
 /* After the first successful run of a depth = auto pipeline: pick the depth and rebuild the program. */
 static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 {
@@ -181,17 +289,12 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 		double c_mean = a.csum / (double)a.nc, m = a.msum / (double)a.nm;
 		double c90 = rf__p90(a.copy, a.nc), l90 = a.nl ? rf__p90(a.lat, a.nl) : c90;
 		unsigned d = rf__auto_rule(c_mean, c90, l90, m, p->copy_queues, p->auto_max);
-		struct rf_program *prog;
-		if (d != p->depth && rf__ring_program(d, p->copy_queues, &prog) == RF_OK) {
-			rf_program_destroy(p->eng.prog);
-			p->eng.prog = prog;
-			p->depth = d;
-		}
+		rf__auto_candidates(p, d);
 		p->eng.measure = NULL;
 		size_t len = strlen(p->eng.describe);
 		snprintf(p->eng.describe + len, sizeof p->eng.describe - len,
-			 "; depth auto: %u (copy mean %.1f us, p90 %.1f us; refill p90 %.1f us; compute mean %.1f us; "
-			 "at most %u)", p->depth, c_mean / 1e3, c90 / 1e3, l90 / 1e3, m / 1e3, p->auto_max);
+			 "; depth auto: rule %u (copy mean %.1f us, p90 %.1f us; refill p90 %.1f us; compute mean %.1f us; "
+			 "at most %u)", d, c_mean / 1e3, c90 / 1e3, l90 / 1e3, m / 1e3, p->auto_max);
 	}
 	/* Nothing to learn from (no copies or computes, or no memory): try again on the next run. */
 	free(a.copy);
@@ -226,8 +329,10 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	if (r.cfg.oracle)
 		p->eng.oracle = rf__pipeline_oracle;
 	p->auto_max = r.auto_max;
-	if (r.auto_max != 0)
+	if (r.auto_max != 0) {
 		p->eng.measure = rf__pipeline_measure;
+		p->eng.after = rf__auto_after;
+	}
 	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", r.backend, params->device, prog,
 				  params->slot_bytes)) != RF_OK)
 		goto fail;

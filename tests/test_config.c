@@ -441,8 +441,17 @@ static unsigned auto_depth_after(long compute_us, long slow_copy_us, long every,
 	unsigned d = rf_pipeline_depth(p);
 	cr_assert(strstr(rf_pipeline_describe(p), "depth auto") != NULL, "%s", rf_pipeline_describe(p));
 	snprintf(g_auto_said, sizeof g_auto_said, "%s", strstr(rf_pipeline_describe(p), "depth auto"));
-	cr_assert_eq(rf_pipeline_run(p, n, srcs, sizes, shaped_compute, NULL), RF_OK, "a run at the chosen depth");
-	cr_assert_eq(rf_pipeline_depth(p), d, "chosen once");
+	/* Then the rule's d, 2d and 4d (within the slots) are tried over the next 3 x 3 runs and the
+	 * fastest is kept for good. */
+	for (int r = 0; r < 9; r++)
+		cr_assert_eq(rf_pipeline_run(p, n, srcs, sizes, shaped_compute, NULL), RF_OK, "probe run %d", r);
+	unsigned f = rf_pipeline_depth(p);
+	cr_assert(f == d || f == 2 * d || f == 4 * d || f == 16 || (f > d && f <= 16), "probing kept %u (rule %u)", f, d);
+	cr_assert(strstr(rf_pipeline_describe(p), "probed") != NULL || f == d, "%s", rf_pipeline_describe(p));
+	for (int r = 0; r < 3; r++) {
+		cr_assert_eq(rf_pipeline_run(p, n, srcs, sizes, shaped_compute, NULL), RF_OK, "a run at the kept depth");
+		cr_assert_eq(rf_pipeline_depth(p), f, "kept once probing ended");
+	}
 	rf_pipeline_destroy(p);
 	rf__test_hooks.before_copy = NULL;
 	return d;
