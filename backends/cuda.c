@@ -138,6 +138,15 @@ static void rf__cu_team_stop(rf__cu_team *t)
 	t->n = 0;
 }
 
+static void rf__cu_team_fini(rf__cu_team *t)
+{
+	rf__cu_team_stop(t);
+	pthread_mutex_destroy(&t->mu);
+	pthread_mutex_destroy(&t->use);
+	pthread_cond_destroy(&t->go);
+	pthread_cond_destroy(&t->done);
+}
+
 /* Half the online CPUs copy (a pageable source's pages are read once; more threads only contend for
  * memory bandwidth), at most RF__CU_TEAM_MAX; on a 2-CPU machine the host-func thread copies alone. */
 static int rf__cu_team_start(rf__cu_team *t)
@@ -153,20 +162,11 @@ static int rf__cu_team_start(rf__cu_team *t)
 	for (t->n = 0; t->n + 1 < want; t->n++) {
 		int err = rf__fault() ? EAGAIN : pthread_create(&t->th[t->n], NULL, rf__cu_helper, t);
 		if (err != 0) {
-			rf__cu_team_stop(t);
+			rf__cu_team_fini(t);
 			return rf__err(RF_ENOMEM, "cuda: cannot start a host copy thread: %s", strerror(err));
 		}
 	}
 	return RF_OK;
-}
-
-static void rf__cu_team_fini(rf__cu_team *t)
-{
-	rf__cu_team_stop(t);
-	pthread_mutex_destroy(&t->mu);
-	pthread_mutex_destroy(&t->use);
-	pthread_cond_destroy(&t->go);
-	pthread_cond_destroy(&t->done);
 }
 
 /* ---- per-pipeline state --------------------------------------------------------------------------- */
@@ -195,7 +195,8 @@ typedef struct rf__cu_queue {
 	void **ev_staged, **ev_free; /* per pinned slot */
 	rf__cu_job jobs[RF__CU_JOBS];
 	uint64_t k; /* staged copies enqueued this run */
-	atomic_uint_fast64_t consumed; /* staged copies done this run (by host functions) */
+	atomic_uint_fast64_t started;  /* staged copies begun this run (by host functions) */
+	atomic_uint_fast64_t consumed; /* staged copies done this run */
 } rf__cu_queue;
 
 typedef struct rf__cu {
@@ -216,6 +217,7 @@ typedef struct rf__cu {
 /* RF_EBACKEND naming the call and CUDA's words for the error. */
 static int rf__cu_fail(const rf__cuda_api *api, const char *call, int err)
 {
+	(void)api->get_last_error(); /* a non-sticky error must not reach the application's next check */
 	return rf__err(RF_EBACKEND, "cuda: %s failed: %s (%s)", call, api->error_string(err), api->error_name(err));
 }
 
@@ -519,8 +521,10 @@ static int rf__cu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsig
 static void rf__cu_hostcopy(void *arg)
 {
 	rf__cu_job *j = arg;
-	rf__cu_team_copy(&j->q->cx->team, j->dst, j->src, j->len);
-	atomic_fetch_add_explicit(&j->q->consumed, 1, memory_order_release);
+	rf__cu_queue *q = j->q;
+	atomic_fetch_add_explicit(&q->started, 1, memory_order_acq_rel);
+	rf__cu_team_copy(&q->cx->team, j->dst, j->src, j->len);
+	atomic_fetch_add_explicit(&q->consumed, 1, memory_order_release); /* j may be rewritten from here */
 }
 
 /* Wait until the host functions of queue q have consumed `need` jobs, so that a job entry may be
@@ -594,6 +598,23 @@ static int rf__cu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned
 
 static const rf__walk_ops rf__cu_ops = {rf__cu_copy, rf__cu_compute, rf__cu_signal, rf__cu_wait};
 
+/* After a device error a synchronisation may return while a host copy that had already started is
+ * still reading the caller's source (CUDA skips host functions that have not started): wait for those
+ * before the run returns and the caller frees its sources (bounded: 10 s, then the context is broken
+ * for good anyway). */
+static void rf__cu_settle_host_copies(rf__cu *cx)
+{
+	for (int i = 0; i < 100000; i++) {
+		int busy = 0;
+		for (unsigned k = 0; k < cx->nq; k++)
+			busy |= atomic_load(&cx->q[k].started) != atomic_load(&cx->q[k].consumed);
+		if (!busy)
+			return;
+		struct timespec ts = {0, 100000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* Wait for everything enqueued: every stream, staging streams included. The first error wins. */
 static int rf__cu_drain(rf__cu *cx, const char **call)
 {
@@ -626,6 +647,7 @@ static int rf__cu_run(void *ctx, rf__run *run)
 		rf__cu_queue *q = &cx->q[i];
 		q->nrec = 0;
 		q->k = 0;
+		atomic_store(&q->started, 0);
 		atomic_store(&q->consumed, 0);
 	}
 	rc = rf__walk(run, -1, &rf__cu_ops, cx);
@@ -634,6 +656,7 @@ static int rf__cu_run(void *ctx, rf__run *run)
 	const char *call = NULL;
 	int e = rf__cu_drain(cx, &call);
 	if (e != 0) {
+		rf__cu_settle_host_copies(cx);
 		/* An error surfacing at synchronisation is asynchronous (a kernel fault, a bad address):
 		 * CUDA keeps such errors sticky, so the context — and this pipeline — is unusable. */
 		rf__cu_fail(api, call, e);
@@ -732,9 +755,21 @@ int rf__cuda_staging_alloc(size_t bytes, const char *policy, int device, void **
 		return rc;
 	if ((rc = rf__cu_probe(device)) != RF_OK)
 		return rf__err(rc, "rf_cuda_staging_alloc: %s", rf__errmsg_peek());
-	int node;
+	/* The registration belongs to the current device's context: make it `device`'s, and create that
+	 * context now — not inside the arena's extent hook, which runs under jemalloc's locks. */
+	int node, prev;
+	if ((rc = rf__cu_enter(rf__cuda, device, &prev)) != RF_OK)
+		return rf__err(rc, "rf_cuda_staging_alloc: %s", rf__errmsg_peek());
+	int e = rf__cuda->init_context();
+	if (e != 0) {
+		rf__cu_fail(rf__cuda, "cudaFree(0) (context creation)", e);
+		rf__cu_leave(rf__cuda, device, prev);
+		return rf__err(RF_ENODEV, "rf_cuda_staging_alloc: %s", rf__errmsg_peek());
+	}
 	rf__cu_policy(rf__cuda, device, &in, &pol, &node);
-	if ((rc = rf__staging_alloc(&pol, bytes, bytes >= 4096 ? 4096 : 64, out)) != RF_OK)
+	rc = rf__staging_alloc(&pol, bytes, bytes >= 4096 ? 4096 : 64, out);
+	rf__cu_leave(rf__cuda, device, prev);
+	if (rc != RF_OK)
 		return rf__err(rc, "rf_cuda_staging_alloc: %s", rf__errmsg_peek());
 	return RF_OK;
 }

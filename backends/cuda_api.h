@@ -43,6 +43,7 @@ typedef struct rf__cuda_api {
 	const char *(*error_name)(int err);
 	const char *(*error_string)(int err);
 	int (*get_last_error)(void); /* clears a non-sticky error (cudaGetLastError) */
+	int (*init_context)(void);   /* create the current device's primary context now (cudaFree(0)) */
 } rf__cuda_api;
 
 #define RF__CUDA_NOT_READY 600 /* cudaErrorNotReady */

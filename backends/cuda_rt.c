@@ -173,6 +173,11 @@ static int rt_get_last_error(void)
 	return (int)cudaGetLastError();
 }
 
+static int rt_init_context(void)
+{
+	return (int)cudaFree(NULL);
+}
+
 const rf__cuda_api rf__cuda_api_real = {
 	.what = "cudart",
 	.get_device_count = rt_get_device_count,
@@ -198,6 +203,7 @@ const rf__cuda_api rf__cuda_api_real = {
 	.error_name = rt_error_name,
 	.error_string = rt_error_string,
 	.get_last_error = rt_get_last_error,
+	.init_context = rt_init_context,
 };
 
 const rf__cuda_api *rf__cuda = &rf__cuda_api_real;

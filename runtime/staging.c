@@ -46,11 +46,15 @@ typedef struct rf__stg_region {
 } rf__stg_region;
 
 /* A page-locked mapping (pinned arenas): registered whole by the alloc hook, and unregistered and
- * unmapped whole once jemalloc has given back every piece of it (cudaHostUnregister takes only the
- * base of a registration, so a piece cannot leave on its own: it stays mapped until its siblings go). */
+ * unmapped only when jemalloc gives the whole mapping back in one dalloc. cudaHostUnregister takes
+ * only the base of a registration, so a piece cannot leave on its own: dalloc of a piece declines
+ * ("keep it"), and jemalloc keeps the piece among its retained extents, merges it back with its
+ * siblings and reuses it. Pinned memory therefore stays bounded by the arena's peak use. (Counting
+ * returned pieces and unmapping when all were back would leak: jemalloc never returns the tail it
+ * retains after splitting a growth mapping.) */
 typedef struct rf__stg_pin {
 	uintptr_t start;
-	size_t len, live; /* live: bytes of the mapping jemalloc still holds */
+	size_t len;
 } rf__stg_pin;
 
 typedef struct rf__stg_arena {
@@ -377,7 +381,7 @@ static int rf__stg_pin_add(rf__stg_arena *a, void *p, size_t len)
 			a->pins = n, a->pincap = cap;
 	}
 	if (ok)
-		a->pins[a->npins++] = (rf__stg_pin){(uintptr_t)p, len, len};
+		a->pins[a->npins++] = (rf__stg_pin){(uintptr_t)p, len};
 	pthread_mutex_unlock(&a->mu);
 	if (!ok) {
 		pin->unpin(p);
@@ -386,31 +390,37 @@ static int rf__stg_pin_add(rf__stg_arena *a, void *p, size_t len)
 	return ok;
 }
 
-/* jemalloc gave back [p, p+len) of a pinned mapping: when that was the last of it, unregister and
- * unmap the whole mapping. */
-static void rf__stg_pin_release(rf__stg_arena *a, void *p, size_t len)
+/* Is [p, p+len) exactly one whole pinned mapping? */
+static int rf__stg_pin_is_whole(rf__stg_arena *a, const void *p, size_t len)
 {
-	uintptr_t x = (uintptr_t)p;
-	rf__stg_pin whole = {0, 0, 1};
+	int whole = 0;
 	pthread_mutex_lock(&a->mu);
-	for (size_t i = 0; i < a->npins; i++) {
-		rf__stg_pin *r = &a->pins[i];
-		if (x >= r->start && x < r->start + r->len) {
-			r->live -= len;
-			if (r->live == 0) {
-				whole = *r;
-				*r = a->pins[--a->npins];
-			}
+	for (size_t i = 0; i < a->npins && !whole; i++)
+		whole = a->pins[i].start == (uintptr_t)p && a->pins[i].len == len;
+	pthread_mutex_unlock(&a->mu);
+	return whole;
+}
+
+/* If [p, p+len) is a whole pinned mapping: forget it, unregister and unmap it, and return 1. A piece
+ * of one: 0 (the caller declines the dalloc; see rf__stg_pin). */
+static int rf__stg_pin_release(rf__stg_arena *a, void *p, size_t len)
+{
+	int whole = 0;
+	pthread_mutex_lock(&a->mu);
+	for (size_t i = 0; i < a->npins; i++)
+		if (a->pins[i].start == (uintptr_t)p && a->pins[i].len == len) {
+			a->pins[i] = a->pins[--a->npins];
+			whole = 1;
 			break;
 		}
-	}
 	pthread_mutex_unlock(&a->mu);
-	if (whole.live == 0) {
+	if (whole) {
 		const rf__staging_pinner *pin = atomic_load(&rf__stg_pinner);
 		if (pin != NULL)
-			pin->unpin((void *)whole.start);
-		hwloc_free(a->topo, (void *)whole.start, whole.len);
+			pin->unpin(p);
+		hwloc_free(a->topo, p, len);
 	}
+	return whole;
 }
 
 /* extent alloc: map (bound if possible), touch, page-lock (pinned arenas), record the region. */
@@ -431,9 +441,7 @@ static void *rf__stg_hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, 
 		return NULL;
 	}
 	if (!rf__stg_region_add(a, (uintptr_t)p, size, why)) {
-		if (a->key.pinned)
-			rf__stg_pin_release(a, p, size);
-		else
+		if (!a->key.pinned || !rf__stg_pin_release(a, p, size))
 			hwloc_free(a->topo, p, size);
 		rf__stg_hook_fail("recording the region", ENOMEM);
 		return NULL;
@@ -451,11 +459,11 @@ static bool rf__stg_hook_dalloc(extent_hooks_t *h, void *addr, size_t size, bool
 	(void)committed;
 	(void)ind;
 	rf__stg_arena *a = (rf__stg_arena *)h;
+	if (a->key.pinned && !rf__stg_pin_is_whole(a, addr, size))
+		return true; /* a piece of a registration: jemalloc keeps it for reuse */
 	if (!rf__stg_region_cut(a, (uintptr_t)addr, size))
 		return true;
-	if (a->key.pinned)
-		rf__stg_pin_release(a, addr, size);
-	else
+	if (!a->key.pinned || !rf__stg_pin_release(a, addr, size))
 		hwloc_free(a->topo, addr, size);
 	atomic_fetch_sub(&rf__stg_mapped, size);
 	return false;

@@ -533,6 +533,11 @@ static int s_get_last_error(void)
 	return 0;
 }
 
+static int s_init_context(void)
+{
+	return 0;
+}
+
 const rf__cuda_api sim_api = {
 	.what = "cuda_sim",
 	.get_device_count = s_get_device_count,
@@ -558,6 +563,7 @@ const rf__cuda_api sim_api = {
 	.error_name = s_error_name,
 	.error_string = s_error_string,
 	.get_last_error = s_get_last_error,
+	.init_context = s_init_context,
 };
 
 void sim_install(const sim_config *cfg)
