@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# gpu-check.sh — the GPU check, run from a bundle made by bench/gpu-bundle.sh (at most ~4 minutes):
+# gpu-check.sh — the GPU check, run from a bundle made by bench/gpu-bundle.sh (at most 4 minutes: each
+# step has a timeout, 20 + 20 + 50 + 2 x 35 + 80 s = 4 min at worst):
 #   1. is a GPU usable? If not: say why and exit 77;
 #   2. the simulated-CUDA suite and the CUDA test suite (tests/test_cuda.c);
 #   3. one pipeline run (ringfetch-gpu-bench --verify) under compute-sanitizer --tool racecheck and
@@ -14,7 +15,7 @@ status=0
 step() { printf '\n== %s\n' "$*"; }
 
 step "GPU"
-out=$("$BIN/ringfetch-gpu-bench" --verify 2>&1); rc=$?
+out=$(timeout 20 "$BIN/ringfetch-gpu-bench" --verify 2>&1); rc=$?
 echo "$out"
 if [ $rc -eq 77 ]; then
   echo "gpu-check: no usable GPU here: SKIPPED (nothing was tested)"
@@ -24,10 +25,10 @@ fi
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
 
 step "simulated-CUDA suite (test_cuda_record)"
-timeout 120 "$BIN/test_cuda_record" --jobs 4 2>&1 | tail -2 || { echo "gpu-check: FAILED: test_cuda_record"; status=1; }
+timeout 20 "$BIN/test_cuda_record" --jobs 4 2>&1 | tail -2 || { echo "gpu-check: FAILED: test_cuda_record"; status=1; }
 
 step "CUDA suite (test_cuda)"
-RINGFETCH_ORACLE=1 timeout 150 "$BIN/test_cuda" --jobs 4 --timeout 100 2>&1 | grep -v '^\[----\]' | tail -6
+RINGFETCH_ORACLE=1 timeout 50 "$BIN/test_cuda" --jobs 4 --timeout 45 2>&1 | grep -v '^\[----\]' | tail -6
 [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "gpu-check: FAILED: test_cuda"; status=1; }
 
 step "compute-sanitizer"
@@ -36,7 +37,7 @@ if [ -z "$CS" ]; then
   echo "gpu-check: compute-sanitizer NOT FOUND on this machine: racecheck and synccheck NOT RUN"
 else
   for tool in racecheck synccheck; do
-    if timeout 90 "$CS" --tool "$tool" --error-exitcode 3 "$BIN/ringfetch-gpu-bench" --verify 2>&1 | tail -3; then
+    if timeout 35 "$CS" --tool "$tool" --error-exitcode 3 "$BIN/ringfetch-gpu-bench" --verify 2>&1 | tail -3; then
       echo "compute-sanitizer --tool $tool: passed"
     else
       echo "gpu-check: FAILED: compute-sanitizer --tool $tool"; status=1
@@ -45,7 +46,7 @@ else
 fi
 
 step "benchmark (ringfetch-gpu-bench)"
-timeout 120 "$BIN/ringfetch-gpu-bench" --sizes 1M,4M,16M,64M --depths 1,2,3,4 --bytes 1G --reps 5 || {
+timeout 80 "$BIN/ringfetch-gpu-bench" --sizes 1M,4M,16M,64M --depths 1,2,3,4 --bytes 512M --reps 5 || {
   echo "gpu-check: FAILED: benchmark"; status=1; }
 
 printf '\ngpu-check: %s\n' "$([ $status -eq 0 ] && echo 'all steps that ran passed' || echo 'FAILURES above')"
