@@ -20,7 +20,7 @@ extern void *__libc_memalign(size_t, size_t);
 extern void __libc_free(void *);
 
 static atomic_int counting;
-static atomic_long calls;
+static atomic_long calls, frees; /* calls: every allocator call; frees: free() alone */
 
 static void count(void)
 {
@@ -64,6 +64,8 @@ int posix_memalign(void **out, size_t a, size_t n)
 
 void free(void *p)
 {
+	if (atomic_load_explicit(&counting, memory_order_relaxed))
+		atomic_fetch_add_explicit(&frees, 1, memory_order_relaxed);
 	count();
 	__libc_free(p);
 }
@@ -130,4 +132,55 @@ Test(noalloc, runs_with_new_sources_allocate_nothing)
 		remove(path);
 		rf_pipeline_destroy(p);
 	}
+}
+
+static int slow_cb(void *user, const rf_block *b)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	while ((t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 50000);
+	return sum_cb(user, b);
+}
+
+/* depth = auto: the first run measures (it allocates its event arrays); the rule then builds every
+ * candidate schedule at once, so the 9 probing runs that switch between them allocate nothing, and
+ * the run that ends probing only frees the schedules that lost. Then nothing at all. */
+Test(noalloc, depth_auto_probing_allocates_nothing)
+{
+	enum { N = 64, SZ = 4096, STEPS = 16 };
+	static unsigned char pool[16][SZ];
+	const void *srcs[N];
+	size_t sizes[N];
+	for (size_t i = 0; i < N; i++)
+		srcs[i] = pool[i % 16], sizes[i] = SZ;
+	setenv("RINGFETCH_DEPTH", "auto", 1);
+	rf_pipeline_params pp = {.slot_bytes = SZ, .backend = test_backend()};
+	rf_pipeline *p;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	unsigned long long acc = 0; /* (a 50 us compute per block keeps the rule's d small under load) */
+	int ended = -1; /* the step after which probing ended */
+	for (int step = 0; step < STEPS; step++) {
+		atomic_store(&calls, 0);
+		atomic_store(&frees, 0);
+		atomic_store(&counting, step > 0);
+		int rc = rf_pipeline_run(p, N, srcs, sizes, slow_cb, &acc);
+		atomic_store(&counting, 0);
+		cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
+		long other = atomic_load(&calls) - atomic_load(&frees);
+		cr_assert_eq(other, 0, "step %d (depth %u): %ld allocations in a run", step, rf_pipeline_depth(p), other);
+		/* Probing takes 3 runs per candidate (2 or 3 candidates, depending on the rule's d and the
+		 * slots): only the run that ends it may free, and only the losing schedules. */
+		if (ended < 0 && strstr(rf_pipeline_describe(p), "probed") != NULL) {
+			ended = step;
+			cr_assert(step == 6 || step == 9, "probing ended after step %d", step);
+		} else {
+			cr_assert_eq(atomic_load(&frees), 0, "step %d: %ld frees in a run", step, atomic_load(&frees));
+		}
+	}
+	/* (No probing only when the rule already chose the deepest ring the slots allow.) */
+	cr_assert(ended >= 0 || rf_pipeline_depth(p) == 16, "%s", rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+	unsetenv("RINGFETCH_DEPTH");
 }
