@@ -352,10 +352,6 @@ static unsigned rf__worker_cores(hwloc_topology_t topo, hwloc_obj_t home, hwloc_
 	return n;
 }
 
-/* Pin each copy worker, round robin, to a core of the caller's binding other than the one the caller
- * (queue 0, the computes) runs on. The caller's thread is not ours: we never bind it. What happened is
- * recorded in t->placement, which rf_pipeline_describe shows; failing to pin is not an error (the run is
- * still correct), but it is never silent. */
 /* Which copies to demote to the shared cache once written: blocks of L2/2 .. L2 bytes of the copy
  * worker's core. Such a block is still in the worker's L2, modified, when the compute thread reads it,
  * so every line the compute touches is a cross-core snoop; demoted, the lines are read from the shared
@@ -382,6 +378,10 @@ static void rf__thr_demote_window(rf__threads *t, hwloc_obj_t core, int *n)
 #endif
 }
 
+/* Pin each copy worker, round robin, to a core of the caller's binding other than the one the caller
+ * (queue 0, the computes) runs on. The caller's thread is not ours: we never bind it. What happened is
+ * recorded in t->placement, which rf_pipeline_describe shows; failing to pin is not an error (the run is
+ * still correct), but it is never silent. */
 static void rf__thr_pin(rf__threads *t)
 {
 	int n = snprintf(t->placement, sizeof t->placement, "compute: caller's thread (not pinned by ringfetch)");
