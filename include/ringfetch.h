@@ -152,7 +152,9 @@ typedef struct rf_pipeline_params {
  * once and pinned (when the machine has two cores or more) to a core other than the caller's. "cuda"
  * streams into device memory with CUDA streams and events (<ringfetch/cuda.h>: data is a device
  * pointer, stream the stream to enqueue on). "auto" picks the best backend usable on this machine:
- * "cuda" when the library was built with CUDA and params.device is a usable GPU, else "threads".
+ * "cuda" when the library was built with CUDA and params.device is a usable GPU, else "threads" (also
+ * when that GPU cannot host this pipeline, e.g. out of device or pinned memory: rf_pipeline_describe()
+ * then says why cuda was not used).
  *
  * Ring memory (CPU backends) comes from the staging layer: bound to the NUMA node `staging` asks for
  * ("auto": the node of the calling thread, where the computes run), touched here, and reported by

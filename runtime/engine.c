@@ -9,6 +9,22 @@
 
 #include <stdint.h>
 
+/* Open `be` and allocate the slots; on failure nothing is left open. */
+static int rf__engine_start(rf__engine *e, const char *who, const rf__open_args *args)
+{
+	int rc = rf__be_open(e->be, args, &e->ctx);
+	if (rc != RF_OK)
+		return rc;
+	void *mem = NULL;
+	if ((rc = rf__be_slots_alloc(e->be, e->ctx, e->slots_len, &mem)) != RF_OK) {
+		rf__err(rc, "%s: ring slots: %s", who, rf__errmsg_peek());
+		rf__be_close(e->be, e->ctx);
+		return rc;
+	}
+	e->slots = mem;
+	return RF_OK;
+}
+
 int rf__engine_init(rf__engine *e, const char *who, const char *backend, int device,
 		    struct rf_program *prog, size_t slot_bytes)
 {
@@ -26,20 +42,25 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 		goto fail_prog;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
 			     nslots ? nslots : 1};
-	if ((rc = rf__be_open(e->be, &args, &e->ctx)) != RF_OK)
-		goto fail_prog;
-	void *mem = NULL;
-	if ((rc = rf__be_slots_alloc(e->be, e->ctx, e->slots_len, &mem)) != RF_OK) {
-		rf__err(rc, "%s: ring slots: %s", who, rf__errmsg_peek());
-		goto fail_open;
+	rc = rf__engine_start(e, who, &args);
+	/* "auto" promised a backend that works here: a GPU that probes usable but cannot host this
+	 * pipeline (device memory, pinned memory) falls back to the CPU backends, and describe says why. */
+	char why[200] = "";
+	if (rc != RF_OK && strcmp(backend, "auto") == 0 && (e->be->caps & RF__CAP_DEVICE)) {
+		snprintf(why, sizeof why, "%s", rf__errmsg_peek());
+		if ((rc = rf__backend_lookup("threads", device, &e->be)) == RF_OK)
+			rc = rf__engine_start(e, who, &args);
 	}
-	e->slots = mem;
+	if (rc != RF_OK)
+		goto fail_prog;
 	rf__be_describe(e->be, e->ctx, e->describe, sizeof e->describe);
+	if (why[0] != '\0') {
+		size_t len = strlen(e->describe);
+		snprintf(e->describe + len, sizeof e->describe - len, "; auto: cuda not used: %s", why);
+	}
 	atomic_init(&e->state, RF__IDLE);
 	atomic_init(&e->cancel, 0);
 	return RF_OK;
-fail_open:
-	rf__be_close(e->be, e->ctx);
 fail_prog:
 	rf_program_destroy(prog);
 	e->prog = NULL;

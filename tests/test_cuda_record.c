@@ -414,6 +414,37 @@ Test(cuda_errors, auto_picks_cuda_when_a_gpu_is_usable)
 #endif
 }
 
+/* "auto" on a machine whose GPU probes usable but cannot host the pipeline (here: page-locking fails)
+ * falls back to a CPU backend, says why, and leaves nothing of the failed cuda attempt behind. */
+Test(cuda_errors, auto_falls_back_when_cuda_cannot_host_the_pipeline)
+{
+#ifndef RF_HAVE_CUDA
+	cr_skip_test("built without the CUDA toolkit: cuda is not a built-in backend");
+#else
+	install(1, 0);
+	sim_cfg()->register_error = 2;
+	rf_pipeline_params pp = {0};
+	pp.depth = 2;
+	pp.slot_bytes = 1 << 20;
+	pp.backend = "auto";
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	cr_assert_str_eq(rf_pipeline_backend(p), "threads");
+	cr_assert(strstr(rf_pipeline_describe(p), "auto: cuda not used") != NULL &&
+		  strstr(rf_pipeline_describe(p), "cudaHostRegister") != NULL, "%s", rf_pipeline_describe(p));
+	int s, e, d, r;
+	sim_counts(&s, &e, &d, &r);
+	cr_assert_eq(s + e + d, 0, "the failed cuda attempt left %d streams, %d events, %d device allocations", s, e, d);
+	rf_pipeline_destroy(p);
+	/* Asked for by name, cuda fails instead. */
+	pp.backend = "cuda";
+	p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENOMEM);
+	cr_assert_null(p);
+	leak_check();
+#endif
+}
+
 /* A call failing while enqueueing: RF_EBACKEND naming the call and CUDA's words, everything already
  * enqueued drained, and the pipeline still usable. Every enqueue call kind, at several positions. */
 Test(cuda_errors, failing_enqueue_call_drains_and_pipeline_stays_usable, .timeout = 60)
