@@ -27,18 +27,6 @@ typedef struct sweep {
 	unsigned step, nsteps;
 } sweep;
 
-static int cmpd(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, unsigned n)
-{
-	qsort(v, n, sizeof *v, cmpd);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 static void progress(sweep *s, const char *backend, size_t size, unsigned rep)
 {
 	s->step++;
@@ -125,7 +113,7 @@ static rfb_record *add(sweep *s, const char *method, const char *backend, unsign
 	r->copy_queues = strcmp(method, "ringfetch") == 0 ? s->o->copy_queues : 1;
 	r->size = w->size;
 	r->blocks = w->n;
-	r->us_per_block = median(t, s->o->reps) * 1e6;
+	r->us_per_block = rfb_median(t, s->o->reps) * 1e6;
 	r->copy_us = copy * 1e6;
 	r->compute_us = compute * 1e6;
 	r->efficiency = (copy > compute ? copy : compute) * 1e6 / r->us_per_block;
@@ -214,7 +202,7 @@ static int record_size(sweep *s, size_run *z, const char *backend, int with_base
 {
 	const rfb_opts *o = s->o;
 	unsigned R = o->reps;
-	double copy = median(z->t + T_COPY * R, R), compute = median(z->t + T_COMPUTE * R, R);
+	double copy = rfb_median(z->t + T_COPY * R, R), compute = rfb_median(z->t + T_COMPUTE * R, R);
 	int ok = 1;
 	if (with_baselines && (o->baselines & RFB_BASE_SEQUENTIAL))
 		ok &= add(s, "sequential", "cpu", 1, &z->w, z->t + T_SEQ * R, copy, compute) != NULL;

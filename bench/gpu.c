@@ -60,18 +60,6 @@ static double now(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int cmpd(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, unsigned n)
-{
-	qsort(v, n, sizeof *v, cmpd);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 typedef struct spin {
 	long long cycles;
 	unsigned char *back; /* --verify: per-block copy-back */
@@ -321,7 +309,7 @@ int main(int argc, char **argv)
 			v[r] = plain_rate(dev, s, srcs, size, n);
 			w[r] = plain_rate(dev, s, psrcs, size, n);
 		}
-		double peak = median(v, R), pageable = median(w, R);
+		double peak = rfb_median(v, R), pageable = rfb_median(w, R);
 		char label[32];
 		snprintf(label, sizeof label, "%zu MiB", size >> 20);
 		printf("%-8s %-6s %10.2f %6.1f%% %9s %12.2f %6.1f%%\n", label, "plain", peak, 100.0, "-", pageable,
@@ -336,7 +324,7 @@ int main(int argc, char **argv)
 			CK(cudaStreamSynchronize(s));
 			tcomp[r] = now() - t0;
 		}
-		double Tcomp = median(tcomp, R), Tcopy = (double)(size * n) / (peak * 1e9);
+		double Tcomp = rfb_median(tcomp, R), Tcopy = (double)(size * n) / (peak * 1e9);
 		for (unsigned di = 0; di < ndepths; di++) {
 			rf_pipeline *p = make(depths[di], size, device);
 			double a[64], b[64], c[64];
@@ -349,7 +337,7 @@ int main(int argc, char **argv)
 				b[r] = eff < 0 ? 0 : eff > 1 ? 1 : eff;
 				c[r] = (double)(size * n) / ring_wall(p, psrcs, sz, n, compute_none, NULL) / 1e9;
 			}
-			double h2d = median(a, R), ovl = median(b, R), hop = median(c, R);
+			double h2d = rfb_median(a, R), ovl = rfb_median(b, R), hop = rfb_median(c, R);
 			char d[8];
 			snprintf(d, sizeof d, "%u", depths[di]);
 			printf("%-8s %-6s %10.2f %6.1f%% %8.1f%% %12.2f %6.1f%%\n", label, d, h2d, 100.0 * h2d / peak,

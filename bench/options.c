@@ -258,3 +258,15 @@ int rfb_parse(int argc, char **argv, rfb_opts *o, char *err, size_t cap)
 				    o->copy_queues + 1, o->depths[i]);
 	return 0;
 }
+
+static int rfb_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+double rfb_median(double *v, size_t n)
+{
+	qsort(v, n, sizeof *v, rfb_cmp_double);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}

@@ -44,4 +44,7 @@ int rfb_parse_count(const char *s, unsigned long long lo, unsigned long long hi,
 /* "64K", "1M", "1.5M", "4096" -> bytes; 0 on a malformed or out-of-range value. */
 size_t rfb_parse_size(const char *s);
 
+/* The median of v[0..n) (n >= 1; sorts v in place): what every tool reports of its repetitions. */
+double rfb_median(double *v, size_t n);
+
 #endif

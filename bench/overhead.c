@@ -24,18 +24,6 @@ static double now_ns(void)
 	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-static double median(double *v, size_t n)
-{
-	qsort(v, n, sizeof *v, cmp_double);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* The compute both sides call: read the block so the copy cannot be elided. */
 static int consume(void *user, const rf_block *b)
 {
@@ -123,7 +111,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "checksum mismatch: hand %llu, ringfetch %llu\n", acc_hand, acc_rf);
 		return 1;
 	}
-	double ma = median(a, reps), mb = median(b, reps), md = median(d, reps);
+	double ma = rfb_median(a, reps), mb = rfb_median(b, reps), md = rfb_median(d, reps);
 	printf("cpu backend overhead: %llu blocks of %llu B, depth %llu, %llu alternating reps\n", n, size, depth, reps);
 	printf("  hand-written loop : %7.2f ns/block (median)\n", ma);
 	printf("  rf_pipeline_run   : %7.2f ns/block (median)\n", mb);
