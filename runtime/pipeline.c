@@ -16,6 +16,7 @@
  * over the following runs, alternating, before the fastest is kept. */
 #define RF__AUTO_NCAND 3u
 #define RF__AUTO_ROUNDS 3u
+_Static_assert(RF__AUTO_ROUNDS == 3, "rf__median3 takes the middle of three probe runs");
 
 struct rf_pipeline {
 	rf__engine eng;
@@ -24,10 +25,12 @@ struct rf_pipeline {
 	unsigned auto_max; /* depth = auto: the deepest ring the slots allow; 0 when depth is fixed */
 	/* depth = auto, probing (ncand > 1): candidate depths and their programs (built when the rule ran,
 	 * so that switching allocates nothing); cprog[cur] is the one the engine runs, the others are
-	 * ours until probing ends. best[i]: the fastest run of candidate i, ns per byte. */
+	 * ours until probing ends. runs[i][r]: candidate i's r-th probe run, ns per byte; best[i]: their
+	 * median, once probing ends. */
 	unsigned ncand, cur, probes, skip;
 	unsigned cand[RF__AUTO_NCAND];
 	struct rf_program *cprog[RF__AUTO_NCAND];
+	double runs[RF__AUTO_NCAND][RF__AUTO_ROUNDS];
 	double best[RF__AUTO_NCAND];
 };
 
@@ -230,8 +233,6 @@ static void rf__auto_candidates(rf_pipeline *p, unsigned d)
 	if (!start_used)
 		rf_program_destroy(start);
 	p->ncand = n;
-	for (unsigned i = 0; i < n; i++)
-		p->best[i] = 0;
 	p->probes = 0;
 	p->skip = 1; /* the run that measured ran the starting ring */
 	rf__auto_install(p, 0);
@@ -239,9 +240,16 @@ static void rf__auto_candidates(rf_pipeline *p, unsigned d)
 		p->ncand = 0;
 }
 
+/* The middle of three: one run disturbed by the machine (either way) does not decide. */
+static double rf__median3(const double v[3])
+{
+	double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
+	return v[2] < lo ? lo : v[2] > hi ? hi : v[2];
+}
+
 /* After each successful run while probing: note the run's speed (ns per byte, or per block for empty
  * blocks) against the candidate it ran, move to the next one; after RF__AUTO_ROUNDS rounds keep the
- * fastest (a deeper ring must beat a shallower one by 1 %: fewer slots in flight is the tie-break) and
+ * fastest by median (a deeper ring must beat a shallower one by 1 %: fewer slots in flight is the tie-break) and
  * release the others. */
 static void rf__auto_after(void *owner)
 {
@@ -254,12 +262,13 @@ static void rf__auto_after(void *owner)
 	}
 	const rf_stats *s = &p->eng.last;
 	double x = (double)s->wall_ns / (double)(s->bytes ? s->bytes : s->blocks ? s->blocks : 1);
-	if (p->best[p->cur] == 0 || x < p->best[p->cur])
-		p->best[p->cur] = x;
+	p->runs[p->cur][p->probes / p->ncand] = x;
 	if (++p->probes < p->ncand * RF__AUTO_ROUNDS) {
 		rf__auto_install(p, (p->cur + 1) % p->ncand);
 		return;
 	}
+	for (unsigned i = 0; i < p->ncand; i++)
+		p->best[i] = rf__median3(p->runs[i]);
 	unsigned win = 0;
 	for (unsigned i = 1; i < p->ncand; i++)
 		if (p->best[i] < p->best[win] * 0.99)
