@@ -260,9 +260,9 @@ static void check_bench(int argc, char **argv, size_t errcap)
 	for (unsigned i = 0; i < o.nbackends; i++)
 		CHECK(ref_backend(o.backends[i]) != NULL);
 	CHECK(o.ndepths >= 1 && o.ndepths <= RFB_MAX_LIST);
-	for (unsigned i = 0; i < o.ndepths; i++) {
-		CHECK(o.depths[i] >= 1 && o.depths[i] <= RF_MAX_DEPTH);
-		CHECK(o.copy_queues <= 1 || o.depths[i] >= o.copy_queues + 1);
+	for (unsigned i = 0; i < o.ndepths; i++) { /* "auto" is RFB_DEPTH_AUTO (0): the pipeline chooses */
+		CHECK(o.depths[i] == RFB_DEPTH_AUTO || (o.depths[i] >= 1 && o.depths[i] <= RF_MAX_DEPTH));
+		CHECK(o.depths[i] == RFB_DEPTH_AUTO || o.copy_queues <= 1 || o.depths[i] >= o.copy_queues + 1);
 	}
 	CHECK(o.nsizes >= 1 && o.nsizes <= RFB_MAX_LIST);
 	for (unsigned i = 0; i < o.nsizes; i++)
@@ -287,7 +287,8 @@ static void check_bench(int argc, char **argv, size_t errcap)
 		unsigned n = 0;
 		for (char *save, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
 			unsigned want;
-			CHECK(n < o.ndepths && ref_depth(t, &want) && o.depths[n] == want);
+			int ok = !strcmp(t, "auto") ? (want = RFB_DEPTH_AUTO, 1) : ref_depth(t, &want);
+			CHECK(n < o.ndepths && ok && o.depths[n] == want);
 		}
 		CHECK(n == o.ndepths);
 	}
