@@ -2,8 +2,8 @@
  * global (topological) order and executes each at once. Copies are memcpy; signals and waits need no
  * synchronisation, but each wait is still checked against the signals seen so far, so that an issue
  * order that could deadlock (a lowering bug) is reported instead of computing on stale slots. */
-#include "runtime/error.h"
-#include "runtime/staging.h"
+#include "base/error.h"
+#include "memory/staging.h"
 #include "runtime/walk.h"
 
 #include <stdio.h>

@@ -22,9 +22,9 @@
  * All CUDA calls go through rf__cuda (backends/cuda_api.h): this file includes no CUDA header, builds
  * without the toolkit, and its lowering is tested on machines without a GPU against a simulator. */
 #include "backends/cuda_api.h"
-#include "runtime/alloc.h"
-#include "runtime/error.h"
-#include "runtime/staging.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "memory/staging.h"
 #include "runtime/walk.h"
 
 #include <errno.h>

@@ -2,7 +2,7 @@
  * CUDA::cudart_static, so a binary needs only the driver). Built only when CMake finds CUDAToolkit;
  * the one translation unit of the library that includes a CUDA header besides <ringfetch/cuda.h>. */
 #include "backends/cuda_api.h"
-#include "runtime/topology.h"
+#include "memory/topology.h"
 
 #include <cuda_runtime_api.h>
 #include <hwloc.h>

@@ -15,10 +15,10 @@
  * Failure: the first failing op (a compute returning non-zero, a cancel) wins a CAS on `first_rc`, then
  * sets `stop` and wakes every queue; every walker stops at its next op or wait, in-flight copies finish,
  * and the run returns once all workers are parked again. The next run resets the counters. */
-#include "runtime/alloc.h"
-#include "runtime/error.h"
-#include "runtime/staging.h"
-#include "runtime/topology.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "memory/staging.h"
+#include "memory/topology.h"
 #include "runtime/walk.h"
 
 #include <errno.h>

@@ -1,6 +1,6 @@
 # Dependencies: hwloc and jemalloc through pkg-config, Criterion for tests, CUDA optional.
 # hwloc places the threads backend's workers and binds staging memory; jemalloc serves staging memory
-# from per-NUMA-node arenas (runtime/staging.c, docs/staging.md).
+# from per-NUMA-node arenas (memory/staging.c, docs/staging.md).
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)

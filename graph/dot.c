@@ -1,7 +1,7 @@
 /* graph/dot.c — Graphviz export: one cluster per queue, RAW edges solid, WAR edges dashed, the implicit
  * queue order dotted. Written through a bounded appender so that one pass both sizes and fills. */
 #include "graph/graph_int.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 #include <stdarg.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* graph/graph.c — the job graph: nodes on queues, explicit edges, the ring builder, and reading back. */
-#include "runtime/alloc.h"
+#include "base/alloc.h"
 #include "graph/graph_int.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 #include <stdlib.h>
 #include <string.h>

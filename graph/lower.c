@@ -1,10 +1,10 @@
 /* graph/lower.c — lowering a validated graph to per-queue programs of copy / compute / signal / wait
  * ops (the rules are in include/ringfetch/graph.h), the periodic program of a ring, and reading
  * programs back. */
-#include "runtime/alloc.h"
+#include "base/alloc.h"
 #include "graph/graph_int.h"
 #include "graph/program.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 #include <stdlib.h>
 #include <string.h>

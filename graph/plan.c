@@ -1,5 +1,5 @@
 /* graph/plan.c — the ring schedule as a flat list of steps: a pure function of (nblocks, depth). */
-#include "runtime/error.h"
+#include "base/error.h"
 
 #include <stdint.h>
 

@@ -1,8 +1,8 @@
 /* graph/validate.c — topological order, cycle detection and RAW/WAR/WAW hazard detection by
  * reachability over the effective graph (explicit edges + the implicit order of each queue). */
-#include "runtime/alloc.h"
+#include "base/alloc.h"
 #include "graph/graph_int.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -130,8 +130,20 @@ typedef struct rf_block {
 /** The compute of one block. Return 0 on success; any other value fails the run (RF_ECALLBACK). */
 typedef int (*rf_compute_fn)(void *user, const rf_block *block);
 
+/** Where block->data points (params.memory), for every use of a pipeline. */
+typedef enum rf_memory {
+	RF_MEMORY_HOST = 0,  /* host memory: backends "cpu" and "threads"; "auto" picks among them */
+	RF_MEMORY_DEVICE = 1 /* device memory: backend "cuda"; "auto" picks it; no usable GPU: RF_ENODEV */
+} rf_memory;
+
+/** params.depth = RF_DEPTH_AUTO: measure and choose the depth (docs/tuning.md), as "auto" in
+ * RINGFETCH_DEPTH or the config file does. */
+#define RF_DEPTH_AUTO 0xFFFFFFFFu
+
+/* ABI: fields are only ever appended, by taking the place of reserved[] words (docs/api.md, "ABI
+ * policy"); the struct's size never changes within a major version. Zero always means "default". */
 typedef struct rf_pipeline_params {
-	unsigned depth;      /* ring slots; 0 = configured default: RINGFETCH_DEPTH, else 2 */
+	unsigned depth;      /* ring slots; 0 = configured default: RINGFETCH_DEPTH, else 2; RF_DEPTH_AUTO */
 	size_t slot_bytes;   /* capacity of each slot (> 0) */
 	const char *backend; /* "cpu", "threads", "cuda", "auto"; NULL = RINGFETCH_BACKEND, else "auto" */
 	int device;          /* CUDA device ordinal (ignored by CPU backends) */
@@ -140,6 +152,11 @@ typedef struct rf_pipeline_params {
 	                         K copies in flight needs depth >= K + 1 */
 	const char *staging;  /* where the ring lives (<ringfetch/staging.h>): "auto" (NULL), "node:N",
 	                         "interleave" or "none"; read during rf_pipeline_create only */
+	rf_memory memory;     /* RF_MEMORY_HOST (0) or RF_MEMORY_DEVICE; never read from the environment or
+	                         the config file */
+	const char *wait;     /* how threads wait for each other (docs/serving.md): NULL = RINGFETCH_WAIT,
+	                         else the config file, else "auto" */
+	uint64_t reserved[8]; /* must be zero */
 } rf_pipeline_params;
 
 /**
@@ -300,6 +317,120 @@ RF_EXTERN int rf_pipeline_trace(rf_pipeline *p, const char *path);
  * release is deferred until that run returns (which then reports RF_ECANCELED for the blocks left).
  */
 RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
+
+/* ---- keyed use: serving loops ------------------------------------------------------------------
+ *
+ * A serving loop does not know its blocks in advance: the router of layer l picks the experts of layer
+ * l, some experts come back step after step, and the next layer's likely experts can be hinted early.
+ * Keyed use serves it on the same pipeline (same slots, backends, staging, copy queues): the slots form
+ * a cache of blocks named by the caller's 64-bit keys, filled just in time, evicted least-recently-used.
+ *
+ * Rules (docs/serving.md):
+ *  - Keyed calls on one pipeline come from one thread at a time, like runs (keyed_stats, lookup and
+ *    cancel from any thread, compute callbacks included; lookup reports ABSENT while a run is in
+ *    progress). Any other keyed call from a compute callback of a run is RF_EBUSY. NULL p (or a NULL
+ *    out/state pointer) is RF_EINVAL everywhere.
+ *  - An acquire of a key whose hint is still held back issues the copy itself: it is not a hit, and the
+ *    hint counts as dropped. An unacquired hint removed by evict or a run counts as wasted if its copy
+ *    was issued, else as dropped. A prefetch refused with RF_ENOSPC counts nowhere.
+ *  - Slot choice: the lowest-numbered empty slot, else the least recently used slot that is not held;
+ *    "used" = its last acquire, release or prefetch. Keyed use uses every allocated slot (with depth =
+ *    auto too). Keyed copies go on copy lanes the library chooses.
+ *  - The bytes at src must stay valid and unchanged until rf_pipeline_evict(key) or rf_pipeline_destroy
+ *    has returned (on cuda a copy may still read them after acquire returned). A hit reads no src and
+ *    does not compare it. Change a key's bytes only after evicting it.
+ *  - A failed call changes nothing: no slot, no LRU order, no stats; *out untouched.
+ *  - rf_pipeline_run with a block held: RF_EBUSY. A run that starts work leaves no key resident; one
+ *    that fails its checks or has nblocks 0 changes nothing. Cancel, rf_pipeline_stats and traces cover
+ *    runs, not keyed use.
+ *  - rf_pipeline_destroy with blocks held drops the holds (cuda: it synchronises params.device first).
+ *  - Every RAW and WAR rule of runs holds for keyed use, on every backend; no keyed call allocates
+ *    memory after create. On "threads" a miss with nothing in flight may be copied by the caller itself.
+ *  - The library's own CUDA queries run in thread-local capture mode, so they never disturb another
+ *    thread's stream capture.
+ */
+
+/**
+ * A hint that `key` (bytes at src) will be acquired soon; returns without waiting (except on "cpu",
+ * which copies inline). If the key is absent its slot is chosen now; its copy is issued now or held
+ * back (the library bounds the hint copies in flight per copy lane); a held-back hint is issued when a
+ * lane frees, and dropped (no copy) if its slot is chosen again first. A key that is resident, held or
+ * on its way: no copy, and its use is refreshed. flags must be 0.
+ * \return RF_OK;
+ *         RF_EINVAL (p or src NULL, bytes 0 or > slot_bytes, a different bytes count than the resident
+ *                   or incoming copy of key, flags != 0);
+ *         RF_ENOSPC (every slot is held: the hint is dropped, nothing waits);
+ *         RF_EBUSY (a run is in progress, or called from a compute callback); RF_EBACKEND.
+ */
+RF_EXTERN int rf_pipeline_prefetch(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, unsigned flags);
+
+/**
+ * Hold `key` in its slot, copying it first unless it is resident or on its way. An acquire's copy is
+ * issued ahead of every held-back hint and never waits behind a hint copy that has not started.
+ * *out: index = key, slot, data (the slot; the same address for a slot for the pipeline's lifetime),
+ * bytes, stream. CPU backends: returns when the bytes are in the slot; stream must be NULL.
+ * cuda: returns without waiting on the host; `stream` is a cudaStream_t of params.device with CUDA's
+ * meaning (NULL = the legacy default stream; cudaStreamPerThread allowed); it is made to wait, on the
+ * device, for the key's copy, and out->stream = stream; only work ordered after this call on that
+ * stream may read out->data. Acquiring a held key again returns the same slot (held twice, released
+ * twice), also when every slot is held. The slot is never refilled while held. flags must be 0.
+ * \return RF_OK;
+ *         RF_EINVAL (p, src or out NULL, bytes 0 or > slot_bytes, a different bytes count than the
+ *                   resident or incoming copy, non-NULL stream on a CPU backend, flags != 0);
+ *         RF_ENOSPC (every slot is held by other keys);
+ *         RF_EBUSY (a run is in progress, or called from a compute callback);
+ *         RF_ENOTSUP (a stream being captured);
+ *         RF_EBACKEND (also every call after a sticky CUDA error).
+ */
+RF_EXTERN int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, void *stream,
+                                  unsigned flags, rf_block *out);
+
+/**
+ * Let go of one hold of block->index, which must be held in p in block->slot (RF_EINVAL otherwise;
+ * data and bytes are not checked). The block stays resident (acquiring its key again copies nothing)
+ * until its slot is chosen for another key. cuda: records an event on block->stream (the caller may set
+ * it to the stream of params.device that carries its last work on the slot; work on other streams must
+ * be joined into it first). The slot's next copy waits, on the device, for the work enqueued before each
+ * release since the slot was filled, on each releasing stream, and for the slot's previous copy — and
+ * for nothing else.
+ * \return RF_OK; RF_EINVAL.
+ */
+RF_EXTERN int rf_pipeline_release(rf_pipeline *p, const rf_block *block);
+
+/**
+ * Forget key (its source bytes will change): the next acquire copies it again. Returns when no copy
+ * reads that source any more.
+ * \return RF_OK, also when it is absent; RF_EINVAL (p NULL); RF_EBUSY while it is held (or a run is in
+ *         progress).
+ */
+RF_EXTERN int rf_pipeline_evict(rf_pipeline *p, uint64_t key);
+
+typedef enum rf_key_state { RF_KEY_ABSENT = 0, RF_KEY_COPYING = 1, RF_KEY_READY = 2 } rf_key_state;
+
+/**
+ * Where key stands, without waiting and without changing LRU order or stats (slot may be NULL; it is
+ * set for COPYING and READY). Lets a caller take hits first and misses after. Any thread.
+ * \return RF_OK; RF_EINVAL (p or state NULL).
+ */
+RF_EXTERN int rf_pipeline_lookup(const rf_pipeline *p, uint64_t key, rf_key_state *state, unsigned *slot);
+
+typedef struct rf_keyed_stats {
+	uint64_t acquires;     /* RF_OK acquires, re-acquires of held keys included */
+	uint64_t hits;         /* of those, the acquire issued no copy */
+	uint64_t late;         /* of the hits, the key's copy had not finished at the acquire */
+	uint64_t prefetches;   /* RF_OK prefetches that found the key absent */
+	uint64_t dropped;      /* RF_OK hints never copied (held back, then dropped or overtaken) */
+	uint64_t wasted;       /* hint copies issued whose key left its slot before any acquire */
+	uint64_t bytes_copied; /* bytes of keyed copies issued (enqueued, on cuda), since create */
+	uint64_t reserved[9];  /* written as 0 */
+} rf_keyed_stats;
+
+/**
+ * The keyed counters since create. Any thread, any time. Each field is read atomically; together they
+ * are not one snapshot.
+ * \return RF_OK; RF_EINVAL (p or out NULL).
+ */
+RF_EXTERN int rf_pipeline_keyed_stats(const rf_pipeline *p, rf_keyed_stats *out);
 
 #ifdef __cplusplus
 }

@@ -1,7 +1,7 @@
 /* runtime/backend.c — the backend registry and the wrappers the core calls backends through. */
 #include "runtime/backend.h"
-#include "runtime/alloc.h"
-#include "runtime/error.h"
+#include "base/alloc.h"
+#include "base/error.h"
 
 #include <assert.h>
 #include <stdio.h>
@@ -64,7 +64,7 @@ int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out
 	return RF_OK;
 }
 
-/* Every wrapper that can fail is a fault-injection point (runtime/alloc.h). */
+/* Every wrapper that can fail is a fault-injection point (base/alloc.h). */
 static int rf__be_fault(const rf__backend_ops *be, const char *call)
 {
 	return rf__err(RF_EBACKEND, "backend %s: %s: injected fault", be->name, call);

@@ -46,7 +46,7 @@ typedef struct rf__run {
 typedef struct rf__open_args {
 	unsigned nqueues;
 	int device;
-	/* Where CPU backends put their slots (runtime/staging.h); NULL = "auto". Owned by the engine and
+	/* Where CPU backends put their slots (memory/staging.h); NULL = "auto". Owned by the engine and
 	 * valid until the backend is closed, so a backend may keep the pointer. */
 	const struct rf__staging_policy *staging;
 	const struct rf_program *prog; /* the program runs start with (a depth = auto pipeline may switch

@@ -1,7 +1,7 @@
 /* runtime/config.c — configuration values from the environment, checked strictly: a deployment that
  * sets RINGFETCH_DEPTH=8x wants to hear about it, not to run at some other depth. */
 #include "runtime/config.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 #include <ini.h>
 #include <stdarg.h>

@@ -1,7 +1,7 @@
 /* runtime/engine.c — the executor core shared by rf_pipeline and rf_exec. */
-#include "runtime/alloc.h"
+#include "base/alloc.h"
 #include "runtime/engine.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/trace.h"
 
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #define RF_RUNTIME_ENGINE_H
 
 #include "runtime/backend.h"
-#include "runtime/staging.h"
+#include "memory/staging.h"
 
 #include <stdatomic.h>
 

@@ -1,8 +1,8 @@
 /* runtime/exec.c — rf_exec: a hand-built graph, validated, lowered and instantiated on a backend. */
-#include "runtime/alloc.h"
+#include "base/alloc.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/oracle.h"
 
 #include <stdlib.h>

@@ -1,8 +1,8 @@
 /* runtime/oracle.c — see oracle.h. Deliberately naive: per-block tables and direct comparisons. */
-#include "runtime/alloc.h"
+#include "base/alloc.h"
 #include "runtime/oracle.h"
 #include "graph/graph_int.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,8 +1,8 @@
 /* runtime/pipeline.c — rf_pipeline: the ring of `depth` slots as a periodic program on an engine. */
-#include "runtime/alloc.h"
+#include "base/alloc.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "runtime/oracle.h"
 #include "runtime/trace.h"
 
@@ -45,6 +45,9 @@ static int rf__pipeline_params_check(const rf_pipeline_params *pp, rf_pipeline *
 			       RF_MAX_DEPTH);
 	if (pp->flags != 0)
 		return rf__err(RF_EINVAL, "rf_pipeline_create: flags must be 0 (got %#x)", pp->flags);
+	for (size_t i = 0; i < sizeof pp->reserved / sizeof pp->reserved[0]; i++)
+		if (pp->reserved[i] != 0)
+			return rf__err(RF_EINVAL, "rf_pipeline_create: reserved[%zu] must be 0", i);
 	if (pp->copy_queues >= RF_MAX_QUEUES)
 		return rf__err(RF_EINVAL, "rf_pipeline_create: copy_queues %u is over %u", pp->copy_queues,
 			       RF_MAX_QUEUES - 1);

@@ -2,9 +2,9 @@
  * open, which the format allows, so that every run can append to it: one process track per run (named
  * after the pipeline and the run number), one thread track per queue, one complete ("X") slice per
  * copy and compute. */
-#include "runtime/alloc.h"
+#include "base/alloc.h"
 #include "runtime/trace.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 #include <errno.h>
 #include <stdatomic.h>

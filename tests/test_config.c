@@ -8,7 +8,7 @@
 #include "ringfetch.h"
 #include "runtime/backend.h"
 #include "runtime/config.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -12,9 +12,9 @@
 #include "ringfetch.h"
 #include "ringfetch/graph.h"
 #include "ringfetch/staging.h"
-#include "runtime/alloc.h"
+#include "base/alloc.h"
 #include "runtime/backend.h"
-#include "runtime/staging.h"
+#include "memory/staging.h"
 #include "support.h"
 
 #include <stdatomic.h>

@@ -1,10 +1,10 @@
 /* tests/test_faults.c — make the k-th fallible step fail (every allocation, thread creation, the hwloc
- * topology, every backend call: runtime/alloc.h), for every k, over graph building, instantiation,
+ * topology, every backend call: base/alloc.h), for every k, over graph building, instantiation,
  * pipeline creation and runs: each failure is a clean negative RF_ code, the object is untouched,
  * destroyable or still usable, and (under ASan, where leak_check() is live) nothing leaks. */
 #include "support.h"
 
-#include "runtime/alloc.h"
+#include "base/alloc.h"
 
 #include <criterion/criterion.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
 #include "ringfetch.h"
 #include "graph/graph_int.h"
 #include "graph/program.h"
-#include "runtime/error.h"
+#include "base/error.h"
 #include "graph_support.h"
 
 #include <stdint.h>

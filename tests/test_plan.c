@@ -6,7 +6,7 @@
 #include <criterion/criterion.h>
 
 #include "ringfetch.h"
-#include "runtime/error.h"
+#include "base/error.h"
 
 #include <stdint.h>
 #include <stdlib.h>

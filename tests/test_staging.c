@@ -1,5 +1,5 @@
 /*
- * tests/test_staging.c — staging memory (runtime/staging.c, include/ringfetch/staging.h): placement of
+ * tests/test_staging.c — staging memory (memory/staging.c, include/ringfetch/staging.h): placement of
  * cpu and threads rings, checked against what the kernel says about the pages; policy parsing; the
  * embedder API; fault injection at every allocation step; thousands of alloc/free cycles through an
  * arena without growth. White-box (links the static library): reads the ring's address, the staging
@@ -10,7 +10,7 @@
  */
 #include "runtime/backend.h"
 #include "runtime/engine.h"
-#include "runtime/staging.h"
+#include "memory/staging.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>

@@ -15,7 +15,7 @@
  */
 #include "options.h"
 #include "runtime/config.h"
-#include "runtime/staging.h"
+#include "memory/staging.h"
 
 #include <ringfetch.h>
 
@@ -110,7 +110,7 @@ static int ref_staging(const char *s, rf__stg_kind *kind, int *node)
 	if (v > INT_MAX)
 		return 0;
 	*kind = RF__STG_NODE, *node = (int)v;
-	/* runtime/staging.c stops at INT_MAX - 8 (its overflow guard is conservative): 2147483640 ..
+	/* memory/staging.c stops at INT_MAX - 8 (its overflow guard is conservative): 2147483640 ..
 	 * 2147483647 fit an int but are refused. No machine has such a node (rf_staging_alloc refuses them
 	 * either way, with RF_EINVAL), so either answer is accepted for these eight. */
 	return v > INT_MAX - 9 ? -1 : 1;

@@ -1,5 +1,5 @@
-/* runtime/error.c — the error table (generated from RF_ERROR_MAP) and the thread-local detail. */
-#include "runtime/error.h"
+/* base/error.c — the error table (generated from RF_ERROR_MAP) and the thread-local detail. */
+#include "base/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
-/* runtime/alloc.c — allocation wrappers and the k-th-step fault injection (see alloc.h). */
-#include "runtime/alloc.h"
+/* base/alloc.c — allocation wrappers and the k-th-step fault injection (see alloc.h). */
+#include "base/alloc.h"
 
 #include <stdatomic.h>
 #include <stdlib.h>

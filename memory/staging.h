@@ -1,8 +1,8 @@
-/* runtime/staging.h — internal: staging memory (hwloc NUMA binding, jemalloc arenas with extent
+/* memory/staging.h — internal: staging memory (hwloc NUMA binding, jemalloc arenas with extent
  * hooks). The public side is include/ringfetch/staging.h; this is what the engine and the CPU
  * backends call, plus the accessors white-box tests use. */
-#ifndef RF_RUNTIME_STAGING_H
-#define RF_RUNTIME_STAGING_H
+#ifndef RF_MEMORY_STAGING_H
+#define RF_MEMORY_STAGING_H
 
 #include "ringfetch.h"
 

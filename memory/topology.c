@@ -1,7 +1,7 @@
-/* runtime/topology.c — one hwloc topology per process, reference counted under a mutex. */
-#include "runtime/topology.h"
-#include "runtime/alloc.h"
-#include "runtime/error.h"
+/* memory/topology.c — one hwloc topology per process, reference counted under a mutex. */
+#include "memory/topology.h"
+#include "base/alloc.h"
+#include "base/error.h"
 
 #include <errno.h>
 #include <pthread.h>

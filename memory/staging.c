@@ -1,4 +1,4 @@
-/* runtime/staging.c — staging memory: NUMA-bound pages from hwloc, carved up by jemalloc.
+/* memory/staging.c — staging memory: NUMA-bound pages from hwloc, carved up by jemalloc.
  *
  * One jemalloc arena per (placement, pinned) pair, created on first use with custom extent hooks.
  * The alloc hook maps memory with hwloc_alloc_membind(BIND, BYNODESET|STRICT|NOCPUBIND) — STRICT, so
@@ -16,11 +16,11 @@
  *
  * Arenas, their records and the topology reference live as long as the process, like jemalloc's own
  * arenas: pipelines come and go, the arenas (and their cached extents) are reused. */
-#include "runtime/staging.h"
-#include "runtime/alloc.h"
+#include "memory/staging.h"
+#include "base/alloc.h"
 #include "runtime/backend.h"
-#include "runtime/error.h"
-#include "runtime/topology.h"
+#include "base/error.h"
+#include "memory/topology.h"
 
 #include <jemalloc/jemalloc.h>
 
@@ -94,7 +94,7 @@ void rf__staging_set_pinner(const rf__staging_pinner *pinner)
 }
 
 /* Test fault injection: non-zero makes `step` fail (for "membind" the value is the errno seen). Both
- * the per-step hook and the k-th-step sweep (runtime/alloc.h) reach every step; the sweep's membind
+ * the per-step hook and the k-th-step sweep (base/alloc.h) reach every step; the sweep's membind
  * fault is ENOMEM (an error, not a refusal to bind that would fall back). */
 static int rf__stg_fault(const char *step)
 {

@@ -1,6 +1,6 @@
-/* runtime/error.h — internal: set the calling thread's rf_errmsg() detail and return the code. */
-#ifndef RF_RUNTIME_ERROR_H
-#define RF_RUNTIME_ERROR_H
+/* base/error.h — internal: set the calling thread's rf_errmsg() detail and return the code. */
+#ifndef RF_BASE_ERROR_H
+#define RF_BASE_ERROR_H
 
 #include "ringfetch.h"
 

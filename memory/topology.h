@@ -1,8 +1,8 @@
-/* runtime/topology.h — the process's one hwloc topology, loaded on first use and shared by every
+/* memory/topology.h — the process's one hwloc topology, loaded on first use and shared by every
  * pipeline (loading costs milliseconds: never per pipeline or per run). Reference counted: the last
  * release destroys it, so a program that destroys all its pipelines leaves nothing behind. */
-#ifndef RF_RUNTIME_TOPOLOGY_H
-#define RF_RUNTIME_TOPOLOGY_H
+#ifndef RF_MEMORY_TOPOLOGY_H
+#define RF_MEMORY_TOPOLOGY_H
 
 #include <hwloc.h>
 

@@ -1,9 +1,9 @@
-/* runtime/alloc.h — every heap allocation of the library goes through these, so that a test can make
+/* base/alloc.h — every heap allocation of the library goes through these, so that a test can make
  * the k-th one fail (rf__fault_arm) and sweep k over create, instantiate and run: each failure must come
  * back as a clean error with nothing leaked. rf__fault() also guards thread creation, the hwloc topology
  * and every backend call. Unarmed, the check is one relaxed load. */
-#ifndef RF_RUNTIME_ALLOC_H
-#define RF_RUNTIME_ALLOC_H
+#ifndef RF_BASE_ALLOC_H
+#define RF_BASE_ALLOC_H
 
 #include <stddef.h>
 
