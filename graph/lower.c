@@ -218,6 +218,7 @@ int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **o
 	return RF_OK;
 }
 
+#ifdef RF_TESTING
 void rf__prog_drop_war(struct rf_program *p)
 {
 	size_t k = 0;
@@ -227,6 +228,7 @@ void rf__prog_drop_war(struct rf_program *p)
 	p->nops = k;
 	rf__prog_index(p);
 }
+#endif
 
 /* ---- reading programs ------------------------------------------------------------------------------ */
 
@@ -308,7 +310,8 @@ int rf_program_print(const rf_program *p, FILE *f)
 	return RF_OK;
 }
 
-/* ---- expansion (tests, printing) ------------------------------------------------------------------- */
+/* ---- expansion (the testing build only: tests compare a ring's program with the generic lowering) -- */
+#ifdef RF_TESTING
 
 /* Position (1-based) of value v among the values queue q signalled, or 0. Values increase. */
 static uint64_t rf__ordinal(const int64_t *vals, size_t n, int64_t v)
@@ -369,3 +372,4 @@ nomem:
 	free(sigoff);
 	return rf__err(RF_ENOMEM, "program expansion: out of memory");
 }
+#endif

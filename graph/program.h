@@ -64,12 +64,15 @@ int rf__prog_index(struct rf_program *p);
 int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **out);
 
 /* Test-only negative control: remove every wait of a non-compute queue (q != 0) on queue 0 — in a
- * ring, exactly the WAR waits — and reindex. */
+ * ring, exactly the WAR waits — and reindex. Defined only in the testing build (RF_TESTING); the one
+ * call in the library sits behind RF__TEST_HOOK(drop_war_wait), a constant 0 in the shipped build. */
 void rf__prog_drop_war(struct rf_program *p);
 
 /* Expand a (periodic) program for nblocks into the flat op list a generic lowering would give, values
  * renumbered per queue from 1. *out is malloc'd (*n entries). Not used by the runtime: it is how the
  * tests compare a ring's periodic program with the generic lowering of its explicit graph. */
+#ifdef RF_TESTING
 int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, size_t *n);
+#endif
 
 #endif

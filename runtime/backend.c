@@ -15,7 +15,9 @@ static const rf__backend_ops *const rf__builtin[] = {
 	&rf__backend_threads, &rf__backend_cpu};
 #define RF__NBUILTIN (sizeof rf__builtin / sizeof rf__builtin[0])
 
+#ifdef RF_TESTING
 rf__test_hooks_t rf__test_hooks;
+#endif
 
 static const rf__backend_ops *rf__extra[8];
 static unsigned rf__nextra;

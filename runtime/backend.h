@@ -4,6 +4,7 @@
 #ifndef RF_RUNTIME_BACKEND_H
 #define RF_RUNTIME_BACKEND_H
 
+#include "base/test_hooks.h"
 #include "graph/program.h"
 #include "ringfetch.h"
 #include "ringfetch/staging.h"
@@ -97,19 +98,6 @@ void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap
  * backends without a policy of their own (test backends). cpu and threads pass their pipeline's. */
 int rf__host_slots_alloc(void *ctx, size_t bytes, void **mem);
 void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
-
-/* Test-only hooks (white-box tests link the static library and set them before creating pipelines;
- * they are never set in production, where each costs one predictable branch). */
-typedef struct rf__test_hooks {
-	void (*before_copy)(size_t block); /* called on the copying thread before each copy */
-	int drop_war_wait;                 /* pipelines created while set lose their WAR waits */
-	int drop_staging_war;              /* cuda: two-hop copies skip the pinned slot's WAR wait */
-	/* Staging fault injection: consulted at each allocation step ("topology", "arena", "membind",
-	 * "fallback", "pin", "mallocx"); non-zero makes the step fail. For "membind" the value is the errno the
-	 * binding fails with: EPERM/ENOSYS/EXDEV/EINVAL are refusals (unbound fallback), others errors. */
-	int (*fail_alloc_step)(const char *step);
-} rf__test_hooks_t;
-extern rf__test_hooks_t rf__test_hooks;
 
 /* The built-in backends. */
 extern const rf__backend_ops rf__backend_cpu;

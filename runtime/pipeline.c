@@ -195,7 +195,7 @@ static int rf__auto_collect(const struct rf__trace *t, unsigned depth, rf__auto_
 static int rf__auto_program(const rf_pipeline *p, unsigned d, struct rf_program **out)
 {
 	int rc = rf__ring_program(d, p->copy_queues, out);
-	if (rc == RF_OK && rf__test_hooks.drop_war_wait)
+	if (rc == RF_OK && RF__TEST_HOOK(drop_war_wait))
 		rf__prog_drop_war(*out);
 	return rc;
 }
@@ -334,7 +334,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	struct rf_program *prog;
 	if ((rc = rf__ring_program(r.depth, r.kq, &prog)) != RF_OK)
 		goto fail;
-	if (rf__test_hooks.drop_war_wait)
+	if (RF__TEST_HOOK(drop_war_wait))
 		rf__prog_drop_war(prog);
 	p->eng.staging = r.staging;
 	p->eng.min_slots = r.auto_max;
@@ -434,11 +434,13 @@ int rf_pipeline_placement(const rf_pipeline *p, rf_placement *out)
 	return RF_OK;
 }
 
+#ifdef RF_TESTING
 /* White-box tests check the ring's pages against the kernel: they need its address. */
 const rf__engine *rf__pipeline_engine(const rf_pipeline *p)
 {
 	return &p->eng;
 }
+#endif
 
 const char *rf_pipeline_describe(const rf_pipeline *p)
 {
