@@ -113,15 +113,14 @@ static int rf__idvec_push(rf__idvec *v, size_t id)
 	return RF_OK;
 }
 
-static int rf__idvec_remove(rf__idvec *v, size_t id)
+static void rf__idvec_remove(rf__idvec *v, size_t id)
 {
 	for (uint32_t i = 0; i < v->n; i++) {
 		if (v->v[i] == id) {
 			v->v[i] = v->v[--v->n];
-			return 1;
+			return;
 		}
 	}
-	return 0;
 }
 
 int rf_graph_has_edge(const rf_graph *g, size_t from, size_t to)

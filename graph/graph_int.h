@@ -5,6 +5,7 @@
 
 #include "ringfetch.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* A growable list of node ids (the out- or in-edges of one node). */

@@ -32,7 +32,7 @@ void rf_program_destroy(rf_program *p)
 	free(p);
 }
 
-int rf__prog_index(struct rf_program *p)
+void rf__prog_index(struct rf_program *p)
 {
 	size_t count[RF_MAX_QUEUES] = {0};
 	unsigned nq = 0;
@@ -49,7 +49,6 @@ int rf__prog_index(struct rf_program *p)
 	memcpy(fill, p->qstart, sizeof fill);
 	for (size_t i = 0; i < p->nops; i++)
 		p->qidx[fill[p->ops[i].queue]++] = i;
-	return RF_OK;
 }
 
 /* ---- generic lowering ------------------------------------------------------------------------------ */
@@ -82,12 +81,12 @@ static int rf__emit(rf__lower *l, rf__op op)
 	return RF_OK;
 }
 
-static int rf__has_foreign_consumer(const rf_graph *g, size_t x)
+static bool rf__has_foreign_consumer(const rf_graph *g, size_t x)
 {
 	for (uint32_t e = 0; e < g->out[x].n; e++)
 		if (g->nodes[g->out[x].v[e]].queue != g->nodes[x].queue)
-			return 1;
-	return 0;
+			return true;
+	return false;
 }
 
 /* Waits before node x: per foreign queue, only the latest producer, and only if not already waited. */

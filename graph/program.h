@@ -83,8 +83,8 @@ static inline int64_t rf__prog_iter_end(const struct rf_program *p, size_t nbloc
 
 /* Allocate an empty program with room for nops ops (per-queue index built by rf__prog_index). */
 struct rf_program *rf__prog_alloc(size_t nops);
-/* Fill qidx/qstart from ops[].queue and set nqueues. Returns RF_OK or RF_ENOMEM. */
-int rf__prog_index(struct rf_program *p);
+/* Fill qidx/qstart from ops[].queue and set nqueues (qidx has room for every op: nothing to fail). */
+void rf__prog_index(struct rf_program *p);
 
 /* The shallowest ring that keeps `copy_queues` copy queues busy: one block in flight on each and one
  * computing (2 for one queue, the double buffer). */
