@@ -117,7 +117,8 @@ Test(staging, pipeline_placement_cpu_and_threads)
 	}
 }
 
-/* On a machine where binding works (this one: FACTS.md), auto must bind to the caller's node. */
+/* On a machine where binding works (CI: a one-node container where mbind is allowed), auto must bind
+ * to the caller's node. */
 Test(staging, auto_binds_to_the_callers_node)
 {
 	hwloc_topology_t t = topo_load();
