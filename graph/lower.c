@@ -238,6 +238,11 @@ int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **o
 		return rf__err(RF_ENOMEM, "ring program: out of memory");
 	t.p->nops = 0;
 	int rc = rf__ring_ops(&t);
+	/* Six ops per block (WAR wait, copy, signal; RAW wait, compute, signal): anything else means the
+	 * plan's shape changed under this derivation, and the walker's skip rule would no longer hold. */
+	if (rc == RF_OK && t.p->nops != t.cap)
+		rc = rf__err(RF_EINVAL, "ring program: the plan gave %zu ops for %u blocks, not %zu", t.p->nops,
+			     copy_queues, t.cap);
 	if (rc != RF_OK) {
 		rf_program_destroy(t.p);
 		return rc;
