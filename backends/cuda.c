@@ -565,7 +565,7 @@ static int rf__cu_copy_staged(rf__cu *cx, rf__cu_queue *q, void *dst, const void
 	}
 	rf__cu_job *j = &q->jobs[k % RF__CU_JOBS];
 	*j = (rf__cu_job){q, q->pin + (size_t)ps * cx->slot_bytes, src, n};
-	if (k >= q->npin && !rf__test_hooks.drop_staging_war) /* WAR on the pinned slot: its previous H2D is done */
+	if (k >= q->npin && !RF__TEST_HOOK(drop_staging_war)) /* WAR on the pinned slot: its previous H2D is done */
 		RF__CU_TRY(api, "cudaStreamWaitEvent (pinned slot free)", api->stream_wait_event(q->hstream, q->ev_free[ps]));
 	RF__CU_TRY(api, "cudaLaunchHostFunc (host staging copy)", api->launch_host_func(q->hstream, rf__cu_hostcopy, j));
 	q->k++;

@@ -11,7 +11,7 @@
 
 static int rt_get_device_count(int *n)
 {
-	*n = 0; /* left unchanged on cudaErrorInsufficientDriver (FACTS.md) */
+	*n = 0; /* cudaGetDeviceCount leaves it unchanged on cudaErrorInsufficientDriver */
 	return (int)cudaGetDeviceCount(n);
 }
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef RF_TESTING
 static atomic_long rf__fault_at;    /* 0: disarmed */
 static atomic_long rf__fault_count; /* steps since arming */
 
@@ -26,6 +27,7 @@ long rf__fault_steps(void)
 {
 	return atomic_load(&rf__fault_count);
 }
+#endif
 
 void *rf__malloc(size_t n)
 {

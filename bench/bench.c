@@ -37,10 +37,11 @@ static void progress(sweep *s, const char *backend, size_t size, unsigned rep)
 	fflush(stderr);
 }
 
-/* Time one contestant over the whole workload; seconds per block, or -1 on failure (message printed). */
-/* Runs a depth = auto pipeline makes before its depth is fixed: 1 (the rule) + 3 rounds of 3 probes. */
+/* Runs a depth = auto pipeline makes before its depth is fixed: 1 (the rule) + 3 rounds of 3 probes
+ * (runtime/pipeline.c: RF__AUTO_ROUNDS x RF__AUTO_NCAND). */
 #define RFB_AUTO_SETTLE_RUNS 10
 
+/* Time one contestant over the whole workload; seconds per block, or -1 on failure (message printed). */
 static double timed(const char *what, const rfb_work *w, int (*fn)(void *ctx, rfb_sink *k), void *ctx, int nocheck)
 {
 	rfb_sink k = {w, 0, 0, nocheck};
@@ -234,8 +235,8 @@ static int bench_size(sweep *s, const char *backend, size_t size, int with_basel
 			rfb_work_set_ratio(&z.w, s->o, c * 1e9); /* c: seconds per block */
 		}
 	}
-	/* depth = auto settles over its first runs (the rule, then 3 rounds of probing d, 2d, 4d): what a
-	 * long-lived pipeline does once. Those runs are not measured. */
+	/* depth = auto settles over its first runs (RFB_AUTO_SETTLE_RUNS): what a long-lived pipeline does
+	 * once. Those runs are not measured. */
 	for (unsigned d = 0; d < s->o->ndepths && rc == 0; d++) {
 		if (s->o->depths[d] != RFB_DEPTH_AUTO)
 			continue;

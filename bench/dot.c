@@ -3,31 +3,29 @@
  * usage: ringfetch-dot NBLOCKS DEPTH [COPY_QUEUES] [--program]
  *   ringfetch-dot 5 3 | dot -Tsvg > ring.svg
  */
-#include "ringfetch.h"
+#include "options.h"
 
+#include <ringfetch.h>
+
+#include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-static int parse(const char *s, unsigned long *out)
-{
-	char *end;
-	*out = strtoul(s, &end, 10);
-	return *s != '\0' && *end == '\0';
-}
-
 int main(int argc, char **argv)
 {
-	unsigned long n, depth, kq = 1;
+	unsigned long long n, depth, kq = 1;
 	int program = argc > 1 && !strcmp(argv[argc - 1], "--program");
 	int nargs = argc - program;
-	if (nargs < 3 || nargs > 4 || !parse(argv[1], &n) || !parse(argv[2], &depth) ||
-	    (nargs == 4 && !parse(argv[3], &kq))) {
+	if (nargs < 3 || nargs > 4 || rfb_parse_count(argv[1], 0, SIZE_MAX, &n) != 0 ||
+	    rfb_parse_count(argv[2], 0, UINT_MAX, &depth) != 0 ||
+	    (nargs == 4 && rfb_parse_count(argv[3], 0, UINT_MAX, &kq) != 0)) {
 		fprintf(stderr, "usage: %s NBLOCKS DEPTH [COPY_QUEUES] [--program]\n", argv[0]);
 		return 2;
 	}
 	rf_graph *g;
-	int rc = rf_graph_ring(n, (unsigned)depth, (unsigned)kq, &g);
+	int rc = rf_graph_ring((size_t)n, (unsigned)depth, (unsigned)kq, &g);
 	if (rc != RF_OK) {
 		fprintf(stderr, "%s: %s: %s\n", argv[0], rf_strerror(rc), rf_errmsg());
 		return 2;

@@ -53,13 +53,6 @@ int rfb_spin_launch(void *stream, long long cycles, const void *data, size_t n);
 		}                                                                                           \
 	} while (0)
 
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 typedef struct spin {
 	long long cycles;
 	unsigned char *back; /* --verify: per-block copy-back */
@@ -125,18 +118,18 @@ static void blocks_of(const pool *p, size_t size, size_t n, const void **srcs, s
 /* Plain cudaMemcpyAsync, back to back on one stream, into two alternating device buffers. */
 static double plain_rate(void *dev, cudaStream_t s, const void **srcs, size_t size, size_t n)
 {
-	double t0 = now();
+	double t0 = rfb_now();
 	for (size_t i = 0; i < n; i++)
 		CK(cudaMemcpyAsync((unsigned char *)dev + (i % 2) * size, srcs[i], size, cudaMemcpyHostToDevice, s));
 	CK(cudaStreamSynchronize(s));
-	return (double)(size * n) / (now() - t0) / 1e9;
+	return (double)(size * n) / (rfb_now() - t0) / 1e9;
 }
 
 static double ring_wall(rf_pipeline *p, const void **srcs, const size_t *sizes, size_t n, rf_compute_fn fn, void *u)
 {
-	double t0 = now();
+	double t0 = rfb_now();
 	RK(rf_pipeline_run(p, n, srcs, sizes, fn, u));
-	return now() - t0;
+	return rfb_now() - t0;
 }
 
 /* Cycles per second of the spin kernel, measured: 20 kernels of 2e6 cycles back to back. */
@@ -145,11 +138,11 @@ static double spin_hz(cudaStream_t s)
 	long long c = 2000000;
 	CK(rfb_spin_launch(s, c, NULL, 0) == 0 ? cudaSuccess : cudaErrorLaunchFailure);
 	CK(cudaStreamSynchronize(s));
-	double t0 = now();
+	double t0 = rfb_now();
 	for (int i = 0; i < 20; i++)
 		CK(rfb_spin_launch(s, c, NULL, 0) == 0 ? cudaSuccess : cudaErrorLaunchFailure);
 	CK(cudaStreamSynchronize(s));
-	return 20.0 * (double)c / (now() - t0);
+	return 20.0 * (double)c / (rfb_now() - t0);
 }
 
 static rf_pipeline *make(unsigned depth, size_t slot, int device)
@@ -318,11 +311,11 @@ int main(int argc, char **argv)
 		spin sp = {(long long)(hz * (double)size / (peak * 1e9)), NULL, size};
 		double tcomp[64];
 		for (unsigned r = 0; r < R; r++) {
-			double t0 = now();
+			double t0 = rfb_now();
 			for (size_t i = 0; i < n; i++)
 				CK(rfb_spin_launch(s, sp.cycles, NULL, 0) == 0 ? cudaSuccess : cudaErrorLaunchFailure);
 			CK(cudaStreamSynchronize(s));
-			tcomp[r] = now() - t0;
+			tcomp[r] = rfb_now() - t0;
 		}
 		double Tcomp = rfb_median(tcomp, R), Tcopy = (double)(size * n) / (peak * 1e9);
 		for (unsigned di = 0; di < ndepths; di++) {

@@ -46,5 +46,7 @@ size_t rfb_parse_size(const char *s);
 
 /* The median of v[0..n) (n >= 1; sorts v in place): what every tool reports of its repetitions. */
 double rfb_median(double *v, size_t n);
+/* Seconds on the monotonic clock: what every tool times with. */
+double rfb_now(void);
 
 #endif

@@ -17,13 +17,6 @@
 #include <string.h>
 #include <time.h>
 
-static double now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
-
 /* The compute both sides call: read the block so the copy cannot be elided. */
 static int consume(void *user, const rf_block *b)
 {
@@ -94,11 +87,11 @@ int main(int argc, char **argv)
 	}
 	unsigned long long acc_hand = 0, acc_rf = 0;
 	for (unsigned r = 0; r < reps; r++) {
-		double t0 = now_ns();
+		double t0 = rfb_now() * 1e9;
 		hand_loop(n, srcs, sizes, ring, depth, size, &acc_hand);
-		double t1 = now_ns();
+		double t1 = rfb_now() * 1e9;
 		rc = rf_pipeline_run(p, n, srcs, sizes, consume, &acc_rf);
-		double t2 = now_ns();
+		double t2 = rfb_now() * 1e9;
 		if (rc != RF_OK) {
 			fprintf(stderr, "rf_pipeline_run: %s: %s\n", rf_strerror(rc), rf_errmsg());
 			return 1;

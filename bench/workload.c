@@ -5,13 +5,6 @@
 #include <string.h>
 #include <time.h>
 
-double rfb_now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 static unsigned long long rfb_rand(unsigned long long *s)
 {
 	unsigned long long z = (*s += 0x9e3779b97f4a7c15ull);

@@ -35,6 +35,5 @@ void rfb_work_free(rfb_work *w);
 /* The compute every contestant calls (never inlined, so all run the same machine code). */
 int rfb_compute(void *sink, const rf_block *b);
 
-double rfb_now(void);
 
 #endif

@@ -36,7 +36,7 @@ static void rf__dot_node(rf__out *o, const rf_graph *g, size_t i)
 }
 
 /* An edge into a WAIT that guards a COPY is the WAR half of a slot's reuse; everything else is RAW. */
-static int rf__is_war(const rf_graph *g, size_t from, size_t to)
+static bool rf__is_war(const rf_graph *g, size_t from, size_t to)
 {
 	return g->nodes[from].kind == RF_NODE_COMPUTE &&
 	       (g->nodes[to].kind == RF_NODE_COPY ||

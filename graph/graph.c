@@ -1,6 +1,7 @@
 /* graph/graph.c — the job graph: nodes on queues, explicit edges, the ring builder, and reading back. */
 #include "base/alloc.h"
 #include "graph/graph_int.h"
+#include "graph/program.h"
 #include "base/error.h"
 
 #include <stdlib.h>
@@ -112,15 +113,14 @@ static int rf__idvec_push(rf__idvec *v, size_t id)
 	return RF_OK;
 }
 
-static int rf__idvec_remove(rf__idvec *v, size_t id)
+static void rf__idvec_remove(rf__idvec *v, size_t id)
 {
 	for (uint32_t i = 0; i < v->n; i++) {
 		if (v->v[i] == id) {
 			v->v[i] = v->v[--v->n];
-			return 1;
+			return;
 		}
 	}
-	return 0;
 }
 
 int rf_graph_has_edge(const rf_graph *g, size_t from, size_t to)
@@ -227,60 +227,68 @@ size_t rf__graph_nblocks(const rf_graph *g)
 	return n;
 }
 
-/* ---- the ring builder ---------------------------------------------------------------------------- */
+/* ---- the ring builder: the plan's steps, made nodes and edges ---------------------------------------- */
 
-static int rf__add(rf_graph *g, rf_node_kind kind, unsigned queue, size_t block, unsigned depth,
-		   size_t *id)
+static int rf__add(rf_graph *g, rf_node_kind kind, unsigned queue, const rf_step *s, size_t *id)
 {
-	rf_node_desc d = {kind, queue, block, (unsigned)(block % depth), 0};
+	rf_node_desc d = {kind, queue, s->block, s->slot, 0};
 	return rf_graph_add_node(g, &d, id);
 }
 
-/* Copy of block b, preceded (b >= depth) by the WAR wait on compute(b - depth). compute_id[] holds
- * the ids of the last `depth` computes, indexed by slot. */
-static int rf__ring_copy(rf_graph *g, size_t b, unsigned depth, unsigned kq, const size_t *compute_id,
-			 size_t *copy_id)
+/* Node `kind` on `queue` for step s, after node `pred` (an explicit edge, also within one queue). */
+static int rf__add_after(rf_graph *g, rf_node_kind kind, unsigned queue, const rf_step *s, size_t pred,
+			 size_t *id)
 {
-	unsigned q = 1 + (unsigned)(b % kq);
-	int rc;
-	if (b >= depth) {
-		size_t w;
-		if ((rc = rf__add(g, RF_NODE_WAIT, q, 0, depth, &w)) != RF_OK ||
-		    (rc = rf_graph_add_edge(g, compute_id[b % depth], w)) != RF_OK ||
-		    (rc = rf__add(g, RF_NODE_COPY, q, b, depth, copy_id)) != RF_OK)
-			return rc;
-		return rf_graph_add_edge(g, w, *copy_id);
-	}
-	return rf__add(g, RF_NODE_COPY, q, b, depth, copy_id);
+	int rc = rf__add(g, kind, queue, s, id);
+	return rc != RF_OK ? rc : rf_graph_add_edge(g, pred, *id);
 }
 
-/* Await + compute of block n: copy(n) -> WAIT on q0 -> compute(n). */
-static int rf__ring_compute(rf_graph *g, size_t n, unsigned depth, size_t copy, size_t *compute_id)
+/* PREFETCH b: the copy on b's copy queue, preceded (b >= depth) by the WAR wait on compute(b - depth),
+ * the previous reader of the slot. compute_id[] holds the ids of the last `depth` computes, by slot. */
+static int rf__ring_prefetch(rf_graph *g, const rf_step *s, unsigned depth, unsigned kq,
+			     const size_t *compute_id, size_t *copy_id)
 {
+	unsigned q = rf__ring_copy_queue((int64_t)s->block, kq);
+	if (s->block < depth)
+		return rf__add(g, RF_NODE_COPY, q, s, copy_id);
 	size_t w;
-	int rc;
-	if ((rc = rf__add(g, RF_NODE_WAIT, 0, 0, depth, &w)) != RF_OK ||
-	    (rc = rf_graph_add_edge(g, copy, w)) != RF_OK ||
-	    (rc = rf__add(g, RF_NODE_COMPUTE, 0, n, depth, compute_id)) != RF_OK)
-		return rc;
-	return rf_graph_add_edge(g, w, *compute_id);
+	int rc = rf__add_after(g, RF_NODE_WAIT, q, s, compute_id[s->slot], &w);
+	return rc != RF_OK ? rc : rf__add_after(g, RF_NODE_COPY, q, s, w, copy_id);
 }
 
-static int rf__ring_build(rf_graph *g, size_t nblocks, unsigned depth, unsigned kq, size_t *copy_id,
-			  size_t *compute_id)
+/* One node (two for a PREFETCH with a WAR wait) per step, in plan order; ids[] holds, by slot, the last
+ * copy (ids[0 .. depth)) and compute (ids[depth .. 2 depth)) of each slot. AWAIT n is a WAIT on queue 0
+ * after copy(n) (RAW); COMPUTE n follows its AWAIT. */
+static int rf__ring_build(rf_graph *g, const rf_step *steps, size_t nsteps, unsigned depth, unsigned kq,
+			  size_t *ids)
 {
-	size_t ahead = depth - 1;
-	int rc;
-	for (size_t b = 0; b < ahead && b < nblocks; b++)
-		if ((rc = rf__ring_copy(g, b, depth, kq, compute_id, &copy_id[b % depth])) != RF_OK)
-			return rc;
-	for (size_t n = 0; n < nblocks; n++) {
-		size_t b = n + ahead;
-		if (b < nblocks && (rc = rf__ring_copy(g, b, depth, kq, compute_id, &copy_id[b % depth])) != RF_OK)
-			return rc;
-		if ((rc = rf__ring_compute(g, n, depth, copy_id[n % depth], &compute_id[n % depth])) != RF_OK)
-			return rc;
+	size_t *copy_id = ids, *compute_id = ids + depth, await = 0;
+	int rc = RF_OK;
+	for (size_t i = 0; i < nsteps && rc == RF_OK; i++) {
+		const rf_step *s = &steps[i];
+		if (s->kind == RF_STEP_PREFETCH)
+			rc = rf__ring_prefetch(g, s, depth, kq, compute_id, &copy_id[s->slot]);
+		else if (s->kind == RF_STEP_AWAIT)
+			rc = rf__add_after(g, RF_NODE_WAIT, 0, s, copy_id[s->slot], &await);
+		else
+			rc = rf__add_after(g, RF_NODE_COMPUTE, 0, s, await, &compute_id[s->slot]);
 	}
+	return rc;
+}
+
+static int rf__ring_check(size_t nblocks, unsigned depth, unsigned copy_queues)
+{
+	if (depth == 0 || depth > RF_MAX_DEPTH)
+		return rf__err(RF_EINVAL, "rf_graph_ring: depth %u is outside 1..%u", depth, RF_MAX_DEPTH);
+	if (copy_queues == 0 || copy_queues >= RF_MAX_QUEUES)
+		return rf__err(RF_EINVAL, "rf_graph_ring: copy_queues %u is outside 1..%u", copy_queues,
+			       RF_MAX_QUEUES - 1);
+	if (!rf__ring_depth_is_valid(depth, copy_queues))
+		return rf__err(RF_EINVAL,
+			       "rf_graph_ring: %u copy queues need depth >= %u to keep them busy (depth is %u)",
+			       copy_queues, rf__ring_busy_depth(copy_queues), depth);
+	if (nblocks > (size_t)INT64_MAX / 8)
+		return rf__err(RF_EINVAL, "rf_graph_ring: nblocks %zu is too large", nblocks);
 	return RF_OK;
 }
 
@@ -288,32 +296,23 @@ int rf_graph_ring(size_t nblocks, unsigned depth, unsigned copy_queues, rf_graph
 {
 	if (out == NULL)
 		return rf__err(RF_EINVAL, "rf_graph_ring: out is NULL");
-	if (depth == 0 || depth > RF_MAX_DEPTH)
-		return rf__err(RF_EINVAL, "rf_graph_ring: depth %u is outside 1..%u", depth, RF_MAX_DEPTH);
-	if (copy_queues == 0 || copy_queues >= RF_MAX_QUEUES)
-		return rf__err(RF_EINVAL, "rf_graph_ring: copy_queues %u is outside 1..%u", copy_queues,
-			       RF_MAX_QUEUES - 1);
-	if (copy_queues > 1 && depth < copy_queues + 1)
-		return rf__err(RF_EINVAL,
-			       "rf_graph_ring: %u copy queues need depth >= %u to keep them busy (depth is %u)",
-			       copy_queues, copy_queues + 1, depth);
-	if (nblocks > (size_t)INT64_MAX / 8)
-		return rf__err(RF_EINVAL, "rf_graph_ring: nblocks %zu is too large", nblocks);
-	rf_graph *g;
-	int rc = rf_graph_create(0, &g);
+	int rc = rf__ring_check(nblocks, depth, copy_queues);
 	if (rc != RF_OK)
 		return rc;
-	size_t *ids = rf__malloc(2 * (size_t)depth * sizeof *ids);
-	if (ids == NULL) {
-		rf_graph_destroy(g);
+	size_t *ids = rf__malloc(2 * (size_t)depth * sizeof *ids), nsteps;
+	if (ids == NULL)
 		return rf__err(RF_ENOMEM, "rf_graph_ring: out of memory");
-	}
-	rc = rf__ring_build(g, nblocks, depth, copy_queues, ids, ids + depth);
-	free(ids);
-	if (rc != RF_OK) {
+	rf_graph *g = NULL;
+	rf_step *steps = NULL;
+	if ((rc = rf__plan_alloc(nblocks, depth, &steps, &nsteps)) != RF_OK ||
+	    (rc = rf_graph_create(0, &g)) != RF_OK ||
+	    (rc = rf__ring_build(g, steps, nsteps, depth, copy_queues, ids)) != RF_OK) {
 		rf_graph_destroy(g);
-		return rc;
+		g = NULL;
 	}
-	*out = g;
-	return RF_OK;
+	free(steps);
+	free(ids);
+	if (rc == RF_OK)
+		*out = g;
+	return rc;
 }

@@ -5,6 +5,7 @@
 
 #include "ringfetch.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* A growable list of node ids (the out- or in-edges of one node). */
@@ -32,6 +33,17 @@ int rf__graph_topo(const rf_graph *g, size_t **order, size_t **pos);
 unsigned rf__graph_nslots(const rf_graph *g);
 unsigned rf__graph_nqueues(const rf_graph *g);
 size_t rf__graph_nblocks(const rf_graph *g);
+
+/* The ring plan (rf_plan_ring) of nblocks blocks in a malloc'd array: *len = 3 * nblocks steps.
+ * Returns RF_OK, RF_ENOMEM, or rf_plan_ring's RF_EINVAL. */
+int rf__plan_alloc(size_t nblocks, unsigned depth, rf_step **steps, size_t *len);
+
+/* The ring (rf_graph_ring, and the ring's periodic program): queue 0 computes, and block b is copied
+ * on queue 1 + b % copy_queues. */
+static inline unsigned rf__ring_copy_queue(int64_t b, unsigned copy_queues)
+{
+	return 1 + (unsigned)(((b % copy_queues) + copy_queues) % copy_queues);
+}
 
 /* "node 7 (compute b3 s1 on q0)" into buf, for error messages. */
 const char *rf__node_str(const rf_graph *g, size_t id, char *buf, size_t cap);

@@ -32,7 +32,7 @@ void rf_program_destroy(rf_program *p)
 	free(p);
 }
 
-int rf__prog_index(struct rf_program *p)
+void rf__prog_index(struct rf_program *p)
 {
 	size_t count[RF_MAX_QUEUES] = {0};
 	unsigned nq = 0;
@@ -49,7 +49,6 @@ int rf__prog_index(struct rf_program *p)
 	memcpy(fill, p->qstart, sizeof fill);
 	for (size_t i = 0; i < p->nops; i++)
 		p->qidx[fill[p->ops[i].queue]++] = i;
-	return RF_OK;
 }
 
 /* ---- generic lowering ------------------------------------------------------------------------------ */
@@ -82,12 +81,12 @@ static int rf__emit(rf__lower *l, rf__op op)
 	return RF_OK;
 }
 
-static int rf__has_foreign_consumer(const rf_graph *g, size_t x)
+static bool rf__has_foreign_consumer(const rf_graph *g, size_t x)
 {
 	for (uint32_t e = 0; e < g->out[x].n; e++)
 		if (g->nodes[g->out[x].v[e]].queue != g->nodes[x].queue)
-			return 1;
-	return 0;
+			return true;
+	return false;
 }
 
 /* Waits before node x: per foreign queue, only the latest producer, and only if not already waited. */
@@ -107,8 +106,7 @@ static int rf__lower_waits(rf__lower *l, size_t x)
 		if (need[wq] <= *done)
 			continue;
 		*done = need[wq];
-		rf__op op = {RF_OP_WAIT, (uint8_t)q, (uint8_t)wq, 0, 0, 0, 0, need[wq], x};
-		if (rf__emit(l, op) != RF_OK)
+		if (rf__emit(l, rf__op_wait(q, wq, need[wq], 0, 0, x)) != RF_OK)
 			return RF_ENOMEM;
 	}
 	return RF_OK;
@@ -120,15 +118,15 @@ static int rf__lower_node(rf__lower *l, size_t x)
 	if (rf__lower_waits(l, x) != RF_OK)
 		return RF_ENOMEM;
 	if (d->kind != RF_NODE_WAIT) {
-		uint8_t kind = d->kind == RF_NODE_COPY ? RF_OP_COPY : RF_OP_COMPUTE;
-		rf__op op = {kind, (uint8_t)d->queue, 0, 0, d->slot, (int64_t)d->block, (int64_t)d->block, 0, x};
+		int64_t b = (int64_t)d->block;
+		rf__op op = d->kind == RF_NODE_COPY ? rf__op_copy(d->queue, d->slot, b, x)
+						    : rf__op_compute(d->queue, d->slot, b, x);
 		if (rf__emit(l, op) != RF_OK)
 			return RF_ENOMEM;
 	}
 	if (rf__has_foreign_consumer(l->g, x)) {
 		l->sigval[x] = l->next[d->queue]++;
-		rf__op op = {RF_OP_SIGNAL, (uint8_t)d->queue, 0, 0, 0, 0, 0, l->sigval[x], x};
-		if (rf__emit(l, op) != RF_OK)
+		if (rf__emit(l, rf__op_signal(d->queue, l->sigval[x], 0, 0, x)) != RF_OK)
 			return RF_ENOMEM;
 	}
 	return RF_OK;
@@ -167,34 +165,66 @@ int rf_graph_lower(const rf_graph *g, rf_program **out)
 	return RF_OK;
 }
 
-/* ---- the periodic program of a ring ---------------------------------------------------------------- */
+/* ---- the periodic program of a ring: the plan's steps, lowered once --------------------------------- */
 
-/* One iteration = K blocks n = rK + j (j = 0..K-1), each: [WAR wait] copy(n+D-1) signal; RAW wait,
- * compute(n), signal. Values are "block + 1": every queue signals at most once per block, in block
- * order, so they increase on each queue as counters require. */
-static size_t rf__ring_ops(struct rf_program *p, unsigned D, unsigned K)
+typedef struct rf__ring_tmpl {
+	struct rf_program *p;
+	size_t cap;
+	unsigned depth, kq;
+	int64_t base; /* the iteration's first block: template blocks and values are relative to it */
+	size_t node;  /* template id of the current block's ops (the index of its first op), for traces */
+} rf__ring_tmpl;
+
+/* The ops of one plan step as rf_graph_ring makes it nodes and rf_graph_lower lowers them (the waits
+ * and signals its cross-queue edges need), in the template's terms (graph/program.h): blocks relative to
+ * the iteration, `aux` the other block whose absence skips the op, values "block + 1" — every queue
+ * signals at most once per block, in block order, so they increase on each queue as counters require.
+ *   PREFETCH b: WAR wait on compute(b - D), the slot's previous reader; copy; signal for AWAIT b
+ *   AWAIT n:    RAW wait on copy(n)'s queue
+ *   COMPUTE n:  compute; signal for the WAR wait of block n + D, the slot's next writer */
+static int rf__tmpl_step(rf__ring_tmpl *t, const rf_step *s)
 {
-	size_t k = 0;
-	int64_t d = D;
-	for (unsigned j = 0; j < K; j++) {
-		int64_t n = j, b = n + d - 1;
-		uint8_t cq = (uint8_t)(1 + (unsigned)((b % K + K) % K));
-		uint8_t nq = (uint8_t)(1 + j % K);
-		uint32_t bslot = (uint32_t)(((b % d) + d) % d), nslot = (uint32_t)(n % d);
-		rf__op war = {RF_OP_WAIT, cq, 0, 0, 0, b, b - d, b - d + 1, k};
-		rf__op copy = {RF_OP_COPY, cq, 0, 0, bslot, b, b, 0, k};
-		rf__op csig = {RF_OP_SIGNAL, cq, 0, 0, 0, b, b, b + 1, k};
-		rf__op raw = {RF_OP_WAIT, 0, nq, 0, 0, n, n, n + 1, k};
-		rf__op comp = {RF_OP_COMPUTE, 0, 0, 0, nslot, n, n, 0, k};
-		rf__op xsig = {RF_OP_SIGNAL, 0, 0, 0, 0, n, n + d, n + 1, k};
-		p->ops[k++] = war;
-		p->ops[k++] = copy;
-		p->ops[k++] = csig;
-		p->ops[k++] = raw;
-		p->ops[k++] = comp;
-		p->ops[k++] = xsig;
+	int64_t b = (int64_t)s->block - t->base, d = t->depth;
+	unsigned slot = (unsigned)((s->slot + d - t->base % d) % d), cq = rf__ring_copy_queue(b, t->kq);
+	size_t need = s->kind == RF_STEP_PREFETCH ? 3 : s->kind == RF_STEP_AWAIT ? 1 : 2;
+	if (t->p->nops + need > t->cap)
+		return rf__err(RF_EINVAL, "ring program: the plan has more steps per block than a ring lowers");
+	rf__op *o = t->p->ops + t->p->nops;
+	switch (s->kind) {
+	case RF_STEP_PREFETCH:
+		*o++ = rf__op_wait(cq, 0, b - d + 1, b, b - d, t->node);
+		*o++ = rf__op_copy(cq, slot, b, t->node);
+		*o++ = rf__op_signal(cq, b + 1, b, b, t->node);
+		break;
+	case RF_STEP_AWAIT:
+		*o++ = rf__op_wait(0, cq, b + 1, b, b, t->node);
+		break;
+	case RF_STEP_COMPUTE:
+		*o++ = rf__op_compute(0, slot, b, t->node);
+		*o++ = rf__op_signal(0, b + 1, b, b + d, t->node);
+		break;
 	}
-	return k;
+	t->p->nops = (size_t)(o - t->p->ops);
+	if (s->kind == RF_STEP_COMPUTE)
+		t->node = t->p->nops;
+	return RF_OK;
+}
+
+/* One iteration = the plan's steps for blocks n0 .. n0+K-1 past the prime, block n's being those after
+ * COMPUTE n-1 up to COMPUTE n (PREFETCH n+D-1, AWAIT n, COMPUTE n); n0 = K, a multiple of K, so that a
+ * block keeps its copy queue relative to the iteration. A plan of n0 + K + D - 1 blocks has them all. */
+static int rf__ring_ops(rf__ring_tmpl *t)
+{
+	size_t n0 = t->kq, n1 = n0 + t->kq, nsteps = 0, computed = 0;
+	rf_step *steps = NULL;
+	int rc = rf__plan_alloc(n1 + t->depth - 1, t->depth, &steps, &nsteps);
+	for (size_t i = 0; i < nsteps && rc == RF_OK; i++) {
+		if (computed >= n0 && computed < n1)
+			rc = rf__tmpl_step(t, &steps[i]);
+		computed += steps[i].kind == RF_STEP_COMPUTE;
+	}
+	free(steps);
+	return rc;
 }
 
 int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **out)
@@ -202,10 +232,22 @@ int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **o
 	/* Callers (rf_pipeline_create) have checked these; a zero would divide by zero below. */
 	if (depth == 0 || copy_queues == 0 || copy_queues >= RF_MAX_QUEUES)
 		return rf__err(RF_EINVAL, "ring program: depth %u, copy queues %u", depth, copy_queues);
-	struct rf_program *p = rf__prog_alloc(6 * (size_t)copy_queues);
-	if (p == NULL)
+	rf__ring_tmpl t = {rf__prog_alloc(6 * (size_t)copy_queues), 6 * (size_t)copy_queues, depth, copy_queues,
+			   copy_queues, 0};
+	if (t.p == NULL)
 		return rf__err(RF_ENOMEM, "ring program: out of memory");
-	p->nops = rf__ring_ops(p, depth, copy_queues);
+	t.p->nops = 0;
+	int rc = rf__ring_ops(&t);
+	/* Six ops per block (WAR wait, copy, signal; RAW wait, compute, signal): anything else means the
+	 * plan's shape changed under this derivation, and the walker's skip rule would no longer hold. */
+	if (rc == RF_OK && t.p->nops != t.cap)
+		rc = rf__err(RF_EINVAL, "ring program: the plan gave %zu ops for %u blocks, not %zu", t.p->nops,
+			     copy_queues, t.cap);
+	if (rc != RF_OK) {
+		rf_program_destroy(t.p);
+		return rc;
+	}
+	struct rf_program *p = t.p;
 	p->nqueues = 1 + copy_queues;
 	p->nslots = depth;
 	p->period = copy_queues;
@@ -218,6 +260,7 @@ int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **o
 	return RF_OK;
 }
 
+#ifdef RF_TESTING
 void rf__prog_drop_war(struct rf_program *p)
 {
 	size_t k = 0;
@@ -227,6 +270,7 @@ void rf__prog_drop_war(struct rf_program *p)
 	p->nops = k;
 	rf__prog_index(p);
 }
+#endif
 
 /* ---- reading programs ------------------------------------------------------------------------------ */
 
@@ -308,7 +352,8 @@ int rf_program_print(const rf_program *p, FILE *f)
 	return RF_OK;
 }
 
-/* ---- expansion (tests, printing) ------------------------------------------------------------------- */
+/* ---- expansion (the testing build only: tests compare a ring's program with the generic lowering) -- */
+#ifdef RF_TESTING
 
 /* Position (1-based) of value v among the values queue q signalled, or 0. Values increase. */
 static uint64_t rf__ordinal(const int64_t *vals, size_t n, int64_t v)
@@ -369,3 +414,4 @@ nomem:
 	free(sigoff);
 	return rf__err(RF_ENOMEM, "program expansion: out of memory");
 }
+#endif

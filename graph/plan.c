@@ -1,7 +1,12 @@
-/* graph/plan.c — the ring schedule as a flat list of steps: a pure function of (nblocks, depth). */
+/* graph/plan.c — the ring schedule as a flat list of steps: a pure function of (nblocks, depth). This
+ * is the one place the schedule is written: the ring graph (graph.c) and the ring's periodic program
+ * (lower.c) are both made from these steps. */
+#include "base/alloc.h"
 #include "base/error.h"
+#include "graph/graph_int.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 
 static rf_step rf__step(rf_step_kind kind, size_t block, unsigned depth)
 {
@@ -35,4 +40,20 @@ int rf_plan_ring(size_t nblocks, unsigned depth, rf_step *steps, size_t cap, siz
 		steps[k++] = rf__step(RF_STEP_COMPUTE, n, depth);
 	}
 	return RF_OK;
+}
+
+int rf__plan_alloc(size_t nblocks, unsigned depth, rf_step **steps, size_t *len)
+{
+	*steps = NULL;
+	if (nblocks > SIZE_MAX / (3 * sizeof **steps))
+		return rf__err(RF_ENOMEM, "ring plan: %zu blocks: out of memory", nblocks);
+	*steps = rf__malloc((3 * nblocks + 1) * sizeof **steps);
+	if (*steps == NULL)
+		return rf__err(RF_ENOMEM, "ring plan: %zu blocks: out of memory", nblocks);
+	int rc = rf_plan_ring(nblocks, depth, *steps, 3 * nblocks, len);
+	if (rc != RF_OK) {
+		free(*steps);
+		*steps = NULL;
+	}
+	return rc;
 }

@@ -20,6 +20,7 @@
 
 #include "ringfetch.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 typedef struct rf__op {
@@ -46,6 +47,32 @@ struct rf_program {
 	size_t nblocks_min; /* a run must stream at least this many blocks (largest block used + 1) */
 };
 
+/* Named constructors: each kind of op with the fields it uses (the table above). */
+static inline rf__op rf__op_copy(unsigned queue, unsigned slot, int64_t block, size_t node)
+{
+	return (rf__op){.kind = RF_OP_COPY, .queue = (uint8_t)queue, .slot = slot, .block = block, .aux = block,
+			.node = node};
+}
+
+static inline rf__op rf__op_compute(unsigned queue, unsigned slot, int64_t block, size_t node)
+{
+	return (rf__op){.kind = RF_OP_COMPUTE, .queue = (uint8_t)queue, .slot = slot, .block = block,
+			.aux = block, .node = node};
+}
+
+static inline rf__op rf__op_signal(unsigned queue, int64_t value, int64_t block, int64_t aux, size_t node)
+{
+	return (rf__op){.kind = RF_OP_SIGNAL, .queue = (uint8_t)queue, .block = block, .aux = aux,
+			.value = value, .node = node};
+}
+
+static inline rf__op rf__op_wait(unsigned queue, unsigned wait_queue, int64_t value, int64_t block, int64_t aux,
+				 size_t node)
+{
+	return (rf__op){.kind = RF_OP_WAIT, .queue = (uint8_t)queue, .wqueue = (uint8_t)wait_queue, .block = block,
+			.aux = aux, .value = value, .node = node};
+}
+
 /* End of the iteration range for a run over nblocks blocks. */
 static inline int64_t rf__prog_iter_end(const struct rf_program *p, size_t nblocks)
 {
@@ -56,20 +83,38 @@ static inline int64_t rf__prog_iter_end(const struct rf_program *p, size_t nbloc
 
 /* Allocate an empty program with room for nops ops (per-queue index built by rf__prog_index). */
 struct rf_program *rf__prog_alloc(size_t nops);
-/* Fill qidx/qstart from ops[].queue and set nqueues. Returns RF_OK or RF_ENOMEM. */
-int rf__prog_index(struct rf_program *p);
+/* Fill qidx/qstart from ops[].queue and set nqueues (qidx has room for every op: nothing to fail). */
+void rf__prog_index(struct rf_program *p);
+
+/* The shallowest ring that keeps `copy_queues` copy queues busy: one block in flight on each and one
+ * computing (2 for one queue, the double buffer). */
+static inline unsigned rf__ring_busy_depth(unsigned copy_queues)
+{
+	return copy_queues + 1;
+}
+
+/* Whether a ring of `depth` slots may use `copy_queues` copy queues: one queue works at any depth (depth
+ * 1 is the sequential baseline), K > 1 queues need rf__ring_busy_depth(K). The one rule for the ring
+ * builder, the pipeline and its depth = auto. */
+static inline bool rf__ring_depth_is_valid(unsigned depth, unsigned copy_queues)
+{
+	return copy_queues <= 1 || depth >= rf__ring_busy_depth(copy_queues);
+}
 
 /* The program of a ring of `depth` slots with `copy_queues` copy queues (1 + b % copy_queues carries
  * block b's copy, queue 0 the computes): one iteration per copy_queues blocks. */
 int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **out);
 
 /* Test-only negative control: remove every wait of a non-compute queue (q != 0) on queue 0 — in a
- * ring, exactly the WAR waits — and reindex. */
+ * ring, exactly the WAR waits — and reindex. Defined only in the testing build (RF_TESTING); the one
+ * call in the library sits behind RF__TEST_HOOK(drop_war_wait), a constant 0 in the shipped build. */
 void rf__prog_drop_war(struct rf_program *p);
 
 /* Expand a (periodic) program for nblocks into the flat op list a generic lowering would give, values
  * renumbered per queue from 1. *out is malloc'd (*n entries). Not used by the runtime: it is how the
  * tests compare a ring's periodic program with the generic lowering of its explicit graph. */
+#ifdef RF_TESTING
 int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, size_t *n);
+#endif
 
 #endif

@@ -141,12 +141,12 @@ typedef struct rf__reach {
 
 /* Is there a path u -> v? Search backwards from v; a node placed before u in topological order
  * cannot lie on such a path, so the search stays within the window between the two. */
-static int rf__reaches(rf__reach *r, size_t u, size_t v)
+static bool rf__is_reachable(rf__reach *r, size_t u, size_t v)
 {
 	const rf_graph *g = r->g;
 	size_t lo = r->pos[u], sp = 0;
 	if (r->pos[v] < lo)
-		return 0;
+		return false;
 	if (++r->gen == 0) {
 		memset(r->seen, 0, g->n * sizeof *r->seen);
 		r->gen = 1;
@@ -156,7 +156,7 @@ static int rf__reaches(rf__reach *r, size_t u, size_t v)
 	while (sp > 0) {
 		size_t x = r->stack[--sp];
 		if (x == u)
-			return 1;
+			return true;
 		for (uint32_t e = 0; e <= g->in[x].n; e++) {
 			size_t p = e < g->in[x].n ? g->in[x].v[e] : g->qprev[x];
 			if (p == RF__NONE || r->seen[p] == r->gen || r->pos[p] < lo)
@@ -165,7 +165,7 @@ static int rf__reaches(rf__reach *r, size_t u, size_t v)
 			r->stack[sp++] = p; /* each node is pushed once per query: n slots suffice */
 		}
 	}
-	return 0;
+	return false;
 }
 
 /* ---- hazards --------------------------------------------------------------------------------------- */
@@ -214,10 +214,10 @@ static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n)
 					       rf__node_str(g, copy, s1, sizeof s1),
 					       rf__node_str(g, a[i].id, s2, sizeof s2));
 			}
-			if (copy != RF__NONE && !rf__reaches(r, copy, a[i].id))
+			if (copy != RF__NONE && !rf__is_reachable(r, copy, a[i].id))
 				return rf__hazard(g, "WAW", copy, a[i].id);
 			for (size_t j = i; j-- > 0 && a[j].is_compute && a[j].block == copy_block;)
-				if (!rf__reaches(r, a[j].id, a[i].id))
+				if (!rf__is_reachable(r, a[j].id, a[i].id))
 					return rf__hazard(g, "WAR", a[j].id, a[i].id);
 			copy = a[i].id;
 			copy_block = a[i].block;
@@ -228,7 +228,7 @@ static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n)
 			return rf__err(RF_EHAZARD, "RAW hazard: %s reads a slot no copy of its block fills",
 				       rf__node_str(g, a[i].id, s, sizeof s));
 		}
-		if (!rf__reaches(r, copy, a[i].id))
+		if (!rf__is_reachable(r, copy, a[i].id))
 			return rf__hazard(g, "RAW", copy, a[i].id);
 	}
 	return RF_OK;

@@ -100,7 +100,7 @@ static int rf__stg_fault(const char *step)
 {
 	if (rf__fault())
 		return strcmp(step, "membind") == 0 ? ENOMEM : 1;
-	return rf__test_hooks.fail_alloc_step != NULL ? rf__test_hooks.fail_alloc_step(step) : 0;
+	return RF__TEST_HOOK(fail_alloc_step) != NULL ? RF__TEST_HOOK(fail_alloc_step)(step) : 0;
 }
 
 /* Remember why a hook failed, for the message rf__staging_alloc composes. */
@@ -796,7 +796,8 @@ int rf_staging_placement(const void *p, rf_placement *out)
 
 /* ---- for tests ------------------------------------------------------------------------------- */
 
-/* Counters for tests (leaks, growth); cheap enough to be always on. */
+#ifdef RF_TESTING
+/* Counters for tests (leaks, growth); the counters themselves are cheap enough to be always on. */
 void rf__staging_get_stats(rf__staging_stats *out)
 {
 	out->live_allocs = atomic_load(&rf__stg_live);
@@ -814,3 +815,4 @@ int rf__staging_arena_of(const void *p)
 	int why;
 	return p != NULL && rf__stg_lookup(p, &a, &why) ? (int)a->ind : -1;
 }
+#endif

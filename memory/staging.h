@@ -56,8 +56,10 @@ typedef struct rf__staging_stats {
 	unsigned narenas;         /* arenas created so far */
 } rf__staging_stats;
 
+#ifdef RF_TESTING /* the testing build only (base/test_hooks.h) */
 void rf__staging_get_stats(rf__staging_stats *out);
 /* The jemalloc arena index serving staging memory at p, or -1 if p is not staging memory. */
 int rf__staging_arena_of(const void *p);
+#endif
 
 #endif

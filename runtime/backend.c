@@ -15,8 +15,11 @@ static const rf__backend_ops *const rf__builtin[] = {
 	&rf__backend_threads, &rf__backend_cpu};
 #define RF__NBUILTIN (sizeof rf__builtin / sizeof rf__builtin[0])
 
+#ifdef RF_TESTING
 rf__test_hooks_t rf__test_hooks;
+#endif
 
+#ifdef RF_TESTING
 static const rf__backend_ops *rf__extra[8];
 static unsigned rf__nextra;
 
@@ -29,15 +32,18 @@ int rf__backend_register(const rf__backend_ops *ops)
 	rf__extra[rf__nextra++] = ops;
 	return RF_OK;
 }
+#endif
 
 static const rf__backend_ops *rf__find(const char *name)
 {
 	for (unsigned i = 0; i < RF__NBUILTIN; i++)
 		if (strcmp(rf__builtin[i]->name, name) == 0)
 			return rf__builtin[i];
+#ifdef RF_TESTING
 	for (unsigned i = 0; i < rf__nextra; i++)
 		if (strcmp(rf__extra[i]->name, name) == 0)
 			return rf__extra[i];
+#endif
 	return NULL;
 }
 

@@ -1,9 +1,11 @@
 /* runtime/backend.h — the backend interface. Each backend exports one const ops table (in the manner
  * of SQLite's VFS: versioned by `abi`, methods only appended); the core calls backends only through
- * the rf__be_* wrappers below, which is where argument asserts, tracing and fault injection live. */
+ * the rf__be_* wrappers below, which is where argument asserts and fault injection (base/alloc.h, the
+ * testing build) live. */
 #ifndef RF_RUNTIME_BACKEND_H
 #define RF_RUNTIME_BACKEND_H
 
+#include "base/test_hooks.h"
 #include "graph/program.h"
 #include "ringfetch.h"
 #include "ringfetch/staging.h"
@@ -18,7 +20,6 @@
 #define RF__CAP_DEVICE 0x2u  /* slots live in device memory; copies and computes are only enqueued by
                                 the walk (traces and stats time the enqueue, not the device) */
 
-/* Everything one run needs; the backend fills the failure fields. */
 /* Per-queue time accounting of one run (rf_pipeline_collect_stats): written by that queue's walker only. */
 typedef struct rf__qstats {
 	int64_t busy_ns; /* inside copies and computes */
@@ -26,6 +27,7 @@ typedef struct rf__qstats {
 	uint64_t copies, computes;
 } rf__qstats;
 
+/* Everything one run needs; the backend fills the failure fields. */
 typedef struct rf__run {
 	const struct rf_program *prog;
 	size_t nblocks;
@@ -77,12 +79,16 @@ typedef struct rf__backend_ops {
 	int (*placement)(void *ctx, rf_placement *out);
 } rf__backend_ops;
 
-/* The backend called `name` ("auto" resolves to the first usable one), or NULL with RF_ENODEV set. */
+/* The backend called `name` ("auto": the first usable built-in) into *out: RF_OK, or RF_ENODEV (unknown,
+ * not built in, or its probe failed) with rf_errmsg saying why. */
 int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out);
 
-/* Tests register extra backends (a recording backend, a fault-injecting one). Not thread-safe: call
- * before creating pipelines. Returns RF_OK or RF_ENOMEM when the table is full. */
+#ifdef RF_TESTING
+/* Tests register extra backends (a recording backend, a fault-injecting one); the testing build only.
+ * Not thread-safe: call before creating pipelines. Returns RF_OK, RF_EINVAL (NULL or another ABI), or
+ * RF_ENOMEM when the table is full. */
 int rf__backend_register(const rf__backend_ops *ops);
+#endif
 
 /* ---- wrappers: the only way the core reaches a backend ---------------------------------------- */
 
@@ -97,19 +103,6 @@ void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap
  * backends without a policy of their own (test backends). cpu and threads pass their pipeline's. */
 int rf__host_slots_alloc(void *ctx, size_t bytes, void **mem);
 void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
-
-/* Test-only hooks (white-box tests link the static library and set them before creating pipelines;
- * they are never set in production, where each costs one predictable branch). */
-typedef struct rf__test_hooks {
-	void (*before_copy)(size_t block); /* called on the copying thread before each copy */
-	int drop_war_wait;                 /* pipelines created while set lose their WAR waits */
-	int drop_staging_war;              /* cuda: two-hop copies skip the pinned slot's WAR wait */
-	/* Staging fault injection: consulted at each allocation step ("topology", "arena", "membind",
-	 * "fallback", "pin", "mallocx"); non-zero makes the step fail. For "membind" the value is the errno the
-	 * binding fails with: EPERM/ENOSYS/EXDEV/EINVAL are refusals (unbound fallback), others errors. */
-	int (*fail_alloc_step)(const char *step);
-} rf__test_hooks_t;
-extern rf__test_hooks_t rf__test_hooks;
 
 /* The built-in backends. */
 extern const rf__backend_ops rf__backend_cpu;

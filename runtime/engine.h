@@ -51,8 +51,10 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 /* Trace every following run into path (copied), or stop tracing (NULL). RF_EBUSY while running. */
 int rf__engine_trace(rf__engine *e, const char *who, const char *path);
 
+#ifdef RF_TESTING
 /* A pipeline's engine (white-box tests: the ring's address and length). */
 const rf__engine *rf__pipeline_engine(const rf_pipeline *p);
+#endif
 
 /* rf_pipeline_collect_stats / rf_pipeline_stats. */
 int rf__engine_collect_stats(rf__engine *e, const char *who, int on);

@@ -79,7 +79,7 @@ typedef struct rf__resolved {
 static int rf__pipeline_auto(const rf_pipeline_params *pp, rf__resolved *r)
 {
 	const rf__config *c = &r->cfg;
-	unsigned lo = r->kq > 1 ? r->kq + 1 : 2, max = RF__AUTO_MAX_DEPTH > lo ? RF__AUTO_MAX_DEPTH : lo;
+	unsigned lo = rf__ring_busy_depth(r->kq), max = RF__AUTO_MAX_DEPTH > lo ? RF__AUTO_MAX_DEPTH : lo;
 	if (c->memory_budget != 0 && c->memory_budget / pp->slot_bytes < max)
 		max = (unsigned)(c->memory_budget / pp->slot_bytes);
 	if (max == 0 || (r->kq > 1 && max < lo))
@@ -106,9 +106,9 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 	const char *staging = pp->staging ? pp->staging : c->staging[0] ? c->staging : NULL;
 	if ((rc = rf__staging_parse("rf_pipeline_create", staging, &r->staging)) != RF_OK)
 		return rc;
-	if (r->kq > 1 && r->depth < r->kq + 1)
+	if (!rf__ring_depth_is_valid(r->depth, r->kq))
 		return rf__err(RF_EINVAL, "rf_pipeline_create: %u copy queues need depth >= %u (depth is %u)", r->kq,
-			       r->kq + 1, r->depth);
+			       rf__ring_busy_depth(r->kq), r->depth);
 	if (c->memory_budget != 0 && pp->slot_bytes > c->memory_budget / r->depth)
 		return rf__err(RF_ECONFIG, "rf_pipeline_create: a ring of %u x %zu bytes exceeds %s (%llu bytes)",
 			       r->depth, pp->slot_bytes, c->budget_from, c->memory_budget);
@@ -133,7 +133,7 @@ static int rf__cmp_i64(const void *a, const void *b)
  */
 static unsigned rf__auto_rule(double c_mean, double c90, double l90, double m, unsigned kq, unsigned max)
 {
-	unsigned lo = kq > 1 ? kq + 1 : 2, d;
+	unsigned lo = rf__ring_busy_depth(kq), d;
 	if (m <= 0 || c_mean >= m * kq) {
 		d = lo + (c90 > 1.5 * c_mean);
 	} else {
@@ -195,7 +195,7 @@ static int rf__auto_collect(const struct rf__trace *t, unsigned depth, rf__auto_
 static int rf__auto_program(const rf_pipeline *p, unsigned d, struct rf_program **out)
 {
 	int rc = rf__ring_program(d, p->copy_queues, out);
-	if (rc == RF_OK && rf__test_hooks.drop_war_wait)
+	if (rc == RF_OK && RF__TEST_HOOK(drop_war_wait))
 		rf__prog_drop_war(*out);
 	return rc;
 }
@@ -334,7 +334,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	struct rf_program *prog;
 	if ((rc = rf__ring_program(r.depth, r.kq, &prog)) != RF_OK)
 		goto fail;
-	if (rf__test_hooks.drop_war_wait)
+	if (RF__TEST_HOOK(drop_war_wait))
 		rf__prog_drop_war(prog);
 	p->eng.staging = r.staging;
 	p->eng.min_slots = r.auto_max;
@@ -434,11 +434,13 @@ int rf_pipeline_placement(const rf_pipeline *p, rf_placement *out)
 	return RF_OK;
 }
 
+#ifdef RF_TESTING
 /* White-box tests check the ring's pages against the kernel: they need its address. */
 const rf__engine *rf__pipeline_engine(const rf_pipeline *p)
 {
 	return &p->eng;
 }
+#endif
 
 const char *rf_pipeline_describe(const rf_pipeline *p)
 {

@@ -61,8 +61,8 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 			case RF_OP_COPY: {
 				int64_t t0 = timed ? rf__trace_now() : 0;
 				uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
-				if (rf__test_hooks.before_copy != NULL)
-					rf__test_hooks.before_copy((size_t)b);
+				if (RF__TEST_HOOK(before_copy) != NULL)
+					RF__TEST_HOOK(before_copy)((size_t)b);
 				rc = h->copy(c, run, o->queue, (size_t)b, slot);
 				if (timed)
 					rf__walk_timed(run, o, b, slot, t0, s0);

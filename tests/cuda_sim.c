@@ -1,5 +1,6 @@
 /* tests/cuda_sim.c — the simulated CUDA runtime (see cuda_sim.h for the model). */
 #include "cuda_sim.h"
+#include "rng.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -64,10 +65,7 @@ static void *xrealloc(void *p, size_t n)
 
 static uint64_t rnd(void)
 {
-	g_rng ^= g_rng << 13;
-	g_rng ^= g_rng >> 7;
-	g_rng ^= g_rng << 17;
-	return g_rng;
+	return rng_next(&g_rng);
 }
 
 long sim_fail_seen(void)

@@ -19,6 +19,7 @@
  * Output ends with the plain line "N passed, N failed".
  */
 #include "runtime/backend.h"
+#include "rng.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -30,19 +31,11 @@ static const char *g_backend = "threads";
 static int g_oracle_only; /* --oracle-control: computes check nothing; only the oracle can see the race */
 static unsigned long long g_seed;
 static int g_copy_mode; /* 0 fast, 1 slow copies (this iteration) */
-static unsigned long long g_copy_rng;
+static uint64_t g_copy_rng;
 
-static unsigned long long splitmix(unsigned long long *s)
+static uint64_t rnd(uint64_t *s, uint64_t n)
 {
-	unsigned long long z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static unsigned long long rnd(unsigned long long *s, unsigned long long n)
-{
-	return n ? splitmix(s) % n : 0;
+	return rng_below(s, n);
 }
 
 static void pause_ns(long ns)
@@ -66,7 +59,7 @@ static void pause_ns(long ns)
 static void slow_copy(size_t block)
 {
 	if (g_copy_mode) {
-		unsigned long long s = g_copy_rng ^ (block * 0x9e3779b97f4a7c15ull);
+		uint64_t s = g_copy_rng ^ (block * 0x9e3779b97f4a7c15ull);
 		pause_ns((long)rnd(&s, 40000));
 	}
 }
@@ -76,7 +69,8 @@ typedef struct ctx {
 	size_t next, calls, fail_at;
 	const unsigned char *const *srcs;
 	const size_t *sizes;
-	unsigned long long rng, seed;
+	uint64_t rng;
+	unsigned long long seed;
 	char why[200];
 } ctx;
 
@@ -136,7 +130,7 @@ static void *cancel_soon(void *arg)
 /* One iteration; returns 0 if every check held, else prints why. */
 static int iteration(unsigned long long iter, int negative)
 {
-	unsigned long long s = g_seed * 1000003ull + iter;
+	uint64_t s = g_seed * 1000003ull + iter;
 	unsigned kq = 1 + (unsigned)rnd(&s, 4);
 	unsigned depth = 1 + (unsigned)rnd(&s, 16);
 	if (kq > 1 && depth < kq + 1)
@@ -224,7 +218,7 @@ out:
  * RINGFETCH_ORACLE=1 every run is also checked against the graph's edges. */
 static int graph_iteration(unsigned long long iter)
 {
-	unsigned long long s = g_seed * 7919ull + iter;
+	uint64_t s = g_seed * 7919ull + iter;
 	unsigned kq = 1 + (unsigned)rnd(&s, 3);
 	unsigned depth = kq == 1 ? 1 + (unsigned)rnd(&s, 8) : kq + 1 + (unsigned)rnd(&s, 6);
 	size_t n = 1 + rnd(&s, 40), slot = 1 + rnd(&s, 2048);

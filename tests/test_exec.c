@@ -10,76 +10,6 @@
 
 /* ---- helpers ------------------------------------------------------------------------------------- */
 
-/* n blocks of random sizes in 0 .. slot_bytes, each in its own exact-size buffer. */
-static void bs_random(blockset *b, size_t n, size_t slot_bytes, uint64_t seed)
-{
-	bs_alloc(b, n, seed);
-	uint64_t st = seed ^ 0xe8ecu;
-	for (size_t i = 0; i < n; i++) {
-		uint64_t r = rng_next(&st);
-		b->sizes[i] = (r % 5 == 0) ? slot_bytes : (size_t)((r >> 8) % (slot_bytes + 1));
-	}
-	bs_fill(b, 0);
-}
-
-/* The checking callback: computes arrive in the order listed in order[] (block numbers), block b in
- * slot slot_of[b]; bytes are re-checked after some work (a copy into the slot meanwhile = WAR). */
-typedef struct checker {
-	const blockset *bs;
-	const size_t *order;    /* expected block sequence */
-	size_t norder;
-	const unsigned *slot_of; /* per block: its slot */
-	size_t pos;             /* computes seen */
-	size_t fail_at;         /* return fail_value at this block (SIZE_MAX: never) */
-	int fail_value;
-	unsigned work;
-	volatile unsigned sink;
-	char err[320];
-} checker;
-
-#define ck_fail(c, ...) first_error((c)->err, sizeof (c)->err, __VA_ARGS__)
-
-static void ck_bytes(checker *c, const rf_block *blk, const char *when)
-{
-	check_slot_bytes(c->err, sizeof c->err, blk, c->bs->srcs, when);
-}
-
-static int check_cb(void *user, const rf_block *blk)
-{
-	checker *c = user;
-	size_t i = blk->index, k = c->pos++;
-	if (k >= c->norder) {
-		ck_fail(c, "compute %zu (block %zu) is one too many (%zu expected)", k, i, c->norder);
-	} else if (i != c->order[k]) {
-		ck_fail(c, "compute %zu is block %zu, expected block %zu", k, i, c->order[k]);
-	} else {
-		if (blk->slot != c->slot_of[i])
-			ck_fail(c, "block %zu: slot %u, expected %u", i, blk->slot, c->slot_of[i]);
-		if (blk->bytes != c->bs->sizes[i])
-			ck_fail(c, "block %zu: bytes %zu, expected %zu", i, blk->bytes, c->bs->sizes[i]);
-		if (blk->stream != NULL)
-			ck_fail(c, "block %zu: stream is not NULL on a host backend", i);
-		if (blk->bytes == c->bs->sizes[i]) {
-			ck_bytes(c, blk, "at entry (RAW)");
-			hold_slot(blk, c->work, &c->sink);
-			ck_bytes(c, blk, "at exit (WAR: overwritten during compute)");
-		}
-	}
-	if (i == c->fail_at)
-		return c->fail_value;
-	return 0;
-}
-
-static void ck_init(checker *c, const blockset *bs, const size_t *order, size_t norder, const unsigned *slot_of)
-{
-	memset(c, 0, sizeof *c);
-	c->bs = bs;
-	c->order = order;
-	c->norder = norder;
-	c->slot_of = slot_of;
-	c->fail_at = SIZE_MAX;
-}
-
 static rf_exec_params exec_params(size_t slot_bytes)
 {
 	rf_exec_params ep;
@@ -146,16 +76,16 @@ static void ring_expect_free(ring_expect *r)
 /* One checked run of e over all of bs (work: yields + re-reads per compute): it returns RF_OK, and
  * the computes are exactly order[0 .. norder) in their slot_of[] slots, with their bytes. `what` and
  * the test's seed go into every failure message. */
-static void checked_run(rf_exec *e, const blockset *bs, const size_t *order, size_t norder,
+static void checked_exec_run(rf_exec *e, const blockset *bs, const size_t *order, size_t norder,
 			const unsigned *slot_of, unsigned work, const char *what, uint64_t seed)
 {
 	checker c;
-	ck_init(&c, bs, order, norder, slot_of);
+	ck_order(&c, bs, order, norder, slot_of);
 	c.work = work;
 	int rc = rf_exec_run(e, bs->n, bs_srcs(bs), bs->sizes, check_cb, &c);
 	cr_assert_eq(rc, RF_OK, "%s: %s: %s", what, rf_err_name(rc), rf_errmsg());
 	cr_assert_str_empty(c.err, "%s: %s [seed %llu]", what, c.err, (unsigned long long)seed);
-	cr_assert_eq(c.pos, norder, "%s: %zu computes, expected %zu", what, c.pos, norder);
+	cr_assert_eq(c.calls, norder, "%s: %zu computes, expected %zu", what, c.calls, norder);
 }
 
 /* ---- ring graphs ----------------------------------------------------------------------------------- */
@@ -182,7 +112,7 @@ Test(exec, ring_graph_tagged_payloads)
 					bs_random(&bs, n, 96, seed + run++);
 					char what[96];
 					snprintf(what, sizeof what, "depth %u kq %u n %zu pass %d", depth, kq, n, pass);
-					checked_run(e, &bs, r.order, n, r.slot_of, (unsigned)(n % 2), what, seed);
+					checked_exec_run(e, &bs, r.order, n, r.slot_of, (unsigned)(n % 2), what, seed);
 					bs_free(&bs);
 				}
 				ring_expect_free(&r);
@@ -207,7 +137,7 @@ Test(exec, graph_destroyed_right_after_create)
 	ring_expect_make(&r, n, depth);
 	blockset bs;
 	bs_random(&bs, n, 50, seed);
-	checked_run(e, &bs, r.order, n, r.slot_of, 0, "graph destroyed right after create", seed);
+	checked_exec_run(e, &bs, r.order, n, r.slot_of, 0, "graph destroyed right after create", seed);
 	bs_free(&bs);
 	ring_expect_free(&r);
 	rf_exec_destroy(e);
@@ -227,7 +157,7 @@ Test(exec, graph_changed_after_create_does_not_affect_exec)
 	ring_expect_make(&r, n, 2);
 	blockset bs;
 	bs_random(&bs, n, 32, seed);
-	checked_run(e, &bs, r.order, n, r.slot_of, 0, "graph grown after create", seed);
+	checked_exec_run(e, &bs, r.order, n, r.slot_of, 0, "graph grown after create", seed);
 	bs_free(&bs);
 	ring_expect_free(&r);
 	rf_exec_destroy(e);
@@ -276,13 +206,13 @@ Test(exec, hand_built_two_slot_graph)
 		bs_random(&bs, 4, 64, seed + (uint64_t)pass);
 		char what[32];
 		snprintf(what, sizeof what, "pass %d", pass);
-		checked_run(e, &bs, order, 4, slot_of, 2, what, seed);
+		checked_exec_run(e, &bs, order, 4, slot_of, 2, what, seed);
 		bs_free(&bs);
 	}
 	/* nblocks may exceed the graph's blocks: the extra ones are checked but not streamed. */
 	blockset bs;
 	bs_random(&bs, 7, 64, seed + 99);
-	checked_run(e, &bs, order, 4, slot_of, 0, "7 blocks for a graph of 4", seed);
+	checked_exec_run(e, &bs, order, 4, slot_of, 0, "7 blocks for a graph of 4", seed);
 	bs_free(&bs);
 	rf_exec_destroy(e);
 	leak_check();
@@ -306,7 +236,7 @@ Test(exec, slots_are_the_nodes_slots)
 	static const unsigned slot_of[] = {9, 2, 9, 0};
 	blockset bs;
 	bs_random(&bs, 4, 16, seed);
-	checked_run(e, &bs, order, 2, slot_of, 0, "blocks 1 and 3 of 4", seed);
+	checked_exec_run(e, &bs, order, 2, slot_of, 0, "blocks 1 and 3 of 4", seed);
 	bs_free(&bs);
 	rf_exec_destroy(e);
 	leak_check();
@@ -391,7 +321,7 @@ Test(exec, high_queue_numbers)
 	static const unsigned slot_of[] = {0, 1, 2, 3, 4, 5};
 	blockset bs;
 	bs_random(&bs, n, 20, seed);
-	checked_run(e, &bs, order, n, slot_of, 0, "copies on queue 63", seed);
+	checked_exec_run(e, &bs, order, n, slot_of, 0, "copies on queue 63", seed);
 	bs_free(&bs);
 	rf_exec_destroy(e);
 	leak_check();
@@ -715,20 +645,20 @@ Test(exec, callback_failure_then_reusable)
 			blockset bs;
 			bs_random(&bs, n, 40, seed + k);
 			checker c;
-			ck_init(&c, &bs, r.order, n, r.slot_of);
+			ck_order(&c, &bs, r.order, n, r.slot_of);
 			c.fail_at = k;
 			c.fail_value = value;
 			int rc = rf_exec_run(e, n, bs_srcs(&bs), bs.sizes, check_cb, &c);
 			bs_free(&bs);
 			cr_assert_eq(rc, RF_ECALLBACK, "depth %u fail at %zu: %s", depth, k, rf_err_name(rc));
 			cr_assert_str_empty(c.err, "%s", c.err);
-			cr_assert_eq(c.pos, k + 1, "depth %u fail at %zu: %zu computes", depth, k, c.pos);
+			cr_assert_eq(c.calls, k + 1, "depth %u fail at %zu: %zu computes", depth, k, c.calls);
 			cr_assert(has_number(rf_errmsg(), (long long)k), "errmsg does not name block %zu: %s", k,
 				  rf_errmsg());
 			cr_assert(has_number(rf_errmsg(), value), "errmsg does not name value %d: %s", value, rf_errmsg());
 
 			bs_random(&bs, n, 40, seed + 100 + k);
-			checked_run(e, &bs, r.order, n, r.slot_of, 0, "run after failure", seed);
+			checked_exec_run(e, &bs, r.order, n, r.slot_of, 0, "run after failure", seed);
 			bs_free(&bs);
 		}
 		ring_expect_free(&r);

@@ -15,6 +15,7 @@
 #include "graph/program.h"
 #include "base/error.h"
 #include "graph_support.h"
+#include "rng.h"
 
 #include <inttypes.h>
 #include <stdint.h>
@@ -428,11 +429,7 @@ static uint64_t rng_state;
 
 static uint32_t rnd(uint32_t bound)
 {
-	/* xorshift64*, good enough for shapes */
-	rng_state ^= rng_state >> 12;
-	rng_state ^= rng_state << 25;
-	rng_state ^= rng_state >> 27;
-	return (uint32_t)((rng_state * 2685821657736338717ull) >> 33) % bound;
+	return (uint32_t)rng_below(&rng_state, bound);
 }
 
 /*

@@ -11,6 +11,7 @@
 #include "runtime/backend.h"
 #include "runtime/engine.h"
 #include "memory/staging.h"
+#include "rng.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -116,7 +117,8 @@ Test(staging, pipeline_placement_cpu_and_threads)
 	}
 }
 
-/* On a machine where binding works (this one: FACTS.md), auto must bind to the caller's node. */
+/* On a machine where binding works (CI: a one-node container where mbind is allowed), auto must bind
+ * to the caller's node. */
 Test(staging, auto_binds_to_the_callers_node)
 {
 	hwloc_topology_t t = topo_load();
@@ -400,13 +402,6 @@ Test(staging, binding_refused_falls_back_and_says_so)
 
 /* ---- the arena under churn ------------------------------------------------------------------------ */
 
-static uint64_t rng(uint64_t *s)
-{
-	*s ^= *s << 13;
-	*s ^= *s >> 7;
-	*s ^= *s << 17;
-	return *s;
-}
 
 /* jemalloc's own count of the arena's active pages, refreshed. */
 static size_t arena_pactive(int ind)
@@ -425,14 +420,14 @@ static size_t arena_pactive(int ind)
 static void churn(unsigned cycles, uint64_t *seed, void **live, size_t *len)
 {
 	for (unsigned c = 0; c < cycles; c++) {
-		unsigned k = (unsigned)(rng(seed) % 32);
+		unsigned k = (unsigned)(rng_next(seed) % 32);
 		if (live[k] != NULL) {
 			unsigned char *b = live[k];
 			cr_assert(b[0] == (unsigned char)k && b[len[k] - 1] == (unsigned char)k, "block %u overwritten", k);
 			rf_staging_free(live[k]);
 			live[k] = NULL;
 		}
-		uint64_t r = rng(seed);
+		uint64_t r = rng_next(seed);
 		len[k] = 1 + (size_t)(r >> 20) % ((r & 3) ? 4096 : (1 << 20));
 		cr_assert_eq(rf_staging_alloc(len[k], "auto", &live[k]), RF_OK, "%s", rf_errmsg());
 		memset(live[k], (int)k, len[k]);
@@ -480,7 +475,7 @@ static void *churn_thread(void *arg)
 {
 	uint64_t seed = (uintptr_t)arg * 0x2545f4914f6cdd1du + 1;
 	for (int i = 0; i < 500; i++) {
-		size_t n = 1 + (size_t)(rng(&seed) % (256 << 10));
+		size_t n = 1 + (size_t)(rng_next(&seed) % (256 << 10));
 		unsigned char *b;
 		if (rf_staging_alloc(n, (i & 1) ? "auto" : "none", (void **)&b) != RF_OK)
 			return "alloc failed";
