@@ -18,6 +18,8 @@
  * arenas: pipelines come and go, the arenas (and their cached extents) are reused. */
 #include "memory/staging.h"
 #include "base/alloc.h"
+#include "base/align.h"
+#include "base/parse.h"
 #include "runtime/backend.h"
 #include "base/error.h"
 #include "memory/topology.h"
@@ -120,17 +122,12 @@ static size_t rf__stg_page(void)
 
 /* ---- policy parsing and resolution ------------------------------------------------------------- */
 
-/* Decimal digits only, no sign or space, fitting an int: anything looser hides typos. */
+/* node:N — N in the library's one decimal grammar (base/parse.h), fitting an int. */
 static int rf__stg_parse_node(const char *s, int *node)
 {
-	long v = 0;
-	if (*s == '\0')
+	uint64_t v;
+	if (rf__parse_uint(s, 0, INT32_MAX, &v) != 0)
 		return 0;
-	for (; *s != '\0'; s++) {
-		if (*s < '0' || *s > '9' || v > (INT32_MAX - 9) / 10)
-			return 0;
-		v = v * 10 + (*s - '0');
-	}
 	*node = (int)v;
 	return 1;
 }
@@ -336,7 +333,7 @@ static void *rf__stg_map(rf__stg_arena *a, size_t size, size_t align, int *why)
 	unsigned char *raw = rf__stg_map_raw(a, size + extra, why);
 	if (raw == NULL)
 		return NULL;
-	uintptr_t r = (uintptr_t)raw, p = (r + align - 1) & ~(uintptr_t)(align - 1);
+	uintptr_t r = (uintptr_t)raw, p = rf__align_up(r, align);
 	if (p > r)
 		hwloc_free(a->topo, raw, p - r);
 	if (p + size < r + size + extra)
@@ -765,7 +762,11 @@ int rf__staging_placement(const void *p, rf_placement *out)
 
 /* ---- the public embedder API ----------------------------------------------------------------- */
 
-/* Small blocks need only cache-line alignment; page alignment from 4 KiB keeps big ones DMA-ready. */
+size_t rf__staging_align_for(size_t bytes)
+{
+	return bytes >= RF__ALIGN_PINNED ? RF__ALIGN_PINNED : RF__ALIGN_CPU;
+}
+
 int rf_staging_alloc(size_t bytes, const char *policy, void **out)
 {
 	if (out == NULL || bytes == 0)
@@ -774,7 +775,7 @@ int rf_staging_alloc(size_t bytes, const char *policy, void **out)
 	int rc = rf__staging_parse("rf_staging_alloc", policy, &pol);
 	if (rc != RF_OK)
 		return rc;
-	if ((rc = rf__staging_alloc(&pol, bytes, bytes >= 4096 ? 4096 : 64, out)) != RF_OK)
+	if ((rc = rf__staging_alloc(&pol, bytes, rf__staging_align_for(bytes), out)) != RF_OK)
 		return rf__err(rc, "rf_staging_alloc: %s", rf__errmsg_peek());
 	return RF_OK;
 }

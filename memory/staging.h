@@ -35,6 +35,11 @@ void rf__staging_set_pinner(const rf__staging_pinner *pinner);
 /* Alignment of ring slots: a page, so that the ring is placed (and later registered) page by page. */
 #define RF__STAGING_SLOT_ALIGN 4096u
 
+/* The alignment of a staging block of `bytes` for embedders (rf_staging_alloc, rf_cuda_staging_alloc):
+ * small blocks need only a cache line (RF__ALIGN_CPU); from a page on (RF__ALIGN_PINNED), page alignment
+ * keeps them ready for DMA and page-locking. The one statement of that rule. */
+size_t rf__staging_align_for(size_t bytes);
+
 /* Parse a policy string (NULL = auto) strictly; RF_EINVAL with a sentence prefixed by `who`.
  * Checks the syntax only: whether node N exists is checked when memory is allocated. */
 int rf__staging_parse(const char *who, const char *text, rf__staging_policy *out);
