@@ -16,6 +16,8 @@
  *
  * Arenas, their records and the topology reference live as long as the process, like jemalloc's own
  * arenas: pipelines come and go, the arenas (and their cached extents) are reused. */
+/* MAP_ANONYMOUS is not POSIX (the build asks for _POSIX_C_SOURCE): ask glibc for it. */
+#define _DEFAULT_SOURCE 1
 #include "memory/staging.h"
 #include "base/alloc.h"
 #include "base/align.h"
@@ -33,18 +35,24 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* Why a region is unbound; 0: bound. Positive values are the errno of a refused binding. */
-enum { RF__WHY_BOUND = 0, RF__WHY_NONE = -1, RF__WHY_UNKNOWN = -2 };
+enum { RF__WHY_BOUND = 0, RF__WHY_NONE = -1, RF__WHY_UNKNOWN = -2, RF__WHY_NOT_THIS_SYSTEM = -3 };
 
 /* Largest growth step of an arena's mappings: the hook touches everything it maps, so jemalloc's
  * geometric growth of retained memory must not make it commit much more than was asked for. */
 #define RF__STG_GROW_LIMIT ((size_t)4 << 20)
 
+/* From this size on (and for every page-aligned block) a block is a mapping of its own, not a carve
+ * from jemalloc (see rf__stg_is_direct). */
+#define RF__STG_DIRECT_MIN ((size_t)64 << 10)
+
 typedef struct rf__stg_region {
 	uintptr_t start, end;
 	int why;
+	int direct; /* one block of its own, never seen by jemalloc (rf__stg_direct_alloc) */
 } rf__stg_region;
 
 /* A page-locked mapping (pinned arenas): registered whole by the alloc hook, and unregistered and
@@ -232,10 +240,10 @@ static int rf__stg_insert(rf__stg_arena *a, size_t i, rf__stg_region r)
 }
 
 /* Record a new mapping. 0 when out of memory. */
-static int rf__stg_region_add(rf__stg_arena *a, uintptr_t start, size_t len, int why)
+static int rf__stg_region_add(rf__stg_arena *a, uintptr_t start, size_t len, int why, int direct)
 {
 	pthread_mutex_lock(&a->mu);
-	int ok = rf__stg_insert(a, rf__stg_upper(a, start), (rf__stg_region){start, start + len, why});
+	int ok = rf__stg_insert(a, rf__stg_upper(a, start), (rf__stg_region){start, start + len, why, direct});
 	pthread_mutex_unlock(&a->mu);
 	return ok;
 }
@@ -258,7 +266,7 @@ static int rf__stg_region_cut(rf__stg_arena *a, uintptr_t start, size_t len)
 	} else if (r != NULL && r->end == end) {
 		r->end = start;
 	} else if (r != NULL) {
-		rf__stg_region tail = {end, r->end, r->why};
+		rf__stg_region tail = {end, r->end, r->why, 0};
 		r->end = start;
 		if (!(ok = rf__stg_insert(a, i + 1, tail)))
 			a->regions[i].end = tail.end;
@@ -276,69 +284,96 @@ static int rf__stg_refused(int err)
 	       err == EACCES;
 }
 
-/* Bound memory, strictly: NULL with errno when hwloc or the kernel cannot honour the binding. */
-static void *rf__stg_map_bound(rf__stg_arena *a, size_t len)
+/* Mappings are made and unmapped here, with mmap and munmap, never with hwloc_alloc / hwloc_free:
+ * when the topology is not this system's (HWLOC_XMLFILE, HWLOC_SYNTHETIC, HWLOC_THISSYSTEM=0) hwloc
+ * allocates with malloc and hwloc_free is free(), which cannot give back a head, a tail or a split
+ * piece of a block (freeing those freed the whole block under us). munmap takes any page range. */
+static void *rf__stg_os_map(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	return p == MAP_FAILED ? NULL : p;
+}
+
+static void rf__stg_os_unmap(void *p, size_t len)
+{
+	(void)munmap(p, len);
+}
+
+/* Bind [p, p+len) (fresh, untouched) as the arena's policy asks, strictly: 0, or -1 with errno when
+ * hwloc or the kernel cannot honour the binding. */
+static int rf__stg_bind(rf__stg_arena *a, void *p, size_t len)
 {
 	int injected = rf__stg_fault("membind");
 	if (injected != 0) {
 		errno = injected;
-		return NULL;
+		return -1;
 	}
 	hwloc_membind_policy_t pol = a->key.kind == RF__STG_NODE ? HWLOC_MEMBIND_BIND : HWLOC_MEMBIND_INTERLEAVE;
-	return hwloc_alloc_membind(a->topo, len, a->nodeset, pol,
-				   HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_STRICT | HWLOC_MEMBIND_NOCPUBIND);
+	return hwloc_set_area_membind(a->topo, p, len, a->nodeset, pol,
+				      HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_STRICT | HWLOC_MEMBIND_NOCPUBIND);
 }
 
-/* Ordinary page-aligned memory (mmap on Linux), freed by hwloc_free like the bound kind. */
-static void *rf__stg_map_plain(rf__stg_arena *a, size_t len)
+/* Map len bytes (a multiple of the page); NULL with the hook's failure note set. */
+static void *rf__stg_map_plain(size_t len)
 {
 	if (rf__stg_fault("fallback")) {
-		rf__stg_hook_fail("mapping unbound memory (injected fault)", ENOMEM);
+		rf__stg_hook_fail("mapping memory (injected fault)", ENOMEM);
 		return NULL;
 	}
-	void *p = hwloc_alloc(a->topo, len);
+	void *p = rf__stg_os_map(len);
 	if (p == NULL)
-		rf__stg_hook_fail("mapping unbound memory", errno);
+		rf__stg_hook_fail("mapping memory (mmap)", errno);
 	return p;
 }
 
-/* Map len bytes as the arena's policy asks; *why says whether they are bound, and if not, why. */
-static void *rf__stg_map_raw(rf__stg_arena *a, size_t len, int *why)
+/* Whether the arena binds: NODE and INTERLEAVE do, on a topology that describes this system (a topology
+ * from XML or synthetic may name nodes this machine does not have: hwloc refuses to bind from it). */
+static int rf__stg_binds(const rf__stg_arena *a, int *why)
 {
-	if (a->key.kind == RF__STG_NODE || a->key.kind == RF__STG_INTERLEAVE) {
-		void *p = rf__stg_map_bound(a, len);
-		if (p != NULL) {
-			*why = RF__WHY_BOUND;
-			return p;
-		}
-		int e = errno;
-		if (!rf__stg_refused(e)) {
-			rf__stg_hook_fail("binding memory (hwloc_alloc_membind)", e);
-			return NULL;
-		}
-		*why = e;
-	} else {
+	if (a->key.kind != RF__STG_NODE && a->key.kind != RF__STG_INTERLEAVE) {
 		*why = a->key.kind == RF__STG_NONE ? RF__WHY_NONE : RF__WHY_UNKNOWN;
+		return 0;
 	}
-	return rf__stg_map_plain(a, len);
+	if (!hwloc_topology_is_thissystem(a->topo)) {
+		*why = RF__WHY_NOT_THIS_SYSTEM;
+		return 0;
+	}
+	return 1;
 }
 
-/* jemalloc may ask for more than page alignment (its metadata wants 2 MiB): map the excess and give
- * back the head and tail (partial munmap keeps the binding of what remains). */
+/* Map len bytes at alignment align (a power of two), bound as the arena's policy asks; *why says whether
+ * they are bound, and if not, why. jemalloc may ask for more than page alignment (its metadata wants
+ * 2 MiB): the excess is mapped and the head and tail given back before binding. */
 static void *rf__stg_map(rf__stg_arena *a, size_t size, size_t align, int *why)
 {
 	size_t page = rf__stg_page(), extra = align > page ? align - page : 0;
-	if (size + extra < size)
+	if (size + extra < size) {
+		rf__stg_hook_fail("mapping memory (size overflows)", ENOMEM);
 		return NULL;
-	unsigned char *raw = rf__stg_map_raw(a, size + extra, why);
+	}
+	int bind = rf__stg_binds(a, why);
+	unsigned char *raw = rf__stg_map_plain(size + extra);
 	if (raw == NULL)
 		return NULL;
 	uintptr_t r = (uintptr_t)raw, p = rf__align_up(r, align);
 	if (p > r)
-		hwloc_free(a->topo, raw, p - r);
+		rf__stg_os_unmap(raw, p - r);
 	if (p + size < r + size + extra)
-		hwloc_free(a->topo, (void *)(p + size), r + extra - p);
-	return (void *)p;
+		rf__stg_os_unmap((void *)(p + size), r + extra - p);
+	if (!bind)
+		return (void *)p;
+	if (rf__stg_bind(a, (void *)p, size) == 0) {
+		*why = RF__WHY_BOUND;
+		return (void *)p;
+	}
+	int e = errno;
+	if (rf__stg_refused(e)) { /* a refusal, not a shortage: the memory stays, unbound, and says why */
+		*why = e;
+		return (void *)p;
+	}
+	rf__stg_os_unmap((void *)p, size);
+	rf__stg_hook_fail("binding memory (hwloc_set_area_membind)", e);
+	return NULL;
 }
 
 /* First touch places the pages: do it now, under the binding, not later on whatever thread copies. */
@@ -415,36 +450,45 @@ static int rf__stg_pin_release(rf__stg_arena *a, void *p, size_t len)
 		const rf__staging_pinner *pin = atomic_load(&rf__stg_pinner);
 		if (pin != NULL)
 			pin->unpin(p);
-		hwloc_free(a->topo, p, len);
+		rf__stg_os_unmap(p, len);
 	}
 	return whole;
 }
 
-/* extent alloc: map (bound if possible), touch, page-lock (pinned arenas), record the region. */
-static void *rf__stg_hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t align, bool *zero,
-				bool *commit, unsigned ind)
+/* A new mapping: map (bound if possible), touch, page-lock (pinned arenas), record the region (direct:
+ * one block of its own, see rf__stg_direct_alloc). NULL with the hook's failure note set. */
+static void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direct)
 {
-	(void)ind;
-	rf__stg_arena *a = (rf__stg_arena *)h;
 	int why;
-	if (new_addr != NULL) /* growing in place at a given address: decline, jemalloc maps elsewhere */
-		return NULL;
 	void *p = rf__stg_map(a, size, align, &why);
 	if (p == NULL)
 		return NULL;
 	rf__stg_touch(p, size);
 	if (a->key.pinned && !rf__stg_pin_add(a, p, size)) {
-		hwloc_free(a->topo, p, size);
+		rf__stg_os_unmap(p, size);
 		return NULL;
 	}
-	if (!rf__stg_region_add(a, (uintptr_t)p, size, why)) {
+	if (!rf__stg_region_add(a, (uintptr_t)p, size, why, direct)) {
 		if (!a->key.pinned || !rf__stg_pin_release(a, p, size))
-			hwloc_free(a->topo, p, size);
+			rf__stg_os_unmap(p, size);
 		rf__stg_hook_fail("recording the region", ENOMEM);
 		return NULL;
 	}
 	atomic_fetch_add(&rf__stg_mapped, size);
 	atomic_fetch_add(&rf__stg_maps, 1);
+	return p;
+}
+
+/* extent alloc: a new mapping for jemalloc to carve. */
+static void *rf__stg_hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, size_t align, bool *zero,
+				bool *commit, unsigned ind)
+{
+	(void)ind;
+	if (new_addr != NULL) /* growing in place at a given address: decline, jemalloc maps elsewhere */
+		return NULL;
+	void *p = rf__stg_new_mapping((rf__stg_arena *)h, size, align, 0);
+	if (p == NULL)
+		return NULL;
 	*zero = true; /* fresh mappings are zero, and touching wrote zeros */
 	*commit = true;
 	return p;
@@ -461,7 +505,7 @@ static bool rf__stg_hook_dalloc(extent_hooks_t *h, void *addr, size_t size, bool
 	if (!rf__stg_region_cut(a, (uintptr_t)addr, size))
 		return true;
 	if (!a->key.pinned || !rf__stg_pin_release(a, addr, size))
-		hwloc_free(a->topo, addr, size);
+		rf__stg_os_unmap(addr, size);
 	atomic_fetch_sub(&rf__stg_mapped, size);
 	return false;
 }
@@ -617,20 +661,61 @@ static int rf__stg_lg(size_t align)
 	return lg;
 }
 
-/* The one place staging memory is carved: clears the hook's failure note first, so that a NULL can
- * be explained by what the hooks saw during this very call. */
+/* Blocks from jemalloc: small ones only. jemalloc rounds a large request up to its size class (64 MiB
+ * + its page of padding became an 80 MiB mapping) and keeps the tail it did not use among its retained
+ * extents, which no later large request can use: every create of a big ring mapped afresh and the
+ * tails — touched, so resident — piled up, and a ring could exceed memory_budget by a quarter. */
+static int rf__stg_is_direct(size_t bytes, size_t align)
+{
+	return align >= rf__stg_page() || bytes >= RF__STG_DIRECT_MIN;
+}
+
+/* A carve from the arena. No thread cache: staging blocks are long-lived, and a cached block would stay
+ * attributed to this thread instead of returning to the arena. Zeroed: fresh extents are zero already
+ * (jemalloc skips those), reused ones must not leak a previous owner's bytes. */
 static void *rf__stg_mallocx(const rf__stg_arena *a, size_t bytes, size_t align)
 {
-	rf__stg_hook_step = NULL;
-	if (rf__stg_fault("mallocx")) {
-		rf__stg_hook_fail("mallocx (injected fault)", ENOMEM);
-		return NULL;
-	}
-	/* No thread cache: staging blocks are large and long-lived, and a cached block would stay
-	 * attributed to this thread instead of returning to the arena. Zeroed: fresh extents are zero
-	 * already (jemalloc skips those), reused ones must not leak a previous owner's bytes. */
 	return mallocx(bytes, MALLOCX_ARENA(a->ind) | MALLOCX_TCACHE_NONE | MALLOCX_ZERO |
 				      MALLOCX_LG_ALIGN(rf__stg_lg(align)));
+}
+
+/* Page-aligned and large blocks (every ring) are mappings of their own: exactly the bytes asked for,
+ * rounded up to a page, bound and touched like the arena's, and unmapped whole when freed — nothing
+ * retained, nothing rounded to a size class. */
+static void *rf__stg_direct_alloc(rf__stg_arena *a, size_t bytes)
+{
+	size_t page = rf__stg_page(), len = rf__align_up(bytes, page);
+	if (len == 0) {
+		rf__stg_hook_fail("mapping memory (size overflows)", ENOMEM);
+		return NULL;
+	}
+	return rf__stg_new_mapping(a, len, page, 1);
+}
+
+/* If p starts a direct block: forget it, unmap it (unregistering it first if pinned), return 1. */
+static int rf__stg_direct_free(void *p)
+{
+	rf__stg_arena *owner = NULL;
+	size_t len = 0;
+	pthread_mutex_lock(&rf__stg_mu);
+	for (rf__stg_arena *a = rf__stg_arenas; a != NULL && owner == NULL; a = a->next) {
+		pthread_mutex_lock(&a->mu);
+		rf__stg_region *r = rf__stg_find_region(a, (uintptr_t)p);
+		if (r != NULL && r->direct && r->start == (uintptr_t)p) {
+			owner = a;
+			len = r->end - r->start;
+			memmove(r, r + 1, (size_t)(a->regions + a->nregions - r - 1) * sizeof *r);
+			a->nregions--;
+		}
+		pthread_mutex_unlock(&a->mu);
+	}
+	pthread_mutex_unlock(&rf__stg_mu);
+	if (owner == NULL)
+		return 0;
+	if (!owner->key.pinned || !rf__stg_pin_release(owner, p, len))
+		rf__stg_os_unmap(p, len);
+	atomic_fetch_sub(&rf__stg_mapped, len);
+	return 1;
 }
 
 /* A short name of an arena's placement, for messages. */
@@ -667,7 +752,13 @@ int rf__staging_alloc(const rf__staging_policy *pol, size_t bytes, size_t align,
 	int rc = rf__stg_arena_get(pol, &a);
 	if (rc != RF_OK)
 		return rc;
-	void *p = rf__stg_mallocx(a, bytes, align);
+	/* The hook's failure note is cleared first, so that a NULL is explained by this very call. */
+	rf__stg_hook_step = NULL;
+	void *p = NULL;
+	if (rf__stg_fault("mallocx"))
+		rf__stg_hook_fail("carving the block (injected fault)", ENOMEM);
+	else
+		p = rf__stg_is_direct(bytes, align) ? rf__stg_direct_alloc(a, bytes) : rf__stg_mallocx(a, bytes, align);
 	if (p == NULL)
 		return rf__stg_alloc_failed(a, bytes);
 	atomic_fetch_add(&rf__stg_live, 1);
@@ -675,12 +766,14 @@ int rf__staging_alloc(const rf__staging_policy *pol, size_t bytes, size_t align,
 	return RF_OK;
 }
 
-/* dallocx finds the arena from the pointer; no tcache, as in rf__stg_mallocx. */
+/* A direct block is unmapped; otherwise dallocx finds the arena from the pointer (no tcache, as in
+ * rf__stg_mallocx). */
 void rf__staging_free(void *p)
 {
 	if (p == NULL)
 		return;
-	dallocx(p, MALLOCX_TCACHE_NONE);
+	if (!rf__stg_direct_free(p))
+		dallocx(p, MALLOCX_TCACHE_NONE);
 	atomic_fetch_sub(&rf__stg_live, 1);
 }
 
@@ -715,6 +808,10 @@ static const char *rf__stg_reason(int why)
 		return "policy none: ordinary unbound memory, placed by the kernel at first touch";
 	case RF__WHY_UNKNOWN:
 		return "policy auto: the calling thread's NUMA node is unknown (hwloc cannot tell): unbound memory";
+	case RF__WHY_NOT_THIS_SYSTEM:
+		return "the hwloc topology does not describe this system (HWLOC_XMLFILE, HWLOC_SYNTHETIC or "
+		       "HWLOC_THISSYSTEM=0; set HWLOC_THISSYSTEM=1 if the XML is this machine's): hwloc cannot "
+		       "bind: unbound memory";
 	case EPERM:
 		return "binding refused by the kernel (EPERM: not permitted, e.g. a container without "
 		       "CAP_SYS_NICE): unbound memory";
