@@ -448,6 +448,14 @@ int rf__config_load(rf__config *c, int want_depth, int want_backend, int want_co
 	return rc;
 }
 
+int rf__config_budget_check(const rf__config *c, const char *who, unsigned nslots, size_t slot_bytes)
+{
+	if (c->memory_budget == 0 || nslots == 0 || slot_bytes <= c->memory_budget / nslots)
+		return RF_OK;
+	return rf__err(RF_ECONFIG, "%s: a ring of %u x %zu bytes exceeds %s (%llu bytes)", who, nslots, slot_bytes,
+		       c->budget_from, c->memory_budget);
+}
+
 int rf__config_depth(unsigned explicit_depth, unsigned *out)
 {
 	if (explicit_depth != 0) {

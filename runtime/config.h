@@ -38,6 +38,11 @@ typedef struct rf__config {
  * not give explicitly (want_* non-zero). RF_OK, RF_ECONFIG, or RF_ENOMEM (no buffer for the file). */
 int rf__config_load(rf__config *c, int want_depth, int want_backend, int want_copy_queues, int want_staging);
 
+/* RF_OK if a ring of nslots slots of slot_bytes fits c's memory budget (none configured: always);
+ * else RF_ECONFIG "<who>: a ring of N x B bytes exceeds <where the budget came from> (<budget> bytes)".
+ * For every user of ring memory (rf_exec_create; rf_pipeline_create checks its own depth rule). */
+int rf__config_budget_check(const rf__config *c, const char *who, unsigned nslots, size_t slot_bytes);
+
 /* depth: explicit (non-zero) wins; else RINGFETCH_DEPTH (file, env); else 2. 0 in *out means "auto".
  * RF_ECONFIG names the variable. */
 int rf__config_depth(unsigned explicit_depth, unsigned *out);
