@@ -1,5 +1,5 @@
 /* base/parse.h — the one decimal parser of the library: configuration values (runtime/config.c) and
- * staging policies (memory/staging.c) read numbers through it, so that every number a user writes is
+ * staging policies (memory/policy.c) read numbers through it, so that every number a user writes is
  * held to the same grammar: decimal digits only — no sign, no space, no base prefix, no empty string. */
 #ifndef RF_BASE_PARSE_H
 #define RF_BASE_PARSE_H
