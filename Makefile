@@ -6,9 +6,9 @@ CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
 # Debian packages the build, tests and benchmark need: cmake, a C compiler, pkg-config, hwloc, jemalloc,
-# Criterion, libinih (the config file); gnuplot (the sweep's plot) and StarPU 1.3 (the sweep's peer baseline);
+# Criterion; gnuplot (the sweep's plot) and StarPU 1.3 (the sweep's peer baseline);
 # g++, the host compiler nvcc needs for the GPU benchmark's kernel when the CUDA toolkit is there.
-DEB_PACKAGES := cmake make gcc g++ pkg-config libhwloc-dev libjemalloc-dev libcriterion-dev libinih-dev gnuplot-nox libstarpu-dev
+DEB_PACKAGES := cmake make gcc g++ pkg-config libhwloc-dev libjemalloc-dev libcriterion-dev gnuplot-nox libstarpu-dev
 RESULTS := $(BUILD)/results
 
 .PHONY: all deps configure build run test sanitize tsan valgrind clean

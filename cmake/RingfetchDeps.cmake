@@ -5,8 +5,6 @@ find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
 pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
-# libinih reads the config file (RINGFETCH_CONFIG, runtime/config.c).
-pkg_check_modules(INIH REQUIRED IMPORTED_TARGET inih)
 if(RINGFETCH_TESTS)
   pkg_check_modules(CRITERION REQUIRED IMPORTED_TARGET criterion)
 endif()

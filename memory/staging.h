@@ -5,6 +5,7 @@
 #define RF_MEMORY_STAGING_H
 
 #include "ringfetch.h"
+#include "base/align.h"
 
 #include <stddef.h>
 
@@ -32,8 +33,14 @@ typedef struct rf__staging_pinner {
 } rf__staging_pinner;
 void rf__staging_set_pinner(const rf__staging_pinner *pinner);
 
-/* Alignment of ring slots: a page, so that the ring is placed (and later registered) page by page. */
-#define RF__STAGING_SLOT_ALIGN 4096u
+/* Alignment of a ring's memory: a page, so that the ring is placed (and later registered) page by page,
+ * and is a mapping of its own (memory/staging.c). */
+#define RF__STAGING_SLOT_ALIGN RF__ALIGN_PINNED
+
+/* The alignment of a staging block of `bytes` for embedders (rf_staging_alloc, rf_cuda_staging_alloc):
+ * small blocks need only a cache line (RF__ALIGN_CPU); from a page on (RF__ALIGN_PINNED), page alignment
+ * keeps them ready for DMA and page-locking. The one statement of that rule. */
+size_t rf__staging_align_for(size_t bytes);
 
 /* Parse a policy string (NULL = auto) strictly; RF_EINVAL with a sentence prefixed by `who`.
  * Checks the syntax only: whether node N exists is checked when memory is allocated. */

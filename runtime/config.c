@@ -1,38 +1,43 @@
-/* runtime/config.c — configuration values from the environment, checked strictly: a deployment that
- * sets RINGFETCH_DEPTH=8x wants to hear about it, not to run at some other depth. */
+/* runtime/config.c — configuration values from the config file and the environment, checked strictly: a
+ * deployment that sets RINGFETCH_DEPTH=8x, or writes `depth = 8x` in its file, wants to hear about it, not
+ * to run at some other depth.
+ *
+ * Every setting is one row of rf__cfg_keys (its key in the file, its variable, what a valid value is, the
+ * function that checks and stores it): the file and the environment are both read through that table, so
+ * adding a setting is adding a row and a field of rf__config.
+ *
+ * The file is read by a small parser of our own rather than an INI library, because the guarantees are
+ * about the bytes: only a regular file is read (opened with O_NONBLOCK, so a FIFO cannot block the open),
+ * at most RF__CFG_MAX_BYTES of it, in one bounded read loop; a read error is an error, never an early EOF;
+ * and every line is either blank, a comment, a section header or `key = value` — anything else (a NUL or
+ * control byte, a line without `=`, a duplicate key, an unknown key or section) is RF_ECONFIG naming the
+ * file and the line. Lines may be of any length (no buffer splits them) and nothing continues a line. */
 #include "runtime/config.h"
+#include "base/alloc.h"
 #include "base/error.h"
+#include "base/parse.h"
+#include "memory/staging.h"
 
-#include <ini.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #define RF__DEFAULT_DEPTH 2u
 
-/* A count in 1..max, written in decimal digits only (no sign, no space, no base prefix). */
-static int rf__parse_count(const char *s, unsigned max, unsigned *out)
-{
-	unsigned v = 0;
-	if (s == NULL || *s == '\0')
-		return -1;
-	for (const char *c = s; *c; c++) {
-		if (*c < '0' || *c > '9')
-			return -1;
-		v = v * 10 + (unsigned)(*c - '0');
-		if (v > max)
-			return -1;
-	}
-	if (v == 0)
-		return -1;
-	*out = v;
-	return 0;
-}
+/* ---- values --------------------------------------------------------------------------------------- */
 
 int rf__parse_depth(const char *s, unsigned *out)
 {
-	return rf__parse_count(s, RF_MAX_DEPTH, out);
+	uint64_t v;
+	if (rf__parse_uint(s, 1, RF_MAX_DEPTH, &v) != 0)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
 }
 
 const char *rf__parse_backend(const char *s)
@@ -46,92 +51,357 @@ const char *rf__parse_backend(const char *s)
 
 int rf__parse_copy_queues(const char *s, unsigned *out)
 {
-	return rf__parse_count(s, RF_MAX_QUEUES - 1, out);
+	uint64_t v;
+	if (rf__parse_uint(s, 1, RF_MAX_QUEUES - 1, &v) != 0)
+		return -1;
+	*out = (unsigned)v;
+	return 0;
 }
 
 int rf__parse_bytes(const char *s, unsigned long long *out)
 {
-	unsigned long long v = 0, mul = 1;
-	const char *c = s;
-	if (s == NULL || *s < '0' || *s > '9')
+	const uint64_t max = 1ull << 50;
+	uint64_t v, mul = 1;
+	const char *c;
+	if (rf__parse_decimal(s, max, &v, &c) != 0)
 		return -1;
-	for (; *c >= '0' && *c <= '9'; c++) {
-		v = v * 10 + (unsigned)(*c - '0');
-		if (v > (1ull << 50))
-			return -1;
-	}
 	if (*c == 'K' || *c == 'k')
 		mul = 1ull << 10, c++;
 	else if (*c == 'M' || *c == 'm')
 		mul = 1ull << 20, c++;
 	else if (*c == 'G' || *c == 'g')
 		mul = 1ull << 30, c++;
-	if (*c != '\0' || v == 0 || v > (1ull << 50) / mul)
+	if (*c != '\0' || v == 0 || v > max / mul)
 		return -1;
 	*out = v * mul;
 	return 0;
 }
 
-/* ---- the file ----------------------------------------------------------------------------------- */
+/* ---- the settings: one row each ------------------------------------------------------------------- */
 
-typedef struct rf__ini {
+/* Setters: 0 when value is valid (and stored), -1 when it is malformed (nothing stored). `from` says where
+ * the value came from ("memory_budget in FILE", "RINGFETCH_MEMORY_BUDGET"), for later messages. */
+typedef int (*rf__cfg_set_fn)(rf__config *c, const char *value, const char *from);
+
+static int rf__set_depth(rf__config *c, const char *v, const char *from)
+{
+	(void)from;
+	if (strcmp(v, "auto") == 0) {
+		c->depth_auto = 1;
+		c->depth = 0;
+		return 0;
+	}
+	if (rf__parse_depth(v, &c->depth) != 0)
+		return -1;
+	c->depth_auto = 0;
+	return 0;
+}
+
+static int rf__set_backend(rf__config *c, const char *v, const char *from)
+{
+	(void)from;
+	const char *b = rf__parse_backend(v);
+	if (b == NULL)
+		return -1;
+	c->backend = b;
+	return 0;
+}
+
+static int rf__set_copy_queues(rf__config *c, const char *v, const char *from)
+{
+	(void)from;
+	return rf__parse_copy_queues(v, &c->copy_queues);
+}
+
+/* A string that fits its field, non-empty. */
+static int rf__set_string(char *dst, size_t cap, const char *v)
+{
+	size_t n = strlen(v);
+	if (n == 0 || n >= cap)
+		return -1;
+	memcpy(dst, v, n + 1);
+	return 0;
+}
+
+/* The policy is checked here, where the file line or the variable is known, not first at create. */
+static int rf__set_staging(rf__config *c, const char *v, const char *from)
+{
+	(void)from;
+	rf__staging_policy pol;
+	if (rf__set_string(c->staging, sizeof c->staging, v) != 0 || rf__staging_parse("config", v, &pol) != RF_OK) {
+		c->staging[0] = '\0';
+		return -1;
+	}
+	return 0;
+}
+
+static int rf__set_trace(rf__config *c, const char *v, const char *from)
+{
+	(void)from;
+	return rf__set_string(c->trace, sizeof c->trace, v);
+}
+
+static int rf__set_oracle(rf__config *c, const char *v, const char *from)
+{
+	(void)from;
+	if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+		return -1;
+	c->oracle = v[0] == '1';
+	return 0;
+}
+
+static int rf__set_budget(rf__config *c, const char *v, const char *from)
+{
+	if (rf__parse_bytes(v, &c->memory_budget) != 0)
+		return -1;
+	snprintf(c->budget_from, sizeof c->budget_from, "%s", from);
+	return 0;
+}
+
+/* The RF__WANT_* bits of rf__config_load: a variable with one is read only when the caller asks for it
+ * (an explicit API value wins without the variable being consulted); 0 = always read. */
+enum { RF__WANT_DEPTH = 1, RF__WANT_BACKEND = 2, RF__WANT_COPY_QUEUES = 4, RF__WANT_STAGING = 8 };
+
+typedef struct rf__cfg_key {
+	const char *name;   /* key in [ringfetch]; NULL: environment only */
+	const char *env;    /* environment variable */
+	unsigned want;      /* RF__WANT_* bit, or 0 */
+	const char *expect; /* what a valid value is */
+	rf__cfg_set_fn set;
+} rf__cfg_key;
+
+static const rf__cfg_key rf__cfg_keys[] = {
+	{"depth", "RINGFETCH_DEPTH", RF__WANT_DEPTH, "a depth in 1..1024 or auto", rf__set_depth},
+	{"backend", "RINGFETCH_BACKEND", RF__WANT_BACKEND, "one of cpu, threads, cuda, auto", rf__set_backend},
+	{"copy_queues", "RINGFETCH_COPY_QUEUES", RF__WANT_COPY_QUEUES, "a number of copy queues in 1..63",
+	 rf__set_copy_queues},
+	{"staging", "RINGFETCH_STAGING", RF__WANT_STAGING, "a staging policy (auto, node:N, interleave, none)",
+	 rf__set_staging},
+	{"trace", "RINGFETCH_TRACE", 0, "a file path (1..1023 bytes)", rf__set_trace},
+	{"memory_budget", "RINGFETCH_MEMORY_BUDGET", 0, "a size in bytes (K, M, G suffixes)", rf__set_budget},
+	{NULL, "RINGFETCH_ORACLE", 0, "0 or 1", rf__set_oracle},
+};
+#define RF__NKEYS (sizeof rf__cfg_keys / sizeof rf__cfg_keys[0])
+
+/* The row of file key `name`, or -1. */
+static int rf__cfg_find(const char *name)
+{
+	for (size_t i = 0; i < RF__NKEYS; i++)
+		if (rf__cfg_keys[i].name != NULL && strcmp(rf__cfg_keys[i].name, name) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* ---- the file: reading -------------------------------------------------------------------------- */
+
+/* Far more than any real configuration; what bounds the time and memory a hostile file can cost. */
+#define RF__CFG_MAX_BYTES (64u << 10)
+
+static const char *rf__file_kind(mode_t m)
+{
+	return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" :
+	       S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
+}
+
+/* Read at most RF__CFG_MAX_BYTES of fd (a regular file) into buf (capacity RF__CFG_MAX_BYTES + 1, so
+ * that one more byte tells "too large"). A read error is reported, never taken for the end of the file. */
+static int rf__cfg_read_fd(int fd, const char *path, char *buf, size_t *len)
+{
+	size_t n = 0;
+	while (n <= RF__CFG_MAX_BYTES) {
+		ssize_t r = read(fd, buf + n, RF__CFG_MAX_BYTES + 1 - n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot read the file: %s", path,
+				       strerror(errno));
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	if (n > RF__CFG_MAX_BYTES)
+		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": the file is larger than %u bytes", path,
+			       RF__CFG_MAX_BYTES);
+	*len = n;
+	return RF_OK;
+}
+
+/* The whole file in *text (rf__malloc'ed, NUL-terminated after *len bytes), or RF_ECONFIG saying why not. */
+static int rf__cfg_read(const char *path, char **text, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot open the file: %s", path, strerror(errno));
+	struct stat st;
+	int rc = RF_OK;
+	if (fstat(fd, &st) != 0)
+		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot stat the file: %s", path, strerror(errno));
+	else if (!S_ISREG(st.st_mode))
+		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\" is %s: only a regular file is read", path,
+			     rf__file_kind(st.st_mode));
+	else if (st.st_size > (off_t)RF__CFG_MAX_BYTES)
+		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": the file is larger than %u bytes", path,
+			     RF__CFG_MAX_BYTES);
+	char *buf = rc == RF_OK ? rf__malloc(RF__CFG_MAX_BYTES + 1) : NULL;
+	if (rc == RF_OK && buf == NULL)
+		rc = rf__err(RF_ENOMEM, "RINGFETCH_CONFIG: out of memory");
+	if (rc == RF_OK && (rc = rf__cfg_read_fd(fd, path, buf, len)) == RF_OK)
+		buf[*len] = '\0';
+	close(fd);
+	if (rc != RF_OK)
+		free(buf);
+	else
+		*text = buf;
+	return rc;
+}
+
+/* ---- the file: parsing -------------------------------------------------------------------------- */
+
+typedef struct rf__cfg_file {
 	rf__config *c;
 	const char *path;
-	int error;        /* the first problem found, RF_OK while none */
-	char what[300];   /* its description (the line comes from ini_parse's return value) */
-} rf__ini;
+	unsigned line;
+	int in_ringfetch;           /* inside [ringfetch] */
+	unsigned section_line;      /* where [ringfetch] was, 0 = not yet */
+	unsigned seen[RF__NKEYS];   /* line of each key, 0 = not yet */
+	char section[64];           /* the current section's name, for messages */
+} rf__cfg_file;
 
-static int rf__ini_bad(rf__ini *st, const char *fmt, ...) RF__PRINTF(2, 3);
-static int rf__ini_bad(rf__ini *st, const char *fmt, ...)
+static int rf__cfg_bad(const rf__cfg_file *f, const char *fmt, ...) RF__PRINTF(2, 3);
+static int rf__cfg_bad(const rf__cfg_file *f, const char *fmt, ...)
 {
-	if (st->error == RF_OK) {
-		va_list ap;
-		va_start(ap, fmt);
-		st->error = RF_ECONFIG;
-		vsnprintf(st->what, sizeof st->what, fmt, ap);
-		va_end(ap);
-	}
-	return 0; /* tells inih this line is an error: ini_parse returns the first such line */
+	char what[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof what, fmt, ap);
+	va_end(ap);
+	return rf__err(RF_ECONFIG, "%.200s:%u: %s", f->path, f->line, what);
 }
 
-#define RF__MALFORMED "%s = \"%.100s\" is malformed"
-
-/* One key of [ringfetch]; values are parsed as strictly as the environment's. */
-static int rf__ini_key(rf__ini *st, const char *name, const char *value)
+static int rf__is_blank(char ch)
 {
-	rf__config *c = st->c;
-	if (!strcmp(name, "depth")) {
-		if ((c->depth_auto = !strcmp(value, "auto")) != 0)
-			return 1;
-		return rf__parse_depth(value, &c->depth) == 0 ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
-	}
-	if (!strcmp(name, "backend"))
-		return (c->backend = rf__parse_backend(value)) != NULL ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
-	if (!strcmp(name, "copy_queues"))
-		return rf__parse_copy_queues(value, &c->copy_queues) == 0 ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
-	if (!strcmp(name, "memory_budget")) {
-		if (rf__parse_bytes(value, &c->memory_budget) != 0)
-			return rf__ini_bad(st, RF__MALFORMED, name, value);
-		snprintf(c->budget_from, sizeof c->budget_from, "memory_budget in %.140s", st->path);
-		return 1;
-	}
-	if (!strcmp(name, "staging") || !strcmp(name, "trace")) {
-		char *dst = name[0] == 's' ? c->staging : c->trace;
-		size_t cap = name[0] == 's' ? sizeof c->staging : sizeof c->trace;
-		if (*value == '\0' || strlen(value) >= cap)
-			return rf__ini_bad(st, "%s = \"%.100s\" is empty or too long", name, value);
-		memcpy(dst, value, strlen(value) + 1);
-		return 1;
-	}
-	return rf__ini_bad(st, "unknown key \"%s\" (depth, backend, copy_queues, staging, trace, memory_budget)", name);
+	return ch == ' ' || ch == '\t';
 }
 
-static int rf__ini_handler(void *user, const char *section, const char *name, const char *value)
+/* [s, e) without blanks at either end. */
+static void rf__trim(char **s, char **e)
 {
-	rf__ini *st = user;
-	if (strcmp(section, "ringfetch") != 0)
-		return rf__ini_bad(st, "key \"%s\" outside section [ringfetch] (in [%s])", name, section);
-	return rf__ini_key(st, name, value);
+	while (*s < *e && rf__is_blank(**s))
+		(*s)++;
+	while (*e > *s && rf__is_blank((*e)[-1]))
+		(*e)--;
+}
+
+/* Every byte of a line must be text: a NUL (which would end a C string early and hide what follows) or
+ * another control byte is refused. Tab is a blank; bytes from 0x80 (UTF-8) are text. */
+static int rf__cfg_check_bytes(const rf__cfg_file *f, const char *s, const char *e)
+{
+	for (const char *p = s; p < e; p++) {
+		unsigned char ch = (unsigned char)*p;
+		if (ch == '\0')
+			return rf__cfg_bad(f, "a NUL byte at column %zu", (size_t)(p - s) + 1);
+		if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+			return rf__cfg_bad(f, "control byte 0x%02x at column %zu", ch, (size_t)(p - s) + 1);
+	}
+	return RF_OK;
+}
+
+/* A ';' or '#' after a blank starts a comment at the end of a value ("depth = 3   ; the default"). */
+static char *rf__cfg_value_end(char *v, char *e)
+{
+	for (char *p = v; p < e; p++)
+		if ((*p == ';' || *p == '#') && p > v && rf__is_blank(p[-1]))
+			return p;
+	return e;
+}
+
+/* "[name]": only [ringfetch] holds keys; another section may exist (files shared with other tools), but
+ * a key in it is an error. */
+static int rf__cfg_section(rf__cfg_file *f, char *s, char *e)
+{
+	e = rf__cfg_value_end(s, e);
+	rf__trim(&s, &e);
+	if (e[-1] != ']' || e - s < 2)
+		return rf__cfg_bad(f, "syntax error: a section header must end with ]");
+	char *n = s + 1, *ne = e - 1;
+	rf__trim(&n, &ne);
+	snprintf(f->section, sizeof f->section, "%.*s", (int)(ne - n), n);
+	f->in_ringfetch = strcmp(f->section, "ringfetch") == 0;
+	if (f->in_ringfetch && f->section_line != 0)
+		return rf__cfg_bad(f, "section [ringfetch] appears twice (first at line %u)", f->section_line);
+	if (f->in_ringfetch)
+		f->section_line = f->line;
+	return RF_OK;
+}
+
+static void rf__cfg_key_names(char *buf, size_t cap)
+{
+	size_t n = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < RF__NKEYS; i++)
+		if (rf__cfg_keys[i].name != NULL && n < cap)
+			n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", rf__cfg_keys[i].name);
+}
+
+/* "key = value", checked by the key's row; each key at most once. */
+static int rf__cfg_assign(rf__cfg_file *f, char *s, char *e)
+{
+	char *eq = memchr(s, '=', (size_t)(e - s));
+	if (eq == NULL)
+		return rf__cfg_bad(f, "syntax error: expected key = value, [section], a comment (; or #) or a blank line");
+	char *k = s, *ke = eq, *v = eq + 1, *ve = e;
+	rf__trim(&k, &ke);
+	ve = rf__cfg_value_end(v, ve);
+	rf__trim(&v, &ve);
+	*ke = '\0';
+	*ve = '\0';
+	if (!f->in_ringfetch)
+		return rf__cfg_bad(f, "key \"%.64s\" outside section [ringfetch]%s%.64s%s", k, f->section[0] ? " (in [" : "",
+				   f->section, f->section[0] ? "])" : "");
+	int i = rf__cfg_find(k);
+	if (i < 0) {
+		char names[160];
+		rf__cfg_key_names(names, sizeof names);
+		return rf__cfg_bad(f, "unknown key \"%.64s\" (%s)", k, names);
+	}
+	if (f->seen[i] != 0)
+		return rf__cfg_bad(f, "duplicate key \"%s\" (first at line %u)", k, f->seen[i]);
+	f->seen[i] = f->line;
+	char from[160];
+	snprintf(from, sizeof from, "%s in %.140s", k, f->path);
+	if (rf__cfg_keys[i].set(f->c, v, from) != 0)
+		return rf__cfg_bad(f, "%s = \"%.100s\" is malformed (expected %s)", k, v, rf__cfg_keys[i].expect);
+	return RF_OK;
+}
+
+/* One line [s, e), without its '\n' (a '\r' before it is allowed: files edited on Windows). */
+static int rf__cfg_line(rf__cfg_file *f, char *s, char *e)
+{
+	if (e > s && e[-1] == '\r')
+		e--;
+	int rc = rf__cfg_check_bytes(f, s, e);
+	if (rc != RF_OK)
+		return rc;
+	rf__trim(&s, &e);
+	if (s == e || *s == ';' || *s == '#')
+		return RF_OK;
+	if (*s == '[')
+		return rf__cfg_section(f, s, e);
+	return rf__cfg_assign(f, s, e);
+}
+
+static int rf__cfg_parse(rf__cfg_file *f, char *text, size_t len)
+{
+	char *s = text, *end = text + len;
+	int rc = RF_OK;
+	while (rc == RF_OK && s < end) {
+		char *nl = memchr(s, '\n', (size_t)(end - s));
+		char *e = nl != NULL ? nl : end;
+		f->line++;
+		rc = rf__cfg_line(f, s, e);
+		s = e + 1;
+	}
+	return rc;
 }
 
 static int rf__config_file(rf__config *c)
@@ -141,55 +411,28 @@ static int rf__config_file(rf__config *c)
 		return RF_OK;
 	if (*path == '\0')
 		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG is set but empty");
-	rf__ini st = {c, path, RF_OK, ""};
-	int line = ini_parse(path, rf__ini_handler, &st);
-	if (line < 0)
-		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot %s the file", path,
-			       line == -1 ? "open" : "read");
-	if (line > 0)
-		return rf__err(RF_ECONFIG, "%.200s:%d: %s", path, line, st.error ? st.what : "syntax error");
-	return RF_OK;
+	char *text = NULL;
+	size_t len = 0;
+	int rc = rf__cfg_read(path, &text, &len);
+	if (rc != RF_OK)
+		return rc;
+	rf__cfg_file f = {.c = c, .path = path};
+	rc = rf__cfg_parse(&f, text, len);
+	free(text);
+	return rc;
 }
 
 /* ---- the environment ---------------------------------------------------------------------------- */
 
-static int rf__env_bad(const char *var, const char *value, const char *expect)
+static int rf__config_env(rf__config *c, unsigned want)
 {
-	return rf__err(RF_ECONFIG, "%s=\"%.64s\" is not %s", var, value, expect);
-}
-
-static int rf__config_env(rf__config *c, int want_depth, int want_backend, int want_kq, int want_staging)
-{
-	const char *v;
-	if (want_depth && (v = getenv("RINGFETCH_DEPTH")) != NULL) {
-		if ((c->depth_auto = !strcmp(v, "auto")) != 0)
-			c->depth = 0;
-		else if (rf__parse_depth(v, &c->depth) != 0)
-			return rf__env_bad("RINGFETCH_DEPTH", v, "a depth in 1..1024 or auto");
-	}
-	if (want_backend && (v = getenv("RINGFETCH_BACKEND")) != NULL && (c->backend = rf__parse_backend(v)) == NULL)
-		return rf__env_bad("RINGFETCH_BACKEND", v, "one of cpu, threads, cuda, auto");
-	if (want_kq && (v = getenv("RINGFETCH_COPY_QUEUES")) != NULL && rf__parse_copy_queues(v, &c->copy_queues) != 0)
-		return rf__env_bad("RINGFETCH_COPY_QUEUES", v, "a number of copy queues in 1..63");
-	if (want_staging && (v = getenv("RINGFETCH_STAGING")) != NULL) {
-		if (*v == '\0' || strlen(v) >= sizeof c->staging)
-			return rf__env_bad("RINGFETCH_STAGING", v, "a staging policy (auto, node:N, interleave, none)");
-		memcpy(c->staging, v, strlen(v) + 1);
-	}
-	if ((v = getenv("RINGFETCH_TRACE")) != NULL) {
-		if (*v == '\0' || strlen(v) >= sizeof c->trace)
-			return rf__env_bad("RINGFETCH_TRACE", v, "a file path");
-		memcpy(c->trace, v, strlen(v) + 1);
-	}
-	if ((v = getenv("RINGFETCH_ORACLE")) != NULL) {
-		if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-			return rf__env_bad("RINGFETCH_ORACLE", v, "0 or 1");
-		c->oracle = v[0] == '1';
-	}
-	if ((v = getenv("RINGFETCH_MEMORY_BUDGET")) != NULL) {
-		if (rf__parse_bytes(v, &c->memory_budget) != 0)
-			return rf__env_bad("RINGFETCH_MEMORY_BUDGET", v, "a size in bytes (K, M, G suffixes)");
-		snprintf(c->budget_from, sizeof c->budget_from, "RINGFETCH_MEMORY_BUDGET");
+	for (size_t i = 0; i < RF__NKEYS; i++) {
+		const rf__cfg_key *k = &rf__cfg_keys[i];
+		const char *v;
+		if ((k->want != 0 && (want & k->want) == 0) || (v = getenv(k->env)) == NULL)
+			continue;
+		if (k->set(c, v, k->env) != 0)
+			return rf__err(RF_ECONFIG, "%s=\"%.64s\" is not %s", k->env, v, k->expect);
 	}
 	return RF_OK;
 }
@@ -197,10 +440,20 @@ static int rf__config_env(rf__config *c, int want_depth, int want_backend, int w
 int rf__config_load(rf__config *c, int want_depth, int want_backend, int want_copy_queues, int want_staging)
 {
 	memset(c, 0, sizeof *c);
+	unsigned want = (want_depth ? RF__WANT_DEPTH : 0) | (want_backend ? RF__WANT_BACKEND : 0) |
+			(want_copy_queues ? RF__WANT_COPY_QUEUES : 0) | (want_staging ? RF__WANT_STAGING : 0);
 	int rc = rf__config_file(c);
 	if (rc == RF_OK)
-		rc = rf__config_env(c, want_depth, want_backend, want_copy_queues, want_staging);
+		rc = rf__config_env(c, want);
 	return rc;
+}
+
+int rf__config_budget_check(const rf__config *c, const char *who, unsigned nslots, size_t slot_bytes)
+{
+	if (c->memory_budget == 0 || nslots == 0 || slot_bytes <= c->memory_budget / nslots)
+		return RF_OK;
+	return rf__err(RF_ECONFIG, "%s: a ring of %u x %zu bytes exceeds %s (%llu bytes)", who, nslots, slot_bytes,
+		       c->budget_from, c->memory_budget);
 }
 
 int rf__config_depth(unsigned explicit_depth, unsigned *out)

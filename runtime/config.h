@@ -1,8 +1,10 @@
 /* runtime/config.h — configured values: built-in defaults < config file (RINGFETCH_CONFIG=path, INI,
  * section [ringfetch]) < environment (RINGFETCH_*) < explicit API values (applied by the caller).
  *
- * The file is a deliberate deployment artifact and is checked whole whenever it is read: a syntax error,
- * an unknown section or key, or a malformed value is RF_ECONFIG naming the file, the line and the value.
+ * The file is a deliberate deployment artifact and is checked whole whenever it is read: only a regular
+ * file of at most 64 KiB is read (a directory, FIFO or device is refused without blocking); a syntax
+ * error, a NUL or control byte, a duplicate or unknown key, a key outside [ringfetch], or a malformed value
+ * (staging policies included) is RF_ECONFIG naming the file, the line and the value.
  * An environment variable is checked when its value is consulted (an explicit API value wins without
  * reading it), and a malformed one is RF_ECONFIG naming the variable and its value. */
 #ifndef RF_RUNTIME_CONFIG_H
@@ -33,8 +35,13 @@ typedef struct rf__config {
 } rf__config;
 
 /* Read RINGFETCH_CONFIG's file (when set) and the environment variables for the values the caller did
- * not give explicitly (want_* non-zero). RF_OK or RF_ECONFIG. */
+ * not give explicitly (want_* non-zero). RF_OK, RF_ECONFIG, or RF_ENOMEM (no buffer for the file). */
 int rf__config_load(rf__config *c, int want_depth, int want_backend, int want_copy_queues, int want_staging);
+
+/* RF_OK if a ring of nslots slots of slot_bytes fits c's memory budget (none configured: always);
+ * else RF_ECONFIG "<who>: a ring of N x B bytes exceeds <where the budget came from> (<budget> bytes)".
+ * For every user of ring memory (rf_exec_create; rf_pipeline_create checks its own depth rule). */
+int rf__config_budget_check(const rf__config *c, const char *who, unsigned nslots, size_t slot_bytes);
 
 /* depth: explicit (non-zero) wins; else RINGFETCH_DEPTH (file, env); else 2. 0 in *out means "auto".
  * RF_ECONFIG names the variable. */

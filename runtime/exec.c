@@ -41,9 +41,17 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 	int rc = rf__config_backend(params->backend, &backend);
 	if (rc != RF_OK)
 		return rc;
+	rf__config cfg;
+	if ((rc = rf__config_load(&cfg, 0, 0, 0, 0)) != RF_OK)
+		return rc;
 	rf_program *prog;
 	if ((rc = rf_graph_lower(g, &prog)) != RF_OK)
 		return rc;
+	/* The budget caps every ring, a hand-built graph's too: checked before anything is allocated. */
+	if ((rc = rf__config_budget_check(&cfg, "rf_exec_create", prog->nslots, params->slot_bytes)) != RF_OK) {
+		rf_program_destroy(prog);
+		return rc;
+	}
 	rf_exec *e = rf__calloc(1, sizeof *e);
 	if (e == NULL) {
 		rf_program_destroy(prog);
@@ -56,9 +64,7 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 	}
 	e->eng.release = rf__exec_free;
 	e->eng.owner = e;
-	rf__config cfg;
-	if ((rc = rf__config_load(&cfg, 0, 0, 0, 0)) == RF_OK && cfg.oracle &&
-	    (rc = rf__oracle_graph_build(g, &e->oracle)) == RF_OK)
+	if (cfg.oracle && (rc = rf__oracle_graph_build(g, &e->oracle)) == RF_OK)
 		e->eng.oracle = rf__exec_oracle;
 	if (rc != RF_OK) {
 		rf__exec_free(e);

@@ -59,17 +59,19 @@ RF_EXTERN int rf_pipeline_placement(const rf_pipeline *p, rf_placement *out);
 /**
  * Allocate `bytes` of staging memory under `policy` (see the top of this header; NULL = "auto"):
  * NUMA-bound, already touched (resident), zero-filled, aligned to 64 bytes, and to 4096 (a page) when
- * bytes >= 4096. The caller owns it and releases it with rf_staging_free() — never free(). The memory
- * comes from a jemalloc arena reserved for that (node, pinned) pair, created on first use and kept
- * for the life of the process (freed memory is reused, and returned to the system by jemalloc's
- * decay). Thread-safe.
+ * bytes >= 4096. The caller owns it and releases it with rf_staging_free() — never free(). A block of
+ * 4096 bytes or more is a mapping of its own (bytes rounded up to a page), returned to the system by
+ * rf_staging_free(); smaller ones are carved from a jemalloc arena reserved for that (node, pinned)
+ * pair, created on first use and kept for the life of the process (freed memory is reused, and
+ * returned to the system by jemalloc's decay). Thread-safe.
  * \return RF_OK and *out;
  *         RF_EINVAL if out is NULL, bytes is 0, or policy is malformed or names a NUMA node this
  *                   process cannot use (rf_errmsg lists the nodes there are);
  *         RF_ENOMEM if memory (or a jemalloc arena) cannot be had; rf_errmsg names the step;
  *         RF_EBACKEND if the hwloc topology cannot be loaded.
- * A kernel that refuses binding is not an error: the memory is unbound and rf_staging_placement()
- * says why. On failure *out is untouched and nothing is leaked.
+ * A kernel that refuses binding is not an error, nor is an hwloc topology that does not describe this
+ * system (HWLOC_XMLFILE, HWLOC_SYNTHETIC, HWLOC_THISSYSTEM=0: hwloc cannot bind from it): the memory
+ * is unbound and rf_staging_placement() says why. On failure *out is untouched and nothing is leaked.
  */
 RF_EXTERN int rf_staging_alloc(size_t bytes, const char *policy, void **out);
 

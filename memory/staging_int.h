@@ -1,0 +1,91 @@
+/* memory/staging_int.h — internal to memory/: what the three parts of the staging layer share.
+ *   policy.c   parsing a policy, resolving it to an arena key on this machine, the placement sentences;
+ *   mapping.c  making and removing mappings (bound, touched, page-locked), the region table, the
+ *              jemalloc extent hooks;
+ *   staging.c  arenas, allocation and freeing, placement queries, the public API. */
+#ifndef RF_MEMORY_STAGING_INT_H
+#define RF_MEMORY_STAGING_INT_H
+
+#include "memory/staging.h"
+
+#include <hwloc.h>
+#include <jemalloc/jemalloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Why a region is unbound; 0: bound. Positive values are the errno of a refused binding. */
+enum { RF__WHY_BOUND = 0, RF__WHY_NONE = -1, RF__WHY_UNKNOWN = -2, RF__WHY_NOT_THIS_SYSTEM = -3 };
+
+typedef struct rf__stg_region {
+	uintptr_t start, end;
+	int why;
+	int direct; /* one block of its own, never seen by jemalloc (rf__stg_direct_alloc) */
+} rf__stg_region;
+
+/* A page-locked mapping (pinned arenas): registered whole when it is made (by the alloc hook, or as a
+ * direct block, freed whole), and unregistered and unmapped only when it goes back whole: for a hook
+ * mapping, when jemalloc gives the whole mapping back in one dalloc. cudaHostUnregister takes
+ * only the base of a registration, so a piece cannot leave on its own: dalloc of a piece declines
+ * ("keep it"), and jemalloc keeps the piece among its retained extents, merges it back with its
+ * siblings and reuses it. Pinned memory therefore stays bounded by the arena's peak use. (Counting
+ * returned pieces and unmapping when all were back would leak: jemalloc never returns the tail it
+ * retains after splitting a growth mapping.) */
+typedef struct rf__stg_pin {
+	uintptr_t start;
+	size_t len;
+} rf__stg_pin;
+
+typedef struct rf__stg_arena {
+	extent_hooks_t hooks; /* first member: jemalloc passes &hooks back to every hook */
+	struct rf__stg_arena *next;
+	rf__staging_policy key;  /* resolved: NODE, INTERLEAVE, NONE or UNKNOWN */
+	unsigned ind;            /* jemalloc arena index */
+	hwloc_topology_t topo;
+	hwloc_nodeset_t nodeset; /* NODE: {node}; INTERLEAVE: the allowed nodes; otherwise NULL */
+	pthread_mutex_t mu;      /* guards the region table (hooks run concurrently) */
+	rf__stg_region *regions; /* sorted by start, disjoint */
+	size_t nregions, cap;
+	rf__stg_pin *pins; /* pinned arenas: one per registered mapping (few: unsorted) */
+	size_t npins, pincap;
+} rf__stg_arena;
+
+/* ---- policy.c ----------------------------------------------------------------------------------- */
+
+/* Turn a parsed policy (NULL = auto) into an arena key; node:N is checked against the machine here.
+ * RF_OK, or RF_EINVAL naming the nodes there are. */
+int rf__stg_resolve(hwloc_topology_t topo, const rf__staging_policy *pol, rf__staging_policy *key);
+/* The placement sentence for a region's `why` (static strings). */
+const char *rf__stg_reason(int why);
+
+/* ---- mapping.c ---------------------------------------------------------------------------------- */
+
+/* Why the last mapping on this thread failed (see mapping.c), for the message rf__staging_alloc composes. */
+extern _Thread_local const char *rf__stg_hook_step;
+extern _Thread_local int rf__stg_hook_errno;
+extern _Thread_local const char *rf__stg_hook_detail;
+/* Bytes mapped now, and mappings made so far, all arenas (for rf__staging_get_stats). */
+extern atomic_size_t rf__stg_mapped;
+extern atomic_ulong rf__stg_maps;
+/* The hooks every arena is created with (copied into rf__stg_arena.hooks). */
+extern const extent_hooks_t rf__stg_hooks;
+
+/* Fault injection at a named step: non-zero makes it fail (for "membind", the errno seen). */
+int rf__stg_fault(const char *step);
+/* Record why a step failed, for the error message. */
+void rf__stg_hook_fail(const char *step, int err);
+/* The page size: the granularity of mapping, binding and touching. */
+size_t rf__stg_page(void);
+/* The region of arena a holding address x, or NULL (a->mu held). */
+rf__stg_region *rf__stg_find_region(rf__stg_arena *a, uintptr_t x);
+/* A new mapping of size bytes at alignment align: bound as a's policy asks (or unbound, recorded why),
+ * touched, page-locked for pinned arenas, recorded as a region (direct: a block of its own). NULL with
+ * the failure note set. */
+void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direct);
+/* Remove a mapping made by rf__stg_new_mapping (its region already forgotten): unregister it if it is
+ * a whole pinned mapping, and unmap it. */
+void rf__stg_unmap_mapping(rf__stg_arena *a, void *p, size_t len);
+
+#endif
