@@ -158,6 +158,7 @@ static rf_pipeline *make(unsigned depth, size_t slot, int device)
 	pp.depth = depth;
 	pp.slot_bytes = slot;
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	pp.device = device;
 	rf_pipeline *p;
 	RK(rf_pipeline_create(&pp, &p));

@@ -64,6 +64,60 @@ int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out
 	return RF_OK;
 }
 
+/* Which memory a backend's slots are: the built-ins by name (so that a backend this library was built
+ * without is still known to be a device backend), registered ones by their caps; -1 for "auto" and
+ * unknown names (those are RF_ENODEV from the lookup). */
+static int rf__backend_kind(const char *name)
+{
+	if (strcmp(name, "cpu") == 0 || strcmp(name, "threads") == 0)
+		return RF_MEMORY_HOST;
+	if (strcmp(name, "cuda") == 0)
+		return RF_MEMORY_DEVICE;
+	const rf__backend_ops *be = rf__find(name);
+	if (be == NULL)
+		return -1;
+	return (be->caps & RF__CAP_DEVICE) ? RF_MEMORY_DEVICE : RF_MEMORY_HOST;
+}
+
+static const char *rf__memory_name(int memory)
+{
+	return memory == RF_MEMORY_DEVICE ? "RF_MEMORY_DEVICE" : "RF_MEMORY_HOST";
+}
+
+int rf__backend_for_memory(const char *who, const char *name, const char *from, int memory, const char **out)
+{
+	if (memory != RF_MEMORY_HOST && memory != RF_MEMORY_DEVICE)
+		return rf__err(RF_EINVAL, "%s: memory %d is neither RF_MEMORY_HOST (0) nor RF_MEMORY_DEVICE (1)", who,
+			       memory);
+	if (strcmp(name, "auto") == 0) {
+		if (memory == RF_MEMORY_DEVICE) {
+			*out = "cuda"; /* the only device backend: no usable GPU is its probe's RF_ENODEV */
+			return RF_OK;
+		}
+		/* The best usable host backend: "auto" never hands device pointers to a host compute. */
+		for (unsigned i = 0; i < RF__NBUILTIN; i++)
+			if (!(rf__builtin[i]->caps & RF__CAP_DEVICE) && rf__builtin[i]->probe(-1) == RF_OK) {
+				*out = rf__builtin[i]->name;
+				return RF_OK;
+			}
+		return rf__err(RF_ENODEV, "%s: backend \"auto\": no usable host backend", who);
+	}
+	int kind = rf__backend_kind(name);
+	if (kind >= 0 && kind != memory) {
+		const char *need = kind == RF_MEMORY_DEVICE ? "RF_MEMORY_DEVICE" : "RF_MEMORY_HOST";
+		if (from == NULL)
+			return rf__err(RF_EINVAL, "%s: backend \"%s\" needs params.memory = %s (memory is %s)", who, name,
+				       need, rf__memory_name(memory));
+		return rf__err(RF_ECONFIG,
+			       "%s: %s sets backend \"%s\", which needs memory = %s, but this caller computes on %s "
+			       "(params.memory = %s)",
+			       who, from, name, need, memory == RF_MEMORY_DEVICE ? "device memory" : "host memory",
+			       rf__memory_name(memory));
+	}
+	*out = name;
+	return RF_OK;
+}
+
 /* Every wrapper that can fail is a fault-injection point (base/alloc.h). */
 static int rf__be_fault(const rf__backend_ops *be, const char *call)
 {

@@ -80,6 +80,14 @@ typedef struct rf__backend_ops {
 /* The backend called `name` ("auto" resolves to the first usable one), or NULL with RF_ENODEV set. */
 int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out);
 
+/* The backend to build for params.memory (DESIGN.md, "Keyed use"): "auto" becomes the best usable host
+ * backend for RF_MEMORY_HOST and "cuda" for RF_MEMORY_DEVICE; a named backend of the other kind is
+ * RF_EINVAL when it came from params (from == NULL, also for backends not built into this library) and
+ * RF_ECONFIG naming `from` (the variable, or file:line) when it came from the configuration. memory
+ * other than 0 / 1: RF_EINVAL. Unknown names pass through (the lookup makes them RF_ENODEV). *out is
+ * a static string or `name`. */
+int rf__backend_for_memory(const char *who, const char *name, const char *from, int memory, const char **out);
+
 /* Tests register extra backends (a recording backend, a fault-injecting one). Not thread-safe: call
  * before creating pipelines. Returns RF_OK or RF_ENOMEM when the table is full. */
 int rf__backend_register(const rf__backend_ops *ops);

@@ -79,7 +79,22 @@ typedef struct rf__ini {
 	const char *path;
 	int error;        /* the first problem found, RF_OK while none */
 	char what[300];   /* its description (the line comes from ini_parse's return value) */
+	FILE *f;
+	int line, nl;     /* the line being parsed; newlines read so far (rf__ini_read) */
 } rf__ini;
+
+/* inih's reader, counting lines, so that a value that is well-formed but wrong for the caller (a device
+ * backend for host computes) can be reported as file:line later. A line longer than inih's buffer
+ * comes in several reads: only a read that ends it counts. */
+static char *rf__ini_read(char *str, int num, void *stream)
+{
+	rf__ini *st = stream;
+	st->line = st->nl + 1;
+	char *r = fgets(str, num, st->f);
+	if (r != NULL && strchr(r, '\n') != NULL)
+		st->nl++;
+	return r;
+}
 
 static int rf__ini_bad(rf__ini *st, const char *fmt, ...) RF__PRINTF(2, 3);
 static int rf__ini_bad(rf__ini *st, const char *fmt, ...)
@@ -105,8 +120,12 @@ static int rf__ini_key(rf__ini *st, const char *name, const char *value)
 			return 1;
 		return rf__parse_depth(value, &c->depth) == 0 ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
 	}
-	if (!strcmp(name, "backend"))
-		return (c->backend = rf__parse_backend(value)) != NULL ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
+	if (!strcmp(name, "backend")) {
+		if ((c->backend = rf__parse_backend(value)) == NULL)
+			return rf__ini_bad(st, RF__MALFORMED, name, value);
+		snprintf(c->backend_from, sizeof c->backend_from, "%.140s:%d", st->path, st->line);
+		return 1;
+	}
 	if (!strcmp(name, "copy_queues"))
 		return rf__parse_copy_queues(value, &c->copy_queues) == 0 ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
 	if (!strcmp(name, "memory_budget")) {
@@ -141,8 +160,12 @@ static int rf__config_file(rf__config *c)
 		return RF_OK;
 	if (*path == '\0')
 		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG is set but empty");
-	rf__ini st = {c, path, RF_OK, ""};
-	int line = ini_parse(path, rf__ini_handler, &st);
+	rf__ini st = {c, path, RF_OK, "", fopen(path, "r"), 0, 0};
+	int line = -1;
+	if (st.f != NULL) {
+		line = ini_parse_stream(rf__ini_read, &st, rf__ini_handler, &st);
+		fclose(st.f);
+	}
 	if (line < 0)
 		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot %s the file", path,
 			       line == -1 ? "open" : "read");
@@ -167,8 +190,11 @@ static int rf__config_env(rf__config *c, int want_depth, int want_backend, int w
 		else if (rf__parse_depth(v, &c->depth) != 0)
 			return rf__env_bad("RINGFETCH_DEPTH", v, "a depth in 1..1024 or auto");
 	}
-	if (want_backend && (v = getenv("RINGFETCH_BACKEND")) != NULL && (c->backend = rf__parse_backend(v)) == NULL)
-		return rf__env_bad("RINGFETCH_BACKEND", v, "one of cpu, threads, cuda, auto");
+	if (want_backend && (v = getenv("RINGFETCH_BACKEND")) != NULL) {
+		if ((c->backend = rf__parse_backend(v)) == NULL)
+			return rf__env_bad("RINGFETCH_BACKEND", v, "one of cpu, threads, cuda, auto");
+		snprintf(c->backend_from, sizeof c->backend_from, "RINGFETCH_BACKEND=%s", c->backend);
+	}
 	if (want_kq && (v = getenv("RINGFETCH_COPY_QUEUES")) != NULL && rf__parse_copy_queues(v, &c->copy_queues) != 0)
 		return rf__env_bad("RINGFETCH_COPY_QUEUES", v, "a number of copy queues in 1..63");
 	if (want_staging && (v = getenv("RINGFETCH_STAGING")) != NULL) {
@@ -218,13 +244,26 @@ int rf__config_depth(unsigned explicit_depth, unsigned *out)
 
 int rf__config_backend(const char *explicit_backend, const char **out)
 {
+	const char *from;
+	return rf__config_backend_from(explicit_backend, out, &from);
+}
+
+int rf__config_backend_from(const char *explicit_backend, const char **out, const char **from)
+{
+	static _Thread_local char where[sizeof ((rf__config *)0)->backend_from];
+	*from = NULL;
 	if (explicit_backend != NULL) {
 		*out = explicit_backend;
 		return RF_OK;
 	}
 	rf__config c;
 	int rc = rf__config_load(&c, 0, 1, 0, 0);
-	if (rc == RF_OK)
+	if (rc == RF_OK) {
 		*out = c.backend ? c.backend : "auto";
+		if (c.backend != NULL) {
+			memcpy(where, c.backend_from, sizeof where);
+			*from = where;
+		}
+	}
 	return rc;
 }

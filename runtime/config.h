@@ -24,6 +24,7 @@ typedef struct rf__config {
 	unsigned depth;
 	int depth_auto;      /* depth = auto: measured on the first run (runtime/pipeline.c) */
 	const char *backend; /* static canonical name */
+	char backend_from[160]; /* where backend came from: "RINGFETCH_BACKEND=cuda" or "path:line" */
 	unsigned copy_queues;
 	char staging[64];
 	char trace[1024];
@@ -41,5 +42,8 @@ int rf__config_load(rf__config *c, int want_depth, int want_backend, int want_co
 int rf__config_depth(unsigned explicit_depth, unsigned *out);
 /* backend: explicit (non-NULL) wins; else RINGFETCH_BACKEND; else "auto". */
 int rf__config_backend(const char *explicit_backend, const char **out);
+/* The same, and *from: NULL when explicit or the default, else where the configured value came from
+ * ("RINGFETCH_BACKEND=cuda" or "path:line"; thread-local text, valid until the next call). */
+int rf__config_backend_from(const char *explicit_backend, const char **out, const char **from);
 
 #endif

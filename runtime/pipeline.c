@@ -48,6 +48,13 @@ static int rf__pipeline_params_check(const rf_pipeline_params *pp, rf_pipeline *
 	for (size_t i = 0; i < sizeof pp->reserved / sizeof pp->reserved[0]; i++)
 		if (pp->reserved[i] != 0)
 			return rf__err(RF_EINVAL, "rf_pipeline_create: reserved[%zu] must be 0", i);
+	/* params.memory (DESIGN.md, "Keyed use"): its value, and a backend named here of the other kind
+	 * (RF_EINVAL even where that backend is not built); a configured one is checked in resolve. */
+	const char *be;
+	int rc = rf__backend_for_memory("rf_pipeline_create", pp->backend ? pp->backend : "auto", NULL,
+					(int)pp->memory, &be);
+	if (rc != RF_OK)
+		return rc;
 	if (pp->copy_queues >= RF_MAX_QUEUES)
 		return rf__err(RF_EINVAL, "rf_pipeline_create: copy_queues %u is over %u", pp->copy_queues,
 			       RF_MAX_QUEUES - 1);
@@ -103,6 +110,9 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 	if (pp->depth == 0 && c->depth_auto && (rc = rf__pipeline_auto(pp, r)) != RF_OK)
 		return rc;
 	r->backend = pp->backend ? pp->backend : c->backend ? c->backend : "auto";
+	const char *from = pp->backend == NULL && c->backend != NULL ? c->backend_from : NULL;
+	if ((rc = rf__backend_for_memory("rf_pipeline_create", r->backend, from, (int)pp->memory, &r->backend)) != RF_OK)
+		return rc;
 	const char *staging = pp->staging ? pp->staging : c->staging[0] ? c->staging : NULL;
 	if ((rc = rf__staging_parse("rf_pipeline_create", staging, &r->staging)) != RF_OK)
 		return rc;

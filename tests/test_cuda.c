@@ -113,6 +113,7 @@ static void run_case(unsigned depth, unsigned kq, size_t slot, size_t n, int kin
 	pp.copy_queues = kq;
 	pp.slot_bytes = slot;
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	rf_pipeline *p;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s: %s", what, rf_errmsg());
 	blocks b;
@@ -161,6 +162,7 @@ Test(cuda, pipeline_is_reusable_and_reports_pinned_placement)
 	pp.depth = 3;
 	pp.slot_bytes = 1 << 16;
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	rf_pipeline *p;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 	rf_placement pl;
@@ -193,6 +195,7 @@ Test(cuda, callback_failure_then_reuse)
 	pp.depth = 2;
 	pp.slot_bytes = 4096;
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	rf_pipeline *p;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 	blocks b;
@@ -215,6 +218,7 @@ Test(cuda, bad_device_is_enodev)
 	pp.depth = 2;
 	pp.slot_bytes = 4096;
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	pp.device = n;
 	rf_pipeline *p = NULL;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENODEV);

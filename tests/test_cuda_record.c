@@ -41,6 +41,7 @@ static rf_pipeline *make(unsigned depth, unsigned copy_queues, size_t slot_bytes
 	pp.depth = depth;
 	pp.slot_bytes = slot_bytes;
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	pp.copy_queues = copy_queues;
 	rf_pipeline *p = NULL;
 	int rc = rf_pipeline_create(&pp, &p);
@@ -377,18 +378,24 @@ Test(cuda_errors, no_gpu_is_enodev_with_cuda_s_reason)
 	pp.depth = 2;
 	pp.slot_bytes = 64;
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	rf_pipeline *p = NULL;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENODEV);
 	cr_assert_null(p);
 	cr_assert(strstr(rf_errmsg(), "insufficient") != NULL && strstr(rf_errmsg(), "cudaGetDeviceCount") != NULL,
 		  "%s", rf_errmsg());
-	/* "auto" falls through to a CPU backend. */
+	/* "auto" for device memory is cuda or nothing: the same reason. */
 	pp.backend = "auto";
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENODEV);
+	cr_assert(strstr(rf_errmsg(), "cudaGetDeviceCount") != NULL, "%s", rf_errmsg());
+	/* "auto" for host memory: a CPU backend. */
+	pp.memory = RF_MEMORY_HOST;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 	cr_assert_str_neq(rf_pipeline_backend(p), "cuda");
 	rf_pipeline_destroy(p);
 	sim_cfg()->count_error = 0;
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	pp.device = 3;
 	p = NULL;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENODEV);
@@ -396,7 +403,9 @@ Test(cuda_errors, no_gpu_is_enodev_with_cuda_s_reason)
 	leak_check();
 }
 
-Test(cuda_errors, auto_picks_cuda_when_a_gpu_is_usable)
+/* Defect 1 (issue 14): with a usable GPU, "auto" for the default host memory must not pick cuda (a host
+ * compute would dereference device pointers); for RF_MEMORY_DEVICE it picks cuda. */
+Test(cuda_errors, auto_picks_cuda_only_for_device_memory)
 {
 #ifndef RF_HAVE_CUDA
 	cr_skip_test("built without the CUDA toolkit: cuda is not a built-in backend");
@@ -408,39 +417,12 @@ Test(cuda_errors, auto_picks_cuda_when_a_gpu_is_usable)
 	pp.backend = "auto";
 	rf_pipeline *p = NULL;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	cr_assert_str_neq(rf_pipeline_backend(p), "cuda");
+	rf_pipeline_destroy(p);
+	pp.memory = RF_MEMORY_DEVICE;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 	cr_assert_str_eq(rf_pipeline_backend(p), "cuda");
 	rf_pipeline_destroy(p);
-	leak_check();
-#endif
-}
-
-/* "auto" on a machine whose GPU probes usable but cannot host the pipeline (here: page-locking fails)
- * falls back to a CPU backend, says why, and leaves nothing of the failed cuda attempt behind. */
-Test(cuda_errors, auto_falls_back_when_cuda_cannot_host_the_pipeline)
-{
-#ifndef RF_HAVE_CUDA
-	cr_skip_test("built without the CUDA toolkit: cuda is not a built-in backend");
-#else
-	install(1, 0);
-	sim_cfg()->register_error = 2;
-	rf_pipeline_params pp = {0};
-	pp.depth = 2;
-	pp.slot_bytes = 1 << 20;
-	pp.backend = "auto";
-	rf_pipeline *p = NULL;
-	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
-	cr_assert_str_eq(rf_pipeline_backend(p), "threads");
-	cr_assert(strstr(rf_pipeline_describe(p), "auto: cuda not used") != NULL &&
-		  strstr(rf_pipeline_describe(p), "cudaHostRegister") != NULL, "%s", rf_pipeline_describe(p));
-	int s, e, d, r;
-	sim_counts(&s, &e, &d, &r);
-	cr_assert_eq(s + e + d, 0, "the failed cuda attempt left %d streams, %d events, %d device allocations", s, e, d);
-	rf_pipeline_destroy(p);
-	/* Asked for by name, cuda fails instead. */
-	pp.backend = "cuda";
-	p = NULL;
-	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENOMEM);
-	cr_assert_null(p);
 	leak_check();
 #endif
 }
@@ -551,6 +533,7 @@ Test(cuda_errors, kth_step_fault_sweep, .timeout = 120)
 		pp.depth = 3;
 		pp.slot_bytes = 48;
 		pp.backend = "cuda";
+		pp.memory = RF_MEMORY_DEVICE;
 		rf_pipeline *p = NULL;
 		rf__fault_arm(k);
 		int rc = rf_pipeline_create(&pp, &p);
@@ -670,6 +653,7 @@ Test(cuda_staging, page_locking_failure_is_an_error_not_a_fallback)
 	pp.depth = 2;
 	pp.slot_bytes = 1 << 20;
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	rf_pipeline *p = NULL;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENOMEM);
 	cr_assert(strstr(rf_errmsg(), "pinned host ring") != NULL, "%s", rf_errmsg());
