@@ -134,7 +134,7 @@ static void free_blocks(blockset *bs, int kind)
 			/* mixed: the simulator knows which ones it allocated */
 			size_t n = 1;
 			const void *p = bs->bufs[i];
-			if (sim_api.is_dma_capable(p, n))
+			if (sim_is_pinned(p, n))
 				sim_host_free(bs->bufs[i]);
 			else
 				free(bs->bufs[i]);
@@ -187,8 +187,9 @@ Test(cuda_sequence, depth2_pinned_sources)
 	check c;
 	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
 	char *got = run_lines();
-	/* s0: the compute stream (queue 0), s1: the copy stream (queue 1), s2: its host staging stream.
-	 * Events e0..e11 belong to queue 0, e12..e23 to queue 1. Copies run ahead by the depth; a compute
+	/* s0: the compute stream (queue 0), s1: the copy stream (queue 1); no host staging stream (built
+	 * on the first pageable block only). Events e0..e11 belong to queue 0, e12..e23 to queue 1,
+	 * e24.. to the enqueue window (recorded after each compute). Copies run ahead by the depth; a compute
 	 * waits for its copy (RAW), and the copy into a slot waits for the compute that last read it (WAR).
 	 * The last computes signal nothing: no copy waits for them. The run ends with one synchronisation
 	 * of every stream, nothing in between. d0 is the device ring, h0..h2 the (pinned) sources. */
@@ -198,17 +199,19 @@ Test(cuda_sequence, depth2_pinned_sources)
 			   "record s1 e13\n"
 			   "wait s0 e12\n"
 			   "hostfn s0\n"
+			   "record s0 e24\n"
 			   "record s0 e0\n"
 			   "wait s1 e0\n"
 			   "memcpy s1 d0+0 <- h2+0 n=16\n"
 			   "record s1 e14\n"
 			   "wait s0 e13\n"
 			   "hostfn s0\n"
+			   "record s0 e25\n"
 			   "wait s0 e14\n"
 			   "hostfn s0\n"
+			   "record s0 e26\n"
 			   "sync s0\n"
-			   "sync s1\n"
-			   "sync s2\n";
+			   "sync s1\n";
 	if (strcmp(got, want) != 0)
 		fprintf(stderr, "got:\n%s", got);
 	cr_assert_str_eq(got, want);
@@ -231,14 +234,18 @@ Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 	check c;
 	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
 	char *got = run_lines();
-	/* s2 is queue 1's host staging stream; the pinned ring (r-ranges: registered staging memory) has
-	 * two slots with events staged e24/e26 and free e25/e27. Block 2 reuses pinned slot 0 only after
-	 * the H2D of block 0 left it (wait s2 e25). */
+	/* s2 is queue 1's host staging stream, built on the first pageable block; the pinned ring
+	 * (r-ranges: registered staging memory) has two slots a page apart (the pinned stride is rounded
+	 * to 4 KiB) with events staged e58/e60 and free e59/e61 (after queue 0's e0..e11, queue 1's
+	 * e12..e23 and the window's e24..e57). Block 2 reuses pinned slot 0 only after the H2D of block 0
+	 * left it (wait s2 e59). */
 	const char *want_prefix = "hostfn s2\n"
-				  "record s2 e24\n"
-				  "wait s1 e24\n";
+				  "record s2 e58\n"
+				  "wait s1 e58\n"
+				  "memcpy s1 d0+0 <- r1+0 n=16\n";
 	cr_assert(strncmp(got, want_prefix, strlen(want_prefix)) == 0, "got:\n%s", got);
-	cr_assert(strstr(got, "wait s2 e25\nhostfn s2\nrecord s2 e24\nwait s1 e24\n") != NULL, "got:\n%s", got);
+	cr_assert(strstr(got, "memcpy s1 d0+16 <- r1+4096 n=16\n") != NULL, "got:\n%s", got);
+	cr_assert(strstr(got, "wait s2 e59\nhostfn s2\nrecord s2 e58\nwait s1 e58\n") != NULL, "got:\n%s", got);
 	cr_assert_eq(c.checked, 3);
 	cr_assert_eq(c.bad, 0, "block %zu corrupted", c.first_bad);
 	free(got);
@@ -567,6 +574,17 @@ Test(cuda_staging, host_ring_is_pinned_and_placed_near_the_gpu)
 	install(1, 0);
 	rf_pipeline *p = make(3, 1, 8192);
 	rf_placement pl;
+	/* Built on the first pageable block (issue 14 defect 6): none yet. */
+	cr_assert_eq(rf_pipeline_placement(p, &pl), RF_ENOTSUP, "%s", rf_errmsg());
+	int s, e, dv, r;
+	sim_counts(&s, &e, &dv, &r);
+	cr_assert_eq(r, 0, "a pipeline that has seen no pageable block page-locked %d ranges", r);
+	uint64_t rng = 3;
+	blockset bs;
+	make_blocks_sized(&bs, 4, 8192, SRC_PAGEABLE, &rng, 8192);
+	check c;
+	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+	free_blocks(&bs, SRC_PAGEABLE);
 	cr_assert_eq(rf_pipeline_placement(p, &pl), RF_OK, "%s", rf_errmsg());
 	cr_assert_eq(pl.pinned, 1);
 	/* The simulated GPU sits on node 0 (cudaDevAttrHostNumaId): bound there when the kernel lets us. */
@@ -576,7 +594,6 @@ Test(cuda_staging, host_ring_is_pinned_and_placed_near_the_gpu)
 		cr_assert_str_neq(pl.reason, "");
 	const char *d = rf_pipeline_describe(p);
 	cr_assert(strstr(d, "cuda: device 0 (Simulated GPU, host NUMA node 0)") != NULL, "%s", d);
-	int s, e, dv, r;
 	sim_counts(&s, &e, &dv, &r);
 	cr_assert_gt(r, 0, "no cudaHostRegister seen");
 	rf_pipeline_destroy(p);
@@ -602,7 +619,7 @@ Test(cuda_staging, pinned_alloc_cycles_register_and_unregister, .timeout = 60)
 		rf_placement pl;
 		cr_assert_eq(rf_staging_placement(live[j], &pl), RF_OK);
 		cr_assert_eq(pl.pinned, 1);
-		cr_assert(sim_api.is_dma_capable(live[j], n), "pinned staging block not registered end to end");
+		cr_assert(sim_is_pinned(live[j], n), "pinned staging block not registered end to end");
 		memset(live[j], 0xab, n);
 	}
 	for (unsigned j = 0; j < 16; j++)
@@ -641,7 +658,10 @@ Test(cuda_staging, pinned_churn_reuses_registrations, .timeout = 60)
 	leak_check();
 }
 
-Test(cuda_staging, page_locking_failure_is_an_error_not_a_fallback)
+/* Page-locking refused (confidential computing, no HostRegister support, low memory): creating a
+ * pipeline does not page-lock anything (issue 14 defect 6), pinned sources run, and a run with a
+ * pageable block fails saying why — every time, not once. */
+Test(cuda_staging, page_locking_failure_fails_only_pageable_runs)
 {
 	install(1, 0);
 	sim_cfg()->register_error = 2;
@@ -649,17 +669,28 @@ Test(cuda_staging, page_locking_failure_is_an_error_not_a_fallback)
 	cr_assert_eq(rf__cuda_staging_alloc(1 << 20, NULL, 0, &m), RF_ENOMEM);
 	cr_assert_null(m);
 	cr_assert(strstr(rf_errmsg(), "cudaHostRegister") != NULL, "%s", rf_errmsg());
-	rf_pipeline_params pp = {0};
-	pp.depth = 2;
-	pp.slot_bytes = 1 << 20;
-	pp.backend = "cuda";
-	pp.memory = RF_MEMORY_DEVICE;
-	rf_pipeline *p = NULL;
-	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENOMEM);
-	cr_assert(strstr(rf_errmsg(), "pinned host ring") != NULL, "%s", rf_errmsg());
+	rf_pipeline *p = make(2, 1, 4096);
+	uint64_t rng = 9;
+	blockset pinned, pageable;
+	make_blocks_sized(&pinned, 6, 4096, SRC_PINNED, &rng, 0);
+	make_blocks_sized(&pageable, 6, 4096, SRC_PAGEABLE, &rng, 4000);
+	check c;
+	cr_assert_eq(run_checked(p, &pinned, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.bad, 0);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(run_checked(p, &pageable, &c), RF_ENOMEM, "%s", rf_errmsg());
+		cr_assert(strstr(rf_errmsg(), "pinned host ring") != NULL && strstr(rf_errmsg(), "pageable") != NULL,
+			  "%s", rf_errmsg());
+		cr_assert_eq(sim_pending(), 0);
+	}
+	cr_assert_eq(run_checked(p, &pinned, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.bad, 0);
+	rf_pipeline_destroy(p);
+	free_blocks(&pinned, SRC_PINNED);
+	free_blocks(&pageable, SRC_PAGEABLE);
 	int s, e, d, r;
 	sim_counts(&s, &e, &d, &r);
-	cr_assert_eq(s + e + d, 0, "failed create left %d streams, %d events, %d device allocations", s, e, d);
+	cr_assert_eq(s + e + d, 0, "left %d streams, %d events, %d device allocations", s, e, d);
 	leak_check();
 }
 
@@ -670,7 +701,7 @@ Test(cuda_staging, register_api_arguments)
 	char buf[64];
 	cr_assert_eq(rf__cuda_host_register(buf, 0), RF_EINVAL);
 	cr_assert_eq(rf__cuda_host_register(buf, sizeof buf), RF_OK);
-	cr_assert(sim_api.is_dma_capable(buf, sizeof buf));
+	cr_assert(sim_is_pinned(buf, sizeof buf));
 	cr_assert_eq(rf__cuda_host_register(buf, sizeof buf), RF_EBACKEND);
 	cr_assert_eq(rf__cuda_host_unregister(buf), RF_OK);
 	cr_assert_eq(rf__cuda_host_unregister(buf), RF_EINVAL);

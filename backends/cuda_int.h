@@ -1,0 +1,141 @@
+/* backends/cuda_int.h — what the cuda backend's files share: cuda.c (probe, open/close, the device
+ * ring, the walk), cuda_event.c (event pools, waits, the enqueue window), cuda_stage.c (two-hop
+ * staging of pageable sources), cuda_team.c (the CUDA-free host copy team), cuda_embed.c (the
+ * embedder API). None of them includes a CUDA header: every call goes through rf__cuda. */
+#ifndef RF_BACKENDS_CUDA_INT_H
+#define RF_BACKENDS_CUDA_INT_H
+
+#include "backends/cuda_api.h"
+#include "memory/staging.h"
+#include "runtime/backend.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#define RF__CU_JOBS 64u                /* host copies a staging stream may have enqueued ahead */
+#define RF__CU_PIECE ((size_t)1 << 20) /* a host copy is split into pieces of at least this */
+#define RF__CU_TEAM_MAX 8u             /* threads copying one block (the host-func thread included) */
+#define RF__CU_WINDOW_MIN 32u          /* computes the host may enqueue ahead of the device (+ slots) */
+#define RF__CU_DEVICE_ALIGN 256u       /* device slot stride (cudaMalloc's alignment) */
+#define RF__CU_RANGES 8u               /* DMA-capable ranges remembered per pipeline */
+
+/* ---- the host copy team (cuda_team.c): CUDA-free ------------------------------------------------ */
+
+/* Threads that split a pageable -> pinned copy between them. The host function's thread (CUDA's) takes
+ * part too. Pieces are claimed under `mu`; a job is published by bumping `gen`, and the caller returns
+ * only when every piece is copied, so a helper never holds a stale job. `use` serialises host functions
+ * of different staging streams, which CUDA may run concurrently. */
+typedef struct rf__cu_team {
+	pthread_mutex_t mu, use;
+	pthread_cond_t go, done;
+	pthread_t th[RF__CU_TEAM_MAX];
+	unsigned n; /* helper threads started */
+	uint64_t gen;
+	int stop;
+	unsigned char *dst;
+	const unsigned char *src;
+	size_t len, piece;
+	unsigned parts, next, finished;
+} rf__cu_team;
+
+int rf__cu_team_start(rf__cu_team *t);
+void rf__cu_team_copy(rf__cu_team *t, void *dst, const void *src, size_t len);
+void rf__cu_team_fini(rf__cu_team *t);
+
+/* ---- per-pipeline state ------------------------------------------------------------------------- */
+
+struct rf__cu;
+
+/* One pageable -> pinned copy, read by the host function when it runs. */
+typedef struct rf__cu_job {
+	struct rf__cu_queue *q;
+	unsigned char *dst;
+	const void *src;
+	size_t len;
+} rf__cu_job;
+
+typedef struct rf__cu_queue {
+	struct rf__cu *cx;
+	void *stream;
+	void **ev;       /* pool, recorded round-robin */
+	int64_t *ev_val; /* value of each pool entry's latest record */
+	unsigned nev;
+	uint64_t nrec; /* records this run */
+	int copies;    /* the program copies on this queue (it may need a staging hop) */
+	/* Two-hop staging, built on the first pageable block (cuda_stage.c): */
+	void *hstream;      /* host copies, as host functions */
+	unsigned char *pin; /* npin pinned slots of pin_stride bytes */
+	unsigned npin;
+	void **ev_staged, **ev_free; /* per pinned slot */
+	rf__cu_job jobs[RF__CU_JOBS];
+	uint64_t k;                    /* staged copies enqueued this run */
+	atomic_uint_fast64_t started;  /* staged copies begun this run (by host functions) */
+	atomic_uint_fast64_t consumed; /* staged copies done this run */
+} rf__cu_queue;
+
+typedef struct rf__cu_range {
+	uintptr_t start;
+	size_t len;
+} rf__cu_range;
+
+typedef struct rf__cu {
+	const rf__cuda_api *api;
+	int device;
+	unsigned nq, nslots, ncopyq;
+	size_t slot_bytes, pin_stride;
+	rf__cu_queue *q;
+	rf__cu_team team;
+	int team_started;
+	int stage_failed;       /* building the staging hop failed (with this code): pageable runs fail alike */
+	char stage_msg[240];
+	int broken;             /* a device error made the context unusable */
+	char broken_msg[200];
+	char name[96];
+	int numa_node;
+	const char *placement_note; /* static: why the pinned ring is not where "auto" wanted it */
+	rf__staging_policy pinned_policy;
+	/* The enqueue window: the host waits for compute c - nwin before enqueueing compute c. */
+	void **win;
+	unsigned nwin;
+	uint64_t ncomp; /* computes enqueued this run */
+	rf__cu_range ranges[RF__CU_RANGES]; /* DMA-capable ranges seen, most recent first */
+} rf__cu;
+
+/* RF_EBACKEND naming the call and CUDA's words for the error (clears the error we caused). */
+int rf__cu_fail(const rf__cuda_api *api, const char *call, int err);
+
+#define RF__CU_TRY(api, call, expr)                                                                         \
+	do {                                                                                                \
+		int e_ = (expr);                                                                            \
+		if (e_ != 0)                                                                                \
+			return rf__cu_fail((api), (call), e_);                                              \
+	} while (0)
+
+/* Make `device` current for a call and put the caller's context back afterwards — "none" included. */
+typedef struct rf__cu_saved {
+	void *ctx;
+	int valid;
+} rf__cu_saved;
+int rf__cu_enter(const rf__cuda_api *api, int device, rf__cu_saved *saved);
+void rf__cu_leave(const rf__cuda_api *api, const rf__cu_saved *saved);
+
+int rf__cu_probe(int device);
+
+/* cuda_stage.c */
+void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy *in, rf__staging_policy *out,
+		   int *numa_node);
+int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out);
+int rf__cu_stage_open(rf__cu *cx, rf__cu_queue *q);
+void rf__cu_stage_free(rf__cu *cx, rf__cu_queue *q);
+int rf__cu_copy_staged(rf__cu *cx, rf__cu_queue *q, void *dst, const void *src, size_t n);
+void rf__cu_settle_host_copies(rf__cu *cx);
+int rf__cu_is_dma(rf__cu *cx, const void *p, size_t n);
+
+/* cuda_event.c */
+int rf__cu_signal(void *c, unsigned queue, int64_t v, size_t block);
+int rf__cu_wait(void *c, unsigned queue, unsigned wqueue, int64_t v, size_t block);
+int rf__cu_window_enter(rf__cu *cx, const atomic_int *cancel);
+int rf__cu_window_leave(rf__cu *cx, unsigned queue);
+
+#endif
