@@ -126,9 +126,21 @@ static void rf__cu_free(rf__cu *cx)
 		if (q->hstream != NULL && api->stream_synchronize(q->hstream) != 0)
 			(void)api->get_last_error();
 	}
-	/* Host copies run on CUDA's thread and use the team: stop it only once none can start. */
-	if (cx->q != NULL)
+	/* Host copies run on CUDA's thread and use the team: stop it only once none can start. After a
+	 * sticky error CUDA may still hold host functions it dequeued but had not started (defect 11):
+	 * then the pinned rings and the team stay allocated for the life of the process rather than
+	 * freed under them (the context is dead anyway, docs/cuda.md). */
+	int orphans = 0;
+	if (cx->q != NULL) {
 		rf__cu_settle_host_copies(cx);
+		for (unsigned i = 0; cx->broken && i < cx->nq; i++)
+			orphans |= cx->q[i].k != atomic_load(&cx->q[i].consumed);
+	}
+	if (orphans) {
+		for (unsigned i = 0; i < cx->nq; i++)
+			cx->q[i].pin = NULL; /* not freed: see above */
+		cx->team_started = 0;
+	}
 	for (unsigned i = 0; cx->q != NULL && i < cx->nq; i++) {
 		rf__cu_queue *q = &cx->q[i];
 		for (unsigned j = 0; q->ev != NULL && j < q->nev; j++)

@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #define RF__CU_JOBS 64u                /* host copies a staging stream may have enqueued ahead */
-#define RF__CU_PIECE ((size_t)1 << 20) /* a host copy is split into pieces of at least this */
+#define RF__CU_PIECE ((size_t)256 << 10) /* a host copy is split into pieces of at least this */
 #define RF__CU_TEAM_MAX 8u             /* threads copying one block (the host-func thread included) */
 #define RF__CU_WINDOW_MIN 32u          /* computes the host may enqueue ahead of the device (+ slots) */
 #define RF__CU_DEVICE_ALIGN 256u       /* device slot stride (cudaMalloc's alignment) */
