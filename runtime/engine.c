@@ -41,7 +41,8 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	if ((rc = rf__backend_lookup(backend, device, &e->be)) != RF_OK)
 		goto fail_prog;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
-			     nslots ? nslots : 1};
+			     nslots ? nslots : 1, e->wait_spin_ns};
+	e->nslots = nslots ? nslots : 1;
 	rc = rf__engine_start(e, who, &args);
 	/* "auto" promised a backend that works here: a GPU that probes usable but cannot host this
 	 * pipeline (device memory, pinned memory) falls back to the CPU backends, and describe says why. */
