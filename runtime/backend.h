@@ -85,8 +85,10 @@ typedef struct rf__open_args {
  *      (c) req->demand (an acquire's copy) must never queue behind a hint copy that has not started:
  *          threads copies it inline on the caller; cuda puts it on a demand stream of its own per lane
  *          (or a higher-priority one) so that it never sits behind queued hints.
- *    The core counts req->bytes into bytes_copied when kissue returns RF_OK. RF_EBACKEND on failure,
- *    with nothing issued.
+ *    The core counts req->bytes into bytes_copied when kissue returns RF_OK. Failures issue nothing:
+ *    RF_EBACKEND; RF_ENOSPC for a hint (demand 0) when the lane has no room for it right now (the core
+ *    holds the hint back and tries again later); RF_ENOTSUP for a demand copy whose stream is being
+ *    captured (cuda checks this here, before issuing, so that kwait on the same stream cannot fail).
  *  - ktest(t): 1 when the copy has finished writing the slot and reading src, 0 while not yet. Any
  *    thread (lookup calls it): must not take locks that a copy holds while copying.
  *  - kcancel(t) (optional, NULL = never): withdraw a copy that has not started; 1 when withdrawn (it
@@ -107,6 +109,7 @@ typedef uint64_t rf__kticket;
 typedef struct rf__kcopy {
 	unsigned lane;      /* < klanes() */
 	unsigned slot;      /* < nslots */
+	void *dst;          /* the slot's address (a device pointer on cuda) */
 	const void *src;    /* host memory, valid until the ticket finished */
 	size_t bytes;       /* 1 .. slot_bytes */
 	int demand;         /* 1: an acquire's copy (see (c)); 0: a hint */

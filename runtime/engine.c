@@ -1,6 +1,7 @@
 /* runtime/engine.c — the executor core shared by rf_pipeline and rf_exec. */
 #include "base/alloc.h"
 #include "runtime/engine.h"
+#include "runtime/keyed.h"
 #include "base/error.h"
 #include "runtime/trace.h"
 
@@ -193,11 +194,15 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	int idle = RF__IDLE;
 	if (atomic_load(&e->state) != RF__IDLE)
 		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
+	if (e->keyed != NULL && rf__keyed_held(e->keyed))
+		return rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
 	/* Clear a stale cancel before the run becomes visible as RUNNING: a cancel that sees RUNNING (see
 	 * rf__engine_cancel) then always reaches this run. */
 	atomic_store(&e->cancel, 0);
 	if (!atomic_compare_exchange_strong(&e->state, &idle, RF__RUNNING))
 		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
+	if (e->keyed != NULL) /* the run reuses every slot: no key stays resident */
+		rf__keyed_reset(e->keyed);
 	memset(&e->last, 0, sizeof e->last);
 	e->last.blocks = nblocks;
 	e->last.bytes = bytes;
