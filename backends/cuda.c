@@ -152,6 +152,7 @@ static void rf__cu_free(rf__cu *cx)
 		free(q->ev);
 		free(q->ev_val);
 	}
+	rf__cu_keyed_free(cx);
 	for (unsigned i = 0; cx->win != NULL && i < cx->nwin; i++)
 		if (cx->win[i] != NULL && api->event_destroy(cx->win[i]) != 0)
 			(void)api->get_last_error();
@@ -214,6 +215,8 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 			goto fail;
 		}
 	}
+	if ((rc = rf__cu_keyed_open(cx)) != RF_OK)
+		goto fail;
 	rf__cu_leave(api, &saved);
 	*ctx = cx;
 	return RF_OK;
@@ -414,4 +417,12 @@ const rf__backend_ops rf__backend_cuda = {
 	.run = rf__cu_run,
 	.describe = rf__cu_describe,
 	.placement = rf__cu_placement,
+	.kissue = rf__cu_kissue,
+	.ktest = rf__cu_ktest,
+	.kcancel = NULL,
+	.kwait = rf__cu_kwait,
+	.ksync = rf__cu_ksync,
+	.krelease = rf__cu_krelease,
+	.kquiesce = rf__cu_kquiesce,
+	.klanes = rf__cu_klanes,
 };

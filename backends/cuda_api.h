@@ -50,6 +50,13 @@ typedef struct rf__cuda_api {
 	int (*event_destroy)(void *e);
 	int (*event_record)(void *e, void *s);
 	int (*event_synchronize)(void *e);
+	int (*event_query)(void *e); /* 0 done, a RF__CUE_NOT_READY error pending, else an error */
+	/* Stream capture: is s (NULL = the legacy default stream) being captured (1/0)? And the calling
+	 * thread's capture mode, exchanged: the library's own calls run in thread-local mode
+	 * (cudaThreadExchangeStreamCaptureMode), so they never disturb another thread's capture. */
+	int (*stream_capturing)(void *s, int *yes);
+	int (*capture_mode_local)(int *saved);
+	int (*capture_mode_restore)(int saved);
 	int (*stream_wait_event)(void *s, void *e);
 	int (*memcpy_async)(void *dst, const void *src, size_t n, void *s); /* cudaMemcpyDefault */
 	int (*launch_host_func)(void *s, rf__cuda_host_fn fn, void *arg);

@@ -74,6 +74,8 @@ typedef struct rf__cu_queue {
 	atomic_uint_fast64_t consumed; /* staged copies done this run */
 } rf__cu_queue;
 
+typedef struct rf__cu_keyed rf__cu_keyed; /* cuda_keyed.c */
+
 typedef struct rf__cu_range {
 	uintptr_t start;
 	size_t len;
@@ -100,6 +102,7 @@ typedef struct rf__cu {
 	unsigned nwin;
 	uint64_t ncomp; /* computes enqueued this run */
 	rf__cu_range ranges[RF__CU_RANGES]; /* DMA-capable ranges seen, most recent first */
+	rf__cu_keyed *keyed;
 } rf__cu;
 
 /* RF_EBACKEND naming the call and CUDA's words for the error (clears the error we caused). */
@@ -137,5 +140,16 @@ int rf__cu_signal(void *c, unsigned queue, int64_t v, size_t block);
 int rf__cu_wait(void *c, unsigned queue, unsigned wqueue, int64_t v, size_t block);
 int rf__cu_window_enter(rf__cu *cx, const atomic_int *cancel);
 int rf__cu_window_leave(rf__cu *cx, unsigned queue);
+
+/* cuda_keyed.c: keyed use (runtime/backend.h), stream-ordered; streams and events made in open. */
+int rf__cu_keyed_open(rf__cu *cx);
+void rf__cu_keyed_free(rf__cu *cx);
+int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out);
+int rf__cu_ktest(void *ctx, rf__kticket t);
+int rf__cu_kwait(void *ctx, rf__kticket t, void *stream);
+int rf__cu_ksync(void *ctx, rf__kticket t);
+int rf__cu_krelease(void *ctx, unsigned slot, void *stream);
+int rf__cu_kquiesce(void *ctx);
+unsigned rf__cu_klanes(void *ctx);
 
 #endif

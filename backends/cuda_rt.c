@@ -169,6 +169,33 @@ static int rt_event_synchronize(void *e)
 	return (int)cudaEventSynchronize((cudaEvent_t)e);
 }
 
+static int rt_event_query(void *e)
+{
+	return (int)cudaEventQuery((cudaEvent_t)e);
+}
+
+static int rt_stream_capturing(void *s, int *yes)
+{
+	enum cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+	cudaError_t e = cudaStreamIsCapturing((cudaStream_t)s, &st);
+	*yes = st != cudaStreamCaptureStatusNone;
+	return (int)e;
+}
+
+static int rt_capture_mode_local(int *saved)
+{
+	enum cudaStreamCaptureMode m = cudaStreamCaptureModeThreadLocal;
+	cudaError_t e = cudaThreadExchangeStreamCaptureMode(&m);
+	*saved = (int)m;
+	return (int)e;
+}
+
+static int rt_capture_mode_restore(int saved)
+{
+	enum cudaStreamCaptureMode m = (enum cudaStreamCaptureMode)saved;
+	return (int)cudaThreadExchangeStreamCaptureMode(&m);
+}
+
 static int rt_stream_wait_event(void *s, void *e)
 {
 	return (int)cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0);
@@ -325,6 +352,10 @@ const rf__cuda_api rf__cuda_api_real = {
 	.event_destroy = rt_event_destroy,
 	.event_record = rt_event_record,
 	.event_synchronize = rt_event_synchronize,
+	.event_query = rt_event_query,
+	.stream_capturing = rt_stream_capturing,
+	.capture_mode_local = rt_capture_mode_local,
+	.capture_mode_restore = rt_capture_mode_restore,
 	.stream_wait_event = rt_stream_wait_event,
 	.memcpy_async = rt_memcpy_async,
 	.launch_host_func = rt_launch_host_func,

@@ -25,7 +25,7 @@ typedef struct sim_op {
 } sim_op;
 
 typedef struct sim_stream {
-	int id, live;
+	int id, live, capturing;
 	sim_op *ops;
 	size_t head, len, cap;
 } sim_stream;
@@ -344,6 +344,35 @@ int sim_stream_id(const void *stream)
 	return -1;
 }
 
+/* The legacy default stream (NULL): a stream of its own, created on first use. */
+static sim_stream *g_legacy;
+static int s_stream_create(void **out);
+
+static sim_stream *S(void *sp)
+{
+	if (sp != NULL)
+		return sp;
+	if (g_legacy == NULL || !g_legacy->live) {
+		void *p;
+		if (s_stream_create(&p) != 0)
+			abort();
+		g_legacy = p;
+	}
+	return g_legacy;
+}
+
+void sim_set_capturing(void *stream, int on)
+{
+	S(stream)->capturing = on;
+}
+
+static int g_capture_mode_calls;
+
+int sim_capture_mode_balance(void)
+{
+	return g_capture_mode_calls;
+}
+
 /* ---- the API ------------------------------------------------------------------------------------ */
 
 static int s_get_device_count(int *n)
@@ -416,7 +445,7 @@ static int s_stream_create(void **out)
 	if (e)
 		return failed(e);
 	sim_stream *s = xrealloc(NULL, sizeof *s);
-	*s = (sim_stream){(int)g_nstreams, 1, NULL, 0, 0, 0};
+	*s = (sim_stream){(int)g_nstreams, 1, 0, NULL, 0, 0, 0};
 	if (g_nstreams == g_capstreams) {
 		g_capstreams = g_capstreams ? 2 * g_capstreams : 16;
 		g_streams = xrealloc(g_streams, g_capstreams * sizeof *g_streams);
@@ -441,7 +470,7 @@ static int s_stream_destroy(void *sp)
 
 static int s_stream_synchronize(void *sp)
 {
-	sim_stream *s = sp;
+	sim_stream *s = S(sp);
 	logf_("sync s%d", s->id);
 	if (g_sticky)
 		return failed(g_sticky);
@@ -454,6 +483,35 @@ static int s_stream_synchronize(void *sp)
 		g_sticky = g_cfg.sync_error;
 		return failed(g_sticky);
 	}
+	return 0;
+}
+
+static int s_event_query(void *e)
+{
+	sim_event *ev = e;
+	if (g_sticky)
+		return failed(g_sticky);
+	(void)step();
+	return ev->done >= ev->enq ? 0 : SIM_NOT_READY;
+}
+
+static int s_stream_capturing(void *sp, int *yes)
+{
+	*yes = S(sp)->capturing;
+	return 0;
+}
+
+static int s_capture_mode_local(int *saved)
+{
+	g_capture_mode_calls++;
+	*saved = 0;
+	return 0;
+}
+
+static int s_capture_mode_restore(int saved)
+{
+	(void)saved;
+	g_capture_mode_calls--;
 	return 0;
 }
 
@@ -509,7 +567,7 @@ static int s_event_record(void *e, void *sp)
 {
 	maybe_steps();
 	sim_event *ev = e;
-	sim_stream *s = sp;
+	sim_stream *s = S(sp);
 	logf_("record s%d e%d", s->id, ev->id);
 	need_ctx();
 	int err = should_fail("record");
@@ -523,7 +581,7 @@ static int s_stream_wait_event(void *sp, void *e)
 {
 	maybe_steps();
 	sim_event *ev = e;
-	sim_stream *s = sp;
+	sim_stream *s = S(sp);
 	logf_("wait s%d e%d", s->id, ev->id);
 	need_ctx();
 	int err = should_fail("wait");
@@ -551,7 +609,7 @@ static int s_memcpy_async(void *dst, const void *src, size_t n, void *sp)
 static int s_launch_host_func(void *sp, rf__cuda_host_fn fn, void *arg)
 {
 	maybe_steps();
-	sim_stream *s = sp;
+	sim_stream *s = S(sp);
 	logf_("hostfn s%d", s->id);
 	need_ctx();
 	int err = should_fail("hostfn");
@@ -721,6 +779,10 @@ const rf__cuda_api sim_api = {
 	.event_destroy = s_event_destroy,
 	.event_record = s_event_record,
 	.event_synchronize = s_event_synchronize,
+	.event_query = s_event_query,
+	.stream_capturing = s_stream_capturing,
+	.capture_mode_local = s_capture_mode_local,
+	.capture_mode_restore = s_capture_mode_restore,
 	.stream_wait_event = s_stream_wait_event,
 	.memcpy_async = s_memcpy_async,
 	.launch_host_func = s_launch_host_func,
@@ -746,6 +808,8 @@ void sim_install(const sim_config *cfg)
 	for (size_t i = 0; i < g_nevents; i++)
 		free(g_events[i]);
 	g_nstreams = g_nevents = 0;
+	g_legacy = NULL;
+	g_capture_mode_calls = 0;
 	g_cfg = *cfg;
 	g_rng = cfg->seed ? cfg->seed : 0x9e3779b97f4a7c15ull;
 	g_calls_seen = 0;

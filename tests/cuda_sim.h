@@ -69,6 +69,11 @@ int sim_context_made(int dev);
 int sim_last_error(void);
 void sim_set_last_error(int e);
 
+/* Stream capture: mark a stream (NULL: the legacy default stream) as being captured; the calls to
+ * enter thread-local capture mode minus the calls that restored it (0 when balanced). */
+void sim_set_capturing(void *stream, int on);
+int sim_capture_mode_balance(void);
+
 /* Most operations ever pending at once on all streams (since install or the last reset). */
 size_t sim_max_pending(void);
 void sim_reset_max_pending(void);

@@ -394,6 +394,44 @@ Test(cuda_hw, depth_auto_keeps_the_payload)
 	src_free(&b);
 }
 
+/* ---- keyed use with a caller's stream ------------------------------------------------------------ */
+
+/* Acquire on the caller's stream (and on the legacy default stream), read the slot on that stream,
+ * release, and let later keys reuse the slots: every read sees its key's bytes (RAW and WAR on the
+ * device, no host wait). */
+Test(cuda_hw, keyed_use_with_the_callers_stream)
+{
+	rf_pipeline *p = make(3, 1, 1 << 20, 0);
+	src keys;
+	src_make(&keys, 8, 1 << 20, 1, 13);
+	cudaStream_t s;
+	CU(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	unsigned char *back;
+	CU(cudaHostAlloc((void **)&back, 64u << 20, cudaHostAllocDefault));
+	uint64_t rng = 14;
+	size_t want[64];
+	for (unsigned i = 0; i < 64; i++) {
+		size_t k = (size_t)(rng_next(&rng) % 8);
+		cudaStream_t on = i % 4 == 3 ? (cudaStream_t)0 : s;
+		if (i % 5 == 0)
+			(void)rf_pipeline_prefetch(p, (k + 1) % 8, keys.srcs[(k + 1) % 8], 1 << 20, 0);
+		rf_block b;
+		cr_assert_eq(rf_pipeline_acquire(p, k, keys.srcs[k], 1 << 20, on, 0, &b), RF_OK, "%s", rf_errmsg());
+		CU(cudaMemcpyAsync(back + ((size_t)i << 20), b.data, 1 << 20, cudaMemcpyDeviceToHost, on));
+		cr_assert_eq(rf_pipeline_release(p, &b), RF_OK, "%s", rf_errmsg());
+		want[i] = k;
+	}
+	CU(cudaStreamSynchronize(s));
+	CU(cudaDeviceSynchronize());
+	for (unsigned i = 0; i < 64; i++)
+		cr_assert(memcmp(back + ((size_t)i << 20), keys.srcs[want[i]], 1 << 20) == 0, "read %u (key %zu) corrupted",
+			  i, want[i]);
+	rf_pipeline_destroy(p);
+	cudaFreeHost(back);
+	CU(cudaStreamDestroy(s));
+	src_free(&keys);
+}
+
 /* ---- registrations ------------------------------------------------------------------------------ */
 
 /* A read-only mapping (an mmap'ed weight file) registers where the device supports read-only

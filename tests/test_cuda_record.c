@@ -234,18 +234,18 @@ Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 	check c;
 	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
 	char *got = run_lines();
-	/* s2 is queue 1's host staging stream, built on the first pageable block; the pinned ring
-	 * (r-ranges: registered staging memory) has two slots a page apart (the pinned stride is rounded
-	 * to 4 KiB) with events staged e58/e60 and free e59/e61 (after queue 0's e0..e11, queue 1's
-	 * e12..e23 and the window's e24..e57). Block 2 reuses pinned slot 0 only after the H2D of block 0
-	 * left it (wait s2 e59). */
-	const char *want_prefix = "hostfn s2\n"
-				  "record s2 e58\n"
-				  "wait s1 e58\n"
+	/* s4 is queue 1's host staging stream, built on the first pageable block (s2, s3: the keyed
+	 * lane's streams); the pinned ring (r-ranges: registered staging memory) has two slots a page
+	 * apart (the pinned stride is rounded to 4 KiB) with events staged e82/e84 and free e83/e85
+	 * (after queue 0's e0..e11, queue 1's e12..e23, the window's e24..e57, keyed e58..e81). Block 2 reuses pinned slot 0 only after the H2D of block 0
+	 * left it (wait s4 e83). */
+	const char *want_prefix = "hostfn s4\n"
+				  "record s4 e82\n"
+				  "wait s1 e82\n"
 				  "memcpy s1 d0+0 <- r1+0 n=16\n";
 	cr_assert(strncmp(got, want_prefix, strlen(want_prefix)) == 0, "got:\n%s", got);
 	cr_assert(strstr(got, "memcpy s1 d0+16 <- r1+4096 n=16\n") != NULL, "got:\n%s", got);
-	cr_assert(strstr(got, "wait s2 e59\nhostfn s2\nrecord s2 e58\nwait s1 e58\n") != NULL, "got:\n%s", got);
+	cr_assert(strstr(got, "wait s4 e83\nhostfn s4\nrecord s4 e82\nwait s1 e82\n") != NULL, "got:\n%s", got);
 	cr_assert_eq(c.checked, 3);
 	cr_assert_eq(c.bad, 0, "block %zu corrupted", c.first_bad);
 	free(got);
