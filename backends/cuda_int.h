@@ -31,6 +31,7 @@ typedef struct rf__cu_team {
 	pthread_cond_t go, done;
 	pthread_t th[RF__CU_TEAM_MAX];
 	unsigned n; /* helper threads started */
+	int node;   /* the NUMA node whose CPUs they run on, -1: not placed */
 	uint64_t gen;
 	int stop;
 	unsigned char *dst;
@@ -39,7 +40,7 @@ typedef struct rf__cu_team {
 	unsigned parts, next, finished;
 } rf__cu_team;
 
-int rf__cu_team_start(rf__cu_team *t);
+int rf__cu_team_start(rf__cu_team *t, int node); /* helpers placed on node's CPUs (-1: not) */
 void rf__cu_team_copy(rf__cu_team *t, void *dst, const void *src, size_t len);
 void rf__cu_team_fini(rf__cu_team *t);
 

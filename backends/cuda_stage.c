@@ -122,7 +122,7 @@ int rf__cu_stage_open(rf__cu *cx, rf__cu_queue *q)
 				     cx->pin_stride, rf__errmsg_peek());
 	}
 	if (rc == RF_OK && !cx->team_started) {
-		if ((rc = rf__cu_team_start(&cx->team)) == RF_OK)
+		if ((rc = rf__cu_team_start(&cx->team, cx->numa_node)) == RF_OK)
 			cx->team_started = 1;
 	}
 	if (rc != RF_OK) {

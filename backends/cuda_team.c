@@ -3,6 +3,7 @@
 #include "backends/cuda_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "memory/topology.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -91,7 +92,33 @@ void rf__cu_team_fini(rf__cu_team *t)
 
 /* Half the online CPUs copy (a pageable source's pages are read once; more threads only contend for
  * memory bandwidth), at most RF__CU_TEAM_MAX; on a 2-CPU machine the host-func thread copies alone. */
-int rf__cu_team_start(rf__cu_team *t)
+/* Our own helper threads run on the CPUs of the GPU's NUMA node (issue 14 defect 9: the copy reads the
+ * caller's pages and writes the pinned ring there), when the process may use some of them; else they
+ * keep the affinity they were created with. Never touches a thread we did not create. */
+static void rf__cu_team_place(rf__cu_team *t, int node)
+{
+	t->node = -1;
+	if (node < 0 || t->n == 0)
+		return;
+	hwloc_topology_t topo = rf__topo_acquire();
+	if (topo == NULL) {
+		(void)rf__errmsg_peek();
+		return;
+	}
+	hwloc_obj_t obj = hwloc_get_numanode_obj_by_os_index(topo, (unsigned)node);
+	hwloc_cpuset_t cs = hwloc_bitmap_alloc();
+	if (obj != NULL && cs != NULL) {
+		hwloc_bitmap_and(cs, obj->cpuset, hwloc_topology_get_allowed_cpuset(topo));
+		int ok = !hwloc_bitmap_iszero(cs);
+		for (unsigned i = 0; ok && i < t->n; i++)
+			ok = hwloc_set_thread_cpubind(topo, t->th[i], cs, 0) == 0;
+		t->node = ok ? node : -1;
+	}
+	hwloc_bitmap_free(cs);
+	rf__topo_release(topo);
+}
+
+int rf__cu_team_start(rf__cu_team *t, int node)
 {
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned want = cpus > 2 ? (unsigned)(cpus / 2) : 1;
@@ -108,5 +135,6 @@ int rf__cu_team_start(rf__cu_team *t)
 			return rf__err(RF_ENOMEM, "cuda: cannot start a host copy thread: %s", strerror(err));
 		}
 	}
+	rf__cu_team_place(t, node);
 	return RF_OK;
 }
