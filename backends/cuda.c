@@ -271,6 +271,8 @@ static void rf__cu_slots_free(void *ctx, void *mem, size_t bytes)
 	rf__cu_saved saved;
 	if (rf__cu_enter(cx->api, cx->device, &saved) != RF_OK)
 		return;
+	if (rf__cu_keyed_settle(cx) != 0)
+		(void)cx->api->get_last_error();
 	if (cx->api->free_device(mem, cx->q[0].stream) != 0 || cx->api->stream_synchronize(cx->q[0].stream) != 0)
 		(void)cx->api->get_last_error();
 	rf__cu_leave(cx->api, &saved);

@@ -45,6 +45,7 @@ typedef struct rf__cuda_api {
 	int (*stream_create)(void **s); /* non-blocking with respect to the legacy default stream */
 	int (*stream_destroy)(void *s);
 	int (*stream_synchronize)(void *s);
+	int (*device_synchronize)(void); /* the current device (cudaDeviceSynchronize) */
 	int (*stream_query)(void *s); /* 0 idle, a RF__CUE_NOT_READY error busy, else an error */
 	int (*event_create)(void **e); /* cudaEventDisableTiming */
 	int (*event_destroy)(void *e);

@@ -145,6 +145,7 @@ int rf__cu_window_leave(rf__cu *cx, unsigned queue);
 /* cuda_keyed.c: keyed use (runtime/backend.h), stream-ordered; streams and events made in open. */
 int rf__cu_keyed_open(rf__cu *cx);
 void rf__cu_keyed_free(rf__cu *cx);
+int rf__cu_keyed_settle(rf__cu *cx); /* a device synchronisation when keyed use ever happened */
 int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out);
 int rf__cu_ktest(void *ctx, rf__kticket t);
 int rf__cu_kwait(void *ctx, rf__kticket t, void *stream);

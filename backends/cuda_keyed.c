@@ -38,6 +38,7 @@ struct rf__cu_keyed {
 	_Atomic rf__kticket *tnum; /* which ticket each event records now; 0: none or known finished */
 	rf__kticket next;          /* the last ticket issued */
 	int dirty;                 /* something issued or released since the last quiesce */
+	int used;                  /* a keyed copy was ever issued: callers' streams may read the slots */
 	rf__cu_krel *rel;          /* nslots * RF__CU_KREL */
 };
 
@@ -136,6 +137,15 @@ static void *rf__cu_kev(rf__cu_keyed *k, rf__kticket t)
 	return atomic_load_explicit(&k->tnum[t % k->nt], memory_order_acquire) == t ? k->tev[t % k->nt] : NULL;
 }
 
+/* Before the device ring goes: callers' kernels may still read slots they held when they destroyed the
+ * pipeline (DESIGN.md: "destroy with blocks held ... cuda: it synchronises params.device first"). */
+int rf__cu_keyed_settle(rf__cu *cx)
+{
+	if (cx->keyed == NULL || !cx->keyed->used)
+		return 0;
+	return cx->api->device_synchronize();
+}
+
 int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	rf__cu *cx = ctx;
@@ -177,7 +187,7 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 		rel[j].live = 0;
 	atomic_store_explicit(&k->tnum[idx], t, memory_order_release);
 	k->next = t;
-	k->dirty = 1;
+	k->dirty = k->used = 1;
 	*out = t;
 out:
 	rf__cu_kleave(cx, &sc);

@@ -141,6 +141,11 @@ static int rt_stream_synchronize(void *s)
 	return (int)cudaStreamSynchronize((cudaStream_t)s);
 }
 
+static int rt_device_synchronize(void)
+{
+	return (int)cudaDeviceSynchronize();
+}
+
 static int rt_stream_query(void *s)
 {
 	return (int)cudaStreamQuery((cudaStream_t)s);
@@ -347,6 +352,7 @@ const rf__cuda_api rf__cuda_api_real = {
 	.stream_create = rt_stream_create,
 	.stream_destroy = rt_stream_destroy,
 	.stream_synchronize = rt_stream_synchronize,
+	.device_synchronize = rt_device_synchronize,
 	.stream_query = rt_stream_query,
 	.event_create = rt_event_create,
 	.event_destroy = rt_event_destroy,

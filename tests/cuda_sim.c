@@ -515,6 +515,26 @@ static int s_capture_mode_restore(int saved)
 	return 0;
 }
 
+static long g_device_syncs;
+
+long sim_device_syncs(void)
+{
+	return g_device_syncs;
+}
+
+static int s_device_synchronize(void)
+{
+	logf_("device_sync");
+	g_device_syncs++;
+	for (size_t i = 0; i < g_nstreams; i++)
+		if (g_streams[i]->live) {
+			int e = s_stream_synchronize(g_streams[i]);
+			if (e != 0)
+				return e;
+		}
+	return 0;
+}
+
 /* Run the device until the event's latest record (at the time of the call) has run. */
 static int s_event_synchronize(void *e)
 {
@@ -774,6 +794,7 @@ const rf__cuda_api sim_api = {
 	.stream_create = s_stream_create,
 	.stream_destroy = s_stream_destroy,
 	.stream_synchronize = s_stream_synchronize,
+	.device_synchronize = s_device_synchronize,
 	.stream_query = s_stream_query,
 	.event_create = s_event_create,
 	.event_destroy = s_event_destroy,
@@ -809,6 +830,7 @@ void sim_install(const sim_config *cfg)
 		free(g_events[i]);
 	g_nstreams = g_nevents = 0;
 	g_legacy = NULL;
+	g_device_syncs = 0;
 	g_capture_mode_calls = 0;
 	g_cfg = *cfg;
 	g_rng = cfg->seed ? cfg->seed : 0x9e3779b97f4a7c15ull;

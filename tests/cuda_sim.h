@@ -73,6 +73,8 @@ void sim_set_last_error(int e);
  * enter thread-local capture mode minus the calls that restored it (0 when balanced). */
 void sim_set_capturing(void *stream, int on);
 int sim_capture_mode_balance(void);
+/* cudaDeviceSynchronize calls so far. */
+long sim_device_syncs(void);
 
 /* Most operations ever pending at once on all streams (since install or the last reset). */
 size_t sim_max_pending(void);

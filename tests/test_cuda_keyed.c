@@ -108,7 +108,14 @@ Test(cuda_keyed, acquire_and_release_are_stream_ordered_without_host_waits)
 	cr_assert_eq(sim_capture_mode_balance(), 0);
 	cr_assert_eq(sim_api.stream_synchronize(s), 0);
 	cr_assert_eq(bad, 0, "%d reads saw the wrong bytes", bad);
+	/* Destroy with a block held: the device is synchronised before the ring goes (DESIGN.md). */
+	rf_block h;
+	cr_assert_eq(rf_pipeline_acquire(p, 11, src[1], 4096, s, 0, &h), RF_OK, "%s", rf_errmsg());
+	use(s, &h, src[1], &bad);
+	long syncs = sim_device_syncs();
 	rf_pipeline_destroy(p);
+	cr_assert_gt(sim_device_syncs(), syncs, "destroy with a block held did not synchronise the device");
+	cr_assert_eq(bad, 0);
 	cr_assert_eq(sim_api.stream_destroy(s), 0);
 	for (int i = 0; i < 3; i++)
 		sim_host_free(src[i]);
