@@ -83,12 +83,14 @@ int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out)
 	return rc;
 }
 
-/* Pinned slots per copying queue: enough to cover the ring's depth between them, at least two (one
- * filling while the other drains). */
+/* Pinned slots per copying queue: the ring's depth between them, at least two (one filling while the
+ * other drains) and at most four: the hop is bound by the host copies, and depth = auto allocates up
+ * to 16 slots it may never use (issue 14 defect 8: 16 pinned slots of 64 MiB would be 1 GiB). */
+#define RF__CU_NPIN_MAX 4u
 static unsigned rf__cu_npin(unsigned ns, unsigned ncopyq)
 {
 	unsigned per = (ns + ncopyq - 1) / ncopyq;
-	return per < 2 ? 2 : per;
+	return per < 2 ? 2 : per > RF__CU_NPIN_MAX ? RF__CU_NPIN_MAX : per;
 }
 
 /* Build queue q's staging hop (and the team, once per pipeline). On failure what was built stays for
