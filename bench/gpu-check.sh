@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpu-check.sh — the GPU check, run from a bundle made by bench/gpu-bundle.sh, in at most 5 minutes on
-# one GPU (each step has a timeout: 20 + 30 + 60 + 60 + 4 x 25 + 150 s, about 7 minutes at the very
-# worst if every step hangs; about 3 minutes on an H200 when they pass):
+# one GPU (each step has a timeout: 20 + 2 x 30 + 2 x 60 + 2 x 40 + 2 x 25 + 150 s = 8 minutes at the
+# very worst if every step hangs; about 3 minutes expected on an H200 when they pass, not yet measured):
 #   1. is a GPU usable? No GPU: say why and exit 77 (SKIPPED). A driver older than the CUDA runtime
 #      the bundle was built with: FAIL (exit 1) with both versions — never a skip;
 #   2. the simulated-CUDA suites (test_cuda_record, test_cuda_defects);
@@ -10,7 +10,7 @@
 #      payload check; a device other than the current one, and the current one restored; concurrent
 #      pipelines on several threads; back-pressure beyond 64 staged copies; a faulting kernel; cancel;
 #      depth = auto; read-only registration; whole-range DMA checks);
-#   4. compute-sanitizer memcheck and initcheck over test_cuda, racecheck and synccheck over
+#   4. compute-sanitizer memcheck and initcheck over one test_cuda test, racecheck and synccheck over
 #      ringfetch-gpu-bench --verify, when compute-sanitizer is there (its absence is reported: NOT RUN,
 #      and the check says so in its last line);
 #   5. ringfetch-gpu-bench: pinned H2D peak vs ringfetch at depths 1-4 (and copy_queues 2) over 64 KiB ..
@@ -60,9 +60,9 @@ if [ -z "$CS" ]; then
 else
   for tool in memcheck initcheck; do
     # One suite, one process per test (Criterion forks): the sanitizer follows the children.
-    if timeout 25 "$CS" --tool "$tool" --target-processes all --error-exitcode 3 "$BIN/test_cuda" --jobs 1 \
-         --filter 'cuda/payload_p*' 2>&1 | tail -3; then
-      echo "compute-sanitizer --tool $tool (test_cuda payload tests): passed"
+    if timeout 40 "$CS" --tool "$tool" --target-processes all --error-exitcode 3 "$BIN/test_cuda" --jobs 1 \
+         --filter 'cuda/payload_registered_sources' 2>&1 | tail -3; then
+      echo "compute-sanitizer --tool $tool (test_cuda: payload_registered_sources): passed"
     else
       fail "compute-sanitizer --tool $tool"
     fi
