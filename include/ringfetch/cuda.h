@@ -33,6 +33,12 @@
  *    says why (the CUDA error; a driver older than the runtime the library was built with is named as
  *    such, with both versions).
  *  - Traces and statistics of a cuda pipeline time the host's enqueueing, not the device.
+ *  - Keyed use (rf_pipeline_prefetch/acquire/release): stream-ordered, no host wait. acquire makes
+ *    `stream` (NULL: the legacy default stream; cudaStreamPerThread too) wait on the key's copy;
+ *    release records an event on the block's stream that the slot's next copy waits for. A stream
+ *    being captured is refused (RF_ENOTSUP) wherever the call would enqueue on it. Keyed sources are
+ *    copied by DMA directly: register them (rf_cuda_host_register), pageable ones copy synchronously.
+ *    rf_pipeline_destroy after keyed use synchronises params.device before freeing the ring.
  * The calling thread's current context is left as it was by every ringfetch call — "none" included:
  * no call leaves a thread that had no context with one; callbacks run with params.device current.
  * The library clears only CUDA errors its own calls caused (cudaGetLastError), never the application's.
