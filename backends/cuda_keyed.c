@@ -201,10 +201,15 @@ int rf__cu_ktest(void *ctx, rf__kticket t)
 	void *ev = rf__cu_kev(cx->keyed, t);
 	if (ev == NULL)
 		return 1;
+	/* params.device current (a thread without a context would get device 0's), capture mode local */
+	rf__cu_saved saved;
+	if (rf__cu_enter(cx->api, cx->device, &saved) != RF_OK)
+		return 0; /* cannot ask: not known finished (a later wait reports the error) */
 	int mode = 0, moded = cx->api->capture_mode_local(&mode) == 0;
 	int e = cx->api->event_query(ev);
 	if (moded)
 		(void)cx->api->capture_mode_restore(mode);
+	rf__cu_leave(cx->api, &saved);
 	if (e != 0 && cx->api->error_kind(e) == RF__CUE_NOT_READY) {
 		(void)cx->api->get_last_error(); /* ours (cudaEventQuery leaves cudaErrorNotReady) */
 		return 0;

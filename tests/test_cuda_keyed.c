@@ -103,6 +103,11 @@ Test(cuda_keyed, acquire_and_release_are_stream_ordered_without_host_waits)
 	cr_assert_eq(b2.slot, b0.slot);
 	use(s, &b2, src[2], &bad);
 	cr_assert_eq(rf_pipeline_release(p, &b2), RF_OK, "%s", rf_errmsg());
+	/* lookup (any thread; here one without a context) leaves the thread without one */
+	sim_set_no_context();
+	rf_key_state st;
+	cr_assert_eq(rf_pipeline_lookup(p, 12, &st, NULL), RF_OK);
+	cr_assert_eq(sim_current_device(), -1, "lookup left device %d current", sim_current_device());
 	cr_assert_eq(log_count("sync"), 0, "acquire/release waited on the host");
 	cr_assert_eq(log_count("event_sync"), 0, "acquire/release waited on the host");
 	cr_assert_eq(sim_capture_mode_balance(), 0);
