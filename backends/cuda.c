@@ -8,7 +8,8 @@
  * every wait is enqueued after the record it needs — cudaStreamWaitEvent captures the event's latest
  * record at the time of the call, so a wait enqueued first would wait for nothing.
  *
- * Pageable sources take two hops through a pinned host ring (cuda_stage.c). Every entry point makes
+ * Pageable sources take two hops through a pinned host ring (cuda_stage.c): the walker copies them
+ * there itself, with the copy team, and enqueues the H2D; no host functions. Every entry point makes
  * params.device current and puts the caller's context back afterwards, "no context" included.
  *
  * All CUDA calls go through rf__cuda (backends/cuda_api.h): this file includes no CUDA header, builds
@@ -123,23 +124,6 @@ static void rf__cu_free(rf__cu *cx)
 		rf__cu_queue *q = &cx->q[i];
 		if (q->stream != NULL && api->stream_synchronize(q->stream) != 0)
 			(void)api->get_last_error();
-		if (q->hstream != NULL && api->stream_synchronize(q->hstream) != 0)
-			(void)api->get_last_error();
-	}
-	/* Host copies run on CUDA's thread and use the team: stop it only once none can start. After a
-	 * sticky error CUDA may still hold host functions it dequeued but had not started (defect 11):
-	 * then the pinned rings and the team stay allocated for the life of the process rather than
-	 * freed under them (the context is dead anyway, docs/cuda.md). */
-	int orphans = 0;
-	if (cx->q != NULL) {
-		rf__cu_settle_host_copies(cx);
-		for (unsigned i = 0; cx->broken && i < cx->nq; i++)
-			orphans |= cx->q[i].k != atomic_load(&cx->q[i].consumed);
-	}
-	if (orphans) {
-		for (unsigned i = 0; i < cx->nq; i++)
-			cx->q[i].pin = NULL; /* not freed: see above */
-		cx->team_started = 0;
 	}
 	for (unsigned i = 0; cx->q != NULL && i < cx->nq; i++) {
 		rf__cu_queue *q = &cx->q[i];
@@ -310,7 +294,7 @@ static int rf__cu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned
 
 static const rf__walk_ops rf__cu_ops = {rf__cu_copy, rf__cu_compute, rf__cu_signal, rf__cu_wait};
 
-/* Wait for everything enqueued: every stream, staging streams included. The first error wins. */
+/* Wait for everything enqueued on every stream. The first error wins. */
 static int rf__cu_drain(rf__cu *cx, const char **call)
 {
 	int first = 0;
@@ -320,10 +304,6 @@ static int rf__cu_drain(rf__cu *cx, const char **call)
 		if (e != 0 && first == 0) {
 			first = e;
 			*call = "cudaStreamSynchronize";
-		}
-		if (q->hstream != NULL && (e = cx->api->stream_synchronize(q->hstream)) != 0 && first == 0) {
-			first = e;
-			*call = "cudaStreamSynchronize (host staging stream)";
 		}
 	}
 	return first;
@@ -343,8 +323,6 @@ static int rf__cu_run(void *ctx, rf__run *run)
 		rf__cu_queue *q = &cx->q[i];
 		q->nrec = 0;
 		q->k = 0;
-		atomic_store(&q->started, 0);
-		atomic_store(&q->consumed, 0);
 	}
 	cx->ncomp = 0;
 	rc = rf__walk(run, -1, &rf__cu_ops, cx);
@@ -353,7 +331,6 @@ static int rf__cu_run(void *ctx, rf__run *run)
 	const char *call = NULL;
 	int e = rf__cu_drain(cx, &call);
 	if (e != 0) {
-		rf__cu_settle_host_copies(cx);
 		/* An error surfacing at synchronisation is asynchronous (a kernel fault, a bad address):
 		 * CUDA keeps such errors sticky, so the context — and every pipeline on it — is unusable. */
 		rf__cu_fail(api, call, e);
@@ -382,9 +359,9 @@ static int rf__cu_describe(void *ctx, char *buf, size_t cap)
 	else
 		snprintf(stage, sizeof stage,
 			 "pageable sources staged through a pinned host ring of %u slot%s per copy queue (%u of %u "
-			 "queue%s) by %u host thread%s",
-			 npin, npin == 1 ? "" : "s", nbuilt, cx->ncopyq, cx->ncopyq == 1 ? "" : "s", cx->team.n + 1,
-			 cx->team.n ? "s" : "");
+			 "queue%s) by the caller and %u copy thread%s",
+			 npin, npin == 1 ? "" : "s", nbuilt, cx->ncopyq, cx->ncopyq == 1 ? "" : "s", cx->team.n,
+			 cx->team.n == 1 ? "" : "s");
 	snprintf(buf, cap,
 		 "cuda: device %d (%s, host NUMA node %s); %u stream%s (one per queue), %u events each, "
 		 "reused round-robin; the host enqueues at most %u computes ahead; %s",

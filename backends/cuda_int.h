@@ -13,19 +13,18 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define RF__CU_JOBS 64u                /* host copies a staging stream may have enqueued ahead */
 #define RF__CU_PIECE ((size_t)256 << 10) /* a host copy is split into pieces of at least this */
-#define RF__CU_TEAM_MAX 8u             /* threads copying one block (the host-func thread included) */
+#define RF__CU_TEAM_MAX 8u             /* threads copying one block (the calling thread included) */
 #define RF__CU_WINDOW_MIN 32u          /* computes the host may enqueue ahead of the device (+ slots) */
 #define RF__CU_DEVICE_ALIGN 256u       /* device slot stride (cudaMalloc's alignment) */
 #define RF__CU_RANGES 8u               /* DMA-capable ranges remembered per pipeline */
 
 /* ---- the host copy team (cuda_team.c): CUDA-free ------------------------------------------------ */
 
-/* Threads that split a pageable -> pinned copy between them. The host function's thread (CUDA's) takes
- * part too. Pieces are claimed under `mu`; a job is published by bumping `gen`, and the caller returns
- * only when every piece is copied, so a helper never holds a stale job. `use` serialises host functions
- * of different staging streams, which CUDA may run concurrently. */
+/* Threads that split a pageable -> pinned copy between them; the calling thread (the pipeline's walker)
+ * takes part too. Pieces are claimed under `mu`; a job is published by bumping `gen`, and the caller
+ * returns only when every piece is copied, so a helper never holds a stale job. `use` serialises
+ * callers (one pipeline is used by one thread at a time; it is a guard). */
 typedef struct rf__cu_team {
 	pthread_mutex_t mu, use;
 	pthread_cond_t go, done;
@@ -48,14 +47,6 @@ void rf__cu_team_fini(rf__cu_team *t);
 
 struct rf__cu;
 
-/* One pageable -> pinned copy, read by the host function when it runs. */
-typedef struct rf__cu_job {
-	struct rf__cu_queue *q;
-	unsigned char *dst;
-	const void *src;
-	size_t len;
-} rf__cu_job;
-
 typedef struct rf__cu_queue {
 	struct rf__cu *cx;
 	void *stream;
@@ -65,14 +56,10 @@ typedef struct rf__cu_queue {
 	uint64_t nrec; /* records this run */
 	int copies;    /* the program copies on this queue (it may need a staging hop) */
 	/* Two-hop staging, built on the first pageable block (cuda_stage.c): */
-	void *hstream;      /* host copies, as host functions */
 	unsigned char *pin; /* npin pinned slots of pin_stride bytes */
 	unsigned npin;
-	void **ev_staged, **ev_free; /* per pinned slot */
-	rf__cu_job jobs[RF__CU_JOBS];
-	uint64_t k;                    /* staged copies enqueued this run */
-	atomic_uint_fast64_t started;  /* staged copies begun this run (by host functions) */
-	atomic_uint_fast64_t consumed; /* staged copies done this run */
+	void **ev_free;     /* per pinned slot: recorded after the H2D that last read it */
+	uint64_t k;         /* staged copies this run */
 } rf__cu_queue;
 
 typedef struct rf__cu_keyed rf__cu_keyed; /* cuda_keyed.c */
@@ -133,7 +120,6 @@ int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out);
 int rf__cu_stage_open(rf__cu *cx, rf__cu_queue *q);
 void rf__cu_stage_free(rf__cu *cx, rf__cu_queue *q);
 int rf__cu_copy_staged(rf__cu *cx, rf__cu_queue *q, void *dst, const void *src, size_t n);
-void rf__cu_settle_host_copies(rf__cu *cx);
 int rf__cu_is_dma(rf__cu *cx, const void *p, size_t n);
 
 /* cuda_event.c */

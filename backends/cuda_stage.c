@@ -1,10 +1,15 @@
 /* backends/cuda_stage.c — two-hop staging of sources DMA cannot read directly.
  *
  * Pageable memory: cudaMemcpyAsync would copy synchronously through a driver bounce buffer and overlap
- * nothing. So a host function on the queue's staging stream copies the block into a pinned, NUMA-local
- * host ring (by the host copy team, cuda_team.c), then the copy stream moves it to the device ring.
- * Each hop has its own RAW and WAR edges, all as events on streams: staged[s] (host copy done -> H2D
- * may read pinned slot s) and free[s] (H2D out of s done -> the next host copy may overwrite it).
+ * nothing. So the walker itself — the caller's thread, with the copy team's threads placed on the
+ * GPU's NUMA node (cuda_team.c), in 256 KiB pieces — copies the block into a pinned, NUMA-local host
+ * ring, then enqueues the H2D from there on the copy stream. RAW on the pinned slot is program order
+ * (the H2D is enqueued after the host copy returned); WAR is an event per pinned slot, free[s],
+ * recorded after the H2D that read s, which the walker waits for before overwriting s (issue 14
+ * defect 9: no host functions on CUDA's callback thread — they were serialised there, cost 10-30 us of
+ * dispatch each, and held up other pipelines' host functions for milliseconds; and defect 11: nothing
+ * of ours can still be queued on CUDA's thread after a sticky error). The device keeps copying and
+ * computing the blocks already enqueued while the walker copies the next one.
  *
  * The hop is built on a queue's first pageable block, not at create (issue 14 defect 6): pipelines fed
  * only pinned or device memory never page-lock a ring nor start threads, and where page-locking is
@@ -18,11 +23,9 @@
 #include "base/alloc.h"
 #include "base/error.h"
 
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- pinned memory ------------------------------------------------------------------------------ */
 
@@ -103,17 +106,12 @@ int rf__cu_stage_open(rf__cu *cx, rf__cu_queue *q)
 	unsigned npin = rf__cu_npin(cx->nslots, cx->ncopyq ? cx->ncopyq : 1);
 	int rc = RF_OK;
 	void *mem = NULL;
-	if (q->hstream == NULL && (rc = api->stream_create(&q->hstream)) != 0)
-		rc = rf__cu_fail(api, "cudaStreamCreateWithFlags (host staging stream)", rc);
-	if (rc == RF_OK && ((q->ev_staged = rf__calloc(npin, sizeof *q->ev_staged)) == NULL ||
-			    (q->ev_free = rf__calloc(npin, sizeof *q->ev_free)) == NULL))
+	if ((q->ev_free = rf__calloc(npin, sizeof *q->ev_free)) == NULL)
 		rc = rf__err(RF_ENOMEM, "cuda: out of memory");
 	if (rc == RF_OK)
 		q->npin = npin; /* from here rf__cu_stage_free destroys the events made so far */
 	for (unsigned i = 0; rc == RF_OK && i < npin; i++) {
-		int e = api->event_create(&q->ev_staged[i]);
-		if (e == 0)
-			e = api->event_create(&q->ev_free[i]);
+		int e = api->event_create(&q->ev_free[i]);
 		if (e != 0)
 			rc = rf__cu_fail(api, "cudaEventCreateWithFlags", e);
 	}
@@ -140,62 +138,19 @@ int rf__cu_stage_open(rf__cu *cx, rf__cu_queue *q)
 void rf__cu_stage_free(rf__cu *cx, rf__cu_queue *q)
 {
 	const rf__cuda_api *api = cx->api;
-	for (unsigned j = 0; q->ev_staged != NULL && j < q->npin; j++) {
-		if (q->ev_staged[j] != NULL && api->event_destroy(q->ev_staged[j]) != 0)
+	for (unsigned j = 0; q->ev_free != NULL && j < q->npin; j++)
+		if (q->ev_free[j] != NULL && api->event_destroy(q->ev_free[j]) != 0)
 			(void)api->get_last_error();
-		if (q->ev_free != NULL && q->ev_free[j] != NULL && api->event_destroy(q->ev_free[j]) != 0)
-			(void)api->get_last_error();
-	}
-	if (q->hstream != NULL && api->stream_destroy(q->hstream) != 0)
-		(void)api->get_last_error();
 	rf__staging_free(q->pin);
-	free(q->ev_staged);
 	free(q->ev_free);
-	q->hstream = NULL;
 	q->pin = NULL;
-	q->ev_staged = q->ev_free = NULL;
+	q->ev_free = NULL;
 	q->npin = 0;
 }
 
 /* ---- the staged copy ------------------------------------------------------------------------------ */
 
-/* The host function of one staged copy: runs on CUDA's callback thread, in staging-stream order. It
- * must not call CUDA. */
-static void rf__cu_hostcopy(void *arg)
-{
-	rf__cu_job *j = arg;
-	rf__cu_queue *q = j->q;
-	atomic_fetch_add_explicit(&q->started, 1, memory_order_acq_rel);
-	rf__cu_team_copy(&q->cx->team, j->dst, j->src, j->len);
-	atomic_fetch_add_explicit(&q->consumed, 1, memory_order_release); /* j may be rewritten from here */
-}
-
-/* Wait until the host functions of queue q have consumed `need` jobs, so that a job entry may be
- * rewritten. Only reached when the caller has enqueued RF__CU_JOBS staged copies ahead of the host
- * copies themselves — the device is far behind, and waiting here is back-pressure. Checks the staging
- * stream for errors instead of waiting forever on a stream that died. */
-static int rf__cu_job_wait(rf__cu *cx, rf__cu_queue *q, uint64_t need)
-{
-	for (unsigned spin = 0; atomic_load_explicit(&q->consumed, memory_order_acquire) < need; spin++) {
-		if (spin < 64) {
-			sched_yield();
-			continue;
-		}
-		int e = cx->api->stream_query(q->hstream);
-		if (atomic_load_explicit(&q->consumed, memory_order_acquire) >= need)
-			break;
-		if (e != 0 && cx->api->error_kind(e) != RF__CUE_NOT_READY)
-			return rf__cu_fail(cx->api, "cudaStreamQuery (host staging stream)", e);
-		if (e == 0)
-			return rf__err(RF_EBACKEND, "cuda: host staging stream idle with %llu of %llu copies done",
-				       (unsigned long long)atomic_load(&q->consumed), (unsigned long long)need);
-		struct timespec ts = {0, 20000};
-		nanosleep(&ts, NULL);
-	}
-	return 0;
-}
-
-/* pageable src -> pinned slot (host function on the staging stream) -> device slot (copy stream). */
+/* pageable src -> pinned slot (the walker and the copy team) -> device slot (copy stream). */
 int rf__cu_copy_staged(rf__cu *cx, rf__cu_queue *q, void *dst, const void *src, size_t n)
 {
 	const rf__cuda_api *api = cx->api;
@@ -207,41 +162,19 @@ int rf__cu_copy_staged(rf__cu *cx, rf__cu_queue *q, void *dst, const void *src, 
 	}
 	uint64_t k = q->k;
 	unsigned ps = (unsigned)(k % q->npin);
-	if (k >= RF__CU_JOBS) {
-		int rc = rf__cu_job_wait(cx, q, k - RF__CU_JOBS + 1);
-		if (rc != 0)
-			return rc;
+	unsigned char *pin = q->pin + (size_t)ps * cx->pin_stride;
+	/* WAR on the pinned slot: the H2D that read it last (npin blocks back) is done. A host wait, and the
+	 * back-pressure of the hop: the walker cannot run further ahead of the copy engine than the ring. */
+	if (k >= q->npin && !rf__test_hooks.drop_staging_war) {
+		int e = api->event_synchronize(q->ev_free[ps]);
+		if (e != 0)
+			return rf__cu_fail(api, "cudaEventSynchronize (pinned slot free)", e);
 	}
-	rf__cu_job *j = &q->jobs[k % RF__CU_JOBS];
-	*j = (rf__cu_job){q, q->pin + (size_t)ps * cx->pin_stride, src, n};
-	if (k >= q->npin && !rf__test_hooks.drop_staging_war) /* WAR on the pinned slot: its previous H2D is done */
-		RF__CU_TRY(api, "cudaStreamWaitEvent (pinned slot free)", api->stream_wait_event(q->hstream, q->ev_free[ps]));
-	RF__CU_TRY(api, "cudaLaunchHostFunc (host staging copy)", api->launch_host_func(q->hstream, rf__cu_hostcopy, j));
-	q->k++;
-	RF__CU_TRY(api, "cudaEventRecord (pinned slot staged)", api->event_record(q->ev_staged[ps], q->hstream));
-	/* RAW on the pinned slot, then the second hop, then mark the pinned slot free again. */
-	RF__CU_TRY(api, "cudaStreamWaitEvent (pinned slot staged)", api->stream_wait_event(q->stream, q->ev_staged[ps]));
-	RF__CU_TRY(api, "cudaMemcpyAsync (pinned -> device)", api->memcpy_async(dst, j->dst, n, q->stream));
+	rf__cu_team_copy(&cx->team, pin, src, n);
+	RF__CU_TRY(api, "cudaMemcpyAsync (pinned -> device)", api->memcpy_async(dst, pin, n, q->stream));
 	RF__CU_TRY(api, "cudaEventRecord (pinned slot free)", api->event_record(q->ev_free[ps], q->stream));
+	q->k++;
 	return 0;
-}
-
-/* After a device error a synchronisation may return while a host copy that had already started is
- * still reading the caller's source (CUDA skips host functions that have not started): wait for those
- * before the run returns and the caller frees its sources (bounded: 10 s, then the context is broken
- * for good anyway). A host function dequeued but not yet started is not seen here (defect 11): after
- * a sticky error the CUDA context is dead for every pipeline of the process (docs/cuda.md). */
-void rf__cu_settle_host_copies(rf__cu *cx)
-{
-	for (int i = 0; i < 100000; i++) {
-		int busy = 0;
-		for (unsigned k = 0; k < cx->nq; k++)
-			busy |= atomic_load(&cx->q[k].started) != atomic_load(&cx->q[k].consumed);
-		if (!busy)
-			return;
-		struct timespec ts = {0, 100000};
-		nanosleep(&ts, NULL);
-	}
 }
 
 /* ---- which sources DMA can read ------------------------------------------------------------------- */

@@ -1,7 +1,7 @@
 /* tests/test_cuda_hw.c — what only a real GPU can show (issue 14's GPU check): negative controls (a
  * dropped WAR wait and a dropped RAW wait must be caught by the payload check), a device other than the
  * current one and the caller's context restored ("none" included), concurrent pipelines on several
- * threads, back-pressure beyond 64 staged copies, a faulting kernel (the sticky error path), cancel
+ * threads, back-pressure of a long pageable run (hundreds of staged copies), a faulting kernel (the sticky error path), cancel
  * from another thread during a run, depth = auto, a read-only registration, and whole-range DMA
  * checks of registered memory. Exits 77 without a GPU (SKIPPED), 1 with a driver older than the
  * runtime. Every test runs in its own process (Criterion), so a sticky error stays in its test. */
@@ -299,8 +299,8 @@ Test(cuda_hw, concurrent_pipelines_on_several_threads)
 	cr_assert_eq(atomic_load(&g_thread_failures), 0);
 }
 
-/* A deep ring, pageable sources and slow computes: the host gets more than 64 staged copies ahead of
- * the host copies (the job ring's back-pressure) — and every byte still arrives. */
+/* A deep ring, pageable sources and slow computes: 600 staged copies through a 4-slot pinned ring, the
+ * walker waiting on each pinned slot's H2D (the hop's back-pressure) — and every byte still arrives. */
 Test(cuda_hw, back_pressure_beyond_64_staged_copies)
 {
 	rf_pipeline *p = make(96, 1, 4096, 0);

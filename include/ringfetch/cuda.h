@@ -16,7 +16,8 @@
  *    end: when it returns, all the work it and the callbacks enqueued on the given streams has finished.
  *  - Sources in page-locked memory (cudaHostAlloc, cudaHostRegister, rf_cuda_host_register,
  *    rf_cuda_staging_alloc) or device memory are copied directly. Pageable sources (plain malloc) take
- *    two hops: host threads copy them into a pinned host ring placed on the NUMA node nearest the GPU
+ *    two hops: the calling thread, helped by copy threads of the library, copies them into a pinned
+ *    host ring placed on the NUMA node nearest the GPU
  *    (the caller's node when the process may not use that one; placement says so), and the copy
  *    stream moves them on from there. The ring and its threads are built on the first pageable block:
  *    where page-locking is refused, pipelines fed pinned or device memory work and a run with a
