@@ -300,8 +300,9 @@ int rf__cu_kquiesce(void *ctx)
 	if (!k->dirty) /* nothing keyed since the last time: no host wait (runs start here) */
 		return RF_OK;
 	k->dirty = 0;
-	if (rf__cu_enter(api, cx->device, &saved) != RF_OK)
-		return RF_EBACKEND;
+	int rc = rf__cu_enter(api, cx->device, &saved);
+	if (rc != RF_OK)
+		return rc; /* rf__cu_enter said why */
 	for (unsigned i = 0; i < k->nlanes; i++) {
 		int e = api->stream_synchronize(k->hint[i]);
 		first = first ? first : e;
