@@ -12,10 +12,14 @@ typedef struct rf__test_hooks {
 	void (*before_copy)(size_t block); /* called on the copying thread before each copy */
 	int drop_war_wait;                 /* pipelines created while set lose their WAR waits */
 	int drop_staging_war;              /* cuda: two-hop copies skip the pinned slot's WAR wait */
+	int drop_raw_wait;                 /* cuda: computes skip their wait for the copy (RAW) */
 	/* Staging fault injection: consulted at each allocation step ("topology", "arena", "membind",
 	 * "fallback", "pin", "mallocx"); non-zero makes the step fail. For "membind" the value is the errno the
 	 * binding fails with: EPERM/ENOSYS/EXDEV/EINVAL are refusals (unbound fallback), others errors. */
 	int (*fail_alloc_step)(const char *step);
+	/* Keyed negative control: slot choice ignores holds (a held slot may be refilled); the hazard
+	 * oracle must catch it. */
+	int keyed_refill_held;
 } rf__test_hooks_t;
 
 /* Defined only with RF_TESTING (runtime/backend.c); tests set it before creating pipelines. */

@@ -156,7 +156,7 @@ static int size_run_init(size_run *z, const rfb_opts *o, const char *backend, si
 	int rc = rf_pipeline_create(&ps, &z->seq);
 	for (unsigned d = 0; d < o->ndepths && rc == RF_OK; d++) {
 		rf_pipeline_params pp = {.depth = o->depths[d], .slot_bytes = size, .backend = backend,
-					 .copy_queues = o->copy_queues};
+					 .copy_queues = o->copy_queues, .memory = rfb_memory_of(backend)};
 		/* depth auto is configuration, not an API value: through the environment, for this create */
 		if (o->depths[d] == RFB_DEPTH_AUTO)
 			setenv("RINGFETCH_DEPTH", "auto", 1);
@@ -277,7 +277,7 @@ static int write_trace(const rfb_opts *o, const char *path)
 	rfb_work w;
 	rf_pipeline *p = NULL;
 	rf_pipeline_params pp = {.depth = pick_depth(o), .slot_bytes = size, .backend = o->backends[0],
-				 .copy_queues = o->copy_queues};
+				 .copy_queues = o->copy_queues, .memory = rfb_memory_of(o->backends[0])};
 	if (rfb_work_init(&w, &one, size, n) != 0)
 		return -1;
 	if (o->compute == RFB_RATIO)

@@ -2,7 +2,13 @@
  * default backend (RINGFETCH_BACKEND / RINGFETCH_DEPTH apply), check every block's bytes in the
  * compute, and print what happened. (`make run` runs the sweep, ringfetch-bench.)
  *
- * usage: ringfetch-demo [--blocks N] [--size BYTES]   (16 sources of BYTES each are allocated)
+ * usage: ringfetch-demo [--blocks N] [--size BYTES] [--memory host|device]
+ *        (16 sources of BYTES each are allocated)
+ *
+ * --memory device: params.memory = RF_MEMORY_DEVICE, so "auto" is cuda (RF_ENODEV without a GPU) and
+ * the compute is a kernel doing the same check on the device (bench/demo_kernel.cu; only when the
+ * demo was built with nvcc). The host compute never sees device pointers: with the default host
+ * memory, "auto" is a CPU backend even on a GPU machine.
  */
 #include "options.h"
 
@@ -12,10 +18,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef RFD_HAVE_KERNEL
+int rfd_check_launch(void *stream, const void *data, size_t n, size_t block, void *acc);
+int rfd_acc_alloc(void **acc);
+int rfd_acc_read_free(void *acc, unsigned long long out[2]);
+#endif
+
 typedef struct demo {
 	size_t size;
 	unsigned long long sum;
 	size_t bad;
+	void *acc; /* device memory: the device compute's counters (sum, bad) */
 } demo;
 
 static unsigned char pattern(size_t block, size_t i)
@@ -35,19 +48,31 @@ static int check_block(void *user, const rf_block *b)
 	return 0;
 }
 
+#ifdef RFD_HAVE_KERNEL
+/* The same check as a kernel on the block's stream (device memory: never dereferenced here). */
+static int check_block_device(void *user, const rf_block *b)
+{
+	demo *d = user;
+	return rfd_check_launch(b->stream, b->data, b->bytes, b->index % 16, d->acc) != 0;
+}
+#endif
+
 int main(int argc, char **argv)
 {
 	unsigned long long n = 4096, size = 256 * 1024;
+	rf_memory memory = RF_MEMORY_HOST;
 	for (int i = 1; i < argc; i += 2) {
 		int ok = i + 1 < argc;
 		if (ok && !strcmp(argv[i], "--blocks"))
 			ok = rfb_parse_count(argv[i + 1], 0, 1u << 24, &n) == 0;
 		else if (ok && !strcmp(argv[i], "--size"))
 			ok = rfb_parse_count(argv[i + 1], 1, 1u << 28, &size) == 0;
+		else if (ok && !strcmp(argv[i], "--memory"))
+			ok = !strcmp(argv[i + 1], "host") || (memory = RF_MEMORY_DEVICE, !strcmp(argv[i + 1], "device"));
 		else
 			ok = 0;
 		if (!ok) {
-			fprintf(stderr, "usage: %s [--blocks 0..16M] [--size 1..256M bytes]\n", argv[0]);
+			fprintf(stderr, "usage: %s [--blocks 0..16M] [--size 1..256M bytes] [--memory host|device]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -66,18 +91,44 @@ int main(int argc, char **argv)
 		srcs[i] = src + (i % 16) * size;
 		sizes[i] = size;
 	}
-	rf_pipeline_params pp = {.slot_bytes = size}; /* depth and backend: configured defaults */
+#ifndef RFD_HAVE_KERNEL
+	if (memory == RF_MEMORY_DEVICE) {
+		fprintf(stderr, "ringfetch-demo: --memory device needs the device compute, built only with nvcc\n");
+		return 1;
+	}
+#endif
+	/* depth and backend: configured defaults (of the right kind for `memory`) */
+	rf_pipeline_params pp = {.slot_bytes = size, .memory = memory};
 	rf_pipeline *p;
 	int rc = rf_pipeline_create(&pp, &p);
 	if (rc != RF_OK) {
 		fprintf(stderr, "rf_pipeline_create: %s: %s\n", rf_strerror(rc), rf_errmsg());
 		return 1;
 	}
-	demo d = {size, 0, 0};
+	demo d = {size, 0, 0, NULL};
+	rf_compute_fn fn = check_block;
+#ifdef RFD_HAVE_KERNEL
+	if (memory == RF_MEMORY_DEVICE) {
+		if (rfd_acc_alloc(&d.acc) != 0) {
+			fprintf(stderr, "ringfetch-demo: cannot allocate the device counters\n");
+			return 1;
+		}
+		fn = check_block_device;
+	}
+#endif
 	rf_pipeline_collect_stats(p, 1);
 	double t0 = rfb_now();
-	rc = rf_pipeline_run(p, n, srcs, sizes, check_block, &d);
+	rc = rf_pipeline_run(p, n, srcs, sizes, fn, &d);
 	double s = rfb_now() - t0;
+#ifdef RFD_HAVE_KERNEL
+	if (d.acc != NULL) {
+		unsigned long long c[2] = {0, 0};
+		if (rfd_acc_read_free(d.acc, c) != 0 && rc == RF_OK)
+			rc = RF_EBACKEND;
+		d.sum = c[0];
+		d.bad = (size_t)c[1];
+	}
+#endif
 	printf("ringfetch %s demo\n", rf_version_string());
 	printf("  backend      %s\n  depth        %u\n  blocks       %llu x %llu bytes\n", rf_pipeline_backend(p),
 	       rf_pipeline_depth(p), n, size);

@@ -2,7 +2,8 @@
 # bench/gpu-bundle.sh DIR — build, here, a self-contained folder that runs the GPU check on a machine
 # with only the NVIDIA driver and no package registry:
 #   DIR/gpu-check.sh              the check (see bench/gpu-check.sh)
-#   DIR/bin/                      test_cuda, test_cuda_record, ringfetch-gpu-bench (CUDA runtime linked
+#   DIR/bin/                      test_cuda, test_cuda_hw, test_cuda_record, test_cuda_defects,
+#                                 ringfetch-gpu-bench (CUDA runtime linked
 #                                 statically; RPATH $ORIGIN/../lib, as DT_RPATH so that it also serves
 #                                 the libraries' own dependencies)
 #   DIR/lib/                      every shared library they need except glibc's and the driver's
@@ -18,11 +19,13 @@ JOBS=${JOBS:-$(nproc)}
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DRINGFETCH_CUDA=ON -DRINGFETCH_WERROR=ON \
   -DRINGFETCH_BENCH=ON -DRINGFETCH_TESTS=ON \
   '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib' -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >/dev/null
-cmake --build "$BUILD" -j "$JOBS" --target test_cuda test_cuda_record ringfetch-gpu-bench >/dev/null
+cmake --build "$BUILD" -j "$JOBS" --target test_cuda test_cuda_hw test_cuda_record test_cuda_defects \
+  ringfetch-gpu-bench >/dev/null
 
 rm -rf "$DIR"
 mkdir -p "$DIR/bin" "$DIR/lib"
-BINS=("$BUILD/tests/test_cuda" "$BUILD/tests/test_cuda_record" "$BUILD/bench/ringfetch-gpu-bench")
+BINS=("$BUILD/tests/test_cuda" "$BUILD/tests/test_cuda_hw" "$BUILD/tests/test_cuda_record" "$BUILD/tests/test_cuda_defects"
+      "$BUILD/bench/ringfetch-gpu-bench")
 cp "${BINS[@]}" "$DIR/bin/"
 cp "$SRC/bench/gpu-check.sh" "$DIR/gpu-check.sh"
 chmod +x "$DIR/gpu-check.sh" "$DIR"/bin/*

@@ -34,10 +34,43 @@ static void rfb_spin(double ns)
 		;
 }
 
+#ifdef RFB_HAVE_GPU_KERNEL
+int rfb_gpu_init(void);
+int rfb_gpu_check_launch(void *stream, const void *data, size_t bytes, unsigned s, int all, double spin_ns);
+int rfb_gpu_fold_launch(void *stream, size_t *bad);
+#endif
+
+rf_memory rfb_memory_of(const char *backend)
+{
+	return backend != NULL && strcmp(backend, "cuda") == 0 ? RF_MEMORY_DEVICE : RF_MEMORY_HOST;
+}
+
+/* Device memory (a cuda pipeline gives the block's stream): the same check as kernels on that stream
+ * (bench/gpu_compute.cu), never a host dereference. Without nvcc there is no device compute: fail. */
+static int rfb_compute_device(rfb_sink *k, const rf_block *b)
+{
+#ifdef RFB_HAVE_GPU_KERNEL
+	const rfb_work *w = k->w;
+	if (rfb_gpu_init() != 0)
+		return 2;
+	if (rfb_gpu_check_launch(b->stream, b->data, b->bytes, (unsigned)(b->index % w->nsrc), w->model == RFB_SUM,
+				 w->compute_ns[b->index]) != 0)
+		return 3;
+	if (!k->nocheck && b->index + 1 == w->n && rfb_gpu_fold_launch(b->stream, &k->bad) != 0)
+		return 4;
+	return 0;
+#else
+	(void)k, (void)b;
+	return 5; /* built without nvcc: no device compute (RF_ECALLBACK) */
+#endif
+}
+
 __attribute__((noinline)) int rfb_compute(void *user, const rf_block *b)
 {
 	rfb_sink *k = user;
 	const rfb_work *w = k->w;
+	if (b->stream != NULL)
+		return rfb_compute_device(k, b);
 	if (w->model == RFB_SUM) {
 		float s = rfb_sum(b->data, b->bytes);
 		k->bad += !k->nocheck && s != w->expect[b->index];

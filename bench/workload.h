@@ -32,8 +32,12 @@ int rfb_work_init(rfb_work *w, const rfb_opts *o, size_t size, size_t nblocks);
 void rfb_work_set_ratio(rfb_work *w, const rfb_opts *o, double copy_ns_per_block);
 void rfb_work_free(rfb_work *w);
 
-/* The compute every contestant calls (never inlined, so all run the same machine code). */
+/* The compute every contestant calls (never inlined, so all run the same machine code). A block with a
+ * stream is device memory (cuda): checked by kernels on that stream (bench/gpu_compute.cu, built with
+ * nvcc; without it such a compute fails), never dereferenced on the host. */
 int rfb_compute(void *sink, const rf_block *b);
+/* params.memory for a backend name: RF_MEMORY_DEVICE for "cuda", else host ("auto" is then a CPU one). */
+rf_memory rfb_memory_of(const char *backend);
 
 
 #endif

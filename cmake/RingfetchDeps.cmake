@@ -19,6 +19,17 @@ if(NOT RINGFETCH_CUDA STREQUAL "OFF")
     find_package(CUDAToolkit QUIET)
   endif()
   set(RINGFETCH_HAVE_CUDA ${CUDAToolkit_FOUND})
+  # backends/cuda_rt.c needs CUDA 11.3 (cudaGetDriverEntryPoint, cudaMallocAsync, cudaHostRegisterReadOnly);
+  # newer attributes (cudaDevAttrHostNumaId, 12.2) are guarded by CUDART_VERSION there. An older
+  # toolkit: AUTO leaves the backend out, ON fails here (not halfway through the build).
+  set(RINGFETCH_CUDA_MIN 11.3)
+  if(RINGFETCH_HAVE_CUDA AND CUDAToolkit_VERSION VERSION_LESS RINGFETCH_CUDA_MIN)
+    if(RINGFETCH_CUDA STREQUAL "ON")
+      message(FATAL_ERROR "ringfetch: RINGFETCH_CUDA=ON needs CUDA >= ${RINGFETCH_CUDA_MIN}, found ${CUDAToolkit_VERSION}")
+    endif()
+    message(STATUS "ringfetch: CUDA ${CUDAToolkit_VERSION} is older than ${RINGFETCH_CUDA_MIN}: no cuda backend")
+    set(RINGFETCH_HAVE_CUDA OFF)
+  endif()
 endif()
 message(STATUS "ringfetch: cuda backend ${RINGFETCH_HAVE_CUDA}")
 

@@ -168,10 +168,11 @@ typedef struct rf_pipeline_params {
  * the computes on the caller's thread and each copy queue on a worker thread of its own, created here
  * once and pinned (when the machine has two cores or more) to a core other than the caller's. "cuda"
  * streams into device memory with CUDA streams and events (<ringfetch/cuda.h>: data is a device
- * pointer, stream the stream to enqueue on). "auto" picks the best backend usable on this machine:
- * "cuda" when the library was built with CUDA and params.device is a usable GPU, else "threads" (also
- * when that GPU cannot host this pipeline, e.g. out of device or pinned memory: rf_pipeline_describe()
- * then says why cuda was not used).
+ * pointer, stream the stream to enqueue on). Which kind a pipeline gets is params.memory's choice,
+ * never the machine's: "auto" picks the best usable host backend ("threads", else "cpu") for
+ * RF_MEMORY_HOST and "cuda" for RF_MEMORY_DEVICE (RF_ENODEV when params.device is not a usable GPU);
+ * a backend of the other kind is RF_EINVAL when params names it and RF_ECONFIG naming the variable or
+ * file:line when RINGFETCH_BACKEND or the config file does.
  *
  * Ring memory (CPU backends) comes from the staging layer: bound to the NUMA node `staging` asks for
  * ("auto": the node of the calling thread, where the computes run), touched here, and reported by
@@ -181,10 +182,14 @@ typedef struct rf_pipeline_params {
  *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, flags != 0,
  *                   copy_queues >= RF_MAX_QUEUES,
  *                   copy_queues > depth - 1 when copy_queues > 1, depth * slot_bytes overflowing,
- *                   or a malformed staging policy or one naming a NUMA node this process cannot use;
- *         RF_ENODEV for an unknown backend name, or a backend not usable here (rf_errmsg says why);
+ *                   or a malformed staging policy or one naming a NUMA node this process cannot use,
+ *                   memory other than RF_MEMORY_HOST / RF_MEMORY_DEVICE, a backend of the other kind
+ *                   named in params;
+ *         RF_ENODEV for an unknown backend name, or a backend not usable here (rf_errmsg says why),
+ *                   RF_MEMORY_DEVICE without a usable GPU;
  *         RF_ECONFIG for a malformed RINGFETCH_DEPTH or RINGFETCH_BACKEND (when consulted), naming
- *                    the variable and its value;
+ *                    the variable and its value; a configured backend of the other kind, naming the
+ *                    variable or file:line;
  *         RF_EBACKEND if the hwloc topology (needed to place the ring) cannot be loaded;
  *         RF_ENOMEM when memory runs out. On failure *out is untouched and nothing is leaked.
  * Configuration: built-in defaults < config file < environment < explicit params. A value left at

@@ -70,6 +70,60 @@ int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out
 	return RF_OK;
 }
 
+/* Which memory a backend's slots are: the built-ins by name (so that a backend this library was built
+ * without is still known to be a device backend), registered ones by their caps; -1 for "auto" and
+ * unknown names (those are RF_ENODEV from the lookup). */
+static int rf__backend_kind(const char *name)
+{
+	if (strcmp(name, "cpu") == 0 || strcmp(name, "threads") == 0)
+		return RF_MEMORY_HOST;
+	if (strcmp(name, "cuda") == 0)
+		return RF_MEMORY_DEVICE;
+	const rf__backend_ops *be = rf__find(name);
+	if (be == NULL)
+		return -1;
+	return (be->caps & RF__CAP_DEVICE) ? RF_MEMORY_DEVICE : RF_MEMORY_HOST;
+}
+
+static const char *rf__memory_name(int memory)
+{
+	return memory == RF_MEMORY_DEVICE ? "RF_MEMORY_DEVICE" : "RF_MEMORY_HOST";
+}
+
+int rf__backend_for_memory(const char *who, const char *name, const char *from, int memory, const char **out)
+{
+	if (memory != RF_MEMORY_HOST && memory != RF_MEMORY_DEVICE)
+		return rf__err(RF_EINVAL, "%s: memory %d is neither RF_MEMORY_HOST (0) nor RF_MEMORY_DEVICE (1)", who,
+			       memory);
+	if (strcmp(name, "auto") == 0) {
+		if (memory == RF_MEMORY_DEVICE) {
+			*out = "cuda"; /* the only device backend: no usable GPU is its probe's RF_ENODEV */
+			return RF_OK;
+		}
+		/* The best usable host backend: "auto" never hands device pointers to a host compute. */
+		for (unsigned i = 0; i < RF__NBUILTIN; i++)
+			if (!(rf__builtin[i]->caps & RF__CAP_DEVICE) && rf__builtin[i]->probe(-1) == RF_OK) {
+				*out = rf__builtin[i]->name;
+				return RF_OK;
+			}
+		return rf__err(RF_ENODEV, "%s: backend \"auto\": no usable host backend", who);
+	}
+	int kind = rf__backend_kind(name);
+	if (kind >= 0 && kind != memory) {
+		const char *need = kind == RF_MEMORY_DEVICE ? "RF_MEMORY_DEVICE" : "RF_MEMORY_HOST";
+		if (from == NULL)
+			return rf__err(RF_EINVAL, "%s: backend \"%s\" needs params.memory = %s (memory is %s)", who, name,
+				       need, rf__memory_name(memory));
+		return rf__err(RF_ECONFIG,
+			       "%s: %s sets backend \"%s\", which needs memory = %s, but this caller computes on %s "
+			       "(params.memory = %s)",
+			       who, from, name, need, memory == RF_MEMORY_DEVICE ? "device memory" : "host memory",
+			       rf__memory_name(memory));
+	}
+	*out = name;
+	return RF_OK;
+}
+
 /* Every wrapper that can fail is a fault-injection point (base/alloc.h). */
 static int rf__be_fault(const rf__backend_ops *be, const char *call)
 {
@@ -115,4 +169,56 @@ void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap
 {
 	if (be->describe == NULL || be->describe(ctx, buf, cap) != RF_OK)
 		snprintf(buf, cap, "%s", be->name);
+}
+
+/* ---- keyed use ---------------------------------------------------------------------------------- */
+
+int rf__be_kissue(const rf__backend_ops *be, void *ctx, const rf__kcopy *req, rf__kticket *out)
+{
+	assert(req->bytes > 0 && req->src != NULL && req->lane < rf__be_klanes(be, ctx));
+	if (rf__fault())
+		return rf__be_fault(be, "kissue");
+	return be->kissue(ctx, req, out);
+}
+
+int rf__be_ktest(const rf__backend_ops *be, void *ctx, rf__kticket t)
+{
+	return t == 0 || be->ktest(ctx, t);
+}
+
+int rf__be_kcancel(const rf__backend_ops *be, void *ctx, rf__kticket t)
+{
+	return t != 0 && be->kcancel != NULL && be->kcancel(ctx, t);
+}
+
+int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stream)
+{
+	/* No fault injection here: an acquire's wait comes after its copy was issued, where a failure
+	 * could no longer leave everything unchanged. */
+	return t == 0 ? RF_OK : be->kwait(ctx, t, stream);
+}
+
+int rf__be_ksync(const rf__backend_ops *be, void *ctx, rf__kticket t)
+{
+	return t == 0 ? RF_OK : be->ksync(ctx, t);
+}
+
+int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream)
+{
+	if (be->krelease == NULL)
+		return RF_OK;
+	if (rf__fault())
+		return rf__be_fault(be, "krelease");
+	return be->krelease(ctx, slot, stream);
+}
+
+int rf__be_kquiesce(const rf__backend_ops *be, void *ctx)
+{
+	return be->kquiesce == NULL ? RF_OK : be->kquiesce(ctx);
+}
+
+unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx)
+{
+	unsigned n = be->klanes != NULL ? be->klanes(ctx) : 1;
+	return n ? n : 1;
 }

@@ -99,11 +99,25 @@ static int rf__set_depth(rf__config *c, const char *v, const char *from)
 
 static int rf__set_backend(rf__config *c, const char *v, const char *from)
 {
-	(void)from;
 	const char *b = rf__parse_backend(v);
 	if (b == NULL)
 		return -1;
 	c->backend = b;
+	/* A well-formed backend can still be wrong for the caller (a device backend for host memory): keep
+	 * where it came from for that message. */
+	if (strncmp(from, "RINGFETCH_", 10) == 0)
+		snprintf(c->backend_from, sizeof c->backend_from, "%s=%s", from, b);
+	else
+		snprintf(c->backend_from, sizeof c->backend_from, "%s", from);
+	return 0;
+}
+
+static int rf__set_wait(rf__config *c, const char *v, const char *from)
+{
+	(void)from;
+	if (rf__parse_wait(v, &c->wait_ns) != 0)
+		return -1;
+	c->wait_set = 1;
 	return 0;
 }
 
@@ -160,7 +174,9 @@ static int rf__set_budget(rf__config *c, const char *v, const char *from)
 
 /* The RF__WANT_* bits of rf__config_load: a variable with one is read only when the caller asks for it
  * (an explicit API value wins without the variable being consulted); 0 = always read. */
-enum { RF__WANT_DEPTH = 1, RF__WANT_BACKEND = 2, RF__WANT_COPY_QUEUES = 4, RF__WANT_STAGING = 8 };
+enum { RF__WANT_DEPTH = 1, RF__WANT_BACKEND = 2, RF__WANT_COPY_QUEUES = 4, RF__WANT_STAGING = 8,
+       RF__WANT_WAIT = 16 /* never asked by rf__config_load: rf__config_wait reads RINGFETCH_WAIT itself,
+                             so that an explicit params.wait wins without the variable being consulted */ };
 
 typedef struct rf__cfg_key {
 	const char *name;   /* key in [ringfetch]; NULL: environment only */
@@ -179,6 +195,7 @@ static const rf__cfg_key rf__cfg_keys[] = {
 	 rf__set_staging},
 	{"trace", "RINGFETCH_TRACE", 0, "a file path (1..1023 bytes)", rf__set_trace},
 	{"memory_budget", "RINGFETCH_MEMORY_BUDGET", 0, "a size in bytes (K, M, G suffixes)", rf__set_budget},
+	{"wait", "RINGFETCH_WAIT", RF__WANT_WAIT, "auto, sleep or spin:N (N us, 0..10000000)", rf__set_wait},
 	{NULL, "RINGFETCH_ORACLE", 0, "0 or 1", rf__set_oracle},
 };
 #define RF__NKEYS (sizeof rf__cfg_keys / sizeof rf__cfg_keys[0])
@@ -368,7 +385,10 @@ static int rf__cfg_assign(rf__cfg_file *f, char *s, char *e)
 		return rf__cfg_bad(f, "duplicate key \"%s\" (first at line %u)", k, f->seen[i]);
 	f->seen[i] = f->line;
 	char from[160];
-	snprintf(from, sizeof from, "%s in %.140s", k, f->path);
+	if (rf__cfg_keys[i].set == rf__set_backend)
+		snprintf(from, sizeof from, "%.140s:%u", f->path, f->line);
+	else
+		snprintf(from, sizeof from, "%s in %.140s", k, f->path);
 	if (rf__cfg_keys[i].set(f->c, v, from) != 0)
 		return rf__cfg_bad(f, "%s = \"%.100s\" is malformed (expected %s)", k, v, rf__cfg_keys[i].expect);
 	return RF_OK;
@@ -471,13 +491,59 @@ int rf__config_depth(unsigned explicit_depth, unsigned *out)
 
 int rf__config_backend(const char *explicit_backend, const char **out)
 {
+	const char *from;
+	return rf__config_backend_from(explicit_backend, out, &from);
+}
+
+int rf__config_backend_from(const char *explicit_backend, const char **out, const char **from)
+{
+	static _Thread_local char where[sizeof ((rf__config *)0)->backend_from];
+	*from = NULL;
 	if (explicit_backend != NULL) {
 		*out = explicit_backend;
 		return RF_OK;
 	}
 	rf__config c;
 	int rc = rf__config_load(&c, 0, 1, 0, 0);
-	if (rc == RF_OK)
+	if (rc == RF_OK) {
 		*out = c.backend ? c.backend : "auto";
+		if (c.backend != NULL) {
+			memcpy(where, c.backend_from, sizeof where);
+			*from = where;
+		}
+	}
 	return rc;
+}
+
+int rf__parse_wait(const char *s, long long *ns)
+{
+	if (!strcmp(s, "auto")) {
+		*ns = 0;
+		return 0;
+	}
+	if (!strcmp(s, "sleep")) {
+		*ns = -1;
+		return 0;
+	}
+	uint64_t us;
+	if (strncmp(s, "spin:", 5) != 0 || rf__parse_uint(s + 5, 0, 10000000u, &us) != 0)
+		return -1;
+	*ns = us == 0 ? -1 : (long long)us * 1000;
+	return 0;
+}
+
+int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *ns)
+{
+	if (explicit_wait != NULL) {
+		if (rf__parse_wait(explicit_wait, ns) != 0)
+			return rf__err(RF_EINVAL, "rf_pipeline_create: wait \"%.64s\" is not auto, sleep or spin:N (N us, "
+						  "0..10000000)", explicit_wait);
+		return RF_OK;
+	}
+	const char *v = getenv("RINGFETCH_WAIT");
+	if (v != NULL && rf__parse_wait(v, ns) != 0)
+		return rf__err(RF_ECONFIG, "RINGFETCH_WAIT=\"%.64s\" is not auto, sleep or spin:N (N us, 0..10000000)", v);
+	if (v == NULL)
+		*ns = c->wait_set ? c->wait_ns : 0;
+	return RF_OK;
 }

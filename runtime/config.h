@@ -26,13 +26,23 @@ typedef struct rf__config {
 	unsigned depth;
 	int depth_auto;      /* depth = auto: measured on the first run (runtime/pipeline.c) */
 	const char *backend; /* static canonical name */
+	char backend_from[160]; /* where backend came from: "RINGFETCH_BACKEND=cuda" or "path:line" */
 	unsigned copy_queues;
 	char staging[64];
 	char trace[1024];
 	unsigned long long memory_budget;
 	char budget_from[160]; /* where memory_budget came from, for messages */
 	int oracle;            /* RINGFETCH_ORACLE=1: check every run's execution log (slow; debugging) */
+	int wait_set;          /* the file has `wait`: */
+	long long wait_ns;     /* its value, as rf__parse_wait gives it */
 } rf__config;
+
+/* Parse a wait policy: "auto" (0: the default), "sleep" (-1) or "spin:N", N microseconds of spinning in
+ * 0 .. 10000000 (spin:0 = sleep). 0 on success, -1 if malformed. */
+int rf__parse_wait(const char *s, long long *ns);
+/* The wait policy: explicit (params.wait, non-NULL; malformed: RF_EINVAL) wins; else RINGFETCH_WAIT
+ * (malformed: RF_ECONFIG naming it); else the file's `wait`, already loaded into c; else auto (0). */
+int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *ns);
 
 /* Read RINGFETCH_CONFIG's file (when set) and the environment variables for the values the caller did
  * not give explicitly (want_* non-zero). RF_OK, RF_ECONFIG, or RF_ENOMEM (no buffer for the file). */
@@ -48,5 +58,8 @@ int rf__config_budget_check(const rf__config *c, const char *who, unsigned nslot
 int rf__config_depth(unsigned explicit_depth, unsigned *out);
 /* backend: explicit (non-NULL) wins; else RINGFETCH_BACKEND; else "auto". */
 int rf__config_backend(const char *explicit_backend, const char **out);
+/* The same, and *from: NULL when explicit or the default, else where the configured value came from
+ * ("RINGFETCH_BACKEND=cuda" or "path:line"; thread-local text, valid until the next call). */
+int rf__config_backend_from(const char *explicit_backend, const char **out, const char **from);
 
 #endif

@@ -26,7 +26,7 @@ typedef struct sim_op {
 } sim_op;
 
 typedef struct sim_stream {
-	int id, live;
+	int id, live, capturing;
 	sim_op *ops;
 	size_t head, len, cap;
 } sim_stream;
@@ -52,6 +52,66 @@ static char **g_log;
 static size_t g_nlog, g_caplog;
 static long g_calls_seen;
 static int g_sticky;
+static size_t g_max_pending;
+/* Contexts: per thread the current one (0 none, else device + 1, as cuCtxGetCurrent would say), and
+ * which devices' primary contexts exist. Any call that needs a context and finds none creates device
+ * 0's and makes it current, as the runtime does. */
+#define SIM_MAX_DEV 16
+static _Thread_local int t_ctx;
+static _Thread_local int t_last_error;
+static int g_ctx_made[SIM_MAX_DEV];
+static char g_ctx_token[SIM_MAX_DEV];
+
+static void need_ctx(void)
+{
+	if (t_ctx == 0) {
+		g_ctx_made[0] = 1;
+		t_ctx = 1;
+	}
+}
+
+/* A failing call leaves its error for cudaGetLastError, as the runtime does. */
+static int failed(int e)
+{
+	if (e != 0)
+		t_last_error = e;
+	return e;
+}
+
+void sim_set_last_error(int e)
+{
+	t_last_error = e;
+}
+
+int sim_last_error(void)
+{
+	return t_last_error;
+}
+
+int sim_current_device(void)
+{
+	return t_ctx - 1;
+}
+
+void sim_set_no_context(void)
+{
+	t_ctx = 0;
+}
+
+int sim_context_made(int dev)
+{
+	return dev >= 0 && dev < SIM_MAX_DEV && g_ctx_made[dev];
+}
+
+size_t sim_max_pending(void)
+{
+	return g_max_pending;
+}
+
+void sim_reset_max_pending(void)
+{
+	g_max_pending = 0;
+}
 
 static void *xrealloc(void *p, size_t n)
 {
@@ -231,6 +291,8 @@ static void maybe_steps(void)
 		;
 }
 
+size_t sim_pending(void);
+
 static void push(sim_stream *s, sim_op o)
 {
 	if (s->len == s->cap) {
@@ -245,6 +307,9 @@ static void push(sim_stream *s, sim_op o)
 		}
 	}
 	s->ops[s->len++] = o;
+	size_t pending = sim_pending();
+	if (pending > g_max_pending)
+		g_max_pending = pending;
 }
 
 size_t sim_pending(void)
@@ -277,26 +342,83 @@ int sim_stream_id(const void *stream)
 	return -1;
 }
 
+/* The legacy default stream (NULL): a stream of its own, created on first use. */
+static sim_stream *g_legacy;
+static int s_stream_create(void **out);
+
+static sim_stream *S(void *sp)
+{
+	if (sp != NULL)
+		return sp;
+	if (g_legacy == NULL || !g_legacy->live) {
+		void *p;
+		if (s_stream_create(&p) != 0)
+			abort();
+		g_legacy = p;
+	}
+	return g_legacy;
+}
+
+void sim_set_capturing(void *stream, int on)
+{
+	S(stream)->capturing = on;
+}
+
+static int g_capture_mode_calls;
+
+int sim_capture_mode_balance(void)
+{
+	return g_capture_mode_calls;
+}
+
 /* ---- the API ------------------------------------------------------------------------------------ */
 
 static int s_get_device_count(int *n)
 {
 	logf_("cudaGetDeviceCount");
 	if (g_cfg.count_error)
-		return g_cfg.count_error;
+		return failed(g_cfg.count_error);
 	*n = g_cfg.device_count;
 	return 0;
 }
 
 static int s_get_device(int *d)
 {
-	*d = 0;
+	*d = t_ctx ? t_ctx - 1 : 0; /* CUDA says 0 when the thread has no context */
 	return 0;
 }
 
 static int s_set_device(int d)
 {
-	return d >= 0 && d < g_cfg.device_count ? 0 : 101;
+	logf_("cudaSetDevice %d", d);
+	if (d < 0 || d >= g_cfg.device_count || d >= SIM_MAX_DEV)
+		return failed(101);
+	g_ctx_made[d] = 1;
+	t_ctx = d + 1;
+	return 0;
+}
+
+static int s_ctx_get(void **ctx)
+{
+	*ctx = t_ctx ? &g_ctx_token[t_ctx - 1] : NULL;
+	return 0;
+}
+
+static int s_ctx_set(void *ctx)
+{
+	t_ctx = ctx == NULL ? 0 : (int)((char *)ctx - g_ctx_token) + 1;
+	return 0;
+}
+
+static int s_driver_version(int *v)
+{
+	*v = g_cfg.driver_version < 0 ? 0 : g_cfg.driver_version ? g_cfg.driver_version : 13000;
+	return 0;
+}
+
+static int s_runtime_version(void)
+{
+	return g_cfg.runtime_version ? g_cfg.runtime_version : 13000;
 }
 
 static int s_device_name(int d, char *buf, size_t cap)
@@ -315,12 +437,13 @@ static int s_device_numa_node(int d, int *node)
 
 static int s_stream_create(void **out)
 {
+	need_ctx();
 	maybe_steps();
 	int e = should_fail("stream_create");
 	if (e)
-		return e;
+		return failed(e);
 	sim_stream *s = xrealloc(NULL, sizeof *s);
-	*s = (sim_stream){(int)g_nstreams, 1, NULL, 0, 0, 0};
+	*s = (sim_stream){(int)g_nstreams, 1, 0, NULL, 0, 0, 0};
 	if (g_nstreams == g_capstreams) {
 		g_capstreams = g_capstreams ? 2 * g_capstreams : 16;
 		g_streams = xrealloc(g_streams, g_capstreams * sizeof *g_streams);
@@ -345,19 +468,84 @@ static int s_stream_destroy(void *sp)
 
 static int s_stream_synchronize(void *sp)
 {
-	sim_stream *s = sp;
+	sim_stream *s = S(sp);
 	logf_("sync s%d", s->id);
 	if (g_sticky)
-		return g_sticky;
+		return failed(g_sticky);
 	while (s->head < s->len)
 		if (!step()) {
 			logf_("  -> deadlock: s%d cannot finish", s->id);
-			return SIM_ERR_DEADLOCK;
+			return failed(SIM_ERR_DEADLOCK);
 		}
 	if (g_cfg.sync_error) {
 		g_sticky = g_cfg.sync_error;
-		return g_sticky;
+		return failed(g_sticky);
 	}
+	return 0;
+}
+
+static int s_event_query(void *e)
+{
+	sim_event *ev = e;
+	if (g_sticky)
+		return failed(g_sticky);
+	(void)step();
+	return ev->done >= ev->enq ? 0 : SIM_NOT_READY;
+}
+
+static int s_stream_capturing(void *sp, int *yes)
+{
+	*yes = S(sp)->capturing;
+	return 0;
+}
+
+static int s_capture_mode_local(int *saved)
+{
+	g_capture_mode_calls++;
+	*saved = 0;
+	return 0;
+}
+
+static int s_capture_mode_restore(int saved)
+{
+	(void)saved;
+	g_capture_mode_calls--;
+	return 0;
+}
+
+static long g_device_syncs;
+
+long sim_device_syncs(void)
+{
+	return g_device_syncs;
+}
+
+static int s_device_synchronize(void)
+{
+	logf_("device_sync");
+	g_device_syncs++;
+	for (size_t i = 0; i < g_nstreams; i++)
+		if (g_streams[i]->live) {
+			int e = s_stream_synchronize(g_streams[i]);
+			if (e != 0)
+				return e;
+		}
+	return 0;
+}
+
+/* Run the device until the event's latest record (at the time of the call) has run. */
+static int s_event_synchronize(void *e)
+{
+	sim_event *ev = e;
+	logf_("event_sync e%d", ev->id);
+	if (g_sticky)
+		return failed(g_sticky);
+	uint64_t want = ev->enq;
+	while (ev->done < want)
+		if (!step()) {
+			logf_("  -> deadlock: e%d cannot complete", ev->id);
+			return failed(SIM_ERR_DEADLOCK);
+		}
 	return 0;
 }
 
@@ -365,16 +553,17 @@ static int s_stream_query(void *sp)
 {
 	sim_stream *s = sp;
 	if (g_sticky)
-		return g_sticky;
+		return failed(g_sticky);
 	(void)step();
-	return s->head == s->len ? 0 : RF__CUDA_NOT_READY;
+	return s->head == s->len ? 0 : SIM_NOT_READY;
 }
 
 static int s_event_create(void **out)
 {
+	need_ctx();
 	int e = should_fail("event_create");
 	if (e)
-		return e;
+		return failed(e);
 	sim_event *ev = xrealloc(NULL, sizeof *ev);
 	*ev = (sim_event){(int)g_nevents, 1, 0, 0};
 	if (g_nevents == g_capevents) {
@@ -396,11 +585,12 @@ static int s_event_record(void *e, void *sp)
 {
 	maybe_steps();
 	sim_event *ev = e;
-	sim_stream *s = sp;
+	sim_stream *s = S(sp);
 	logf_("record s%d e%d", s->id, ev->id);
+	need_ctx();
 	int err = should_fail("record");
 	if (err)
-		return err;
+		return failed(err);
 	push(s, (sim_op){.kind = OP_RECORD, .ev = ev, .gen = ++ev->enq});
 	return 0;
 }
@@ -409,11 +599,12 @@ static int s_stream_wait_event(void *sp, void *e)
 {
 	maybe_steps();
 	sim_event *ev = e;
-	sim_stream *s = sp;
+	sim_stream *s = S(sp);
 	logf_("wait s%d e%d", s->id, ev->id);
+	need_ctx();
 	int err = should_fail("wait");
 	if (err)
-		return err;
+		return failed(err);
 	if (ev->enq > 0) /* captures the latest record; none: waits for nothing */
 		push(s, (sim_op){.kind = OP_WAIT, .ev = ev, .gen = ev->enq});
 	return 0;
@@ -425,9 +616,10 @@ static int s_memcpy_async(void *dst, const void *src, size_t n, void *sp)
 	sim_stream *s = sp;
 	char a[32], b[32];
 	logf_("memcpy s%d %s <- %s n=%zu", s->id, where(dst, a, sizeof a), where(src, b, sizeof b), n);
+	need_ctx();
 	int err = should_fail("memcpy");
 	if (err)
-		return err;
+		return failed(err);
 	push(s, (sim_op){.kind = OP_MEMCPY, .dst = dst, .src = src, .n = n});
 	return 0;
 }
@@ -435,11 +627,12 @@ static int s_memcpy_async(void *dst, const void *src, size_t n, void *sp)
 static int s_launch_host_func(void *sp, rf__cuda_host_fn fn, void *arg)
 {
 	maybe_steps();
-	sim_stream *s = sp;
+	sim_stream *s = S(sp);
 	logf_("hostfn s%d", s->id);
+	need_ctx();
 	int err = should_fail("hostfn");
 	if (err)
-		return err;
+		return failed(err);
 	push(s, (sim_op){.kind = OP_HOSTFN, .fn = fn, .arg = arg});
 	return 0;
 }
@@ -449,35 +642,40 @@ int sim_launch(void *stream, rf__cuda_host_fn fn, void *arg)
 	return s_launch_host_func(stream, fn, arg);
 }
 
-static int s_malloc_device(void **p, size_t n)
+static int s_malloc_device(void **p, size_t n, void *stream)
 {
+	(void)stream;
+	need_ctx();
 	int err = should_fail("malloc");
 	if (err)
-		return err;
+		return failed(err);
 	void *m = calloc(1, n);
 	if (m == NULL)
-		return 2;
+		return failed(2);
 	sim_range *r = add_range(m, n, 'd', m);
 	logf_("malloc d%d n=%zu", r->id, n);
 	*p = m;
 	return 0;
 }
 
-static int s_free_device(void *p)
+static int s_free_device(void *p, void *stream)
 {
+	(void)stream;
+	need_ctx();
 	sim_range *r = find_range(p);
 	if (r == NULL || r->kind != 'd' || r->start != (uintptr_t)p)
-		return 1;
+		return failed(1);
 	drop_range(r);
 	return 0;
 }
 
 static int s_host_register(void *p, size_t n)
 {
+	need_ctx();
 	if (g_cfg.register_error)
-		return g_cfg.register_error;
+		return failed(g_cfg.register_error);
 	if (find_range(p) != NULL || find_range((char *)p + n - 1) != NULL)
-		return 712; /* cudaErrorHostMemoryAlreadyRegistered */
+		return failed(712); /* cudaErrorHostMemoryAlreadyRegistered */
 	add_range(p, n, 'r', NULL);
 	return 0;
 }
@@ -486,15 +684,45 @@ static int s_host_unregister(void *p)
 {
 	sim_range *r = find_range(p);
 	if (r == NULL || r->kind != 'r' || r->start != (uintptr_t)p)
-		return 713; /* cudaErrorHostMemoryNotRegistered */
+		return failed(713); /* cudaErrorHostMemoryNotRegistered */
 	drop_range(r);
 	return 0;
 }
 
-static int s_is_dma_capable(const void *p, size_t n)
+int sim_is_pinned(const void *p, size_t n)
 {
 	sim_range *a = find_range(p), *b = find_range((const char *)p + n - 1);
 	return a != NULL && a == b;
+}
+
+static long g_range_queries;
+
+long sim_range_queries(void)
+{
+	return g_range_queries;
+}
+
+void sim_register_range(void *p, size_t n)
+{
+	add_range(p, n, 'r', NULL);
+}
+
+void sim_unregister_range(void *p)
+{
+	sim_range *r = find_range(p);
+	if (r != NULL && r->kind == 'r')
+		drop_range(r);
+}
+
+static int s_dma_range(const void *p, const void **start, size_t *len)
+{
+	g_range_queries++;
+	sim_range *r = find_range(p);
+	if (r == NULL)
+		return 0;
+	*start = (const void *)r->start;
+	*len = r->len;
+	return 1;
 }
 
 static const char *s_error_name(int e)
@@ -526,13 +754,27 @@ static const char *s_error_string(int e)
 	}
 }
 
+static int s_error_kind(int e)
+{
+	switch (e) {
+	case 0: return RF__CUE_OK;
+	case SIM_NOT_READY: return RF__CUE_NOT_READY;
+	case 2: return RF__CUE_NOMEM;
+	case 35: case 100: case 3: return RF__CUE_NODEV;
+	default: return RF__CUE_OTHER;
+	}
+}
+
 static int s_get_last_error(void)
 {
-	return 0;
+	int e = t_last_error;
+	t_last_error = g_sticky; /* a sticky error stays */
+	return e;
 }
 
 static int s_init_context(void)
 {
+	need_ctx();
 	return 0;
 }
 
@@ -541,15 +783,25 @@ const rf__cuda_api sim_api = {
 	.get_device_count = s_get_device_count,
 	.get_device = s_get_device,
 	.set_device = s_set_device,
+	.ctx_get = s_ctx_get,
+	.ctx_set = s_ctx_set,
+	.driver_version = s_driver_version,
+	.runtime_version = s_runtime_version,
 	.device_name = s_device_name,
 	.device_numa_node = s_device_numa_node,
 	.stream_create = s_stream_create,
 	.stream_destroy = s_stream_destroy,
 	.stream_synchronize = s_stream_synchronize,
+	.device_synchronize = s_device_synchronize,
 	.stream_query = s_stream_query,
 	.event_create = s_event_create,
 	.event_destroy = s_event_destroy,
 	.event_record = s_event_record,
+	.event_synchronize = s_event_synchronize,
+	.event_query = s_event_query,
+	.stream_capturing = s_stream_capturing,
+	.capture_mode_local = s_capture_mode_local,
+	.capture_mode_restore = s_capture_mode_restore,
 	.stream_wait_event = s_stream_wait_event,
 	.memcpy_async = s_memcpy_async,
 	.launch_host_func = s_launch_host_func,
@@ -557,9 +809,10 @@ const rf__cuda_api sim_api = {
 	.free_device = s_free_device,
 	.host_register = s_host_register,
 	.host_unregister = s_host_unregister,
-	.is_dma_capable = s_is_dma_capable,
+	.dma_range = s_dma_range,
 	.error_name = s_error_name,
 	.error_string = s_error_string,
+	.error_kind = s_error_kind,
 	.get_last_error = s_get_last_error,
 	.init_context = s_init_context,
 };
@@ -574,9 +827,17 @@ void sim_install(const sim_config *cfg)
 	for (size_t i = 0; i < g_nevents; i++)
 		free(g_events[i]);
 	g_nstreams = g_nevents = 0;
+	g_legacy = NULL;
+	g_device_syncs = 0;
+	g_capture_mode_calls = 0;
 	g_cfg = *cfg;
 	g_rng = cfg->seed ? cfg->seed : 0x9e3779b97f4a7c15ull;
 	g_calls_seen = 0;
 	g_sticky = 0;
+	g_max_pending = 0;
+	g_range_queries = 0;
+	t_ctx = 0;
+	t_last_error = 0;
+	memset(g_ctx_made, 0, sizeof g_ctx_made);
 	rf__cuda = &sim_api;
 }

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #define SIM_ERR_DEADLOCK 999 /* a synchronisation that can never finish */
+#define SIM_NOT_READY 600    /* cudaErrorNotReady */
 
 typedef struct sim_config {
 	uint64_t seed;
@@ -36,6 +37,8 @@ typedef struct sim_config {
 	                          sticky (every later sync and query reports it too) */
 	int register_error;    /* non-zero: cudaHostRegister fails with this */
 	int numa_node;         /* cudaDevAttrHostNumaId; -1 none */
+	int driver_version;    /* cudaDriverGetVersion: 0 = 13000, -1 = no driver (reports 0) */
+	int runtime_version;   /* CUDART_VERSION: 0 = 13000 */
 	int log;               /* keep the call log */
 } sim_config;
 
@@ -56,6 +59,33 @@ void sim_log_dump(void);
 /* Work still enqueued on any stream; live streams, events, device allocations, registrations. */
 size_t sim_pending(void);
 void sim_counts(int *streams, int *events, int *dev_allocs, int *registrations);
+
+/* The model of contexts and errors: the calling thread's current device (-1: no context), making it
+ * have none, whether device dev's primary context was ever created (since sim_install), the calling
+ * thread's pending error (what cudaGetLastError would return) and setting it (an embedder's own). */
+int sim_current_device(void);
+void sim_set_no_context(void);
+int sim_context_made(int dev);
+int sim_last_error(void);
+void sim_set_last_error(int e);
+
+/* Stream capture: mark a stream (NULL: the legacy default stream) as being captured; the calls to
+ * enter thread-local capture mode minus the calls that restored it (0 when balanced). */
+void sim_set_capturing(void *stream, int on);
+int sim_capture_mode_balance(void);
+/* cudaDeviceSynchronize calls so far. */
+long sim_device_syncs(void);
+
+/* Most operations ever pending at once on all streams (since install or the last reset). */
+size_t sim_max_pending(void);
+void sim_reset_max_pending(void);
+
+/* Registered ranges: is [p, p + n) inside one simulated pinned range; register / drop a range like
+ * cudaHostRegister would (for building holes); driver range queries made so far. */
+int sim_is_pinned(const void *p, size_t n);
+void sim_register_range(void *p, size_t n);
+void sim_unregister_range(void *p);
+long sim_range_queries(void);
 
 /* Fake page-locked host memory: registered with the simulator like cudaHostAlloc memory. */
 void *sim_host_alloc(size_t n);

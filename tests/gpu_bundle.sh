@@ -2,12 +2,13 @@
 # tests/gpu_bundle.sh SRC WORK — the GPU bundle builds (bench/gpu-bundle.sh: a separate Release build,
 # at most 64 MiB, RPATH-relative libraries), and its gpu-check.sh behaves: on a machine without a GPU
 # it must say so and exit 77 (that is the expected outcome here, so this test passes; the CUDA suite
-# itself is reported SKIPPED by the `cuda` test); on a GPU machine the whole check must pass.
+# itself is reported SKIPPED by the `cuda` test); on a GPU machine the whole check must pass, and a
+# driver older than the bundle's CUDA runtime is a failure (exit 1, both versions printed), never 77.
 set -euo pipefail
 SRC=$1 WORK=$2
 rm -rf "$WORK"
 RF_BUNDLE_BUILD="$WORK/build" bash "$SRC/bench/gpu-bundle.sh" "$WORK/bundle"
-for f in gpu-check.sh bin/test_cuda bin/test_cuda_record bin/ringfetch-gpu-bench MANIFEST; do
+for f in gpu-check.sh bin/test_cuda bin/test_cuda_hw bin/test_cuda_record bin/test_cuda_defects bin/ringfetch-gpu-bench MANIFEST; do
   [ -e "$WORK/bundle/$f" ] || { echo "bundle lacks $f"; exit 1; }
 done
 readelf -d "$WORK/bundle/bin/test_cuda" | grep -q 'RPATH.*\$ORIGIN/../lib' || { echo "test_cuda: no \$ORIGIN RPATH"; exit 1; }

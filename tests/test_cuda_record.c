@@ -3,7 +3,7 @@
  * random legal orders. Checked here: the exact call sequence for small rings (direct and two-hop),
  * payload correctness under thousands of random schedules (RAW and WAR on both rings), that the
  * simulator catches a ring without WAR waits (negative control), error paths (a failing call, a
- * sticky device error, no GPU), callback failure and cancel, back-pressure of the staging job ring,
+ * sticky device error, no GPU), callback failure and cancel, back-pressure of the pinned ring,
  * pinned staging memory, and that nothing leaks. The real GPU runs are tests/test_cuda.c. */
 #include <criterion/criterion.h>
 
@@ -41,6 +41,7 @@ static rf_pipeline *make(unsigned depth, unsigned copy_queues, size_t slot_bytes
 	pp.depth = depth;
 	pp.slot_bytes = slot_bytes;
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	pp.copy_queues = copy_queues;
 	rf_pipeline *p = NULL;
 	int rc = rf_pipeline_create(&pp, &p);
@@ -133,7 +134,7 @@ static void free_blocks(blockset *bs, int kind)
 			/* mixed: the simulator knows which ones it allocated */
 			size_t n = 1;
 			const void *p = bs->bufs[i];
-			if (sim_api.is_dma_capable(p, n))
+			if (sim_is_pinned(p, n))
 				sim_host_free(bs->bufs[i]);
 			else
 				free(bs->bufs[i]);
@@ -168,7 +169,7 @@ static char *run_lines(void)
 	cr_assert_not_null(out);
 	for (size_t i = 0; i < n; i++) {
 		if (strncmp(l[i], "memcpy", 6) && strncmp(l[i], "record", 6) && strncmp(l[i], "wait", 4) &&
-		    strncmp(l[i], "hostfn", 6) && strncmp(l[i], "sync", 4))
+		    strncmp(l[i], "hostfn", 6) && strncmp(l[i], "sync", 4) && strncmp(l[i], "event_sync", 10))
 			continue;
 		len += (size_t)sprintf(out + len, "%s\n", l[i]);
 	}
@@ -186,8 +187,9 @@ Test(cuda_sequence, depth2_pinned_sources)
 	check c;
 	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
 	char *got = run_lines();
-	/* s0: the compute stream (queue 0), s1: the copy stream (queue 1), s2: its host staging stream.
-	 * Events e0..e11 belong to queue 0, e12..e23 to queue 1. Copies run ahead by the depth; a compute
+	/* s0: the compute stream (queue 0), s1: the copy stream (queue 1); no host staging stream (built
+	 * on the first pageable block only). Events e0..e11 belong to queue 0, e12..e23 to queue 1,
+	 * e24.. to the enqueue window (recorded after each compute). Copies run ahead by the depth; a compute
 	 * waits for its copy (RAW), and the copy into a slot waits for the compute that last read it (WAR).
 	 * The last computes signal nothing: no copy waits for them. The run ends with one synchronisation
 	 * of every stream, nothing in between. d0 is the device ring, h0..h2 the (pinned) sources. */
@@ -197,17 +199,19 @@ Test(cuda_sequence, depth2_pinned_sources)
 			   "record s1 e13\n"
 			   "wait s0 e12\n"
 			   "hostfn s0\n"
+			   "record s0 e24\n"
 			   "record s0 e0\n"
 			   "wait s1 e0\n"
 			   "memcpy s1 d0+0 <- h2+0 n=16\n"
 			   "record s1 e14\n"
 			   "wait s0 e13\n"
 			   "hostfn s0\n"
+			   "record s0 e25\n"
 			   "wait s0 e14\n"
 			   "hostfn s0\n"
+			   "record s0 e26\n"
 			   "sync s0\n"
-			   "sync s1\n"
-			   "sync s2\n";
+			   "sync s1\n";
 	if (strcmp(got, want) != 0)
 		fprintf(stderr, "got:\n%s", got);
 	cr_assert_str_eq(got, want);
@@ -230,14 +234,37 @@ Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 	check c;
 	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
 	char *got = run_lines();
-	/* s2 is queue 1's host staging stream; the pinned ring (r-ranges: registered staging memory) has
-	 * two slots with events staged e24/e26 and free e25/e27. Block 2 reuses pinned slot 0 only after
-	 * the H2D of block 0 left it (wait s2 e25). */
-	const char *want_prefix = "hostfn s2\n"
-				  "record s2 e24\n"
-				  "wait s1 e24\n";
-	cr_assert(strncmp(got, want_prefix, strlen(want_prefix)) == 0, "got:\n%s", got);
-	cr_assert(strstr(got, "wait s2 e25\nhostfn s2\nrecord s2 e24\nwait s1 e24\n") != NULL, "got:\n%s", got);
+	/* The walker copies each pageable block into the pinned ring (r1: registered staging memory, built
+	 * on the first pageable block; two slots a page apart, the stride rounded to 4 KiB) and enqueues
+	 * the H2D from there; e82/e83 (after queue 0's e0..e11, queue 1's e12..e23, the window's e24..e57,
+	 * keyed e58..e81) are recorded after the H2D out of pinned slot 0/1. Block 2 reuses pinned slot 0
+	 * only after the H2D of block 0 left it: a host wait on e82 (no host functions, no staging stream). */
+	const char *want = "memcpy s1 d0+0 <- r1+0 n=16\n"
+			   "record s1 e82\n"
+			   "record s1 e12\n"
+			   "memcpy s1 d0+16 <- r1+4096 n=16\n"
+			   "record s1 e83\n"
+			   "record s1 e13\n"
+			   "wait s0 e12\n"
+			   "hostfn s0\n"
+			   "record s0 e24\n"
+			   "record s0 e0\n"
+			   "wait s1 e0\n"
+			   "event_sync e82\n"
+			   "memcpy s1 d0+0 <- r1+0 n=16\n"
+			   "record s1 e82\n"
+			   "record s1 e14\n"
+			   "wait s0 e13\n"
+			   "hostfn s0\n"
+			   "record s0 e25\n"
+			   "wait s0 e14\n"
+			   "hostfn s0\n"
+			   "record s0 e26\n"
+			   "sync s0\n"
+			   "sync s1\n";
+	if (strcmp(got, want) != 0)
+		fprintf(stderr, "got:\n%s", got);
+	cr_assert_str_eq(got, want);
 	cr_assert_eq(c.checked, 3);
 	cr_assert_eq(c.bad, 0, "block %zu corrupted", c.first_bad);
 	free(got);
@@ -320,9 +347,9 @@ Test(cuda_sim, negative_control_without_staging_war_corrupts, .timeout = 120)
 	cr_assert_gt(bad, 0, "no corruption without the pinned ring's WAR waits");
 }
 
-/* More staged copies than the job ring holds, with the device idle while the host enqueues: the
- * host must wait for the staging stream to drain (driving it through cudaStreamQuery). */
-Test(cuda_sim, staging_job_ring_back_pressure)
+/* Many more staged copies than the pinned ring has slots, with a device that runs only when waited
+ * for: the walker waits for each pinned slot's H2D (driving the device) before reusing it. */
+Test(cuda_sim, staging_ring_back_pressure)
 {
 	install(3, 0);
 	rf_pipeline *p = make(4, 1, 32);
@@ -377,18 +404,24 @@ Test(cuda_errors, no_gpu_is_enodev_with_cuda_s_reason)
 	pp.depth = 2;
 	pp.slot_bytes = 64;
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	rf_pipeline *p = NULL;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENODEV);
 	cr_assert_null(p);
 	cr_assert(strstr(rf_errmsg(), "insufficient") != NULL && strstr(rf_errmsg(), "cudaGetDeviceCount") != NULL,
 		  "%s", rf_errmsg());
-	/* "auto" falls through to a CPU backend. */
+	/* "auto" for device memory is cuda or nothing: the same reason. */
 	pp.backend = "auto";
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENODEV);
+	cr_assert(strstr(rf_errmsg(), "cudaGetDeviceCount") != NULL, "%s", rf_errmsg());
+	/* "auto" for host memory: a CPU backend. */
+	pp.memory = RF_MEMORY_HOST;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 	cr_assert_str_neq(rf_pipeline_backend(p), "cuda");
 	rf_pipeline_destroy(p);
 	sim_cfg()->count_error = 0;
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	pp.device = 3;
 	p = NULL;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENODEV);
@@ -396,7 +429,9 @@ Test(cuda_errors, no_gpu_is_enodev_with_cuda_s_reason)
 	leak_check();
 }
 
-Test(cuda_errors, auto_picks_cuda_when_a_gpu_is_usable)
+/* Defect 1 (issue 14): with a usable GPU, "auto" for the default host memory must not pick cuda (a host
+ * compute would dereference device pointers); for RF_MEMORY_DEVICE it picks cuda. */
+Test(cuda_errors, auto_picks_cuda_only_for_device_memory)
 {
 #ifndef RF_HAVE_CUDA
 	cr_skip_test("built without the CUDA toolkit: cuda is not a built-in backend");
@@ -408,39 +443,12 @@ Test(cuda_errors, auto_picks_cuda_when_a_gpu_is_usable)
 	pp.backend = "auto";
 	rf_pipeline *p = NULL;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	cr_assert_str_neq(rf_pipeline_backend(p), "cuda");
+	rf_pipeline_destroy(p);
+	pp.memory = RF_MEMORY_DEVICE;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 	cr_assert_str_eq(rf_pipeline_backend(p), "cuda");
 	rf_pipeline_destroy(p);
-	leak_check();
-#endif
-}
-
-/* "auto" on a machine whose GPU probes usable but cannot host the pipeline (here: page-locking fails)
- * falls back to a CPU backend, says why, and leaves nothing of the failed cuda attempt behind. */
-Test(cuda_errors, auto_falls_back_when_cuda_cannot_host_the_pipeline)
-{
-#ifndef RF_HAVE_CUDA
-	cr_skip_test("built without the CUDA toolkit: cuda is not a built-in backend");
-#else
-	install(1, 0);
-	sim_cfg()->register_error = 2;
-	rf_pipeline_params pp = {0};
-	pp.depth = 2;
-	pp.slot_bytes = 1 << 20;
-	pp.backend = "auto";
-	rf_pipeline *p = NULL;
-	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
-	cr_assert_str_eq(rf_pipeline_backend(p), "threads");
-	cr_assert(strstr(rf_pipeline_describe(p), "auto: cuda not used") != NULL &&
-		  strstr(rf_pipeline_describe(p), "cudaHostRegister") != NULL, "%s", rf_pipeline_describe(p));
-	int s, e, d, r;
-	sim_counts(&s, &e, &d, &r);
-	cr_assert_eq(s + e + d, 0, "the failed cuda attempt left %d streams, %d events, %d device allocations", s, e, d);
-	rf_pipeline_destroy(p);
-	/* Asked for by name, cuda fails instead. */
-	pp.backend = "cuda";
-	p = NULL;
-	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENOMEM);
-	cr_assert_null(p);
 	leak_check();
 #endif
 }
@@ -551,6 +559,7 @@ Test(cuda_errors, kth_step_fault_sweep, .timeout = 120)
 		pp.depth = 3;
 		pp.slot_bytes = 48;
 		pp.backend = "cuda";
+		pp.memory = RF_MEMORY_DEVICE;
 		rf_pipeline *p = NULL;
 		rf__fault_arm(k);
 		int rc = rf_pipeline_create(&pp, &p);
@@ -584,6 +593,17 @@ Test(cuda_staging, host_ring_is_pinned_and_placed_near_the_gpu)
 	install(1, 0);
 	rf_pipeline *p = make(3, 1, 8192);
 	rf_placement pl;
+	/* Built on the first pageable block (issue 14 defect 6): none yet. */
+	cr_assert_eq(rf_pipeline_placement(p, &pl), RF_ENOTSUP, "%s", rf_errmsg());
+	int s, e, dv, r;
+	sim_counts(&s, &e, &dv, &r);
+	cr_assert_eq(r, 0, "a pipeline that has seen no pageable block page-locked %d ranges", r);
+	uint64_t rng = 3;
+	blockset bs;
+	make_blocks_sized(&bs, 4, 8192, SRC_PAGEABLE, &rng, 8192);
+	check c;
+	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+	free_blocks(&bs, SRC_PAGEABLE);
 	cr_assert_eq(rf_pipeline_placement(p, &pl), RF_OK, "%s", rf_errmsg());
 	cr_assert_eq(pl.pinned, 1);
 	/* The simulated GPU sits on node 0 (cudaDevAttrHostNumaId): bound there when the kernel lets us. */
@@ -593,7 +613,6 @@ Test(cuda_staging, host_ring_is_pinned_and_placed_near_the_gpu)
 		cr_assert_str_neq(pl.reason, "");
 	const char *d = rf_pipeline_describe(p);
 	cr_assert(strstr(d, "cuda: device 0 (Simulated GPU, host NUMA node 0)") != NULL, "%s", d);
-	int s, e, dv, r;
 	sim_counts(&s, &e, &dv, &r);
 	cr_assert_gt(r, 0, "no cudaHostRegister seen");
 	rf_pipeline_destroy(p);
@@ -619,7 +638,7 @@ Test(cuda_staging, pinned_alloc_cycles_register_and_unregister, .timeout = 60)
 		rf_placement pl;
 		cr_assert_eq(rf_staging_placement(live[j], &pl), RF_OK);
 		cr_assert_eq(pl.pinned, 1);
-		cr_assert(sim_api.is_dma_capable(live[j], n), "pinned staging block not registered end to end");
+		cr_assert(sim_is_pinned(live[j], n), "pinned staging block not registered end to end");
 		memset(live[j], 0xab, n);
 	}
 	for (unsigned j = 0; j < 16; j++)
@@ -658,7 +677,10 @@ Test(cuda_staging, pinned_churn_reuses_registrations, .timeout = 60)
 	leak_check();
 }
 
-Test(cuda_staging, page_locking_failure_is_an_error_not_a_fallback)
+/* Page-locking refused (confidential computing, no HostRegister support, low memory): creating a
+ * pipeline does not page-lock anything (issue 14 defect 6), pinned sources run, and a run with a
+ * pageable block fails saying why — every time, not once. */
+Test(cuda_staging, page_locking_failure_fails_only_pageable_runs)
 {
 	install(1, 0);
 	sim_cfg()->register_error = 2;
@@ -666,16 +688,28 @@ Test(cuda_staging, page_locking_failure_is_an_error_not_a_fallback)
 	cr_assert_eq(rf__cuda_staging_alloc(1 << 20, NULL, 0, &m), RF_ENOMEM);
 	cr_assert_null(m);
 	cr_assert(strstr(rf_errmsg(), "cudaHostRegister") != NULL, "%s", rf_errmsg());
-	rf_pipeline_params pp = {0};
-	pp.depth = 2;
-	pp.slot_bytes = 1 << 20;
-	pp.backend = "cuda";
-	rf_pipeline *p = NULL;
-	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ENOMEM);
-	cr_assert(strstr(rf_errmsg(), "pinned host ring") != NULL, "%s", rf_errmsg());
+	rf_pipeline *p = make(2, 1, 4096);
+	uint64_t rng = 9;
+	blockset pinned, pageable;
+	make_blocks_sized(&pinned, 6, 4096, SRC_PINNED, &rng, 0);
+	make_blocks_sized(&pageable, 6, 4096, SRC_PAGEABLE, &rng, 4000);
+	check c;
+	cr_assert_eq(run_checked(p, &pinned, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.bad, 0);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(run_checked(p, &pageable, &c), RF_ENOMEM, "%s", rf_errmsg());
+		cr_assert(strstr(rf_errmsg(), "pinned host ring") != NULL && strstr(rf_errmsg(), "pageable") != NULL,
+			  "%s", rf_errmsg());
+		cr_assert_eq(sim_pending(), 0);
+	}
+	cr_assert_eq(run_checked(p, &pinned, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.bad, 0);
+	rf_pipeline_destroy(p);
+	free_blocks(&pinned, SRC_PINNED);
+	free_blocks(&pageable, SRC_PAGEABLE);
 	int s, e, d, r;
 	sim_counts(&s, &e, &d, &r);
-	cr_assert_eq(s + e + d, 0, "failed create left %d streams, %d events, %d device allocations", s, e, d);
+	cr_assert_eq(s + e + d, 0, "left %d streams, %d events, %d device allocations", s, e, d);
 	leak_check();
 }
 
@@ -686,7 +720,7 @@ Test(cuda_staging, register_api_arguments)
 	char buf[64];
 	cr_assert_eq(rf__cuda_host_register(buf, 0), RF_EINVAL);
 	cr_assert_eq(rf__cuda_host_register(buf, sizeof buf), RF_OK);
-	cr_assert(sim_api.is_dma_capable(buf, sizeof buf));
+	cr_assert(sim_is_pinned(buf, sizeof buf));
 	cr_assert_eq(rf__cuda_host_register(buf, sizeof buf), RF_EBACKEND);
 	cr_assert_eq(rf__cuda_host_unregister(buf), RF_OK);
 	cr_assert_eq(rf__cuda_host_unregister(buf), RF_EINVAL);

@@ -207,6 +207,7 @@ Test(pipeline, cuda_is_usable_or_enodev)
 	rf_pipeline *p;
 	rf_pipeline_params pp = params_of(2, 64);
 	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
 	int rc = try_create(&pp, &p);
 	if (rc == RF_OK) {
 		cr_assert_str_eq(rf_pipeline_backend(p), "cuda");

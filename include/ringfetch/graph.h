@@ -169,7 +169,9 @@ RF_EXTERN void rf_program_destroy(rf_program *p);
 /* ---- instantiate and run ----------------------------------------------------------------------- */
 
 typedef struct rf_exec_params {
-	const char *backend; /* as rf_pipeline_params.backend */
+	const char *backend; /* as rf_pipeline_params.backend with memory RF_MEMORY_HOST ("auto" is a host
+	                        backend; a configured "cuda" is RF_ECONFIG), except that naming "cuda" here
+	                        gives device memory */
 	size_t slot_bytes;   /* capacity of each slot (> 0) */
 	int device;          /* CUDA device ordinal */
 	unsigned flags;      /* must be 0 */

@@ -1,0 +1,229 @@
+/* tests/test_cuda_keyed.c — keyed use on cuda (issue 12 item 1), against the simulated CUDA: the
+ * caller's stream waits on the copy (RAW) and the next copy into a slot waits on the release (WAR),
+ * on the device, with no host wait in acquire or release; the legacy default stream (NULL) works; a
+ * capturing stream is refused with nothing changed; the library's CUDA calls run in thread-local
+ * capture mode; thousands of random serving steps under random device schedules keep every payload. */
+#include <criterion/criterion.h>
+
+#include "backends/cuda_api.h"
+#include "cuda_sim.h"
+#include "ringfetch.h"
+#include "runtime/backend.h"
+#include "support.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static void install(uint64_t seed, double step_prob)
+{
+	sim_config c = {0};
+	c.seed = seed;
+	c.step_prob = step_prob;
+	c.device_count = 1;
+	c.numa_node = -1;
+	c.log = 1;
+	sim_install(&c);
+#ifndef RF_HAVE_CUDA
+	static int registered;
+	if (!registered++)
+		cr_assert_eq(rf__backend_register(&rf__backend_cuda), RF_OK);
+#endif
+}
+
+static rf_pipeline *make(unsigned depth, size_t slot)
+{
+	rf_pipeline_params pp = {0};
+	pp.depth = depth;
+	pp.slot_bytes = slot;
+	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	return p;
+}
+
+/* A "kernel": a host function on the acquiring stream that checks the slot when the device gets there. */
+typedef struct probe {
+	const unsigned char *slot, *want;
+	size_t n;
+	int *bad;
+} probe;
+
+static probe g_probes[20000];
+static size_t g_np;
+
+static void probe_fn(void *arg)
+{
+	probe *pr = arg;
+	if (memcmp(pr->slot, pr->want, pr->n) != 0)
+		(*pr->bad)++;
+}
+
+static void use(void *stream, const rf_block *b, const void *want, int *bad)
+{
+	cr_assert_lt(g_np, sizeof g_probes / sizeof g_probes[0]);
+	probe *pr = &g_probes[g_np++];
+	*pr = (probe){b->data, want, b->bytes, bad};
+	cr_assert_eq(sim_launch(stream, probe_fn, pr), 0);
+}
+
+static int log_count(const char *prefix)
+{
+	size_t n;
+	int c = 0;
+	const char *const *l = sim_log(&n);
+	for (size_t i = 0; i < n; i++)
+		c += strncmp(l[i], prefix, strlen(prefix)) == 0;
+	return c;
+}
+
+Test(cuda_keyed, acquire_and_release_are_stream_ordered_without_host_waits)
+{
+	install(1, 0);
+	rf_pipeline *p = make(2, 4096);
+	void *s;
+	cr_assert_eq(sim_api.stream_create(&s), 0);
+	unsigned char *src[3];
+	for (int i = 0; i < 3; i++) {
+		src[i] = sim_host_alloc(4096);
+		memset(src[i], 'a' + i, 4096);
+	}
+	int bad = 0;
+	g_np = 0;
+	sim_log_clear();
+	rf_block b0, b1, b2;
+	cr_assert_eq(rf_pipeline_acquire(p, 10, src[0], 4096, s, 0, &b0), RF_OK, "%s", rf_errmsg());
+	use(s, &b0, src[0], &bad);
+	cr_assert_eq(rf_pipeline_acquire(p, 11, src[1], 4096, s, 0, &b1), RF_OK, "%s", rf_errmsg());
+	use(s, &b1, src[1], &bad);
+	cr_assert_eq(rf_pipeline_release(p, &b0), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_release(p, &b1), RF_OK, "%s", rf_errmsg());
+	/* key 12 evicts the least recently used (10): its copy must wait for the release on s. */
+	cr_assert_eq(rf_pipeline_acquire(p, 12, src[2], 4096, s, 0, &b2), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(b2.slot, b0.slot);
+	use(s, &b2, src[2], &bad);
+	cr_assert_eq(rf_pipeline_release(p, &b2), RF_OK, "%s", rf_errmsg());
+	/* lookup (any thread; here one without a context) leaves the thread without one */
+	sim_set_no_context();
+	rf_key_state st;
+	cr_assert_eq(rf_pipeline_lookup(p, 12, &st, NULL), RF_OK);
+	cr_assert_eq(sim_current_device(), -1, "lookup left device %d current", sim_current_device());
+	cr_assert_eq(log_count("sync"), 0, "acquire/release waited on the host");
+	cr_assert_eq(log_count("event_sync"), 0, "acquire/release waited on the host");
+	cr_assert_eq(sim_capture_mode_balance(), 0);
+	cr_assert_eq(sim_api.stream_synchronize(s), 0);
+	cr_assert_eq(bad, 0, "%d reads saw the wrong bytes", bad);
+	/* Destroy with a block held: the device is synchronised before the ring goes (DESIGN.md). */
+	rf_block h;
+	cr_assert_eq(rf_pipeline_acquire(p, 11, src[1], 4096, s, 0, &h), RF_OK, "%s", rf_errmsg());
+	use(s, &h, src[1], &bad);
+	long syncs = sim_device_syncs();
+	rf_pipeline_destroy(p);
+	cr_assert_gt(sim_device_syncs(), syncs, "destroy with a block held did not synchronise the device");
+	cr_assert_eq(bad, 0);
+	cr_assert_eq(sim_api.stream_destroy(s), 0);
+	for (int i = 0; i < 3; i++)
+		sim_host_free(src[i]);
+	leak_check();
+}
+
+Test(cuda_keyed, legacy_default_stream_and_capture_refusal)
+{
+	install(2, 0.3);
+	rf_pipeline *p = make(2, 256);
+	unsigned char *a = sim_host_alloc(256);
+	memset(a, 7, 256);
+	rf_block b;
+	int bad = 0;
+	g_np = 0;
+	cr_assert_eq(rf_pipeline_acquire(p, 1, a, 256, NULL, 0, &b), RF_OK, "%s", rf_errmsg());
+	use(NULL, &b, a, &bad);
+	cr_assert_eq(rf_pipeline_release(p, &b), RF_OK, "%s", rf_errmsg());
+	void *s;
+	cr_assert_eq(sim_api.stream_create(&s), 0);
+	sim_set_capturing(s, 1);
+	rf_keyed_stats before, after;
+	cr_assert_eq(rf_pipeline_keyed_stats(p, &before), RF_OK);
+	cr_assert_eq(rf_pipeline_acquire(p, 2, a, 256, s, 0, &b), RF_ENOTSUP, "%s", rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), "captured") != NULL, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_keyed_stats(p, &after), RF_OK);
+	cr_assert_eq(memcmp(&before, &after, sizeof before), 0, "a refused acquire changed the stats");
+	/* A hit whose copy finished needs no CUDA call on the stream: allowed. Its release would record
+	 * an event on the capturing stream: refused until the capture ends. */
+	cr_assert_eq(sim_api.stream_synchronize(NULL), 0);
+	cr_assert_eq(sim_api.event_query != NULL, 1);
+	cr_assert_eq(rf_pipeline_acquire(p, 1, a, 256, s, 0, &b), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_release(p, &b), RF_ENOTSUP, "%s", rf_errmsg());
+	sim_set_capturing(s, 0);
+	cr_assert_eq(rf_pipeline_release(p, &b), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(sim_capture_mode_balance(), 0);
+	cr_assert_eq(sim_api.stream_synchronize(NULL), 0);
+	cr_assert_eq(bad, 0);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(sim_api.stream_destroy(s), 0);
+	sim_host_free(a);
+	leak_check();
+}
+
+/* Random serving steps: prefetches, acquires on two streams (one of them NULL), releases, evictions,
+ * runs in between; every read checked in stream order; random device schedules. */
+Test(cuda_keyed, random_serving_keeps_every_payload, .timeout = 120)
+{
+	uint64_t seed = test_seed(), rng = seed;
+	fprintf(stderr, "cuda keyed: RF_TEST_SEED=%llu\n", (unsigned long long)seed);
+	for (int round = 0; round < 40; round++) {
+		install(rng_next(&rng) | 1, (double)(rng_next(&rng) % 100) / 100.0);
+		sim_cfg()->log = 0;
+		unsigned depth = 2 + (unsigned)(rng_next(&rng) % 4);
+		size_t slot = 64;
+		rf_pipeline *p = make(depth, slot);
+		enum { NKEYS = 12 };
+		unsigned char *src[NKEYS];
+		for (int i = 0; i < NKEYS; i++) {
+			src[i] = rng_next(&rng) % 2 ? sim_host_alloc(slot) : malloc(slot);
+			fill_pattern(src[i], slot, (size_t)i, seed);
+		}
+		void *streams[2] = {NULL, NULL};
+		cr_assert_eq(sim_api.stream_create(&streams[1]), 0);
+		rf_block held[8];
+		int nheld = 0, bad = 0;
+		g_np = 0;
+		for (int step = 0; step < 300; step++) {
+			unsigned key = (unsigned)(rng_next(&rng) % NKEYS);
+			unsigned op = (unsigned)(rng_next(&rng) % 10);
+			if (op < 3) {
+				int rc = rf_pipeline_prefetch(p, key, src[key], slot, 0);
+				cr_assert(rc == RF_OK || rc == RF_ENOSPC, "prefetch: %s", rf_errmsg());
+			} else if (op < 7 && nheld < (int)depth - 1 && nheld < 8) {
+				void *s = streams[rng_next(&rng) % 2];
+				int rc = rf_pipeline_acquire(p, key, src[key], slot, s, 0, &held[nheld]);
+				cr_assert(rc == RF_OK || rc == RF_ENOSPC, "acquire: %s", rf_errmsg());
+				if (rc == RF_OK) {
+					use(s, &held[nheld], src[key], &bad);
+					held[nheld++].stream = s;
+				}
+			} else if (op < 9 && nheld > 0) {
+				int i = (int)(rng_next(&rng) % (unsigned)nheld);
+				cr_assert_eq(rf_pipeline_release(p, &held[i]), RF_OK, "%s", rf_errmsg());
+				held[i] = held[--nheld];
+			} else if (nheld == 0 && g_np < 19000) {
+				int rc = rf_pipeline_evict(p, key);
+				cr_assert_eq(rc, RF_OK, "evict: %s", rf_errmsg());
+			}
+		}
+		while (nheld > 0)
+			cr_assert_eq(rf_pipeline_release(p, &held[--nheld]), RF_OK, "%s", rf_errmsg());
+		rf_pipeline_destroy(p);
+		cr_assert_eq(sim_api.stream_synchronize(NULL), 0);
+		cr_assert_eq(sim_api.stream_synchronize(streams[1]), 0);
+		cr_assert_eq(bad, 0, "round %d: %d reads saw the wrong bytes", round, bad);
+		cr_assert_eq(sim_capture_mode_balance(), 0);
+		cr_assert_eq(sim_api.stream_destroy(streams[1]), 0);
+		for (int i = 0; i < NKEYS; i++)
+			if (sim_is_pinned(src[i], 1))
+				sim_host_free(src[i]);
+			else
+				free(src[i]);
+	}
+	leak_check();
+}
