@@ -370,7 +370,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	unsigned v = i < k->n ? i : rf__kchoose(k);
 	if (v == k->n)
 		return rf__err(RF_ENOSPC, "%s: every one of the %u slots is held by other keys", who, k->n);
-	int withdrawn = i < k->n ? 0 : rf__kwithdraw(k, v);
+	int withdrawn = rf__kwithdraw(k, v); /* a pending copy of the slot's previous key */
 	rf__kticket t;
 	if ((rc = rf__kissue(k, v, src, bytes, 1, stream, key, &t)) == RF_OK &&
 	    (rc = rf__be_kwait(k->be, k->ctx, t, stream)) == RF_OK)
