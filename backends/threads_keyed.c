@@ -93,9 +93,14 @@ static int rf__tk_has_work(void *arg, uint64_t seen)
 static void rf__tk_serve(rf__tk_lane *l, uint64_t s)
 {
 	rf__tk_req *r = &l->ring[s % RF__TK_RING];
+	if (rf__test_hooks.keyed_before_copy != NULL)
+		rf__test_hooks.keyed_before_copy(0);
 	int pending = RF__TK_PENDING;
-	if (atomic_compare_exchange_strong(&r->state, &pending, RF__TK_RUNNING))
+	if (atomic_compare_exchange_strong(&r->state, &pending, RF__TK_RUNNING)) {
+		if (rf__test_hooks.keyed_before_copy != NULL)
+			rf__test_hooks.keyed_before_copy(1);
 		memcpy(r->dst, r->src, r->bytes);
+	}
 	atomic_store(&l->done, s + 1);
 	if (atomic_load(&l->waiters) > 0) {
 		pthread_mutex_lock(&l->mu);
