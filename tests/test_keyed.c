@@ -649,3 +649,42 @@ Test(keyed, withdrawn_hint_leaves_the_started_copy_waited_for)
 	rel(p, &b);
 	open_gate(p);
 }
+
+/* evict returns only when no copy reads the source: a started hint copy is waited for. */
+Test(keyed, evict_waits_for_a_started_copy)
+{
+	rf_pipeline *p = mk_gated(2);
+	atomic_store(&g_gate_phase, 1);
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK);
+	while (atomic_load(&g_at_gate) == 0)
+		nap_us(100);
+	pthread_t th;
+	pthread_create(&th, NULL, open_gate_later, NULL);
+	cr_assert_eq(rf_pipeline_evict(p, 1), RF_OK);
+	cr_assert_eq(atomic_load(&g_gate), 1, "evict returned while the copy was still stalled");
+	cr_assert_eq(atomic_load(&g_at_gate), 0);
+	pthread_join(th, NULL);
+	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_ABSENT);
+	cr_assert_eq(stats(p).wasted, 1);
+	open_gate(p);
+}
+
+/* An idle pipeline stops burning CPU once its wait budget is spent (auto: 2 ms). */
+Test(keyed, idle_pipeline_burns_no_cpu)
+{
+	rf_pipeline *p = mk(2);
+	const void *srcs[2] = {g_src[0], g_src[1]};
+	size_t sizes[2] = {64, 64};
+	for (int i = 0; i < 100; i++) {
+		cr_assert_eq(rf_pipeline_run(p, 2, srcs, sizes, count_cb, &(size_t){0}), RF_OK);
+		cr_assert_eq(rf_pipeline_prefetch(p, (uint64_t)i % 8, g_src[i % 8], 64, 0), RF_OK);
+	}
+	nap_us(100000); /* far past the spin budget */
+	struct timespec a, b;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+	nap_us(300000);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+	long long ns = (b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
+	cr_assert_lt(ns, 30000000LL, "%lld ns of CPU in 300 ms of idleness", ns);
+	rf_pipeline_destroy(p);
+}
