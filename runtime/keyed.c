@@ -350,7 +350,12 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	unsigned i = rf__kfind(k, key);
 	if (i < k->n && (rc = rf__kbytes(k, who, i, key, bytes)) != RF_OK)
 		return rc;
-	if (i < k->n && k->s[i].state == RF__K_FILLED) { /* a hit, possibly late */
+	/* A hint whose copy has not started is overtaken (withdrawn, then copied by this acquire, as if it
+	 * were held back): waiting for it could mean waiting behind other hints on its lane. */
+	int overtaken = 0;
+	if (i < k->n && k->s[i].state == RF__K_FILLED && k->s[i].hint && !rf__kdone(k, &k->s[i]))
+		overtaken = rf__kwithdraw(k, i);
+	if (i < k->n && k->s[i].state == RF__K_FILLED && !overtaken) { /* a hit, possibly late */
 		rf__kslot *s = &k->s[i];
 		int late = !rf__kdone(k, s);
 		if (late && (rc = rf__be_kwait(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed),
@@ -366,11 +371,11 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		rf__kpump(k);
 		return RF_OK;
 	}
-	/* A miss: a held-back hint's own slot, else a new one. */
+	/* A miss: a held-back or overtaken hint's own slot, else a new one. */
 	unsigned v = i < k->n ? i : rf__kchoose(k);
 	if (v == k->n)
 		return rf__err(RF_ENOSPC, "%s: every one of the %u slots is held by other keys", who, k->n);
-	int withdrawn = rf__kwithdraw(k, v); /* a pending copy of the slot's previous key */
+	int withdrawn = rf__kwithdraw(k, v) || overtaken; /* a pending copy of the slot's previous key */
 	rf__kticket t;
 	if ((rc = rf__kissue(k, v, src, bytes, 1, stream, key, &t)) == RF_OK &&
 	    (rc = rf__be_kwait(k->be, k->ctx, t, stream)) == RF_OK)
@@ -385,8 +390,9 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		return rc;
 	}
 	rf__klock(k);
-	if (i < k->n) { /* the held-back hint is overtaken: dropped */
-		rf__khb_unlink(k, v);
+	if (i < k->n) { /* the held-back or withdrawn hint is overtaken: dropped */
+		if (k->s[v].state == RF__K_HELDBACK)
+			rf__khb_unlink(k, v);
 		rf__kst_add(k, ST_DROP, 1);
 		k->s[v].hint = 0;
 		k->s[v].state = RF__K_FILLED;
