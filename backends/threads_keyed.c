@@ -93,9 +93,14 @@ static int rf__tk_has_work(void *arg, uint64_t seen)
 static void rf__tk_serve(rf__tk_lane *l, uint64_t s)
 {
 	rf__tk_req *r = &l->ring[s % RF__TK_RING];
+	if (RF__TEST_HOOK(keyed_before_copy) != NULL)
+		RF__TEST_HOOK(keyed_before_copy)(0);
 	int pending = RF__TK_PENDING;
-	if (atomic_compare_exchange_strong(&r->state, &pending, RF__TK_RUNNING))
+	if (atomic_compare_exchange_strong(&r->state, &pending, RF__TK_RUNNING)) {
+		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
+			RF__TEST_HOOK(keyed_before_copy)(1);
 		memcpy(r->dst, r->src, r->bytes);
+	}
 	atomic_store(&l->done, s + 1);
 	if (atomic_load(&l->waiters) > 0) {
 		pthread_mutex_lock(&l->mu);
@@ -187,6 +192,11 @@ void rf__tk_close(rf__tk *k)
 unsigned rf__tk_lanes(const rf__tk *k)
 {
 	return k->n;
+}
+
+pthread_t rf__tk_thread(const rf__tk *k, unsigned l)
+{
+	return k->lane[l].tid;
 }
 
 int rf__tk_test(rf__tk *k, rf__kticket t)

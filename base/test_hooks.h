@@ -20,6 +20,9 @@ typedef struct rf__test_hooks {
 	/* Keyed negative control: slot choice ignores holds (a held slot may be refilled); the hazard
 	 * oracle must catch it. */
 	int keyed_refill_held;
+	/* threads: called by a keyed lane worker before it claims each hint copy (started 0: still
+	 * withdrawable) and after it claimed it, before copying (started 1). */
+	void (*keyed_before_copy)(int started);
 } rf__test_hooks_t;
 
 /* Defined only with RF_TESTING (runtime/backend.c); tests set it before creating pipelines. */

@@ -92,9 +92,12 @@ typedef struct rf__open_args {
  *    holds the hint back and tries again later); RF_ENOTSUP for a demand copy whose stream is being
  *    captured (cuda checks this here, before issuing, so that kwait on the same stream cannot fail).
  *  - ktest(t): 1 when the copy has finished writing the slot and reading src, 0 while not yet. Any
- *    thread (lookup calls it): must not take locks that a copy holds while copying.
+ *    thread (lookup calls it): must not take locks that a copy holds while copying; cuda: an event
+ *    query in thread-local capture mode, so that it never disturbs another thread's stream capture.
  *  - kcancel(t) (optional, NULL = never): withdraw a copy that has not started; 1 when withdrawn (it
  *    will never read src nor write the slot; ktest(t) returns 1 from then on), 0 when it started.
+ *    The core then orders the slot's next copy after the copy issued before the withdrawn one (kept
+ *    as rf__kslot.before), which may have started.
  *  - kwait(t, stream): the acquirer's wait. CPU backends (stream NULL): return once ktest(t) would be 1.
  *    cuda: make `stream` wait on the copy's event (cudaStreamWaitEvent), no host wait; a stream being
  *    captured: RF_ENOTSUP, nothing changed.

@@ -139,6 +139,8 @@ static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes
 			 after, stream};
 	if ((rc = rf__be_kissue(k->be, k->ctx, &req, t)) != RF_OK)
 		return rc;
+	s->before = after;
+	atomic_store_explicit(&s->ticket, *t, memory_order_relaxed);
 	rf__kst_add(k, ST_BYTES, bytes);
 	if (!demand && !rf__be_ktest(k->be, k->ctx, *t)) {
 		unsigned lane = req.lane;
@@ -195,11 +197,14 @@ static unsigned rf__kchoose(const rf__keyed *k)
 static int rf__kwithdraw(rf__keyed *k, unsigned v)
 {
 	rf__kslot *s = &k->s[v];
-	if (s->state != RF__K_FILLED || rf__kdone(k, s))
+	if (rf__kdone(k, s))
 		return 0;
 	if (!rf__be_kcancel(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed)))
 		return 0;
-	atomic_store_explicit(&s->ticket, 0, memory_order_relaxed);
+	/* The copy before the withdrawn one may have started (it could not be withdrawn then) and still be
+	 * writing the slot: the next copy must wait for it. Found by tests/race_keyed.c. */
+	atomic_store_explicit(&s->ticket, s->before, memory_order_relaxed);
+	s->before = 0;
 	return 1;
 }
 
@@ -345,7 +350,12 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	unsigned i = rf__kfind(k, key);
 	if (i < k->n && (rc = rf__kbytes(k, who, i, key, bytes)) != RF_OK)
 		return rc;
-	if (i < k->n && k->s[i].state == RF__K_FILLED) { /* a hit, possibly late */
+	/* A hint whose copy has not started is overtaken (withdrawn, then copied by this acquire, as if it
+	 * were held back): waiting for it could mean waiting behind other hints on its lane. */
+	int overtaken = 0;
+	if (i < k->n && k->s[i].state == RF__K_FILLED && k->s[i].hint && !rf__kdone(k, &k->s[i]))
+		overtaken = rf__kwithdraw(k, i);
+	if (i < k->n && k->s[i].state == RF__K_FILLED && !overtaken) { /* a hit, possibly late */
 		rf__kslot *s = &k->s[i];
 		int late = !rf__kdone(k, s);
 		if (late && (rc = rf__be_kwait(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed),
@@ -361,11 +371,11 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		rf__kpump(k);
 		return RF_OK;
 	}
-	/* A miss: a held-back hint's own slot, else a new one. */
+	/* A miss: a held-back or overtaken hint's own slot, else a new one. */
 	unsigned v = i < k->n ? i : rf__kchoose(k);
 	if (v == k->n)
 		return rf__err(RF_ENOSPC, "%s: every one of the %u slots is held by other keys", who, k->n);
-	int withdrawn = i < k->n ? 0 : rf__kwithdraw(k, v);
+	int withdrawn = rf__kwithdraw(k, v) || overtaken; /* a pending copy of the slot's previous key */
 	rf__kticket t;
 	if ((rc = rf__kissue(k, v, src, bytes, 1, stream, key, &t)) == RF_OK &&
 	    (rc = rf__be_kwait(k->be, k->ctx, t, stream)) == RF_OK)
@@ -380,8 +390,9 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		return rc;
 	}
 	rf__klock(k);
-	if (i < k->n) { /* the held-back hint is overtaken: dropped */
-		rf__khb_unlink(k, v);
+	if (i < k->n) { /* the held-back or withdrawn hint is overtaken: dropped */
+		if (k->s[v].state == RF__K_HELDBACK)
+			rf__khb_unlink(k, v);
 		rf__kst_add(k, ST_DROP, 1);
 		k->s[v].hint = 0;
 		k->s[v].state = RF__K_FILLED;
@@ -493,6 +504,7 @@ void rf__keyed_reset(rf__keyed *k)
 		rf__kforget(k, i);
 		rf__kempty_set(k, i, 1);
 		atomic_store_explicit(&k->s[i].ticket, 0, memory_order_relaxed);
+		k->s[i].before = 0;
 		k->sh_holds[i] = 0;
 	}
 	rf__kunlock(k);

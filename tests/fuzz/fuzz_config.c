@@ -395,6 +395,7 @@ static void check_file(const uint8_t *data, size_t size)
 		rf__stg_kind kind;
 		int node;
 		CHECK(c.staging[0] == '\0' || ref_staging(c.staging, &kind, &node) == 1);
+		CHECK(!c.wait_set || c.wait_ns == -1 || (c.wait_ns >= 0 && c.wait_ns <= 10000000000LL));
 	} else {
 		unsigned line = msg_line(rf_errmsg(), path);
 		CHECK(rc == RF_ECONFIG && line >= 1 && line <= nlines);
