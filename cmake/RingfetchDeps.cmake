@@ -4,7 +4,9 @@
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
-pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
+# jemalloc: a private, prefixed, static copy (cmake/FindRingfetchJemalloc.cmake), never the system's.
+list(APPEND CMAKE_MODULE_PATH ${CMAKE_CURRENT_LIST_DIR})
+find_package(RingfetchJemalloc REQUIRED)
 # libinih reads the config file (RINGFETCH_CONFIG, runtime/config.c).
 pkg_check_modules(INIH REQUIRED IMPORTED_TARGET inih)
 if(RINGFETCH_TESTS)

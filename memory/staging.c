@@ -22,7 +22,7 @@
 #include "base/error.h"
 #include "memory/topology.h"
 
-#include <jemalloc/jemalloc.h>
+#include "memory/je.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -57,6 +57,11 @@ if command -v readelf >/dev/null; then
 		"readelf -d '$libdir/libringfetch.so.$ver' | grep -q 'SONAME.*\[libringfetch\.so\.$major\]'"
 fi
 check "no static library installed" "[ -z \"\$(find '$prefix' -name '*.a')\" ]"
+if command -v nm >/dev/null; then
+	check "libringfetch exports no jemalloc symbol" \
+		"! nm -D --defined-only '$libdir/libringfetch.so.$ver' | grep -E -q ' (rf_je|je_|mallocx|mallctl|malloc|free)'"
+	check "libringfetch needs no libjemalloc" "! readelf -d '$libdir/libringfetch.so.$ver' | grep -q 'NEEDED.*jemalloc'"
+fi
 cmakedir_rel=$(cache RINGFETCH_INSTALL_CMAKEDIR); [ -n "$cmakedir_rel" ] || cmakedir_rel=$libdir_rel/cmake/ringfetch
 pkgdir=$prefix/$cmakedir_rel
 check "CMake package installed" "[ -f '$pkgdir/ringfetchConfig.cmake' ] && [ -f '$pkgdir/ringfetchConfigVersion.cmake' ] && [ -f '$pkgdir/ringfetchTargets.cmake' ]"
@@ -88,8 +93,9 @@ if check "pkg-config finds ringfetch $ver" "[ \"\$('$pkg_config' --modversion ri
 	check "shared link needs only -lringfetch (got '$libs')" \
 		"[ \"\$(printf '%s\n' $libs | grep -v '^-L')\" = -lringfetch ]"
 	slibs=$("$pkg_config" --static --libs ringfetch)
-	check "static link adds hwloc, jemalloc, pthread (got '$slibs')" \
-		"printf '%s\n' $slibs | grep -qx -- -lhwloc && printf '%s\n' $slibs | grep -qx -- -ljemalloc && printf '%s\n' $slibs | grep -qx -- -lpthread"
+	# jemalloc is private and inside libringfetch (static, hidden): never a dependency of a consumer.
+	check "static link adds hwloc and pthread, not jemalloc (got '$slibs')" \
+		"printf '%s\n' $slibs | grep -qx -- -lhwloc && printf '%s\n' $slibs | grep -qx -- -lpthread && ! printf '%s\n' $slibs | grep -q jemalloc"
 	pcexe=$work/pc-consumer
 	check "consumer builds with pkg-config" \
 		"run pc-build.log '$cc' -std=c11 -Wall -Wextra -Wpedantic -Werror $sanflags \$('$pkg_config' --cflags ringfetch) \
