@@ -8,8 +8,9 @@
 # built with initial-exec TLS, so a library linked to it cannot be dlopen'ed (Python ctypes) and
 # brings a second malloc into the process. There is deliberately no fallback to it (docs/api.md,
 # "Embedding"). The header must carry the rf_je_ prefix that memory/je.h maps to.
-set(RINGFETCH_JEMALLOC_ROOT "${PROJECT_SOURCE_DIR}/.cache/jemalloc" CACHE PATH
-  "Prefix of ringfetch's private jemalloc (cmake/jemalloc.sh PREFIX; make deps builds it)")
+if(NOT RINGFETCH_JEMALLOC_ROOT)
+  set(RINGFETCH_JEMALLOC_ROOT "${PROJECT_SOURCE_DIR}/.cache/jemalloc")
+endif()
 
 find_path(RF_JEMALLOC_INCLUDE_DIR jemalloc/jemalloc.h PATHS "${RINGFETCH_JEMALLOC_ROOT}/include"
   NO_DEFAULT_PATH NO_CACHE)
