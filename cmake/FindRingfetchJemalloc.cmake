@@ -2,6 +2,7 @@
 #
 # Input:  RINGFETCH_JEMALLOC_ROOT  the prefix cmake/jemalloc.sh installed into (default: .cache/jemalloc
 #                                  in ringfetch's source tree, where `make deps` puts it).
+#         RINGFETCH_BUILD_JEMALLOC run cmake/jemalloc.sh at configure time when it is missing.
 # Output: the IMPORTED STATIC target rf_jemalloc (libjemalloc_pic.a + its headers), RingfetchJemalloc_FOUND.
 #
 # Only that prefix is searched (NO_DEFAULT_PATH): Debian's libjemalloc-dev in /usr is unprefixed and
@@ -10,6 +11,17 @@
 # "Embedding"). The header must carry the rf_je_ prefix that memory/je.h maps to.
 if(NOT RINGFETCH_JEMALLOC_ROOT)
   set(RINGFETCH_JEMALLOC_ROOT "${PROJECT_SOURCE_DIR}/.cache/jemalloc")
+endif()
+
+# RINGFETCH_BUILD_JEMALLOC=ON: build it here, at configure time, when it is missing (for FetchContent /
+# add_subdirectory users without `make deps`; same script, same cache).
+if(RINGFETCH_BUILD_JEMALLOC AND NOT EXISTS "${RINGFETCH_JEMALLOC_ROOT}/lib/libjemalloc_pic.a")
+  message(STATUS "ringfetch: building the private jemalloc into ${RINGFETCH_JEMALLOC_ROOT} (cmake/jemalloc.sh)")
+  execute_process(COMMAND bash "${CMAKE_CURRENT_LIST_DIR}/jemalloc.sh" "${RINGFETCH_JEMALLOC_ROOT}"
+    RESULT_VARIABLE _rf_je_rc)
+  if(NOT _rf_je_rc EQUAL 0)
+    message(FATAL_ERROR "ringfetch: cmake/jemalloc.sh ${RINGFETCH_JEMALLOC_ROOT} failed (${_rf_je_rc})")
+  endif()
 endif()
 
 find_path(RF_JEMALLOC_INCLUDE_DIR jemalloc/jemalloc.h PATHS "${RINGFETCH_JEMALLOC_ROOT}/include"
@@ -36,7 +48,8 @@ if(_rf_je_why)
       "  make deps                                   (as root; installs the other packages too)\n"
       "or\n"
       "  ${CMAKE_CURRENT_LIST_DIR}/jemalloc.sh ${RINGFETCH_JEMALLOC_ROOT}\n"
-      "or point -DRINGFETCH_JEMALLOC_ROOT=DIR at a prefix that script built.")
+      "or point -DRINGFETCH_JEMALLOC_ROOT=DIR at a prefix that script built,\n"
+      "or configure with -DRINGFETCH_BUILD_JEMALLOC=ON to run that script now.")
   endif()
   return()
 endif()
