@@ -5,13 +5,19 @@ BUILD_TYPE ?= RelWithDebInfo
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 
-# Debian packages the build, tests and benchmark need: cmake, a C compiler, pkg-config, hwloc, jemalloc,
-# Criterion; gnuplot (the sweep's plot) and StarPU 1.3 (the sweep's peer baseline);
-# g++, the host compiler nvcc needs for the GPU benchmark's kernel when the CUDA toolkit is there.
-DEB_PACKAGES := cmake make gcc g++ pkg-config libhwloc-dev libjemalloc-dev libcriterion-dev gnuplot-nox libstarpu-dev
+# Debian packages the build, tests and benchmark need: cmake, a C compiler, pkg-config, hwloc, Criterion;
+# gnuplot (the sweep's plot) and StarPU 1.3 (the sweep's peer baseline);
+# g++, the host compiler nvcc needs for the GPU benchmark's kernel when the CUDA toolkit is there;
+# dpkg-dev (dpkg-source unpacks jemalloc's source package) and python3 (the ctypes embedding test).
+DEB_PACKAGES := cmake make gcc g++ pkg-config libhwloc-dev libcriterion-dev gnuplot-nox libstarpu-dev \
+	dpkg-dev python3
+# ringfetch's private jemalloc (prefixed, static, no initial-exec TLS: docs/api.md, "Embedding"), built once
+# from Debian's jemalloc source package by cmake/jemalloc.sh. Outside the build trees: `make clean` keeps
+# it, `make distclean` removes it.
+JEMALLOC_PREFIX ?= $(CURDIR)/.cache/jemalloc
 RESULTS := $(BUILD)/results
 
-.PHONY: all deps configure build run test sanitize tsan valgrind clean
+.PHONY: all deps configure build run test sanitize tsan valgrind clean distclean
 
 all: build
 
@@ -30,9 +36,11 @@ deps:
 		DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
 	fi
+	@bash cmake/jemalloc.sh $(JEMALLOC_PREFIX)
 
 configure: deps
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DRINGFETCH_WERROR=ON $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DRINGFETCH_WERROR=ON \
+		-DRINGFETCH_JEMALLOC_ROOT=$(JEMALLOC_PREFIX) $(CMAKE_FLAGS)
 
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -62,9 +70,9 @@ tsan: deps
 
 # A valgrind memcheck pass over a subset: the seeded stress on both CPU backends, the demo and a tiny
 # sweep (plain programs, so a memcheck error or a definite leak fails the target through its exit code).
-# jemalloc is named a malloc library so that memcheck tracks what it serves too.
-VALGRIND := valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite \
-	--soname-synonyms=somalloc=*jemalloc*
+# jemalloc is private and static inside libringfetch (it serves only the staging arenas, from mmap'ed
+# memory): malloc is libc's, which memcheck replaces as usual.
+VALGRIND := valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
 valgrind: build
 	@command -v valgrind >/dev/null || $(MAKE) deps DEB_PACKAGES="$(DEB_PACKAGES) valgrind"
 	$(VALGRIND) $(BUILD)/tests/test_race --backend cpu --iterations 300 --seed 1
@@ -77,6 +85,9 @@ valgrind: build
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
+
+distclean: clean
+	rm -rf $(JEMALLOC_PREFIX) $(JEMALLOC_PREFIX).src
 
 # libFuzzer targets (tests/fuzz/): a clang build with ASan + UBSan in $(FUZZ_BUILD), then each fuzzer run
 # deterministically (-seed=1) for a fixed number of inputs from a scratch copy of its seed corpus. Fails

@@ -4,13 +4,15 @@
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 pkg_check_modules(HWLOC REQUIRED IMPORTED_TARGET hwloc)
-pkg_check_modules(JEMALLOC REQUIRED IMPORTED_TARGET jemalloc)
+# jemalloc: a private, prefixed, static copy (cmake/FindRingfetchJemalloc.cmake, RINGFETCH_JEMALLOC_ROOT),
+# never the system's.
+list(APPEND CMAKE_MODULE_PATH ${CMAKE_CURRENT_LIST_DIR})
+find_package(RingfetchJemalloc REQUIRED)
 if(RINGFETCH_TESTS)
   pkg_check_modules(CRITERION REQUIRED IMPORTED_TARGET criterion)
 endif()
 # CUDA: RINGFETCH_CUDA=AUTO (default) builds the cuda backend when the toolkit is found; ON requires
 # it; OFF leaves it out.
-set(RINGFETCH_CUDA AUTO CACHE STRING "Build the cuda backend: AUTO, ON or OFF")
 set(RINGFETCH_HAVE_CUDA OFF)
 if(NOT RINGFETCH_CUDA STREQUAL "OFF")
   if(RINGFETCH_CUDA STREQUAL "ON")
@@ -33,3 +35,13 @@ if(NOT RINGFETCH_CUDA STREQUAL "OFF")
 endif()
 message(STATUS "ringfetch: cuda backend ${RINGFETCH_HAVE_CUDA}")
 
+
+# ringfetch_deps: every dependency of the library's code in one INTERFACE target (the object library,
+# the shared library PRIVATE-ly and the white-box static library link it). Not installed: the shared
+# library's dependencies are its own (DT_NEEDED, or static and hidden inside it).
+add_library(ringfetch_deps INTERFACE)
+target_link_libraries(ringfetch_deps INTERFACE PkgConfig::HWLOC rf_jemalloc Threads::Threads)
+if(RINGFETCH_HAVE_CUDA)
+  target_compile_definitions(ringfetch_deps INTERFACE RF_HAVE_CUDA=1)
+  target_link_libraries(ringfetch_deps INTERFACE CUDA::cudart_static)
+endif()

@@ -19,6 +19,13 @@
 
 #include <stddef.h>
 #include <stdint.h>
+/* How the library was built (RF_HAVE_CUDA): generated at build time and installed with the headers;
+ * absent from a source tree that was never configured, which then reads as "no CUDA". */
+#if defined(__has_include)
+#if __has_include("ringfetch/config.h")
+#include "ringfetch/config.h"
+#endif
+#endif
 
 #ifdef __cplusplus
 extern "C" {

@@ -10,6 +10,8 @@
 #include "base/error.h"
 #include "memory/topology.h"
 
+#include "memory/je.h"
+
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

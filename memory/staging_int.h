@@ -9,7 +9,7 @@
 #include "memory/staging.h"
 
 #include <hwloc.h>
-#include <jemalloc/jemalloc.h>
+#include "memory/je.h"
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>

@@ -16,7 +16,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <hwloc.h>
-#include <jemalloc/jemalloc.h>
+#include "memory/je.h"
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -47,7 +47,7 @@
 #ifndef RINGFETCH_CUDA_H
 #define RINGFETCH_CUDA_H
 
-#include "../ringfetch.h"
+#include "../ringfetch.h" /* and, through it, <ringfetch/config.h> (RF_HAVE_CUDA) */
 
 #include <cuda_runtime_api.h>
 #include <stddef.h>

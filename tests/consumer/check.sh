@@ -49,6 +49,9 @@ check "cmake --install into $prefix" "run install.log '$cmake_bin' --install '$b
 for h in $(cd "$src/include" && find . -name '*.h' | sort); do
 	check "header ${h#./} installed" "cmp -s '$src/include/$h' '$incdir/$h'"
 done
+check "header ringfetch/config.h (generated) installed" "cmp -s '$build/include/ringfetch/config.h' '$incdir/ringfetch/config.h'"
+if grep -q '^#define RF_HAVE_CUDA 1' "$build/include/ringfetch/config.h"; then cuda=1; else cuda=0; fi
+echo "note: built with the cuda backend: $cuda"
 check "libringfetch.so.$ver installed" "[ -f '$libdir/libringfetch.so.$ver' ] && [ ! -L '$libdir/libringfetch.so.$ver' ]"
 check "libringfetch.so.$major -> libringfetch.so.$ver" "[ \"\$(readlink '$libdir/libringfetch.so.$major')\" = libringfetch.so.$ver ]"
 check "libringfetch.so (namelink) installed" "[ -L '$libdir/libringfetch.so' ]"
@@ -57,10 +60,22 @@ if command -v readelf >/dev/null; then
 		"readelf -d '$libdir/libringfetch.so.$ver' | grep -q 'SONAME.*\[libringfetch\.so\.$major\]'"
 fi
 check "no static library installed" "[ -z \"\$(find '$prefix' -name '*.a')\" ]"
+if command -v nm >/dev/null; then
+	check "libringfetch exports no jemalloc symbol" \
+		"! nm -D --defined-only '$libdir/libringfetch.so.$ver' | grep -E -q ' (rf_je|je_|mallocx|mallctl|malloc|free)'"
+	check "libringfetch needs no libjemalloc" "! readelf -d '$libdir/libringfetch.so.$ver' | grep -q 'NEEDED.*jemalloc'"
+fi
 cmakedir_rel=$(cache RINGFETCH_INSTALL_CMAKEDIR); [ -n "$cmakedir_rel" ] || cmakedir_rel=$libdir_rel/cmake/ringfetch
 pkgdir=$prefix/$cmakedir_rel
 check "CMake package installed" "[ -f '$pkgdir/ringfetchConfig.cmake' ] && [ -f '$pkgdir/ringfetchConfigVersion.cmake' ] && [ -f '$pkgdir/ringfetchTargets.cmake' ]"
-check "ringfetch::ringfetch carries no link dependencies" "! grep -q INTERFACE_LINK_LIBRARIES '$pkgdir/ringfetchTargets.cmake'"
+if [ "$cuda" = 1 ]; then
+	# Only CUDA's headers (CUDA::toolkit links nothing), for <ringfetch/cuda.h>.
+	check "ringfetch::ringfetch carries CUDA::toolkit and nothing else" \
+		"[ \"\$(sed -n 's/^ *INTERFACE_LINK_LIBRARIES \"\\(.*\\)\"/\\1/p' '$pkgdir/ringfetchTargets.cmake')\" = CUDA::toolkit ]"
+	check "ringfetch.pc Cflags carry CUDA's include directory" "grep -q '^Cflags: .* -I/' '$libdir/pkgconfig/ringfetch.pc'"
+else
+	check "ringfetch::ringfetch carries no link dependencies" "! grep -q INTERFACE_LINK_LIBRARIES '$pkgdir/ringfetchTargets.cmake'"
+fi
 for v in "0.1:compatible" "$ver:compatible" "$major:compatible" "$((major + 1)).0:incompatible"; do
 	got=$("$cmake_bin" -DFILE="$pkgdir/ringfetchConfigVersion.cmake" -DWANT="${v%%:*}" -P "$here/version_check.cmake" 2>&1)
 	check "find_package(ringfetch ${v%%:*}) is ${v#*:} with $ver (got '$got')" "[ '$got' = '${v#*:}' ]"
@@ -77,6 +92,7 @@ if check "consumer configures with find_package" \
 	# No LD_LIBRARY_PATH: CMake gives the build-tree executable a RUNPATH to the imported library.
 	check "find_package consumer runs" "run cmake-run.log env -u LD_LIBRARY_PATH '$cb/consumer'"
 	check "find_package consumer says ok" "grep -q '^consumer: ok (ringfetch $ver)' '$work/cmake-run.log'"
+	check "find_package consumer saw RF_HAVE_CUDA=$cuda" "grep -q '^consumer: RF_HAVE_CUDA $cuda' '$work/cmake-run.log'"
 fi
 
 # ---- pkg-config -----------------------------------------------------------------------------------
@@ -88,8 +104,9 @@ if check "pkg-config finds ringfetch $ver" "[ \"\$('$pkg_config' --modversion ri
 	check "shared link needs only -lringfetch (got '$libs')" \
 		"[ \"\$(printf '%s\n' $libs | grep -v '^-L')\" = -lringfetch ]"
 	slibs=$("$pkg_config" --static --libs ringfetch)
-	check "static link adds hwloc, jemalloc, pthread (got '$slibs')" \
-		"printf '%s\n' $slibs | grep -qx -- -lhwloc && printf '%s\n' $slibs | grep -qx -- -ljemalloc && printf '%s\n' $slibs | grep -qx -- -lpthread"
+	# jemalloc is private and inside libringfetch (static, hidden): never a dependency of a consumer.
+	check "static link adds hwloc and pthread, not jemalloc (got '$slibs')" \
+		"printf '%s\n' $slibs | grep -qx -- -lhwloc && printf '%s\n' $slibs | grep -qx -- -lpthread && ! printf '%s\n' $slibs | grep -q jemalloc"
 	pcexe=$work/pc-consumer
 	check "consumer builds with pkg-config" \
 		"run pc-build.log '$cc' -std=c11 -Wall -Wextra -Wpedantic -Werror $sanflags \$('$pkg_config' --cflags ringfetch) \
@@ -98,6 +115,7 @@ if check "pkg-config finds ringfetch $ver" "[ \"\$('$pkg_config' --modversion ri
 		"LD_LIBRARY_PATH='$libdir' ldd '$pcexe' | grep -q 'libringfetch\.so\.$major => $libdir/'"
 	check "pkg-config consumer runs" "run pc-run.log env LD_LIBRARY_PATH='$libdir' '$pcexe'"
 	check "pkg-config consumer says ok" "grep -q '^consumer: ok (ringfetch $ver)' '$work/pc-run.log'"
+	check "pkg-config consumer saw RF_HAVE_CUDA=$cuda" "grep -q '^consumer: RF_HAVE_CUDA $cuda' '$work/pc-run.log'"
 fi
 
 echo "$passes passed, $fails failed"

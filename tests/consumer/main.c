@@ -1,10 +1,15 @@
 /*
  * tests/consumer/main.c — an outside program using the installed ringfetch: only <ringfetch.h> and
  * -lringfetch, found with find_package(ringfetch) or pkg-config (tests/consumer/check.sh builds it both
- * ways). It plans a ring, streams blocks through a pipeline on each CPU backend and checks what the
+ * ways), and with add_subdirectory (tests/consumer/subdir). When the library was built with CUDA
+ * (RF_HAVE_CUDA, from <ringfetch/config.h>) it includes <ringfetch/cuda.h> too, with nothing but what
+ * the package gives (CUDA's include directory comes with ringfetch::ringfetch / the .pc Cflags). It plans a ring, streams blocks through a pipeline on each CPU backend and checks what the
  * computes saw. Exit status 0 on success, 1 on any failure (each one printed).
  */
 #include <ringfetch.h>
+#ifdef RF_HAVE_CUDA
+#include <ringfetch/cuda.h>
+#endif
 
 #include <stdio.h>
 #include <string.h>
@@ -110,6 +115,15 @@ int main(void)
 	check_pipeline("cpu");
 	check_pipeline("threads");
 	rf_pipeline_destroy(NULL);
+#ifdef RF_HAVE_CUDA
+	/* The CUDA API compiles and links: rf_cuda_* exist, CUDA's types are visible. */
+	int (*reg)(const void *, size_t) = rf_cuda_host_register;
+	cudaStream_t none = NULL;
+	CHECK(reg != NULL && none == NULL, "rf_cuda_host_register");
+	printf("consumer: RF_HAVE_CUDA 1\n");
+#else
+	printf("consumer: RF_HAVE_CUDA 0\n");
+#endif
 	if (failures) {
 		fprintf(stderr, "consumer: %d failure(s)\n", failures);
 		return 1;

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# ringfetch as a sub-project: configure tests/consumer/subdir (add_subdirectory of this source tree),
+# build its consumer, run it.
+# usage: check_subdir.sh SOURCE_DIR WORK_DIR JEMALLOC_ROOT [C_COMPILER]   (WORK_DIR is emptied first)
+set -u
+[ $# -ge 3 ] || { echo "usage: $0 SOURCE_DIR WORK_DIR JEMALLOC_ROOT [C_COMPILER]" >&2; exit 2; }
+src=$(cd "$1" && pwd) || exit 2
+work=$2
+jroot=$3
+cc=${4:-cc}
+here=$(cd "$(dirname "$0")" && pwd)
+rm -rf "$work" && mkdir -p "$work" && work=$(cd "$work" && pwd) || exit 2
+run() {
+	local log=$work/$1; shift
+	"$@" >"$log" 2>&1 && return 0
+	echo "FAIL: $*; end of $log:"; tail -n 30 "$log"; exit 1
+}
+run configure.log cmake -S "$here/subdir" -B "$work/build" -DRINGFETCH_SOURCE_DIR="$src" \
+	-DRINGFETCH_JEMALLOC_ROOT="$jroot" -DCMAKE_C_COMPILER="$cc" -DCMAKE_BUILD_TYPE=Release
+run build.log cmake --build "$work/build" -j 2 --target consumer
+run run.log "$work/build/consumer"
+grep -q '^consumer: ok' "$work/run.log" || { echo "FAIL: consumer did not say ok"; cat "$work/run.log"; exit 1; }
+echo "sub-project consumer: ok ($(cat "$work/run.log"))"

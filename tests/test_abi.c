@@ -1,0 +1,78 @@
+/*
+ * tests/test_abi.c — the ABI of rf_pipeline_params is fixed within a major version (docs/api.md, "ABI
+ * policy"): its size and every field's offset, pinned here at compile time (LP64, the platforms
+ * ringfetch is built for) and again at run time; reserved words and flags must be zero. A change that
+ * moves a field or grows the struct fails to compile: append a field by taking a reserved[] word,
+ * and update this file with it. Links the shared library, public headers only.
+ */
+#include <ringfetch.h>
+
+#include <criterion/criterion.h>
+#include <stddef.h>
+#include <limits.h>
+#include <stdint.h>
+
+#if UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu && UINT_MAX == 0xFFFFFFFFu
+#define RF_ABI_LP64 1
+/* The major-0 layout. Offsets in bytes. */
+_Static_assert(sizeof(rf_pipeline_params) == 128, "rf_pipeline_params must stay 128 bytes");
+_Static_assert(offsetof(rf_pipeline_params, depth) == 0, "depth moved");
+_Static_assert(offsetof(rf_pipeline_params, slot_bytes) == 8, "slot_bytes moved");
+_Static_assert(offsetof(rf_pipeline_params, backend) == 16, "backend moved");
+_Static_assert(offsetof(rf_pipeline_params, device) == 24, "device moved");
+_Static_assert(offsetof(rf_pipeline_params, flags) == 28, "flags moved");
+_Static_assert(offsetof(rf_pipeline_params, copy_queues) == 32, "copy_queues moved");
+_Static_assert(offsetof(rf_pipeline_params, staging) == 40, "staging moved");
+_Static_assert(offsetof(rf_pipeline_params, memory) == 48, "memory moved");
+_Static_assert(offsetof(rf_pipeline_params, wait) == 56, "wait moved");
+_Static_assert(offsetof(rf_pipeline_params, reserved) == 64, "reserved moved");
+_Static_assert(sizeof(((rf_pipeline_params *)0)->reserved) == 8 * sizeof(uint64_t), "reserved is 8 words");
+_Static_assert(sizeof(rf_memory) == sizeof(int), "rf_memory is an int-sized enum");
+#endif
+
+/* The reserved words end the struct: appended fields come out of them, the size never changes. */
+_Static_assert(offsetof(rf_pipeline_params, reserved) + sizeof(((rf_pipeline_params *)0)->reserved) ==
+                   sizeof(rf_pipeline_params),
+               "reserved[] must be the last member");
+_Static_assert(RF_DEPTH_AUTO == 0xFFFFFFFFu, "RF_DEPTH_AUTO is part of the ABI");
+
+Test(abi, params_layout)
+{
+	cr_assert_eq(offsetof(rf_pipeline_params, reserved) + sizeof(((rf_pipeline_params *)0)->reserved),
+	             sizeof(rf_pipeline_params));
+#ifdef RF_ABI_LP64
+	cr_assert_eq(sizeof(rf_pipeline_params), 128);
+#else
+	cr_skip_test("not an LP64 platform: only the relative checks apply");
+#endif
+}
+
+Test(abi, version_macros_match_library)
+{
+	cr_assert_eq(rf_version() >> 16, (unsigned)RF_VERSION_MAJOR, "major: the SONAME's number");
+	cr_assert_eq(rf_version(), (unsigned)RF_VERSION_HEX);
+}
+
+static rf_pipeline_params base(void)
+{
+	return (rf_pipeline_params){.depth = 2, .slot_bytes = 64, .backend = "cpu"};
+}
+
+/* Every reserved word is checked: a caller that sets a field this version does not know yet is told,
+ * never silently ignored. */
+Test(abi, reserved_words_must_be_zero)
+{
+	rf_pipeline *p = NULL;
+	for (size_t i = 0; i < sizeof base().reserved / sizeof base().reserved[0]; i++) {
+		rf_pipeline_params params = base();
+		params.reserved[i] = 1;
+		cr_assert_eq(rf_pipeline_create(&params, &p), RF_EINVAL, "reserved[%zu]", i);
+		cr_assert_null(p);
+	}
+	rf_pipeline_params params = base();
+	params.flags = 1;
+	cr_assert_eq(rf_pipeline_create(&params, &p), RF_EINVAL, "flags");
+	params = base();
+	cr_assert_eq(rf_pipeline_create(&params, &p), RF_OK, "%s", rf_errmsg());
+	rf_pipeline_destroy(p);
+}
