@@ -192,9 +192,8 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	int idle = RF__IDLE;
 	if (atomic_load(&e->state) != RF__IDLE)
 		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
-	/* Clear a stale cancel before the run becomes visible as RUNNING: a cancel that sees RUNNING (see
-	 * rf__engine_cancel) then always reaches this run. */
-	atomic_store(&e->cancel, 0);
+	/* Nothing here may touch `cancel` before the CAS is won: a caller that loses it (RF_EBUSY) would
+	 * erase the cancel of the run that won. The flag is cleared when a run ends instead. */
 	if (!atomic_compare_exchange_strong(&e->state, &idle, RF__RUNNING))
 		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
 	memset(&e->last, 0, sizeof e->last);
@@ -205,6 +204,8 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 		rf__stats_summarise(e);
 	if (rc == RF_OK && e->after != NULL && atomic_load(&e->state) == RF__RUNNING)
 		e->after(e->owner);
+	/* A cancel that reached this run ends with it (a deferred destroy's cancel does not matter). */
+	atomic_store(&e->cancel, 0);
 	int running = RF__RUNNING;
 	if (!atomic_compare_exchange_strong(&e->state, &running, RF__IDLE)) {
 		/* Destroyed from inside the run: it is ours to release now. */
@@ -240,7 +241,7 @@ int rf__engine_cancel(rf__engine *e)
 int rf__engine_destroy_begin(rf__engine *e)
 {
 	/* Raise cancel before the CAS: once the CAS succeeds the run may release the engine at any moment,
-	 * so nothing may touch it after. A stale cancel on an idle engine is cleared by the next run. */
+	 * so nothing may touch it after. On an idle engine the flag does not matter: it is freed now. */
 	atomic_store(&e->cancel, 1);
 	int running = RF__RUNNING;
 	if (atomic_compare_exchange_strong(&e->state, &running, RF__DOOMED))
