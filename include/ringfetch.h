@@ -225,7 +225,8 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
  *         RF_EBUSY if the pipeline is already running (another thread, or a callback re-entering);
  *         RF_ECALLBACK if compute returned non-zero at block k: no compute runs after k, copies in
  *                   flight are drained, rf_errmsg names k and the value; the pipeline stays usable;
- *         RF_ECANCELED if rf_pipeline_cancel (or rf_pipeline_destroy from a callback) stopped the run;
+ *         RF_ECANCELED if rf_pipeline_cancel (or rf_pipeline_destroy from a callback) stopped the run,
+ *                   also a cancel left pending before the run started (no compute is called then);
  *         RF_ENOMEM if tracing is on (rf_pipeline_trace) and its event arrays cannot be allocated;
  *         RF_EBACKEND if the backend failed (rf_errmsg says how).
  */
@@ -290,14 +291,27 @@ RF_EXTERN int rf_pipeline_collect_stats(rf_pipeline *p, int on);
 RF_EXTERN int rf_pipeline_stats(const rf_pipeline *p, rf_stats *out);
 
 /**
- * Stop the run in progress on p: no compute starts after the one running (if any), copies in flight
- * finish, and that rf_pipeline_run returns RF_ECANCELED (RF_OK if its last compute had already started).
- * The pipeline stays usable. Callable from any thread, including a compute callback of p. With no run
- * in progress it does nothing (it is not remembered for the next run); racing with the end of one run
- * and the start of the next on another thread, it may reach either.
+ * Stop the run in progress on p, or, when none is, the next run to start: a cancel stays pending until
+ * a run returns RF_ECANCELED because of it, so a request timeout that fires between two runs of a
+ * serving loop is never lost. A run in progress stops issuing work (no compute starts after the one
+ * running, copies in flight finish) and returns RF_ECANCELED; a run that starts with a cancel pending
+ * returns RF_ECANCELED at once, calling no compute. Each pending cancel is consumed by exactly one run
+ * returning RF_ECANCELED; cancels made before it was consumed are merged into it. A cancel that
+ * arrives after the last compute of a run has started does not change that run's result (RF_OK, or
+ * its failure) and stays pending for the next run; so does one that arrives after a run ended.
+ * A serving loop that arms a timeout per request therefore disarms it when the request ends and then
+ * calls rf_pipeline_cancel_clear, so that a timeout that fired late cannot stop the next request.
+ * The pipeline stays usable. Callable from any thread at any time, including a compute callback of p.
  * \return RF_OK; RF_EINVAL (p NULL).
  */
 RF_EXTERN int rf_pipeline_cancel(rf_pipeline *p);
+
+/**
+ * Withdraw a pending cancel (see rf_pipeline_cancel) that no run has consumed; nothing happens when
+ * none is pending. Call it from the thread that runs p, between runs.
+ * \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (a run is in progress: its cancel cannot be withdrawn).
+ */
+RF_EXTERN int rf_pipeline_cancel_clear(rf_pipeline *p);
 
 /**
  * Record a Chrome trace (trace-event JSON, opens in Perfetto or chrome://tracing) of every following

@@ -199,13 +199,19 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	memset(&e->last, 0, sizeof e->last);
 	e->last.blocks = nblocks;
 	e->last.bytes = bytes;
-	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user);
+	/* A cancel left pending between runs stops this one before any work. */
+	if (atomic_load(&e->cancel))
+		rc = rf__err(RF_ECANCELED, "%s: canceled before it started (a pending rf_pipeline_cancel)", who);
+	else
+		rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user);
 	if (e->collect_stats)
 		rf__stats_summarise(e);
 	if (rc == RF_OK && e->after != NULL && atomic_load(&e->state) == RF__RUNNING)
 		e->after(e->owner);
-	/* A cancel that reached this run ends with it (a deferred destroy's cancel does not matter). */
-	atomic_store(&e->cancel, 0);
+	/* A cancel is consumed by the run it stopped; one that came too late to stop anything (the last
+	 * compute had started) stays pending for the next run. */
+	if (rc == RF_ECANCELED)
+		atomic_store(&e->cancel, 0);
 	int running = RF__RUNNING;
 	if (!atomic_compare_exchange_strong(&e->state, &running, RF__IDLE)) {
 		/* Destroyed from inside the run: it is ours to release now. */
@@ -233,8 +239,16 @@ int rf__engine_stats(const rf__engine *e, const char *who, rf_stats *out)
 
 int rf__engine_cancel(rf__engine *e)
 {
-	if (atomic_load(&e->state) == RF__RUNNING)
-		atomic_store(&e->cancel, 1);
+	/* Whatever the state: a cancel that finds no run waits for the next one (rf_pipeline_cancel). */
+	atomic_store(&e->cancel, 1);
+	return RF_OK;
+}
+
+int rf__engine_cancel_clear(rf__engine *e, const char *who)
+{
+	if (atomic_load(&e->state) != RF__IDLE)
+		return rf__err(RF_EBUSY, "%s: a run is in progress", who);
+	atomic_store(&e->cancel, 0);
 	return RF_OK;
 }
 

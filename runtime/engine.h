@@ -17,7 +17,7 @@ typedef struct rf__engine {
 	unsigned char *slots;
 	size_t slot_bytes, slots_len;
 	atomic_int state;  /* RF__IDLE / RF__RUNNING / RF__DOOMED */
-	atomic_int cancel; /* read by backends between nodes */
+	atomic_int cancel; /* read by backends between nodes; pending until a run returns RF_ECANCELED */
 	char describe[512]; /* rf_pipeline_describe */
 	int collect_stats;  /* rf_pipeline_collect_stats */
 	rf__qstats qstats[RF_MAX_QUEUES];
@@ -58,8 +58,11 @@ const rf__engine *rf__pipeline_engine(const rf_pipeline *p);
 int rf__engine_collect_stats(rf__engine *e, const char *who, int on);
 int rf__engine_stats(const rf__engine *e, const char *who, rf_stats *out);
 
-/* Ask the run in progress, if any, to stop issuing work (it returns RF_ECANCELED once drained). */
+/* Ask the run in progress, or else the next run, to stop issuing work (it returns RF_ECANCELED once
+ * drained); the request stays pending until a run returns RF_ECANCELED or it is cleared. */
 int rf__engine_cancel(rf__engine *e);
+/* Withdraw a pending cancel; RF_EBUSY while a run is in progress. */
+int rf__engine_cancel_clear(rf__engine *e, const char *who);
 
 /* Returns 1 if the owner may be freed now, 0 if a run in progress will free it (deferred). */
 int rf__engine_destroy_begin(rf__engine *e);

@@ -409,6 +409,13 @@ int rf_pipeline_cancel(rf_pipeline *p)
 	return rf__engine_cancel(&p->eng);
 }
 
+int rf_pipeline_cancel_clear(rf_pipeline *p)
+{
+	if (p == NULL)
+		return rf__err(RF_EINVAL, "rf_pipeline_cancel_clear: p is NULL");
+	return rf__engine_cancel_clear(&p->eng, "rf_pipeline_cancel_clear");
+}
+
 int rf_pipeline_trace(rf_pipeline *p, const char *path)
 {
 	if (p == NULL)

@@ -159,6 +159,7 @@ static void *pc_timer(void *arg)
 		while (atomic_load(&s->consumed) == before) {
 			clock_gettime(CLOCK_MONOTONIC, &t);
 			if (t.tv_sec - t0.tv_sec > 5) { /* runs keep going: this cancel was lost */
+				printf("pending-cancel: cancel %llu was never consumed\n", i);
 				s->lost++;
 				break;
 			}
@@ -168,6 +169,8 @@ static void *pc_timer(void *arg)
 			printf("pending-cancel: one cancel was consumed by %llu runs\n", atomic_load(&s->consumed) - before);
 			s->lost++;
 		}
+		if (s->lost)
+			break;
 	}
 	atomic_store(&s->stop, 1);
 	return NULL;
