@@ -228,7 +228,9 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
  *         RF_ECANCELED if rf_pipeline_cancel (or rf_pipeline_destroy from a callback) stopped the run,
  *                   also a cancel left pending before the run started (no compute is called then);
  *         RF_ENOMEM if tracing is on (rf_pipeline_trace) and its event arrays cannot be allocated;
- *         RF_EBACKEND if the backend failed (rf_errmsg says how).
+ *         RF_EBACKEND if the backend failed (rf_errmsg says how), or, in a child of fork(), for a
+ *                   pipeline created in the parent whose backend has worker threads ("threads": they do
+ *                   not survive fork(); "cpu" pipelines keep working in the child).
  */
 RF_EXTERN int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const *srcs,
                               const size_t *sizes, rf_compute_fn compute, void *user);
@@ -329,6 +331,8 @@ RF_EXTERN int rf_pipeline_trace(rf_pipeline *p, const char *path);
  * Release the pipeline, its ring memory and its backend queues. NULL is a no-op. Must not be called
  * while another thread runs the pipeline. Called from inside one of its own compute callbacks, the
  * release is deferred until that run returns (which then reports RF_ECANCELED for the blocks left).
+ * In a child of fork() it returns without waiting for the parent's worker threads (freeing what the
+ * child's copy of the memory holds).
  */
 RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
 
