@@ -317,13 +317,19 @@ RF_EXTERN int rf_pipeline_cancel_clear(rf_pipeline *p);
 
 /**
  * Record a Chrome trace (trace-event JSON, opens in Perfetto or chrome://tracing) of every following
- * run: one track per queue, one slice per copy and per compute, named by block. Each run appends its
- * events to the file at `path` (created with an opening "[" and left as an open JSON array, which the
- * format allows, so that runs accumulate); path is copied. NULL stops tracing. While tracing, a run
- * allocates 56 bytes per copy and compute before it starts (nothing during it) and writes the file
- * after its work has finished.
+ * run: one track per queue, one slice per copy and per compute that ran (a copy or compute skipped by a
+ * cancel has none), named by block. Each run adds its events to the file at `path`, one file across
+ * runs: the file is a JSON array that is closed whenever no run is writing it (any JSON tool reads
+ * it), and each run reopens it, inserts its events before the closing "]" and closes it again, in one
+ * write under an exclusive flock(2) — so runs of several pipelines, threads or processes may trace to
+ * one path and the file stays valid JSON. path is copied; it must name a regular file (or none yet): a
+ * FIFO, device or directory fails the run's trace (opened non-blocking, never waiting for a reader).
+ * NULL stops tracing. While tracing, a run allocates 56 bytes per copy and compute before it starts
+ * (nothing during it), and after its work has finished formats its events in memory (about 150 bytes
+ * each) and writes them.
  * \return RF_OK; RF_EINVAL (p NULL, path ""); RF_EBUSY (the pipeline is running); RF_ENOMEM.
- * A traced run whose work succeeded but whose file could not be written returns RF_EBACKEND.
+ * A traced run whose work succeeded but whose file could not be written (not a regular file, not a
+ * trace-event array, a write error) returns RF_EBACKEND.
  */
 RF_EXTERN int rf_pipeline_trace(rf_pipeline *p, const char *path);
 

@@ -50,8 +50,9 @@ static inline void rf__trace_add(rf__trace *t, unsigned q, uint8_t kind, int64_t
 
 /* Size the per-queue arrays for a run of prog over nblocks. RF_OK or RF_ENOMEM. */
 int rf__trace_begin(rf__trace *t, const struct rf_program *prog, size_t nblocks);
-/* Append the run's events to the file at path (creating it with the opening "[") and release the
- * arrays. `label` names the process track. RF_OK or RF_EBACKEND (the file could not be written). */
+/* Append the run's events to the file at path (a JSON array, created if needed and closed again after
+ * them: one whole write under an exclusive flock) and release the arrays. `label` names the process
+ * track. RF_OK; RF_EBACKEND (not a regular file, not a trace array, or the write failed); RF_ENOMEM. */
 int rf__trace_end(rf__trace *t, const char *path, const char *label);
 /* Release the arrays without writing. */
 void rf__trace_drop(rf__trace *t);

@@ -64,7 +64,7 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 				if (rf__test_hooks.before_copy != NULL)
 					rf__test_hooks.before_copy((size_t)b);
 				rc = h->copy(c, run, o->queue, (size_t)b, slot);
-				if (timed)
+				if (timed && rc != RF_ECANCELED) /* canceled: the copy never ran */
 					rf__walk_timed(run, o, b, slot, t0, s0);
 				break;
 			}
@@ -72,7 +72,7 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 				int64_t t0 = timed ? rf__trace_now() : 0;
 				uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
 				rc = h->compute(c, run, o->queue, (size_t)b, slot);
-				if (timed)
+				if (timed && rc != RF_ECANCELED) /* canceled: the callback was not called */
 					rf__walk_timed(run, o, b, slot, t0, s0);
 				break;
 			}
