@@ -40,7 +40,7 @@ static int rf__pipeline_params_check(const rf_pipeline_params *pp, rf_pipeline *
 		return rf__err(RF_EINVAL, "rf_pipeline_create: %s is NULL", pp == NULL ? "params" : "out");
 	if (pp->slot_bytes == 0)
 		return rf__err(RF_EINVAL, "rf_pipeline_create: slot_bytes is 0");
-	if (pp->depth > RF_MAX_DEPTH)
+	if (pp->depth > RF_MAX_DEPTH && pp->depth != RF_DEPTH_AUTO)
 		return rf__err(RF_EINVAL, "rf_pipeline_create: depth %u is over RF_MAX_DEPTH (%u)", pp->depth,
 			       RF_MAX_DEPTH);
 	if (pp->flags != 0)
@@ -97,10 +97,11 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 	int rc = rf__config_load(c, pp->depth == 0, pp->backend == NULL, pp->copy_queues == 0, pp->staging == NULL);
 	if (rc != RF_OK)
 		return rc;
-	r->depth = pp->depth ? pp->depth : c->depth ? c->depth : 2;
+	int want_auto = pp->depth == RF_DEPTH_AUTO || (pp->depth == 0 && c->depth_auto);
+	r->depth = pp->depth && !want_auto ? pp->depth : c->depth ? c->depth : 2;
 	r->kq = pp->copy_queues ? pp->copy_queues : c->copy_queues ? c->copy_queues : 1;
 	r->auto_max = 0;
-	if (pp->depth == 0 && c->depth_auto && (rc = rf__pipeline_auto(pp, r)) != RF_OK)
+	if (want_auto && (rc = rf__pipeline_auto(pp, r)) != RF_OK)
 		return rc;
 	r->backend = pp->backend ? pp->backend : c->backend ? c->backend : "auto";
 	const char *staging = pp->staging ? pp->staging : c->staging[0] ? c->staging : NULL;

@@ -484,8 +484,8 @@ Test(pipeline, create_rejects_bad_params)
 	pp = params_of(RF_MAX_DEPTH + 1, 64);
 	cr_assert_eq(try_create(&pp, &p), RF_EINVAL, "depth RF_MAX_DEPTH + 1");
 	cr_assert(has_number(rf_errmsg(), RF_MAX_DEPTH + 1), "errmsg: %s", rf_errmsg());
-	pp = params_of(UINT_MAX, 64);
-	cr_assert_eq(try_create(&pp, &p), RF_EINVAL, "depth UINT_MAX");
+	pp = params_of(UINT_MAX - 1, 64); /* UINT_MAX is RF_DEPTH_AUTO */
+	cr_assert_eq(try_create(&pp, &p), RF_EINVAL, "depth UINT_MAX - 1");
 
 	for (unsigned bit = 0; bit < 32; bit += 7) {
 		pp = params_of(2, 64);
