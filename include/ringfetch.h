@@ -247,8 +247,9 @@ RF_EXTERN size_t rf_pipeline_slot_bytes(const rf_pipeline *p);
 RF_EXTERN unsigned rf_pipeline_copy_queues(const rf_pipeline *p);
 /**
  * One line on how the pipeline runs: its backend's queues, worker threads, and the core each worker is
- * pinned to — or why it is not (one core, hwloc failed, binding refused). Valid until the pipeline is
- * destroyed; "" for NULL.
+ * pinned to — or why it is not (one core, hwloc failed, binding refused); with depth = auto, what it
+ * measured and chose. Any thread, any time: the string a call returns never changes (a later note
+ * makes a new string, returned by later calls). Valid until the pipeline is destroyed; "" for NULL.
  */
 RF_EXTERN const char *rf_pipeline_describe(const rf_pipeline *p);
 
@@ -262,9 +263,9 @@ typedef struct rf_queue_stats {
 /** How many queues rf_stats reports (a ring uses 1 + copy_queues: queue 0 computes). */
 #define RF_STATS_QUEUES 8u
 
-/** What the last run of a pipeline did (rf_pipeline_stats). */
+/** What the last finished run of a pipeline did, and totals since create (rf_pipeline_stats). */
 typedef struct rf_stats {
-	size_t blocks;     /* nblocks of the last run that started work, whatever its result */
+	size_t blocks;     /* nblocks of the last finished run that started work, whatever its result */
 	uint64_t bytes;    /* sum of its sizes[] */
 	uint64_t wall_ns;  /* from the start of its work to its return */
 	int timed;         /* 1 when the fields below were collected (rf_pipeline_collect_stats) */
@@ -276,6 +277,15 @@ typedef struct rf_stats {
 	 * 1 - exposed / copy_ns clipped to [0, 1]: 0 on "cpu", near 1 when copies hide entirely. */
 	uint64_t exposed_ns;
 	double overlap_efficiency;
+	/* Totals since create, over every finished run that started work (whatever its result). Appended
+	 * in 0.1; the fields above describe the last of those runs. */
+	uint64_t runs;             /* how many */
+	uint64_t total_blocks;     /* sum of their blocks */
+	uint64_t total_bytes;      /* sum of their bytes */
+	uint64_t total_wall_ns;    /* sum of their wall_ns */
+	uint64_t timed_runs;       /* how many of them collected times (rf_pipeline_collect_stats) */
+	uint64_t total_exposed_ns; /* sum of exposed_ns over the timed runs */
+	uint64_t total_wait_ns;    /* sum of every queue's wait_ns over the timed runs */
 } rf_stats;
 
 /**
@@ -286,9 +296,10 @@ typedef struct rf_stats {
 RF_EXTERN int rf_pipeline_collect_stats(rf_pipeline *p, int on);
 
 /**
- * The statistics of p's last run (all zero before the first). Call it from the thread that ran it, or
- * after synchronising with that thread.
- * \return RF_OK; RF_EINVAL (p or out NULL); RF_EBUSY (the pipeline is running).
+ * The statistics of p's last finished run and the totals since create (all zero before the first run).
+ * Callable from any thread at any time, also while p runs (it then reports the run before): each call
+ * copies one consistent snapshot, published when a run ends. Never blocks on a run.
+ * \return RF_OK; RF_EINVAL (p or out NULL).
  */
 RF_EXTERN int rf_pipeline_stats(const rf_pipeline *p, rf_stats *out);
 

@@ -4,6 +4,8 @@
 #include "base/error.h"
 #include "runtime/trace.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -53,13 +55,13 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	}
 	if (rc != RF_OK)
 		goto fail_prog;
-	rf__be_describe(e->be, e->ctx, e->describe, sizeof e->describe);
-	if (why[0] != '\0') {
-		size_t len = strlen(e->describe);
-		snprintf(e->describe + len, sizeof e->describe - len, "; auto: cuda not used: %s", why);
-	}
+	rf__be_describe(e->be, e->ctx, e->describe[0], sizeof e->describe[0]);
+	atomic_init(&e->desc_cur, 0);
+	if (why[0] != '\0')
+		rf__engine_describe_append(e, "; auto: cuda not used: %s", why);
 	atomic_init(&e->state, RF__IDLE);
 	atomic_init(&e->cancel, 0);
+	pthread_mutex_init(&e->stats_mu, NULL);
 	return RF_OK;
 fail_prog:
 	rf_program_destroy(prog);
@@ -79,8 +81,32 @@ int rf__engine_trace(rf__engine *e, const char *who, const char *path)
 	return RF_OK;
 }
 
+const char *rf__engine_describe(const rf__engine *e)
+{
+	return e->describe[atomic_load_explicit(&e->desc_cur, memory_order_acquire)];
+}
+
+void rf__engine_describe_append(rf__engine *e, const char *fmt, ...)
+{
+	unsigned k = atomic_load_explicit(&e->desc_cur, memory_order_relaxed);
+	if (k + 1 >= RF__DESCRIBE_VERSIONS)
+		return;
+	char *d = e->describe[k + 1];
+	size_t cap = sizeof e->describe[0];
+	memcpy(d, e->describe[k], cap);
+	size_t len = strlen(d);
+	if (len < cap) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(d + len, cap - len, fmt, ap);
+		va_end(ap);
+	}
+	atomic_store_explicit(&e->desc_cur, k + 1, memory_order_release);
+}
+
 void rf__engine_fini(rf__engine *e)
 {
+	pthread_mutex_destroy(&e->stats_mu);
 	free(e->trace_path);
 	rf__be_slots_free(e->be, e->ctx, e->slots, e->slots_len);
 	rf__be_close(e->be, e->ctx);
@@ -180,6 +206,26 @@ static void rf__stats_summarise(rf__engine *e)
 	s->overlap_efficiency = eff < 0 ? 0 : eff > 1 ? 1 : eff;
 }
 
+/* The finished run becomes rf_pipeline_stats' "last run", and is added to the totals. */
+static void rf__stats_publish(rf__engine *e)
+{
+	rf_stats *s = &e->last, *t = &e->published;
+	uint64_t wait = 0;
+	for (unsigned q = 0; s->timed && q < s->nqueues; q++)
+		wait += s->queue[q].wait_ns;
+	pthread_mutex_lock(&e->stats_mu);
+	rf_stats totals = *t;
+	*t = *s;
+	t->runs = totals.runs + 1;
+	t->total_blocks = totals.total_blocks + s->blocks;
+	t->total_bytes = totals.total_bytes + s->bytes;
+	t->total_wall_ns = totals.total_wall_ns + s->wall_ns;
+	t->timed_runs = totals.timed_runs + (s->timed != 0);
+	t->total_exposed_ns = totals.total_exposed_ns + (s->timed ? s->exposed_ns : 0);
+	t->total_wait_ns = totals.total_wait_ns + wait;
+	pthread_mutex_unlock(&e->stats_mu);
+}
+
 int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 		   const size_t *sizes, rf_compute_fn compute, void *user)
 {
@@ -206,6 +252,7 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 		rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user);
 	if (e->collect_stats)
 		rf__stats_summarise(e);
+	rf__stats_publish(e);
 	if (rc == RF_OK && e->after != NULL && atomic_load(&e->state) == RF__RUNNING)
 		e->after(e->owner);
 	/* A cancel is consumed by the run it stopped; one that came too late to stop anything (the last
@@ -231,9 +278,12 @@ int rf__engine_collect_stats(rf__engine *e, const char *who, int on)
 
 int rf__engine_stats(const rf__engine *e, const char *who, rf_stats *out)
 {
-	if (atomic_load(&((rf__engine *)e)->state) != RF__IDLE)
-		return rf__err(RF_EBUSY, "%s: the pipeline is running", who);
-	*out = e->last;
+	(void)who;
+	/* stats_mu guards `published` only; locking it changes nothing a reader can see. */
+	pthread_mutex_t *mu = (pthread_mutex_t *)&e->stats_mu;
+	pthread_mutex_lock(mu);
+	*out = e->published;
+	pthread_mutex_unlock(mu);
 	return RF_OK;
 }
 

@@ -277,13 +277,14 @@ static void rf__auto_after(void *owner)
 	for (unsigned i = 1; i < p->ncand; i++)
 		if (p->best[i] < p->best[win] * 0.99)
 			win = i;
-	size_t len = strlen(p->eng.describe);
-	len += (size_t)snprintf(p->eng.describe + len, sizeof p->eng.describe - len, "; probed");
-	for (unsigned i = 0; i < p->ncand && len < sizeof p->eng.describe; i++)
-		len += (size_t)snprintf(p->eng.describe + len, sizeof p->eng.describe - len, " %u: %.3g ns/KiB%s",
-					p->cand[i], p->best[i] * 1024, i + 1 < p->ncand ? "," : "");
-	if (len < sizeof p->eng.describe)
-		snprintf(p->eng.describe + len, sizeof p->eng.describe - len, "; depth %u", p->cand[win]);
+	char note[256];
+	size_t len = (size_t)snprintf(note, sizeof note, "; probed");
+	for (unsigned i = 0; i < p->ncand && len < sizeof note; i++)
+		len += (size_t)snprintf(note + len, sizeof note - len, " %u: %.3g ns/KiB%s", p->cand[i],
+					p->best[i] * 1024, i + 1 < p->ncand ? "," : "");
+	if (len < sizeof note)
+		snprintf(note + len, sizeof note - len, "; depth %u", p->cand[win]);
+	rf__engine_describe_append(&p->eng, "%s", note);
 	rf__auto_install(p, win);
 	for (unsigned i = 0; i < p->ncand; i++)
 		if (i != win)
@@ -304,8 +305,7 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 		unsigned d = rf__auto_rule(c_mean, c90, l90, m, p->copy_queues, p->auto_max);
 		rf__auto_candidates(p, d);
 		p->eng.measure = NULL;
-		size_t len = strlen(p->eng.describe);
-		snprintf(p->eng.describe + len, sizeof p->eng.describe - len,
+		rf__engine_describe_append(&p->eng,
 			 "; depth auto: rule %u (copy mean %.1f us, p90 %.1f us; refill p90 %.1f us; compute mean %.1f us; "
 			 "at most %u)", d, c_mean / 1e3, c90 / 1e3, l90 / 1e3, m / 1e3, p->auto_max);
 	}
@@ -450,7 +450,7 @@ const rf__engine *rf__pipeline_engine(const rf_pipeline *p)
 
 const char *rf_pipeline_describe(const rf_pipeline *p)
 {
-	return p ? p->eng.describe : "";
+	return p ? rf__engine_describe(&p->eng) : "";
 }
 
 unsigned rf_pipeline_copy_queues(const rf_pipeline *p)

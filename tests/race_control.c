@@ -8,6 +8,9 @@
  *   pending-cancel  a "request timeout" thread cancels at random moments, between runs as often as
  *                   during them, one cancel at a time; each must be consumed by exactly one run
  *                   returning RF_ECANCELED (none lost, none counted twice).
+ *   stats-poll      a monitoring thread reads rf_pipeline_stats and rf_pipeline_describe without pause
+ *                   while a depth = auto pipeline runs (and rewrites its describe line): every poll
+ *                   succeeds, totals only grow, and each snapshot is consistent.
  * Output ends with the plain line "N passed, N failed"; exit status 0 only when nothing failed.
  */
 #include "ringfetch.h"
@@ -199,6 +202,81 @@ static int check_pending_cancel(void)
 	return s.lost != 0 || bad;
 }
 
+/* ---- stats-poll ------------------------------------------------------------------------------- */
+
+typedef struct sp_state {
+	rf_pipeline *p;
+	atomic_int stop;
+	unsigned long long polls, refused, bad;
+} sp_state;
+
+static void *sp_poller(void *arg)
+{
+	sp_state *s = arg;
+	uint64_t last_runs = 0;
+	while (!atomic_load(&s->stop)) {
+		rf_stats st;
+		int rc = rf_pipeline_stats(s->p, &st);
+		const char *d = rf_pipeline_describe(s->p);
+		s->polls++;
+		if (rc != RF_OK) {
+			s->refused++;
+			continue;
+		}
+		if (strlen(d) == 0 || st.runs < last_runs || st.total_blocks < st.runs || st.blocks > NBLOCKS ||
+		    (st.runs > 0 && st.blocks == 0)) {
+			if (!s->bad++)
+				printf("stats-poll: inconsistent snapshot: runs %llu (before %llu), blocks %zu, total %llu\n",
+				       (unsigned long long)st.runs, (unsigned long long)last_runs, st.blocks,
+				       (unsigned long long)st.total_blocks);
+		}
+		last_runs = st.runs;
+	}
+	return NULL;
+}
+
+static int sp_compute(void *user, const rf_block *b)
+{
+	(void)user;
+	(void)b;
+	return 0;
+}
+
+static int check_stats_poll(void)
+{
+	rf_pipeline_params pp = {0};
+	pp.depth = RF_DEPTH_AUTO;
+	pp.slot_bytes = 64;
+	pp.backend = g_backend;
+	sp_state s = {NULL, 0, 0, 0, 0};
+	int rc = rf_pipeline_create(&pp, &s.p);
+	if (rc != RF_OK) {
+		printf("create: %s: %s\n", rf_err_name(rc), rf_errmsg());
+		return 1;
+	}
+	rf_pipeline_collect_stats(s.p, 1);
+	pthread_t t;
+	pthread_create(&t, NULL, sp_poller, &s);
+	unsigned long long blocks = 0;
+	for (unsigned long long i = 0; i < g_iters; i++) {
+		size_t n = 1 + (size_t)(i % NBLOCKS);
+		rf_pipeline_run(s.p, n, g_srcs, g_sizes, sp_compute, NULL);
+		blocks += n;
+	}
+	atomic_store(&s.stop, 1);
+	pthread_join(t, NULL);
+	rf_stats st;
+	rf_pipeline_stats(s.p, &st);
+	int wrong = st.runs != g_iters || st.total_blocks != blocks || st.timed_runs != g_iters;
+	if (wrong)
+		printf("stats-poll: totals %llu runs, %llu blocks; expected %llu, %llu\n", (unsigned long long)st.runs,
+		       (unsigned long long)st.total_blocks, g_iters, blocks);
+	printf("stats-poll: %llu polls, %llu refused, %llu inconsistent; describe: %s\n", s.polls, s.refused, s.bad,
+	       rf_pipeline_describe(s.p));
+	rf_pipeline_destroy(s.p);
+	return wrong || s.refused != 0 || s.bad != 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *check = NULL;
@@ -222,8 +300,10 @@ int main(int argc, char **argv)
 		failed = check_lost_cancel();
 	else if (check && !strcmp(check, "pending-cancel"))
 		failed = check_pending_cancel();
+	else if (check && !strcmp(check, "stats-poll"))
+		failed = check_stats_poll();
 	else {
-		fprintf(stderr, "usage: %s --check lost-cancel|pending-cancel [--backend B] [--iterations N] [--seed S]\n",
+		fprintf(stderr, "usage: %s --check lost-cancel|pending-cancel|stats-poll [--backend B] [--iterations N] [--seed S]\n",
 			argv[0]);
 		return 2;
 	}
