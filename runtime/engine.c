@@ -146,7 +146,8 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	}
 	rf__trace trace;
 	if (e->trace_path != NULL || e->measure != NULL || e->oracle != NULL) {
-		if (rf__trace_begin(&trace, e->prog, nblocks) != RF_OK)
+		int sampled = e->trace_path == NULL && e->oracle == NULL; /* measuring only: bounded memory */
+		if (rf__trace_begin(&trace, e->prog, nblocks, sampled, e->prog->nslots, e->measure_samples) != RF_OK)
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
 	}

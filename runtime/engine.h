@@ -38,8 +38,10 @@ typedef struct rf__engine {
 	unsigned min_slots; /* allocate at least this many slots (set before init; 0 = the program's) */
 	/* Non-NULL (RINGFETCH_ORACLE=1): check every successful run's execution log (runtime/oracle.h). */
 	int (*oracle)(void *owner, const struct rf__trace *t, size_t nblocks);
-	/* Called after a successful run with its recorded events (the run records them while set). */
+	/* Called after a successful run with its recorded events (the run records them while set: only
+	 * those of about measure_samples blocks, unless tracing or the oracle needs them all). */
 	void (*measure)(void *owner, const struct rf__trace *t);
+	size_t measure_samples;
 	/* Called after every successful run, before the engine is idle again (so never concurrently with
 	 * a run, and before a deferred destroy releases the owner): may swap e->prog for one of at most
 	 * the allocated slots. */

@@ -21,12 +21,19 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int rf__trace_begin(rf__trace *t, const struct rf_program *p, size_t nblocks)
+int rf__trace_begin(rf__trace *t, const struct rf_program *p, size_t nblocks, int sampled, unsigned group,
+		    size_t samples)
 {
 	memset(t, 0, sizeof *t);
 	atomic_init(&t->seq, 0);
 	t->nq = p->nqueues;
+	t->group = group ? group : 1;
+	t->every = samples ? (2 * (uint64_t)nblocks + samples - 1) / samples : 1;
+	t->sampled = sampled && t->every > 2;
 	int64_t iters = rf__prog_iter_end(p, nblocks) - p->iter_begin;
+	/* Sampled: the kept blocks, plus a pair of groups of slack for where the pairs fall. */
+	if (t->sampled && (uint64_t)iters > samples + 2 * t->group)
+		iters = (int64_t)(samples + 2 * t->group);
 	for (unsigned q = 0; q < p->nqueues; q++) {
 		size_t per_iter = 0;
 		for (size_t i = p->qstart[q]; i < p->qstart[q + 1]; i++) {
@@ -34,6 +41,7 @@ int rf__trace_begin(rf__trace *t, const struct rf_program *p, size_t nblocks)
 			per_iter += k == RF_OP_COPY || k == RF_OP_COMPUTE;
 		}
 		size_t cap = per_iter * (size_t)(iters > 0 ? iters : 0);
+		t->cap[q] = cap;
 		if (cap > 0 && (t->ev[q] = rf__malloc(cap * sizeof *t->ev[q])) == NULL) {
 			rf__trace_drop(t);
 			return rf__err(RF_ENOMEM, "trace: cannot allocate %zu events for queue %u", cap, q);
