@@ -33,8 +33,8 @@ typedef struct rf__run {
 	const size_t *sizes;
 	rf_compute_fn compute;
 	void *user;
-	unsigned char *slots; /* nslots * slot_bytes, from slots_alloc */
-	size_t slot_bytes;
+	unsigned char *slots; /* nslots * slot_stride, from slots_alloc */
+	size_t slot_stride;   /* slot i starts at slots + i * slot_stride (slot_bytes rounded up) */
 	const atomic_int *cancel;   /* non-zero: stop issuing new nodes (deferred destroy, cancel) */
 	/* out */
 	size_t failed_block; /* RF_ECALLBACK: the block whose compute failed */
@@ -53,7 +53,12 @@ typedef struct rf__open_args {
 	                                  to a deeper one of at most nslots slots between runs) */
 	size_t slot_bytes;
 	unsigned nslots; /* slots allocated: >= prog->nslots */
+	size_t slot_stride; /* slot_bytes rounded up to the backend's slot_align */
 } rf__open_args;
+
+/* Slots start this far apart at least (rf__backend_ops.slot_align 0): a cache line, so that slots
+ * never share one and vector loads see aligned data whatever slot_bytes is. */
+#define RF__SLOT_ALIGN_DEFAULT 64u
 
 typedef struct rf__backend_ops {
 	unsigned abi;
@@ -75,6 +80,9 @@ typedef struct rf__backend_ops {
 	/* Optional: where the backend's host staging memory lives (cuda: the pinned host ring), for
 	 * rf_pipeline_placement; NULL: the ring slots themselves are staging memory. */
 	int (*placement)(void *ctx, rf_placement *out);
+	/* Alignment of every slot's start (a power of two; 0 = RF__SLOT_ALIGN_DEFAULT): the slot stride is
+	 * slot_bytes rounded up to it. The slot memory itself must be at least this aligned. */
+	size_t slot_align;
 } rf__backend_ops;
 
 /* The backend called `name` ("auto" resolves to the first usable one), or NULL with RF_ENODEV set. */

@@ -11,10 +11,26 @@
 
 #include <stdint.h>
 
-/* Open `be` and allocate the slots; on failure nothing is left open. */
-static int rf__engine_start(rf__engine *e, const char *who, const rf__open_args *args)
+/* The slot layout for backend e->be: slots start slot_align apart (slot_bytes rounded up). */
+static int rf__engine_layout(rf__engine *e, const char *who, rf__open_args *args)
 {
-	int rc = rf__be_open(e->be, args, &e->ctx);
+	size_t align = e->be->slot_align ? e->be->slot_align : RF__SLOT_ALIGN_DEFAULT;
+	size_t n = args->nslots;
+	if (e->slot_bytes > SIZE_MAX - (align - 1) || (e->slot_bytes + align - 1) / align * align > SIZE_MAX / n)
+		return rf__err(RF_EINVAL, "%s: %zu slots of %zu bytes overflow size_t", who, n, e->slot_bytes);
+	e->slot_stride = (e->slot_bytes + align - 1) / align * align;
+	e->slots_len = n * e->slot_stride;
+	args->slot_stride = e->slot_stride;
+	return RF_OK;
+}
+
+/* Open `be` and allocate the slots; on failure nothing is left open. */
+static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
+{
+	int rc = rf__engine_layout(e, who, args);
+	if (rc != RF_OK)
+		return rc;
+	rc = rf__be_open(e->be, args, &e->ctx);
 	if (rc != RF_OK)
 		return rc;
 	void *mem = NULL;
@@ -35,15 +51,10 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	e->slot_bytes = slot_bytes;
 	/* min_slots (set by the owner before init): room for a deeper program later (depth = auto). */
 	unsigned nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
-	if (nslots > 0 && slot_bytes > SIZE_MAX / nslots) {
-		rc = rf__err(RF_EINVAL, "%s: %u slots of %zu bytes overflow size_t", who, nslots, slot_bytes);
-		goto fail_prog;
-	}
-	e->slots_len = (size_t)(nslots ? nslots : 1) * slot_bytes;
 	if ((rc = rf__backend_lookup(backend, device, &e->be)) != RF_OK)
 		goto fail_prog;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
-			     nslots ? nslots : 1};
+			     nslots ? nslots : 1, 0};
 	rc = rf__engine_start(e, who, &args);
 	/* "auto" promised a backend that works here: a GPU that probes usable but cannot host this
 	 * pipeline (device memory, pinned memory) falls back to the CPU backends, and describe says why. */
@@ -138,7 +149,7 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 			   const size_t *sizes, rf_compute_fn compute, void *user)
 {
-	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_bytes, &e->cancel, 0, 0, NULL,
+	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_stride, &e->cancel, 0, 0, NULL,
 		       NULL};
 	if (e->collect_stats) {
 		memset(e->qstats, 0, sizeof e->qstats);

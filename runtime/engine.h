@@ -19,7 +19,7 @@ typedef struct rf__engine {
 	void *ctx;
 	struct rf_program *prog; /* owned */
 	unsigned char *slots;
-	size_t slot_bytes, slots_len;
+	size_t slot_bytes, slot_stride, slots_len; /* stride: slot_bytes rounded up to the backend's slot_align */
 	atomic_int state;  /* RF__IDLE / RF__RUNNING / RF__DOOMED */
 	atomic_int cancel; /* read by backends between nodes; pending until a run returns RF_ECANCELED */
 	/* rf_pipeline_describe: versions of the line, each written once and then published by desc_cur

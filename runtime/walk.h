@@ -99,7 +99,7 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 /* The bytes of a slot, and the call of a compute with the failure bookkeeping every backend needs. */
 static inline unsigned char *rf__slot_ptr(const rf__run *run, unsigned slot)
 {
-	return run->slots + (size_t)slot * run->slot_bytes;
+	return run->slots + (size_t)slot * run->slot_stride;
 }
 
 static inline int rf__call_compute(rf__run *run, size_t b, unsigned slot, void *stream)

@@ -190,10 +190,11 @@ Test(cuda_sequence, depth2_pinned_sources)
 	 * Events e0..e11 belong to queue 0, e12..e23 to queue 1. Copies run ahead by the depth; a compute
 	 * waits for its copy (RAW), and the copy into a slot waits for the compute that last read it (WAR).
 	 * The last computes signal nothing: no copy waits for them. The run ends with one synchronisation
-	 * of every stream, nothing in between. d0 is the device ring, h0..h2 the (pinned) sources. */
+	 * of every stream, nothing in between. d0 is the device ring, h0..h2 the (pinned) sources; slots
+	 * are slot_bytes rounded up to the backend's slot_align apart (64 B by default: d0+64). */
 	const char *want = "memcpy s1 d0+0 <- h0+0 n=16\n"
 			   "record s1 e12\n"
-			   "memcpy s1 d0+16 <- h1+0 n=16\n"
+			   "memcpy s1 d0+64 <- h1+0 n=16\n"
 			   "record s1 e13\n"
 			   "wait s0 e12\n"
 			   "hostfn s0\n"

@@ -86,7 +86,7 @@ static void rec_close(void *ctx)
 }
 
 static const rf__backend_ops rec_backend = {RF__BACKEND_ABI, "record", 0, rec_probe, rec_open, rec_close,
-					    rf__host_slots_alloc, rf__host_slots_free, rec_run, NULL, NULL};
+					    rf__host_slots_alloc, rf__host_slots_free, rec_run, NULL, NULL, 0};
 
 static void setup(void)
 {
