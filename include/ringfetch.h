@@ -221,7 +221,10 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
  *
  * \return RF_OK (also for nblocks 0, where nothing else is looked at);
  *         RF_EINVAL, before any work, for NULL p, srcs, sizes or compute with nblocks > 0, a size over
- *                   slot_bytes, or a NULL src with a non-zero size (rf_errmsg names the block);
+ *                   slot_bytes, a NULL src with a non-zero size, a src that overlaps the pipeline's own
+ *                   ring (e.g. block->data of an earlier run: copy it out first; CPU backends — a
+ *                   device ring is never a host source), or nblocks > INT64_MAX / 8 (the one
+ *                   block limit of <ringfetch/graph.h>) (rf_errmsg names the block);
  *         RF_EBUSY if the pipeline is already running (another thread, or a callback re-entering);
  *         RF_ECALLBACK if compute returned non-zero at block k: no compute runs after k, copies in
  *                   flight are drained, rf_errmsg names k and the value; the pipeline stays usable;

@@ -124,6 +124,17 @@ void rf__engine_fini(rf__engine *e)
 	rf_program_destroy(e->prog);
 }
 
+/* Does [src, src + n) overlap the ring? A copy from a slot into another races with the refill of the
+ * first (the ring's RAW/WAR edges only cover the slots' own blocks). Device rings are another address
+ * space: host sources never alias them. Compared as integers: the pointers are unrelated objects. */
+static int rf__aliases_ring(const rf__engine *e, const void *src, size_t n)
+{
+	if ((e->be->caps & RF__CAP_DEVICE) || n == 0)
+		return 0;
+	uintptr_t s = (uintptr_t)src, lo = (uintptr_t)e->slots, hi = lo + e->slots_len;
+	return s < hi && s + n > lo;
+}
+
 static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 			    const size_t *sizes, rf_compute_fn compute, uint64_t *bytes)
 {
@@ -133,14 +144,17 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 	if (nblocks < e->prog->nblocks_min)
 		return rf__err(RF_EINVAL, "%s: the graph uses blocks up to %zu but nblocks is %zu", who,
 			       e->prog->nblocks_min - 1, nblocks);
-	if (nblocks > (size_t)INT64_MAX / 4)
-		return rf__err(RF_EINVAL, "%s: nblocks %zu is too large", who, nblocks);
+	if (!rf__nblocks_ok(nblocks))
+		return rf__err(RF_EINVAL, "%s: nblocks %zu is over %zu", who, nblocks, RF__MAX_NBLOCKS);
 	for (size_t i = 0; i < nblocks; i++) {
 		if (sizes[i] > e->slot_bytes)
 			return rf__err(RF_EINVAL, "%s: block %zu is %zu bytes, over slot_bytes %zu", who, i,
 				       sizes[i], e->slot_bytes);
 		if (srcs[i] == NULL && sizes[i] != 0)
 			return rf__err(RF_EINVAL, "%s: block %zu has a NULL source and %zu bytes", who, i, sizes[i]);
+		if (rf__aliases_ring(e, srcs[i], sizes[i]))
+			return rf__err(RF_EINVAL, "%s: block %zu's source lies in the pipeline's own ring (copy it out "
+						  "first: a slot is refilled while later blocks are copied)", who, i);
 		*bytes += sizes[i];
 	}
 	return RF_OK;

@@ -65,3 +65,46 @@ Test(slots, every_slot_is_64_byte_aligned_for_odd_sizes)
 		}
 	}
 }
+
+typedef struct keep {
+	const void *data;
+} keep;
+
+static int keep_first(void *user, const rf_block *b)
+{
+	keep *k = user;
+	if (b->index == 0)
+		k->data = b->data;
+	return 0;
+}
+
+static int count(void *user, const rf_block *b)
+{
+	(void)b;
+	(*(int *)user)++;
+	return 0;
+}
+
+/* A source inside the pipeline's own ring (a slot from an earlier run) is refused before any work:
+ * copying it would race with the refill of that slot. */
+Test(slots, a_source_in_the_ring_is_refused)
+{
+	rf_pipeline_params pp = {.depth = 3, .slot_bytes = 100, .backend = backend()};
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	static unsigned char data[4][100];
+	const void *srcs[4] = {data[0], data[1], data[2], data[3]};
+	size_t sizes[4] = {100, 100, 100, 100};
+	keep k = {NULL};
+	cr_assert_eq(rf_pipeline_run(p, 4, srcs, sizes, keep_first, &k), RF_OK);
+	int calls = 0;
+	srcs[2] = (const unsigned char *)k.data + 10;
+	cr_assert_eq(rf_pipeline_run(p, 4, srcs, sizes, count, &calls), RF_EINVAL);
+	cr_assert_eq(calls, 0);
+	cr_assert(strstr(rf_errmsg(), "block 2") != NULL, "%s", rf_errmsg());
+	srcs[2] = (const unsigned char *)k.data - 99; /* ends one byte into the ring */
+	cr_assert_eq(rf_pipeline_run(p, 4, srcs, sizes, count, &calls), RF_EINVAL);
+	sizes[2] = 0; /* an empty block reads nothing */
+	cr_assert_eq(rf_pipeline_run(p, 4, srcs, sizes, count, &calls), RF_OK, "%s", rf_errmsg());
+	rf_pipeline_destroy(p);
+}

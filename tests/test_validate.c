@@ -80,3 +80,37 @@ Test(validate, the_hazards_of_a_fan_are_still_found)
 	cr_assert_eq(rf_graph_validate(g), RF_OK, "%s", rf_errmsg());
 	rf_graph_destroy(g);
 }
+
+static int never(void *user, const rf_block *b)
+{
+	(void)user;
+	(void)b;
+	cr_assert_fail("no compute may run");
+	return 0;
+}
+
+/* One block limit (INT64_MAX / 8) for add_node, rings and runs: a block add_node accepts can be run. */
+Test(validate, one_block_limit_everywhere)
+{
+	const size_t limit = (size_t)INT64_MAX / 8;
+	rf_graph *g;
+	cr_assert_eq(rf_graph_create(0, &g), RF_OK);
+	rf_node_desc d = {RF_NODE_COPY, 1, limit - 1, 0, 0};
+	cr_assert_eq(rf_graph_add_node(g, &d, NULL), RF_OK, "the last block: %s", rf_errmsg());
+	d.block = limit;
+	cr_assert_eq(rf_graph_add_node(g, &d, NULL), RF_EINVAL, "one past the limit");
+	d.block = (size_t)INT64_MAX / 4; /* accepted before (limit INT64_MAX / 2), though no run could reach it */
+	cr_assert_eq(rf_graph_add_node(g, &d, NULL), RF_EINVAL);
+	rf_graph_destroy(g);
+	rf_graph *r = NULL;
+	cr_assert_eq(rf_graph_ring(limit + 1, 2, 1, &r), RF_EINVAL);
+	rf_pipeline_params pp = {.depth = 2, .slot_bytes = 8, .backend = "cpu"};
+	rf_pipeline *p;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK);
+	static const void *srcs[1];
+	static size_t sizes[1];
+	/* refused before any size is read: the arrays may be short */
+	cr_assert_eq(rf_pipeline_run(p, limit + 1, srcs, sizes, never, NULL), RF_EINVAL);
+	cr_assert(strstr(rf_errmsg(), "nblocks") != NULL, "%s", rf_errmsg());
+	rf_pipeline_destroy(p);
+}

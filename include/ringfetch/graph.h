@@ -57,7 +57,8 @@ RF_EXTERN int rf_graph_create(unsigned flags, rf_graph **out);
  * Queue order is the order of addition among the nodes of one queue.
  * block and slot are ignored for WAIT nodes (and read back as 0).
  * \return RF_OK; RF_EINVAL (g or desc NULL, unknown kind, queue >= RF_MAX_QUEUES, for COPY and
- *         COMPUTE slot >= RF_MAX_SLOTS or block > INT64_MAX / 2, flags != 0); RF_ENOMEM.
+ *         COMPUTE slot >= RF_MAX_SLOTS or block >= INT64_MAX / 8 — the one block limit, the same
+ *         for rings and runs —, flags != 0); RF_ENOMEM.
  */
 RF_EXTERN int rf_graph_add_node(rf_graph *g, const rf_node_desc *desc, size_t *id);
 
