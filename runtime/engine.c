@@ -169,6 +169,9 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 		memset(e->qstats, 0, sizeof e->qstats);
 		run.stats = e->qstats;
 	}
+	/* A cancel left pending between runs stops this one before any work. */
+	if (atomic_load(&e->cancel))
+		return rf__err(RF_ECANCELED, "%s: canceled before it started (a pending rf_pipeline_cancel)", who);
 	rf__trace trace;
 	if (e->trace_path != NULL || e->measure != NULL || e->oracle != NULL) {
 		int sampled = e->trace_path == NULL && e->oracle == NULL; /* measuring only: bounded memory */
@@ -271,11 +274,7 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	memset(&e->last, 0, sizeof e->last);
 	e->last.blocks = nblocks;
 	e->last.bytes = bytes;
-	/* A cancel left pending between runs stops this one before any work. */
-	if (atomic_load(&e->cancel))
-		rc = rf__err(RF_ECANCELED, "%s: canceled before it started (a pending rf_pipeline_cancel)", who);
-	else
-		rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user);
+	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user);
 	if (e->collect_stats)
 		rf__stats_summarise(e);
 	rf__stats_publish(e);

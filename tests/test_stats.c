@@ -101,3 +101,24 @@ Test(stats, describe_is_stable_once_returned)
 	cr_assert(strstr(rf_pipeline_describe(c.p), "depth auto") != NULL, "%s", rf_pipeline_describe(c.p));
 	rf_pipeline_destroy(c.p);
 }
+
+Test(stats, a_run_stopped_by_a_pending_cancel_counts_nothing_that_did_not_run)
+{
+	rf_pipeline_params pp = {.depth = 2, .slot_bytes = 256, .backend = backend()};
+	probe c = {0};
+	c.fail_at = 99;
+	cr_assert_eq(rf_pipeline_create(&pp, &c.p), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_collect_stats(c.p, 1), RF_OK);
+	cr_assert_eq(run(&c, 8, 10), RF_OK);
+	cr_assert_eq(rf_pipeline_cancel(c.p), RF_OK);
+	cr_assert_eq(run(&c, 8, 10), RF_ECANCELED);
+	rf_stats s;
+	cr_assert_eq(rf_pipeline_stats(c.p, &s), RF_OK);
+	cr_assert_eq(s.runs, 2u);
+	uint64_t copies = 0, computes = 0;
+	for (unsigned q = 0; q < s.nqueues; q++)
+		copies += s.queue[q].copies, computes += s.queue[q].computes;
+	cr_assert_eq(copies + computes, 0u, "the canceled run copied %llu and computed %llu blocks",
+		     (unsigned long long)copies, (unsigned long long)computes);
+	rf_pipeline_destroy(c.p);
+}
