@@ -178,7 +178,8 @@ typedef struct rf_pipeline_params {
  * rf_pipeline_placement() — including why it is not bound, when the kernel refuses binding.
  *
  * \return RF_OK and *out;
- *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, flags != 0,
+ *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH (other than
+ *                   RF_DEPTH_AUTO), flags != 0,
  *                   copy_queues >= RF_MAX_QUEUES,
  *                   copy_queues > depth - 1 when copy_queues > 1, depth * slot_bytes overflowing,
  *                   or a malformed staging policy or one naming a NUMA node this process cannot use;
@@ -192,9 +193,11 @@ typedef struct rf_pipeline_params {
  * digits only), RINGFETCH_BACKEND ("cpu", "threads", "cuda", "auto"), RINGFETCH_COPY_QUEUES (1..63),
  * RINGFETCH_STAGING (a staging policy) — else from the INI file named by RINGFETCH_CONFIG (section
  * [ringfetch], keys depth, backend, copy_queues, staging, trace, memory_budget), else the default.
- * RINGFETCH_DEPTH / `depth` may be "auto": the ring starts at 2 (K+1 with K copy queues), slots are
- * allocated for up to 16 (or what memory_budget allows), and the first successful run measures copy and
- * compute times and picks the depth for later runs (docs/tuning.md; rf_pipeline_describe says what).
+ * params.depth = RF_DEPTH_AUTO, or RINGFETCH_DEPTH / `depth` = "auto": the ring starts at 2 (K+1 with
+ * K copy queues), slots are allocated for up to 16 (or what memory_budget allows), and the first
+ * successful run samples copy and compute times (about 4096 blocks, whatever nblocks: its memory does
+ * not grow with the run) and picks the depth for later runs (docs/tuning.md; rf_pipeline_describe
+ * says what).
  * RINGFETCH_TRACE / `trace` make every run of the pipeline append a Chrome trace (rf_pipeline_trace);
  * RINGFETCH_MEMORY_BUDGET / `memory_budget` (bytes, K/M/G suffixes) caps depth * slot_bytes.
  * RINGFETCH_ORACLE=1 (debugging; "0" or "1") records every run's execution log and checks it with an
