@@ -318,11 +318,12 @@ static void rf__thr_join(rf__threads *t)
 
 static void rf__thr_free(rf__threads *t)
 {
-	for (unsigned i = 0; i < t->nq && !rf__thr_inherited(t); i++) {
+	int own = !rf__thr_inherited(t);
+	for (unsigned i = 0; i < t->nq && own; i++) {
 		pthread_mutex_destroy(&t->q[i].mu);
 		pthread_cond_destroy(&t->q[i].cv);
 	}
-	if (!rf__thr_inherited(t)) {
+	if (own) {
 		pthread_mutex_destroy(&t->mu);
 		pthread_cond_destroy(&t->start_cv);
 		pthread_cond_destroy(&t->done_cv);
