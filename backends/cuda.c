@@ -162,7 +162,7 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 	cx->nq = args->nqueues;
 	cx->slot_bytes = args->slot_bytes;
 	/* Pinned slots start on page boundaries (defect 4): the H2D of each reads whole pages. */
-	cx->pin_stride = (args->slot_bytes + RF__STAGING_SLOT_ALIGN - 1) & ~(size_t)(RF__STAGING_SLOT_ALIGN - 1);
+	cx->pin_stride = rf__slot_stride(args->slot_bytes, RF__ALIGN_PINNED);
 	if ((rc = rf__cu_enter(api, cx->device, &saved)) != RF_OK) {
 		free(cx);
 		return rc;
@@ -404,4 +404,5 @@ const rf__backend_ops rf__backend_cuda = {
 	.krelease = rf__cu_krelease,
 	.kquiesce = rf__cu_kquiesce,
 	.klanes = rf__cu_klanes,
+	.slot_align = RF__ALIGN_DEVICE, /* vectorised loads, TMA and DMA want 256 B on the device */
 };

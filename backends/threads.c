@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #define RF__PAUSE() __builtin_ia32_pause()
@@ -114,7 +115,15 @@ struct rf__threads {
 	char placement[320];
 	size_t demote_lo, demote_hi; /* copies of this many bytes are demoted after copying (none: lo > hi) */
 	const rf__staging_policy *staging; /* where the ring goes (owned by the engine); NULL = auto */
+	pid_t pid; /* the process that started the workers: a child of fork() has none of them */
 };
+
+/* A pipeline inherited across fork() has no workers in the child (and its locks may be held by parent
+ * threads that do not exist here): runs fail and close only frees memory, instead of waiting forever. */
+static int rf__thr_inherited(const rf__threads *t)
+{
+	return getpid() != t->pid;
+}
 
 /* Per-walker state: a private copy of the run (its failure fields are written by this walker only). */
 typedef struct rf__walker {
@@ -293,6 +302,9 @@ static void *rf__thr_main(void *arg)
 static int rf__thr_run(void *ctx, rf__run *run)
 {
 	rf__threads *t = ctx;
+	if (rf__thr_inherited(t))
+		return rf__err(RF_EBACKEND, "threads: the pipeline was created in process %ld, and its worker threads "
+					    "do not survive fork(): run it there", (long)t->pid);
 	for (unsigned i = 0; i < t->nq; i++)
 		atomic_store_explicit(&t->q[i].value, 0, memory_order_relaxed);
 	atomic_store(&t->stop, 0);
@@ -347,14 +359,17 @@ static void rf__thr_join(rf__threads *t)
 
 static void rf__thr_free(rf__threads *t)
 {
-	for (unsigned i = 0; i < t->nq; i++) {
+	int own = !rf__thr_inherited(t);
+	for (unsigned i = 0; i < t->nq && own; i++) {
 		pthread_mutex_destroy(&t->q[i].mu);
 		pthread_cond_destroy(&t->q[i].cv);
 	}
-	pthread_mutex_destroy(&t->mu);
-	pthread_cond_destroy(&t->start_cv);
-	pthread_cond_destroy(&t->done_cv);
-	rf__topo_release(t->topo);
+	if (own) {
+		pthread_mutex_destroy(&t->mu);
+		pthread_cond_destroy(&t->start_cv);
+		pthread_cond_destroy(&t->done_cv);
+		rf__topo_release(t->topo); /* its lock could be held by a parent thread: the child keeps it */
+	}
 	free(t->q);
 	free(t->w);
 	free(t);
@@ -479,6 +494,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 		return rf__err(RF_ENOMEM, "threads: out of memory");
 	t->nq = args->nqueues;
 	t->staging = args->staging;
+	t->pid = getpid();
 	t->q = rf__aligned_alloc(64, t->nq * sizeof *t->q);
 	t->w = rf__calloc(t->nq, sizeof *t->w);
 	if (t->q == NULL || t->w == NULL) {
@@ -529,7 +545,8 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 static void rf__thr_close(void *ctx)
 {
 	rf__threads *t = ctx;
-	rf__thr_join(t);
+	if (!rf__thr_inherited(t))
+		rf__thr_join(t);
 	rf__thr_free(t);
 }
 

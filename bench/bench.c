@@ -155,14 +155,11 @@ static int size_run_init(size_run *z, const rfb_opts *o, const char *backend, si
 	rf_pipeline_params ps = {.depth = 1, .slot_bytes = size, .backend = "cpu"};
 	int rc = rf_pipeline_create(&ps, &z->seq);
 	for (unsigned d = 0; d < o->ndepths && rc == RF_OK; d++) {
-		rf_pipeline_params pp = {.depth = o->depths[d], .slot_bytes = size, .backend = backend,
-					 .copy_queues = o->copy_queues, .memory = rfb_memory_of(backend)};
-		/* depth auto is configuration, not an API value: through the environment, for this create */
-		if (o->depths[d] == RFB_DEPTH_AUTO)
-			setenv("RINGFETCH_DEPTH", "auto", 1);
+		int autod = o->depths[d] == RFB_DEPTH_AUTO;
+		rf_pipeline_params pp = {.depth = autod ? 0 : o->depths[d], .depth_auto = autod ? RF_DEPTH_AUTO : 0,
+					 .slot_bytes = size, .backend = backend, .copy_queues = o->copy_queues,
+					 .memory = rfb_memory_of(backend)};
 		rc = rf_pipeline_create(&pp, &z->p[d]);
-		if (o->depths[d] == RFB_DEPTH_AUTO)
-			unsetenv("RINGFETCH_DEPTH");
 	}
 	if (rc != RF_OK) {
 		fprintf(stderr, "backend %s: rf_pipeline_create: %s: %s\n", backend, rf_strerror(rc), rf_errmsg());

@@ -77,8 +77,9 @@ int rf_graph_add_node(rf_graph *g, const rf_node_desc *desc, size_t *id)
 	if (desc->kind != RF_NODE_WAIT && desc->slot >= RF_MAX_SLOTS)
 		return rf__err(RF_EINVAL, "rf_graph_add_node: slot %u >= RF_MAX_SLOTS (%u)", desc->slot,
 			       RF_MAX_SLOTS);
-	if (desc->kind != RF_NODE_WAIT && desc->block > (size_t)INT64_MAX / 2)
-		return rf__err(RF_EINVAL, "rf_graph_add_node: block %zu is too large", desc->block);
+	if (desc->kind != RF_NODE_WAIT && !rf__block_ok(desc->block))
+		return rf__err(RF_EINVAL, "rf_graph_add_node: block %zu is too large (blocks are < %zu)", desc->block,
+			       RF__MAX_NBLOCKS);
 	if (desc->flags != 0)
 		return rf__err(RF_EINVAL, "rf_graph_add_node: flags must be 0 (got %#x)", desc->flags);
 	if (rf__graph_reserve(g) != RF_OK)
@@ -287,8 +288,8 @@ static int rf__ring_check(size_t nblocks, unsigned depth, unsigned copy_queues)
 		return rf__err(RF_EINVAL,
 			       "rf_graph_ring: %u copy queues need depth >= %u to keep them busy (depth is %u)",
 			       copy_queues, rf__ring_busy_depth(copy_queues), depth);
-	if (nblocks > (size_t)INT64_MAX / 8)
-		return rf__err(RF_EINVAL, "rf_graph_ring: nblocks %zu is too large", nblocks);
+	if (!rf__nblocks_ok(nblocks))
+		return rf__err(RF_EINVAL, "rf_graph_ring: nblocks %zu is over %zu", nblocks, RF__MAX_NBLOCKS);
 	return RF_OK;
 }
 

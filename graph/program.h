@@ -23,6 +23,19 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The one block limit: block numbers are < RF__MAX_NBLOCKS everywhere (rf_graph_add_node, rf_graph_ring,
+ * every run), so that a block plus its template offsets and the signal values derived from it never
+ * overflow int64_t. A graph that could be built can be run. */
+#define RF__MAX_NBLOCKS ((size_t)INT64_MAX / 8)
+static inline int rf__nblocks_ok(size_t nblocks)
+{
+	return nblocks <= RF__MAX_NBLOCKS;
+}
+static inline int rf__block_ok(size_t block)
+{
+	return block < RF__MAX_NBLOCKS;
+}
+
 typedef struct rf__op {
 	uint8_t kind;   /* rf_op_kind */
 	uint8_t queue;  /* executing queue */

@@ -134,10 +134,19 @@ nomem:
 typedef struct rf__reach {
 	const rf_graph *g;
 	const size_t *pos;
-	uint32_t *seen; /* generation stamps: no clearing between queries */
+	const size_t *qnext; /* the next node of each node's queue (RF__NONE at the end) */
+	uint32_t *seen;      /* generation stamps: no clearing between queries */
 	uint32_t gen;
 	size_t *stack;
 } rf__reach;
+
+static void rf__reach_new_query(rf__reach *r)
+{
+	if (++r->gen == 0) {
+		memset(r->seen, 0, r->g->n * sizeof *r->seen);
+		r->gen = 1;
+	}
+}
 
 /* Is there a path u -> v? Search backwards from v; a node placed before u in topological order
  * cannot lie on such a path, so the search stays within the window between the two. */
@@ -147,10 +156,7 @@ static bool rf__is_reachable(rf__reach *r, size_t u, size_t v)
 	size_t lo = r->pos[u], sp = 0;
 	if (r->pos[v] < lo)
 		return false;
-	if (++r->gen == 0) {
-		memset(r->seen, 0, g->n * sizeof *r->seen);
-		r->gen = 1;
-	}
+	rf__reach_new_query(r);
 	r->stack[sp++] = v;
 	r->seen[v] = r->gen;
 	while (sp > 0) {
@@ -166,6 +172,62 @@ static bool rf__is_reachable(rf__reach *r, size_t u, size_t v)
 		}
 	}
 	return false;
+}
+
+/* One search answers "does u reach each of v[0..k)?" (RAW: one copy, all the computes of its block):
+ * mark everything u reaches up to the last of them in topological order, then look. Checking them one
+ * by one would walk the same window k times (1 copy + 80k computes of one block took 14 s). Returns
+ * the index of the first target not reached, or k. */
+static size_t rf__reaches_all_fwd(rf__reach *r, size_t u, const size_t *v, size_t k)
+{
+	const rf_graph *g = r->g;
+	size_t hi = 0, sp = 0;
+	for (size_t i = 0; i < k; i++)
+		hi = r->pos[v[i]] > hi ? r->pos[v[i]] : hi;
+	rf__reach_new_query(r);
+	r->stack[sp++] = u;
+	r->seen[u] = r->gen;
+	while (sp > 0) {
+		size_t x = r->stack[--sp];
+		for (uint32_t e = 0; e <= g->out[x].n; e++) {
+			size_t s = e < g->out[x].n ? g->out[x].v[e] : r->qnext[x];
+			if (s == RF__NONE || r->seen[s] == r->gen || r->pos[s] > hi)
+				continue;
+			r->seen[s] = r->gen;
+			r->stack[sp++] = s;
+		}
+	}
+	for (size_t i = 0; i < k; i++)
+		if (v[i] == u || r->seen[v[i]] != r->gen)
+			return i;
+	return k;
+}
+
+/* The same backwards: does each of u[0..k) reach v (WAR: all the computes of a block, the next copy
+ * into their slot)? Returns the index of the first source that does not, or k. */
+static size_t rf__all_reach_back(rf__reach *r, const size_t *u, size_t k, size_t v)
+{
+	const rf_graph *g = r->g;
+	size_t lo = SIZE_MAX, sp = 0;
+	for (size_t i = 0; i < k; i++)
+		lo = r->pos[u[i]] < lo ? r->pos[u[i]] : lo;
+	rf__reach_new_query(r);
+	r->stack[sp++] = v;
+	r->seen[v] = r->gen;
+	while (sp > 0) {
+		size_t x = r->stack[--sp];
+		for (uint32_t e = 0; e <= g->in[x].n; e++) {
+			size_t p = e < g->in[x].n ? g->in[x].v[e] : g->qprev[x];
+			if (p == RF__NONE || r->seen[p] == r->gen || r->pos[p] < lo)
+				continue;
+			r->seen[p] = r->gen;
+			r->stack[sp++] = p;
+		}
+	}
+	for (size_t i = 0; i < k; i++)
+		if (u[i] == v || r->seen[u[i]] != r->gen)
+			return i;
+	return k;
 }
 
 /* ---- hazards --------------------------------------------------------------------------------------- */
@@ -201,12 +263,14 @@ static int rf__hazard(const rf_graph *g, const char *what, size_t a, size_t b)
  * It is enough to check each neighbouring requirement; transitivity covers the rest:
  *   RAW: copy(bk) reaches every compute of bk (and a compute of bk without such a copy reads garbage);
  *   WAR: every compute of bk reaches copy(bk+1);   WAW: copy(bk) reaches copy(bk+1).
+ * The computes of one block are checked together, one search each way (rf__reaches_all_fwd).
+ * ids: scratch for the node ids of one block's computes (n entries suffice).
  */
-static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n)
+static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n, size_t *ids)
 {
 	const rf_graph *g = r->g;
-	size_t copy = RF__NONE, copy_block = 0;
-	for (size_t i = 0; i < n; i++) {
+	size_t copy = RF__NONE, copy_block = 0, nreads = 0; /* ids[0 .. nreads): computes of copy_block */
+	for (size_t i = 0, j; i < n; i = j) {
 		if (!a[i].is_compute) {
 			if (copy != RF__NONE && copy_block == a[i].block) {
 				char s1[96], s2[96];
@@ -216,11 +280,13 @@ static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n)
 			}
 			if (copy != RF__NONE && !rf__is_reachable(r, copy, a[i].id))
 				return rf__hazard(g, "WAW", copy, a[i].id);
-			for (size_t j = i; j-- > 0 && a[j].is_compute && a[j].block == copy_block;)
-				if (!rf__is_reachable(r, a[j].id, a[i].id))
-					return rf__hazard(g, "WAR", a[j].id, a[i].id);
+			size_t bad = nreads ? rf__all_reach_back(r, ids, nreads, a[i].id) : 0;
+			if (bad < nreads)
+				return rf__hazard(g, "WAR", ids[bad], a[i].id);
 			copy = a[i].id;
 			copy_block = a[i].block;
+			nreads = 0;
+			j = i + 1;
 			continue;
 		}
 		if (copy == RF__NONE || copy_block != a[i].block) {
@@ -228,8 +294,12 @@ static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n)
 			return rf__err(RF_EHAZARD, "RAW hazard: %s reads a slot no copy of its block fills",
 				       rf__node_str(g, a[i].id, s, sizeof s));
 		}
-		if (!rf__is_reachable(r, copy, a[i].id))
-			return rf__hazard(g, "RAW", copy, a[i].id);
+		for (j = i; j < n && a[j].is_compute && a[j].block == a[i].block; j++)
+			ids[j - i] = a[j].id;
+		nreads = j - i;
+		size_t bad = rf__reaches_all_fwd(r, copy, ids, nreads);
+		if (bad < nreads)
+			return rf__hazard(g, "RAW", copy, ids[bad]);
 	}
 	return RF_OK;
 }
@@ -239,8 +309,12 @@ static int rf__check_hazards(rf__reach *r)
 	const rf_graph *g = r->g;
 	size_t m = 0;
 	rf__access *acc = rf__malloc((g->n ? g->n : 1) * sizeof *acc);
-	if (acc == NULL)
+	size_t *ids = rf__malloc((g->n ? g->n : 1) * sizeof *ids);
+	if (acc == NULL || ids == NULL) {
+		free(acc);
+		free(ids);
 		return rf__err(RF_ENOMEM, "rf_graph_validate: out of memory");
+	}
 	for (size_t i = 0; i < g->n; i++) {
 		const rf_node_desc *d = &g->nodes[i];
 		if (d->kind == RF_NODE_WAIT)
@@ -253,9 +327,10 @@ static int rf__check_hazards(rf__reach *r)
 	for (size_t i = 0, j; i < m && rc == RF_OK; i = j) {
 		for (j = i; j < m && acc[j].slot == acc[i].slot; j++)
 			;
-		rc = rf__check_slot_run(r, acc + i, j - i);
+		rc = rf__check_slot_run(r, acc + i, j - i, ids);
 	}
 	free(acc);
+	free(ids);
 	return rc;
 }
 
@@ -267,12 +342,20 @@ int rf_graph_validate(const rf_graph *g)
 	int rc = rf__graph_topo(g, &order, &pos);
 	if (rc != RF_OK)
 		return rc;
-	rf__reach r = {g, pos, rf__calloc(g->n ? g->n : 1, sizeof(uint32_t)), 0,
+	size_t *qnext = rf__malloc((g->n ? g->n : 1) * sizeof *qnext);
+	rf__reach r = {g, pos, qnext, rf__calloc(g->n ? g->n : 1, sizeof(uint32_t)), 0,
 		       rf__malloc((g->n ? g->n : 1) * sizeof(size_t))};
-	if (r.seen == NULL || r.stack == NULL)
+	if (r.seen == NULL || r.stack == NULL || qnext == NULL) {
 		rc = rf__err(RF_ENOMEM, "rf_graph_validate: out of memory");
-	else
+	} else {
+		for (size_t i = 0; i < g->n; i++)
+			qnext[i] = RF__NONE;
+		for (size_t i = 0; i < g->n; i++)
+			if (g->qprev[i] != RF__NONE)
+				qnext[g->qprev[i]] = i;
 		rc = rf__check_hazards(&r);
+	}
+	free(qnext);
 	free(r.seen);
 	free(r.stack);
 	free(order);

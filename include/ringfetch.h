@@ -143,14 +143,15 @@ typedef enum rf_memory {
 	RF_MEMORY_DEVICE = 1 /* device memory: backend "cuda"; "auto" picks it; no usable GPU: RF_ENODEV */
 } rf_memory;
 
-/** params.depth = RF_DEPTH_AUTO: measure and choose the depth (docs/tuning.md), as "auto" in
- * RINGFETCH_DEPTH or the config file does. */
-#define RF_DEPTH_AUTO 0xFFFFFFFFu
+/** params.depth_auto = RF_DEPTH_AUTO (with params.depth 0): measure and choose the depth
+ * (docs/tuning.md), as "auto" in RINGFETCH_DEPTH or the config file does. A field of its own, so that
+ * every depth over RF_MAX_DEPTH stays RF_EINVAL. */
+#define RF_DEPTH_AUTO 1u
 
 /* ABI: fields are only ever appended, by taking the place of reserved[] words (docs/api.md, "ABI
  * policy"); the struct's size never changes within a major version. Zero always means "default". */
 typedef struct rf_pipeline_params {
-	unsigned depth;      /* ring slots; 0 = configured default: RINGFETCH_DEPTH, else 2; RF_DEPTH_AUTO */
+	unsigned depth;      /* ring slots; 0 = configured default: RINGFETCH_DEPTH, else 2 */
 	size_t slot_bytes;   /* capacity of each slot (> 0) */
 	const char *backend; /* "cpu", "threads", "cuda", "auto"; NULL = RINGFETCH_BACKEND, else "auto" */
 	int device;          /* CUDA device ordinal (ignored by CPU backends) */
@@ -161,6 +162,7 @@ typedef struct rf_pipeline_params {
 	                         "interleave" or "none"; read during rf_pipeline_create only */
 	rf_memory memory;     /* RF_MEMORY_HOST (0) or RF_MEMORY_DEVICE; never read from the environment or
 	                         the config file */
+	unsigned depth_auto;  /* 0, or RF_DEPTH_AUTO (depth must be 0 then): choose the depth by measuring */
 	const char *wait;     /* how the threads backend's threads wait for each other (docs/serving.md):
 	                         "auto" (spin up to 2 ms, then sleep), "sleep" (sleep at once between runs
 	                         and hint copies), "spin:N" (spin up to N us, 0..10000000; spin:0 = sleep).
@@ -192,7 +194,8 @@ typedef struct rf_pipeline_params {
  * rf_pipeline_placement() — including why it is not bound, when the kernel refuses binding.
  *
  * \return RF_OK and *out;
- *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, flags != 0,
+ *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, depth_auto other
+ *                   than 0 and RF_DEPTH_AUTO or with a depth, flags or a reserved word != 0,
  *                   copy_queues >= RF_MAX_QUEUES,
  *                   copy_queues > depth - 1 when copy_queues > 1, depth * slot_bytes overflowing,
  *                   or a malformed staging policy or one naming a NUMA node this process cannot use,
@@ -210,9 +213,11 @@ typedef struct rf_pipeline_params {
  * digits only), RINGFETCH_BACKEND ("cpu", "threads", "cuda", "auto"), RINGFETCH_COPY_QUEUES (1..63),
  * RINGFETCH_STAGING (a staging policy) — else from the INI file named by RINGFETCH_CONFIG (section
  * [ringfetch], keys depth, backend, copy_queues, staging, trace, memory_budget), else the default.
- * RINGFETCH_DEPTH / `depth` may be "auto": the ring starts at 2 (K+1 with K copy queues), slots are
- * allocated for up to 16 (or what memory_budget allows), and the first successful run measures copy and
- * compute times and picks the depth for later runs (docs/tuning.md; rf_pipeline_describe says what).
+ * params.depth_auto = RF_DEPTH_AUTO, or RINGFETCH_DEPTH / `depth` = "auto": the ring starts at 2 (K+1 with
+ * K copy queues), slots are allocated for up to 16 (or what memory_budget allows), and the first
+ * successful run samples copy and compute times (about 4096 blocks, whatever nblocks: its memory does
+ * not grow with the run) and picks the depth for later runs (docs/tuning.md; rf_pipeline_describe
+ * says what).
  * RINGFETCH_TRACE / `trace` make every run of the pipeline append a Chrome trace (rf_pipeline_trace);
  * RINGFETCH_MEMORY_BUDGET / `memory_budget` (bytes, K/M/G suffixes) caps depth * slot_bytes.
  * RINGFETCH_ORACLE=1 (debugging; "0" or "1") records every run's execution log and checks it with an
@@ -243,13 +248,19 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
  *
  * \return RF_OK (also for nblocks 0, where nothing else is looked at);
  *         RF_EINVAL, before any work, for NULL p, srcs, sizes or compute with nblocks > 0, a size over
- *                   slot_bytes, or a NULL src with a non-zero size (rf_errmsg names the block);
+ *                   slot_bytes, a NULL src with a non-zero size, a src that overlaps the pipeline's own
+ *                   ring (e.g. block->data of an earlier run: copy it out first; CPU backends — a
+ *                   device ring is never a host source), or nblocks > INT64_MAX / 8 (the one
+ *                   block limit of <ringfetch/graph.h>) (rf_errmsg names the block);
  *         RF_EBUSY if the pipeline is already running (another thread, or a callback re-entering);
  *         RF_ECALLBACK if compute returned non-zero at block k: no compute runs after k, copies in
  *                   flight are drained, rf_errmsg names k and the value; the pipeline stays usable;
- *         RF_ECANCELED if rf_pipeline_cancel (or rf_pipeline_destroy from a callback) stopped the run;
+ *         RF_ECANCELED if rf_pipeline_cancel (or rf_pipeline_destroy from a callback) stopped the run,
+ *                   also a cancel left pending before the run started (no compute is called then);
  *         RF_ENOMEM if tracing is on (rf_pipeline_trace) and its event arrays cannot be allocated;
- *         RF_EBACKEND if the backend failed (rf_errmsg says how).
+ *         RF_EBACKEND if the backend failed (rf_errmsg says how), or, in a child of fork(), for a
+ *                   pipeline created in the parent whose backend has worker threads ("threads": they do
+ *                   not survive fork(); "cpu" pipelines keep working in the child).
  */
 RF_EXTERN int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const *srcs,
                               const size_t *sizes, rf_compute_fn compute, void *user);
@@ -266,8 +277,9 @@ RF_EXTERN size_t rf_pipeline_slot_bytes(const rf_pipeline *p);
 RF_EXTERN unsigned rf_pipeline_copy_queues(const rf_pipeline *p);
 /**
  * One line on how the pipeline runs: its backend's queues, worker threads, and the core each worker is
- * pinned to — or why it is not (one core, hwloc failed, binding refused). Valid until the pipeline is
- * destroyed; "" for NULL.
+ * pinned to — or why it is not (one core, hwloc failed, binding refused); with depth = auto, what it
+ * measured and chose. Any thread, any time: the string a call returns never changes (a later note
+ * makes a new string, returned by later calls). Valid until the pipeline is destroyed; "" for NULL.
  */
 RF_EXTERN const char *rf_pipeline_describe(const rf_pipeline *p);
 
@@ -281,9 +293,9 @@ typedef struct rf_queue_stats {
 /** How many queues rf_stats reports (a ring uses 1 + copy_queues: queue 0 computes). */
 #define RF_STATS_QUEUES 8u
 
-/** What the last run of a pipeline did (rf_pipeline_stats). */
+/** What the last finished run of a pipeline did, and totals since create (rf_pipeline_stats). */
 typedef struct rf_stats {
-	size_t blocks;     /* nblocks of the last run that started work, whatever its result */
+	size_t blocks;     /* nblocks of the last finished run that started work, whatever its result */
 	uint64_t bytes;    /* sum of its sizes[] */
 	uint64_t wall_ns;  /* from the start of its work to its return */
 	int timed;         /* 1 when the fields below were collected (rf_pipeline_collect_stats) */
@@ -295,6 +307,15 @@ typedef struct rf_stats {
 	 * 1 - exposed / copy_ns clipped to [0, 1]: 0 on "cpu", near 1 when copies hide entirely. */
 	uint64_t exposed_ns;
 	double overlap_efficiency;
+	/* Totals since create, over every finished run that started work (whatever its result). Appended
+	 * in 0.1; the fields above describe the last of those runs. */
+	uint64_t runs;             /* how many */
+	uint64_t total_blocks;     /* sum of their blocks */
+	uint64_t total_bytes;      /* sum of their bytes */
+	uint64_t total_wall_ns;    /* sum of their wall_ns */
+	uint64_t timed_runs;       /* how many of them collected times (rf_pipeline_collect_stats) */
+	uint64_t total_exposed_ns; /* sum of exposed_ns over the timed runs */
+	uint64_t total_wait_ns;    /* sum of every queue's wait_ns over the timed runs */
 } rf_stats;
 
 /**
@@ -305,31 +326,51 @@ typedef struct rf_stats {
 RF_EXTERN int rf_pipeline_collect_stats(rf_pipeline *p, int on);
 
 /**
- * The statistics of p's last run (all zero before the first). Call it from the thread that ran it, or
- * after synchronising with that thread.
- * \return RF_OK; RF_EINVAL (p or out NULL); RF_EBUSY (the pipeline is running).
+ * The statistics of p's last finished run and the totals since create (all zero before the first run).
+ * Callable from any thread at any time, also while p runs (it then reports the run before): each call
+ * copies one consistent snapshot, published when a run ends. Never blocks on a run.
+ * \return RF_OK; RF_EINVAL (p or out NULL).
  */
 RF_EXTERN int rf_pipeline_stats(const rf_pipeline *p, rf_stats *out);
 
 /**
- * Stop the run in progress on p: no compute starts after the one running (if any), copies in flight
- * finish, and that rf_pipeline_run returns RF_ECANCELED (RF_OK if its last compute had already started).
- * The pipeline stays usable. Callable from any thread, including a compute callback of p. With no run
- * in progress it does nothing (it is not remembered for the next run); racing with the end of one run
- * and the start of the next on another thread, it may reach either.
+ * Stop the run in progress on p, or, when none is, the next run to start: a cancel stays pending until
+ * a run returns RF_ECANCELED because of it, so a request timeout that fires between two runs of a
+ * serving loop is never lost. A run in progress stops issuing work (no compute starts after the one
+ * running, copies in flight finish) and returns RF_ECANCELED; a run that starts with a cancel pending
+ * returns RF_ECANCELED at once, calling no compute. Each pending cancel is consumed by exactly one run
+ * returning RF_ECANCELED; cancels made before it was consumed are merged into it. A cancel that
+ * arrives after the last compute of a run has started does not change that run's result (RF_OK, or
+ * its failure) and stays pending for the next run; so does one that arrives after a run ended.
+ * A serving loop that arms a timeout per request therefore disarms it when the request ends and then
+ * calls rf_pipeline_cancel_clear, so that a timeout that fired late cannot stop the next request.
+ * The pipeline stays usable. Callable from any thread at any time, including a compute callback of p.
  * \return RF_OK; RF_EINVAL (p NULL).
  */
 RF_EXTERN int rf_pipeline_cancel(rf_pipeline *p);
 
 /**
+ * Withdraw a pending cancel (see rf_pipeline_cancel) that no run has consumed; nothing happens when
+ * none is pending. Call it from the thread that runs p, between runs.
+ * \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (a run is in progress: its cancel cannot be withdrawn).
+ */
+RF_EXTERN int rf_pipeline_cancel_clear(rf_pipeline *p);
+
+/**
  * Record a Chrome trace (trace-event JSON, opens in Perfetto or chrome://tracing) of every following
- * run: one track per queue, one slice per copy and per compute, named by block. Each run appends its
- * events to the file at `path` (created with an opening "[" and left as an open JSON array, which the
- * format allows, so that runs accumulate); path is copied. NULL stops tracing. While tracing, a run
- * allocates 56 bytes per copy and compute before it starts (nothing during it) and writes the file
- * after its work has finished.
+ * run: one track per queue, one slice per copy and per compute that ran (a copy or compute skipped by a
+ * cancel has none), named by block. Each run adds its events to the file at `path`, one file across
+ * runs: the file is a JSON array that is closed whenever no run is writing it (any JSON tool reads
+ * it), and each run reopens it, inserts its events before the closing "]" and closes it again, in one
+ * write under an exclusive flock(2) — so runs of several pipelines, threads or processes may trace to
+ * one path and the file stays valid JSON. path is copied; it must name a regular file (or none yet): a
+ * FIFO, device or directory fails the run's trace (opened non-blocking, never waiting for a reader).
+ * NULL stops tracing. While tracing, a run allocates 56 bytes per copy and compute before it starts
+ * (nothing during it), and after its work has finished formats its events in memory (about 150 bytes
+ * each) and writes them.
  * \return RF_OK; RF_EINVAL (p NULL, path ""); RF_EBUSY (the pipeline is running); RF_ENOMEM.
- * A traced run whose work succeeded but whose file could not be written returns RF_EBACKEND.
+ * A traced run whose work succeeded but whose file could not be written (not a regular file, not a
+ * trace-event array, a write error) returns RF_EBACKEND.
  */
 RF_EXTERN int rf_pipeline_trace(rf_pipeline *p, const char *path);
 
@@ -337,6 +378,8 @@ RF_EXTERN int rf_pipeline_trace(rf_pipeline *p, const char *path);
  * Release the pipeline, its ring memory and its backend queues. NULL is a no-op. Must not be called
  * while another thread runs the pipeline. Called from inside one of its own compute callbacks, the
  * release is deferred until that run returns (which then reports RF_ECANCELED for the blocks left).
+ * In a child of fork() it returns without waiting for the parent's worker threads (freeing what the
+ * child's copy of the memory holds).
  */
 RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
 

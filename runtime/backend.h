@@ -5,6 +5,7 @@
 #ifndef RF_RUNTIME_BACKEND_H
 #define RF_RUNTIME_BACKEND_H
 
+#include "base/align.h"
 #include "base/test_hooks.h"
 #include "graph/program.h"
 #include "ringfetch.h"
@@ -35,8 +36,8 @@ typedef struct rf__run {
 	const size_t *sizes;
 	rf_compute_fn compute;
 	void *user;
-	unsigned char *slots; /* nslots * slot_bytes, from slots_alloc */
-	size_t slot_bytes;
+	unsigned char *slots; /* nslots * slot_stride, from slots_alloc */
+	size_t slot_stride;   /* slot i starts at slots + i * slot_stride (slot_bytes rounded up) */
 	const atomic_int *cancel;   /* non-zero: stop issuing new nodes (deferred destroy, cancel) */
 	/* out */
 	size_t failed_block; /* RF_ECALLBACK: the block whose compute failed */
@@ -61,6 +62,7 @@ typedef struct rf__open_args {
 	 * keyed copies (within a run a short spin remains: see backends/threads.c). Backends without threads
 	 * ignore it. */
 	int64_t wait_spin_ns;
+	size_t slot_stride; /* slot_bytes rounded up to the backend's slot_align */
 } rf__open_args;
 
 #define RF__WAIT_SLEEP ((int64_t)-1)
@@ -122,6 +124,11 @@ typedef struct rf__kcopy {
 	void *stream;       /* demand on cuda: the acquiring stream (also passed to kwait); NULL otherwise */
 } rf__kcopy;
 
+
+/* Slots start this far apart at least (rf__backend_ops.slot_align 0): a cache line, so that slots
+ * never share one and vector loads see aligned data whatever slot_bytes is. */
+#define RF__SLOT_ALIGN_DEFAULT RF__ALIGN_CPU
+
 typedef struct rf__backend_ops {
 	unsigned abi;
 	const char *name;
@@ -152,6 +159,9 @@ typedef struct rf__backend_ops {
 	int (*krelease)(void *ctx, unsigned slot, void *stream);
 	int (*kquiesce)(void *ctx);
 	unsigned (*klanes)(void *ctx);
+	/* Alignment of every slot's start (a power of two; 0 = RF__SLOT_ALIGN_DEFAULT): the slot stride is
+	 * slot_bytes rounded up to it. The slot memory itself must be at least this aligned. */
+	size_t slot_align;
 } rf__backend_ops;
 
 /* The backend called `name` ("auto": the first usable built-in) into *out: RF_OK, or RF_ENODEV (unknown,

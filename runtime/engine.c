@@ -1,19 +1,38 @@
 /* runtime/engine.c — the executor core shared by rf_pipeline and rf_exec. */
+#include "base/align.h"
 #include "base/alloc.h"
 #include "runtime/engine.h"
 #include "runtime/keyed.h"
 #include "base/error.h"
 #include "runtime/trace.h"
 
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <stdint.h>
 
-/* Open `be` and allocate the slots; on failure nothing is left open. */
-static int rf__engine_start(rf__engine *e, const char *who, const rf__open_args *args)
+/* The slot layout for backend e->be: slots start slot_align apart (slot_bytes rounded up). */
+static int rf__engine_layout(rf__engine *e, const char *who, rf__open_args *args)
 {
-	int rc = rf__be_open(e->be, args, &e->ctx);
+	size_t align = e->be->slot_align ? e->be->slot_align : RF__SLOT_ALIGN_DEFAULT;
+	size_t n = args->nslots, stride = rf__slot_stride(e->slot_bytes, align);
+	if (stride == 0 || stride > SIZE_MAX / n)
+		return rf__err(RF_EINVAL, "%s: %zu slots of %zu bytes overflow size_t", who, n, e->slot_bytes);
+	e->slot_stride = stride;
+	e->slots_len = n * e->slot_stride;
+	args->slot_stride = e->slot_stride;
+	return RF_OK;
+}
+
+/* Open `be` and allocate the slots; on failure nothing is left open. */
+static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
+{
+	int rc = rf__engine_layout(e, who, args);
+	if (rc != RF_OK)
+		return rc;
+	rc = rf__be_open(e->be, args, &e->ctx);
 	if (rc != RF_OK)
 		return rc;
 	void *mem = NULL;
@@ -34,15 +53,10 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	e->slot_bytes = slot_bytes;
 	/* min_slots (set by the owner before init): room for a deeper program later (depth = auto). */
 	unsigned nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
-	if (nslots > 0 && slot_bytes > SIZE_MAX / nslots) {
-		rc = rf__err(RF_EINVAL, "%s: %u slots of %zu bytes overflow size_t", who, nslots, slot_bytes);
-		goto fail_prog;
-	}
-	e->slots_len = (size_t)(nslots ? nslots : 1) * slot_bytes;
 	if ((rc = rf__backend_lookup(backend, device, &e->be)) != RF_OK)
 		goto fail_prog;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
-			     nslots ? nslots : 1, e->wait_spin_ns};
+			     nslots ? nslots : 1, e->wait_spin_ns, 0};
 	e->nslots = nslots ? nslots : 1;
 	rc = rf__engine_start(e, who, &args);
 	/* "auto" promised a backend that works here: a GPU that probes usable but cannot host this
@@ -55,13 +69,13 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	}
 	if (rc != RF_OK)
 		goto fail_prog;
-	rf__be_describe(e->be, e->ctx, e->describe, sizeof e->describe);
-	if (why[0] != '\0') {
-		size_t len = strlen(e->describe);
-		snprintf(e->describe + len, sizeof e->describe - len, "; auto: cuda not used: %s", why);
-	}
+	rf__be_describe(e->be, e->ctx, e->describe[0], sizeof e->describe[0]);
+	atomic_init(&e->desc_cur, 0);
+	if (why[0] != '\0')
+		rf__engine_describe_append(e, "; auto: cuda not used: %s", why);
 	atomic_init(&e->state, RF__IDLE);
 	atomic_init(&e->cancel, 0);
+	pthread_mutex_init(&e->stats_mu, NULL);
 	return RF_OK;
 fail_prog:
 	rf_program_destroy(prog);
@@ -81,12 +95,47 @@ int rf__engine_trace(rf__engine *e, const char *who, const char *path)
 	return RF_OK;
 }
 
+const char *rf__engine_describe(const rf__engine *e)
+{
+	return e->describe[atomic_load_explicit(&e->desc_cur, memory_order_acquire)];
+}
+
+void rf__engine_describe_append(rf__engine *e, const char *fmt, ...)
+{
+	unsigned k = atomic_load_explicit(&e->desc_cur, memory_order_relaxed);
+	if (k + 1 >= RF__DESCRIBE_VERSIONS)
+		return;
+	char *d = e->describe[k + 1];
+	size_t cap = sizeof e->describe[0];
+	memcpy(d, e->describe[k], cap);
+	size_t len = strlen(d);
+	if (len < cap) {
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(d + len, cap - len, fmt, ap);
+		va_end(ap);
+	}
+	atomic_store_explicit(&e->desc_cur, k + 1, memory_order_release);
+}
+
 void rf__engine_fini(rf__engine *e)
 {
+	pthread_mutex_destroy(&e->stats_mu);
 	free(e->trace_path);
 	rf__be_slots_free(e->be, e->ctx, e->slots, e->slots_len);
 	rf__be_close(e->be, e->ctx);
 	rf_program_destroy(e->prog);
+}
+
+/* Does [src, src + n) overlap the ring? A copy from a slot into another races with the refill of the
+ * first (the ring's RAW/WAR edges only cover the slots' own blocks). Device rings are another address
+ * space: host sources never alias them. Compared as integers: the pointers are unrelated objects. */
+static int rf__aliases_ring(const rf__engine *e, const void *src, size_t n)
+{
+	if ((e->be->caps & RF__CAP_DEVICE) || n == 0)
+		return 0;
+	uintptr_t s = (uintptr_t)src, lo = (uintptr_t)e->slots, hi = lo + e->slots_len;
+	return s < hi && s + n > lo;
 }
 
 static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
@@ -98,14 +147,17 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 	if (nblocks < e->prog->nblocks_min)
 		return rf__err(RF_EINVAL, "%s: the graph uses blocks up to %zu but nblocks is %zu", who,
 			       e->prog->nblocks_min - 1, nblocks);
-	if (nblocks > (size_t)INT64_MAX / 4)
-		return rf__err(RF_EINVAL, "%s: nblocks %zu is too large", who, nblocks);
+	if (!rf__nblocks_ok(nblocks))
+		return rf__err(RF_EINVAL, "%s: nblocks %zu is over %zu", who, nblocks, RF__MAX_NBLOCKS);
 	for (size_t i = 0; i < nblocks; i++) {
 		if (sizes[i] > e->slot_bytes)
 			return rf__err(RF_EINVAL, "%s: block %zu is %zu bytes, over slot_bytes %zu", who, i,
 				       sizes[i], e->slot_bytes);
 		if (srcs[i] == NULL && sizes[i] != 0)
 			return rf__err(RF_EINVAL, "%s: block %zu has a NULL source and %zu bytes", who, i, sizes[i]);
+		if (rf__aliases_ring(e, srcs[i], sizes[i]))
+			return rf__err(RF_EINVAL, "%s: block %zu's source lies in the pipeline's own ring (copy it out "
+						  "first: a slot is refilled while later blocks are copied)", who, i);
 		*bytes += sizes[i];
 	}
 	return RF_OK;
@@ -114,15 +166,19 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 			   const size_t *sizes, rf_compute_fn compute, void *user)
 {
-	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_bytes, &e->cancel, 0, 0, NULL,
+	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_stride, &e->cancel, 0, 0, NULL,
 		       NULL};
 	if (e->collect_stats) {
 		memset(e->qstats, 0, sizeof e->qstats);
 		run.stats = e->qstats;
 	}
+	/* A cancel left pending between runs stops this one before any work. */
+	if (atomic_load(&e->cancel))
+		return rf__err(RF_ECANCELED, "%s: canceled before it started (a pending rf_pipeline_cancel)", who);
 	rf__trace trace;
 	if (e->trace_path != NULL || e->measure != NULL || e->oracle != NULL) {
-		if (rf__trace_begin(&trace, e->prog, nblocks) != RF_OK)
+		int sampled = e->trace_path == NULL && e->oracle == NULL; /* measuring only: bounded memory */
+		if (rf__trace_begin(&trace, e->prog, nblocks, sampled, e->prog->nslots, e->measure_samples) != RF_OK)
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
 	}
@@ -182,6 +238,26 @@ static void rf__stats_summarise(rf__engine *e)
 	s->overlap_efficiency = eff < 0 ? 0 : eff > 1 ? 1 : eff;
 }
 
+/* The finished run becomes rf_pipeline_stats' "last run", and is added to the totals. */
+static void rf__stats_publish(rf__engine *e)
+{
+	rf_stats *s = &e->last, *t = &e->published;
+	uint64_t wait = 0;
+	for (unsigned q = 0; s->timed && q < s->nqueues; q++)
+		wait += s->queue[q].wait_ns;
+	pthread_mutex_lock(&e->stats_mu);
+	rf_stats totals = *t;
+	*t = *s;
+	t->runs = totals.runs + 1;
+	t->total_blocks = totals.total_blocks + s->blocks;
+	t->total_bytes = totals.total_bytes + s->bytes;
+	t->total_wall_ns = totals.total_wall_ns + s->wall_ns;
+	t->timed_runs = totals.timed_runs + (s->timed != 0);
+	t->total_exposed_ns = totals.total_exposed_ns + (s->timed ? s->exposed_ns : 0);
+	t->total_wait_ns = totals.total_wait_ns + wait;
+	pthread_mutex_unlock(&e->stats_mu);
+}
+
 int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 		   const size_t *sizes, rf_compute_fn compute, void *user)
 {
@@ -196,9 +272,8 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
 	if (e->keyed != NULL && rf__keyed_held(e->keyed))
 		return rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
-	/* Clear a stale cancel before the run becomes visible as RUNNING: a cancel that sees RUNNING (see
-	 * rf__engine_cancel) then always reaches this run. */
-	atomic_store(&e->cancel, 0);
+	/* Nothing here may touch `cancel` before the CAS is won: a caller that loses it (RF_EBUSY) would
+	 * erase the cancel of the run that won. The flag is cleared when a run ends instead. */
 	if (!atomic_compare_exchange_strong(&e->state, &idle, RF__RUNNING))
 		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
 	if (e->keyed != NULL) /* the run reuses every slot: no key stays resident */
@@ -209,8 +284,13 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user);
 	if (e->collect_stats)
 		rf__stats_summarise(e);
+	rf__stats_publish(e);
 	if (rc == RF_OK && e->after != NULL && atomic_load(&e->state) == RF__RUNNING)
 		e->after(e->owner);
+	/* A cancel is consumed by the run it stopped; one that came too late to stop anything (the last
+	 * compute had started) stays pending for the next run. */
+	if (rc == RF_ECANCELED)
+		atomic_store(&e->cancel, 0);
 	int running = RF__RUNNING;
 	if (!atomic_compare_exchange_strong(&e->state, &running, RF__IDLE)) {
 		/* Destroyed from inside the run: it is ours to release now. */
@@ -230,23 +310,34 @@ int rf__engine_collect_stats(rf__engine *e, const char *who, int on)
 
 int rf__engine_stats(const rf__engine *e, const char *who, rf_stats *out)
 {
-	if (atomic_load(&((rf__engine *)e)->state) != RF__IDLE)
-		return rf__err(RF_EBUSY, "%s: the pipeline is running", who);
-	*out = e->last;
+	(void)who;
+	/* stats_mu guards `published` only; locking it changes nothing a reader can see. */
+	pthread_mutex_t *mu = (pthread_mutex_t *)&e->stats_mu;
+	pthread_mutex_lock(mu);
+	*out = e->published;
+	pthread_mutex_unlock(mu);
 	return RF_OK;
 }
 
 int rf__engine_cancel(rf__engine *e)
 {
-	if (atomic_load(&e->state) == RF__RUNNING)
-		atomic_store(&e->cancel, 1);
+	/* Whatever the state: a cancel that finds no run waits for the next one (rf_pipeline_cancel). */
+	atomic_store(&e->cancel, 1);
+	return RF_OK;
+}
+
+int rf__engine_cancel_clear(rf__engine *e, const char *who)
+{
+	if (atomic_load(&e->state) != RF__IDLE)
+		return rf__err(RF_EBUSY, "%s: a run is in progress", who);
+	atomic_store(&e->cancel, 0);
 	return RF_OK;
 }
 
 int rf__engine_destroy_begin(rf__engine *e)
 {
 	/* Raise cancel before the CAS: once the CAS succeeds the run may release the engine at any moment,
-	 * so nothing may touch it after. A stale cancel on an idle engine is cleared by the next run. */
+	 * so nothing may touch it after. On an idle engine the flag does not matter: it is freed now. */
 	atomic_store(&e->cancel, 1);
 	int running = RF__RUNNING;
 	if (atomic_compare_exchange_strong(&e->state, &running, RF__DOOMED))

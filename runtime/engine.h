@@ -6,7 +6,11 @@
 #include "runtime/backend.h"
 #include "memory/staging.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
+
+/* How many times rf_pipeline_describe's line may grow after create (depth = auto adds two notes). */
+#define RF__DESCRIBE_VERSIONS 4
 
 enum { RF__IDLE = 0, RF__RUNNING = 1, RF__DOOMED = 2 };
 
@@ -15,13 +19,19 @@ typedef struct rf__engine {
 	void *ctx;
 	struct rf_program *prog; /* owned */
 	unsigned char *slots;
-	size_t slot_bytes, slots_len;
+	size_t slot_bytes, slot_stride, slots_len; /* stride: slot_bytes rounded up to the backend's slot_align */
 	atomic_int state;  /* RF__IDLE / RF__RUNNING / RF__DOOMED */
-	atomic_int cancel; /* read by backends between nodes */
-	char describe[512]; /* rf_pipeline_describe */
+	atomic_int cancel; /* read by backends between nodes; pending until a run returns RF_ECANCELED */
+	/* rf_pipeline_describe: versions of the line, each written once and then published by desc_cur
+	 * (release), so that a reader on another thread never sees one being written. */
+	char describe[RF__DESCRIBE_VERSIONS][512];
+	atomic_uint desc_cur;
 	int collect_stats;  /* rf_pipeline_collect_stats */
 	rf__qstats qstats[RF_MAX_QUEUES];
-	rf_stats last;      /* rf_pipeline_stats */
+	rf_stats last;      /* the run in progress (or the last one): the run thread's working copy */
+	/* rf_pipeline_stats, readable from any thread: the last finished run and the totals, under stats_mu. */
+	pthread_mutex_t stats_mu;
+	rf_stats published;
 	char *trace_path;   /* rf_pipeline_trace: Chrome trace appended after each run, or NULL */
 	rf__staging_policy staging; /* where CPU backends put the slots; set by the owner before init
 	                               (zero: "auto") */
@@ -33,8 +43,10 @@ typedef struct rf__engine {
 	struct rf__keyed *keyed;
 	/* Non-NULL (RINGFETCH_ORACLE=1): check every successful run's execution log (runtime/oracle.h). */
 	int (*oracle)(void *owner, const struct rf__trace *t, size_t nblocks);
-	/* Called after a successful run with its recorded events (the run records them while set). */
+	/* Called after a successful run with its recorded events (the run records them while set: only
+	 * those of about measure_samples blocks, unless tracing or the oracle needs them all). */
 	void (*measure)(void *owner, const struct rf__trace *t);
+	size_t measure_samples;
 	/* Called after every successful run, before the engine is idle again (so never concurrently with
 	 * a run, and before a deferred destroy releases the owner): may swap e->prog for one of at most
 	 * the allocated slots. */
@@ -65,8 +77,16 @@ const rf__engine *rf__pipeline_engine(const rf_pipeline *p);
 int rf__engine_collect_stats(rf__engine *e, const char *who, int on);
 int rf__engine_stats(const rf__engine *e, const char *who, rf_stats *out);
 
-/* Ask the run in progress, if any, to stop issuing work (it returns RF_ECANCELED once drained). */
+/* Ask the run in progress, or else the next run, to stop issuing work (it returns RF_ECANCELED once
+ * drained); the request stays pending until a run returns RF_ECANCELED or it is cleared. */
 int rf__engine_cancel(rf__engine *e);
+/* Withdraw a pending cancel; RF_EBUSY while a run is in progress. */
+int rf__engine_cancel_clear(rf__engine *e, const char *who);
+
+/* The current describe line (any thread), and a new version of it with fmt appended (the run thread,
+ * or before the engine is shared; dropped once RF__DESCRIBE_VERSIONS versions exist). */
+const char *rf__engine_describe(const rf__engine *e);
+void rf__engine_describe_append(rf__engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Returns 1 if the owner may be freed now, 0 if a run in progress will free it (deferred). */
 int rf__engine_destroy_begin(rf__engine *e);

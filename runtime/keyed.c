@@ -22,7 +22,7 @@
 /* ---- create / destroy ----------------------------------------------------------------------------- */
 
 int rf__keyed_create(const rf__backend_ops *be, void *ctx, unsigned char *slots, unsigned nslots,
-		     size_t slot_bytes, int oracle, rf__keyed **out)
+		     size_t slot_bytes, size_t slot_stride, int oracle, rf__keyed **out)
 {
 	rf__keyed *k = rf__calloc(1, sizeof *k);
 	if (k == NULL)
@@ -30,7 +30,8 @@ int rf__keyed_create(const rf__backend_ops *be, void *ctx, unsigned char *slots,
 	unsigned cap = 2;
 	while (cap < 2 * nslots)
 		cap *= 2;
-	k->be = be, k->ctx = ctx, k->slots = slots, k->slot_bytes = slot_bytes, k->n = nslots;
+	k->be = be, k->ctx = ctx, k->slots = slots, k->n = nslots;
+	k->slot_bytes = slot_bytes, k->slot_stride = slot_stride;
 	k->mask = cap - 1;
 	k->nlanes = rf__be_klanes(be, ctx);
 	k->device = (be->caps & RF__CAP_DEVICE) != 0;
@@ -91,7 +92,7 @@ static int rf__koracle_copy(const rf__keyed *k, unsigned slot, uint64_t key)
 /* RAW: when an acquire returns on a host backend, the slot holds exactly the key's bytes. */
 static int rf__koracle_acquire(const rf__keyed *k, unsigned slot, const void *src, size_t bytes, uint64_t key)
 {
-	if (!k->oracle || k->device || memcmp(k->slots + (size_t)slot * k->slot_bytes, src, bytes) == 0)
+	if (!k->oracle || k->device || memcmp(k->slots + (size_t)slot * k->slot_stride, src, bytes) == 0)
 		return RF_OK;
 	return rf__err(RF_EHAZARD, "keyed oracle: RAW: acquire of key %llu returned slot %u, which does not hold "
 				   "its %zu bytes", (unsigned long long)key, slot, bytes);
@@ -135,7 +136,7 @@ static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes
 		return rc;
 	rf__kslot *s = &k->s[slot];
 	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
-	rf__kcopy req = {rf__klane(k, slot), slot, k->slots + (size_t)slot * k->slot_bytes, src, bytes, demand,
+	rf__kcopy req = {rf__klane(k, slot), slot, k->slots + (size_t)slot * k->slot_stride, src, bytes, demand,
 			 after, stream};
 	if ((rc = rf__be_kissue(k->be, k->ctx, &req, t)) != RF_OK)
 		return rc;
@@ -320,7 +321,7 @@ fail:
 static void rf__kout(const rf__keyed *k, unsigned i, void *stream, rf_block *out)
 {
 	const rf__kslot *s = &k->s[i];
-	rf_block b = {(size_t)s->key, i, k->slots + (size_t)i * k->slot_bytes, s->bytes, stream};
+	rf_block b = {(size_t)s->key, i, k->slots + (size_t)i * k->slot_stride, s->bytes, stream};
 	*out = b;
 }
 

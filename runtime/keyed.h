@@ -13,11 +13,12 @@
 
 typedef struct rf__keyed rf__keyed;
 
-/* A cache over the nslots slots of slot_bytes at `slots` (the backend's address space). oracle: check
+/* A cache over the nslots slots of slot_bytes at `slots` (the backend's address space), slot_stride
+ * apart (slot_bytes rounded up to the backend's slot alignment). oracle: check
  * every keyed copy and acquire (RINGFETCH_ORACLE=1; RAW by comparing the slot with src on host slots,
  * WAR by refusing a copy into a held slot), RF_EHAZARD on a violation. RF_OK or RF_ENOMEM. */
 int rf__keyed_create(const rf__backend_ops *be, void *ctx, unsigned char *slots, unsigned nslots,
-		     size_t slot_bytes, int oracle, rf__keyed **out);
+		     size_t slot_bytes, size_t slot_stride, int oracle, rf__keyed **out);
 /* Wait for every keyed copy, drop every hold, free. NULL is a no-op. */
 void rf__keyed_destroy(rf__keyed *k);
 

@@ -41,7 +41,7 @@ struct rf__keyed {
 	const rf__backend_ops *be;
 	void *ctx;
 	unsigned char *slots;
-	size_t slot_bytes;
+	size_t slot_bytes, slot_stride; /* capacity of a slot; distance between two slots' starts */
 	unsigned n, nlanes, mask; /* slots, copy lanes, hash mask */
 	int device, oracle;
 	rf__kslot *s;   /* n + 1: s[n] is the sentinel of both lists */

@@ -1,5 +1,6 @@
 /* runtime/pipeline.c — rf_pipeline: the ring of `depth` slots as a periodic program on an engine. */
 #include "base/alloc.h"
+#include "runtime/autodepth.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/keyed.h"
@@ -11,28 +12,17 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* depth = auto never goes deeper than this (nor than the memory budget allows). */
-#define RF__AUTO_MAX_DEPTH 16u
-/* After the rule: up to this many candidate depths (the rule's d, 2d, 4d), each tried this many times
- * over the following runs, alternating, before the fastest is kept. */
-#define RF__AUTO_NCAND 3u
-#define RF__AUTO_ROUNDS 3u
-_Static_assert(RF__AUTO_ROUNDS == 3, "rf__median3 takes the middle of three probe runs");
-
 struct rf_pipeline {
 	rf__engine eng;
-	unsigned depth;
+	_Atomic unsigned depth; /* read by rf_pipeline_depth from any thread; depth = auto changes it */
 	unsigned copy_queues;
 	unsigned auto_max; /* depth = auto: the deepest ring the slots allow; 0 when depth is fixed */
-	/* depth = auto, probing (ncand > 1): candidate depths and their programs (built when the rule ran,
-	 * so that switching allocates nothing); cprog[cur] is the one the engine runs, the others are
-	 * ours until probing ends. runs[i][r]: candidate i's r-th probe run, ns per byte; best[i]: their
-	 * median, once probing ends. */
-	unsigned ncand, cur, probes, skip;
-	unsigned cand[RF__AUTO_NCAND];
+	/* depth = auto, probing (probe.n > 1, runtime/autodepth.h): a program per candidate depth (built
+	 * when the rule ran, so that switching allocates nothing); cprog[probe.cur] is the one the engine
+	 * runs, the others are ours until probing ends. skip: the next run is not a probe run. */
+	rf__auto_probe probe;
+	unsigned skip;
 	struct rf_program *cprog[RF__AUTO_NCAND];
-	double runs[RF__AUTO_NCAND][RF__AUTO_ROUNDS];
-	double best[RF__AUTO_NCAND];
 };
 
 static int rf__pipeline_params_check(const rf_pipeline_params *pp, rf_pipeline **out)
@@ -44,6 +34,9 @@ static int rf__pipeline_params_check(const rf_pipeline_params *pp, rf_pipeline *
 	if (pp->depth > RF_MAX_DEPTH)
 		return rf__err(RF_EINVAL, "rf_pipeline_create: depth %u is over RF_MAX_DEPTH (%u)", pp->depth,
 			       RF_MAX_DEPTH);
+	if (pp->depth_auto != 0 && (pp->depth_auto != RF_DEPTH_AUTO || pp->depth != 0))
+		return rf__err(RF_EINVAL, "rf_pipeline_create: depth_auto %u with depth %u (RF_DEPTH_AUTO needs depth 0)",
+			       pp->depth_auto, pp->depth);
 	if (pp->flags != 0)
 		return rf__err(RF_EINVAL, "rf_pipeline_create: flags must be 0 (got %#x)", pp->flags);
 	for (size_t i = 0; i < sizeof pp->reserved / sizeof pp->reserved[0]; i++)
@@ -65,8 +58,8 @@ static int rf__pipeline_params_check(const rf_pipeline_params *pp, rf_pipeline *
 static void rf__pipeline_free(void *p)
 {
 	rf_pipeline *pl = p;
-	for (unsigned i = 0; i < pl->ncand; i++)
-		if (i != pl->cur)
+	for (unsigned i = 0; i < pl->probe.n; i++)
+		if (i != pl->probe.cur)
 			rf_program_destroy(pl->cprog[i]);
 	rf__keyed_destroy(pl->eng.keyed); /* waits for keyed copies: before the slots go */
 	rf__engine_fini(&pl->eng);
@@ -104,13 +97,15 @@ static int rf__pipeline_auto(const rf_pipeline_params *pp, rf__resolved *r)
 static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 {
 	rf__config *c = &r->cfg;
-	int rc = rf__config_load(c, pp->depth == 0, pp->backend == NULL, pp->copy_queues == 0, pp->staging == NULL);
+	int rc = rf__config_load(c, pp->depth == 0 && pp->depth_auto == 0, pp->backend == NULL, pp->copy_queues == 0,
+				 pp->staging == NULL);
 	if (rc != RF_OK)
 		return rc;
+	int want_auto = pp->depth_auto == RF_DEPTH_AUTO || (pp->depth == 0 && c->depth_auto);
 	r->depth = pp->depth ? pp->depth : c->depth ? c->depth : 2;
 	r->kq = pp->copy_queues ? pp->copy_queues : c->copy_queues ? c->copy_queues : 1;
 	r->auto_max = 0;
-	if (pp->depth == 0 && c->depth_auto && (rc = rf__pipeline_auto(pp, r)) != RF_OK)
+	if (want_auto && (rc = rf__pipeline_auto(pp, r)) != RF_OK)
 		return rc;
 	r->backend = pp->backend ? pp->backend : c->backend ? c->backend : "auto";
 	const char *from = pp->backend == NULL && c->backend != NULL ? c->backend_from : NULL;
@@ -130,82 +125,6 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 	return RF_OK;
 }
 
-static int rf__cmp_i64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-	return (x > y) - (x < y);
-}
-
-/*
- * The depth = auto rule (docs/tuning.md). From the first run at the starting depth D0 we know, for each
- * block b >= D0, its refill latency L(b): from the end of compute(b - D0), which freed the slot, to the
- * end of copy(b) — the copy itself plus whatever it waited for (a busy copy queue, a sleeping worker's
- * wake-up). A ring of depth d gives that refill d-1 computes of slack, so d = 1 + ceil(L90 / m), with L90
- * the 90th percentile latency and m the mean compute time: the extra slots absorb slow or late copies.
- * When copies are the bottleneck (mean copy >= K x m) no depth makes them faster: keep every copy queue
- * busy (K+1), plus one slot when copy times are jittery (p90 > 1.5 x mean). Never below K+1 (2 for one
- * queue), never above auto_max.
- */
-static unsigned rf__auto_rule(double c_mean, double c90, double l90, double m, unsigned kq, unsigned max)
-{
-	unsigned lo = rf__ring_busy_depth(kq), d;
-	if (m <= 0 || c_mean >= m * kq) {
-		d = lo + (c90 > 1.5 * c_mean);
-	} else {
-		double x = l90 / m;
-		d = 1 + (unsigned)x + ((double)(unsigned)x < x);
-	}
-	d = d < lo ? lo : d;
-	return d > max ? max : d;
-}
-
-/* The 90th percentile of v[0..n) (sorted in place). */
-static double rf__p90(int64_t *v, size_t n)
-{
-	qsort(v, n, sizeof *v, rf__cmp_i64);
-	return (double)v[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];
-}
-
-/* Copy durations, refill latencies (see rf__auto_rule) and the compute sum, from a run's events. */
-typedef struct rf__auto_sample {
-	int64_t *copy, *lat, *compute_end;
-	size_t nc, nl, nm;
-	double csum, msum;
-} rf__auto_sample;
-
-static int rf__auto_collect(const struct rf__trace *t, unsigned depth, rf__auto_sample *a)
-{
-	size_t n = 0, nblocks = 0;
-	for (unsigned q = 0; q < t->nq; q++)
-		for (size_t i = 0; i < t->n[q]; i++, n++)
-			if ((size_t)t->ev[q][i].block + 1 > nblocks)
-				nblocks = (size_t)t->ev[q][i].block + 1;
-	memset(a, 0, sizeof *a);
-	a->copy = rf__malloc((n ? n : 1) * sizeof *a->copy);
-	a->lat = rf__malloc((n ? n : 1) * sizeof *a->lat);
-	a->compute_end = rf__calloc(nblocks ? nblocks : 1, sizeof *a->compute_end);
-	if (a->copy == NULL || a->lat == NULL || a->compute_end == NULL)
-		return -1;
-	for (unsigned q = 0; q < t->nq; q++)
-		for (size_t i = 0; i < t->n[q]; i++)
-			if (t->ev[q][i].kind == RF_OP_COMPUTE) {
-				a->compute_end[t->ev[q][i].block] = t->ev[q][i].t1;
-				a->msum += (double)(t->ev[q][i].t1 - t->ev[q][i].t0);
-				a->nm++;
-			}
-	for (unsigned q = 0; q < t->nq; q++)
-		for (size_t i = 0; i < t->n[q]; i++) {
-			const rf__tev *e = &t->ev[q][i];
-			if (e->kind != RF_OP_COPY)
-				continue;
-			a->copy[a->nc++] = e->t1 - e->t0;
-			a->csum += (double)(e->t1 - e->t0);
-			if ((size_t)e->block >= depth && a->compute_end[e->block - depth] != 0)
-				a->lat[a->nl++] = e->t1 - a->compute_end[e->block - depth];
-		}
-	return 0;
-}
-
 /* A ring program for depth d, as rf_pipeline_create builds them (test hooks included). */
 static int rf__auto_program(const rf_pipeline *p, unsigned d, struct rf_program **out)
 {
@@ -215,29 +134,26 @@ static int rf__auto_program(const rf_pipeline *p, unsigned d, struct rf_program 
 	return rc;
 }
 
-/* Make cprog[i] the program the engine runs (the previous one stays in cprog[cur]). */
+/* Make cprog[i] the program the engine runs (the previous one stays in cprog[]). */
 static void rf__auto_install(rf_pipeline *p, unsigned i)
 {
-	p->cur = i;
+	p->probe.cur = i;
 	p->eng.prog = p->cprog[i];
-	p->depth = p->cand[i];
+	atomic_store_explicit(&p->depth, p->probe.cand[i], memory_order_relaxed);
 }
 
-/* The rule chose d: candidates d, 2d, 4d (within the slots), programs built now, d installed. The
- * runs that follow try them in turn (rf__auto_after). Without memory for the candidates: d alone, or
- * the starting ring if even d cannot be built. */
-static void rf__auto_candidates(rf_pipeline *p, unsigned d)
+/* The rule chose d: the candidates' programs are built now and d installed; the runs that follow try
+ * them in turn (rf__auto_after). Without memory for the candidates: d alone, or the starting ring if
+ * even d cannot be built. */
+static void rf__auto_begin_probing(rf_pipeline *p, unsigned d)
 {
-	unsigned n = 0, built = 0;
-	for (unsigned k = 0, c = d; k < RF__AUTO_NCAND && c <= p->auto_max; k++, c *= 2)
-		p->cand[n++] = c;
-	if (n < RF__AUTO_NCAND && p->cand[n - 1] < p->auto_max && p->cand[n - 1] * 2 > p->auto_max)
-		p->cand[n++] = p->auto_max; /* e.g. 5, 10, 16 under 16 slots */
+	unsigned cand[RF__AUTO_NCAND], n = rf__auto_candidates(d, p->auto_max, cand), built = 0;
 	struct rf_program *start = p->eng.prog;
+	unsigned depth = atomic_load_explicit(&p->depth, memory_order_relaxed);
 	for (; built < n; built++)
-		if (p->cand[built] == p->depth)
+		if (cand[built] == depth)
 			p->cprog[built] = start;
-		else if (rf__auto_program(p, p->cand[built], &p->cprog[built]) != RF_OK)
+		else if (rf__auto_program(p, cand[built], &p->cprog[built]) != RF_OK)
 			break;
 	if (built == 0)
 		return; /* keep the starting ring */
@@ -250,29 +166,20 @@ static void rf__auto_candidates(rf_pipeline *p, unsigned d)
 		start_used |= p->cprog[i] == start;
 	if (!start_used)
 		rf_program_destroy(start);
-	p->ncand = n;
-	p->probes = 0;
+	rf__auto_probe_start(&p->probe, cand, n);
 	p->skip = 1; /* the run that measured ran the starting ring */
 	rf__auto_install(p, 0);
 	if (n == 1)
-		p->ncand = 0;
+		p->probe.n = 0;
 }
 
-/* The middle of three: one run disturbed by the machine (either way) does not decide. */
-static double rf__median3(const double v[3])
-{
-	double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
-	return v[2] < lo ? lo : v[2] > hi ? hi : v[2];
-}
-
-/* After each successful run while probing: note the run's speed (ns per byte, or per block for empty
- * blocks) against the candidate it ran, move to the next one; after RF__AUTO_ROUNDS rounds keep the
- * fastest by median (a deeper ring must beat a shallower one by 1 %: fewer slots in flight is the tie-break) and
- * release the others. */
+/* After each successful run while probing: the run's speed (ns per byte, or per block for empty
+ * blocks) is noted against the candidate it ran; when probing ends the fastest is kept and the other
+ * programs are released. */
 static void rf__auto_after(void *owner)
 {
 	rf_pipeline *p = owner;
-	if (p->ncand < 2)
+	if (p->probe.n < 2)
 		return;
 	if (p->skip) {
 		p->skip = 0;
@@ -280,53 +187,47 @@ static void rf__auto_after(void *owner)
 	}
 	const rf_stats *s = &p->eng.last;
 	double x = (double)s->wall_ns / (double)(s->bytes ? s->bytes : s->blocks ? s->blocks : 1);
-	p->runs[p->cur][p->probes / p->ncand] = x;
-	if (++p->probes < p->ncand * RF__AUTO_ROUNDS) {
-		rf__auto_install(p, (p->cur + 1) % p->ncand);
+	unsigned win;
+	if (rf__auto_probe_next(&p->probe, x, &win)) {
+		rf__auto_install(p, p->probe.cur);
 		return;
 	}
-	for (unsigned i = 0; i < p->ncand; i++)
-		p->best[i] = rf__median3(p->runs[i]);
-	unsigned win = 0;
-	for (unsigned i = 1; i < p->ncand; i++)
-		if (p->best[i] < p->best[win] * 0.99)
-			win = i;
-	size_t len = strlen(p->eng.describe);
-	len += (size_t)snprintf(p->eng.describe + len, sizeof p->eng.describe - len, "; probed");
-	for (unsigned i = 0; i < p->ncand && len < sizeof p->eng.describe; i++)
-		len += (size_t)snprintf(p->eng.describe + len, sizeof p->eng.describe - len, " %u: %.3g ns/KiB%s",
-					p->cand[i], p->best[i] * 1024, i + 1 < p->ncand ? "," : "");
-	if (len < sizeof p->eng.describe)
-		snprintf(p->eng.describe + len, sizeof p->eng.describe - len, "; depth %u", p->cand[win]);
+	char note[256];
+	size_t len = (size_t)snprintf(note, sizeof note, "; probed");
+	for (unsigned i = 0; i < p->probe.n && len < sizeof note; i++)
+		len += (size_t)snprintf(note + len, sizeof note - len, " %u: %.3g ns/KiB%s", p->probe.cand[i],
+					p->probe.best[i] * 1024, i + 1 < p->probe.n ? "," : "");
+	if (len < sizeof note)
+		snprintf(note + len, sizeof note - len, "; depth %u", p->probe.cand[win]);
+	rf__engine_describe_append(&p->eng, "%s", note);
 	rf__auto_install(p, win);
-	for (unsigned i = 0; i < p->ncand; i++)
+	for (unsigned i = 0; i < p->probe.n; i++)
 		if (i != win)
 			rf_program_destroy(p->cprog[i]);
-	p->ncand = 0;
-	p->cur = 0;
+	p->cprog[0] = p->cprog[win];
+	p->probe.n = 0;
+	p->probe.cur = 0;
 }
 
-/* After the first successful run of a depth = auto pipeline: pick the depth and rebuild the program. */
+/* After the first successful run of a depth = auto pipeline: pick the depth from its samples. */
 static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 {
 	rf_pipeline *p = owner;
-	rf__auto_sample a;
-	int ok = rf__auto_collect(t, p->depth, &a) == 0 && a.nc > 0 && a.nm > 0;
-	if (ok) {
-		double c_mean = a.csum / (double)a.nc, m = a.msum / (double)a.nm;
-		double c90 = rf__p90(a.copy, a.nc), l90 = a.nl ? rf__p90(a.lat, a.nl) : c90;
-		unsigned d = rf__auto_rule(c_mean, c90, l90, m, p->copy_queues, p->auto_max);
-		rf__auto_candidates(p, d);
-		p->eng.measure = NULL;
-		size_t len = strlen(p->eng.describe);
-		snprintf(p->eng.describe + len, sizeof p->eng.describe - len,
-			 "; depth auto: rule %u (copy mean %.1f us, p90 %.1f us; refill p90 %.1f us; compute mean %.1f us; "
-			 "at most %u)", d, c_mean / 1e3, c90 / 1e3, l90 / 1e3, m / 1e3, p->auto_max);
-	}
-	/* Nothing to learn from (no copies or computes, or no memory): try again on the next run. */
-	free(a.copy);
-	free(a.lat);
-	free(a.compute_end);
+	rf__auto_samples a;
+	rf__auto_summary x;
+	unsigned d = 0;
+	if (rf__auto_collect(t, atomic_load_explicit(&p->depth, memory_order_relaxed), &a) == RF_OK)
+		d = rf__auto_rule(&a, p->copy_queues, p->auto_max, &x);
+	rf__auto_samples_free(&a);
+	if (d == 0)
+		return; /* nothing to learn from (no copies or computes, or no memory): the next run tries again */
+	rf__auto_begin_probing(p, d);
+	p->eng.measure = NULL;
+	rf__engine_describe_append(&p->eng,
+				   "; depth auto: rule %u (copy mean %.1f us, p90 %.1f us; refill p90 %.1f us; compute "
+				   "mean %.1f us; at most %u)",
+				   d, x.copy_mean / 1e3, x.copy_p90 / 1e3, x.refill_p90 / 1e3, x.compute_mean / 1e3,
+				   p->auto_max);
 }
 
 static int rf__pipeline_oracle(void *owner, const struct rf__trace *t, size_t nblocks)
@@ -359,6 +260,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	p->auto_max = r.auto_max;
 	if (r.auto_max != 0) {
 		p->eng.measure = rf__pipeline_measure;
+		p->eng.measure_samples = RF__AUTO_SAMPLES;
 		p->eng.after = rf__auto_after;
 	}
 	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", r.backend, params->device, prog,
@@ -367,12 +269,12 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	p->eng.release = rf__pipeline_free;
 	p->eng.owner = p;
 	if (p->eng.be->kissue != NULL &&
-	    (rc = rf__keyed_create(p->eng.be, p->eng.ctx, p->eng.slots, p->eng.nslots, p->eng.slot_bytes, r.cfg.oracle,
-				   &p->eng.keyed)) != RF_OK) {
+	    (rc = rf__keyed_create(p->eng.be, p->eng.ctx, p->eng.slots, p->eng.nslots, p->eng.slot_bytes,
+				   p->eng.slot_stride, r.cfg.oracle, &p->eng.keyed)) != RF_OK) {
 		rf__pipeline_free(p);
 		return rf__err(rc, "rf_pipeline_create: %s", rf__errmsg_peek());
 	}
-	p->depth = r.depth;
+	atomic_init(&p->depth, r.depth);
 	p->copy_queues = r.kq;
 	if (r.cfg.trace[0] != '\0' && (rc = rf__engine_trace(&p->eng, "rf_pipeline_create", r.cfg.trace)) != RF_OK) {
 		rf__pipeline_free(p);
@@ -397,7 +299,7 @@ int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const *srcs, con
 
 unsigned rf_pipeline_depth(const rf_pipeline *p)
 {
-	return p ? p->depth : 0;
+	return p ? atomic_load_explicit(&p->depth, memory_order_relaxed) : 0;
 }
 
 const char *rf_pipeline_backend(const rf_pipeline *p)
@@ -429,6 +331,13 @@ int rf_pipeline_cancel(rf_pipeline *p)
 	if (p == NULL)
 		return rf__err(RF_EINVAL, "rf_pipeline_cancel: p is NULL");
 	return rf__engine_cancel(&p->eng);
+}
+
+int rf_pipeline_cancel_clear(rf_pipeline *p)
+{
+	if (p == NULL)
+		return rf__err(RF_EINVAL, "rf_pipeline_cancel_clear: p is NULL");
+	return rf__engine_cancel_clear(&p->eng, "rf_pipeline_cancel_clear");
 }
 
 int rf_pipeline_trace(rf_pipeline *p, const char *path)
@@ -466,7 +375,7 @@ const rf__engine *rf__pipeline_engine(const rf_pipeline *p)
 
 const char *rf_pipeline_describe(const rf_pipeline *p)
 {
-	return p ? p->eng.describe : "";
+	return p ? rf__engine_describe(&p->eng) : "";
 }
 
 unsigned rf_pipeline_copy_queues(const rf_pipeline *p)

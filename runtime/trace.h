@@ -22,7 +22,13 @@ typedef struct rf__tev {
 typedef struct rf__trace {
 	unsigned nq;
 	rf__tev *ev[RF_MAX_QUEUES];
-	size_t n[RF_MAX_QUEUES];
+	size_t n[RF_MAX_QUEUES], cap[RF_MAX_QUEUES]; /* events beyond cap are dropped (sampled traces) */
+	/* Sampling (depth = auto's measuring run): blocks come in groups of `group` (the ring's depth);
+	 * kept are the pairs of groups g, g+1 with g % every == 0 — so the block that refilled a slot and
+	 * the block that freed it are kept together — about 2 / every of the blocks (every <= 2: all).
+	 * Only a `sampled` trace drops the others; a full one is filtered by its reader. */
+	uint64_t group, every;
+	int sampled;
 	/* Every start and end of a copy or compute takes the next number. Relaxed increments: the counter's
 	 * modification order follows happens-before, so an op that really ran after another gets larger
 	 * numbers, and the counter adds no synchronisation that could hide a race from ThreadSanitizer. */
@@ -41,17 +47,29 @@ static inline uint64_t rf__trace_seq(rf__trace *t)
 	return atomic_fetch_add_explicit(&t->seq, 1, memory_order_relaxed);
 }
 
+/* Is `block` one of the sampled blocks (see rf__trace.group)? */
+static inline int rf__trace_keeps(const rf__trace *t, int64_t block)
+{
+	return t->every <= 2 || ((uint64_t)block / t->group) % t->every < 2;
+}
+
 static inline void rf__trace_add(rf__trace *t, unsigned q, uint8_t kind, int64_t block, unsigned slot,
 				 uint32_t node, int64_t t0, int64_t t1, uint64_t s0)
 {
+	if ((t->sampled && !rf__trace_keeps(t, block)) || t->n[q] == t->cap[q])
+		return;
 	rf__tev e = {t0, t1, s0, rf__trace_seq(t), block, slot, node, kind};
 	t->ev[q][t->n[q]++] = e;
 }
 
-/* Size the per-queue arrays for a run of prog over nblocks. RF_OK or RF_ENOMEM. */
-int rf__trace_begin(rf__trace *t, const struct rf_program *prog, size_t nblocks);
-/* Append the run's events to the file at path (creating it with the opening "[") and release the
- * arrays. `label` names the process track. RF_OK or RF_EBACKEND (the file could not be written). */
+/* Size the per-queue arrays for a run of prog over nblocks: every event (sampled 0), or only those of
+ * about `samples` blocks in groups of `group` (sampled 1: memory independent of nblocks). The sampling
+ * is set in both cases (rf__trace_keeps). RF_OK or RF_ENOMEM. */
+int rf__trace_begin(rf__trace *t, const struct rf_program *prog, size_t nblocks, int sampled, unsigned group,
+		    size_t samples);
+/* Append the run's events to the file at path (a JSON array, created if needed and closed again after
+ * them: one whole write under an exclusive flock) and release the arrays. `label` names the process
+ * track. RF_OK; RF_EBACKEND (not a regular file, not a trace array, or the write failed); RF_ENOMEM. */
 int rf__trace_end(rf__trace *t, const char *path, const char *label);
 /* Release the arrays without writing. */
 void rf__trace_drop(rf__trace *t);

@@ -64,7 +64,7 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 				if (RF__TEST_HOOK(before_copy) != NULL)
 					RF__TEST_HOOK(before_copy)((size_t)b);
 				rc = h->copy(c, run, o->queue, (size_t)b, slot);
-				if (timed)
+				if (timed && rc != RF_ECANCELED) /* canceled: the copy never ran */
 					rf__walk_timed(run, o, b, slot, t0, s0);
 				break;
 			}
@@ -72,7 +72,7 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 				int64_t t0 = timed ? rf__trace_now() : 0;
 				uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
 				rc = h->compute(c, run, o->queue, (size_t)b, slot);
-				if (timed)
+				if (timed && rc != RF_ECANCELED) /* canceled: the callback was not called */
 					rf__walk_timed(run, o, b, slot, t0, s0);
 				break;
 			}
@@ -99,7 +99,7 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 /* The bytes of a slot, and the call of a compute with the failure bookkeeping every backend needs. */
 static inline unsigned char *rf__slot_ptr(const rf__run *run, unsigned slot)
 {
-	return run->slots + (size_t)slot * run->slot_bytes;
+	return run->slots + (size_t)slot * run->slot_stride;
 }
 
 static inline int rf__call_compute(rf__run *run, size_t b, unsigned slot, void *stream)

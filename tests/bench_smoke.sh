@@ -31,6 +31,7 @@ check "trace has copy and compute slices" "grep -q '\"cat\":\"copy\"' \"$out/t.j
 check "DOT written" "grep -q '^digraph' \"$out/g.dot\""
 if command -v python3 >/dev/null; then
 	check "JSON parses" "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' \"$out/s.json\""
+	check "trace is a valid JSON document (python3 -m json.tool)" "python3 -m json.tool \"$out/t.json\" >/dev/null"
 fi
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

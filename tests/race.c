@@ -171,6 +171,10 @@ static int iteration(unsigned long long iter, int negative)
 	rc = rf_pipeline_run(p, n, (const void *const *)srcs, sizes, compute, &c);
 	if (canceling)
 		pthread_join(kt, NULL);
+	/* A cancel that came after the run's last compute started stays pending for the next run: withdraw
+	 * it, as a serving loop does once a request's timer is disarmed (rf_pipeline_cancel_clear). */
+	if (canceling && rc != RF_ECANCELED)
+		rf_pipeline_cancel_clear(p);
 	if (g_oracle_only) { /* caught only if the oracle itself reported the WAR race */
 		bad = rc == RF_EHAZARD && strstr(rf_errmsg(), "WAR") != NULL;
 		if (bad)

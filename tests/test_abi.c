@@ -24,6 +24,7 @@ _Static_assert(offsetof(rf_pipeline_params, flags) == 28, "flags moved");
 _Static_assert(offsetof(rf_pipeline_params, copy_queues) == 32, "copy_queues moved");
 _Static_assert(offsetof(rf_pipeline_params, staging) == 40, "staging moved");
 _Static_assert(offsetof(rf_pipeline_params, memory) == 48, "memory moved");
+_Static_assert(offsetof(rf_pipeline_params, depth_auto) == 52, "depth_auto moved");
 _Static_assert(offsetof(rf_pipeline_params, wait) == 56, "wait moved");
 _Static_assert(offsetof(rf_pipeline_params, reserved) == 64, "reserved moved");
 _Static_assert(sizeof(((rf_pipeline_params *)0)->reserved) == 8 * sizeof(uint64_t), "reserved is 8 words");
@@ -34,7 +35,7 @@ _Static_assert(sizeof(rf_memory) == sizeof(int), "rf_memory is an int-sized enum
 _Static_assert(offsetof(rf_pipeline_params, reserved) + sizeof(((rf_pipeline_params *)0)->reserved) ==
                    sizeof(rf_pipeline_params),
                "reserved[] must be the last member");
-_Static_assert(RF_DEPTH_AUTO == 0xFFFFFFFFu, "RF_DEPTH_AUTO is part of the ABI");
+_Static_assert(RF_DEPTH_AUTO == 1u, "RF_DEPTH_AUTO is part of the ABI");
 
 Test(abi, params_layout)
 {

@@ -192,10 +192,11 @@ Test(cuda_sequence, depth2_pinned_sources)
 	 * e24.. to the enqueue window (recorded after each compute). Copies run ahead by the depth; a compute
 	 * waits for its copy (RAW), and the copy into a slot waits for the compute that last read it (WAR).
 	 * The last computes signal nothing: no copy waits for them. The run ends with one synchronisation
-	 * of every stream, nothing in between. d0 is the device ring, h0..h2 the (pinned) sources. */
+	 * of every stream, nothing in between. d0 is the device ring, h0..h2 the (pinned) sources; slots
+	 * are slot_bytes rounded up to the backend's slot_align apart (256 B on the device: d0+256). */
 	const char *want = "memcpy s1 d0+0 <- h0+0 n=16\n"
 			   "record s1 e12\n"
-			   "memcpy s1 d0+16 <- h1+0 n=16\n"
+			   "memcpy s1 d0+256 <- h1+0 n=16\n"
 			   "record s1 e13\n"
 			   "wait s0 e12\n"
 			   "hostfn s0\n"
@@ -242,7 +243,7 @@ Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 	const char *want = "memcpy s1 d0+0 <- r1+0 n=16\n"
 			   "record s1 e82\n"
 			   "record s1 e12\n"
-			   "memcpy s1 d0+16 <- r1+4096 n=16\n"
+			   "memcpy s1 d0+256 <- r1+4096 n=16\n"
 			   "record s1 e83\n"
 			   "record s1 e13\n"
 			   "wait s0 e12\n"

@@ -340,7 +340,8 @@ Test(keyed, destroy_with_holds)
 Test(keyed, depth_auto_uses_every_allocated_slot)
 {
 	rf_pipeline_params pp = {0};
-	pp.depth = RF_DEPTH_AUTO;
+	pp.depth = 0;
+	pp.depth_auto = RF_DEPTH_AUTO;
 	pp.slot_bytes = SB;
 	pp.backend = test_backend();
 	rf_pipeline *p = NULL;

@@ -143,7 +143,6 @@ Test(pipeline, cancel_from_another_thread_drains_and_returns_ecanceled)
 	pthread_join(t, NULL);
 	cr_assert_eq(rc, RF_ECANCELED, "%s: %s", rf_err_name(rc), rf_errmsg());
 	cr_assert_lt(c.calls, bs.n, "the run went to the end");
-	cr_assert_eq(rf_pipeline_cancel(p), RF_OK, "idle: no effect");
 	checked_run(p, &bs, 0, "after a cancel from another thread");
 	cr_assert_eq(rf_pipeline_cancel(NULL), RF_EINVAL);
 	rf_pipeline_destroy(p);
@@ -158,7 +157,7 @@ static int spin_cb(void *user, const rf_block *blk)
 	(void)blk;
 	rf_pipeline *p = user;
 	rf_stats s;
-	cr_assert_eq(rf_pipeline_stats(p, &s), RF_EBUSY, "stats while running");
+	cr_assert_eq(rf_pipeline_stats(p, &s), RF_OK, "stats while running: the run before");
 	cr_assert_eq(rf_pipeline_collect_stats(p, 0), RF_EBUSY, "collect while running");
 	struct timespec t0, t;
 	clock_gettime(CLOCK_MONOTONIC, &t0);

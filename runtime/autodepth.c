@@ -1,0 +1,157 @@
+/* runtime/autodepth.c — the depth = auto rules (runtime/autodepth.h): pure functions of samples. */
+#include "runtime/autodepth.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "runtime/trace.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+_Static_assert(RF__AUTO_ROUNDS == 3, "rf__median3 takes the middle of three probe runs");
+
+static int rf__cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* The 90th percentile of v[0..n) (n > 0; sorted in place). */
+static double rf__p90(int64_t *v, size_t n)
+{
+	qsort(v, n, sizeof *v, rf__cmp_i64);
+	return (double)v[(n * 9) / 10 < n ? (n * 9) / 10 : n - 1];
+}
+
+static double rf__mean(const int64_t *v, size_t n)
+{
+	double sum = 0;
+	for (size_t i = 0; i < n; i++)
+		sum += (double)v[i];
+	return sum / (double)n;
+}
+
+unsigned rf__auto_rule(rf__auto_samples *s, unsigned kq, unsigned max, rf__auto_summary *sum)
+{
+	if (s->ncopy == 0 || s->ncompute == 0)
+		return 0;
+	rf__auto_summary x;
+	x.copy_mean = rf__mean(s->copy, s->ncopy);
+	x.compute_mean = rf__mean(s->compute, s->ncompute);
+	x.copy_p90 = rf__p90(s->copy, s->ncopy);
+	x.refill_p90 = s->nrefill ? rf__p90(s->refill, s->nrefill) : x.copy_p90;
+	unsigned lo = rf__ring_busy_depth(kq), d;
+	double m = x.compute_mean;
+	if (m <= 0 || x.copy_mean >= m * kq) {
+		d = lo + (x.copy_p90 > 1.5 * x.copy_mean);
+	} else {
+		double r = x.refill_p90 / m;
+		d = r >= RF__AUTO_MAX_DEPTH ? RF__AUTO_MAX_DEPTH : 1 + (unsigned)r + ((double)(unsigned)r < r);
+	}
+	d = d < lo ? lo : d;
+	*sum = x;
+	return d > max ? max : d;
+}
+
+/* A compute's end, by block: refill latencies pair each sampled copy with it. */
+typedef struct rf__auto_end {
+	int64_t block, t1;
+} rf__auto_end;
+
+static int rf__cmp_end(const void *a, const void *b)
+{
+	int64_t x = ((const rf__auto_end *)a)->block, y = ((const rf__auto_end *)b)->block;
+	return (x > y) - (x < y);
+}
+
+static const rf__auto_end *rf__auto_find(const rf__auto_end *v, size_t n, int64_t block)
+{
+	rf__auto_end key = {block, 0};
+	return bsearch(&key, v, n, sizeof *v, rf__cmp_end);
+}
+
+int rf__auto_collect(const rf__trace *t, unsigned depth, rf__auto_samples *s)
+{
+	const size_t cap = RF__AUTO_SAMPLES;
+	memset(s, 0, sizeof *s);
+	rf__auto_end *ends = rf__malloc(cap * sizeof *ends);
+	s->copy = rf__malloc(cap * sizeof *s->copy);
+	s->refill = rf__malloc(cap * sizeof *s->refill);
+	s->compute = rf__malloc(cap * sizeof *s->compute);
+	if (ends == NULL || s->copy == NULL || s->refill == NULL || s->compute == NULL) {
+		free(ends);
+		rf__auto_samples_free(s);
+		return rf__err(RF_ENOMEM, "depth auto: out of memory for samples");
+	}
+	/* A full trace (tracing or the oracle on) holds every block: take the sampled ones only. */
+	size_t nend = 0;
+	for (unsigned q = 0; q < t->nq; q++)
+		for (size_t i = 0; i < t->n[q] && nend < cap; i++) {
+			const rf__tev *e = &t->ev[q][i];
+			if (e->kind == RF_OP_COMPUTE && rf__trace_keeps(t, e->block)) {
+				s->compute[s->ncompute++] = e->t1 - e->t0;
+				ends[nend++] = (rf__auto_end){e->block, e->t1};
+			}
+		}
+	qsort(ends, nend, sizeof *ends, rf__cmp_end);
+	for (unsigned q = 0; q < t->nq; q++)
+		for (size_t i = 0; i < t->n[q] && s->ncopy < cap; i++) {
+			const rf__tev *e = &t->ev[q][i];
+			if (e->kind != RF_OP_COPY || !rf__trace_keeps(t, e->block))
+				continue;
+			s->copy[s->ncopy++] = e->t1 - e->t0;
+			const rf__auto_end *f = e->block >= (int64_t)depth ? rf__auto_find(ends, nend, e->block - depth) : NULL;
+			if (f != NULL)
+				s->refill[s->nrefill++] = e->t1 - f->t1;
+		}
+	free(ends);
+	return RF_OK;
+}
+
+void rf__auto_samples_free(rf__auto_samples *s)
+{
+	free(s->copy);
+	free(s->refill);
+	free(s->compute);
+	memset(s, 0, sizeof *s);
+}
+
+unsigned rf__auto_candidates(unsigned d, unsigned max, unsigned cand[RF__AUTO_NCAND])
+{
+	unsigned n = 0;
+	for (unsigned k = 0, c = d; k < RF__AUTO_NCAND && c <= max; k++, c *= 2)
+		cand[n++] = c;
+	if (n < RF__AUTO_NCAND && cand[n - 1] < max && cand[n - 1] * 2 > max)
+		cand[n++] = max;
+	return n;
+}
+
+void rf__auto_probe_start(rf__auto_probe *pr, const unsigned *cand, unsigned n)
+{
+	memset(pr, 0, sizeof *pr);
+	pr->n = n;
+	memcpy(pr->cand, cand, n * sizeof *cand);
+}
+
+/* The middle of three: one run disturbed by the machine (either way) does not decide. */
+static double rf__median3(const double v[3])
+{
+	double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
+	return v[2] < lo ? lo : v[2] > hi ? hi : v[2];
+}
+
+int rf__auto_probe_next(rf__auto_probe *pr, double x, unsigned *win)
+{
+	pr->runs[pr->cur][pr->probes / pr->n] = x;
+	if (++pr->probes < pr->n * RF__AUTO_ROUNDS) {
+		pr->cur = (pr->cur + 1) % pr->n;
+		return 1;
+	}
+	unsigned w = 0;
+	for (unsigned i = 0; i < pr->n; i++)
+		pr->best[i] = rf__median3(pr->runs[i]);
+	for (unsigned i = 1; i < pr->n; i++)
+		if (pr->best[i] < pr->best[w] * 0.99)
+			w = i;
+	*win = w;
+	return 0;
+}
