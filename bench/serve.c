@@ -119,9 +119,25 @@ static double f_late(const rfs_tally *t, const rfs_opts *o) { return (double)t->
 static double f_wasted(const rfs_tally *t, const rfs_opts *o) { return (double)t->wasted / o->steps; }
 static double f_dropped(const rfs_tally *t, const rfs_opts *o) { return (double)t->dropped / o->steps; }
 
+/* The median over the rounds of this contestant's time / ref's time in the same round: paired, so that
+ * a slow stretch of a loaded machine hits both sides of each ratio. NAN without ref. */
+static double paired_ratio(const bench *b, const entry *x, const entry *ref)
+{
+	double v[1000];
+	if (ref == NULL)
+		return NAN;
+	for (unsigned r = 0; r < b->o->rounds; r++)
+		v[r] = x->t[r].wall_s / ref->t[r].wall_s;
+	return rfb_median(v, b->o->rounds);
+}
+
 static void records(const bench *b, rfs_record *r)
 {
-	double seq = NAN, spin = NAN;
+	const entry *seq = NULL, *spin = NULL;
+	for (size_t j = 0; j < b->n; j++) {
+		seq = b->e[j].kind == RFS_SEQUENTIAL ? &b->e[j] : seq;
+		spin = b->e[j].kind == RFS_SPIN ? &b->e[j] : spin;
+	}
 	for (size_t j = 0; j < b->n; j++) {
 		const entry *x = &b->e[j];
 		int keyed = x->kind == RFS_KEYED || x->kind == RFS_KEYED_HINTS;
@@ -135,14 +151,8 @@ static void records(const bench *b, rfs_record *r)
 				    median_of(b, x, f_compute), median_of(b, x, f_mib),
 				    keyed ? median_of(b, x, f_hit) : NAN, keyed ? median_of(b, x, f_late) : NAN,
 				    keyed ? median_of(b, x, f_wasted) : NAN, keyed ? median_of(b, x, f_dropped) : NAN,
-				    NAN, NAN, x->checksum, x->checksum_ok};
-		if (x->kind == RFS_SEQUENTIAL)
-			seq = r[j].ms_step;
-		if (x->kind == RFS_SPIN)
-			spin = r[j].ms_step;
+				    paired_ratio(b, x, seq), paired_ratio(b, x, spin), x->checksum, x->checksum_ok};
 	}
-	for (size_t j = 0; j < b->n; j++)
-		r[j].vs_seq = r[j].ms_step / seq, r[j].vs_spin = r[j].ms_step / spin;
 }
 
 static int outputs(const bench *b, const rfs_record *r)
@@ -175,8 +185,8 @@ static int run(bench *b)
 		const rfs_opts *o = b->o;
 		printf("ringfetch-serve-bench %s: %u layers x %u experts of %zu KiB, top-%u, batch %u, skew %g, "
 		       "compute = sum + %g us (%llu iterations) per expert and token\n"
-		       "%u steps x %u alternating rounds, medians per decode step; ratios to sequential and spin "
-		       "from the same run\n",
+		       "%u steps x %u alternating rounds, medians per decode step; vs seq, vs spin: medians of the "
+		       "ratios within each round\n",
 		       rf_version_string(), o->layers, o->experts, o->expert_bytes >> 10, o->topk, o->batch, o->skew,
 		       o->compute_us, (unsigned long long)b->m->iters, o->steps, o->rounds);
 		rfs_print_table(r, b->n, stdout);

@@ -146,7 +146,8 @@ typedef struct rfs_record {
 	double mb_step;                 /* MiB copied per step */
 	double hit_rate;                /* hits / acquires; NAN for the contestants without a cache */
 	double late_step, wasted_step, dropped_step; /* keyed: per step; NAN otherwise */
-	double vs_seq, vs_spin;         /* ms_step / sequential's, / spin's; NAN when not measured */
+	double vs_seq, vs_spin;         /* median over rounds of time / sequential's (spin's) in the same
+	                                   round; NAN when not measured */
 	uint64_t checksum;              /* the last round's */
 	int checksum_ok;                /* every round's checksum equal to the direct line's */
 } rfs_record;
