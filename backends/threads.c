@@ -17,6 +17,7 @@
  * and the run returns once all workers are parked again. The next run resets the counters. */
 #include "base/alloc.h"
 #include "base/error.h"
+#include "backends/threads_keyed.h"
 #include "memory/staging.h"
 #include "memory/topology.h"
 #include "runtime/walk.h"
@@ -91,13 +92,18 @@ struct rf__threads {
 	rf__tq *q;
 	rf__worker *w; /* workers of queues 1 .. nq-1 (w[0] unused) */
 	unsigned nworkers;
-	/* run control, under mu */
+	/* Run control. Workers spin on gen for the wait policy's budget after a run, then sleep on start_cv
+	 * (sleepers counts them); the caller spins on active the same way, then sleeps on done_cv
+	 * (done_sleeping). Publish-then-check on both sides, sequentially consistent (see the top). */
 	pthread_mutex_t mu;
 	pthread_cond_t start_cv, done_cv;
-	unsigned long gen;
-	unsigned active;
-	int quit;
+	atomic_ulong gen;
+	atomic_uint active;
+	atomic_int sleepers, done_sleeping;
+	atomic_int quit;
 	rf__run *run;
+	int64_t spin_ns; /* the wait policy between runs (rf__open_args.wait_spin_ns, resolved; 0 = sleep) */
+	struct rf__tk *tk; /* keyed copy lanes (backends/threads_keyed.c) */
 	/* failure */
 	atomic_int stop;
 	atomic_int first_rc;
@@ -205,11 +211,25 @@ static int rf__thr_spin(rf__threads *t, rf__tq *e, int64_t v)
 			int64_t now = rf__trace_now();
 			if (t0 == 0)
 				t0 = now;
-			else if (now - t0 > RF__SPIN_NS)
+			else if (now - t0 > (t->spin_ns > RF__SPIN_NS ? t->spin_ns : RF__SPIN_NS))
 				return 0;
 			sched_yield();
 		}
 	}
+}
+
+/* Spin predicates (rf__spin_until) for the waits between runs: a new run (or quit) for a worker,
+ * every worker done for the caller. */
+static int rf__thr_started(void *arg, uint64_t seen)
+{
+	rf__threads *t = arg;
+	return atomic_load_explicit(&t->gen, memory_order_acquire) != seen || atomic_load(&t->quit);
+}
+
+static int rf__thr_all_done(void *arg, uint64_t unused)
+{
+	(void)unused;
+	return atomic_load_explicit(&((rf__threads *)arg)->active, memory_order_acquire) == 0;
 }
 
 static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
@@ -248,21 +268,25 @@ static void *rf__thr_main(void *arg)
 	rf__worker *w = arg;
 	rf__threads *t = w->t;
 	unsigned long seen = 0;
-	pthread_mutex_lock(&t->mu);
 	for (;;) {
-		while (t->gen == seen && !t->quit)
-			pthread_cond_wait(&t->start_cv, &t->mu);
-		if (t->quit)
+		if (!rf__spin_until(rf__thr_started, t, seen, t->spin_ns)) {
+			pthread_mutex_lock(&t->mu);
+			atomic_fetch_add(&t->sleepers, 1);
+			while (atomic_load(&t->gen) == seen && !atomic_load(&t->quit))
+				pthread_cond_wait(&t->start_cv, &t->mu);
+			atomic_fetch_sub(&t->sleepers, 1);
+			pthread_mutex_unlock(&t->mu);
+		}
+		if (atomic_load(&t->quit))
 			break;
-		seen = t->gen;
-		rf__run *run = t->run;
-		pthread_mutex_unlock(&t->mu);
-		rf__thr_walk(t, run, w->q);
-		pthread_mutex_lock(&t->mu);
-		if (--t->active == 0)
+		seen = atomic_load(&t->gen);
+		rf__thr_walk(t, t->run, w->q);
+		if (atomic_fetch_sub(&t->active, 1) == 1 && atomic_load(&t->done_sleeping)) {
+			pthread_mutex_lock(&t->mu);
 			pthread_cond_signal(&t->done_cv);
+			pthread_mutex_unlock(&t->mu);
+		}
 	}
-	pthread_mutex_unlock(&t->mu);
 	return NULL;
 }
 
@@ -273,19 +297,34 @@ static int rf__thr_run(void *ctx, rf__run *run)
 		atomic_store_explicit(&t->q[i].value, 0, memory_order_relaxed);
 	atomic_store(&t->stop, 0);
 	atomic_store(&t->first_rc, 0);
-	pthread_mutex_lock(&t->mu);
+	if (run->prog->nslots <= 1) {
+		/* Depth 1: the copy and the compute wait for each other, nothing overlaps; walking every queue
+		 * in issue order on the caller saves two thread hops per block. */
+		rf__walker wk = {t, *run};
+		int rc = rf__walk(&wk.run, -1, &rf__thr_ops, &wk);
+		run->failed_block = wk.run.failed_block;
+		run->failed_value = wk.run.failed_value;
+		return rc;
+	}
 	t->run = run;
-	t->gen++;
-	t->active = t->nworkers;
-	pthread_cond_broadcast(&t->start_cv);
-	pthread_mutex_unlock(&t->mu);
+	atomic_store(&t->active, t->nworkers);
+	atomic_fetch_add(&t->gen, 1);
+	if (atomic_load(&t->sleepers) > 0) {
+		pthread_mutex_lock(&t->mu);
+		pthread_cond_broadcast(&t->start_cv);
+		pthread_mutex_unlock(&t->mu);
+	}
 
 	rf__thr_walk(t, run, 0);
 
-	pthread_mutex_lock(&t->mu);
-	while (t->active > 0)
-		pthread_cond_wait(&t->done_cv, &t->mu);
-	pthread_mutex_unlock(&t->mu);
+	if (!rf__spin_until(rf__thr_all_done, t, 0, t->spin_ns > RF__SPIN_NS ? t->spin_ns : RF__SPIN_NS)) {
+		pthread_mutex_lock(&t->mu);
+		atomic_store(&t->done_sleeping, 1);
+		while (atomic_load(&t->active) > 0)
+			pthread_cond_wait(&t->done_cv, &t->mu);
+		atomic_store(&t->done_sleeping, 0);
+		pthread_mutex_unlock(&t->mu);
+	}
 	int rc = atomic_load(&t->first_rc);
 	if (rc == RF_ECALLBACK) {
 		run->failed_block = t->fail_block;
@@ -296,8 +335,10 @@ static int rf__thr_run(void *ctx, rf__run *run)
 
 static void rf__thr_join(rf__threads *t)
 {
+	rf__tk_close(t->tk);
+	t->tk = NULL;
 	pthread_mutex_lock(&t->mu);
-	t->quit = 1;
+	atomic_store(&t->quit, 1);
 	pthread_cond_broadcast(&t->start_cv);
 	pthread_mutex_unlock(&t->mu);
 	for (unsigned i = 1; i <= t->nworkers; i++)
@@ -449,6 +490,12 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_cond_init(&t->start_cv, NULL);
 	pthread_cond_init(&t->done_cv, NULL);
+	atomic_init(&t->gen, 0);
+	atomic_init(&t->active, 0);
+	atomic_init(&t->sleepers, 0);
+	atomic_init(&t->done_sleeping, 0);
+	atomic_init(&t->quit, 0);
+	t->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
 	atomic_init(&t->stop, 0);
 	atomic_init(&t->first_rc, 0);
 	for (unsigned i = 1; i < t->nq; i++) {
@@ -461,6 +508,12 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 			return rf__err(RF_ENOMEM, "threads: cannot start the worker of queue %u: %s", i, strerror(err));
 		}
 		t->nworkers = i;
+	}
+	int rc = rf__tk_open(t->nq > 1 ? t->nq - 1 : 1, t->spin_ns, &t->tk);
+	if (rc != RF_OK) {
+		rf__thr_join(t);
+		rf__thr_free(t);
+		return rc;
 	}
 	rf__thr_pin(t);
 	*ctx = t;
@@ -488,6 +541,16 @@ static int rf__thr_probe(int device)
 	return RF_OK;
 }
 
+/* Keyed use: the lanes of backends/threads_keyed.c. */
+#define RF__TK(ctx) (((rf__threads *)(ctx))->tk)
+static int rf__thr_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out) { return rf__tk_issue(RF__TK(ctx), req, out); }
+static int rf__thr_ktest(void *ctx, rf__kticket t) { return rf__tk_test(RF__TK(ctx), t); }
+static int rf__thr_kcancel(void *ctx, rf__kticket t) { return rf__tk_cancel(RF__TK(ctx), t); }
+static int rf__thr_ksync(void *ctx, rf__kticket t) { return rf__tk_sync(RF__TK(ctx), t); }
+static int rf__thr_kwait(void *ctx, rf__kticket t, void *stream) { return (void)stream, rf__tk_sync(RF__TK(ctx), t); }
+static int rf__thr_kquiesce(void *ctx) { return rf__tk_quiesce(RF__TK(ctx)); }
+static unsigned rf__thr_klanes(void *ctx) { return rf__tk_lanes(RF__TK(ctx)); }
+
 const rf__backend_ops rf__backend_threads = {
 	.abi = RF__BACKEND_ABI,
 	.name = "threads",
@@ -499,4 +562,11 @@ const rf__backend_ops rf__backend_threads = {
 	.slots_free = rf__host_slots_free,
 	.run = rf__thr_run,
 	.describe = rf__thr_describe,
+	.kissue = rf__thr_kissue,
+	.ktest = rf__thr_ktest,
+	.kcancel = rf__thr_kcancel,
+	.kwait = rf__thr_kwait,
+	.ksync = rf__thr_ksync,
+	.kquiesce = rf__thr_kquiesce,
+	.klanes = rf__thr_klanes,
 };
