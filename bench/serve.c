@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct entry {
 	rfs_kind kind;
@@ -38,10 +39,6 @@ static int add_contestants(bench *b)
 	for (unsigned k = 0; k < RFS_NKINDS; k++) {
 		if (!(o->contestants & (1u << k)))
 			continue;
-		if ((k == RFS_KEYED || k == RFS_KEYED_HINTS) && !rfs_keyed_available()) {
-			fprintf(stderr, "%s: skipped, this library has no keyed implementation\n", rfs_kind_name(k));
-			continue;
-		}
 		unsigned nb = RFS_IS_RINGFETCH(k) ? o->nbackends : 1;
 		for (unsigned i = 0; i < nb; i++) {
 			entry *x = &b->e[b->n];
@@ -69,6 +66,15 @@ static void progress(const bench *b, unsigned round)
 	fflush(stderr);
 }
 
+/* Between two contestants: long enough for an idle pipeline's workers to stop spinning (wait "auto"
+ * spins up to 2 ms after its last call, docs/serving.md), so that they do not run into the next
+ * contestant's round, whose threads would then share the cores with them. Not timed. */
+static void settle(void)
+{
+	struct timespec ts = {0, 5 * 1000 * 1000};
+	nanosleep(&ts, NULL);
+}
+
 /* Round 0 is the warm-up (steps 0 .. steps-1, not recorded); round r >= 1 is measured round r-1. */
 static int one_round(bench *b, unsigned round)
 {
@@ -76,6 +82,7 @@ static int one_round(bench *b, unsigned round)
 	for (size_t j = 0; j < b->n; j++) {
 		entry *x = &b->e[(j + round) % b->n];
 		rfs_tally *t = round == 0 ? &warm[(j + round) % b->n] : &x->t[round - 1];
+		settle();
 		if (rfs_contestant_round(x->c, round * b->o->steps, t) != 0) {
 			fprintf(stderr, "%s (%s): round %u failed\n", rfs_kind_name(x->kind), rfs_contestant_backend(x->c),
 				round);

@@ -122,8 +122,6 @@ double rfs_now(void);
 
 typedef struct rfs_contestant rfs_contestant;
 
-/* Whether the library implements keyed use (the keyed contestants are skipped otherwise). */
-int rfs_keyed_available(void);
 /* Create one contestant (backend: for the ringfetch ones). NULL with a message printed on failure. */
 rfs_contestant *rfs_contestant_create(const rfs_model *m, rfs_kind kind, const char *backend);
 /* One round of o->steps steps from first_step; fills t (zeroed first). 0 or -1 (message printed). */

@@ -18,19 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Until the library implements keyed use (issue 12, item 1), the keyed functions are referenced
- * weakly: this tool then links against a library without them and skips the keyed contestants. */
-#pragma weak rf_pipeline_prefetch
-#pragma weak rf_pipeline_acquire
-#pragma weak rf_pipeline_release
-#pragma weak rf_pipeline_keyed_stats
-
-int rfs_keyed_available(void)
-{
-	return rf_pipeline_prefetch != NULL && rf_pipeline_acquire != NULL && rf_pipeline_release != NULL &&
-	       rf_pipeline_keyed_stats != NULL;
-}
-
 /* ---- the hand-written spinning ring ---------------------------------------------------------- */
 
 typedef struct spin_ring {

@@ -18,7 +18,7 @@ static void cell(FILE *f, int width, double v, double scale, const char *unit)
 
 void rfs_print_table(const rfs_record *r, size_t n, FILE *f)
 {
-	fprintf(f, "%-12s %-8s %5s %9s %17s %7s %7s %9s %9s %9s %6s %6s %6s\n", "contestant", "backend", "slots",
+	fprintf(f, "%-12s %-8s %5s %9s %17s %7s %7s %9s %9s %9s %7s %6s %6s\n", "contestant", "backend", "slots",
 		"ms/step", "(fastest..slowest)", "vs seq", "vs spin", "computing", "exposed", "MiB/step", "hit", "late",
 		"wasted");
 	for (size_t i = 0; i < n; i++) {
@@ -29,7 +29,7 @@ void rfs_print_table(const rfs_record *r, size_t n, FILE *f)
 		cell(f, 7, x->vs_seq, 1, "x");
 		cell(f, 7, x->vs_spin, 1, "x");
 		fprintf(f, " %9.3f %9.3f %9.2f", x->compute_ms, x->exposed_ms, x->mb_step);
-		cell(f, 6, x->hit_rate, 100, "%");
+		cell(f, 7, x->hit_rate, 100, "%");
 		cell(f, 6, x->late_step, 1, "");
 		cell(f, 6, x->wasted_step, 1, "");
 		fprintf(f, "%s\n", x->checksum_ok ? "" : "  CHECKSUM DIFFERS");

@@ -21,13 +21,11 @@ done
 rm -rf "$out" && mkdir -p "$out"
 tiny="--layers 4 --experts 6 --expert-size 4K --topk 2 --batch 2 --steps 4 --rounds 3 --compute-us 2 --quiet"
 "$bench" $tiny --backend cpu,threads --slots 8 --depth 3 --json "$out/s.json" --csv "$out/s.csv" \
-	--plot "$out/s.png" > "$out/table.txt" 2> "$out/stderr.txt"
+	--plot "$out/s.png" > "$out/table.txt"
 rc=$?
 check "tiny run exits 0 (got $rc)" "[ $rc -eq 0 ]"
-# Records: sequential, direct, spin + (layer, keyed, keyed-hints) x 2 backends = 9; 5 while the library
-# has no keyed implementation (the tool says so and skips the keyed contestants).
-keyed=1 n=9
-grep -q "no keyed implementation" "$out/stderr.txt" && keyed=0 n=5 && echo "note: keyed contestants skipped"
+# Records: sequential, direct, spin + (layer, keyed, keyed-hints) x 2 backends = 9.
+n=9
 check "table has $n contestants" "[ \$(grep -cE '^(sequential|direct|spin|layer|keyed|keyed-hints) ' \"$out/table.txt\") -eq $n ]"
 check "JSON has $n records" "[ \$(grep -c '\"contestant\"' \"$out/s.json\") -eq $n ]"
 check "CSV has a header and $n rows" "[ \$(wc -l < \"$out/s.csv\") -eq $((n + 1)) ]"
@@ -47,19 +45,15 @@ assert all(x['mib_copied_per_step'] > 0 for x in r if x['contestant'] in ('seque
 EOF"
 fi
 
-if [ $keyed -eq 1 ]; then
 # A keyed cache of 2 slots under a batch that routes up to 4 experts a layer, hints included.
 "$bench" $tiny --backend cpu,threads --slots 2 --hint-next 3 --contestants keyed,keyed-hints > "$out/small.txt"
 rc=$?
 check "2-slot keyed run exits 0 (got $rc)" "[ $rc -eq 0 ]"
 check "2-slot keyed run: 5 contestants, checksums equal" \
 	"[ \$(grep -cE '^(direct|keyed|keyed-hints) ' \"$out/small.txt\") -eq 5 ] && ! grep -q DIFFERS \"$out/small.txt\""
-fi
 
 # Negative control: each contestant in turn computes a wrong expert; the run must fail, saying so.
-faulty="sequential spin layer"
-[ $keyed -eq 1 ] && faulty="$faulty keyed keyed-hints"
-for c in $faulty; do
+for c in sequential spin layer keyed keyed-hints; do
 	msg=$(RFS_SERVE_FAULT=$c "$bench" $tiny --backend threads --slots 8 2>&1 >/dev/null); rc=$?
 	check "a wrong $c fails the run (got $rc)" "[ $rc -eq 1 ]"
 	check "a wrong $c is named" "echo \"\$msg\" | grep -q \"^$c \""
