@@ -115,6 +115,7 @@ static double median_of(const bench *b, const entry *x, double (*f)(const rfs_ta
 
 static double f_ms(const rfs_tally *t, const rfs_opts *o) { return t->wall_s * 1e3 / o->steps; }
 static double f_compute(const rfs_tally *t, const rfs_opts *o) { return t->compute_s * 1e3 / o->steps; }
+static double f_cpu(const rfs_tally *t, const rfs_opts *o) { return t->cpu_s * 1e3 / o->steps; }
 static double f_exposed(const rfs_tally *t, const rfs_opts *o) { return (t->wall_s - t->compute_s) * 1e3 / o->steps; }
 static double f_mib(const rfs_tally *t, const rfs_opts *o) { return (double)t->bytes_copied / 1048576.0 / o->steps; }
 static double f_hit(const rfs_tally *t, const rfs_opts *o)
@@ -153,12 +154,24 @@ static void records(const bench *b, rfs_record *r)
 			double v = f_ms(&x->t[k], b->o);
 			lo = v < lo ? v : lo, hi = v > hi ? v : hi;
 		}
-		r[j] = (rfs_record){x->kind, rfs_contestant_backend(x->c), rfs_contestant_slots(x->c),
-				    median_of(b, x, f_ms), lo, hi, median_of(b, x, f_exposed),
-				    median_of(b, x, f_compute), median_of(b, x, f_mib),
-				    keyed ? median_of(b, x, f_hit) : NAN, keyed ? median_of(b, x, f_late) : NAN,
-				    keyed ? median_of(b, x, f_wasted) : NAN, keyed ? median_of(b, x, f_dropped) : NAN,
-				    paired_ratio(b, x, seq), paired_ratio(b, x, spin), x->checksum, x->checksum_ok};
+		r[j] = (rfs_record){.kind = x->kind,
+				    .backend = rfs_contestant_backend(x->c),
+				    .slots = rfs_contestant_slots(x->c),
+				    .ms_step = median_of(b, x, f_ms),
+				    .ms_min = lo,
+				    .ms_max = hi,
+				    .exposed_ms = median_of(b, x, f_exposed),
+				    .compute_ms = median_of(b, x, f_compute),
+				    .cpu_ms = median_of(b, x, f_cpu),
+				    .mb_step = median_of(b, x, f_mib),
+				    .hit_rate = keyed ? median_of(b, x, f_hit) : NAN,
+				    .late_step = keyed ? median_of(b, x, f_late) : NAN,
+				    .wasted_step = keyed ? median_of(b, x, f_wasted) : NAN,
+				    .dropped_step = keyed ? median_of(b, x, f_dropped) : NAN,
+				    .vs_seq = paired_ratio(b, x, seq),
+				    .vs_spin = paired_ratio(b, x, spin),
+				    .checksum = x->checksum,
+				    .checksum_ok = x->checksum_ok};
 	}
 }
 

@@ -50,6 +50,7 @@ typedef struct rfs_opts {
 	unsigned depth;    /* slots of the spin ring and of the per-layer pipeline */
 	unsigned slots;    /* slots of the keyed pipelines */
 	unsigned hint_next; /* keyed-hints: how many of the next layer's likeliest experts are hinted */
+	const char *wait;   /* params.wait of the ringfetch pipelines (NULL: the library's default) */
 	const char *backends[RFB_MAX_LIST];
 	unsigned nbackends;
 	unsigned contestants; /* RFS_* bits; RFS_DIRECT is always added (the reference) */
@@ -96,7 +97,7 @@ typedef struct rfs_layer {
 
 /* What one contestant's round measured (summed over its steps). */
 typedef struct rfs_tally {
-	double wall_s, compute_s;
+	double wall_s, compute_s, cpu_s; /* cpu_s: CPU time of the whole process, all its threads */
 	uint64_t bytes_copied, computes, bad;
 	uint64_t acquires, hits, late, prefetches, dropped, wasted; /* keyed only */
 	uint64_t checksum; /* fold of every token's hidden state after every step */
@@ -117,6 +118,8 @@ typedef int (*rfs_layer_fn)(void *self, rfs_layer *L, rfs_tally *t);
 int rfs_round(const rfs_model *m, unsigned first_step, rfs_layer_fn fn, void *self, rfs_tally *t);
 
 double rfs_now(void);
+/* CPU time of the process (all threads), seconds. */
+double rfs_cpu_now(void);
 
 /* ---- the contestants (serve_contestants.c) ------------------------------------------------------- */
 
@@ -141,6 +144,7 @@ typedef struct rfs_record {
 	double ms_step, ms_min, ms_max; /* median, fastest and slowest round */
 	double exposed_ms;              /* median per step of wall time not inside a compute */
 	double compute_ms;              /* median per step of time inside computes */
+	double cpu_ms;                  /* median per step of the process's CPU time (every thread) */
 	double mb_step;                 /* MiB copied per step */
 	double hit_rate;                /* hits / acquires; NAN for the contestants without a cache */
 	double late_step, wasted_step, dropped_step; /* keyed: per step; NAN otherwise */

@@ -14,6 +14,13 @@ double rfs_now(void)
 	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
+double rfs_cpu_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
 static uint64_t mix(uint64_t z)
 {
 	z += 0x9e3779b97f4a7c15ull;
@@ -246,10 +253,11 @@ int rfs_round(const rfs_model *m, unsigned first_step, rfs_layer_fn fn, void *se
 	int rc = L && picks ? 0 : -1;
 	if (rc != 0)
 		fprintf(stderr, "out of memory\n");
-	double t0 = rfs_now();
+	double c0 = rfs_cpu_now(), t0 = rfs_now();
 	for (unsigned s = 0; s < o->steps && rc == 0; s++)
 		rc = one_step(m, first_step + s, fn, self, t, L, picks);
 	t->wall_s = rfs_now() - t0;
+	t->cpu_s = rfs_cpu_now() - c0;
 	free(L);
 	free(picks);
 	if (rc == 0 && t->bad != 0) {

@@ -31,6 +31,8 @@ const char *rfs_usage(void)
 	       "  --depth D            slots of the spin ring and of the per-layer pipeline (default 4)\n"
 	       "  --slots N            slots of the keyed pipelines, 1..1024 (default 128)\n"
 	       "  --hint-next N        keyed-hints: next layer's likeliest experts hinted (default 2)\n"
+	       "  --wait POLICY        wait policy of the ringfetch pipelines: auto, sleep, spin:US\n"
+	       "                       (default: the library's, i.e. RINGFETCH_WAIT, the config file, auto)\n"
 	       "  --contestants LIST   sequential,direct,spin,layer,keyed,keyed-hints or all (default all;\n"
 	       "                       direct always runs: every other contestant is checked against it)\n"
 	       "  --seed S             router seed (default 1)\n"
@@ -180,6 +182,14 @@ static int option(rfs_opts *o, const char *a, const char *v, char *err, size_t c
 		if (b == 0 || b % 64 != 0 || b > ((size_t)64 << 20))
 			return fail(err, cap, "--expert-size: \"%s\" is not a size in 64..64M and a multiple of 64", v);
 		o->expert_bytes = b;
+		return 0;
+	}
+	if (!strcmp(a, "--wait")) {
+		unsigned long long us;
+		if (strcmp(v, "auto") && strcmp(v, "sleep") &&
+		    (strncmp(v, "spin:", 5) || rfb_parse_count(v + 5, 0, 10000000, &us) != 0))
+			return fail(err, cap, "--wait: \"%s\" is not auto, sleep or spin:US (0..10000000)", v);
+		o->wait = v;
 		return 0;
 	}
 	if (!strcmp(a, "--json"))

@@ -18,9 +18,9 @@ static void cell(FILE *f, int width, double v, double scale, const char *unit)
 
 void rfs_print_table(const rfs_record *r, size_t n, FILE *f)
 {
-	fprintf(f, "%-12s %-8s %5s %9s %17s %7s %7s %9s %9s %9s %7s %6s %6s\n", "contestant", "backend", "slots",
-		"ms/step", "(fastest..slowest)", "vs seq", "vs spin", "computing", "exposed", "MiB/step", "hit", "late",
-		"wasted");
+	fprintf(f, "%-12s %-8s %5s %9s %17s %7s %7s %9s %9s %9s %9s %7s %6s %6s\n", "contestant", "backend", "slots",
+		"ms/step", "(fastest..slowest)", "vs seq", "vs spin", "computing", "exposed", "cpu", "MiB/step", "hit",
+		"late", "wasted");
 	for (size_t i = 0; i < n; i++) {
 		const rfs_record *x = &r[i];
 		char range[40];
@@ -28,7 +28,7 @@ void rfs_print_table(const rfs_record *r, size_t n, FILE *f)
 		fprintf(f, "%-12s %-8s %5u %9.3f %17s", rfs_kind_name(x->kind), x->backend, x->slots, x->ms_step, range);
 		cell(f, 7, x->vs_seq, 1, "x");
 		cell(f, 7, x->vs_spin, 1, "x");
-		fprintf(f, " %9.3f %9.3f %9.2f", x->compute_ms, x->exposed_ms, x->mb_step);
+		fprintf(f, " %9.3f %9.3f %9.3f %9.2f", x->compute_ms, x->exposed_ms, x->cpu_ms, x->mb_step);
 		cell(f, 7, x->hit_rate, 100, "%");
 		cell(f, 6, x->late_step, 1, "");
 		cell(f, 6, x->wasted_step, 1, "");
@@ -53,10 +53,11 @@ int rfs_write_json(const rfs_record *r, size_t n, const rfs_opts *o, const rfs_m
 	fprintf(f, "{\n  \"machine\": %s,\n", machine);
 	fprintf(f, "  \"model\": {\"layers\": %u, \"experts\": %u, \"expert_bytes\": %zu, \"topk\": %u, \"batch\": %u, "
 		   "\"skew\": %g, \"compute_us\": %g, \"arith_iters\": %llu, \"arith_iters_per_us\": %.4g, "
-		   "\"steps\": %u, \"rounds\": %u, \"depth\": %u, \"slots\": %u, \"hint_next\": %u, \"seed\": %llu},\n",
+		   "\"steps\": %u, \"rounds\": %u, \"depth\": %u, \"slots\": %u, \"hint_next\": %u, \"seed\": %llu, "
+		   "\"wait\": \"%s\"},\n",
 		o->layers, o->experts, o->expert_bytes, o->topk, o->batch, o->skew, o->compute_us,
 		(unsigned long long)m->iters, m->iters_per_us, o->steps, o->rounds, o->depth, o->slots, o->hint_next,
-		o->seed);
+		o->seed, o->wait ? o->wait : "default");
 	fprintf(f, "  \"records\": [\n");
 	for (size_t i = 0; i < n; i++) {
 		const rfs_record *x = &r[i];
@@ -67,6 +68,7 @@ int rfs_write_json(const rfs_record *r, size_t n, const rfs_opts *o, const rfs_m
 		jnum(f, "ms_per_step_slowest", x->ms_max);
 		jnum(f, "computing_ms_per_step", x->compute_ms);
 		jnum(f, "exposed_ms_per_step", x->exposed_ms);
+		jnum(f, "cpu_ms_per_step", x->cpu_ms);
 		jnum(f, "mib_copied_per_step", x->mb_step);
 		jnum(f, "hit_rate", x->hit_rate);
 		jnum(f, "late_per_step", x->late_step);
@@ -94,12 +96,12 @@ int rfs_write_csv(const rfs_record *r, size_t n, const char *path)
 	if (f == NULL)
 		return -1;
 	fprintf(f, "contestant,backend,slots,ms_per_step,ms_per_step_fastest,ms_per_step_slowest,computing_ms_per_step,"
-		   "exposed_ms_per_step,mib_copied_per_step,hit_rate,late_per_step,wasted_per_step,dropped_per_step,"
+		   "exposed_ms_per_step,cpu_ms_per_step,mib_copied_per_step,hit_rate,late_per_step,wasted_per_step,dropped_per_step,"
 		   "ratio_vs_sequential,ratio_vs_spin,checksum,checksum_ok\n");
 	for (size_t i = 0; i < n; i++) {
 		const rfs_record *x = &r[i];
 		fprintf(f, "%s,%s,%u,", rfs_kind_name(x->kind), x->backend, x->slots);
-		double v[] = {x->ms_step,   x->ms_min,    x->ms_max,       x->compute_ms,   x->exposed_ms,
+		double v[] = {x->ms_step,   x->ms_min,    x->ms_max,       x->compute_ms,   x->exposed_ms,   x->cpu_ms,
 			      x->mb_step,   x->hit_rate,  x->late_step,    x->wasted_step,  x->dropped_step,
 			      x->vs_seq,    x->vs_spin};
 		for (size_t j = 0; j < sizeof v / sizeof v[0]; j++)
