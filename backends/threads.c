@@ -457,12 +457,18 @@ static void rf__thr_pin(rf__threads *t)
 		else
 			n += snprintf(t->placement + n, room, "; q%u: not pinned (%s)", i, strerror(e));
 	}
+	/* Keyed lane l shares the core of copy queue l + 1: both copy for the same caller, never at once
+	 * in one loop (a run empties the keyed cache first). */
+	for (unsigned l = 0; l < rf__tk_lanes(t->tk); l++)
+		hwloc_set_thread_cpubind(t->topo, rf__tk_thread(t->tk, l), cores[l % ncores]->cpuset, 0);
 }
 
 static int rf__thr_describe(void *ctx, char *buf, size_t cap)
 {
 	rf__threads *t = ctx;
-	snprintf(buf, cap, "threads: %u queue(s), %u worker thread(s); %s", t->nq, t->nworkers, t->placement);
+	snprintf(buf, cap, "threads: %u queue(s), %u worker thread(s) + %u keyed lane worker(s); wait: %s %lld us; %s",
+		 t->nq, t->nworkers, rf__tk_lanes(t->tk), t->spin_ns ? "spin" : "sleep", (long long)(t->spin_ns / 1000),
+		 t->placement);
 	return RF_OK;
 }
 

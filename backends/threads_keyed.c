@@ -189,6 +189,11 @@ unsigned rf__tk_lanes(const rf__tk *k)
 	return k->n;
 }
 
+pthread_t rf__tk_thread(const rf__tk *k, unsigned l)
+{
+	return k->lane[l].tid;
+}
+
 int rf__tk_test(rf__tk *k, rf__kticket t)
 {
 	uint64_t lane = t >> RF__TK_SEQ_BITS, s = t & RF__TK_SEQ_MASK;

@@ -5,6 +5,8 @@
 
 #include "runtime/backend.h"
 
+#include <pthread.h>
+
 typedef struct rf__tk rf__tk;
 
 /* Start nlanes lane workers that wait under the policy spin_ns (rf__open_args.wait_spin_ns, resolved:
@@ -19,6 +21,8 @@ int rf__tk_cancel(rf__tk *k, rf__kticket t);
 int rf__tk_sync(rf__tk *k, rf__kticket t);
 int rf__tk_quiesce(rf__tk *k);
 unsigned rf__tk_lanes(const rf__tk *k);
+/* The worker thread of lane l (threads.c pins it). */
+pthread_t rf__tk_thread(const rf__tk *k, unsigned l);
 
 /* Spin until pred(arg, x) holds or budget_ns passed: 256 pauses, then sched_yield; 1 if it holds.
  * Shared with backends/threads.c (the waits between runs). */

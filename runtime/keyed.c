@@ -139,6 +139,8 @@ static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes
 			 after, stream};
 	if ((rc = rf__be_kissue(k->be, k->ctx, &req, t)) != RF_OK)
 		return rc;
+	s->before = after;
+	atomic_store_explicit(&s->ticket, *t, memory_order_relaxed);
 	rf__kst_add(k, ST_BYTES, bytes);
 	if (!demand && !rf__be_ktest(k->be, k->ctx, *t)) {
 		unsigned lane = req.lane;
@@ -195,11 +197,14 @@ static unsigned rf__kchoose(const rf__keyed *k)
 static int rf__kwithdraw(rf__keyed *k, unsigned v)
 {
 	rf__kslot *s = &k->s[v];
-	if (s->state != RF__K_FILLED || rf__kdone(k, s))
+	if (rf__kdone(k, s))
 		return 0;
 	if (!rf__be_kcancel(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed)))
 		return 0;
-	atomic_store_explicit(&s->ticket, 0, memory_order_relaxed);
+	/* The copy before the withdrawn one may have started (it could not be withdrawn then) and still be
+	 * writing the slot: the next copy must wait for it. Found by tests/race_keyed.c. */
+	atomic_store_explicit(&s->ticket, s->before, memory_order_relaxed);
+	s->before = 0;
 	return 1;
 }
 
@@ -493,6 +498,7 @@ void rf__keyed_reset(rf__keyed *k)
 		rf__kforget(k, i);
 		rf__kempty_set(k, i, 1);
 		atomic_store_explicit(&k->s[i].ticket, 0, memory_order_relaxed);
+		k->s[i].before = 0;
 		k->sh_holds[i] = 0;
 	}
 	rf__kunlock(k);

@@ -22,6 +22,8 @@ typedef struct rf__kslot {
 	const void *src;
 	size_t bytes;
 	_Atomic uint64_t ticket; /* last copy issued into the slot, 0 once known finished (lookup reads it) */
+	rf__kticket before;      /* the copy before it, when not known finished at issue: a withdrawn ticket
+	                            gives way to it (a started copy may still be writing the slot) */
 	unsigned refs;
 	uint8_t state;
 	uint8_t hint;   /* filled by a hint that no acquire has taken yet */
