@@ -46,13 +46,19 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The default sweep: depth 1,2,3,4,8 x block size 64K..4M on the default backend, against the sequential
-# ring, a hand-written two-thread ring and StarPU.
+# ring, a hand-written two-thread ring and StarPU. Then the serving benchmark (docs/serving.md): a MoE
+# decode loop, 32 layers x 8 experts of 512 KiB, top-2, on threads, against sequential, direct and a
+# spinning hand-written ring.
 run: build
 	@mkdir -p $(RESULTS)
 	$(BUILD)/bench/ringfetch-bench --json $(RESULTS)/sweep.json --csv $(RESULTS)/sweep.csv \
 		--plot $(RESULTS)/sweep.png --trace $(RESULTS)/trace.json --dot $(RESULTS)/graph.dot
 	@echo
-	@echo "Results in $(RESULTS)/: sweep.json, sweep.csv, sweep.png (efficiency per depth), trace.json (Perfetto), graph.dot"
+	$(BUILD)/bench/ringfetch-serve-bench --json $(RESULTS)/serving.json --csv $(RESULTS)/serving.csv \
+		--plot $(RESULTS)/serving.png
+	@echo
+	@echo "Results in $(RESULTS)/: sweep.json, sweep.csv, sweep.png (efficiency per depth), trace.json (Perfetto), graph.dot;"
+	@echo "serving.json, serving.csv, serving.png (MoE decode loop: time per step per contestant)"
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

@@ -6,14 +6,13 @@
  * depth 1), and for each depth ringfetch, hand and StarPU; medians over the repetitions are reported.
  * Exit status: 0, 1 (a run failed or a payload check failed), 2 (bad options). */
 #include "baselines.h"
+#include "machine.h"
 #include "report.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/utsname.h>
-#include <time.h>
 #include <unistd.h>
 
 enum { T_COPY, T_COMPUTE, T_SEQ, T_FIRST_DEPTH };
@@ -309,35 +308,14 @@ static int write_dot(const rfb_opts *o, const char *path)
 	return rc;
 }
 
-static void machine_json(char *buf, size_t cap, unsigned starpu_ncpu, int have_starpu)
-{
-	char cpu[128] = "unknown", line[256];
-	FILE *f = fopen("/proc/cpuinfo", "r");
-	while (f && fgets(line, sizeof line, f))
-		if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-			snprintf(cpu, sizeof cpu, "%s", strchr(line, ':') + 2);
-			cpu[strcspn(cpu, "\n\"\\")] = '\0';
-			break;
-		}
-	if (f)
-		fclose(f);
-	struct utsname u;
-	uname(&u);
-	time_t now = time(NULL);
-	char date[32];
-	strftime(date, sizeof date, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
-	snprintf(buf, cap, "{\"cpu\": \"%s\", \"cores\": %ld, \"kernel\": \"%s %s\", \"date\": \"%s\", "
-			   "\"ringfetch\": \"%s\", \"starpu_ncpu\": %u}",
-		 cpu, sysconf(_SC_NPROCESSORS_ONLN), u.sysname, u.release, date, rf_version_string(),
-		 have_starpu ? starpu_ncpu : 0);
-}
-
 static int outputs(sweep *s)
 {
 	const rfb_opts *o = s->o;
 	char machine[512], why[128];
 	int rc = 0;
-	machine_json(machine, sizeof machine, o->starpu_ncpu, s->have_starpu);
+	char starpu[48];
+	snprintf(starpu, sizeof starpu, ", \"starpu_ncpu\": %u", s->have_starpu ? o->starpu_ncpu : 0);
+	rfb_machine_json(machine, sizeof machine, starpu);
 	if (o->json && rfb_write_json(&s->res, o, machine, o->json) != 0)
 		fprintf(stderr, "cannot write %s\n", o->json), rc = 1;
 	if (o->csv && rfb_write_csv(&s->res, o->csv) != 0)

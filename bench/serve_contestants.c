@@ -1,0 +1,310 @@
+/* bench/serve_contestants.c — the ways an expert's bytes can reach its compute in a decode loop.
+ *
+ *   sequential   memcpy into one buffer, then compute: the loop a serving stack starts from;
+ *   direct       compute from the source itself: no copy at all. On a CPU-only machine the weights are
+ *                already in the memory the compute reads, so this is the line any staging ring has to
+ *                justify itself against ("do you need a ring at all");
+ *   spin         a hand-written push/pop ring of `depth` slots and one copy thread that spins (pause,
+ *                never yields) for the whole round: the strong baseline a careful engineer writes;
+ *   layer        ringfetch, one rf_pipeline_run per layer over the routed experts;
+ *   keyed        ringfetch keyed: acquire each routed expert, compute, release (the slots a cache);
+ *   keyed-hints  the same, after prefetching the layer's routed experts (their copies start together)
+ *                and the next layer's likeliest experts.
+ * All call rfs_compute, which checks every sum against the source's. */
+#include "serve.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the hand-written spinning ring ---------------------------------------------------------- */
+
+typedef struct spin_ring {
+	unsigned char *slots;
+	unsigned depth;
+	size_t slot_bytes;
+	const void *req_src[RFS_MAX_EXPERTS]; /* request i at i % RFS_MAX_EXPERTS: a layer's requests fit */
+	size_t req_bytes[RFS_MAX_EXPERTS];
+	size_t next; /* caller only: requests pushed so far */
+	pthread_t thread;
+	_Alignas(64) atomic_size_t pushed; /* requests published by the caller */
+	_Alignas(64) atomic_size_t filled; /* requests copied into their slot */
+	_Alignas(64) atomic_size_t popped; /* slots computed and given back */
+	_Alignas(64) atomic_int stop;
+} spin_ring;
+
+static void spin_pause(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
+
+static void *spin_copier(void *arg)
+{
+	spin_ring *r = arg;
+	for (size_t i = 0;; i++) {
+		while (atomic_load_explicit(&r->pushed, memory_order_acquire) <= i) {
+			if (atomic_load_explicit(&r->stop, memory_order_relaxed))
+				return NULL;
+			spin_pause();
+		}
+		while (i - atomic_load_explicit(&r->popped, memory_order_acquire) >= r->depth)
+			spin_pause(); /* WAR: slot i % depth still holds request i - depth */
+		memcpy(r->slots + (i % r->depth) * r->slot_bytes, r->req_src[i % RFS_MAX_EXPERTS],
+		       r->req_bytes[i % RFS_MAX_EXPERTS]);
+		atomic_store_explicit(&r->filled, i + 1, memory_order_release);
+	}
+}
+
+static int spin_start(spin_ring *r)
+{
+	r->next = 0;
+	atomic_store(&r->pushed, 0);
+	atomic_store(&r->filled, 0);
+	atomic_store(&r->popped, 0);
+	atomic_store(&r->stop, 0);
+	return pthread_create(&r->thread, NULL, spin_copier, r) == 0 ? 0 : -1;
+}
+
+static void spin_stop(spin_ring *r)
+{
+	atomic_store(&r->stop, 1);
+	pthread_join(r->thread, NULL);
+}
+
+/* ---- the contestants ------------------------------------------------------------------------- */
+
+struct rfs_contestant {
+	const rfs_model *m;
+	rfs_kind kind;
+	rf_pipeline *p;       /* layer, keyed, keyed-hints */
+	unsigned char *buf;   /* sequential: one expert */
+	spin_ring *ring;      /* spin */
+	rfs_layer *L;         /* layer: the callback's view of the layer being run */
+	rfs_tally *t;
+	int fault;            /* RFS_SERVE_FAULT names this contestant: it is fed a wrong expert */
+};
+
+static int seq_layer(void *self, rfs_layer *L, rfs_tally *t)
+{
+	rfs_contestant *c = self;
+	for (unsigned i = 0; i < L->n; i++) {
+		memcpy(c->buf, L->src[i], L->bytes[i]);
+		t->bytes_copied += L->bytes[i];
+		rfs_compute(c->m, L, i, c->buf, t);
+	}
+	return 0;
+}
+
+static int direct_layer(void *self, rfs_layer *L, rfs_tally *t)
+{
+	rfs_contestant *c = self;
+	for (unsigned i = 0; i < L->n; i++)
+		rfs_compute(c->m, L, i, L->src[i], t);
+	return 0;
+}
+
+/* Push the layer's requests at once (the copy thread starts on the first while the rest are queued),
+ * then pop them in order: compute from the slot, give the slot back. */
+static int spin_layer(void *self, rfs_layer *L, rfs_tally *t)
+{
+	spin_ring *r = ((rfs_contestant *)self)->ring;
+	size_t base = r->next;
+	for (unsigned i = 0; i < L->n; i++) {
+		r->req_src[(base + i) % RFS_MAX_EXPERTS] = L->src[i];
+		r->req_bytes[(base + i) % RFS_MAX_EXPERTS] = L->bytes[i];
+		t->bytes_copied += L->bytes[i];
+	}
+	r->next = base + L->n;
+	atomic_store_explicit(&r->pushed, base + L->n, memory_order_release);
+	for (unsigned i = 0; i < L->n; i++) {
+		while (atomic_load_explicit(&r->filled, memory_order_acquire) <= base + i)
+			spin_pause();
+		rfs_compute(((rfs_contestant *)self)->m, L, i, r->slots + ((base + i) % r->depth) * r->slot_bytes, t);
+		atomic_store_explicit(&r->popped, base + i + 1, memory_order_release);
+	}
+	return 0;
+}
+
+static int layer_compute(void *user, const rf_block *b)
+{
+	rfs_contestant *c = user;
+	rfs_compute(c->m, c->L, (unsigned)b->index, b->data, c->t);
+	return 0;
+}
+
+static int layer_layer(void *self, rfs_layer *L, rfs_tally *t)
+{
+	rfs_contestant *c = self;
+	c->L = L, c->t = t;
+	int rc = rf_pipeline_run(c->p, L->n, L->src, L->bytes, layer_compute, c);
+	if (rc != RF_OK) {
+		fprintf(stderr, "\nlayer: rf_pipeline_run: %s: %s\n", rf_strerror(rc), rf_errmsg());
+		return -1;
+	}
+	for (unsigned i = 0; i < L->n; i++)
+		t->bytes_copied += L->bytes[i];
+	return 0;
+}
+
+static int keyed_fail(const char *what, int rc)
+{
+	fprintf(stderr, "\nkeyed: %s: %s: %s\n", what, rf_strerror(rc), rf_errmsg());
+	return -1;
+}
+
+static int keyed_layer(void *self, rfs_layer *L, rfs_tally *t)
+{
+	rfs_contestant *c = self;
+	for (unsigned i = 0; i < L->n; i++) {
+		rf_block b;
+		int rc = rf_pipeline_acquire(c->p, L->key[i], L->src[i], L->bytes[i], NULL, 0, &b);
+		if (rc != RF_OK)
+			return keyed_fail("rf_pipeline_acquire", rc);
+		rfs_compute(c->m, L, i, b.data, t);
+		if ((rc = rf_pipeline_release(c->p, &b)) != RF_OK)
+			return keyed_fail("rf_pipeline_release", rc);
+	}
+	return 0;
+}
+
+/* Hints first: the routed experts (so that their copies are issued together, not one acquire at a
+ * time) and the next layer's likeliest (so that they may land while this layer computes). A hint
+ * refused for want of a free slot (RF_ENOSPC) is simply not given: nothing is held here, so it does
+ * not happen with these loops, but a hint is never worth failing the step for. */
+static int keyed_hints_layer(void *self, rfs_layer *L, rfs_tally *t)
+{
+	rfs_contestant *c = self;
+	for (unsigned i = 0; i < L->n + L->nnext; i++) {
+		int routed = i < L->n;
+		uint64_t key = routed ? L->key[i] : L->next_key[i - L->n];
+		const void *src = routed ? L->src[i] : L->next_src[i - L->n];
+		int rc = rf_pipeline_prefetch(c->p, key, src, c->m->o->expert_bytes, 0);
+		if (rc != RF_OK && rc != RF_ENOSPC)
+			return keyed_fail("rf_pipeline_prefetch", rc);
+	}
+	return keyed_layer(self, L, t);
+}
+
+static const rfs_layer_fn layer_fns[RFS_NKINDS] = {seq_layer,   direct_layer, spin_layer,
+						    layer_layer, keyed_layer,  keyed_hints_layer};
+
+/* The negative control of the checks (tests/serve_smoke.sh): with RFS_SERVE_FAULT=<contestant> that
+ * contestant is handed another expert's bytes for the first expert of every layer (as a stale slot or
+ * a wrong key would), and the run must fail rather than report a time. */
+static int faulty_layer(void *self, rfs_layer *L, rfs_tally *t)
+{
+	rfs_contestant *c = self;
+	const rfs_opts *o = c->m->o;
+	size_t nexp = (size_t)o->layers * o->experts;
+	L->src[0] = c->m->pool + ((L->key[0] + 1) % nexp) * o->expert_bytes;
+	return layer_fns[c->kind](self, L, t);
+}
+
+static int create_pipeline(rfs_contestant *c, const char *backend, unsigned depth)
+{
+	rf_pipeline_params pp = {.depth = depth, .slot_bytes = c->m->o->expert_bytes, .backend = backend,
+				 .wait = c->m->o->wait};
+	int rc = rf_pipeline_create(&pp, &c->p);
+	if (rc != RF_OK)
+		fprintf(stderr, "%s on %s: rf_pipeline_create: %s: %s\n", rfs_kind_name(c->kind), backend,
+			rf_strerror(rc), rf_errmsg());
+	return rc == RF_OK ? 0 : -1;
+}
+
+rfs_contestant *rfs_contestant_create(const rfs_model *m, rfs_kind kind, const char *backend)
+{
+	const rfs_opts *o = m->o;
+	rfs_contestant *c = calloc(1, sizeof *c);
+	int rc = c ? 0 : -1;
+	if (c) {
+		const char *fault = getenv("RFS_SERVE_FAULT");
+		c->m = m;
+		c->kind = kind;
+		c->fault = fault && !strcmp(fault, rfs_kind_name(kind));
+	}
+	if (rc == 0 && kind == RFS_SEQUENTIAL)
+		rc = (c->buf = aligned_alloc(64, o->expert_bytes)) ? 0 : -1;
+	if (rc == 0 && kind == RFS_SPIN) {
+		rc = (c->ring = aligned_alloc(64, sizeof *c->ring)) ? 0 : -1;
+		if (rc == 0) {
+			memset(c->ring, 0, sizeof *c->ring);
+			c->ring->depth = o->depth;
+			c->ring->slot_bytes = o->expert_bytes;
+			rc = (c->ring->slots = aligned_alloc(64, (size_t)o->depth * o->expert_bytes)) ? 0 : -1;
+		}
+	}
+	if (rc != 0)
+		fprintf(stderr, "%s: out of memory\n", rfs_kind_name(kind));
+	if (rc == 0 && kind == RFS_LAYER)
+		rc = create_pipeline(c, backend, o->depth);
+	if (rc == 0 && (kind == RFS_KEYED || kind == RFS_KEYED_HINTS))
+		rc = create_pipeline(c, backend, o->slots);
+	if (rc != 0) {
+		rfs_contestant_destroy(c);
+		return NULL;
+	}
+	return c;
+}
+
+static int keyed_snapshot(const rfs_contestant *c, rf_keyed_stats *s)
+{
+	int rc = rf_pipeline_keyed_stats(c->p, s);
+	return rc == RF_OK ? 0 : keyed_fail("rf_pipeline_keyed_stats", rc);
+}
+
+int rfs_contestant_round(rfs_contestant *c, unsigned first_step, rfs_tally *t)
+{
+	int keyed = c->kind == RFS_KEYED || c->kind == RFS_KEYED_HINTS;
+	rf_keyed_stats a = {0}, b = {0};
+	memset(t, 0, sizeof *t);
+	if (keyed && keyed_snapshot(c, &a) != 0)
+		return -1;
+	if (c->kind == RFS_SPIN && spin_start(c->ring) != 0) {
+		fprintf(stderr, "spin: cannot start the copy thread\n");
+		return -1;
+	}
+	int rc = rfs_round(c->m, first_step, c->fault ? faulty_layer : layer_fns[c->kind], c, t);
+	if (c->kind == RFS_SPIN)
+		spin_stop(c->ring);
+	if (rc == 0 && keyed && keyed_snapshot(c, &b) != 0)
+		rc = -1;
+	if (rc == 0 && keyed) {
+		t->bytes_copied = b.bytes_copied - a.bytes_copied;
+		t->acquires = b.acquires - a.acquires;
+		t->hits = b.hits - a.hits;
+		t->late = b.late - a.late;
+		t->prefetches = b.prefetches - a.prefetches;
+		t->dropped = b.dropped - a.dropped;
+		t->wasted = b.wasted - a.wasted;
+	}
+	return rc;
+}
+
+const char *rfs_contestant_backend(const rfs_contestant *c)
+{
+	return c->p ? rf_pipeline_backend(c->p) : "-";
+}
+
+unsigned rfs_contestant_slots(const rfs_contestant *c)
+{
+	if (c->kind == RFS_SPIN)
+		return c->ring->depth;
+	if (c->kind == RFS_SEQUENTIAL)
+		return 1;
+	return c->p ? rf_pipeline_depth(c->p) : 0;
+}
+
+void rfs_contestant_destroy(rfs_contestant *c)
+{
+	if (c == NULL)
+		return;
+	rf_pipeline_destroy(c->p);
+	free(c->buf);
+	if (c->ring)
+		free(c->ring->slots);
+	free(c->ring);
+	free(c);
+}
