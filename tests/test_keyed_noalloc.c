@@ -1,7 +1,7 @@
 /* tests/test_keyed_noalloc.c — keyed calls allocate nothing after create (ringfetch.h: "no keyed call
  * allocates memory after create"): random prefetch / acquire / release / evict / lookup / keyed_stats
  * sequences, failures included, and runs in between, under an interposed allocator (the same
- * interposition as tests/test_noalloc.c: the executable's malloc family comes first in symbol
+ * interposition as tests/test_noalloc.c, tests/alloc_count.h: the executable's malloc family comes first in symbol
  * resolution, for the shared library too). Not built under sanitizers. Public headers only. */
 #include "support.h"
 
@@ -11,62 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
-extern void *__libc_memalign(size_t, size_t);
-extern void __libc_free(void *);
-
-static atomic_int counting;
-static atomic_long calls, frees; /* calls: every allocator call; frees: free() alone */
-
-static void count(void)
-{
-	if (atomic_load_explicit(&counting, memory_order_relaxed))
-		atomic_fetch_add_explicit(&calls, 1, memory_order_relaxed);
-}
-
-void *malloc(size_t n)
-{
-	count();
-	return __libc_malloc(n);
-}
-
-void *calloc(size_t n, size_t m)
-{
-	count();
-	return __libc_calloc(n, m);
-}
-
-void *realloc(void *p, size_t n)
-{
-	count();
-	return __libc_realloc(p, n);
-}
-
-void *aligned_alloc(size_t a, size_t n)
-{
-	count();
-	return __libc_memalign(a, n);
-}
-
-int posix_memalign(void **out, size_t a, size_t n)
-{
-	count();
-	void *p = __libc_memalign(a, n);
-	if (p == NULL)
-		return 12; /* ENOMEM */
-	*out = p;
-	return 0;
-}
-
-void free(void *p)
-{
-	if (atomic_load_explicit(&counting, memory_order_relaxed))
-		atomic_fetch_add_explicit(&frees, 1, memory_order_relaxed);
-	count();
-	__libc_free(p);
-}
+#include "alloc_count.h"
 
 static int nop_cb(void *user, const rf_block *b)
 {
