@@ -65,6 +65,7 @@ test: build
 
 # The suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
 sanitize: deps
+	LSAN_OPTIONS="suppressions=$(CURDIR)/tests/lsan.supp$${LSAN_OPTIONS:+:$$LSAN_OPTIONS}" \
 	$(MAKE) test BUILD=$(BUILD)-asan BUILD_TYPE=Debug CMAKE_FLAGS="-DRINGFETCH_SANITIZE=address,undefined $(CMAKE_FLAGS)"
 
 # The race and stress tests (label tsan) under ThreadSanitizer. Criterion cannot run under TSan, so the
