@@ -105,6 +105,11 @@ static int rf__ini_key(rf__ini *st, const char *name, const char *value)
 			return 1;
 		return rf__parse_depth(value, &c->depth) == 0 ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
 	}
+	if (!strcmp(name, "handoff")) {
+		int m = rf__parse_handoff(value);
+		c->handoff = m + 1;
+		return m >= 0 ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
+	}
 	if (!strcmp(name, "backend"))
 		return (c->backend = rf__parse_backend(value)) != NULL ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
 	if (!strcmp(name, "copy_queues"))
@@ -123,7 +128,7 @@ static int rf__ini_key(rf__ini *st, const char *name, const char *value)
 		memcpy(dst, value, strlen(value) + 1);
 		return 1;
 	}
-	return rf__ini_bad(st, "unknown key \"%s\" (depth, backend, copy_queues, staging, trace, memory_budget)", name);
+	return rf__ini_bad(st, "unknown key \"%s\" (depth, backend, copy_queues, staging, trace, memory_budget, handoff)", name);
 }
 
 static int rf__ini_handler(void *user, const char *section, const char *name, const char *value)
@@ -227,4 +232,27 @@ int rf__config_backend(const char *explicit_backend, const char **out)
 	if (rc == RF_OK)
 		*out = c.backend ? c.backend : "auto";
 	return rc;
+}
+
+/* ---- the threads backend's cache handoff (issue 17) -------------------------------------------------- */
+
+int rf__parse_handoff(const char *s)
+{
+	return !strcmp(s, "auto") ? 0 : !strcmp(s, "off") ? 1 : !strcmp(s, "on") ? 2 : -1;
+}
+
+int rf__config_handoff(int *mode)
+{
+	rf__config c;
+	int rc = rf__config_load(&c, 0, 0, 0, 0);
+	if (rc != RF_OK)
+		return rc;
+	const char *v = getenv("RINGFETCH_HANDOFF");
+	if (v != NULL) {
+		if ((*mode = rf__parse_handoff(v)) < 0)
+			return rf__env_bad("RINGFETCH_HANDOFF", v, "auto, off or on");
+		return RF_OK;
+	}
+	*mode = c.handoff ? c.handoff - 1 : 0;
+	return RF_OK;
 }

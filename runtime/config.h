@@ -26,11 +26,18 @@ typedef struct rf__config {
 	const char *backend; /* static canonical name */
 	unsigned copy_queues;
 	char staging[64];
+	int handoff; /* `handoff` of the file: 0 unset, else 1 + rf__parse_handoff's value */
 	char trace[1024];
 	unsigned long long memory_budget;
 	char budget_from[160]; /* where memory_budget came from, for messages */
 	int oracle;            /* RINGFETCH_ORACLE=1: check every run's execution log (slow; debugging) */
 } rf__config;
+
+/* Parse a cache handoff mode (backends/threads_copy.h): "auto" 0, "off" 1, "on" 2; -1 if malformed. */
+int rf__parse_handoff(const char *s);
+/* The threads backend's cache handoff mode: RINGFETCH_HANDOFF (env) wins over `handoff` (file) over
+ * auto. RF_OK, or RF_ECONFIG naming the malformed variable or line. */
+int rf__config_handoff(int *mode);
 
 /* Read RINGFETCH_CONFIG's file (when set) and the environment variables for the values the caller did
  * not give explicitly (want_* non-zero). RF_OK or RF_ECONFIG. */
