@@ -20,6 +20,8 @@
 #include "memory/staging.h"
 #include "memory/topology.h"
 #include "runtime/walk.h"
+#include "backends/threads_copy.h"
+#include "runtime/config.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -46,36 +48,12 @@
 #define RF__SPIN_PAUSES 256
 #define RF__SPIN_NS 50000
 
-/* Push the lines of [p, p+n) from this core's caches to the shared last-level cache (CLDEMOTE, a hint:
- * encoded in the NOP space, so a CPU without it ignores it). Used on a block the compute thread, on
- * another core, reads next: see rf__thr_demote_window. */
-static void rf__demote(const unsigned char *p, size_t n)
-{
-#if defined(__x86_64__)
-	for (size_t i = 0; i < n; i += 64)
-		__asm__ __volatile__(".byte 0x0f, 0x1c, 0x00" ::"a"(p + i) : "memory"); /* cldemote (%rax) */
-#else
-	(void)p, (void)n;
-#endif
-}
-
-/* memcpy in 64 KiB pieces, each demoted as soon as it is written: the lines leave this core's L2 while
- * the copy streams on, instead of all at the end (measured: 2 MiB blocks 18 % faster than copying
- * whole then demoting, 1 MiB 5 %). */
-static void rf__copy_demote(unsigned char *dst, const unsigned char *src, size_t n)
-{
-	for (size_t o = 0; o < n; o += (size_t)64 << 10) {
-		size_t k = n - o < ((size_t)64 << 10) ? n - o : (size_t)64 << 10;
-		memcpy(dst + o, src + o, k);
-		rf__demote(dst + o, k);
-	}
-}
-
 typedef struct rf__tq {
 	_Alignas(64) atomic_llong value; /* last value this queue signalled */
 	atomic_int waiters;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	rf__tc_job job; /* this queue's current copy, open to helpers (backends/threads_copy.h) */
 } rf__tq;
 
 typedef struct rf__threads rf__threads;
@@ -105,8 +83,13 @@ struct rf__threads {
 	int fail_value;
 	/* placement of the workers */
 	hwloc_topology_t topo;
-	char placement[320];
-	size_t demote_lo, demote_hi; /* copies of this many bytes are demoted after copying (none: lo > hi) */
+	char placement[512];
+	/* The copy path (issue 17; backends/threads_copy.h): cache handoff mode (config), the decision,
+	 * and why, for describe. */
+	int handoff_mode, handoff;
+	size_t slot_bytes;
+	unsigned nslots;
+	char handoff_why[200];
 	const rf__staging_policy *staging; /* where the ring goes (owned by the engine); NULL = auto */
 };
 
@@ -151,17 +134,16 @@ static int rf__thr_stopped(const rf__walker *wk)
 /* `run` is the walker's private copy (wk->run). */
 static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
-	(void)queue;
 	if (rf__thr_stopped(c))
 		return RF_ECANCELED;
 	size_t n = run->sizes[b];
 	if (n != 0) {
 		unsigned char *dst = rf__slot_ptr(run, slot);
-		const rf__threads *t = ((rf__walker *)c)->t;
-		/* Not at depth 1: there the copy waits for the compute and the compute for the copy, so the
-		 * demotes would only lengthen the critical path (measured: 1 MiB blocks 30 % slower). */
-		if (n >= t->demote_lo && n <= t->demote_hi && run->prog->nslots >= 2)
-			rf__copy_demote(dst, run->srcs[b], n);
+		rf__threads *t = ((rf__walker *)c)->t;
+		/* Cooperative copy and handoff only at depth >= 2: at depth 1 nothing overlaps and the whole
+		 * copy runs on one thread (the demotes would only lengthen the critical path). */
+		if (run->prog->nslots >= 2)
+			rf__tc_copy(&t->q[queue].job, dst, run->srcs[b], n, b, t->handoff);
 		else
 			memcpy(dst, run->srcs[b], n);
 	}
@@ -215,9 +197,10 @@ static int rf__thr_spin(rf__threads *t, rf__tq *e, int64_t v)
 static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
 {
 	(void)q;
-	(void)block;
 	rf__threads *t = ((rf__walker *)c)->t;
 	rf__tq *e = &t->q[wq];
+	/* Cooperative copy: rather than wait idle for the copy of `block`, take pieces of it. */
+	rf__tc_help(&e->job, block, &e->value, v);
 	if (rf__thr_spin(t, e, v))
 		return 0;
 	pthread_mutex_lock(&e->mu);
@@ -352,30 +335,18 @@ static unsigned rf__worker_cores(hwloc_topology_t topo, hwloc_obj_t home, hwloc_
 	return n;
 }
 
-/* Which copies to demote to the shared cache once written: blocks of L2/2 .. L2 bytes of the copy
- * worker's core. Such a block is still in the worker's L2, modified, when the compute thread reads it,
- * so every line the compute touches is a cross-core snoop; demoted, the lines are read from the shared
- * cache. Measured on the machine of docs/PERFORMANCE.md (2 MiB L2, copies demoted piece by piece):
- * 1 MiB blocks 6-9 % faster, 2 MiB about 20 %; but 256-512 KiB 3-8 % slower and 8 MiB 20 % slower (the
- * demotes cost more than they save, or push out lines the compute wanted), 4 MiB even: hence the
- * window. Only where the core's L2 is known. */
-static void rf__thr_demote_window(rf__threads *t, hwloc_obj_t core, int *n)
+/* The cache handoff for this pipeline (backends/threads_handoff.c), measured against the core of the
+ * first copy worker (`set`; NULL: not pinned), and said in the placement text. Only where runs overlap
+ * (two slots or more: at depth 1 the whole copy runs where the compute does). */
+static void rf__thr_handoff(rf__threads *t, hwloc_const_cpuset_t set, int n)
 {
-	t->demote_lo = SIZE_MAX;
-	t->demote_hi = 0;
-#if defined(__x86_64__)
-	hwloc_obj_t l2 = hwloc_get_ancestor_obj_by_type(t->topo, HWLOC_OBJ_L2CACHE, core);
-	if (l2 == NULL || l2->attr == NULL || l2->attr->cache.size < 8192)
-		return;
-	t->demote_lo = (size_t)(l2->attr->cache.size / 2);
-	t->demote_hi = (size_t)l2->attr->cache.size;
-	if (*n >= 0 && (size_t)*n < sizeof t->placement)
-		*n += snprintf(t->placement + *n, sizeof t->placement - (size_t)*n,
-			       "; copies of %zu..%zu KiB demoted to the shared cache (cldemote)", t->demote_lo >> 10,
-			       t->demote_hi >> 10);
-#else
-	(void)core, (void)n;
-#endif
+	if (t->nslots >= 2)
+		rf__ho_resolve(t->handoff_mode, t->topo, set, t->slot_bytes, &t->handoff, t->handoff_why,
+			       sizeof t->handoff_why);
+	else
+		snprintf(t->handoff_why, sizeof t->handoff_why, "cache handoff off (depth 1)");
+	if (n >= 0 && (size_t)n < sizeof t->placement)
+		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
 }
 
 /* Pin each copy worker, round robin, to a core of the caller's binding other than the one the caller
@@ -401,13 +372,16 @@ static void rf__thr_pin(rf__threads *t)
 			 : home == NULL ? "the caller's core is unknown (no core objects in the topology)"
 					: "no core besides the caller's in its CPU binding");
 		rf__err(RF_OK, "%s", saved);
+		rf__thr_handoff(t, NULL, (int)strlen(t->placement));
 		return;
 	}
-	rf__thr_demote_window(t, cores[0], &n);
+	hwloc_const_cpuset_t first = NULL;
 	for (unsigned i = 1; i <= t->nworkers; i++) {
 		hwloc_obj_t core = cores[(i - 1) % ncores];
 		int ok = hwloc_set_thread_cpubind(t->topo, t->w[i].tid, core->cpuset, 0) == 0;
 		int e = errno;
+		if (ok && first == NULL)
+			first = core->cpuset;
 		if (n < 0 || (size_t)n >= sizeof t->placement)
 			continue;
 		size_t room = sizeof t->placement - (size_t)n;
@@ -416,6 +390,7 @@ static void rf__thr_pin(rf__threads *t)
 		else
 			n += snprintf(t->placement + n, room, "; q%u: not pinned (%s)", i, strerror(e));
 	}
+	rf__thr_handoff(t, first, n);
 }
 
 static int rf__thr_describe(void *ctx, char *buf, size_t cap)
@@ -432,6 +407,13 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 		return rf__err(RF_ENOMEM, "threads: out of memory");
 	t->nq = args->nqueues;
 	t->staging = args->staging;
+	t->slot_bytes = args->slot_bytes;
+	t->nslots = args->nslots;
+	int hrc = rf__config_handoff(&t->handoff_mode);
+	if (hrc != RF_OK) {
+		free(t);
+		return hrc;
+	}
 	t->q = rf__aligned_alloc(64, t->nq * sizeof *t->q);
 	t->w = rf__calloc(t->nq, sizeof *t->w);
 	if (t->q == NULL || t->w == NULL) {
@@ -445,6 +427,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 		atomic_init(&t->q[i].waiters, 0);
 		pthread_mutex_init(&t->q[i].mu, NULL);
 		pthread_cond_init(&t->q[i].cv, NULL);
+		rf__tc_job_init(&t->q[i].job);
 	}
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_cond_init(&t->start_cv, NULL);
