@@ -14,6 +14,11 @@
 
 #define RF__TC_MIN_PIECE ((size_t)16 << 10)
 #define RF__TC_MAX_PIECES 4096u /* fits the 16-bit fields of rf__tc_job.state */
+/* How long a waiter looks for the job it could help (pauses, restarted after each piece) before it
+ * falls back to the backend's plain wait: the order of the backend's own pause phase. */
+#define RF__TC_HELP_PAUSES 256u
+
+void (*rf__tc_test_hook)(int where);
 
 void rf__tc_job_init(rf__tc_job *j)
 {
@@ -99,8 +104,10 @@ void rf__tc_copy(rf__tc_job *j, unsigned char *dst, const unsigned char *src, si
 	j->piece = piece;
 	atomic_store_explicit(&j->done, 0, memory_order_relaxed);
 	uint64_t gen = (atomic_load_explicit(&j->state, memory_order_relaxed) >> 32) + 1;
-	atomic_store_explicit(&j->block, block, memory_order_relaxed);
 	atomic_store_explicit(&j->state, gen << 32 | (uint64_t)count << 16, memory_order_release);
+	atomic_store_explicit(&j->block, block, memory_order_release);
+	if (rf__tc_test_hook != NULL)
+		rf__tc_test_hook(0);
 	unsigned i;
 	while (rf__tc_claim(j, &i))
 		rf__tc_do_piece(j, i, demote);
@@ -117,12 +124,24 @@ void rf__tc_copy(rf__tc_job *j, unsigned char *dst, const unsigned char *src, si
 unsigned rf__tc_help(rf__tc_job *j, size_t block, const _Atomic long long *value, int64_t v)
 {
 	unsigned helped = 0, i;
-	/* Only the copy this waiter waits for: helping a later block would delay this waiter's own next
-	 * step (in a ring, the compute of `block`) for bytes it reads only later. */
-	while (atomic_load_explicit(&j->block, memory_order_relaxed) == block &&
-	       atomic_load_explicit(value, memory_order_acquire) < v && rf__tc_claim(j, &i)) {
-		rf__tc_do_piece(j, i, 0); /* the helper is the reader: its pieces stay in its own cache */
-		helped++;
+	/* Spin a little for the job of `block` to appear (in a copy-bound ring the caller arrives just as
+	 * the worker starts it); then take pieces until none is left. Only that copy: helping a later
+	 * block would delay this waiter's own next step (in a ring, the compute of `block`). */
+	for (unsigned spins = 0; spins < RF__TC_HELP_PAUSES; spins++) {
+		if (atomic_load_explicit(value, memory_order_acquire) >= v)
+			break;
+		/* acquire: pairs with the release store of the hint, after the job's state is published */
+		if (atomic_load_explicit(&j->block, memory_order_acquire) == block) {
+			if (!rf__tc_claim(j, &i))
+				break; /* every piece is taken: the worker signals once they are done */
+			if (rf__tc_test_hook != NULL)
+				rf__tc_test_hook(1);
+			rf__tc_do_piece(j, i, 0); /* the helper is the reader: its pieces stay in its own cache */
+			helped++;
+			spins = 0;
+			continue;
+		}
+		RF__TC_PAUSE();
 	}
 	return helped;
 }

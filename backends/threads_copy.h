@@ -45,8 +45,15 @@ size_t rf__tc_piece(size_t n);
  * demoted to the shared cache when `demote`), wait until every piece taken by a helper is done. */
 void rf__tc_copy(rf__tc_job *j, unsigned char *dst, const unsigned char *src, size_t n, size_t block, int demote);
 
-/* The waiter's side: while *value < v, take and copy pieces of j's current job if it copies `block`.
- * Returns the number of pieces copied. */
+/* Tests: called with 0 by rf__tc_copy right after it publishes a job, with 1 by a helper between
+ * claiming a piece and copying it (a stress test stalls there: helpers get pieces even under
+ * ThreadSanitizer, and a worker that signalled before its helpers' pieces were done would be seen).
+ * NULL in production. */
+extern void (*rf__tc_test_hook)(int where);
+
+/* The waiter's side: while *value < v, wait briefly (pause-spinning) for j's job of `block` to be
+ * published, then take and copy its pieces until none is left. Returns the number of pieces copied;
+ * the caller then waits for the signal as usual. */
 unsigned rf__tc_help(rf__tc_job *j, size_t block, const _Atomic long long *value, int64_t v);
 
 /* ---- cache handoff ------------------------------------------------------------------------------------ */
