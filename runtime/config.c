@@ -72,6 +72,17 @@ int rf__parse_bytes(const char *s, unsigned long long *out)
 	return 0;
 }
 
+/* A CPU list: digits, ',' and '-' only, starting with a digit (hwloc parses it later). */
+static int rf__parse_cpu_list(const char *s)
+{
+	if (s == NULL || *s < '0' || *s > '9')
+		return -1;
+	for (; *s; s++)
+		if ((*s < '0' || *s > '9') && *s != ',' && *s != '-')
+			return -1;
+	return 0;
+}
+
 /* ---- the file ----------------------------------------------------------------------------------- */
 
 typedef struct rf__ini {
@@ -110,6 +121,12 @@ static int rf__ini_key(rf__ini *st, const char *name, const char *value)
 		c->handoff = m + 1;
 		return m >= 0 ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
 	}
+	if (!strcmp(name, "worker_cpus")) {
+		if (rf__parse_cpu_list(value) != 0 || strlen(value) >= sizeof c->worker_cpus)
+			return rf__ini_bad(st, RF__MALFORMED, name, value);
+		memcpy(c->worker_cpus, value, strlen(value) + 1);
+		return 1;
+	}
 	if (!strcmp(name, "backend"))
 		return (c->backend = rf__parse_backend(value)) != NULL ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
 	if (!strcmp(name, "copy_queues"))
@@ -128,7 +145,7 @@ static int rf__ini_key(rf__ini *st, const char *name, const char *value)
 		memcpy(dst, value, strlen(value) + 1);
 		return 1;
 	}
-	return rf__ini_bad(st, "unknown key \"%s\" (depth, backend, copy_queues, staging, trace, memory_budget, handoff)", name);
+	return rf__ini_bad(st, "unknown key \"%s\" (depth, backend, copy_queues, staging, trace, memory_budget, handoff, worker_cpus)", name);
 }
 
 static int rf__ini_handler(void *user, const char *section, const char *name, const char *value)
@@ -254,5 +271,18 @@ int rf__config_handoff(int *mode)
 		return RF_OK;
 	}
 	*mode = c.handoff ? c.handoff - 1 : 0;
+	return RF_OK;
+}
+
+int rf__config_worker_cpus(char *out, size_t cap)
+{
+	rf__config c;
+	int rc = rf__config_load(&c, 0, 0, 0, 0);
+	if (rc != RF_OK)
+		return rc;
+	const char *v = getenv("RINGFETCH_WORKER_CPUS");
+	if (v != NULL && (rf__parse_cpu_list(v) != 0 || strlen(v) >= cap))
+		return rf__env_bad("RINGFETCH_WORKER_CPUS", v, "a CPU list like 2-3,6");
+	snprintf(out, cap, "%s", v != NULL ? v : c.worker_cpus);
 	return RF_OK;
 }
