@@ -21,6 +21,7 @@
 #include "memory/topology.h"
 #include "runtime/walk.h"
 #include "backends/threads_copy.h"
+#include "backends/threads_place.h"
 #include "runtime/config.h"
 
 #include <errno.h>
@@ -62,6 +63,7 @@ typedef struct rf__worker {
 	rf__threads *t;
 	unsigned q;
 	pthread_t tid;
+	int core; /* logical index of the core it is counted on (backends/threads_place.c), -1: none */
 } rf__worker;
 
 struct rf__threads {
@@ -90,6 +92,7 @@ struct rf__threads {
 	size_t slot_bytes;
 	unsigned nslots;
 	char handoff_why[200];
+	char worker_cpus[128]; /* the workers' explicit CPU set ("": the caller's binding) */
 	const rf__staging_policy *staging; /* where the ring goes (owned by the engine); NULL = auto */
 };
 
@@ -296,43 +299,13 @@ static void rf__thr_free(rf__threads *t)
 	pthread_mutex_destroy(&t->mu);
 	pthread_cond_destroy(&t->start_cv);
 	pthread_cond_destroy(&t->done_cv);
+	for (unsigned i = 1; i < t->nq; i++)
+		if (t->w[i].core >= 0)
+			rf__tp_unpick((unsigned)t->w[i].core);
 	rf__topo_release(t->topo);
 	free(t->q);
 	free(t->w);
 	free(t);
-}
-
-/* The core the calling thread last ran on, or NULL. */
-static hwloc_obj_t rf__caller_core(hwloc_topology_t topo)
-{
-	hwloc_obj_t core = NULL;
-	hwloc_bitmap_t set = hwloc_bitmap_alloc();
-	if (set != NULL && hwloc_get_last_cpu_location(topo, set, HWLOC_CPUBIND_THREAD) == 0) {
-		hwloc_obj_t pu = hwloc_get_pu_obj_by_os_index(topo, (unsigned)hwloc_bitmap_first(set));
-		core = pu ? hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_CORE, pu) : NULL;
-	}
-	hwloc_bitmap_free(set);
-	return core;
-}
-
-/* The cores a worker may take: inside the caller's CPU binding (taskset, cgroups, MPI binding: the
- * process's cores, not the machine's), other than the caller's own core. Returns how many (<= cap). */
-static unsigned rf__worker_cores(hwloc_topology_t topo, hwloc_obj_t home, hwloc_obj_t *out, unsigned cap)
-{
-	unsigned n = 0;
-	hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
-	if (allowed == NULL || hwloc_get_cpubind(topo, allowed, HWLOC_CPUBIND_THREAD) != 0) {
-		hwloc_bitmap_free(allowed);
-		return 0;
-	}
-	int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
-	for (int i = 0; i < ncores && n < cap; i++) {
-		hwloc_obj_t c = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)i);
-		if (c != home && hwloc_bitmap_isincluded(c->cpuset, allowed))
-			out[n++] = c;
-	}
-	hwloc_bitmap_free(allowed);
-	return n;
 }
 
 /* The cache handoff for this pipeline (backends/threads_handoff.c), measured against the core of the
@@ -364,22 +337,30 @@ static void rf__thr_pin(rf__threads *t)
 	/* A topology failure is not the caller's failure (create still succeeds): keep its rf_errmsg. */
 	char saved[256];
 	snprintf(saved, sizeof saved, "%s", rf__errmsg_peek());
-	if ((t->topo = rf__topo_acquire()) != NULL && (home = rf__caller_core(t->topo)) != NULL)
-		ncores = rf__worker_cores(t->topo, home, cores, RF_MAX_QUEUES);
+	if ((t->topo = rf__topo_acquire()) != NULL && (home = rf__tp_caller_core(t->topo)) != NULL)
+		ncores = rf__tp_cores(t->topo, home, t->worker_cpus, cores, RF_MAX_QUEUES);
 	if (ncores == 0) {
 		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; copy workers not pinned: %s",
 			 t->topo == NULL ? rf__errmsg_peek()
 			 : home == NULL ? "the caller's core is unknown (no core objects in the topology)"
-					: "no core besides the caller's in its CPU binding");
+				: *t->worker_cpus ? "no core of the machine in RINGFETCH_WORKER_CPUS / worker_cpus"
+						   : "no core besides the caller's in its CPU binding");
 		rf__err(RF_OK, "%s", saved);
 		rf__thr_handoff(t, NULL, (int)strlen(t->placement));
 		return;
 	}
+	if (*t->worker_cpus)
+		n += snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; copy workers on CPUs %s (configured)",
+			      t->worker_cpus);
 	hwloc_const_cpuset_t first = NULL;
 	for (unsigned i = 1; i <= t->nworkers; i++) {
-		hwloc_obj_t core = cores[(i - 1) % ncores];
+		hwloc_obj_t core = rf__tp_pick(cores, ncores); /* the least loaded in the process */
 		int ok = hwloc_set_thread_cpubind(t->topo, t->w[i].tid, core->cpuset, 0) == 0;
 		int e = errno;
+		if (ok)
+			t->w[i].core = (int)core->logical_index;
+		else
+			rf__tp_unpick(core->logical_index);
 		if (ok && first == NULL)
 			first = core->cpuset;
 		if (n < 0 || (size_t)n >= sizeof t->placement)
@@ -410,6 +391,8 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	t->slot_bytes = args->slot_bytes;
 	t->nslots = args->nslots;
 	int hrc = rf__config_handoff(&t->handoff_mode);
+	if (hrc == RF_OK)
+		hrc = rf__config_worker_cpus(t->worker_cpus, sizeof t->worker_cpus);
 	if (hrc != RF_OK) {
 		free(t);
 		return hrc;
@@ -434,6 +417,8 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	pthread_cond_init(&t->done_cv, NULL);
 	atomic_init(&t->stop, 0);
 	atomic_init(&t->first_rc, 0);
+	for (unsigned i = 0; i < t->nq; i++)
+		t->w[i].core = -1;
 	for (unsigned i = 1; i < t->nq; i++) {
 		t->w[i].t = t;
 		t->w[i].q = i;
