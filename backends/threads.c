@@ -93,8 +93,18 @@ struct rf__threads {
 	unsigned nslots;
 	char handoff_why[200];
 	char worker_cpus[128]; /* the workers' explicit CPU set ("": the caller's binding) */
+	/* Placement (backends/threads_place.c): the cores workers may take, the caller's core as last
+	 * seen (avoided unless an explicit set names only it), a bitmap for the per-run look. */
+	hwloc_obj_t cand[RF_MAX_QUEUES];
+	unsigned ncand;
+	hwloc_obj_t home;
+	int avoid_home;
+	hwloc_bitmap_t scratch;
+	void *cand_sets; /* rf__tp_sets of cand (NULL: workers do not follow the caller) */
 	const rf__staging_policy *staging; /* where the ring goes (owned by the engine); NULL = auto */
 };
+
+static void rf__thr_follow(rf__threads *t); /* placement, per run (below rf__thr_pin) */
 
 /* Per-walker state: a private copy of the run (its failure fields are written by this walker only). */
 typedef struct rf__walker {
@@ -255,6 +265,7 @@ static void *rf__thr_main(void *arg)
 static int rf__thr_run(void *ctx, rf__run *run)
 {
 	rf__threads *t = ctx;
+	rf__thr_follow(t); /* placement: workers off the caller's core (backends/threads_place.c) */
 	for (unsigned i = 0; i < t->nq; i++)
 		atomic_store_explicit(&t->q[i].value, 0, memory_order_relaxed);
 	atomic_store(&t->stop, 0);
@@ -302,6 +313,8 @@ static void rf__thr_free(rf__threads *t)
 	for (unsigned i = 1; i < t->nq; i++)
 		if (t->w[i].core >= 0)
 			rf__tp_unpick((unsigned)t->w[i].core);
+	hwloc_bitmap_free(t->scratch);
+	free(t->cand_sets);
 	rf__topo_release(t->topo);
 	free(t->q);
 	free(t->w);
@@ -322,39 +335,46 @@ static void rf__thr_handoff(rf__threads *t, hwloc_const_cpuset_t set, int n)
 		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
 }
 
-/* Pin each copy worker, round robin, to a core of the caller's binding other than the one the caller
- * (queue 0, the computes) runs on. The caller's thread is not ours: we never bind it. What happened is
- * recorded in t->placement, which rf_pipeline_describe shows; failing to pin is not an error (the run is
- * still correct), but it is never silent. */
+/* Pin each copy worker to the core of the caller's binding (or of the configured set) other than the
+ * caller's own that holds the fewest copy workers of the process (backends/threads_place.c). The
+ * caller's thread is not ours: we never bind it. What happened is recorded in t->placement, which
+ * rf_pipeline_describe shows; failing to pin is not an error (the run is still correct), but it is
+ * never silent. */
 static void rf__thr_pin(rf__threads *t)
 {
 	int n = snprintf(t->placement, sizeof t->placement, "compute: caller's thread (not pinned by ringfetch)");
 	if (t->nworkers == 0)
 		return;
-	hwloc_obj_t cores[RF_MAX_QUEUES];
-	unsigned ncores = 0;
-	hwloc_obj_t home = NULL;
 	/* A topology failure is not the caller's failure (create still succeeds): keep its rf_errmsg. */
 	char saved[256];
 	snprintf(saved, sizeof saved, "%s", rf__errmsg_peek());
-	if ((t->topo = rf__topo_acquire()) != NULL && (home = rf__tp_caller_core(t->topo)) != NULL)
-		ncores = rf__tp_cores(t->topo, home, t->worker_cpus, cores, RF_MAX_QUEUES);
-	if (ncores == 0) {
+	if ((t->topo = rf__topo_acquire()) != NULL && (t->home = rf__tp_caller_core(t->topo)) != NULL)
+		t->ncand = rf__tp_cores(t->topo, t->worker_cpus, t->cand, RF_MAX_QUEUES);
+	unsigned others = 0;
+	for (unsigned i = 0; i < t->ncand; i++)
+		others += t->cand[i] != t->home;
+	/* An explicit set that names only the caller's core is the deployer's call. */
+	t->avoid_home = !(*t->worker_cpus && others == 0);
+	if (t->ncand == 0 || (t->avoid_home && others == 0)) {
 		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; copy workers not pinned: %s",
 			 t->topo == NULL ? rf__errmsg_peek()
-			 : home == NULL ? "the caller's core is unknown (no core objects in the topology)"
-				: *t->worker_cpus ? "no core of the machine in RINGFETCH_WORKER_CPUS / worker_cpus"
-						   : "no core besides the caller's in its CPU binding");
+			 : t->home == NULL ? "the caller's core is unknown (no core objects in the topology)"
+			 : *t->worker_cpus ? "no core of the machine in RINGFETCH_WORKER_CPUS / worker_cpus"
+					   : "no core besides the caller's in its CPU binding");
+		t->ncand = 0;
 		rf__err(RF_OK, "%s", saved);
 		rf__thr_handoff(t, NULL, (int)strlen(t->placement));
 		return;
 	}
+	/* For rf__thr_follow; either NULL: the workers just do not follow the caller. */
+	t->scratch = hwloc_bitmap_alloc();
+	t->cand_sets = rf__tp_sets(t->topo, t->cand, t->ncand);
 	if (*t->worker_cpus)
 		n += snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; copy workers on CPUs %s (configured)",
 			      t->worker_cpus);
 	hwloc_const_cpuset_t first = NULL;
 	for (unsigned i = 1; i <= t->nworkers; i++) {
-		hwloc_obj_t core = rf__tp_pick(cores, ncores); /* the least loaded in the process */
+		hwloc_obj_t core = rf__tp_pick(t->cand, t->ncand, t->avoid_home ? t->home : NULL);
 		int ok = hwloc_set_thread_cpubind(t->topo, t->w[i].tid, core->cpuset, 0) == 0;
 		int e = errno;
 		if (ok)
@@ -372,6 +392,33 @@ static void rf__thr_pin(rf__threads *t)
 			n += snprintf(t->placement + n, room, "; q%u: not pinned (%s)", i, strerror(e));
 	}
 	rf__thr_handoff(t, first, n);
+}
+
+/* Per run: when the caller now runs on a copy worker's core (an unpinned caller migrates there: 4196 of
+ * 4992 computes in one run of issue 17), move that worker to the least loaded other core. One
+ * sched_getcpu-backed look per run when nothing changed; no allocation. */
+static void rf__thr_follow(rf__threads *t)
+{
+	if (t->scratch == NULL || t->cand_sets == NULL || !t->avoid_home)
+		return;
+	hwloc_obj_t now = rf__tp_core_now(t->topo, t->scratch);
+	if (now == NULL || now == t->home)
+		return;
+	t->home = now;
+	for (unsigned i = 1; i <= t->nworkers; i++) {
+		if (t->w[i].core != (int)now->logical_index)
+			continue;
+		hwloc_obj_t c = rf__tp_pick(t->cand, t->ncand, now);
+		unsigned k = 0;
+		while (c != NULL && t->cand[k] != c)
+			k++;
+		if (c != NULL && rf__tp_move(t->w[i].tid, t->cand_sets, k)) {
+			rf__tp_unpick(now->logical_index);
+			t->w[i].core = (int)c->logical_index;
+		} else if (c != NULL) {
+			rf__tp_unpick(c->logical_index);
+		}
+	}
 }
 
 static int rf__thr_describe(void *ctx, char *buf, size_t cap)

@@ -2,7 +2,7 @@
  * tests/test_threads_place.c — where the threads backend's copy workers go (backends/threads_place.h,
  * issue 17): spread by a process-wide count (synthetic cores, then real pipelines), released on
  * destroy, an explicit CPU set (RINGFETCH_WORKER_CPUS, config key worker_cpus) said in describe, and
- * RF_ECONFIG for a malformed one. White-box (static library); each test runs in its own process.
+ * RF_ECONFIG for a malformed one; a worker leaves the core its caller moved to. White-box (static library); each test runs in its own process.
  */
 #include <criterion/criterion.h>
 
@@ -35,7 +35,7 @@ Test(threads_place, pick_spreads_over_cores_and_unpick_releases)
 	}
 	unsigned got[7];
 	for (unsigned k = 0; k < 7; k++)
-		got[k] = rf__tp_pick(cores, 3)->logical_index;
+		got[k] = rf__tp_pick(cores, 3, NULL)->logical_index;
 	/* 7 workers on 3 cores: 3, 2, 2, in the order of least loaded first */
 	unsigned expect[7] = {100, 101, 102, 100, 101, 102, 100};
 	for (unsigned k = 0; k < 7; k++)
@@ -45,7 +45,10 @@ Test(threads_place, pick_spreads_over_cores_and_unpick_releases)
 	rf__tp_unpick(101);
 	rf__tp_unpick(101);
 	cr_assert_eq(rf__tp_load(101), 0);
-	cr_assert_eq(rf__tp_pick(cores, 3)->logical_index, 101, "the emptied core is taken next");
+	cr_assert_eq(rf__tp_pick(cores, 3, NULL)->logical_index, 101, "the emptied core is taken next");
+	cr_assert_eq(rf__tp_pick(cores, 3, cores[1])->logical_index, 102, "the avoided core is never taken");
+	rf__tp_unpick(102);
+	cr_assert_null(rf__tp_pick(cores, 1, cores[0]), "nothing but the avoided core: none");
 	rf__tp_unpick(101);
 	rf__tp_unpick(101); /* never below zero */
 	cr_assert_eq(rf__tp_load(101), 0);
@@ -143,4 +146,51 @@ Test(threads_place, malformed_cpu_set_is_econfig)
 	cr_assert_null(p);
 	cr_assert(strstr(rf_errmsg(), "worker_cpus") != NULL, "%s", rf_errmsg());
 	unlink(path);
+}
+
+static int ok_cb(void *u, const rf_block *b)
+{
+	(void)u;
+	(void)b;
+	return 0;
+}
+
+/* The caller moves onto its copy worker's core after create (here: binds itself there); the next run
+ * moves the worker to another core. Needs two cores in this process's binding. */
+Test(threads_place, worker_leaves_the_core_the_caller_moved_to)
+{
+	hwloc_topology_t topo;
+	cr_assert_eq(hwloc_topology_init(&topo), 0);
+	cr_assert_eq(hwloc_topology_load(topo), 0);
+	hwloc_bitmap_t mine = hwloc_bitmap_alloc();
+	cr_assert_eq(hwloc_get_cpubind(topo, mine, HWLOC_CPUBIND_THREAD), 0);
+	unsigned usable = 0;
+	for (int i = 0; i < hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE); i++)
+		usable += hwloc_bitmap_isincluded(hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)i)->cpuset, mine);
+	if (usable < 2) {
+		cr_log_warn("skipped: fewer than two cores in this process's binding");
+		hwloc_bitmap_free(mine);
+		hwloc_topology_destroy(topo);
+		return;
+	}
+	int rc;
+	rf_pipeline *p = make(&rc);
+	cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
+	const char *d = strstr(rf_pipeline_describe(p), "q1: core ");
+	cr_assert_not_null(d, "%s", rf_pipeline_describe(p));
+	unsigned w = (unsigned)strtoul(d + 9, NULL, 10);
+	cr_assert_eq(rf__tp_load(w), 1);
+	hwloc_obj_t wc = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, w);
+	cr_assert_eq(hwloc_set_cpubind(topo, wc->cpuset, HWLOC_CPUBIND_THREAD), 0);
+	static unsigned char src[4096];
+	const void *srcs[2] = {src, src};
+	size_t sizes[2] = {sizeof src, sizeof src};
+	cr_assert_eq(rf_pipeline_run(p, 2, srcs, sizes, ok_cb, NULL), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf__tp_load(w), 0, "the worker is still counted on the caller's new core %u", w);
+	cr_assert_eq(total_load(), 1);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(total_load(), 0);
+	hwloc_set_cpubind(topo, mine, HWLOC_CPUBIND_THREAD);
+	hwloc_bitmap_free(mine);
+	hwloc_topology_destroy(topo);
 }
