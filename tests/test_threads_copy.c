@@ -10,6 +10,9 @@
 #include "backends/threads_copy.h"
 #include "runtime/config.h"
 
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +96,59 @@ Test(threads_copy, single_thread_copy_is_exact)
 		free(src);
 		free(dst);
 	}
+}
+
+/* The waiter finishes the copy it waits for: with the worker held right after publishing (the test
+ * hook), the waiter takes every piece, and the worker's copy completes with nothing left to do. */
+static atomic_int g_published, g_release;
+static void hold(int where)
+{
+	if (where == 0) {
+		atomic_store(&g_published, 1);
+		while (!atomic_load(&g_release))
+			sched_yield();
+	}
+}
+
+typedef struct job_arg {
+	rf__tc_job *j;
+	unsigned char *dst;
+	const unsigned char *src;
+	size_t n;
+	_Atomic long long value;
+} job_arg;
+
+static void *copier(void *p)
+{
+	job_arg *a = p;
+	rf__tc_copy(a->j, a->dst, a->src, a->n, 7, 0);
+	atomic_store(&a->value, 1);
+	return NULL;
+}
+
+Test(threads_copy, waiter_takes_the_pieces_of_its_copy)
+{
+	size_t n = 1 << 20;
+	unsigned char *src = malloc(n), *dst = calloc(1, n);
+	for (size_t k = 0; k < n; k++)
+		src[k] = (unsigned char)(k * 13);
+	rf__tc_job j;
+	rf__tc_job_init(&j);
+	job_arg a = {&j, dst, src, n, 0};
+	rf__tc_test_hook = hold;
+	pthread_t tid;
+	cr_assert_eq(pthread_create(&tid, NULL, copier, &a), 0);
+	while (!atomic_load(&g_published))
+		sched_yield();
+	cr_assert_eq(rf__tc_help(&j, 8, &a.value, 1), 0, "another block's copy: not helped");
+	cr_assert_eq(rf__tc_help(&j, 7, &a.value, 1), n / rf__tc_piece(n), "every piece taken by the waiter");
+	atomic_store(&g_release, 1);
+	pthread_join(tid, NULL);
+	rf__tc_test_hook = NULL;
+	cr_assert_eq(atomic_load(&a.value), 1);
+	cr_assert(memcmp(dst, src, n) == 0);
+	free(src);
+	free(dst);
 }
 
 /* ---- configuration and describe -------------------------------------------------------------------- */
