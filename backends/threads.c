@@ -321,18 +321,27 @@ static void rf__thr_free(rf__threads *t)
 	free(t);
 }
 
-/* The cache handoff for this pipeline (backends/threads_handoff.c), measured against the core of the
- * first copy worker (`set`; NULL: not pinned), and said in the placement text. Only where runs overlap
- * (two slots or more: at depth 1 the whole copy runs where the compute does). */
-static void rf__thr_handoff(rf__threads *t, hwloc_const_cpuset_t set, int n)
+/* The cache handoff for this pipeline (backends/threads_handoff.c), decided before the workers exist
+ * (a new worker spins for its wait budget, which would disturb the measurement), measured against the
+ * core the first worker is about to get. Only where runs overlap (two slots or more: at depth 1 the
+ * whole copy runs where the compute does). rf__thr_pin adds t->handoff_why to the placement text. */
+static void rf__thr_handoff(rf__threads *t)
 {
-	if (t->nslots >= 2)
-		rf__ho_resolve(t->handoff_mode, t->topo, set, t->slot_bytes, &t->handoff, t->handoff_why,
-			       sizeof t->handoff_why);
-	else
-		snprintf(t->handoff_why, sizeof t->handoff_why, "cache handoff off (depth 1)");
-	if (n >= 0 && (size_t)n < sizeof t->placement)
-		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
+	if (t->nq < 2 || t->nslots < 2) {
+		snprintf(t->handoff_why, sizeof t->handoff_why, "cache handoff off (%s)", t->nq < 2 ? "no copy queue" : "depth 1");
+		return;
+	}
+	char saved[256]; /* as in rf__thr_pin: a topology failure is not the caller's failure */
+	snprintf(saved, sizeof saved, "%s", rf__errmsg_peek());
+	hwloc_obj_t cores[RF_MAX_QUEUES], home = NULL, next = NULL;
+	hwloc_topology_t topo = t->handoff_mode == RF__HO_AUTO ? rf__topo_acquire() : NULL;
+	unsigned n = topo && (home = rf__tp_caller_core(topo)) ? rf__tp_cores(topo, t->worker_cpus, cores, RF_MAX_QUEUES) : 0;
+	if (n > 0 && (next = rf__tp_pick(cores, n, home)) != NULL)
+		rf__tp_unpick(next->logical_index); /* a peek: rf__thr_pin counts the real one */
+	rf__ho_resolve(t->handoff_mode, topo, next ? next->cpuset : NULL, t->slot_bytes, &t->handoff, t->handoff_why,
+		       sizeof t->handoff_why);
+	rf__topo_release(topo);
+	rf__err(RF_OK, "%s", saved);
 }
 
 /* Pin each copy worker to the core of the caller's binding (or of the configured set) other than the
@@ -363,7 +372,8 @@ static void rf__thr_pin(rf__threads *t)
 					   : "no core besides the caller's in its CPU binding");
 		t->ncand = 0;
 		rf__err(RF_OK, "%s", saved);
-		rf__thr_handoff(t, NULL, (int)strlen(t->placement));
+		n = (int)strlen(t->placement);
+		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
 		return;
 	}
 	/* For rf__thr_follow; either NULL: the workers just do not follow the caller. */
@@ -372,7 +382,6 @@ static void rf__thr_pin(rf__threads *t)
 	if (*t->worker_cpus)
 		n += snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; copy workers on CPUs %s (configured)",
 			      t->worker_cpus);
-	hwloc_const_cpuset_t first = NULL;
 	for (unsigned i = 1; i <= t->nworkers; i++) {
 		hwloc_obj_t core = rf__tp_pick(t->cand, t->ncand, t->avoid_home ? t->home : NULL);
 		int ok = hwloc_set_thread_cpubind(t->topo, t->w[i].tid, core->cpuset, 0) == 0;
@@ -381,8 +390,6 @@ static void rf__thr_pin(rf__threads *t)
 			t->w[i].core = (int)core->logical_index;
 		else
 			rf__tp_unpick(core->logical_index);
-		if (ok && first == NULL)
-			first = core->cpuset;
 		if (n < 0 || (size_t)n >= sizeof t->placement)
 			continue;
 		size_t room = sizeof t->placement - (size_t)n;
@@ -391,7 +398,8 @@ static void rf__thr_pin(rf__threads *t)
 		else
 			n += snprintf(t->placement + n, room, "; q%u: not pinned (%s)", i, strerror(e));
 	}
-	rf__thr_handoff(t, first, n);
+	if (n >= 0 && (size_t)n < sizeof t->placement)
+		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
 }
 
 /* Per run: when the caller now runs on a copy worker's core (an unpinned caller migrates there: 4196 of
@@ -466,6 +474,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	atomic_init(&t->first_rc, 0);
 	for (unsigned i = 0; i < t->nq; i++)
 		t->w[i].core = -1;
+	rf__thr_handoff(t); /* before the workers exist (backends/threads_handoff.c) */
 	for (unsigned i = 1; i < t->nq; i++) {
 		t->w[i].t = t;
 		t->w[i].q = i;
