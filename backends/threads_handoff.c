@@ -100,7 +100,8 @@ static void *rf__ho_copier(void *arg)
 	rf__tc_job_init(&job);
 	for (unsigned s = 0; s < b->nsamples; s++) {
 		rf__ho_spin(&b->go, s + 1);
-		const unsigned char *src = b->src + (s % 2) * b->n; /* alternate halves: not the last one read */
+		/* alternate halves (4 KiB-aligned): not the last one read */
+		const unsigned char *src = b->src + (s % 2) * ((b->n + 4095) & ~(size_t)4095);
 		int64_t t0 = rf__trace_now();
 		rf__tc_copy(&job, b->dst, src, b->n, 0, b->modes[s]);
 		b->copy_ns[s] = rf__trace_now() - t0;
@@ -135,15 +136,16 @@ static int rf__ho_measure(hwloc_topology_t topo, hwloc_const_cpuset_t set, size_
 	rf__ho_bench b = {.n = n, .nsamples = ns, .modes = modes, .copy_ns = copy_ns, .topo = topo, .set = set};
 	atomic_init(&b.go, 0);
 	atomic_init(&b.ready, 0);
-	b.src = rf__aligned_alloc(4096, 2 * n);
-	b.dst = rf__aligned_alloc(4096, n);
+	size_t cap1 = (n + 4095) & ~(size_t)4095; /* aligned_alloc wants a multiple of the alignment */
+	b.src = rf__aligned_alloc(4096, 2 * cap1);
+	b.dst = rf__aligned_alloc(4096, cap1);
 	if (b.src == NULL || b.dst == NULL) {
 		free(b.src);
 		free(b.dst);
 		snprintf(why, cap, "out of memory for %zu KiB of test buffers", 3 * n >> 10);
 		return RF_ENOMEM;
 	}
-	memset(b.src, 0x5a, 2 * n);
+	memset(b.src, 0x5a, 2 * cap1);
 	memset(b.dst, 0, n);
 	pthread_t tid;
 	int err = rf__fault() ? EAGAIN : pthread_create(&tid, NULL, rf__ho_copier, &b);

@@ -6,7 +6,8 @@
  *     job (WAR: a helper still writing a piece of an old job would corrupt the check);
  *  2. whole pipelines on the threads backend with blocks big enough to be copied in pieces (32 KiB ..
  *     1 MiB, depth 2..4, 1..3 copy queues), every byte checked in the compute; run with
- *     RINGFETCH_ORACLE=1 (ctest does) so that the hazard oracle checks every run's order too.
+ *     RINGFETCH_ORACLE=1 (ctest does) so that the hazard oracle checks every run's order too; the
+ *     cache handoff is measured at create for each size class (even without cldemote).
  * Usage: race_copy [--iterations N] [--seed S]. Exit 0 when every check passed.
  */
 #include "ringfetch.h"
@@ -193,6 +194,7 @@ int main(int argc, char **argv)
 	}
 	printf("race_copy: seed %llu\n", seed);
 	rf__tc_test_hook = stall;
+	rf__ho_test_measure_anyway = 1; /* the handoff measurement's threads, under TSan too */
 	int bad = piece_stress(seed);
 	unsigned failed = 0;
 	for (unsigned i = 0; i < iters; i++)
