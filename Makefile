@@ -54,10 +54,10 @@ sanitize: deps
 	$(MAKE) test BUILD=$(BUILD)-asan BUILD_TYPE=Debug CMAKE_FLAGS="-DRINGFETCH_SANITIZE=address,undefined $(CMAKE_FLAGS)"
 
 # The race and stress tests (label tsan) under ThreadSanitizer. Criterion cannot run under TSan, so the
-# threaded checks live in a plain program, tests/race.c.
+# threaded checks live in plain programs, tests/race.c and tests/race_keyed.c.
 tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DRINGFETCH_WERROR=ON -DRINGFETCH_SANITIZE=thread $(CMAKE_FLAGS)
-	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_race race_copy
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_race race_copy test_race_keyed
 	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L tsan
 
 # A valgrind memcheck pass over a subset: the seeded stress on both CPU backends, the demo and a tiny
@@ -69,6 +69,8 @@ valgrind: build
 	@command -v valgrind >/dev/null || $(MAKE) deps DEB_PACKAGES="$(DEB_PACKAGES) valgrind"
 	$(VALGRIND) $(BUILD)/tests/test_race --backend cpu --iterations 300 --seed 1
 	$(VALGRIND) $(BUILD)/tests/test_race --backend threads --iterations 150 --seed 1
+	$(VALGRIND) $(BUILD)/tests/test_race_keyed --backend cpu --iterations 40 --seed 1
+	$(VALGRIND) $(BUILD)/tests/test_race_keyed --backend threads --iterations 20 --seed 1
 	$(VALGRIND) $(BUILD)/bench/ringfetch-demo --blocks 64 --size 65536
 	$(VALGRIND) $(BUILD)/bench/ringfetch-bench --backend cpu,threads --depth 1,2,auto --size 4K,64K --blocks 32 \
 		--reps 1 --baselines sequential,hand --quiet

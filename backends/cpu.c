@@ -100,6 +100,33 @@ static int rf__cpu_slots_alloc(void *ctx, size_t bytes, void **mem)
 	return rf__staging_alloc(ctx, bytes, RF__STAGING_SLOT_ALIGN, mem);
 }
 
+/* Keyed copies: inline, so every ticket is finished on return (and orders after everything before). */
+static int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
+{
+	(void)ctx;
+	memcpy(req->dst, req->src, req->bytes);
+	*out = 1;
+	return RF_OK;
+}
+
+static int rf__cpu_ktest(void *ctx, rf__kticket t)
+{
+	(void)ctx, (void)t;
+	return 1;
+}
+
+static int rf__cpu_kwait(void *ctx, rf__kticket t, void *stream)
+{
+	(void)ctx, (void)t, (void)stream;
+	return RF_OK;
+}
+
+static int rf__cpu_ksync(void *ctx, rf__kticket t)
+{
+	(void)ctx, (void)t;
+	return RF_OK;
+}
+
 const rf__backend_ops rf__backend_cpu = {
 	.abi = RF__BACKEND_ABI,
 	.name = "cpu",
@@ -111,4 +138,8 @@ const rf__backend_ops rf__backend_cpu = {
 	.slots_free = rf__host_slots_free,
 	.run = rf__cpu_run,
 	.describe = rf__cpu_describe,
+	.kissue = rf__cpu_kissue,
+	.ktest = rf__cpu_ktest,
+	.kwait = rf__cpu_kwait,
+	.ksync = rf__cpu_ksync,
 };

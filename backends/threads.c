@@ -17,6 +17,7 @@
  * and the run returns once all workers are parked again. The next run resets the counters. */
 #include "base/alloc.h"
 #include "base/error.h"
+#include "backends/threads_keyed.h"
 #include "memory/staging.h"
 #include "memory/topology.h"
 #include "runtime/walk.h"
@@ -71,13 +72,18 @@ struct rf__threads {
 	rf__tq *q;
 	rf__worker *w; /* workers of queues 1 .. nq-1 (w[0] unused) */
 	unsigned nworkers;
-	/* run control, under mu */
+	/* Run control. Workers spin on gen for the wait policy's budget after a run, then sleep on start_cv
+	 * (sleepers counts them); the caller spins on active the same way, then sleeps on done_cv
+	 * (done_sleeping). Publish-then-check on both sides, sequentially consistent (see the top). */
 	pthread_mutex_t mu;
 	pthread_cond_t start_cv, done_cv;
-	unsigned long gen;
-	unsigned active;
-	int quit;
+	atomic_ulong gen;
+	atomic_uint active;
+	atomic_int sleepers, done_sleeping;
+	atomic_int quit;
 	rf__run *run;
+	int64_t spin_ns; /* the wait policy between runs (rf__open_args.wait_spin_ns, resolved; 0 = sleep) */
+	struct rf__tk *tk; /* keyed copy lanes (backends/threads_keyed.c) */
 	/* failure */
 	atomic_int stop;
 	atomic_int first_rc;
@@ -200,11 +206,25 @@ static int rf__thr_spin(rf__threads *t, rf__tq *e, int64_t v)
 			int64_t now = rf__trace_now();
 			if (t0 == 0)
 				t0 = now;
-			else if (now - t0 > RF__SPIN_NS)
+			else if (now - t0 > (t->spin_ns > RF__SPIN_NS ? t->spin_ns : RF__SPIN_NS))
 				return 0;
 			sched_yield();
 		}
 	}
+}
+
+/* Spin predicates (rf__spin_until) for the waits between runs: a new run (or quit) for a worker,
+ * every worker done for the caller. */
+static int rf__thr_started(void *arg, uint64_t seen)
+{
+	rf__threads *t = arg;
+	return atomic_load_explicit(&t->gen, memory_order_acquire) != seen || atomic_load(&t->quit);
+}
+
+static int rf__thr_all_done(void *arg, uint64_t unused)
+{
+	(void)unused;
+	return atomic_load_explicit(&((rf__threads *)arg)->active, memory_order_acquire) == 0;
 }
 
 static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
@@ -244,45 +264,64 @@ static void *rf__thr_main(void *arg)
 	rf__worker *w = arg;
 	rf__threads *t = w->t;
 	unsigned long seen = 0;
-	pthread_mutex_lock(&t->mu);
 	for (;;) {
-		while (t->gen == seen && !t->quit)
-			pthread_cond_wait(&t->start_cv, &t->mu);
-		if (t->quit)
+		if (!rf__spin_until(rf__thr_started, t, seen, t->spin_ns)) {
+			pthread_mutex_lock(&t->mu);
+			atomic_fetch_add(&t->sleepers, 1);
+			while (atomic_load(&t->gen) == seen && !atomic_load(&t->quit))
+				pthread_cond_wait(&t->start_cv, &t->mu);
+			atomic_fetch_sub(&t->sleepers, 1);
+			pthread_mutex_unlock(&t->mu);
+		}
+		if (atomic_load(&t->quit))
 			break;
-		seen = t->gen;
-		rf__run *run = t->run;
-		pthread_mutex_unlock(&t->mu);
-		rf__thr_walk(t, run, w->q);
-		pthread_mutex_lock(&t->mu);
-		if (--t->active == 0)
+		seen = atomic_load(&t->gen);
+		rf__thr_walk(t, t->run, w->q);
+		if (atomic_fetch_sub(&t->active, 1) == 1 && atomic_load(&t->done_sleeping)) {
+			pthread_mutex_lock(&t->mu);
 			pthread_cond_signal(&t->done_cv);
+			pthread_mutex_unlock(&t->mu);
+		}
 	}
-	pthread_mutex_unlock(&t->mu);
 	return NULL;
 }
 
 static int rf__thr_run(void *ctx, rf__run *run)
 {
 	rf__threads *t = ctx;
-	rf__thr_follow(t); /* placement: workers off the caller's core (backends/threads_place.c) */
 	for (unsigned i = 0; i < t->nq; i++)
 		atomic_store_explicit(&t->q[i].value, 0, memory_order_relaxed);
 	atomic_store(&t->stop, 0);
 	atomic_store(&t->first_rc, 0);
-	pthread_mutex_lock(&t->mu);
+	if (run->prog->nslots <= 1) {
+		/* Depth 1: the copy and the compute wait for each other, nothing overlaps; walking every queue
+		 * in issue order on the caller saves two thread hops per block. */
+		rf__walker wk = {t, *run};
+		int rc = rf__walk(&wk.run, -1, &rf__thr_ops, &wk);
+		run->failed_block = wk.run.failed_block;
+		run->failed_value = wk.run.failed_value;
+		return rc;
+	}
+	rf__thr_follow(t); /* placement: workers off the caller's core (backends/threads_place.c) */
 	t->run = run;
-	t->gen++;
-	t->active = t->nworkers;
-	pthread_cond_broadcast(&t->start_cv);
-	pthread_mutex_unlock(&t->mu);
+	atomic_store(&t->active, t->nworkers);
+	atomic_fetch_add(&t->gen, 1);
+	if (atomic_load(&t->sleepers) > 0) {
+		pthread_mutex_lock(&t->mu);
+		pthread_cond_broadcast(&t->start_cv);
+		pthread_mutex_unlock(&t->mu);
+	}
 
 	rf__thr_walk(t, run, 0);
 
-	pthread_mutex_lock(&t->mu);
-	while (t->active > 0)
-		pthread_cond_wait(&t->done_cv, &t->mu);
-	pthread_mutex_unlock(&t->mu);
+	if (!rf__spin_until(rf__thr_all_done, t, 0, t->spin_ns > RF__SPIN_NS ? t->spin_ns : RF__SPIN_NS)) {
+		pthread_mutex_lock(&t->mu);
+		atomic_store(&t->done_sleeping, 1);
+		while (atomic_load(&t->active) > 0)
+			pthread_cond_wait(&t->done_cv, &t->mu);
+		atomic_store(&t->done_sleeping, 0);
+		pthread_mutex_unlock(&t->mu);
+	}
 	int rc = atomic_load(&t->first_rc);
 	if (rc == RF_ECALLBACK) {
 		run->failed_block = t->fail_block;
@@ -293,8 +332,10 @@ static int rf__thr_run(void *ctx, rf__run *run)
 
 static void rf__thr_join(rf__threads *t)
 {
+	rf__tk_close(t->tk);
+	t->tk = NULL;
 	pthread_mutex_lock(&t->mu);
-	t->quit = 1;
+	atomic_store(&t->quit, 1);
 	pthread_cond_broadcast(&t->start_cv);
 	pthread_mutex_unlock(&t->mu);
 	for (unsigned i = 1; i <= t->nworkers; i++)
@@ -398,6 +439,12 @@ static void rf__thr_pin(rf__threads *t)
 		else
 			n += snprintf(t->placement + n, room, "; q%u: not pinned (%s)", i, strerror(e));
 	}
+	/* Keyed lane l shares the core of copy queue l + 1: both copy for the same caller, never at once
+	 * in one loop (a run empties the keyed cache first). */
+	for (unsigned l = 0; l < rf__tk_lanes(t->tk) && l < t->nworkers; l++)
+		if (t->w[l + 1].core >= 0)
+			hwloc_set_thread_cpubind(t->topo, rf__tk_thread(t->tk, l),
+						 hwloc_get_obj_by_type(t->topo, HWLOC_OBJ_CORE, (unsigned)t->w[l + 1].core)->cpuset, 0);
 	if (n >= 0 && (size_t)n < sizeof t->placement)
 		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
 }
@@ -423,6 +470,8 @@ static void rf__thr_follow(rf__threads *t)
 		if (c != NULL && rf__tp_move(t->w[i].tid, t->cand_sets, k)) {
 			rf__tp_unpick(now->logical_index);
 			t->w[i].core = (int)c->logical_index;
+			if (i - 1 < rf__tk_lanes(t->tk)) /* its keyed lane goes with it (rf__thr_pin) */
+				rf__tp_move(rf__tk_thread(t->tk, i - 1), t->cand_sets, k);
 		} else if (c != NULL) {
 			rf__tp_unpick(c->logical_index);
 		}
@@ -432,7 +481,9 @@ static void rf__thr_follow(rf__threads *t)
 static int rf__thr_describe(void *ctx, char *buf, size_t cap)
 {
 	rf__threads *t = ctx;
-	snprintf(buf, cap, "threads: %u queue(s), %u worker thread(s); %s", t->nq, t->nworkers, t->placement);
+	snprintf(buf, cap, "threads: %u queue(s), %u worker thread(s) + %u keyed lane worker(s); wait: %s %lld us; %s",
+		 t->nq, t->nworkers, rf__tk_lanes(t->tk), t->spin_ns ? "spin" : "sleep", (long long)(t->spin_ns / 1000),
+		 t->placement);
 	return RF_OK;
 }
 
@@ -470,6 +521,12 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_cond_init(&t->start_cv, NULL);
 	pthread_cond_init(&t->done_cv, NULL);
+	atomic_init(&t->gen, 0);
+	atomic_init(&t->active, 0);
+	atomic_init(&t->sleepers, 0);
+	atomic_init(&t->done_sleeping, 0);
+	atomic_init(&t->quit, 0);
+	t->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
 	atomic_init(&t->stop, 0);
 	atomic_init(&t->first_rc, 0);
 	for (unsigned i = 0; i < t->nq; i++)
@@ -485,6 +542,12 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 			return rf__err(RF_ENOMEM, "threads: cannot start the worker of queue %u: %s", i, strerror(err));
 		}
 		t->nworkers = i;
+	}
+	int rc = rf__tk_open(t->nq > 1 ? t->nq - 1 : 1, t->spin_ns, &t->tk);
+	if (rc != RF_OK) {
+		rf__thr_join(t);
+		rf__thr_free(t);
+		return rc;
 	}
 	rf__thr_pin(t);
 	*ctx = t;
@@ -512,6 +575,16 @@ static int rf__thr_probe(int device)
 	return RF_OK;
 }
 
+/* Keyed use: the lanes of backends/threads_keyed.c. */
+#define RF__TK(ctx) (((rf__threads *)(ctx))->tk)
+static int rf__thr_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out) { return rf__tk_issue(RF__TK(ctx), req, out); }
+static int rf__thr_ktest(void *ctx, rf__kticket t) { return rf__tk_test(RF__TK(ctx), t); }
+static int rf__thr_kcancel(void *ctx, rf__kticket t) { return rf__tk_cancel(RF__TK(ctx), t); }
+static int rf__thr_ksync(void *ctx, rf__kticket t) { return rf__tk_sync(RF__TK(ctx), t); }
+static int rf__thr_kwait(void *ctx, rf__kticket t, void *stream) { return (void)stream, rf__tk_sync(RF__TK(ctx), t); }
+static int rf__thr_kquiesce(void *ctx) { return rf__tk_quiesce(RF__TK(ctx)); }
+static unsigned rf__thr_klanes(void *ctx) { return rf__tk_lanes(RF__TK(ctx)); }
+
 const rf__backend_ops rf__backend_threads = {
 	.abi = RF__BACKEND_ABI,
 	.name = "threads",
@@ -523,4 +596,11 @@ const rf__backend_ops rf__backend_threads = {
 	.slots_free = rf__host_slots_free,
 	.run = rf__thr_run,
 	.describe = rf__thr_describe,
+	.kissue = rf__thr_kissue,
+	.ktest = rf__thr_ktest,
+	.kcancel = rf__thr_kcancel,
+	.kwait = rf__thr_kwait,
+	.ksync = rf__thr_ksync,
+	.kquiesce = rf__thr_kquiesce,
+	.klanes = rf__thr_klanes,
 };

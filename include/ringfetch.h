@@ -154,8 +154,14 @@ typedef struct rf_pipeline_params {
 	                         "interleave" or "none"; read during rf_pipeline_create only */
 	rf_memory memory;     /* RF_MEMORY_HOST (0) or RF_MEMORY_DEVICE; never read from the environment or
 	                         the config file */
-	const char *wait;     /* how threads wait for each other (docs/serving.md): NULL = RINGFETCH_WAIT,
-	                         else the config file, else "auto" */
+	const char *wait;     /* how the threads backend's threads wait for each other (docs/serving.md):
+	                         "auto" (spin up to 2 ms, then sleep), "sleep" (sleep at once between runs
+	                         and hint copies), "spin:N" (spin up to N us, 0..10000000; spin:0 = sleep).
+	                         A spinning wait (pause, then sched_yield) keeps a loop that calls every
+	                         few us..ms off the futex path, at the price of up to N us of one core per
+	                         idle worker after each run or hint; after that the worker sleeps (no CPU).
+	                         NULL = RINGFETCH_WAIT, else the config file's `wait`, else "auto".
+	                         Malformed: RF_EINVAL (here), RF_ECONFIG (environment, file). cpu: unused */
 	uint64_t reserved[8]; /* must be zero */
 } rf_pipeline_params;
 
@@ -201,6 +207,10 @@ typedef struct rf_pipeline_params {
  * independent hazard oracle (each block copied and computed once, computes in order, RAW and WAR on
  * every slot): a violation turns an RF_OK run into RF_EHAZARD naming the blocks. It costs the trace's
  * memory and clock reads.
+ * With the oracle on, keyed use is checked too: no keyed copy may be issued into a held slot (WAR,
+ * refused before it is issued) and every acquire's slot must hold the key's bytes when it returns (RAW,
+ * compared with src on host backends): a violation is RF_EHAZARD from the keyed call.
+ * RINGFETCH_WAIT / `wait`: the wait policy (params.wait).
  * An environment variable is checked when consulted (an empty value is malformed); the file is checked
  * whole whenever RINGFETCH_CONFIG is set: syntax errors, unknown sections or keys and malformed values
  * are RF_ECONFIG naming the file, the line and the value. A ring over the budget is RF_ECONFIG too.

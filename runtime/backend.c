@@ -110,3 +110,55 @@ void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap
 	if (be->describe == NULL || be->describe(ctx, buf, cap) != RF_OK)
 		snprintf(buf, cap, "%s", be->name);
 }
+
+/* ---- keyed use ---------------------------------------------------------------------------------- */
+
+int rf__be_kissue(const rf__backend_ops *be, void *ctx, const rf__kcopy *req, rf__kticket *out)
+{
+	assert(req->bytes > 0 && req->src != NULL && req->lane < rf__be_klanes(be, ctx));
+	if (rf__fault())
+		return rf__be_fault(be, "kissue");
+	return be->kissue(ctx, req, out);
+}
+
+int rf__be_ktest(const rf__backend_ops *be, void *ctx, rf__kticket t)
+{
+	return t == 0 || be->ktest(ctx, t);
+}
+
+int rf__be_kcancel(const rf__backend_ops *be, void *ctx, rf__kticket t)
+{
+	return t != 0 && be->kcancel != NULL && be->kcancel(ctx, t);
+}
+
+int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stream)
+{
+	/* No fault injection here: an acquire's wait comes after its copy was issued, where a failure
+	 * could no longer leave everything unchanged. */
+	return t == 0 ? RF_OK : be->kwait(ctx, t, stream);
+}
+
+int rf__be_ksync(const rf__backend_ops *be, void *ctx, rf__kticket t)
+{
+	return t == 0 ? RF_OK : be->ksync(ctx, t);
+}
+
+int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream)
+{
+	if (be->krelease == NULL)
+		return RF_OK;
+	if (rf__fault())
+		return rf__be_fault(be, "krelease");
+	return be->krelease(ctx, slot, stream);
+}
+
+int rf__be_kquiesce(const rf__backend_ops *be, void *ctx)
+{
+	return be->kquiesce == NULL ? RF_OK : be->kquiesce(ctx);
+}
+
+unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx)
+{
+	unsigned n = be->klanes != NULL ? be->klanes(ctx) : 1;
+	return n ? n : 1;
+}

@@ -53,7 +53,72 @@ typedef struct rf__open_args {
 	                                  to a deeper one of at most nslots slots between runs) */
 	size_t slot_bytes;
 	unsigned nslots; /* slots allocated: >= prog->nslots */
+	/* The wait policy (params.wait, RINGFETCH_WAIT, `wait`; runtime/config.h): how long a waiting thread
+	 * spins (pause, then yield) before it sleeps, in ns. 0: the default, "auto" (RF__WAIT_AUTO_NS).
+	 * RF__WAIT_SLEEP: sleep at once between runs and
+	 * keyed copies (within a run a short spin remains: see backends/threads.c). Backends without threads
+	 * ignore it. */
+	int64_t wait_spin_ns;
 } rf__open_args;
+
+#define RF__WAIT_SLEEP ((int64_t)-1)
+#define RF__WAIT_AUTO_NS ((int64_t)2000000) /* "auto": spin up to 2 ms (docs/serving.md) */
+
+/* ---- keyed use (runtime/keyed.c) ----------------------------------------------------------------
+ *
+ * The keyed cache (rf_pipeline_prefetch/acquire/release/evict) decides everything backend-independent:
+ * which slot a key goes to (LRU), which copies to issue and when (hints bounded per lane, held back,
+ * dropped), holds, stats, the oracle. The backend only moves bytes and orders them. Its contract:
+ *
+ *  - kissue(req) starts a copy of req->bytes from req->src into slot req->slot on copy lane req->lane
+ *    (< klanes) and returns a ticket (never 0) without waiting for the copy — except where the backend
+ *    copies inline (cpu; threads for demand copies), then the ticket is finished on return.
+ *    Ordering the backend must provide, and nothing more:
+ *      (a) the copy starts after every copy issued earlier into the same slot (WAW): req->after is the
+ *          slot's previous ticket when the core does not know it finished (0 otherwise); hints into one
+ *          slot always go on the same lane (the core maps slot -> lane), so a FIFO lane orders them;
+ *      (b) the copy starts after the work released on the slot since its previous fill (WAR): every
+ *          krelease(slot, stream) since then. CPU backends: releases come after the host's compute, so
+ *          there is nothing to do. cuda: release records an event on `stream` (one per releasing
+ *          stream, the latest replacing an earlier one of the same stream) and the copy's lane stream
+ *          waits on each of them and on req->after's event, on the device, no host wait;
+ *      (c) req->demand (an acquire's copy) must never queue behind a hint copy that has not started:
+ *          threads copies it inline on the caller; cuda puts it on a demand stream of its own per lane
+ *          (or a higher-priority one) so that it never sits behind queued hints.
+ *    The core counts req->bytes into bytes_copied when kissue returns RF_OK. Failures issue nothing:
+ *    RF_EBACKEND; RF_ENOSPC for a hint (demand 0) when the lane has no room for it right now (the core
+ *    holds the hint back and tries again later); RF_ENOTSUP for a demand copy whose stream is being
+ *    captured (cuda checks this here, before issuing, so that kwait on the same stream cannot fail).
+ *  - ktest(t): 1 when the copy has finished writing the slot and reading src, 0 while not yet. Any
+ *    thread (lookup calls it): must not take locks that a copy holds while copying; cuda: an event
+ *    query in thread-local capture mode, so that it never disturbs another thread's stream capture.
+ *  - kcancel(t) (optional, NULL = never): withdraw a copy that has not started; 1 when withdrawn (it
+ *    will never read src nor write the slot; ktest(t) returns 1 from then on), 0 when it started.
+ *    The core then orders the slot's next copy after the copy issued before the withdrawn one (kept
+ *    as rf__kslot.before), which may have started.
+ *  - kwait(t, stream): the acquirer's wait. CPU backends (stream NULL): return once ktest(t) would be 1.
+ *    cuda: make `stream` wait on the copy's event (cudaStreamWaitEvent), no host wait; a stream being
+ *    captured: RF_ENOTSUP, nothing changed.
+ *  - ksync(t): a host wait until the copy finished (evict: "returns when no copy reads that source").
+ *  - krelease(slot, stream): the caller let go of a hold; see (b). CPU backends: NULL (nothing to do).
+ *  - kquiesce(): a host wait until every keyed copy issued has finished and every released work is
+ *    ordered before later copies (cuda: synchronise the copy streams and the release events' streams,
+ *    or make the run's streams wait on them). Called before a run starts (the run reuses every slot),
+ *    when keyed state is reset and before destroy.
+ *  - klanes(): the number of copy lanes keyed copies may use (>= 1).
+ * The k* methods are called by one thread at a time (the pipeline's owner), except ktest. None of them
+ * allocates memory: what they need is allocated in open (nslots is known there). */
+typedef uint64_t rf__kticket;
+typedef struct rf__kcopy {
+	unsigned lane;      /* < klanes() */
+	unsigned slot;      /* < nslots */
+	void *dst;          /* the slot's address (a device pointer on cuda) */
+	const void *src;    /* host memory, valid until the ticket finished */
+	size_t bytes;       /* 1 .. slot_bytes */
+	int demand;         /* 1: an acquire's copy (see (c)); 0: a hint */
+	rf__kticket after;  /* the slot's previous copy, not known finished (0: none) */
+	void *stream;       /* demand on cuda: the acquiring stream (also passed to kwait); NULL otherwise */
+} rf__kcopy;
 
 typedef struct rf__backend_ops {
 	unsigned abi;
@@ -75,6 +140,16 @@ typedef struct rf__backend_ops {
 	/* Optional: where the backend's host staging memory lives (cuda: the pinned host ring), for
 	 * rf_pipeline_placement; NULL: the ring slots themselves are staging memory. */
 	int (*placement)(void *ctx, rf_placement *out);
+	/* Keyed use (abi 1, appended; see "keyed use" above). A backend without kissue refuses keyed calls
+	 * (RF_ENOTSUP). */
+	int (*kissue)(void *ctx, const rf__kcopy *req, rf__kticket *out);
+	int (*ktest)(void *ctx, rf__kticket t);
+	int (*kcancel)(void *ctx, rf__kticket t);
+	int (*kwait)(void *ctx, rf__kticket t, void *stream);
+	int (*ksync)(void *ctx, rf__kticket t);
+	int (*krelease)(void *ctx, unsigned slot, void *stream);
+	int (*kquiesce)(void *ctx);
+	unsigned (*klanes)(void *ctx);
 } rf__backend_ops;
 
 /* The backend called `name` ("auto" resolves to the first usable one), or NULL with RF_ENODEV set. */
@@ -92,6 +167,15 @@ int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void 
 void rf__be_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t bytes);
 int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run);
 void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap);
+/* Keyed wrappers: fault injection on kissue/kwait/krelease; optional methods default sensibly. */
+int rf__be_kissue(const rf__backend_ops *be, void *ctx, const rf__kcopy *req, rf__kticket *out);
+int rf__be_ktest(const rf__backend_ops *be, void *ctx, rf__kticket t);
+int rf__be_kcancel(const rf__backend_ops *be, void *ctx, rf__kticket t);
+int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stream);
+int rf__be_ksync(const rf__backend_ops *be, void *ctx, rf__kticket t);
+int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream);
+int rf__be_kquiesce(const rf__backend_ops *be, void *ctx);
+unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx);
 
 /* Host slot memory from the staging layer under the default policy ("auto"), ctx ignored: for
  * backends without a policy of their own (test backends). cpu and threads pass their pipeline's. */
@@ -108,6 +192,12 @@ typedef struct rf__test_hooks {
 	 * "fallback", "pin", "mallocx"); non-zero makes the step fail. For "membind" the value is the errno the
 	 * binding fails with: EPERM/ENOSYS/EXDEV/EINVAL are refusals (unbound fallback), others errors. */
 	int (*fail_alloc_step)(const char *step);
+	/* Keyed negative control: slot choice ignores holds (a held slot may be refilled); the hazard
+	 * oracle must catch it. */
+	int keyed_refill_held;
+	/* threads: called by a keyed lane worker before it claims each hint copy (started 0: still
+	 * withdrawable) and after it claimed it, before copying (started 1). */
+	void (*keyed_before_copy)(int started);
 } rf__test_hooks_t;
 extern rf__test_hooks_t rf__test_hooks;
 

@@ -137,6 +137,10 @@ static int rf__ini_key(rf__ini *st, const char *name, const char *value)
 		snprintf(c->budget_from, sizeof c->budget_from, "memory_budget in %.140s", st->path);
 		return 1;
 	}
+	if (!strcmp(name, "wait")) {
+		c->wait_set = 1;
+		return rf__parse_wait(value, &c->wait_ns) == 0 ? 1 : rf__ini_bad(st, RF__MALFORMED, name, value);
+	}
 	if (!strcmp(name, "staging") || !strcmp(name, "trace")) {
 		char *dst = name[0] == 's' ? c->staging : c->trace;
 		size_t cap = name[0] == 's' ? sizeof c->staging : sizeof c->trace;
@@ -145,7 +149,7 @@ static int rf__ini_key(rf__ini *st, const char *name, const char *value)
 		memcpy(dst, value, strlen(value) + 1);
 		return 1;
 	}
-	return rf__ini_bad(st, "unknown key \"%s\" (depth, backend, copy_queues, staging, trace, memory_budget, handoff, worker_cpus)", name);
+	return rf__ini_bad(st, "unknown key \"%s\" (depth, backend, copy_queues, staging, trace, memory_budget, wait, handoff, worker_cpus)", name);
 }
 
 static int rf__ini_handler(void *user, const char *section, const char *name, const char *value)
@@ -284,5 +288,44 @@ int rf__config_worker_cpus(char *out, size_t cap)
 	if (v != NULL && (rf__parse_cpu_list(v) != 0 || strlen(v) >= cap))
 		return rf__env_bad("RINGFETCH_WORKER_CPUS", v, "a CPU list like 2-3,6");
 	snprintf(out, cap, "%s", v != NULL ? v : c.worker_cpus);
+	return RF_OK;
+}
+
+int rf__parse_wait(const char *s, long long *ns)
+{
+	if (!strcmp(s, "auto")) {
+		*ns = 0;
+		return 0;
+	}
+	if (!strcmp(s, "sleep")) {
+		*ns = -1;
+		return 0;
+	}
+	if (strncmp(s, "spin:", 5) != 0 || s[5] == '\0' || strlen(s + 5) > 8)
+		return -1;
+	long long us = 0;
+	for (const char *p = s + 5; *p; p++) {
+		if (*p < '0' || *p > '9')
+			return -1;
+		us = us * 10 + (*p - '0');
+	}
+	if (us > 10000000)
+		return -1;
+	*ns = us == 0 ? -1 : us * 1000;
+	return 0;
+}
+
+int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *ns)
+{
+	if (explicit_wait != NULL) {
+		if (rf__parse_wait(explicit_wait, ns) != 0)
+			return rf__err(RF_EINVAL, "rf_pipeline_create: wait \"%.64s\" is not auto, sleep or spin:N (N us, "
+						  "0..10000000)", explicit_wait);
+		return RF_OK;
+	}
+	const char *v = getenv("RINGFETCH_WAIT");
+	if (v != NULL)
+		return rf__parse_wait(v, ns) == 0 ? RF_OK : rf__env_bad("RINGFETCH_WAIT", v, "auto, sleep or spin:N (N us, 0..10000000)");
+	*ns = c->wait_set ? c->wait_ns : 0;
 	return RF_OK;
 }

@@ -32,7 +32,16 @@ typedef struct rf__config {
 	unsigned long long memory_budget;
 	char budget_from[160]; /* where memory_budget came from, for messages */
 	int oracle;            /* RINGFETCH_ORACLE=1: check every run's execution log (slow; debugging) */
+	int wait_set;          /* the file has `wait`: */
+	long long wait_ns;     /* its value, as rf__parse_wait gives it */
 } rf__config;
+
+/* Parse a wait policy: "auto" (0: the default), "sleep" (RF__WAIT_SLEEP) or "spin:N", N microseconds
+ * of spinning in 0 .. 10000000 (spin:0 = sleep). 0 on success, -1 if malformed. */
+int rf__parse_wait(const char *s, long long *ns);
+/* The wait policy: explicit (params.wait, non-NULL; malformed: RF_EINVAL) wins; else RINGFETCH_WAIT
+ * (malformed: RF_ECONFIG naming it); else `wait` of the file already loaded into c; else auto (0). */
+int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *ns);
 
 /* Parse a cache handoff mode (backends/threads_copy.h): "auto" 0, "off" 1, "on" 2; -1 if malformed. */
 int rf__parse_handoff(const char *s);

@@ -1,6 +1,7 @@
 /* runtime/engine.c — the executor core shared by rf_pipeline and rf_exec. */
 #include "base/alloc.h"
 #include "runtime/engine.h"
+#include "runtime/keyed.h"
 #include "base/error.h"
 #include "runtime/trace.h"
 
@@ -41,7 +42,8 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	if ((rc = rf__backend_lookup(backend, device, &e->be)) != RF_OK)
 		goto fail_prog;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
-			     nslots ? nslots : 1};
+			     nslots ? nslots : 1, e->wait_spin_ns};
+	e->nslots = nslots ? nslots : 1;
 	rc = rf__engine_start(e, who, &args);
 	/* "auto" promised a backend that works here: a GPU that probes usable but cannot host this
 	 * pipeline (device memory, pinned memory) falls back to the CPU backends, and describe says why. */
@@ -192,11 +194,15 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	int idle = RF__IDLE;
 	if (atomic_load(&e->state) != RF__IDLE)
 		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
+	if (e->keyed != NULL && rf__keyed_held(e->keyed))
+		return rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
 	/* Clear a stale cancel before the run becomes visible as RUNNING: a cancel that sees RUNNING (see
 	 * rf__engine_cancel) then always reaches this run. */
 	atomic_store(&e->cancel, 0);
 	if (!atomic_compare_exchange_strong(&e->state, &idle, RF__RUNNING))
 		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
+	if (e->keyed != NULL) /* the run reuses every slot: no key stays resident */
+		rf__keyed_reset(e->keyed);
 	memset(&e->last, 0, sizeof e->last);
 	e->last.blocks = nblocks;
 	e->last.bytes = bytes;

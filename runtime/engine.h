@@ -26,6 +26,11 @@ typedef struct rf__engine {
 	rf__staging_policy staging; /* where CPU backends put the slots; set by the owner before init
 	                               (zero: "auto") */
 	unsigned min_slots; /* allocate at least this many slots (set before init; 0 = the program's) */
+	unsigned nslots;    /* slots allocated (set by init) */
+	int64_t wait_spin_ns; /* the wait policy, passed to the backend (set before init; rf__open_args) */
+	/* Keyed use (runtime/keyed.h), or NULL: a run refuses to start while it holds a block and empties
+	 * it before the run reuses the slots. */
+	struct rf__keyed *keyed;
 	/* Non-NULL (RINGFETCH_ORACLE=1): check every successful run's execution log (runtime/oracle.h). */
 	int (*oracle)(void *owner, const struct rf__trace *t, size_t nblocks);
 	/* Called after a successful run with its recorded events (the run records them while set). */

@@ -2,6 +2,7 @@
 #include "base/alloc.h"
 #include "runtime/config.h"
 #include "runtime/engine.h"
+#include "runtime/keyed.h"
 #include "base/error.h"
 #include "runtime/oracle.h"
 #include "runtime/trace.h"
@@ -60,6 +61,7 @@ static void rf__pipeline_free(void *p)
 	for (unsigned i = 0; i < pl->ncand; i++)
 		if (i != pl->cur)
 			rf_program_destroy(pl->cprog[i]);
+	rf__keyed_destroy(pl->eng.keyed); /* waits for keyed copies: before the slots go */
 	rf__engine_fini(&pl->eng);
 	free(pl);
 }
@@ -70,6 +72,7 @@ typedef struct rf__resolved {
 	const char *backend;
 	rf__staging_policy staging;
 	unsigned auto_max; /* non-zero: depth = auto, up to this depth */
+	long long wait_ns;  /* the wait policy (rf__open_args.wait_spin_ns) */
 	rf__config cfg;
 } rf__resolved;
 
@@ -105,6 +108,8 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 	r->backend = pp->backend ? pp->backend : c->backend ? c->backend : "auto";
 	const char *staging = pp->staging ? pp->staging : c->staging[0] ? c->staging : NULL;
 	if ((rc = rf__staging_parse("rf_pipeline_create", staging, &r->staging)) != RF_OK)
+		return rc;
+	if ((rc = rf__config_wait(pp->wait, c, &r->wait_ns)) != RF_OK)
 		return rc;
 	if (r->kq > 1 && r->depth < r->kq + 1)
 		return rf__err(RF_EINVAL, "rf_pipeline_create: %u copy queues need depth >= %u (depth is %u)", r->kq,
@@ -337,6 +342,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	if (rf__test_hooks.drop_war_wait)
 		rf__prog_drop_war(prog);
 	p->eng.staging = r.staging;
+	p->eng.wait_spin_ns = r.wait_ns;
 	p->eng.min_slots = r.auto_max;
 	if (r.cfg.oracle)
 		p->eng.oracle = rf__pipeline_oracle;
@@ -350,6 +356,12 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		goto fail;
 	p->eng.release = rf__pipeline_free;
 	p->eng.owner = p;
+	if (p->eng.be->kissue != NULL &&
+	    (rc = rf__keyed_create(p->eng.be, p->eng.ctx, p->eng.slots, p->eng.nslots, p->eng.slot_bytes, r.cfg.oracle,
+				   &p->eng.keyed)) != RF_OK) {
+		rf__pipeline_free(p);
+		return rf__err(rc, "rf_pipeline_create: %s", rf__errmsg_peek());
+	}
 	p->depth = r.depth;
 	p->copy_queues = r.kq;
 	if (r.cfg.trace[0] != '\0' && (rc = rf__engine_trace(&p->eng, "rf_pipeline_create", r.cfg.trace)) != RF_OK) {
@@ -454,4 +466,66 @@ void rf_pipeline_destroy(rf_pipeline *p)
 {
 	if (p != NULL && rf__engine_destroy_begin(&p->eng))
 		rf__pipeline_free(p);
+}
+
+/* ---- keyed use: thin wrappers over runtime/keyed.c ------------------------------------------------- */
+
+/* Keyed calls need an idle pipeline (not running, not from a compute callback) whose backend does
+ * keyed copies. */
+static int rf__keyed_ready(rf_pipeline *p, const char *who)
+{
+	if (p == NULL)
+		return rf__err(RF_EINVAL, "%s: p is NULL", who);
+	if (atomic_load(&p->eng.state) != RF__IDLE)
+		return rf__err(RF_EBUSY, "%s: a run is in progress (or called from a compute callback)", who);
+	if (p->eng.keyed == NULL)
+		return rf__err(RF_ENOTSUP, "%s: backend %s has no keyed use", who, p->eng.be->name);
+	return RF_OK;
+}
+
+int rf_pipeline_prefetch(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, unsigned flags)
+{
+	int rc = rf__keyed_ready(p, "rf_pipeline_prefetch");
+	return rc != RF_OK ? rc : rf__keyed_prefetch(p->eng.keyed, key, src, bytes, flags);
+}
+
+int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, void *stream,
+			unsigned flags, rf_block *out)
+{
+	int rc = rf__keyed_ready(p, "rf_pipeline_acquire");
+	return rc != RF_OK ? rc : rf__keyed_acquire(p->eng.keyed, key, src, bytes, stream, flags, out);
+}
+
+int rf_pipeline_release(rf_pipeline *p, const rf_block *block)
+{
+	int rc = rf__keyed_ready(p, "rf_pipeline_release");
+	return rc != RF_OK ? rc : rf__keyed_release(p->eng.keyed, block);
+}
+
+int rf_pipeline_evict(rf_pipeline *p, uint64_t key)
+{
+	int rc = rf__keyed_ready(p, "rf_pipeline_evict");
+	return rc != RF_OK ? rc : rf__keyed_evict(p->eng.keyed, key);
+}
+
+int rf_pipeline_lookup(const rf_pipeline *p, uint64_t key, rf_key_state *state, unsigned *slot)
+{
+	if (p == NULL || state == NULL)
+		return rf__err(RF_EINVAL, "rf_pipeline_lookup: %s is NULL", p == NULL ? "p" : "state");
+	if (p->eng.keyed == NULL || atomic_load(&((rf_pipeline *)p)->eng.state) != RF__IDLE) {
+		*state = RF_KEY_ABSENT; /* a run empties the cache before it reuses the slots */
+		return RF_OK;
+	}
+	return rf__keyed_lookup(p->eng.keyed, key, state, slot);
+}
+
+int rf_pipeline_keyed_stats(const rf_pipeline *p, rf_keyed_stats *out)
+{
+	if (p == NULL || out == NULL)
+		return rf__err(RF_EINVAL, "rf_pipeline_keyed_stats: %s is NULL", p == NULL ? "p" : "out");
+	if (p->eng.keyed == NULL)
+		memset(out, 0, sizeof *out);
+	else
+		rf__keyed_stats(p->eng.keyed, out);
+	return RF_OK;
 }

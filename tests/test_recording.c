@@ -85,8 +85,10 @@ static void rec_close(void *ctx)
 	(void)ctx;
 }
 
-static const rf__backend_ops rec_backend = {RF__BACKEND_ABI, "record", 0, rec_probe, rec_open, rec_close,
-					    rf__host_slots_alloc, rf__host_slots_free, rec_run, NULL, NULL};
+/* Designated: methods appended to the ops table later stay NULL here (optional ones). */
+static const rf__backend_ops rec_backend = {.abi = RF__BACKEND_ABI, .name = "record", .caps = 0, .probe = rec_probe,
+					    .open = rec_open, .close = rec_close, .slots_alloc = rf__host_slots_alloc,
+					    .slots_free = rf__host_slots_free, .run = rec_run};
 
 static void setup(void)
 {

@@ -325,6 +325,7 @@ static void check_file(const uint8_t *data, size_t size)
 		CHECK(c.copy_queues < RF_MAX_QUEUES);
 		CHECK(c.backend == NULL || ref_backend(c.backend) != NULL);
 		CHECK(strlen(c.staging) < sizeof c.staging && strlen(c.trace) < sizeof c.trace);
+		CHECK(!c.wait_set || c.wait_ns == -1 || (c.wait_ns >= 0 && c.wait_ns <= 10000000000LL));
 	} else {
 		CHECK(rc == RF_ECONFIG && strstr(rf_errmsg(), path) != NULL);
 	}

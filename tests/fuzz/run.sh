@@ -13,7 +13,7 @@ mkdir -p "$bin/artifacts"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
 # The fuzzers set and read the RINGFETCH_* variables themselves: start from none.
 unset RINGFETCH_CONFIG RINGFETCH_DEPTH RINGFETCH_BACKEND RINGFETCH_COPY_QUEUES RINGFETCH_STAGING \
-	RINGFETCH_TRACE RINGFETCH_MEMORY_BUDGET RINGFETCH_ORACLE
+	RINGFETCH_TRACE RINGFETCH_MEMORY_BUDGET RINGFETCH_ORACLE RINGFETCH_WAIT
 status=0
 run() { # name runs max_len
 	local name=$1 runs=$2 max_len=$3 t0 rc=0

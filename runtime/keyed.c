@@ -1,0 +1,515 @@
+/* runtime/keyed.c — the keyed cache over a pipeline's slots (runtime/keyed.h).
+ *
+ * State per slot: the key it holds (or none), whether its fill is a held-back hint, the ticket of the
+ * last copy issued into it (0 once known finished), its holds. Three intrusive lists by slot index with
+ * a sentinel at index n: the LRU list (slots with a key and no hold; head = least recently used), the
+ * held-back hints in issue order, and nothing else — held slots are in no list, so "the least recently
+ * used slot that is not held" is the LRU head. Empty slots are a bitmap, so "the lowest-numbered empty
+ * slot" is a count-trailing-zeros. Keys map to slots through an open-addressing table of at least 2n
+ * entries with backward-shift deletion (no tombstones: it never degrades).
+ *
+ * Order of every call: check everything, decide, issue the backend's copy (the one step that can fail
+ * late), then commit. So a failed call changes nothing. The one exception is a backend failure after a
+ * victim's pending hint copy was withdrawn: the victim is then forgotten (its bytes were never written). */
+#include "runtime/keyed_cache.h"
+#include "base/alloc.h"
+#include "base/error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+
+/* ---- create / destroy ----------------------------------------------------------------------------- */
+
+int rf__keyed_create(const rf__backend_ops *be, void *ctx, unsigned char *slots, unsigned nslots,
+		     size_t slot_bytes, int oracle, rf__keyed **out)
+{
+	rf__keyed *k = rf__calloc(1, sizeof *k);
+	if (k == NULL)
+		return rf__err(RF_ENOMEM, "keyed: out of memory");
+	unsigned cap = 2;
+	while (cap < 2 * nslots)
+		cap *= 2;
+	k->be = be, k->ctx = ctx, k->slots = slots, k->slot_bytes = slot_bytes, k->n = nslots;
+	k->mask = cap - 1;
+	k->nlanes = rf__be_klanes(be, ctx);
+	k->device = (be->caps & RF__CAP_DEVICE) != 0;
+	k->oracle = oracle;
+	k->nwords = (nslots + 63) / 64;
+	k->s = rf__calloc(nslots + 1u, sizeof *k->s);
+	k->tab = rf__calloc(cap, sizeof *k->tab);
+	k->empty = rf__calloc(k->nwords, sizeof *k->empty);
+	k->fl = rf__calloc((size_t)k->nlanes * RF__KEYED_HINTS_PER_LANE, sizeof *k->fl);
+	k->nfl = rf__calloc(k->nlanes, sizeof *k->nfl);
+	k->sh_holds = rf__calloc(nslots, sizeof *k->sh_holds);
+	if (k->s == NULL || k->tab == NULL || k->empty == NULL || k->fl == NULL || k->nfl == NULL ||
+	    k->sh_holds == NULL) {
+		rf__keyed_destroy(k);
+		return rf__err(RF_ENOMEM, "keyed: out of memory for %u slots", nslots);
+	}
+	k->s[nslots].prev = k->s[nslots].next = nslots;
+	k->s[nslots].hb_prev = k->s[nslots].hb_next = nslots;
+	for (unsigned i = 0; i < nslots; i++)
+		rf__kempty_set(k, i, 1);
+	atomic_flag_clear(&k->lock);
+	*out = k;
+	return RF_OK;
+}
+
+void rf__keyed_destroy(rf__keyed *k)
+{
+	if (k == NULL)
+		return;
+	if (k->s != NULL)
+		rf__be_kquiesce(k->be, k->ctx);
+	free(k->s);
+	free(k->tab);
+	free(k->empty);
+	free(k->fl);
+	free(k->nfl);
+	free(k->sh_holds);
+	free(k);
+}
+
+int rf__keyed_held(const rf__keyed *k)
+{
+	return k->nheld != 0;
+}
+
+/* ---- the oracle (RINGFETCH_ORACLE=1) -------------------------------------------------------------- */
+
+/* WAR: no copy may write a slot that a hold still reads. Counted from acquires and releases alone, so
+ * that a slot choice that ignored a hold (the negative control) is caught before the copy is issued. */
+static int rf__koracle_copy(const rf__keyed *k, unsigned slot, uint64_t key)
+{
+	if (!k->oracle || k->sh_holds[slot] == 0)
+		return RF_OK;
+	return rf__err(RF_EHAZARD, "keyed oracle: WAR: a copy of key %llu into slot %u, which is held %u time(s)",
+		       (unsigned long long)key, slot, k->sh_holds[slot]);
+}
+
+/* RAW: when an acquire returns on a host backend, the slot holds exactly the key's bytes. */
+static int rf__koracle_acquire(const rf__keyed *k, unsigned slot, const void *src, size_t bytes, uint64_t key)
+{
+	if (!k->oracle || k->device || memcmp(k->slots + (size_t)slot * k->slot_bytes, src, bytes) == 0)
+		return RF_OK;
+	return rf__err(RF_EHAZARD, "keyed oracle: RAW: acquire of key %llu returned slot %u, which does not hold "
+				   "its %zu bytes", (unsigned long long)key, slot, bytes);
+}
+
+/* ---- copies ----------------------------------------------------------------------------------------- */
+
+static int rf__kdone(rf__keyed *k, rf__kslot *s)
+{
+	rf__kticket t = atomic_load_explicit(&s->ticket, memory_order_relaxed);
+	if (t != 0 && !rf__be_ktest(k->be, k->ctx, t))
+		return 0;
+	atomic_store_explicit(&s->ticket, 0, memory_order_relaxed);
+	return 1;
+}
+
+/* The lane of a slot: fixed, so that hints into one slot are ordered by their lane (backend.h (a)). */
+static unsigned rf__klane(const rf__keyed *k, unsigned slot)
+{
+	return slot % k->nlanes;
+}
+
+/* Forget finished hint copies; returns the hints in flight on `lane`. */
+static unsigned rf__klane_count(rf__keyed *k, unsigned lane)
+{
+	rf__kflight *f = k->fl + (size_t)lane * RF__KEYED_HINTS_PER_LANE;
+	unsigned n = k->nfl[lane], m = 0;
+	for (unsigned i = 0; i < n; i++)
+		if (!rf__be_ktest(k->be, k->ctx, f[i].t))
+			f[m++] = f[i];
+	k->ninflight -= n - m;
+	k->nfl[lane] = m;
+	return m;
+}
+
+static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes, int demand, void *stream,
+		      uint64_t key, rf__kticket *t)
+{
+	int rc = rf__koracle_copy(k, slot, key);
+	if (rc != RF_OK)
+		return rc;
+	rf__kslot *s = &k->s[slot];
+	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
+	rf__kcopy req = {rf__klane(k, slot), slot, k->slots + (size_t)slot * k->slot_bytes, src, bytes, demand,
+			 after, stream};
+	if ((rc = rf__be_kissue(k->be, k->ctx, &req, t)) != RF_OK)
+		return rc;
+	s->before = after;
+	atomic_store_explicit(&s->ticket, *t, memory_order_relaxed);
+	rf__kst_add(k, ST_BYTES, bytes);
+	if (!demand && !rf__be_ktest(k->be, k->ctx, *t)) {
+		unsigned lane = req.lane;
+		k->fl[(size_t)lane * RF__KEYED_HINTS_PER_LANE + k->nfl[lane]++] = (rf__kflight){*t, key};
+		k->ninflight++;
+	}
+	return RF_OK;
+}
+
+/* Issue held-back hints, oldest first, on lanes with room. Housekeeping after a successful call: a
+ * failure (a lane refusing, the backend failing) leaves the hint held back for the next try. */
+static void rf__kpump(rf__keyed *k)
+{
+	if (k->nheldback == 0)
+		return;
+	unsigned room = 0;
+	for (unsigned l = 0; l < k->nlanes; l++)
+		room += rf__klane_count(k, l) < RF__KEYED_HINTS_PER_LANE;
+	for (unsigned i = k->s[k->n].hb_next; i != k->n && room > 0;) {
+		rf__kslot *s = &k->s[i];
+		unsigned next = s->hb_next, lane = rf__klane(k, i);
+		rf__kticket t;
+		if (k->nfl[lane] < RF__KEYED_HINTS_PER_LANE && rf__kissue(k, i, s->src, s->bytes, 0, NULL, s->key, &t) == RF_OK) {
+			rf__khb_unlink(k, i);
+			rf__klock(k);
+			s->state = RF__K_FILLED;
+			s->issued = 1;
+			atomic_store_explicit(&s->ticket, t, memory_order_relaxed);
+			rf__kunlock(k);
+			room -= k->nfl[lane] == RF__KEYED_HINTS_PER_LANE;
+		}
+		i = next;
+	}
+}
+
+/* ---- slot choice ---------------------------------------------------------------------------------- */
+
+/* The slot for a new key: the lowest-numbered empty one, else the LRU one not held; k->n if none. */
+static unsigned rf__kchoose(const rf__keyed *k)
+{
+	for (unsigned w = 0; w < k->nwords; w++)
+		if (k->empty[w] != 0)
+			return w * 64 + (unsigned)__builtin_ctzll(k->empty[w]);
+	unsigned v = k->s[k->n].next;
+	if (v == k->n && rf__test_hooks.keyed_refill_held)
+		for (unsigned i = 0; i < k->n; i++)
+			if (k->s[i].refs > 0)
+				return i; /* negative control: refill a held slot */
+	return v;
+}
+
+/* Before a copy into victim v: withdraw its pending hint copy where the backend can (so the new copy
+ * never waits behind a hint that has not started). Returns 1 when one was withdrawn. */
+static int rf__kwithdraw(rf__keyed *k, unsigned v)
+{
+	rf__kslot *s = &k->s[v];
+	if (rf__kdone(k, s))
+		return 0;
+	if (!rf__be_kcancel(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed)))
+		return 0;
+	/* The copy before the withdrawn one may have started (it could not be withdrawn then) and still be
+	 * writing the slot: the next copy must wait for it. Found by tests/race_keyed.c. */
+	atomic_store_explicit(&s->ticket, s->before, memory_order_relaxed);
+	s->before = 0;
+	return 1;
+}
+
+/* The key in slot v leaves: count an unacquired hint, unlink, clear (the slot stays chosen by the
+ * caller; the ticket stays: the next copy is ordered after it). Under the lock. */
+static void rf__kforget(rf__keyed *k, unsigned v)
+{
+	rf__kslot *s = &k->s[v];
+	if (s->state == RF__K_EMPTY)
+		return;
+	if (s->hint)
+		rf__kst_add(k, s->issued ? ST_WASTE : ST_DROP, 1);
+	if (s->state == RF__K_HELDBACK)
+		rf__khb_unlink(k, v);
+	if (s->refs == 0)
+		rf__klru_unlink(k, v);
+	else
+		k->nheld--; /* only under the negative-control hook, or when a run/destroy drops holds */
+	rf__ktab_remove(k, s->key);
+	s->state = RF__K_EMPTY;
+	s->hint = s->issued = 0;
+	s->refs = 0;
+}
+
+/* Make slot v hold `key` (state given), not held, at the LRU tail. Under the lock. */
+static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const void *src, size_t bytes, int state)
+{
+	rf__kforget(k, v);
+	rf__kslot *s = &k->s[v];
+	s->key = key, s->src = src, s->bytes = bytes, s->state = (uint8_t)state;
+	rf__kempty_set(k, v, 0);
+	rf__ktab_insert(k, v);
+	rf__klru_push(k, v);
+}
+
+/* ---- the calls -------------------------------------------------------------------------------------- */
+
+static int rf__kcheck(const rf__keyed *k, const char *who, const void *src, size_t bytes, unsigned flags)
+{
+	if (src == NULL)
+		return rf__err(RF_EINVAL, "%s: src is NULL", who);
+	if (bytes == 0 || bytes > k->slot_bytes)
+		return rf__err(RF_EINVAL, "%s: bytes %zu is not in 1..slot_bytes (%zu)", who, bytes, k->slot_bytes);
+	if (flags != 0)
+		return rf__err(RF_EINVAL, "%s: flags must be 0 (got %#x)", who, flags);
+	return RF_OK;
+}
+
+static int rf__kbytes(const rf__keyed *k, const char *who, unsigned i, uint64_t key, size_t bytes)
+{
+	if (k->s[i].bytes == bytes)
+		return RF_OK;
+	return rf__err(RF_EINVAL, "%s: key %llu is %zu bytes in slot %u, not %zu", who, (unsigned long long)key,
+		       k->s[i].bytes, i, bytes);
+}
+
+int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes, unsigned flags)
+{
+	static const char who[] = "rf_pipeline_prefetch";
+	int rc = rf__kcheck(k, who, src, bytes, flags);
+	if (rc != RF_OK)
+		return rc;
+	unsigned i = rf__kfind(k, key);
+	if (i < k->n) {
+		if ((rc = rf__kbytes(k, who, i, key, bytes)) != RF_OK)
+			return rc;
+		if (k->s[i].refs == 0) { /* refresh its use */
+			rf__klru_unlink(k, i);
+			rf__klru_push(k, i);
+		}
+		rf__kpump(k);
+		return RF_OK;
+	}
+	unsigned v = rf__kchoose(k);
+	if (v == k->n)
+		return rf__err(RF_ENOSPC, "%s: every one of the %u slots is held", who, k->n);
+	unsigned lane = rf__klane(k, v);
+	int withdrawn = rf__kwithdraw(k, v);
+	rf__kticket t = 0;
+	int state = RF__K_HELDBACK;
+	/* Issue now only when the lane has room and no older hint waits for it (they go first). */
+	if (k->nheldback == 0 && rf__klane_count(k, lane) < RF__KEYED_HINTS_PER_LANE) {
+		rc = rf__kissue(k, v, src, bytes, 0, NULL, key, &t);
+		if (rc == RF_OK)
+			state = RF__K_FILLED;
+		else if (rc != RF_ENOSPC)
+			goto fail;
+	} else if (k->oracle && (rc = rf__koracle_copy(k, v, key)) != RF_OK) {
+		goto fail;
+	}
+	rf__klock(k);
+	rf__kinstall(k, v, key, src, bytes, state);
+	k->s[v].hint = 1;
+	k->s[v].issued = state == RF__K_FILLED;
+	if (state == RF__K_FILLED)
+		atomic_store_explicit(&k->s[v].ticket, t, memory_order_relaxed);
+	rf__kunlock(k);
+	if (state == RF__K_HELDBACK)
+		rf__khb_push(k, v);
+	rf__kst_add(k, ST_PRE, 1);
+	rf__kpump(k);
+	return RF_OK;
+fail:
+	if (withdrawn) { /* its copy will never land: the victim cannot stay */
+		rf__klock(k);
+		rf__kforget(k, v);
+		rf__kempty_set(k, v, 1);
+		rf__kunlock(k);
+	}
+	return rc;
+}
+
+static void rf__kout(const rf__keyed *k, unsigned i, void *stream, rf_block *out)
+{
+	const rf__kslot *s = &k->s[i];
+	rf_block b = {(size_t)s->key, i, k->slots + (size_t)i * k->slot_bytes, s->bytes, stream};
+	*out = b;
+}
+
+/* A hold on resident slot i (hit or a copy just issued). */
+static void rf__khold(rf__keyed *k, unsigned i)
+{
+	rf__kslot *s = &k->s[i];
+	if (s->refs++ == 0) {
+		rf__klru_unlink(k, i);
+		k->nheld++;
+	}
+	s->hint = 0;
+	k->sh_holds[i]++;
+}
+
+int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes, void *stream, unsigned flags,
+		      rf_block *out)
+{
+	static const char who[] = "rf_pipeline_acquire";
+	int rc = rf__kcheck(k, who, src, bytes, flags);
+	if (rc != RF_OK)
+		return rc;
+	if (out == NULL)
+		return rf__err(RF_EINVAL, "%s: out is NULL", who);
+	if (stream != NULL && !k->device)
+		return rf__err(RF_EINVAL, "%s: stream must be NULL on backend %s", who, k->be->name);
+	unsigned i = rf__kfind(k, key);
+	if (i < k->n && (rc = rf__kbytes(k, who, i, key, bytes)) != RF_OK)
+		return rc;
+	/* A hint whose copy has not started is overtaken (withdrawn, then copied by this acquire, as if it
+	 * were held back): waiting for it could mean waiting behind other hints on its lane. */
+	int overtaken = 0;
+	if (i < k->n && k->s[i].state == RF__K_FILLED && k->s[i].hint && !rf__kdone(k, &k->s[i]))
+		overtaken = rf__kwithdraw(k, i);
+	if (i < k->n && k->s[i].state == RF__K_FILLED && !overtaken) { /* a hit, possibly late */
+		rf__kslot *s = &k->s[i];
+		int late = !rf__kdone(k, s);
+		if (late && (rc = rf__be_kwait(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed),
+					       stream)) != RF_OK)
+			return rc;
+		if ((rc = rf__koracle_acquire(k, i, src, bytes, key)) != RF_OK)
+			return rc;
+		rf__khold(k, i);
+		rf__kst_add(k, ST_ACQ, 1);
+		rf__kst_add(k, ST_HIT, 1);
+		rf__kst_add(k, ST_LATE, (uint64_t)late);
+		rf__kout(k, i, stream, out);
+		rf__kpump(k);
+		return RF_OK;
+	}
+	/* A miss: a held-back or overtaken hint's own slot, else a new one. */
+	unsigned v = i < k->n ? i : rf__kchoose(k);
+	if (v == k->n)
+		return rf__err(RF_ENOSPC, "%s: every one of the %u slots is held by other keys", who, k->n);
+	int withdrawn = rf__kwithdraw(k, v) || overtaken; /* a pending copy of the slot's previous key */
+	rf__kticket t;
+	if ((rc = rf__kissue(k, v, src, bytes, 1, stream, key, &t)) == RF_OK &&
+	    (rc = rf__be_kwait(k->be, k->ctx, t, stream)) == RF_OK)
+		rc = rf__koracle_acquire(k, v, src, bytes, key);
+	if (rc != RF_OK) {
+		if (withdrawn) {
+			rf__klock(k);
+			rf__kforget(k, v);
+			rf__kempty_set(k, v, 1);
+			rf__kunlock(k);
+		}
+		return rc;
+	}
+	rf__klock(k);
+	if (i < k->n) { /* the held-back or withdrawn hint is overtaken: dropped */
+		if (k->s[v].state == RF__K_HELDBACK)
+			rf__khb_unlink(k, v);
+		rf__kst_add(k, ST_DROP, 1);
+		k->s[v].hint = 0;
+		k->s[v].state = RF__K_FILLED;
+		k->s[v].src = src;
+	} else {
+		rf__kinstall(k, v, key, src, bytes, RF__K_FILLED);
+	}
+	atomic_store_explicit(&k->s[v].ticket, rf__be_ktest(k->be, k->ctx, t) ? 0 : t, memory_order_relaxed);
+	rf__kunlock(k);
+	rf__khold(k, v);
+	rf__kst_add(k, ST_ACQ, 1);
+	rf__kout(k, v, stream, out);
+	rf__kpump(k);
+	return RF_OK;
+}
+
+int rf__keyed_release(rf__keyed *k, const rf_block *b)
+{
+	static const char who[] = "rf_pipeline_release";
+	if (b == NULL)
+		return rf__err(RF_EINVAL, "%s: block is NULL", who);
+	if (b->slot >= k->n || k->s[b->slot].state != RF__K_FILLED || k->s[b->slot].refs == 0 ||
+	    k->s[b->slot].key != (uint64_t)b->index)
+		return rf__err(RF_EINVAL, "%s: key %llu is not held in slot %u", who, (unsigned long long)b->index,
+			       b->slot);
+	int rc = rf__be_krelease(k->be, k->ctx, b->slot, b->stream);
+	if (rc != RF_OK)
+		return rc;
+	rf__kslot *s = &k->s[b->slot];
+	if (k->sh_holds[b->slot] > 0)
+		k->sh_holds[b->slot]--;
+	if (--s->refs == 0) {
+		rf__klru_push(k, b->slot);
+		k->nheld--;
+	}
+	rf__kpump(k);
+	return RF_OK;
+}
+
+/* No copy may read `key`'s source once evict returns: its fill, or a hint copy whose slot was taken
+ * for another key while it was in flight (still listed per lane). */
+static int rf__ksync_key(rf__keyed *k, uint64_t key)
+{
+	for (unsigned l = 0; l < k->nlanes; l++) {
+		const rf__kflight *f = k->fl + (size_t)l * RF__KEYED_HINTS_PER_LANE;
+		for (unsigned j = 0; j < k->nfl[l]; j++) {
+			int rc = f[j].key == key ? rf__be_ksync(k->be, k->ctx, f[j].t) : RF_OK;
+			if (rc != RF_OK)
+				return rc;
+		}
+	}
+	return RF_OK;
+}
+
+int rf__keyed_evict(rf__keyed *k, uint64_t key)
+{
+	static const char who[] = "rf_pipeline_evict";
+	unsigned i = rf__kfind(k, key);
+	if (i < k->n && k->s[i].refs > 0)
+		return rf__err(RF_EBUSY, "%s: key %llu is held", who, (unsigned long long)key);
+	int rc = RF_OK;
+	if (i < k->n && !rf__kwithdraw(k, i) && !rf__kdone(k, &k->s[i]))
+		rc = rf__be_ksync(k->be, k->ctx, atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed));
+	if (rc == RF_OK)
+		rc = rf__ksync_key(k, key);
+	if (rc != RF_OK)
+		return rc;
+	if (i < k->n) {
+		rf__klock(k);
+		rf__kforget(k, i);
+		rf__kempty_set(k, i, 1);
+		rf__kunlock(k);
+	}
+	rf__kpump(k);
+	return RF_OK;
+}
+
+int rf__keyed_lookup(const rf__keyed *k, uint64_t key, rf_key_state *state, unsigned *slot)
+{
+	rf__klock(k);
+	unsigned i = rf__kfind(k, key);
+	rf_key_state st = RF_KEY_ABSENT;
+	if (i < k->n) {
+		rf__kticket t = atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed);
+		st = k->s[i].state == RF__K_HELDBACK || (t != 0 && !rf__be_ktest(k->be, k->ctx, t)) ? RF_KEY_COPYING
+												  : RF_KEY_READY;
+	}
+	rf__kunlock(k);
+	*state = st;
+	if (slot != NULL && st != RF_KEY_ABSENT)
+		*slot = i;
+	return RF_OK;
+}
+
+void rf__keyed_stats(const rf__keyed *k, rf_keyed_stats *out)
+{
+	memset(out, 0, sizeof *out);
+	uint64_t *f[7] = {&out->acquires, &out->hits, &out->late, &out->prefetches, &out->dropped, &out->wasted,
+			  &out->bytes_copied};
+	for (int i = 0; i < 7; i++)
+		*f[i] = atomic_load_explicit(&((rf__keyed *)k)->st[i], memory_order_relaxed);
+}
+
+void rf__keyed_reset(rf__keyed *k)
+{
+	rf__be_kquiesce(k->be, k->ctx);
+	rf__klock(k);
+	for (unsigned i = 0; i < k->n; i++) {
+		rf__kforget(k, i);
+		rf__kempty_set(k, i, 1);
+		atomic_store_explicit(&k->s[i].ticket, 0, memory_order_relaxed);
+		k->s[i].before = 0;
+		k->sh_holds[i] = 0;
+	}
+	rf__kunlock(k);
+	for (unsigned l = 0; l < k->nlanes; l++)
+		k->nfl[l] = 0;
+	k->ninflight = 0;
+	k->nheld = 0;
+}

@@ -1,0 +1,163 @@
+/* runtime/keyed_cache.h — the data structures of the keyed cache (runtime/keyed.c), private to it:
+ * slots, the key table (open addressing, backward-shift deletion), the LRU and held-back lists
+ * (intrusive, by slot index, sentinel at index n), the empty-slot bitmap. Static inline: every
+ * acquire goes through them. */
+#ifndef RF_RUNTIME_KEYED_CACHE_H
+#define RF_RUNTIME_KEYED_CACHE_H
+
+#include "runtime/keyed.h"
+
+#include <stdatomic.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define RF__KPAUSE() __builtin_ia32_pause()
+#else
+#define RF__KPAUSE() ((void)0)
+#endif
+
+enum { RF__K_EMPTY = 0, RF__K_HELDBACK = 1, RF__K_FILLED = 2 };
+
+typedef struct rf__kslot {
+	uint64_t key;
+	const void *src;
+	size_t bytes;
+	_Atomic uint64_t ticket; /* last copy issued into the slot, 0 once known finished (lookup reads it) */
+	rf__kticket before;      /* the copy before it, when not known finished at issue: a withdrawn ticket
+	                            gives way to it (a started copy may still be writing the slot) */
+	unsigned refs;
+	uint8_t state;
+	uint8_t hint;   /* filled by a hint that no acquire has taken yet */
+	uint8_t issued; /* that hint's copy was issued (wasted, not dropped, if it leaves unacquired) */
+	unsigned prev, next;       /* LRU list */
+	unsigned hb_prev, hb_next; /* held-back list */
+} rf__kslot;
+
+typedef struct rf__kflight {
+	rf__kticket t;
+	uint64_t key;
+} rf__kflight;
+
+struct rf__keyed {
+	const rf__backend_ops *be;
+	void *ctx;
+	unsigned char *slots;
+	size_t slot_bytes;
+	unsigned n, nlanes, mask; /* slots, copy lanes, hash mask */
+	int device, oracle;
+	rf__kslot *s;   /* n + 1: s[n] is the sentinel of both lists */
+	uint32_t *tab;  /* slot + 1, 0 = free */
+	uint64_t *empty; /* bit set: slot empty */
+	unsigned nwords, nheld, nheldback, ninflight;
+	rf__kflight *fl; /* nlanes * RF__KEYED_HINTS_PER_LANE hint copies in flight */
+	unsigned *nfl;   /* per lane */
+	unsigned *sh_holds; /* oracle: holds counted from acquire/release alone */
+	atomic_flag lock;   /* lookup vs changes of key <-> slot */
+	_Atomic uint64_t st[7]; /* rf_keyed_stats fields in order */
+};
+
+enum { ST_ACQ, ST_HIT, ST_LATE, ST_PRE, ST_DROP, ST_WASTE, ST_BYTES };
+
+/* Stats are written by the owner only: a relaxed load + store is enough and cheaper than an RMW. */
+static inline void rf__kst_add(rf__keyed *k, int i, uint64_t v)
+{
+	atomic_store_explicit(&k->st[i], atomic_load_explicit(&k->st[i], memory_order_relaxed) + v,
+			      memory_order_relaxed);
+}
+
+static inline void rf__klock(const rf__keyed *k)
+{
+	while (atomic_flag_test_and_set_explicit((atomic_flag *)&k->lock, memory_order_acquire))
+		RF__KPAUSE();
+}
+
+static inline void rf__kunlock(const rf__keyed *k)
+{
+	atomic_flag_clear_explicit((atomic_flag *)&k->lock, memory_order_release);
+}
+
+static inline uint32_t rf__khash(uint64_t key, unsigned mask)
+{
+	key ^= key >> 33;
+	key *= 0xff51afd7ed558ccdull;
+	key ^= key >> 33;
+	return (uint32_t)key & mask;
+}
+
+static inline unsigned rf__kfind(const rf__keyed *k, uint64_t key)
+{
+	for (uint32_t i = rf__khash(key, k->mask);; i = (i + 1) & k->mask) {
+		uint32_t e = k->tab[i];
+		if (e == 0)
+			return k->n;
+		if (k->s[e - 1].key == key)
+			return e - 1;
+	}
+}
+
+static inline void rf__ktab_insert(rf__keyed *k, unsigned slot)
+{
+	uint32_t i = rf__khash(k->s[slot].key, k->mask);
+	while (k->tab[i] != 0)
+		i = (i + 1) & k->mask;
+	k->tab[i] = slot + 1;
+}
+
+/* Backward-shift deletion: later entries of the probe run move into the hole when their home allows. */
+static inline void rf__ktab_remove(rf__keyed *k, uint64_t key)
+{
+	uint32_t i = rf__khash(key, k->mask);
+	while (k->s[k->tab[i] - 1].key != key)
+		i = (i + 1) & k->mask;
+	for (uint32_t j = (i + 1) & k->mask; k->tab[j] != 0; j = (j + 1) & k->mask) {
+		uint32_t home = rf__khash(k->s[k->tab[j] - 1].key, k->mask);
+		if (((j - home) & k->mask) >= ((j - i) & k->mask)) {
+			k->tab[i] = k->tab[j];
+			i = j;
+		}
+	}
+	k->tab[i] = 0;
+}
+
+/* ---- lists ---------------------------------------------------------------------------------------- */
+
+static inline void rf__klru_unlink(rf__keyed *k, unsigned i)
+{
+	k->s[k->s[i].prev].next = k->s[i].next;
+	k->s[k->s[i].next].prev = k->s[i].prev;
+}
+
+static inline void rf__klru_push(rf__keyed *k, unsigned i) /* most recently used: at the tail */
+{
+	unsigned t = k->s[k->n].prev;
+	k->s[i].prev = t;
+	k->s[i].next = k->n;
+	k->s[t].next = i;
+	k->s[k->n].prev = i;
+}
+
+static inline void rf__khb_unlink(rf__keyed *k, unsigned i)
+{
+	k->s[k->s[i].hb_prev].hb_next = k->s[i].hb_next;
+	k->s[k->s[i].hb_next].hb_prev = k->s[i].hb_prev;
+	k->nheldback--;
+}
+
+static inline void rf__khb_push(rf__keyed *k, unsigned i)
+{
+	unsigned t = k->s[k->n].hb_prev;
+	k->s[i].hb_prev = t;
+	k->s[i].hb_next = k->n;
+	k->s[t].hb_next = i;
+	k->s[k->n].hb_prev = i;
+	k->nheldback++;
+}
+
+static inline void rf__kempty_set(rf__keyed *k, unsigned i, int on)
+{
+	if (on)
+		k->empty[i / 64] |= 1ull << (i % 64);
+	else
+		k->empty[i / 64] &= ~(1ull << (i % 64));
+}
+
+#endif

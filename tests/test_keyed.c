@@ -1,0 +1,714 @@
+/* tests/test_keyed.c — the keyed contract (rf_pipeline_prefetch/acquire/release/evict/lookup/
+ * keyed_stats), per backend (RF_TEST_BACKEND), with the hazard oracle on (RINGFETCH_ORACLE=1), and the
+ * wait policy's settings. White-box only for the oracle's negative control (rf__test_hooks): the
+ * suite links the static library. */
+#include "runtime/backend.h"
+#include "support.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <time.h>
+
+#define SB 4096u
+#define NKEYS 64u
+
+static unsigned char g_src[NKEYS][SB];
+
+static void init_srcs(uint64_t seed)
+{
+	for (unsigned i = 0; i < NKEYS; i++)
+		fill_pattern(g_src[i], SB, i, seed);
+}
+
+static void setup(void)
+{
+	setenv("RINGFETCH_ORACLE", "1", 1);
+	init_srcs(42);
+}
+
+static rf_pipeline *mk(unsigned depth)
+{
+	rf_pipeline_params pp = {0};
+	pp.depth = depth;
+	pp.slot_bytes = SB;
+	pp.backend = test_backend();
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "create: %s", rf_errmsg());
+	return p;
+}
+
+static rf_keyed_stats stats(const rf_pipeline *p)
+{
+	rf_keyed_stats s;
+	memset(&s, 0xab, sizeof s);
+	cr_assert_eq(rf_pipeline_keyed_stats(p, &s), RF_OK);
+	for (int i = 0; i < 9; i++)
+		cr_assert_eq(s.reserved[i], 0);
+	return s;
+}
+
+static rf_block acq(rf_pipeline *p, uint64_t key, size_t bytes)
+{
+	rf_block b;
+	int rc = rf_pipeline_acquire(p, key, g_src[key], bytes, NULL, 0, &b);
+	cr_assert_eq(rc, RF_OK, "acquire %llu: %s", (unsigned long long)key, rf_errmsg());
+	cr_assert_eq(b.index, key);
+	cr_assert_eq(b.bytes, bytes);
+	cr_assert_null(b.stream);
+	cr_assert(memcmp(b.data, g_src[key], bytes) == 0, "key %llu: slot does not hold its bytes",
+		  (unsigned long long)key);
+	return b;
+}
+
+static void rel(rf_pipeline *p, const rf_block *b)
+{
+	cr_assert_eq(rf_pipeline_release(p, b), RF_OK, "release: %s", rf_errmsg());
+}
+
+static rf_key_state state_of(const rf_pipeline *p, uint64_t key, unsigned *slot)
+{
+	rf_key_state st;
+	cr_assert_eq(rf_pipeline_lookup(p, key, &st, slot), RF_OK);
+	return st;
+}
+
+static int same_stats(rf_keyed_stats a, rf_keyed_stats b)
+{
+	return memcmp(&a, &b, sizeof a) == 0;
+}
+
+TestSuite(keyed, .init = setup);
+
+Test(keyed, miss_then_hit_same_slot)
+{
+	rf_pipeline *p = mk(4);
+	rf_block a = acq(p, 7, 100);
+	cr_assert_eq(a.slot, 0, "the lowest-numbered empty slot first");
+	rf_keyed_stats s = stats(p);
+	cr_assert(s.acquires == 1 && s.hits == 0 && s.bytes_copied == 100);
+	cr_assert_eq(state_of(p, 7, NULL), RF_KEY_READY);
+	rel(p, &a);
+	rf_block b = acq(p, 7, 100);
+	cr_assert_eq(b.slot, a.slot);
+	cr_assert_eq(b.data, a.data, "a slot's address never changes");
+	s = stats(p);
+	cr_assert(s.acquires == 2 && s.hits == 1 && s.late == 0 && s.bytes_copied == 100);
+	rel(p, &b);
+	rf_block c = acq(p, 8, SB);
+	cr_assert_eq(c.slot, 1);
+	rel(p, &c);
+	rf_pipeline_destroy(p);
+}
+
+Test(keyed, failed_calls_change_nothing)
+{
+	rf_pipeline *p = mk(2);
+	rf_block held = acq(p, 1, 64);
+	rf_keyed_stats s0 = stats(p);
+	rf_block out, keep;
+	memset(&out, 0x5a, sizeof out);
+	keep = out;
+	int dummy;
+	cr_assert_eq(rf_pipeline_acquire(NULL, 2, g_src[2], 64, NULL, 0, &out), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_acquire(p, 2, NULL, 64, NULL, 0, &out), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_acquire(p, 2, g_src[2], 0, NULL, 0, &out), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_acquire(p, 2, g_src[2], SB + 1, NULL, 0, &out), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_acquire(p, 2, g_src[2], 64, NULL, 1, &out), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_acquire(p, 2, g_src[2], 64, &dummy, 0, &out), RF_EINVAL, "stream on a CPU backend");
+	cr_assert_eq(rf_pipeline_acquire(p, 2, g_src[2], 64, NULL, 0, NULL), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_acquire(p, 1, g_src[1], 65, NULL, 0, &out), RF_EINVAL, "other bytes count");
+	cr_assert(memcmp(&out, &keep, sizeof out) == 0, "*out untouched");
+	cr_assert_eq(rf_pipeline_prefetch(NULL, 2, g_src[2], 64, 0), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, NULL, 64, 0), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, g_src[2], 0, 0), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, g_src[2], SB + 1, 0), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, g_src[2], 64, 4), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 63, 0), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_release(NULL, &held), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_release(p, NULL), RF_EINVAL);
+	rf_block bad = held;
+	bad.slot = 1;
+	cr_assert_eq(rf_pipeline_release(p, &bad), RF_EINVAL, "wrong slot");
+	bad = held;
+	bad.index = 2;
+	cr_assert_eq(rf_pipeline_release(p, &bad), RF_EINVAL, "key not held");
+	bad.slot = 99;
+	cr_assert_eq(rf_pipeline_release(p, &bad), RF_EINVAL, "slot out of range");
+	cr_assert_eq(rf_pipeline_evict(NULL, 1), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_evict(p, 1), RF_EBUSY, "held");
+	rf_key_state st;
+	cr_assert_eq(rf_pipeline_lookup(NULL, 1, &st, NULL), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_lookup(p, 1, NULL, NULL), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_keyed_stats(NULL, &s0), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_keyed_stats(p, NULL), RF_EINVAL);
+	cr_assert(same_stats(stats(p), s0), "stats unchanged by failed calls");
+	cr_assert_eq(state_of(p, 2, NULL), RF_KEY_ABSENT);
+	unsigned slot = 77;
+	cr_assert_eq(state_of(p, 1, &slot), RF_KEY_READY);
+	cr_assert_eq(slot, held.slot);
+	/* The LRU order is unchanged too: key 3 takes the empty slot 1, then key 4 must evict key 3 only
+	 * after key 1 is released (key 1 was used before key 3). */
+	rel(p, &held);
+	rf_pipeline_destroy(p);
+}
+
+Test(keyed, lru_choice_and_refresh)
+{
+	rf_pipeline *p = mk(3);
+	for (uint64_t k = 1; k <= 3; k++) {
+		rf_block b = acq(p, k, 128);
+		cr_assert_eq(b.slot, k - 1);
+		rel(p, &b);
+	}
+	rf_block b1 = acq(p, 1, 128); /* key 1 used again: key 2 is now the LRU */
+	rel(p, &b1);
+	rf_block b4 = acq(p, 4, 128);
+	cr_assert_eq(b4.slot, 1, "the least recently used slot not held (key 2's)");
+	cr_assert_eq(state_of(p, 2, NULL), RF_KEY_ABSENT);
+	rel(p, &b4);
+	/* A prefetch of a resident key refreshes its use: key 3 (LRU now) survives, key 1 goes. */
+	rf_keyed_stats s0 = stats(p);
+	cr_assert_eq(rf_pipeline_prefetch(p, 3, g_src[3], 128, 0), RF_OK);
+	rf_keyed_stats s1 = stats(p);
+	cr_assert(s1.prefetches == s0.prefetches && s1.bytes_copied == s0.bytes_copied, "resident: no copy, no count");
+	rf_block b5 = acq(p, 5, 128);
+	cr_assert_eq(b5.slot, 0, "key 1's slot");
+	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_ABSENT);
+	cr_assert_eq(state_of(p, 3, NULL), RF_KEY_READY);
+	rel(p, &b5);
+	rf_pipeline_destroy(p);
+}
+
+Test(keyed, enospc_and_reacquire_when_all_held)
+{
+	rf_pipeline *p = mk(2);
+	rf_block a = acq(p, 1, 64), b = acq(p, 2, 64);
+	rf_keyed_stats s0 = stats(p);
+	rf_block out;
+	cr_assert_eq(rf_pipeline_acquire(p, 3, g_src[3], 64, NULL, 0, &out), RF_ENOSPC);
+	cr_assert_eq(rf_pipeline_prefetch(p, 3, g_src[3], 64, 0), RF_ENOSPC);
+	cr_assert(same_stats(stats(p), s0), "refused calls count nowhere");
+	cr_assert_eq(state_of(p, 3, NULL), RF_KEY_ABSENT);
+	rf_block a2 = acq(p, 1, 64); /* held twice */
+	cr_assert_eq(a2.slot, a.slot);
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, g_src[2], 64, 0), RF_OK, "a held key: no copy");
+	rel(p, &a);
+	cr_assert_eq(rf_pipeline_evict(p, 1), RF_EBUSY, "still held once");
+	rel(p, &a2);
+	cr_assert_eq(rf_pipeline_release(p, &a2), RF_EINVAL, "released more often than held");
+	rf_block c = acq(p, 3, 64);
+	cr_assert_eq(c.slot, a.slot, "the only slot not held");
+	rel(p, &b);
+	rel(p, &c);
+	rf_pipeline_destroy(p);
+}
+
+Test(keyed, evict_forgets_and_recopies)
+{
+	rf_pipeline *p = mk(2);
+	rf_block a = acq(p, 5, 256);
+	rel(p, &a);
+	cr_assert_eq(rf_pipeline_evict(p, 5), RF_OK);
+	cr_assert_eq(rf_pipeline_evict(p, 5), RF_OK, "absent: RF_OK");
+	cr_assert_eq(state_of(p, 5, NULL), RF_KEY_ABSENT);
+	fill_pattern(g_src[5], SB, 555, 9); /* the source changes after evict */
+	rf_keyed_stats s0 = stats(p);
+	rf_block b = acq(p, 5, 256); /* acq compares with the new bytes */
+	rf_keyed_stats s1 = stats(p);
+	cr_assert(s1.hits == s0.hits && s1.bytes_copied == s0.bytes_copied + 256);
+	cr_assert_eq(b.slot, 0, "the evicted slot is empty again: lowest first");
+	rel(p, &b);
+	init_srcs(42);
+	rf_pipeline_destroy(p);
+}
+
+Test(keyed, hints_are_counted)
+{
+	rf_pipeline *p = mk(8);
+	for (uint64_t k = 10; k < 16; k++)
+		cr_assert_eq(rf_pipeline_prefetch(p, k, g_src[k], 512, 0), RF_OK);
+	rf_keyed_stats s = stats(p);
+	cr_assert_eq(s.prefetches, 6);
+	for (uint64_t k = 10; k < 16; k++) {
+		unsigned slot = 99;
+		rf_key_state st = state_of(p, k, &slot);
+		cr_assert(st == RF_KEY_COPYING || st == RF_KEY_READY);
+		cr_assert_eq(slot, k - 10, "slot chosen at the hint");
+	}
+	cr_assert_eq(rf_pipeline_prefetch(p, 10, g_src[10], 512, 0), RF_OK, "on its way: no copy, no count");
+	cr_assert_eq(stats(p).prefetches, 6);
+	for (uint64_t k = 10; k < 15; k++) {
+		rf_block b = acq(p, k, 512);
+		cr_assert_eq(b.slot, k - 10);
+		rel(p, &b);
+	}
+	s = stats(p);
+	/* Each of the 5 acquired hints is a hit, or it was held back and the acquire copied it (dropped). */
+	cr_assert_eq(s.hits + s.dropped, 5);
+	cr_assert_eq(s.wasted, 0);
+	/* Every copy issued counts whole: the 5 acquired keys' data arrived through at least 5 copies; at most
+	 * 6 hint copies plus one acquire copy per overtaken hint (dropped). */
+	cr_assert(s.bytes_copied % 512 == 0 && s.bytes_copied >= 512u * 5 && s.bytes_copied <= 512u * (6 + s.dropped),
+		  "bytes of issued copies: %llu", (unsigned long long)s.bytes_copied);
+	/* Key 15 is never acquired: evicting it counts it as wasted (issued) or dropped (held back). */
+	uint64_t before = s.wasted + s.dropped;
+	cr_assert_eq(rf_pipeline_evict(p, 15), RF_OK);
+	s = stats(p);
+	cr_assert_eq(s.wasted + s.dropped, before + 1);
+	cr_assert(s.late <= s.hits);
+	rf_pipeline_destroy(p);
+}
+
+Test(keyed, hint_slot_chosen_again_is_dropped_or_wasted)
+{
+	rf_pipeline *p = mk(1);
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 64, 0), RF_OK);
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, g_src[2], 64, 0), RF_OK, "takes the only slot");
+	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_ABSENT);
+	rf_keyed_stats s = stats(p);
+	cr_assert_eq(s.wasted + s.dropped, 1);
+	rf_block b = acq(p, 2, 64);
+	rel(p, &b);
+	rf_pipeline_destroy(p);
+}
+
+/* ---- runs and keyed use ------------------------------------------------------------------------ */
+
+typedef struct cbctx {
+	rf_pipeline *p;
+	int rc_acq, rc_pre, rc_rel, rc_evict, rc_stats, rc_lookup;
+	rf_key_state st;
+} cbctx;
+
+static int keyed_from_callback(void *user, const rf_block *blk)
+{
+	cbctx *c = user;
+	rf_block out = *blk;
+	c->rc_acq = rf_pipeline_acquire(c->p, 1, g_src[1], 64, NULL, 0, &out);
+	c->rc_pre = rf_pipeline_prefetch(c->p, 1, g_src[1], 64, 0);
+	c->rc_rel = rf_pipeline_release(c->p, blk);
+	c->rc_evict = rf_pipeline_evict(c->p, 1);
+	rf_keyed_stats s;
+	c->rc_stats = rf_pipeline_keyed_stats(c->p, &s);
+	c->rc_lookup = rf_pipeline_lookup(c->p, 1, &c->st, NULL);
+	return 0;
+}
+
+Test(keyed, runs_and_keyed_use)
+{
+	rf_pipeline *p = mk(2);
+	rf_block a = acq(p, 1, 64);
+	const void *srcs[2] = {g_src[3], g_src[4]};
+	size_t sizes[2] = {64, 64};
+	cbctx c = {p, 0, 0, 0, 0, 0, 0, RF_KEY_READY};
+	cr_assert_eq(rf_pipeline_run(p, 2, srcs, sizes, keyed_from_callback, &c), RF_EBUSY, "a block is held");
+	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_READY);
+	rel(p, &a);
+	cr_assert_eq(rf_pipeline_run(p, 0, srcs, sizes, keyed_from_callback, &c), RF_OK);
+	cr_assert_eq(rf_pipeline_run(p, 2, NULL, sizes, keyed_from_callback, &c), RF_EINVAL);
+	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_READY, "a run that fails its checks changes nothing");
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, g_src[2], 64, 0), RF_OK);
+	rf_keyed_stats s0 = stats(p);
+	cr_assert_eq(rf_pipeline_run(p, 2, srcs, sizes, keyed_from_callback, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.rc_acq, RF_EBUSY);
+	cr_assert_eq(c.rc_pre, RF_EBUSY);
+	cr_assert_eq(c.rc_rel, RF_EBUSY);
+	cr_assert_eq(c.rc_evict, RF_EBUSY);
+	cr_assert_eq(c.rc_stats, RF_OK);
+	cr_assert_eq(c.rc_lookup, RF_OK);
+	cr_assert_eq(c.st, RF_KEY_ABSENT, "lookup reports ABSENT during a run");
+	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_ABSENT, "a run leaves no key resident");
+	cr_assert_eq(state_of(p, 2, NULL), RF_KEY_ABSENT);
+	rf_keyed_stats s1 = stats(p);
+	cr_assert_eq(s1.wasted + s1.dropped, s0.wasted + s0.dropped + 1, "the unacquired hint is counted");
+	rf_block b = acq(p, 1, 64); /* copied again */
+	cr_assert_eq(stats(p).hits, s1.hits);
+	rel(p, &b);
+	rf_pipeline_destroy(p);
+}
+
+Test(keyed, destroy_with_holds)
+{
+	rf_pipeline *p = mk(3);
+	acq(p, 1, 64);
+	acq(p, 1, 64);
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, g_src[2], SB, 0), RF_OK);
+	rf_pipeline_destroy(p);
+	leak_check();
+}
+
+Test(keyed, depth_auto_uses_every_allocated_slot)
+{
+	rf_pipeline_params pp = {0};
+	pp.depth = RF_DEPTH_AUTO;
+	pp.slot_bytes = SB;
+	pp.backend = test_backend();
+	rf_pipeline *p = NULL;
+	if (rf_pipeline_create(&pp, &p) != RF_OK)
+		cr_skip_test("depth auto not available: %s", rf_errmsg());
+	rf_block b[NKEYS];
+	unsigned n = 0;
+	rf_block out;
+	while (n < NKEYS && rf_pipeline_acquire(p, n, g_src[n], 64, NULL, 0, &out) == RF_OK)
+		b[n++] = out;
+	cr_assert_geq(n, rf_pipeline_depth(p), "at least the ring's slots");
+	cr_assert_eq(n, 16u, "depth = auto allocates 16 slots here; keyed use takes them all");
+	for (unsigned i = 0; i < n; i++)
+		rel(p, &b[i]);
+	rf_pipeline_destroy(p);
+}
+
+/* ---- a model of the cache, against random call sequences ----------------------------------------- */
+
+typedef struct model {
+	uint64_t key[16];
+	int used[16];
+	unsigned refs[16];
+	unsigned long last[16], clock;
+	unsigned n;
+} model;
+
+static int m_find(const model *m, uint64_t key)
+{
+	for (unsigned i = 0; i < m->n; i++)
+		if (m->used[i] && m->key[i] == key)
+			return (int)i;
+	return -1;
+}
+
+static int m_choose(const model *m)
+{
+	for (unsigned i = 0; i < m->n; i++)
+		if (!m->used[i])
+			return (int)i;
+	int v = -1;
+	for (unsigned i = 0; i < m->n; i++)
+		if (m->refs[i] == 0 && (v < 0 || m->last[i] < m->last[v]))
+			v = (int)i;
+	return v;
+}
+
+Test(keyed, random_sequences_follow_the_model)
+{
+	uint64_t seed = test_seed(), rs = seed;
+	for (int round = 0; round < 20; round++) {
+		model m;
+		memset(&m, 0, sizeof m);
+		m.n = 1 + (unsigned)(rng_next(&rs) % 6);
+		rf_pipeline *p = mk(m.n);
+		rf_block held[64];
+		unsigned nheld = 0;
+		for (int step = 0; step < 400; step++) {
+			uint64_t key = rng_next(&rs) % 12, r = rng_next(&rs) % 10;
+			int i = m_find(&m, key);
+			if (r < 4) { /* acquire */
+				rf_block b;
+				int rc = rf_pipeline_acquire(p, key, g_src[key], 200, NULL, 0, &b);
+				int want = i >= 0 ? i : m_choose(&m);
+				if (want < 0) {
+					cr_assert_eq(rc, RF_ENOSPC, "seed %llu", (unsigned long long)seed);
+					continue;
+				}
+				cr_assert_eq(rc, RF_OK, "seed %llu: %s", (unsigned long long)seed, rf_errmsg());
+				cr_assert_eq(b.slot, (unsigned)want, "seed %llu step %d: slot", (unsigned long long)seed, step);
+				cr_assert(memcmp(b.data, g_src[key], 200) == 0, "seed %llu: payload", (unsigned long long)seed);
+				m.key[want] = key, m.used[want] = 1, m.refs[want]++, m.last[want] = ++m.clock;
+				if (nheld < 64)
+					held[nheld++] = b;
+				else
+					rel(p, &b), m.refs[want]--;
+			} else if (r < 7 && nheld > 0) { /* release */
+				unsigned j = (unsigned)(rng_next(&rs) % nheld);
+				rel(p, &held[j]);
+				m.refs[held[j].slot]--, m.last[held[j].slot] = ++m.clock;
+				held[j] = held[--nheld];
+			} else if (r < 9) { /* prefetch */
+				int rc = rf_pipeline_prefetch(p, key, g_src[key], 200, 0);
+				int want = i >= 0 ? i : m_choose(&m);
+				cr_assert_eq(rc, want < 0 ? RF_ENOSPC : RF_OK, "seed %llu", (unsigned long long)seed);
+				if (want >= 0)
+					m.key[want] = key, m.used[want] = 1, m.last[want] = ++m.clock;
+			} else { /* evict */
+				int rc = rf_pipeline_evict(p, key);
+				cr_assert_eq(rc, i >= 0 && m.refs[i] > 0 ? RF_EBUSY : RF_OK, "seed %llu", (unsigned long long)seed);
+				if (rc == RF_OK && i >= 0)
+					m.used[i] = 0;
+			}
+			for (uint64_t k = 0; k < 12; k++) {
+				unsigned slot = 99;
+				rf_key_state st = state_of(p, k, &slot);
+				int mi = m_find(&m, k);
+				cr_assert_eq(st != RF_KEY_ABSENT, mi >= 0, "seed %llu: key %llu", (unsigned long long)seed,
+					     (unsigned long long)k);
+				if (mi >= 0)
+					cr_assert_eq(slot, (unsigned)mi);
+			}
+		}
+		rf_keyed_stats s = stats(p);
+		cr_assert(s.hits <= s.acquires && s.late <= s.hits);
+		while (nheld > 0)
+			rel(p, &held[--nheld]);
+		rf_pipeline_destroy(p);
+	}
+}
+
+/* ---- the oracle must be able to fail -------------------------------------------------------------- */
+
+Test(keyed, oracle_catches_a_refill_of_a_held_slot)
+{
+	rf_pipeline *p = mk(1);
+	rf_block a = acq(p, 1, 64);
+	rf__test_hooks.keyed_refill_held = 1;
+	rf_block out;
+	int rc = rf_pipeline_acquire(p, 2, g_src[2], 64, NULL, 0, &out);
+	rf__test_hooks.keyed_refill_held = 0;
+	cr_assert_eq(rc, RF_EHAZARD, "the oracle must refuse the refill (got %d: %s)", rc, rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), "WAR") != NULL, "%s", rf_errmsg());
+	cr_assert(memcmp(a.data, g_src[1], 64) == 0, "the held block is intact");
+	rel(p, &a);
+	rf_pipeline_destroy(p);
+	/* Without the oracle the hook really refills the held slot: the control controls something. */
+	setenv("RINGFETCH_ORACLE", "0", 1);
+	p = mk(1);
+	a = acq(p, 1, 64);
+	rf__test_hooks.keyed_refill_held = 1;
+	rc = rf_pipeline_acquire(p, 2, g_src[2], 64, NULL, 0, &out);
+	rf__test_hooks.keyed_refill_held = 0;
+	cr_assert_eq(rc, RF_OK);
+	cr_assert(memcmp(a.data, g_src[1], 64) != 0, "the held slot was overwritten");
+	rf_pipeline_destroy(p);
+}
+
+/* ---- the wait policy ------------------------------------------------------------------------------ */
+
+Test(keyed, wait_policy_settings)
+{
+	static const char *good[] = {"auto", "sleep", "spin:0", "spin:50", "spin:10000000"};
+	static const char *bad[] = {"", "spin", "spin:", "spin:-1", "spin:x", "spin:10000001", "busy", "Sleep"};
+	rf_pipeline_params pp = {0};
+	pp.slot_bytes = 64;
+	pp.backend = test_backend();
+	rf_pipeline *p;
+	for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+		pp.wait = good[i];
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s: %s", good[i], rf_errmsg());
+		const void *srcs[2] = {g_src[0], g_src[1]};
+		size_t sizes[2] = {64, 64};
+		cr_assert_eq(rf_pipeline_run(p, 2, srcs, sizes, count_cb, &(size_t){0}), RF_OK);
+		rf_pipeline_destroy(p);
+	}
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		pp.wait = bad[i];
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_EINVAL, "\"%s\"", bad[i]);
+	}
+	pp.wait = NULL;
+	setenv("RINGFETCH_WAIT", "spin:abc", 1);
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ECONFIG);
+	cr_assert(strstr(rf_errmsg(), "RINGFETCH_WAIT") != NULL, "%s", rf_errmsg());
+	pp.wait = "sleep"; /* an explicit value wins without reading the variable */
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK);
+	rf_pipeline_destroy(p);
+	pp.wait = NULL;
+	setenv("RINGFETCH_WAIT", "spin:20", 1);
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK);
+	rf_pipeline_destroy(p);
+	unsetenv("RINGFETCH_WAIT");
+	char path[] = "/tmp/rf_keyed_cfg_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	FILE *f = fdopen(fd, "w");
+	fprintf(f, "[ringfetch]\nwait = nap\n");
+	fclose(f);
+	setenv("RINGFETCH_CONFIG", path, 1);
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_ECONFIG);
+	cr_assert(strstr(rf_errmsg(), ":2") != NULL, "file:line: %s", rf_errmsg());
+	f = fopen(path, "w");
+	fprintf(f, "[ringfetch]\nwait = spin:100\n");
+	fclose(f);
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	rf_pipeline_destroy(p);
+	unsetenv("RINGFETCH_CONFIG");
+	unlink(path);
+}
+
+/* ---- hints on threads: held back, overtaken, late, withdrawn (a gate holds the lane worker) -------- */
+
+static void nap_us(long us)
+{
+	struct timespec d = {us / 1000000, (us % 1000000) * 1000};
+	nanosleep(&d, NULL);
+}
+
+static atomic_int g_gate; /* 0: the lane worker waits before each hint copy */
+static atomic_int g_at_gate;
+static atomic_int g_gate_phase; /* where the gate stands: 0 before the claim, 1 after (copy started) */
+
+static void gate_hook(int started)
+{
+	if (started != atomic_load(&g_gate_phase))
+		return;
+	atomic_fetch_add(&g_at_gate, 1);
+	for (int i = 0; i < 20000 && !atomic_load(&g_gate); i++) /* at most ~10 s */
+		nap_us(500);
+	atomic_fetch_sub(&g_at_gate, 1);
+}
+
+static rf_pipeline *mk_gated(unsigned depth)
+{
+	if (strcmp(test_backend(), "threads") != 0)
+		cr_skip_test("hint lanes exist on threads only (cpu copies hints inline)");
+	atomic_store(&g_gate, 0);
+	atomic_store(&g_gate_phase, 0);
+	rf__test_hooks.keyed_before_copy = gate_hook;
+	return mk(depth); /* one copy lane: every hint queues on it */
+}
+
+static void *open_gate_later(void *arg);
+
+static void open_gate(rf_pipeline *p)
+{
+	atomic_store(&g_gate, 1);
+	rf_pipeline_destroy(p);
+	rf__test_hooks.keyed_before_copy = NULL;
+}
+
+Test(keyed, held_back_hint_is_overtaken_by_acquire)
+{
+	rf_pipeline *p = mk_gated(8);
+	for (uint64_t k = 1; k <= 4; k++) /* 2 go to the lane (RF__KEYED_HINTS_PER_LANE), 2 are held back */
+		cr_assert_eq(rf_pipeline_prefetch(p, k, g_src[k], 300, 0), RF_OK);
+	for (uint64_t k = 1; k <= 4; k++)
+		cr_assert_eq(state_of(p, k, NULL), RF_KEY_COPYING, "key %llu", (unsigned long long)k);
+	rf_keyed_stats s0 = stats(p);
+	cr_assert_eq(s0.prefetches, 4);
+	cr_assert_eq(s0.bytes_copied, 600, "two hint copies issued, two held back");
+	rf_block b = acq(p, 4, 300); /* held back: the acquire copies it itself, at once */
+	cr_assert_eq(b.slot, 3);
+	rf_keyed_stats s1 = stats(p);
+	cr_assert(s1.hits == 0 && s1.dropped == 1 && s1.bytes_copied == 900, "not a hit; the hint is dropped");
+	rf_block c = acq(p, 9, 300); /* a miss never waits behind the gated hint copies */
+	cr_assert_eq(c.slot, 4);
+	rel(p, &b);
+	rel(p, &c);
+	open_gate(p);
+}
+
+Test(keyed, late_hit_waits_for_its_started_hint)
+{
+	rf_pipeline *p = mk_gated(4);
+	atomic_store(&g_gate_phase, 1); /* the copy has started when it stalls */
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK);
+	while (atomic_load(&g_at_gate) == 0)
+		nap_us(100);
+	pthread_t th;
+	pthread_create(&th, NULL, open_gate_later, NULL);
+	rf_block b = acq(p, 1, 300); /* waits for the started copy */
+	pthread_join(th, NULL);
+	rf_keyed_stats s = stats(p);
+	cr_assert(s.hits == 1 && s.acquires == 1 && s.late == 1 && s.bytes_copied == 300, "a late hit");
+	rel(p, &b);
+	open_gate(p);
+}
+
+Test(keyed, hint_not_started_is_overtaken_by_acquire)
+{
+	rf_pipeline *p = mk_gated(4);
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK); /* stalls before it starts */
+	while (atomic_load(&g_at_gate) == 0)
+		nap_us(100);
+	time_t t0 = time(NULL);
+	rf_block b = acq(p, 1, 300); /* withdraws it and copies itself: no wait */
+	cr_assert_lt(time(NULL) - t0, 5, "the acquire waited for a hint copy that had not started");
+	rf_keyed_stats s = stats(p);
+	cr_assert(s.hits == 0 && s.acquires == 1 && s.dropped == 1 && s.bytes_copied == 600,
+		  "not a hit; the hint counts as dropped (overtaken)");
+	cr_assert_eq(b.slot, 0);
+	rel(p, &b);
+	open_gate(p);
+}
+
+Test(keyed, pending_hint_of_a_chosen_slot_is_withdrawn)
+{
+	rf_pipeline *p = mk_gated(1);
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK); /* at the gate, not started */
+	while (atomic_load(&g_at_gate) == 0)
+		nap_us(100);
+	time_t t0 = time(NULL);
+	rf_block b = acq(p, 2, 300); /* takes the only slot: key 1's copy is withdrawn, not waited for */
+	cr_assert_lt(time(NULL) - t0, 5, "the acquire waited for a hint copy that had not started");
+	rf_keyed_stats s = stats(p);
+	cr_assert_eq(s.wasted, 1, "an issued hint whose key left before any acquire");
+	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_ABSENT);
+	atomic_store(&g_gate, 1);
+	nap_us(20000); /* the worker skips the withdrawn copy: the slot must still hold key 2 */
+	cr_assert(memcmp(b.data, g_src[2], 300) == 0, "a withdrawn copy wrote the slot");
+	rel(p, &b);
+	open_gate(p);
+}
+
+static void *open_gate_later(void *arg)
+{
+	(void)arg;
+	nap_us(100000);
+	atomic_store(&g_gate, 1);
+	return NULL;
+}
+
+/* A started hint copy into a slot, then a pending one into the same slot that gets withdrawn: the next
+ * copy into the slot must still wait for the started one (tests/race_keyed.c found it did not). */
+Test(keyed, withdrawn_hint_leaves_the_started_copy_waited_for)
+{
+	rf_pipeline *p = mk_gated(1);
+	atomic_store(&g_gate_phase, 1);
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK);
+	while (atomic_load(&g_at_gate) == 0) /* key 1's copy has started, and stalls */
+		nap_us(100);
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, g_src[2], 300, 0), RF_OK); /* same slot, queued behind it */
+	pthread_t th;
+	pthread_create(&th, NULL, open_gate_later, NULL);
+	rf_block b = acq(p, 3, 300); /* withdraws key 2's copy; must wait for key 1's */
+	pthread_join(th, NULL);
+	nap_us(20000);
+	cr_assert(memcmp(b.data, g_src[3], 300) == 0, "a started hint copy overwrote the acquired block");
+	rel(p, &b);
+	open_gate(p);
+}
+
+/* evict returns only when no copy reads the source: a started hint copy is waited for. */
+Test(keyed, evict_waits_for_a_started_copy)
+{
+	rf_pipeline *p = mk_gated(2);
+	atomic_store(&g_gate_phase, 1);
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK);
+	while (atomic_load(&g_at_gate) == 0)
+		nap_us(100);
+	pthread_t th;
+	pthread_create(&th, NULL, open_gate_later, NULL);
+	cr_assert_eq(rf_pipeline_evict(p, 1), RF_OK);
+	cr_assert_eq(atomic_load(&g_gate), 1, "evict returned while the copy was still stalled");
+	cr_assert_eq(atomic_load(&g_at_gate), 0);
+	pthread_join(th, NULL);
+	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_ABSENT);
+	cr_assert_eq(stats(p).wasted, 1);
+	open_gate(p);
+}
+
+/* An idle pipeline stops burning CPU once its wait budget is spent (auto: 2 ms). */
+Test(keyed, idle_pipeline_burns_no_cpu)
+{
+	rf_pipeline *p = mk(2);
+	const void *srcs[2] = {g_src[0], g_src[1]};
+	size_t sizes[2] = {64, 64};
+	for (int i = 0; i < 100; i++) {
+		cr_assert_eq(rf_pipeline_run(p, 2, srcs, sizes, count_cb, &(size_t){0}), RF_OK);
+		cr_assert_eq(rf_pipeline_prefetch(p, (uint64_t)i % 8, g_src[i % 8], 64, 0), RF_OK);
+	}
+	nap_us(100000); /* far past the spin budget */
+	struct timespec a, b;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &a);
+	nap_us(300000);
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
+	long long ns = (b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
+	cr_assert_lt(ns, 30000000LL, "%lld ns of CPU in 300 ms of idleness", ns);
+	rf_pipeline_destroy(p);
+}

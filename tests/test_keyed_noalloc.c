@@ -1,0 +1,118 @@
+/* tests/test_keyed_noalloc.c — keyed calls allocate nothing after create (ringfetch.h: "no keyed call
+ * allocates memory after create"): random prefetch / acquire / release / evict / lookup / keyed_stats
+ * sequences, failures included, and runs in between, under an interposed allocator (the same
+ * interposition as tests/test_noalloc.c: the executable's malloc family comes first in symbol
+ * resolution, for the shared library too). Not built under sanitizers. Public headers only. */
+#include "support.h"
+
+#include <criterion/criterion.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+extern void *__libc_memalign(size_t, size_t);
+extern void __libc_free(void *);
+
+static atomic_int counting;
+static atomic_long calls, frees; /* calls: every allocator call; frees: free() alone */
+
+static void count(void)
+{
+	if (atomic_load_explicit(&counting, memory_order_relaxed))
+		atomic_fetch_add_explicit(&calls, 1, memory_order_relaxed);
+}
+
+void *malloc(size_t n)
+{
+	count();
+	return __libc_malloc(n);
+}
+
+void *calloc(size_t n, size_t m)
+{
+	count();
+	return __libc_calloc(n, m);
+}
+
+void *realloc(void *p, size_t n)
+{
+	count();
+	return __libc_realloc(p, n);
+}
+
+void *aligned_alloc(size_t a, size_t n)
+{
+	count();
+	return __libc_memalign(a, n);
+}
+
+int posix_memalign(void **out, size_t a, size_t n)
+{
+	count();
+	void *p = __libc_memalign(a, n);
+	if (p == NULL)
+		return 12; /* ENOMEM */
+	*out = p;
+	return 0;
+}
+
+void free(void *p)
+{
+	if (atomic_load_explicit(&counting, memory_order_relaxed))
+		atomic_fetch_add_explicit(&frees, 1, memory_order_relaxed);
+	count();
+	__libc_free(p);
+}
+
+static int nop_cb(void *user, const rf_block *b)
+{
+	(void)user, (void)b;
+	return 0;
+}
+
+Test(keyed_noalloc, keyed_calls_allocate_nothing)
+{
+	enum { SZ = 1024, NK = 24 };
+	static unsigned char pool[NK][SZ];
+	for (size_t i = 0; i < sizeof pool; i++)
+		((unsigned char *)pool)[i] = (unsigned char)(i * 13);
+	for (unsigned depth = 1; depth <= 6; depth++) {
+		rf_pipeline_params pp = {.depth = depth, .slot_bytes = SZ, .backend = test_backend()};
+		rf_pipeline *p;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+		const void *srcs[2] = {pool[0], pool[1]};
+		size_t sizes[2] = {SZ, SZ};
+		cr_assert_eq(rf_pipeline_run(p, 2, srcs, sizes, nop_cb, NULL), RF_OK); /* warm up */
+		rf_block held[8];
+		unsigned nheld = 0;
+		uint64_t s = test_seed();
+		atomic_store(&calls, 0);
+		atomic_store(&counting, 1);
+		for (int step = 0; step < 3000; step++) {
+			uint64_t k = rng_next(&s) % NK, r = rng_next(&s) % 100;
+			rf_block b;
+			rf_key_state st;
+			rf_keyed_stats ks;
+			if (r < 35 && nheld < 8 && rf_pipeline_acquire(p, k, pool[k], SZ, NULL, 0, &b) == RF_OK)
+				held[nheld++] = b;
+			else if (r < 65 && nheld > 0)
+				rf_pipeline_release(p, &held[--nheld]);
+			else if (r < 85)
+				rf_pipeline_prefetch(p, k, pool[k], SZ, 0);
+			else if (r < 92)
+				rf_pipeline_evict(p, k);
+			else if (r < 97)
+				rf_pipeline_lookup(p, k, &st, NULL), rf_pipeline_keyed_stats(p, &ks);
+			else if (nheld == 0)
+				rf_pipeline_run(p, 2, srcs, sizes, nop_cb, NULL);
+		}
+		atomic_store(&counting, 0);
+		cr_assert_eq(atomic_load(&calls), 0, "backend %s, depth %u: %ld allocator calls in keyed use",
+			     test_backend(), depth, atomic_load(&calls));
+		rf_pipeline_destroy(p);
+	}
+}
