@@ -362,28 +362,6 @@ static void rf__thr_free(rf__threads *t)
 	free(t);
 }
 
-/* The cache handoff for this pipeline (backends/threads_handoff.c), decided before the workers exist
- * (a new worker spins for its wait budget, which would disturb the measurement), measured against the
- * core the first worker is about to get. Only where runs overlap (two slots or more: at depth 1 the
- * whole copy runs where the compute does). rf__thr_pin adds t->handoff_why to the placement text. */
-static void rf__thr_handoff(rf__threads *t)
-{
-	if (t->nq < 2 || t->nslots < 2) {
-		snprintf(t->handoff_why, sizeof t->handoff_why, "cache handoff off (%s)", t->nq < 2 ? "no copy queue" : "depth 1");
-		return;
-	}
-	char saved[256]; /* as in rf__thr_pin: a topology failure is not the caller's failure */
-	snprintf(saved, sizeof saved, "%s", rf__errmsg_peek());
-	hwloc_obj_t cores[RF_MAX_QUEUES], home = NULL, next = NULL;
-	hwloc_topology_t topo = t->handoff_mode == RF__HO_AUTO ? rf__topo_acquire() : NULL;
-	unsigned n = topo && (home = rf__tp_caller_core(topo)) ? rf__tp_cores(topo, t->worker_cpus, cores, RF_MAX_QUEUES) : 0;
-	if (n > 0 && (next = rf__tp_pick(cores, n, home)) != NULL)
-		rf__tp_unpick(next->logical_index); /* a peek: rf__thr_pin counts the real one */
-	rf__ho_resolve(t->handoff_mode, topo, next ? next->cpuset : NULL, t->slot_bytes, &t->handoff, t->handoff_why,
-		       sizeof t->handoff_why);
-	rf__topo_release(topo);
-	rf__err(RF_OK, "%s", saved);
-}
 
 /* Pin each copy worker to the core of the caller's binding (or of the configured set) other than the
  * caller's own that holds the fewest copy workers of the process (backends/threads_place.c). The
@@ -531,7 +509,9 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	atomic_init(&t->first_rc, 0);
 	for (unsigned i = 0; i < t->nq; i++)
 		t->w[i].core = -1;
-	rf__thr_handoff(t); /* before the workers exist (backends/threads_handoff.c) */
+	/* The cache handoff, decided before the workers exist (backends/threads_handoff.c). */
+	rf__ho_pipeline(t->handoff_mode, t->worker_cpus, t->nq, t->nslots, t->slot_bytes, &t->handoff, t->handoff_why,
+			sizeof t->handoff_why);
 	for (unsigned i = 1; i < t->nq; i++) {
 		t->w[i].t = t;
 		t->w[i].q = i;

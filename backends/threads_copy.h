@@ -79,4 +79,10 @@ extern int rf__ho_test_measure_anyway;
 void rf__ho_resolve(int mode, hwloc_topology_t topo, hwloc_const_cpuset_t worker_set, size_t slot_bytes, int *on,
 		    char *why, size_t cap);
 
+/* The handoff of a threads pipeline at create: depth 1 or no copy queue, off; else rf__ho_resolve
+ * against the core its first copy worker is about to get (backends/threads_place.h: inside
+ * worker_cpus, or the calling thread's binding, other than the caller's core). */
+void rf__ho_pipeline(int mode, const char *worker_cpus, unsigned nq, unsigned nslots, size_t slot_bytes, int *on,
+		     char *why, size_t cap);
+
 #endif

@@ -9,7 +9,9 @@
  * class (powers of two), under a mutex; a few ms at the largest sizes, microseconds at small ones. */
 #include "backends/threads_copy.h"
 #include "base/alloc.h"
+#include "backends/threads_place.h"
 #include "base/error.h"
+#include "memory/topology.h"
 #include "runtime/trace.h"
 
 #include <errno.h>
@@ -254,4 +256,27 @@ void rf__ho_resolve(int mode, hwloc_topology_t topo, hwloc_const_cpuset_t worker
 		snprintf(why, cap, "cache handoff off (auto: not measured: %s)", err);
 	}
 	pthread_mutex_unlock(&rf__ho_mu);
+}
+
+/* Decided before the workers exist (a new worker spins for its wait budget, which would disturb the
+ * measurement), measured against the core the first worker is about to get. Only where runs overlap
+ * (two slots or more: at depth 1 the whole copy runs where the compute does). */
+void rf__ho_pipeline(int mode, const char *worker_cpus, unsigned nq, unsigned nslots, size_t slot_bytes, int *on,
+		     char *why, size_t cap)
+{
+	*on = 0;
+	if (nq < 2 || nslots < 2) {
+		snprintf(why, cap, "cache handoff off (%s)", nq < 2 ? "no copy queue" : "depth 1");
+		return;
+	}
+	char saved[256]; /* a topology failure is not the caller's failure: keep its rf_errmsg */
+	snprintf(saved, sizeof saved, "%s", rf__errmsg_peek());
+	hwloc_obj_t cores[RF_MAX_QUEUES], home = NULL, next = NULL;
+	hwloc_topology_t topo = mode == RF__HO_AUTO ? rf__topo_acquire() : NULL;
+	unsigned n = topo && (home = rf__tp_caller_core(topo)) ? rf__tp_cores(topo, worker_cpus, cores, RF_MAX_QUEUES) : 0;
+	if (n > 0 && (next = rf__tp_pick(cores, n, home)) != NULL)
+		rf__tp_unpick(next->logical_index); /* a peek: the pinning counts the real one */
+	rf__ho_resolve(mode, topo, next ? next->cpuset : NULL, slot_bytes, on, why, cap);
+	rf__topo_release(topo);
+	rf__err(RF_OK, "%s", saved);
 }
