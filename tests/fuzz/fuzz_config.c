@@ -326,6 +326,9 @@ static void check_file(const uint8_t *data, size_t size)
 		CHECK(c.backend == NULL || ref_backend(c.backend) != NULL);
 		CHECK(strlen(c.staging) < sizeof c.staging && strlen(c.trace) < sizeof c.trace);
 		CHECK(!c.wait_set || c.wait_ns == -1 || (c.wait_ns >= 0 && c.wait_ns <= 10000000000LL));
+		CHECK(c.handoff >= 0 && c.handoff <= 3); /* unset, or 1 + auto / off / on */
+		CHECK(strlen(c.worker_cpus) < sizeof c.worker_cpus &&
+		      strspn(c.worker_cpus, "0123456789,-") == strlen(c.worker_cpus));
 	} else {
 		CHECK(rc == RF_ECONFIG && strstr(rf_errmsg(), path) != NULL);
 	}
