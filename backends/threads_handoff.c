@@ -98,6 +98,10 @@ static void *rf__ho_copier(void *arg)
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	rf__ho_bench *b = arg;
 	b->pinned = hwloc_set_cpubind(b->topo, b->set, HWLOC_CPUBIND_THREAD) == 0;
+	if (!b->pinned) { /* nothing worth measuring: release the reader at once */
+		atomic_store_explicit(&b->ready, b->nsamples, memory_order_release);
+		return NULL;
+	}
 	rf__tc_job job;
 	rf__tc_job_init(&job);
 	for (unsigned s = 0; s < b->nsamples; s++) {
@@ -158,7 +162,7 @@ static int rf__ho_measure(hwloc_topology_t topo, hwloc_const_cpuset_t set, size_
 		return RF_ENOMEM;
 	}
 	volatile uint64_t sink = 0;
-	for (unsigned s = 0; s < ns; s++) {
+	for (unsigned s = 0; s < ns && atomic_load_explicit(&b.ready, memory_order_acquire) < ns; s++) {
 		atomic_store_explicit(&b.go, s + 1, memory_order_release);
 		rf__ho_spin(&b.ready, s + 1);
 		int64_t t0 = rf__trace_now();
