@@ -15,12 +15,16 @@
  * Failure: the first failing op (a compute returning non-zero, a cancel) wins a CAS on `first_rc`, then
  * sets `stop` and wakes every queue; every walker stops at its next op or wait, in-flight copies finish,
  * and the run returns once all workers are parked again. The next run resets the counters. */
+#include "base/pause.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "backends/threads_keyed.h"
 #include "memory/staging.h"
 #include "memory/topology.h"
 #include "runtime/walk.h"
+#include "backends/threads_copy.h"
+#include "backends/threads_place.h"
+#include "runtime/config.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -32,14 +36,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__x86_64__) || defined(__i386__)
-#define RF__PAUSE() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define RF__PAUSE() __asm__ __volatile__("yield")
-#else
-#define RF__PAUSE() ((void)0)
-#endif
-
 /* A waiter first spins with pause (RF__SPIN_PAUSES, a few microseconds), then yields the core for up to
  * RF__SPIN_NS, and only then sleeps. The yield phase matters: waking a sleeper takes a futex call on the
  * signalling side and several microseconds of scheduling on the sleeper's, during which the signaller
@@ -48,36 +44,12 @@
 #define RF__SPIN_PAUSES 256
 #define RF__SPIN_NS 50000
 
-/* Push the lines of [p, p+n) from this core's caches to the shared last-level cache (CLDEMOTE, a hint:
- * encoded in the NOP space, so a CPU without it ignores it). Used on a block the compute thread, on
- * another core, reads next: see rf__thr_demote_window. */
-static void rf__demote(const unsigned char *p, size_t n)
-{
-#if defined(__x86_64__)
-	for (size_t i = 0; i < n; i += 64)
-		__asm__ __volatile__(".byte 0x0f, 0x1c, 0x00" ::"a"(p + i) : "memory"); /* cldemote (%rax) */
-#else
-	(void)p, (void)n;
-#endif
-}
-
-/* memcpy in 64 KiB pieces, each demoted as soon as it is written: the lines leave this core's L2 while
- * the copy streams on, instead of all at the end (measured: 2 MiB blocks 18 % faster than copying
- * whole then demoting, 1 MiB 5 %). */
-static void rf__copy_demote(unsigned char *dst, const unsigned char *src, size_t n)
-{
-	for (size_t o = 0; o < n; o += (size_t)64 << 10) {
-		size_t k = n - o < ((size_t)64 << 10) ? n - o : (size_t)64 << 10;
-		memcpy(dst + o, src + o, k);
-		rf__demote(dst + o, k);
-	}
-}
-
 typedef struct rf__tq {
 	_Alignas(64) atomic_llong value; /* last value this queue signalled */
 	atomic_int waiters;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
+	rf__tc_job job; /* this queue's current copy, open to helpers (backends/threads_copy.h) */
 } rf__tq;
 
 typedef struct rf__threads rf__threads;
@@ -86,6 +58,7 @@ typedef struct rf__worker {
 	rf__threads *t;
 	unsigned q;
 	pthread_t tid;
+	int core; /* logical index of the core it is counted on (backends/threads_place.c), -1: none */
 } rf__worker;
 
 struct rf__threads {
@@ -112,8 +85,22 @@ struct rf__threads {
 	int fail_value;
 	/* placement of the workers */
 	hwloc_topology_t topo;
-	char placement[320];
-	size_t demote_lo, demote_hi; /* copies of this many bytes are demoted after copying (none: lo > hi) */
+	char placement[512];
+	/* The copy path (issue 17; backends/threads_copy.h): cache handoff mode (config), the decision,
+	 * and why, for describe. */
+	int handoff_mode, handoff;
+	size_t slot_bytes;
+	unsigned nslots;
+	char handoff_why[200];
+	char worker_cpus[128]; /* the workers' explicit CPU set ("": the caller's binding) */
+	/* Placement (backends/threads_place.c): the cores workers may take, the caller's core as last
+	 * seen (avoided unless an explicit set names only it), a bitmap for the per-run look. */
+	hwloc_obj_t cand[RF_MAX_QUEUES];
+	unsigned ncand;
+	hwloc_obj_t home;
+	int avoid_home;
+	hwloc_bitmap_t scratch;
+	void *cand_sets; /* rf__tp_sets of cand (NULL: workers do not follow the caller) */
 	const rf__staging_policy *staging; /* where the ring goes (owned by the engine); NULL = auto */
 	pid_t pid; /* the process that started the workers: a child of fork() has none of them */
 };
@@ -124,6 +111,8 @@ static int rf__thr_inherited(const rf__threads *t)
 {
 	return getpid() != t->pid;
 }
+
+static void rf__thr_follow(rf__threads *t); /* placement, per run (below rf__thr_pin) */
 
 /* Per-walker state: a private copy of the run (its failure fields are written by this walker only). */
 typedef struct rf__walker {
@@ -166,17 +155,16 @@ static int rf__thr_stopped(const rf__walker *wk)
 /* `run` is the walker's private copy (wk->run). */
 static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
-	(void)queue;
 	if (rf__thr_stopped(c))
 		return RF_ECANCELED;
 	size_t n = run->sizes[b];
 	if (n != 0) {
 		unsigned char *dst = rf__slot_ptr(run, slot);
-		const rf__threads *t = ((rf__walker *)c)->t;
-		/* Not at depth 1: there the copy waits for the compute and the compute for the copy, so the
-		 * demotes would only lengthen the critical path (measured: 1 MiB blocks 30 % slower). */
-		if (n >= t->demote_lo && n <= t->demote_hi && run->prog->nslots >= 2)
-			rf__copy_demote(dst, run->srcs[b], n);
+		rf__threads *t = ((rf__walker *)c)->t;
+		/* Cooperative copy and handoff only at depth >= 2: at depth 1 nothing overlaps and the whole
+		 * copy runs on one thread (the demotes would only lengthen the critical path). */
+		if (run->prog->nslots >= 2)
+			rf__tc_copy(&t->q[queue].job, dst, run->srcs[b], n, b, t->handoff);
 		else
 			memcpy(dst, run->srcs[b], n);
 	}
@@ -244,9 +232,10 @@ static int rf__thr_all_done(void *arg, uint64_t unused)
 static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
 {
 	(void)q;
-	(void)block;
 	rf__threads *t = ((rf__walker *)c)->t;
 	rf__tq *e = &t->q[wq];
+	/* Cooperative copy: rather than wait idle for the copy of `block`, take pieces of it. */
+	rf__tc_help(&e->job, block, &e->value, v);
 	if (rf__thr_spin(t, e, v))
 		return 0;
 	pthread_mutex_lock(&e->mu);
@@ -318,6 +307,7 @@ static int rf__thr_run(void *ctx, rf__run *run)
 		run->failed_value = wk.run.failed_value;
 		return rc;
 	}
+	rf__thr_follow(t); /* placement: workers off the caller's core (backends/threads_place.c) */
 	t->run = run;
 	atomic_store(&t->active, t->nworkers);
 	atomic_fetch_add(&t->gen, 1);
@@ -368,102 +358,65 @@ static void rf__thr_free(rf__threads *t)
 		pthread_mutex_destroy(&t->mu);
 		pthread_cond_destroy(&t->start_cv);
 		pthread_cond_destroy(&t->done_cv);
+		for (unsigned i = 1; i < t->nq; i++) /* the placement table's lock, too, is the parent's */
+			if (t->w[i].core >= 0)
+				rf__tp_unpick((unsigned)t->w[i].core);
 		rf__topo_release(t->topo); /* its lock could be held by a parent thread: the child keeps it */
 	}
+	hwloc_bitmap_free(t->scratch);
+	free(t->cand_sets);
 	free(t->q);
 	free(t->w);
 	free(t);
 }
 
-/* The core the calling thread last ran on, or NULL. */
-static hwloc_obj_t rf__caller_core(hwloc_topology_t topo)
-{
-	hwloc_obj_t core = NULL;
-	hwloc_bitmap_t set = hwloc_bitmap_alloc();
-	if (set != NULL && hwloc_get_last_cpu_location(topo, set, HWLOC_CPUBIND_THREAD) == 0) {
-		hwloc_obj_t pu = hwloc_get_pu_obj_by_os_index(topo, (unsigned)hwloc_bitmap_first(set));
-		core = pu ? hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_CORE, pu) : NULL;
-	}
-	hwloc_bitmap_free(set);
-	return core;
-}
 
-/* The cores a worker may take: inside the caller's CPU binding (taskset, cgroups, MPI binding: the
- * process's cores, not the machine's), other than the caller's own core. Returns how many (<= cap). */
-static unsigned rf__worker_cores(hwloc_topology_t topo, hwloc_obj_t home, hwloc_obj_t *out, unsigned cap)
-{
-	unsigned n = 0;
-	hwloc_bitmap_t allowed = hwloc_bitmap_alloc();
-	if (allowed == NULL || hwloc_get_cpubind(topo, allowed, HWLOC_CPUBIND_THREAD) != 0) {
-		hwloc_bitmap_free(allowed);
-		return 0;
-	}
-	int ncores = hwloc_get_nbobjs_by_type(topo, HWLOC_OBJ_CORE);
-	for (int i = 0; i < ncores && n < cap; i++) {
-		hwloc_obj_t c = hwloc_get_obj_by_type(topo, HWLOC_OBJ_CORE, (unsigned)i);
-		if (c != home && hwloc_bitmap_isincluded(c->cpuset, allowed))
-			out[n++] = c;
-	}
-	hwloc_bitmap_free(allowed);
-	return n;
-}
-
-/* Which copies to demote to the shared cache once written: blocks of L2/2 .. L2 bytes of the copy
- * worker's core. Such a block is still in the worker's L2, modified, when the compute thread reads it,
- * so every line the compute touches is a cross-core snoop; demoted, the lines are read from the shared
- * cache. Measured on the machine of docs/PERFORMANCE.md (2 MiB L2, copies demoted piece by piece):
- * 1 MiB blocks 6-9 % faster, 2 MiB about 20 %; but 256-512 KiB 3-8 % slower and 8 MiB 20 % slower (the
- * demotes cost more than they save, or push out lines the compute wanted), 4 MiB even: hence the
- * window. Only where the core's L2 is known. */
-static void rf__thr_demote_window(rf__threads *t, hwloc_obj_t core, int *n)
-{
-	t->demote_lo = SIZE_MAX;
-	t->demote_hi = 0;
-#if defined(__x86_64__)
-	hwloc_obj_t l2 = hwloc_get_ancestor_obj_by_type(t->topo, HWLOC_OBJ_L2CACHE, core);
-	if (l2 == NULL || l2->attr == NULL || l2->attr->cache.size < 8192)
-		return;
-	t->demote_lo = (size_t)(l2->attr->cache.size / 2);
-	t->demote_hi = (size_t)l2->attr->cache.size;
-	if (*n >= 0 && (size_t)*n < sizeof t->placement)
-		*n += snprintf(t->placement + *n, sizeof t->placement - (size_t)*n,
-			       "; copies of %zu..%zu KiB demoted to the shared cache (cldemote)", t->demote_lo >> 10,
-			       t->demote_hi >> 10);
-#else
-	(void)core, (void)n;
-#endif
-}
-
-/* Pin each copy worker, round robin, to a core of the caller's binding other than the one the caller
- * (queue 0, the computes) runs on. The caller's thread is not ours: we never bind it. What happened is
- * recorded in t->placement, which rf_pipeline_describe shows; failing to pin is not an error (the run is
- * still correct), but it is never silent. */
+/* Pin each copy worker to the core of the caller's binding (or of the configured set) other than the
+ * caller's own that holds the fewest copy workers of the process (backends/threads_place.c). The
+ * caller's thread is not ours: we never bind it. What happened is recorded in t->placement, which
+ * rf_pipeline_describe shows; failing to pin is not an error (the run is still correct), but it is
+ * never silent. */
 static void rf__thr_pin(rf__threads *t)
 {
 	int n = snprintf(t->placement, sizeof t->placement, "compute: caller's thread (not pinned by ringfetch)");
 	if (t->nworkers == 0)
 		return;
-	hwloc_obj_t cores[RF_MAX_QUEUES];
-	unsigned ncores = 0;
-	hwloc_obj_t home = NULL;
 	/* A topology failure is not the caller's failure (create still succeeds): keep its rf_errmsg. */
 	char saved[256];
 	snprintf(saved, sizeof saved, "%s", rf__errmsg_peek());
-	if ((t->topo = rf__topo_acquire()) != NULL && (home = rf__caller_core(t->topo)) != NULL)
-		ncores = rf__worker_cores(t->topo, home, cores, RF_MAX_QUEUES);
-	if (ncores == 0) {
+	if ((t->topo = rf__topo_acquire()) != NULL && (t->home = rf__tp_caller_core(t->topo)) != NULL)
+		t->ncand = rf__tp_cores(t->topo, t->worker_cpus, t->cand, RF_MAX_QUEUES);
+	unsigned others = 0;
+	for (unsigned i = 0; i < t->ncand; i++)
+		others += t->cand[i] != t->home;
+	/* An explicit set that names only the caller's core is the deployer's call. */
+	t->avoid_home = !(*t->worker_cpus && others == 0);
+	if (t->ncand == 0 || (t->avoid_home && others == 0)) {
 		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; copy workers not pinned: %s",
 			 t->topo == NULL ? rf__errmsg_peek()
-			 : home == NULL ? "the caller's core is unknown (no core objects in the topology)"
-					: "no core besides the caller's in its CPU binding");
+			 : t->home == NULL ? "the caller's core is unknown (no core objects in the topology)"
+			 : *t->worker_cpus ? "no core of the machine in RINGFETCH_WORKER_CPUS / worker_cpus"
+					   : "no core besides the caller's in its CPU binding");
+		t->ncand = 0;
 		rf__err(RF_OK, "%s", saved);
+		n = (int)strlen(t->placement);
+		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
 		return;
 	}
-	rf__thr_demote_window(t, cores[0], &n);
+	/* For rf__thr_follow; either NULL: the workers just do not follow the caller. */
+	t->scratch = hwloc_bitmap_alloc();
+	t->cand_sets = rf__tp_sets(t->topo, t->cand, t->ncand);
+	if (*t->worker_cpus)
+		n += snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; copy workers on CPUs %s (configured)",
+			      t->worker_cpus);
 	for (unsigned i = 1; i <= t->nworkers; i++) {
-		hwloc_obj_t core = cores[(i - 1) % ncores];
+		hwloc_obj_t core = rf__tp_pick(t->cand, t->ncand, t->avoid_home ? t->home : NULL);
 		int ok = hwloc_set_thread_cpubind(t->topo, t->w[i].tid, core->cpuset, 0) == 0;
 		int e = errno;
+		if (ok)
+			t->w[i].core = (int)core->logical_index;
+		else
+			rf__tp_unpick(core->logical_index);
 		if (n < 0 || (size_t)n >= sizeof t->placement)
 			continue;
 		size_t room = sizeof t->placement - (size_t)n;
@@ -474,8 +427,41 @@ static void rf__thr_pin(rf__threads *t)
 	}
 	/* Keyed lane l shares the core of copy queue l + 1: both copy for the same caller, never at once
 	 * in one loop (a run empties the keyed cache first). */
-	for (unsigned l = 0; l < rf__tk_lanes(t->tk); l++)
-		hwloc_set_thread_cpubind(t->topo, rf__tk_thread(t->tk, l), cores[l % ncores]->cpuset, 0);
+	for (unsigned l = 0; l < rf__tk_lanes(t->tk) && l < t->nworkers; l++)
+		if (t->w[l + 1].core >= 0)
+			hwloc_set_thread_cpubind(t->topo, rf__tk_thread(t->tk, l),
+						 hwloc_get_obj_by_type(t->topo, HWLOC_OBJ_CORE, (unsigned)t->w[l + 1].core)->cpuset, 0);
+	if (n >= 0 && (size_t)n < sizeof t->placement)
+		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
+}
+
+/* Per run: when the caller now runs on a copy worker's core (an unpinned caller migrates there: 4196 of
+ * 4992 computes in one run of issue 17), move that worker to the least loaded other core. One
+ * sched_getcpu-backed look per run when nothing changed; no allocation. */
+static void rf__thr_follow(rf__threads *t)
+{
+	if (t->scratch == NULL || t->cand_sets == NULL || !t->avoid_home)
+		return;
+	hwloc_obj_t now = rf__tp_core_now(t->topo, t->scratch);
+	if (now == NULL || now == t->home)
+		return;
+	t->home = now;
+	for (unsigned i = 1; i <= t->nworkers; i++) {
+		if (t->w[i].core != (int)now->logical_index)
+			continue;
+		hwloc_obj_t c = rf__tp_pick(t->cand, t->ncand, now);
+		unsigned k = 0;
+		while (c != NULL && t->cand[k] != c)
+			k++;
+		if (c != NULL && rf__tp_move(t->w[i].tid, t->cand_sets, k)) {
+			rf__tp_unpick(now->logical_index);
+			t->w[i].core = (int)c->logical_index;
+			if (i - 1 < rf__tk_lanes(t->tk)) /* its keyed lane goes with it (rf__thr_pin) */
+				rf__tp_move(rf__tk_thread(t->tk, i - 1), t->cand_sets, k);
+		} else if (c != NULL) {
+			rf__tp_unpick(c->logical_index);
+		}
+	}
 }
 
 static int rf__thr_describe(void *ctx, char *buf, size_t cap)
@@ -495,6 +481,15 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	t->nq = args->nqueues;
 	t->staging = args->staging;
 	t->pid = getpid();
+	t->slot_bytes = args->slot_bytes;
+	t->nslots = args->nslots;
+	int hrc = rf__config_handoff(&t->handoff_mode);
+	if (hrc == RF_OK)
+		hrc = rf__config_worker_cpus(t->worker_cpus, sizeof t->worker_cpus);
+	if (hrc != RF_OK) {
+		free(t);
+		return hrc;
+	}
 	t->q = rf__aligned_alloc(64, t->nq * sizeof *t->q);
 	t->w = rf__calloc(t->nq, sizeof *t->w);
 	if (t->q == NULL || t->w == NULL) {
@@ -508,6 +503,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 		atomic_init(&t->q[i].waiters, 0);
 		pthread_mutex_init(&t->q[i].mu, NULL);
 		pthread_cond_init(&t->q[i].cv, NULL);
+		rf__tc_job_init(&t->q[i].job);
 	}
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_cond_init(&t->start_cv, NULL);
@@ -520,6 +516,11 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	t->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
 	atomic_init(&t->stop, 0);
 	atomic_init(&t->first_rc, 0);
+	for (unsigned i = 0; i < t->nq; i++)
+		t->w[i].core = -1;
+	/* The cache handoff, decided before the workers exist (backends/threads_handoff.c). */
+	rf__ho_pipeline(t->handoff_mode, t->worker_cpus, t->nq, t->nslots, t->slot_bytes, &t->handoff, t->handoff_why,
+			sizeof t->handoff_why);
 	for (unsigned i = 1; i < t->nq; i++) {
 		t->w[i].t = t;
 		t->w[i].q = i;

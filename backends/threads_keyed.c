@@ -12,6 +12,7 @@
  * budget, then sleep on a condition variable. Lost wake-ups are excluded by the usual pairing: the
  * sleeper announces itself (sequentially consistent) under the mutex and re-checks; the other side
  * publishes (sequentially consistent) and then reads the announcement, signalling under the mutex. */
+#include "base/pause.h"
 #include "backends/threads_keyed.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -23,14 +24,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-
-#if defined(__x86_64__) || defined(__i386__)
-#define RF__TK_PAUSE() __builtin_ia32_pause()
-#elif defined(__aarch64__)
-#define RF__TK_PAUSE() __asm__ __volatile__("yield")
-#else
-#define RF__TK_PAUSE() ((void)0)
-#endif
 
 #define RF__TK_RING 8u /* > RF__KEYED_HINTS_PER_LANE: withdrawn requests still take room until skipped */
 #define RF__TK_SEQ_BITS 48
@@ -72,7 +65,7 @@ int rf__spin_until(int (*pred)(void *, uint64_t), void *arg, uint64_t x, int64_t
 		if (pred(arg, x))
 			return 1;
 		if (i < 256) {
-			RF__TK_PAUSE();
+			RF__PAUSE();
 			continue;
 		}
 		int64_t now = rf__trace_now();

@@ -220,6 +220,9 @@ typedef struct rf_pipeline_params {
  * says what).
  * RINGFETCH_TRACE / `trace` make every run of the pipeline append a Chrome trace (rf_pipeline_trace);
  * RINGFETCH_MEMORY_BUDGET / `memory_budget` (bytes, K/M/G suffixes) caps depth * slot_bytes.
+ * The threads backend's copy path (docs/deployment.md): RINGFETCH_HANDOFF / `handoff` ("auto", "off",
+ * "on": demote copied blocks to the shared cache; auto measures it at create) and RINGFETCH_WORKER_CPUS
+ * / `worker_cpus` (the copy workers' CPUs, e.g. "2-3,6"); malformed: RF_ECONFIG naming them.
  * RINGFETCH_ORACLE=1 (debugging; "0" or "1") records every run's execution log and checks it with an
  * independent hazard oracle (each block copied and computed once, computes in order, RAW and WAR on
  * every slot): a violation turns an RF_OK run into RF_EHAZARD naming the blocks. It costs the trace's

@@ -172,6 +172,28 @@ static int rf__set_budget(rf__config *c, const char *v, const char *from)
 	return 0;
 }
 
+static int rf__set_handoff(rf__config *c, const char *v, const char *from)
+{
+	(void)from;
+	int m = rf__parse_handoff(v);
+	if (m < 0)
+		return -1;
+	c->handoff = m + 1;
+	return 0;
+}
+
+/* A CPU list: digits, ',' and '-' only, starting with a digit (hwloc parses it later). */
+static int rf__set_worker_cpus(rf__config *c, const char *v, const char *from)
+{
+	(void)from;
+	if (*v < '0' || *v > '9')
+		return -1;
+	for (const char *p = v; *p; p++)
+		if ((*p < '0' || *p > '9') && *p != ',' && *p != '-')
+			return -1;
+	return rf__set_string(c->worker_cpus, sizeof c->worker_cpus, v);
+}
+
 /* The RF__WANT_* bits of rf__config_load: a variable with one is read only when the caller asks for it
  * (an explicit API value wins without the variable being consulted); 0 = always read. */
 enum { RF__WANT_DEPTH = 1, RF__WANT_BACKEND = 2, RF__WANT_COPY_QUEUES = 4, RF__WANT_STAGING = 8,
@@ -196,6 +218,8 @@ static const rf__cfg_key rf__cfg_keys[] = {
 	{"trace", "RINGFETCH_TRACE", 0, "a file path (1..1023 bytes)", rf__set_trace},
 	{"memory_budget", "RINGFETCH_MEMORY_BUDGET", 0, "a size in bytes (K, M, G suffixes)", rf__set_budget},
 	{"wait", "RINGFETCH_WAIT", RF__WANT_WAIT, "auto, sleep or spin:N (N us, 0..10000000)", rf__set_wait},
+	{"handoff", "RINGFETCH_HANDOFF", 0, "auto, off or on", rf__set_handoff},
+	{"worker_cpus", "RINGFETCH_WORKER_CPUS", 0, "a CPU list like 2-3,6", rf__set_worker_cpus},
 	{NULL, "RINGFETCH_ORACLE", 0, "0 or 1", rf__set_oracle},
 };
 #define RF__NKEYS (sizeof rf__cfg_keys / sizeof rf__cfg_keys[0])
@@ -546,4 +570,31 @@ int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *n
 	if (v == NULL)
 		*ns = c->wait_set ? c->wait_ns : 0;
 	return RF_OK;
+}
+
+/* ---- the threads backend's cache handoff and worker CPUs ------------------------------------------ */
+
+int rf__parse_handoff(const char *s)
+{
+	return !strcmp(s, "auto") ? 0 : !strcmp(s, "off") ? 1 : !strcmp(s, "on") ? 2 : -1;
+}
+
+int rf__config_handoff(int *mode)
+{
+	rf__config c;
+	int rc = rf__config_load(&c, 0, 0, 0, 0);
+	if (rc == RF_OK)
+		*mode = c.handoff ? c.handoff - 1 : 0;
+	return rc;
+}
+
+int rf__config_worker_cpus(char *out, size_t cap)
+{
+	rf__config c;
+	int rc = rf__config_load(&c, 0, 0, 0, 0);
+	if (rc == RF_OK && strlen(c.worker_cpus) >= cap)
+		rc = rf__err(RF_ECONFIG, "worker_cpus \"%.64s\" is too long (%zu bytes at most)", c.worker_cpus, cap - 1);
+	if (rc == RF_OK)
+		snprintf(out, cap, "%s", c.worker_cpus);
+	return rc;
 }

@@ -29,6 +29,8 @@ typedef struct rf__config {
 	char backend_from[160]; /* where backend came from: "RINGFETCH_BACKEND=cuda" or "path:line" */
 	unsigned copy_queues;
 	char staging[64];
+	int handoff; /* `handoff` of the file: 0 unset, else 1 + rf__parse_handoff's value */
+	char worker_cpus[128]; /* `worker_cpus` of the file ("" unset) */
 	char trace[1024];
 	unsigned long long memory_budget;
 	char budget_from[160]; /* where memory_budget came from, for messages */
@@ -43,6 +45,17 @@ int rf__parse_wait(const char *s, long long *ns);
 /* The wait policy: explicit (params.wait, non-NULL; malformed: RF_EINVAL) wins; else RINGFETCH_WAIT
  * (malformed: RF_ECONFIG naming it); else the file's `wait`, already loaded into c; else auto (0). */
 int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *ns);
+
+/* Parse a cache handoff mode (backends/threads_copy.h): "auto" 0, "off" 1, "on" 2; -1 if malformed. */
+int rf__parse_handoff(const char *s);
+/* The threads backend's cache handoff mode: RINGFETCH_HANDOFF (env) wins over `handoff` (file) over
+ * auto. RF_OK, or RF_ECONFIG naming the malformed variable or line. */
+int rf__config_handoff(int *mode);
+
+/* The threads backend's copy workers' CPU set: RINGFETCH_WORKER_CPUS (env) wins over `worker_cpus`
+ * (file) over "" (the caller's binding). A list of OS CPU numbers and ranges ("2-3,6"): digits, ','
+ * and '-' only, non-empty, shorter than cap; else RF_ECONFIG naming the variable or line. */
+int rf__config_worker_cpus(char *out, size_t cap);
 
 /* Read RINGFETCH_CONFIG's file (when set) and the environment variables for the values the caller did
  * not give explicitly (want_* non-zero). RF_OK, RF_ECONFIG, or RF_ENOMEM (no buffer for the file). */

@@ -5,15 +5,10 @@
 #ifndef RF_RUNTIME_KEYED_CACHE_H
 #define RF_RUNTIME_KEYED_CACHE_H
 
+#include "base/pause.h"
 #include "runtime/keyed.h"
 
 #include <stdatomic.h>
-
-#if defined(__x86_64__) || defined(__i386__)
-#define RF__KPAUSE() __builtin_ia32_pause()
-#else
-#define RF__KPAUSE() ((void)0)
-#endif
 
 enum { RF__K_EMPTY = 0, RF__K_HELDBACK = 1, RF__K_FILLED = 2 };
 
@@ -67,7 +62,7 @@ static inline void rf__kst_add(rf__keyed *k, int i, uint64_t v)
 static inline void rf__klock(const rf__keyed *k)
 {
 	while (atomic_flag_test_and_set_explicit((atomic_flag *)&k->lock, memory_order_acquire))
-		RF__KPAUSE();
+		RF__PAUSE();
 }
 
 static inline void rf__kunlock(const rf__keyed *k)
