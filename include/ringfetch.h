@@ -400,7 +400,9 @@ RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
  *    out/state pointer) is RF_EINVAL everywhere.
  *  - An acquire of a key whose hint is still held back issues the copy itself: it is not a hit, and the
  *    hint counts as dropped. An unacquired hint removed by evict or a run counts as wasted if its copy
- *    was issued, else as dropped. A prefetch refused with RF_ENOSPC counts nowhere.
+ *    was issued, else as dropped. On "threads" a hint copy queued on its lane but not started yet is
+ *    still withdrawable and counts as held back: an acquire (or a new key for its slot, or an evict)
+ *    withdraws it, it counts as dropped, and its bytes leave bytes_copied (they were never copied). A prefetch refused with RF_ENOSPC counts nowhere.
  *  - Slot choice: the lowest-numbered empty slot, else the least recently used slot that is not held;
  *    "used" = its last acquire, release or prefetch. Keyed use uses every allocated slot (with depth =
  *    auto too). Keyed copies go on copy lanes the library chooses.

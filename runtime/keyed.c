@@ -206,6 +206,10 @@ static int rf__kwithdraw(rf__keyed *k, unsigned v)
 	 * writing the slot: the next copy must wait for it. Found by tests/race_keyed.c. */
 	atomic_store_explicit(&s->ticket, s->before, memory_order_relaxed);
 	s->before = 0;
+	/* A hint copy withdrawn before it started never copied a byte: it counts as held back all along
+	 * (dropped, not wasted, when its key goes; its bytes out of bytes_copied). */
+	rf__kst_add(k, ST_BYTES, (uint64_t)0 - s->bytes);
+	s->issued = 0;
 	return 1;
 }
 
