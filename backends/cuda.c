@@ -34,7 +34,7 @@ int rf__cu_fail(const rf__cuda_api *api, const char *call, int err)
 }
 
 /* Make `device` current for the duration of a call, and put the caller's context back afterwards: an
- * embedder may drive several GPUs from one thread, or none from this one (issue 14 defect 3: a thread
+ * embedder may drive several GPUs from one thread, or none from this one (review defect 3: a thread
  * without a context must not be left with one, least of all device 0's). */
 int rf__cu_enter(const rf__cuda_api *api, int device, rf__cu_saved *saved)
 {

@@ -3,7 +3,7 @@
  * Events come from a pool per queue, reused round-robin. A wait for "queue W reached value v" uses
  * the oldest record still in W's pool whose value is >= v: the exact record when it is still there,
  * a later one (a stronger wait, never a weaker one) when the pool has moved on. The pool holds at least
- * 2 * slots + 8 records (issue 14 defect 10: never fewer than the ring is deep), so the exact record
+ * 2 * slots + 8 records (review defect 10: never fewer than the ring is deep), so the exact record
  * is there whenever the ring's own edges ask for it.
  *
  * The enqueue window (defect 7): the host would otherwise enqueue a whole run in N x ~8 us and then sit

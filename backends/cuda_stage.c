@@ -5,13 +5,13 @@
  * GPU's NUMA node (cuda_team.c), in 256 KiB pieces — copies the block into a pinned, NUMA-local host
  * ring, then enqueues the H2D from there on the copy stream. RAW on the pinned slot is program order
  * (the H2D is enqueued after the host copy returned); WAR is an event per pinned slot, free[s],
- * recorded after the H2D that read s, which the walker waits for before overwriting s (issue 14
+ * recorded after the H2D that read s, which the walker waits for before overwriting s (review
  * defect 9: no host functions on CUDA's callback thread — they were serialised there, cost 10-30 us of
  * dispatch each, and held up other pipelines' host functions for milliseconds; and defect 11: nothing
  * of ours can still be queued on CUDA's thread after a sticky error). The device keeps copying and
  * computing the blocks already enqueued while the walker copies the next one.
  *
- * The hop is built on a queue's first pageable block, not at create (issue 14 defect 6): pipelines fed
+ * The hop is built on a queue's first pageable block, not at create (review defect 6): pipelines fed
  * only pinned or device memory never page-lock a ring nor start threads, and where page-locking is
  * refused (confidential computing, cudaDevAttrHostRegisterSupported = 0, low memory) only runs with
  * pageable blocks fail, with the reason.
@@ -88,7 +88,7 @@ int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out)
 
 /* Pinned slots per copying queue: the ring's depth between them, at least two (one filling while the
  * other drains) and at most four: the hop is bound by the host copies, and depth = auto allocates up
- * to 16 slots it may never use (issue 14 defect 8: 16 pinned slots of 64 MiB would be 1 GiB). */
+ * to 16 slots it may never use (review defect 8: 16 pinned slots of 64 MiB would be 1 GiB). */
 #define RF__CU_NPIN_MAX 4u
 static unsigned rf__cu_npin(unsigned ns, unsigned ncopyq)
 {

@@ -92,7 +92,7 @@ void rf__cu_team_fini(rf__cu_team *t)
 
 /* Half the online CPUs copy (a pageable source's pages are read once; more threads only contend for
  * memory bandwidth), at most RF__CU_TEAM_MAX; on a 2-CPU machine the calling thread copies alone. */
-/* Our own helper threads run on the CPUs of the GPU's NUMA node (issue 14 defect 9: the copy reads the
+/* Our own helper threads run on the CPUs of the GPU's NUMA node (review defect 9: the copy reads the
  * caller's pages and writes the pinned ring there), when the process may use some of them; else they
  * keep the affinity they were created with. Never touches a thread we did not create. */
 static void rf__cu_team_place(rf__cu_team *t, int node)

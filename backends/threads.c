@@ -86,7 +86,7 @@ struct rf__threads {
 	/* placement of the workers */
 	hwloc_topology_t topo;
 	char placement[512];
-	/* The copy path (issue 17; backends/threads_copy.h): cache handoff mode (config), the decision,
+	/* The copy path (backends/threads_copy.h): cache handoff mode (config), the decision,
 	 * and why, for describe. */
 	int handoff_mode, handoff;
 	size_t slot_bytes;
@@ -436,7 +436,7 @@ static void rf__thr_pin(rf__threads *t)
 }
 
 /* Per run: when the caller now runs on a copy worker's core (an unpinned caller migrates there: 4196 of
- * 4992 computes in one run of issue 17), move that worker to the least loaded other core. One
+ * 4992 computes in one measured run), move that worker to the least loaded other core. One
  * sched_getcpu-backed look per run when nothing changed; no allocation. */
 static void rf__thr_follow(rf__threads *t)
 {

@@ -1,6 +1,6 @@
 /* backends/threads_handoff.c — whether the threads backend demotes copied blocks to the shared cache
- * (CLDEMOTE), decided by measuring on the running machine instead of a window tuned on one (issue 17:
- * the old fixed "L2/2 .. L2" window made 1 MiB blocks 30 % slower on another VM).
+ * (CLDEMOTE), decided by measuring on the running machine instead of a window tuned on one (the
+ * old fixed "L2/2 .. L2" window made 1 MiB blocks 30 % slower on another VM).
  *
  * The measurement is the handoff itself, at the pipeline's block size: a thread on a copy worker's core
  * copies a block (demoting it or not), then the creating thread (the computing one) reads it; a sample

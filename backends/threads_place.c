@@ -1,6 +1,6 @@
 /* backends/threads_place.c — copy workers' cores (see threads_place.h). Before, each pipeline pinned
  * its workers round robin from the first core other than the caller's, so with 4 pipelines in one
- * process 3 of 4 copy workers shared one core (issue 17). */
+ * process 3 of 4 copy workers shared one core. */
 #define _GNU_SOURCE /* pthread_setaffinity_np, cpu_set_t: a re-pin that allocates nothing */
 #include "backends/threads_place.h"
 #include "base/alloc.h"

@@ -1,4 +1,4 @@
-/* backends/threads_place.h — where the threads backend's copy workers run (issue 17): cores chosen
+/* backends/threads_place.h — where the threads backend's copy workers run: cores chosen
  * inside the caller's CPU binding, or inside an explicit set (RINGFETCH_WORKER_CPUS, config key
  * worker_cpus: an hwloc list of OS CPU numbers, e.g. "2-3,6"), away from the caller's core, and spread
  * over those cores by a process-wide count of the workers each already holds, so that several

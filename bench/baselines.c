@@ -20,7 +20,7 @@ typedef struct hand {
 	_Alignas(64) atomic_size_t done;   /* blocks computed */
 } hand;
 
-/* Pure spin (pause only, never yields nor sleeps): the ring issue 17's targets compare against. Each
+/* Pure spin (pause only, never yields nor sleeps): the ring the copy-path targets compare against. Each
  * thread owns a core for the whole run, which is what a hand-written two-thread ring on a dedicated
  * machine does; on an oversubscribed machine it is slower, and that is the baseline's honest cost. */
 static void spin_until(atomic_size_t *c, size_t v)

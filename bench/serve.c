@@ -1,4 +1,4 @@
-/* bench/serve.c — ringfetch-serve-bench: the MoE decode loop of issue 12, served by every contestant in
+/* bench/serve.c — ringfetch-serve-bench: a MoE decode loop, served by every contestant in
  * one process (serve.h has the model, serve_contestants.c the contestants), alternating: one warm-up
  * round each, then `rounds` rounds in which every contestant runs the same `steps` decode steps (a new
  * stretch of the routing trace each round), starting with a different contestant each round. Reports

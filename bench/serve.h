@@ -1,6 +1,6 @@
 /* bench/serve.h — ringfetch-serve-bench: a MoE decode loop served by several contestants in one process.
  *
- * The model (issue 12): `layers` layers of `experts` experts of `expert_bytes` each, in host memory. A
+ * The model: `layers` layers of `experts` experts of `expert_bytes` each, in host memory. A
  * decode step runs the layers in order; at each layer every token's router picks `topk` distinct
  * experts from a skewed (Zipf-like) popularity, drawing from the token's hidden state, and the hidden
  * state after the layer depends on the outputs of the experts it ran. So layer l+1's experts are known

@@ -58,10 +58,10 @@ static void defaults(rfs_opts *o)
 	o->expert_bytes = 512u << 10;
 	o->topk = 2;
 	o->batch = 1;
-	/* 1.1: the trace then reuses experts about as issue 12's router did. Replaying this router over 300
+	/* 1.1: the trace then reuses experts about as the serving stack's router did. Replaying this router over 300
 	 * steps (compute_us 0, not timed), a per-layer LRU of 2 and 4 slots would have avoided 33.6 % and
-	 * 63.9 % of the expert loads (issue 12: 32 % and 63 %), with 93.9 distinct experts a step touched
-	 * with 2 hints (issue 12: about 92); skew 1.0 gave 31.7 %, 61.3 %, 95.5 and 1.2 gave 36.2 %, 66.6 %,
+	 * 63.9 % of the expert loads (the measured serving trace: 32 % and 63 %), with 93.9 distinct experts a step touched
+	 * with 2 hints (that trace: about 92); skew 1.0 gave 31.7 %, 61.3 %, 95.5 and 1.2 gave 36.2 %, 66.6 %,
 	 * 92.4. */
 	o->skew = 1.1;
 	o->compute_us = 40;

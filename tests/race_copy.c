@@ -1,6 +1,6 @@
 /*
  * tests/race_copy.c — stress of the threads backend's cooperative copy (backends/threads_copy.h,
- * issue 17), a plain program so that it also runs under ThreadSanitizer:
+ * ), a plain program so that it also runs under ThreadSanitizer:
  *  1. the piece copier alone: a worker copies jobs while two helpers take pieces of the same jobs; after
  *     each job's signal the consumer checks every byte (RAW), then releases the buffer for the next
  *     job (WAR: a helper still writing a piece of an old job would corrupt the check);

@@ -257,7 +257,7 @@ Test(cuda, exec_ring_graph_two_copy_queues)
 }
 
 /* Probe in a child process, so that this process (and Criterion's workers) start with CUDA untouched.
- * 0: usable; 77: no GPU; 1: a driver older than the runtime (a failure, never a skip: issue 14). */
+ * 0: usable; 77: no GPU; 1: a driver older than the runtime (a failure, never a skip). */
 static int gpu_usable(char *why, size_t cap)
 {
 	int fd[2];

@@ -1,4 +1,4 @@
-/* tests/test_cuda_defects.c — issue 14's review defects of the cuda backend, each against the
+/* tests/test_cuda_defects.c — the review's defects of the cuda backend, each against the
  * simulated CUDA (tests/cuda_sim.h) where the simulator can show it: driver/runtime versions (2), a
  * thread with no current context and several devices (3), the GPU's NUMA node outside the process's
  * nodes (5), the staging hop built lazily (6, also in test_cuda_record.c), the enqueue window (7),

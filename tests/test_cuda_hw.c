@@ -1,4 +1,4 @@
-/* tests/test_cuda_hw.c — what only a real GPU can show (issue 14's GPU check): negative controls (a
+/* tests/test_cuda_hw.c — what only a real GPU can show (the GPU check): negative controls (a
  * dropped WAR wait and a dropped RAW wait must be caught by the payload check), a device other than the
  * current one and the caller's context restored ("none" included), concurrent pipelines on several
  * threads, back-pressure of a long pageable run (hundreds of staged copies), a faulting kernel (the sticky error path), cancel

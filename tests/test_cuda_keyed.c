@@ -1,4 +1,4 @@
-/* tests/test_cuda_keyed.c — keyed use on cuda (issue 12 item 1), against the simulated CUDA: the
+/* tests/test_cuda_keyed.c — keyed use on cuda (keyed use), against the simulated CUDA: the
  * caller's stream waits on the copy (RAW) and the next copy into a slot waits on the release (WAR),
  * on the device, with no host wait in acquire or release; the legacy default stream (NULL) works; a
  * capturing stream is refused with nothing changed; the library's CUDA calls run in thread-local

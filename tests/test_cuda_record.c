@@ -430,7 +430,7 @@ Test(cuda_errors, no_gpu_is_enodev_with_cuda_s_reason)
 	leak_check();
 }
 
-/* Defect 1 (issue 14): with a usable GPU, "auto" for the default host memory must not pick cuda (a host
+/* Defect 1: with a usable GPU, "auto" for the default host memory must not pick cuda (a host
  * compute would dereference device pointers); for RF_MEMORY_DEVICE it picks cuda. */
 Test(cuda_errors, auto_picks_cuda_only_for_device_memory)
 {
@@ -594,7 +594,7 @@ Test(cuda_staging, host_ring_is_pinned_and_placed_near_the_gpu)
 	install(1, 0);
 	rf_pipeline *p = make(3, 1, 8192);
 	rf_placement pl;
-	/* Built on the first pageable block (issue 14 defect 6): none yet. */
+	/* Built on the first pageable block (review defect 6): none yet. */
 	cr_assert_eq(rf_pipeline_placement(p, &pl), RF_ENOTSUP, "%s", rf_errmsg());
 	int s, e, dv, r;
 	sim_counts(&s, &e, &dv, &r);
@@ -679,7 +679,7 @@ Test(cuda_staging, pinned_churn_reuses_registrations, .timeout = 60)
 }
 
 /* Page-locking refused (confidential computing, no HostRegister support, low memory): creating a
- * pipeline does not page-lock anything (issue 14 defect 6), pinned sources run, and a run with a
+ * pipeline does not page-lock anything (review defect 6), pinned sources run, and a run with a
  * pageable block fails saying why — every time, not once. */
 Test(cuda_staging, page_locking_failure_fails_only_pageable_runs)
 {

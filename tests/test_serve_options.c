@@ -1,4 +1,4 @@
-/* tests/test_serve_options.c — ringfetch-serve-bench's option parser: the defaults are issue 12's model
+/* tests/test_serve_options.c — ringfetch-serve-bench's option parser: the defaults are the serving stack's model
  * (what `make run` measures), lists and limits are checked, and the direct line always runs. */
 #include "serve.h"
 

@@ -1,5 +1,5 @@
 /*
- * tests/test_threads_copy.c — the threads backend's copy path (backends/threads_copy.h, issue 17): the
+ * tests/test_threads_copy.c — the threads backend's copy path (backends/threads_copy.h): the
  * cache handoff's decision rule on synthetic samples (no wall-clock assertion anywhere), the piece
  * sizes of the cooperative copier, the handoff's configuration (RINGFETCH_HANDOFF, key `handoff`) and
  * what rf_pipeline_describe says. White-box (static library); each test runs in its own process.

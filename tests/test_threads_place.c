@@ -1,6 +1,6 @@
 /*
  * tests/test_threads_place.c — where the threads backend's copy workers go (backends/threads_place.h,
- * issue 17): spread by a process-wide count (synthetic cores, then real pipelines), released on
+ * ): spread by a process-wide count (synthetic cores, then real pipelines), released on
  * destroy, an explicit CPU set (RINGFETCH_WORKER_CPUS, config key worker_cpus) said in describe, and
  * RF_ECONFIG for a malformed one; a worker leaves the core its caller moved to. White-box (static library); each test runs in its own process.
  */
