@@ -47,11 +47,16 @@ static int rf__cpu_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t bloc
 
 static const rf__walk_ops rf__cpu_ops = {rf__cpu_copy, rf__cpu_compute, rf__cpu_signal, rf__cpu_wait};
 
+int rf__cpu_walk_inline(rf__run *run)
+{
+	rf__cpu_walk w = {{0}};
+	return rf__walk(run, -1, &rf__cpu_ops, &w);
+}
+
 static int rf__cpu_run(void *ctx, rf__run *run)
 {
 	(void)ctx;
-	rf__cpu_walk w = {{0}};
-	return rf__walk(run, -1, &rf__cpu_ops, &w);
+	return rf__cpu_walk_inline(run);
 }
 
 static int rf__cpu_probe(int device)

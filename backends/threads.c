@@ -299,13 +299,10 @@ static int rf__thr_run(void *ctx, rf__run *run)
 	atomic_store(&t->stop, 0);
 	atomic_store(&t->first_rc, 0);
 	if (run->prog->nslots <= 1) {
-		/* Depth 1: the copy and the compute wait for each other, nothing overlaps; walking every queue
-		 * in issue order on the caller saves two thread hops per block. */
-		rf__walker wk = {t, *run};
-		int rc = rf__walk(&wk.run, -1, &rf__thr_ops, &wk);
-		run->failed_block = wk.run.failed_block;
-		run->failed_value = wk.run.failed_value;
-		return rc;
+		/* Depth 1: the copy and the compute wait for each other, nothing overlaps; the cpu backend's
+		 * walk of every queue in issue order on the caller saves two thread hops per block and the
+		 * cross-thread signalling (measured: 0.91x of cpu's speed at 1 KiB blocks with it). */
+		return rf__cpu_walk_inline(run);
 	}
 	rf__thr_follow(t); /* placement: workers off the caller's core (backends/threads_place.c) */
 	t->run = run;

@@ -209,6 +209,9 @@ void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
 /* The built-in backends. */
 extern const rf__backend_ops rf__backend_cpu;
 extern const rf__backend_ops rf__backend_threads;
+/* The cpu backend's walk of a whole program, in issue order, on the calling thread (backends/cpu.c):
+ * what "threads" runs at depth 1, where nothing can overlap, so that it costs what "cpu" costs. */
+int rf__cpu_walk_inline(rf__run *run);
 /* CUDA streams and events (backends/cuda.c). Always compiled, registered as a built-in only when the
  * toolkit was found (RF_HAVE_CUDA); tests drive it through a simulated CUDA (backends/cuda_api.h). */
 extern const rf__backend_ops rf__backend_cuda;
