@@ -270,12 +270,15 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	int idle = RF__IDLE;
 	if (atomic_load(&e->state) != RF__IDLE)
 		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
-	if (e->keyed != NULL && rf__keyed_held(e->keyed))
-		return rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
 	/* Nothing here may touch `cancel` before the CAS is won: a caller that loses it (RF_EBUSY) would
 	 * erase the cancel of the run that won. The flag is cleared when a run ends instead. */
 	if (!atomic_compare_exchange_strong(&e->state, &idle, RF__RUNNING))
 		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
+	/* Holds are read only once the run is ours: a racing run's reset of the keyed cache cannot overlap. */
+	if (e->keyed != NULL && rf__keyed_held(e->keyed)) {
+		atomic_store(&e->state, RF__IDLE);
+		return rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
+	}
 	if (e->keyed != NULL) /* the run reuses every slot: no key stays resident */
 		rf__keyed_reset(e->keyed);
 	memset(&e->last, 0, sizeof e->last);
