@@ -113,6 +113,6 @@ deps-fuzz:
 fuzz: deps-fuzz
 	cmake -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=$(FUZZ_CC) -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 		-DRINGFETCH_WERROR=ON -DRINGFETCH_FUZZ=ON -DRINGFETCH_SANITIZE=address,undefined \
-		-DRINGFETCH_BENCH=OFF $(CMAKE_FLAGS)
+		-DRINGFETCH_BENCH=ON $(CMAKE_FLAGS)
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_graph fuzz_config
 	bash tests/fuzz/run.sh $(FUZZ_BUILD)/tests/fuzz $(FUZZ_GRAPH_RUNS) $(FUZZ_CONFIG_RUNS)

@@ -361,7 +361,7 @@ static size_t pick_block(unsigned b)
 {
 	switch (b >> 5) {
 	case 7:
-		return (size_t)INT64_MAX / 2 + (b & 1); /* the largest accepted, and one more */
+		return (size_t)INT64_MAX / 8 - 1 + (b & 1); /* the largest accepted (blocks < INT64_MAX / 8), and one more */
 	case 6:
 		return b & 1 ? SIZE_MAX : (size_t)1 << 40;
 	default:
@@ -459,7 +459,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 					  pick_block(bb), pick_slot(sb), (kb & 0x80) && (kb & 0x40) ? 1u : 0u};
 			int valid = (unsigned)d.kind <= RF_NODE_COMPUTE && d.queue < RF_MAX_QUEUES && d.flags == 0 &&
 				    (d.kind == RF_NODE_WAIT ||
-				     (d.slot < RF_MAX_SLOTS && d.block <= (size_t)INT64_MAX / 2));
+				     (d.slot < RF_MAX_SLOTS && d.block < (size_t)INT64_MAX / 8));
 			if (valid && m->n >= MAX_NODES)
 				break;
 			size_t id = SIZE_MAX;
