@@ -95,7 +95,10 @@ Test(threads_place, pipelines_spread_and_release)
 	fprintf(stderr, "%u of 4 workers pinned over %u core(s), load %u..%u\n%s\n", pinned, used, min, max,
 		rf_pipeline_describe(p[0]));
 	cr_assert_eq(total_load(), pinned);
-	if (used > 1)
+	/* With one core besides the caller's, an unpinned caller that moves between creates legitimately
+	 * sends workers to either core (each create avoids the caller's core of the moment): no balance
+	 * to assert there. */
+	if (used > 1 && sysconf(_SC_NPROCESSORS_ONLN) >= 3)
 		cr_assert(max - min <= 1, "load %u..%u", min, max);
 	for (int i = 0; i < 4; i++)
 		rf_pipeline_destroy(p[i]);
