@@ -256,53 +256,10 @@ Test(cuda, exec_ring_graph_two_copy_queues)
 	rf_exec_destroy(e);
 }
 
-/* Probe in a child process, so that this process (and Criterion's workers) start with CUDA untouched.
- * 0: usable; 77: no GPU; 1: a driver older than the runtime (a failure, never a skip). */
-static int gpu_usable(char *why, size_t cap)
-{
-	int fd[2];
-	if (pipe(fd) != 0)
-		return 77;
-	pid_t pid = fork();
-	if (pid == 0) {
-		int n = 0, drv = 0;
-		cudaError_t e = cudaGetDeviceCount(&n);
-		char msg[200];
-		int old = e != cudaSuccess && cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0 && drv < CUDART_VERSION;
-		int len = old ? snprintf(msg, sizeof msg, "the CUDA driver (%d.%d) is older than the runtime (%d.%d): %s",
-					 drv / 1000, drv % 1000 / 10, CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10,
-					 cudaGetErrorString(e))
-			      : snprintf(msg, sizeof msg, "%s",
-					 e != cudaSuccess ? cudaGetErrorString(e) : n == 0 ? "no CUDA device" : "");
-		if (write(fd[1], msg, (size_t)len) < 0)
-			_exit(2);
-		_exit(e == cudaSuccess && n > 0 ? 0 : old ? 1 : 77);
-	}
-	close(fd[1]);
-	ssize_t got = read(fd[0], why, cap - 1);
-	why[got > 0 ? got : 0] = '\0';
-	close(fd[0]);
-	int st = 0;
-	waitpid(pid, &st, 0);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : 77;
-}
+/* SKIPPED without a GPU, FAIL with a driver older than the runtime (tests/gpu_main.h). */
+#include "gpu_main.h"
 
 int main(int argc, char *argv[])
 {
-	char why[240];
-	int usable = gpu_usable(why, sizeof why);
-	if (usable == 1) {
-		fprintf(stderr, "FAIL: %s: the cuda suite cannot run\n", why);
-		return 1;
-	}
-	if (usable != 0) {
-		fprintf(stderr, "SKIPPED: no usable GPU (%s): the cuda suite did not run\n", why);
-		return 77;
-	}
-	struct criterion_test_set *tests = criterion_initialize();
-	int result = 0;
-	if (criterion_handle_args(argc, argv, true))
-		result = !criterion_run_all_tests(tests);
-	criterion_finalize(tests);
-	return result;
+	return rft_gpu_main(argc, argv, "the cuda suite");
 }
