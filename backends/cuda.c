@@ -8,8 +8,9 @@
  * every wait is enqueued after the record it needs — cudaStreamWaitEvent captures the event's latest
  * record at the time of the call, so a wait enqueued first would wait for nothing.
  *
- * Pageable sources take two hops through a pinned host ring (cuda_stage.c): the walker copies them
- * there itself, with the copy team, and enqueues the H2D; no host functions. Every entry point makes
+ * Pageable sources take two hops through a pinned host ring (cuda_hop.c): a dispatcher thread per
+ * copying queue has the copy team fill pinned slots ahead of the walker, which enqueues the H2D from
+ * there; no host functions. Every entry point makes
  * params.device current and puts the caller's context back afterwards, "no context" included.
  *
  * All CUDA calls go through rf__cuda (backends/cuda_api.h): this file includes no CUDA header, builds
@@ -285,11 +286,21 @@ static int rf__cu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned
 	if (atomic_load_explicit(run->cancel, memory_order_relaxed))
 		return RF_ECANCELED;
 	void *dst = rf__slot_ptr(run, slot);
-	if (rf__cu_is_dma(cx, run->srcs[b], n)) {
-		RF__CU_TRY(cx->api, "cudaMemcpyAsync", cx->api->memcpy_async(dst, run->srcs[b], n, q->stream));
-		return 0;
+	q->ncopy++;
+	if (q->hop == NULL) {
+		if (rf__cu_is_dma(cx, q->ranges, run->srcs[b], n)) {
+			RF__CU_TRY(cx->api, "cudaMemcpyAsync", cx->api->memcpy_async(dst, run->srcs[b], n, q->stream));
+			return 0;
+		}
+		/* The queue's first pageable block: build its hop and hand the rest of this run's copies of
+		 * the queue, this one included, to the dispatcher. */
+		int rc = rf__cu_stage_open(cx, q);
+		if (rc != RF_OK)
+			return rf__err(rc, "cuda: a pageable block needs the staging hop, which cannot be built: %s",
+				       rf__errmsg_peek());
+		rf__cu_hop_start(q->hop, run, q->ncopy - 1);
 	}
-	return rf__cu_copy_staged(cx, q, dst, run->srcs[b], n);
+	return rf__cu_hop_take(cx, q, b, dst, run->srcs[b], n);
 }
 
 static const rf__walk_ops rf__cu_ops = {rf__cu_copy, rf__cu_compute, rf__cu_signal, rf__cu_wait};
@@ -322,10 +333,15 @@ static int rf__cu_run(void *ctx, rf__run *run)
 	for (unsigned i = 0; i < cx->nq; i++) {
 		rf__cu_queue *q = &cx->q[i];
 		q->nrec = 0;
-		q->k = 0;
+		q->ncopy = 0;
+		if (q->hop != NULL)
+			rf__cu_hop_start(q->hop, run, 0);
 	}
 	cx->ncomp = 0;
 	rc = rf__walk(run, -1, &rf__cu_ops, cx);
+	for (unsigned i = 0; i < cx->nq; i++)
+		if (cx->q[i].hop != NULL)
+			rf__cu_hop_end(cx->q[i].hop);
 	/* Drain even on failure: nothing we enqueued may still run (or read the caller's sources) once
 	 * rf_pipeline_run has returned. */
 	const char *call = NULL;
@@ -347,8 +363,8 @@ static int rf__cu_describe(void *ctx, char *buf, size_t cap)
 	rf__cu *cx = ctx;
 	unsigned nbuilt = 0, npin = 0;
 	for (unsigned i = 0; i < cx->nq; i++)
-		if (cx->q[i].pin != NULL)
-			nbuilt++, npin = cx->q[i].npin;
+		if (cx->q[i].hop != NULL)
+			nbuilt++, npin = cx->q[i].hop->npin;
 	char node[24] = "unknown", stage[200];
 	if (cx->numa_node >= 0)
 		snprintf(node, sizeof node, "%d", cx->numa_node);
@@ -358,10 +374,10 @@ static int rf__cu_describe(void *ctx, char *buf, size_t cap)
 		snprintf(stage, sizeof stage, "pinned host ring for pageable sources: built on the first pageable block");
 	else
 		snprintf(stage, sizeof stage,
-			 "pageable sources staged through a pinned host ring of %u slot%s per copy queue (%u of %u "
-			 "queue%s) by the caller and %u copy thread%s",
-			 npin, npin == 1 ? "" : "s", nbuilt, cx->ncopyq, cx->ncopyq == 1 ? "" : "s", cx->team.n,
-			 cx->team.n == 1 ? "" : "s");
+			 "pageable sources staged ahead through a pinned host ring of %u slots per copy queue (%u of "
+			 "%u queue%s), %u dispatcher thread%s, %u copy thread%s",
+			 npin, nbuilt, cx->ncopyq, cx->ncopyq == 1 ? "" : "s", cx->nhop_threads,
+			 cx->nhop_threads == 1 ? "" : "s", cx->team.n, cx->team.n == 1 ? "" : "s");
 	snprintf(buf, cap,
 		 "cuda: device %d (%s, host NUMA node %s); %u stream%s (one per queue), %u events each, "
 		 "reused round-robin; the host enqueues at most %u computes ahead; %s",
@@ -374,8 +390,8 @@ static int rf__cu_placement(void *ctx, rf_placement *out)
 {
 	rf__cu *cx = ctx;
 	for (unsigned i = 0; i < cx->nq; i++)
-		if (cx->q[i].pin != NULL) {
-			int rc = rf__staging_placement(cx->q[i].pin, out);
+		if (cx->q[i].hop != NULL) {
+			int rc = rf__staging_placement(cx->q[i].hop->pin, out);
 			if (rc == RF_OK && cx->placement_note != NULL && cx->placement_note[0] != '\0')
 				out->reason = cx->placement_note;
 			return rc;

@@ -1,28 +1,21 @@
-/* backends/cuda_stage.c — two-hop staging of sources DMA cannot read directly.
- *
- * Pageable memory: cudaMemcpyAsync would copy synchronously through a driver bounce buffer and overlap
- * nothing. So the walker itself — the caller's thread, with the copy team's threads placed on the
- * GPU's NUMA node (cuda_team.c), in 256 KiB pieces — copies the block into a pinned, NUMA-local host
- * ring, then enqueues the H2D from there on the copy stream. RAW on the pinned slot is program order
- * (the H2D is enqueued after the host copy returned); WAR is an event per pinned slot, free[s],
- * recorded after the H2D that read s, which the walker waits for before overwriting s (review
- * defect 9: no host functions on CUDA's callback thread — they were serialised there, cost 10-30 us of
- * dispatch each, and held up other pipelines' host functions for milliseconds; and defect 11: nothing
- * of ours can still be queued on CUDA's thread after a sticky error). The device keeps copying and
- * computing the blocks already enqueued while the walker copies the next one.
+/* backends/cuda_stage.c — building the two-hop staging of sources DMA cannot read directly, and
+ * telling which those are. How the hop runs (a dispatcher thread per copying queue, the copy team,
+ * an event per pinned slot) is cuda_hop.c's comment.
  *
  * The hop is built on a queue's first pageable block, not at create (review defect 6): pipelines fed
  * only pinned or device memory never page-lock a ring nor start threads, and where page-locking is
  * refused (confidential computing, cudaDevAttrHostRegisterSupported = 0, low memory) only runs with
- * pageable blocks fail, with the reason.
+ * pageable blocks fail, with the reason. The pinned ring is placed on the GPU's NUMA node when the
+ * process may use it (defect 5), and its slots start on page boundaries (defect 4).
  *
  * Which sources are DMA-capable: whole ranges, not the first and last byte (two registrations with a
- * hole between them are pageable in the hole, defect 12), remembered per pipeline so that a source seen
- * before costs no driver call. */
+ * hole between them are pageable in the hole, defect 12), remembered per classifying thread so that a
+ * source seen before costs no driver call. */
 #include "backends/cuda_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,103 +79,119 @@ int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out)
 	return rc;
 }
 
-/* Pinned slots per copying queue: the ring's depth between them, at least two (one filling while the
- * other drains) and at most four: the hop is bound by the host copies, and depth = auto allocates up
- * to 16 slots it may never use (review defect 8: 16 pinned slots of 64 MiB would be 1 GiB). */
-#define RF__CU_NPIN_MAX 4u
-static unsigned rf__cu_npin(unsigned ns, unsigned ncopyq)
+/* Pinned slots per copying queue: two (one filling while the other drains), plus enough that every
+ * thread of the team has a piece of some block to copy (a block is ceil(slot / RF__CU_PIECE) pieces),
+ * at most RF__CU_NPIN_MAX. Independent of the ring's depth (review defect 8: depth = auto's 16 slots
+ * of 64 MiB would have been 1 GiB page-locked): 3 slots for blocks of 2 MiB or more with 8 threads. */
+static unsigned rf__cu_npin(size_t slot_bytes, unsigned threads)
 {
-	unsigned per = (ns + ncopyq - 1) / ncopyq;
-	return per < 2 ? 2 : per > RF__CU_NPIN_MAX ? RF__CU_NPIN_MAX : per;
+	size_t pieces = (slot_bytes + RF__CU_PIECE - 1) / RF__CU_PIECE;
+	size_t n = 2 + (threads + pieces - 1) / (pieces ? pieces : 1);
+	return n > RF__CU_NPIN_MAX ? RF__CU_NPIN_MAX : (unsigned)n;
 }
 
-/* Build queue q's staging hop (and the team, once per pipeline). On failure what was built stays for
- * rf__cu_stage_free, and the pipeline remembers why, so that later pageable runs fail alike. */
-int rf__cu_stage_open(rf__cu *cx, rf__cu_queue *q)
+static int rf__cu_hop_build(rf__cu *cx, rf__cu_hop *h)
 {
 	const rf__cuda_api *api = cx->api;
+	unsigned npin = rf__cu_npin(cx->slot_bytes, cx->team.n);
+	if ((h->ev_free = rf__calloc(npin, sizeof *h->ev_free)) == NULL ||
+	    (h->job = rf__calloc(npin, sizeof *h->job)) == NULL || (h->done = rf__calloc(npin, sizeof *h->done)) == NULL)
+		return rf__err(RF_ENOMEM, "cuda: out of memory");
+	h->npin = npin; /* from here rf__cu_stage_free destroys the events made so far */
+	for (unsigned i = 0; i < npin; i++) {
+		int e = api->event_create(&h->ev_free[i]);
+		if (e != 0)
+			return rf__cu_fail(api, "cudaEventCreateWithFlags", e);
+	}
+	void *mem = NULL;
+	int rc = rf__cu_pinned_alloc(cx, (size_t)npin * cx->pin_stride, RF__STAGING_SLOT_ALIGN, &mem);
+	if (rc != RF_OK)
+		return rf__err(rc, "cuda: pinned host ring for pageable sources (%u x %zu bytes): %s", npin, cx->pin_stride,
+			       rf__errmsg_peek());
+	h->pin = mem;
+	if (pthread_mutex_init(&h->mu, NULL) != 0)
+		return rf__err(RF_ENOMEM, "cuda: cannot make the staging dispatcher's mutex");
+	if (pthread_cond_init(&h->wcv, NULL) != 0) {
+		pthread_mutex_destroy(&h->mu);
+		return rf__err(RF_ENOMEM, "cuda: cannot make the staging dispatcher's condition variable");
+	}
+	if (pthread_cond_init(&h->dcv, NULL) != 0) {
+		pthread_cond_destroy(&h->wcv);
+		pthread_mutex_destroy(&h->mu);
+		return rf__err(RF_ENOMEM, "cuda: cannot make the staging dispatcher's condition variable");
+	}
+	h->sync_made = 1;
+	int err = rf__fault() ? EAGAIN : pthread_create(&h->th, NULL, rf__cu_hop_main, h);
+	if (err != 0)
+		return rf__err(RF_ENOMEM, "cuda: cannot start the staging dispatcher thread: %s", strerror(err));
+	h->th_started = 1;
+	cx->nhop_threads++;
+	return RF_OK;
+}
+
+/* Build queue q's staging hop (and the team, once per pipeline). On failure what was built is torn
+ * down, and the pipeline remembers why, so that later pageable runs fail alike. */
+int rf__cu_stage_open(rf__cu *cx, rf__cu_queue *q)
+{
 	if (cx->stage_failed)
 		return rf__err(cx->stage_failed, "%s", cx->stage_msg);
-	unsigned npin = rf__cu_npin(cx->nslots, cx->ncopyq ? cx->ncopyq : 1);
 	int rc = RF_OK;
-	void *mem = NULL;
-	if ((q->ev_free = rf__calloc(npin, sizeof *q->ev_free)) == NULL)
-		rc = rf__err(RF_ENOMEM, "cuda: out of memory");
-	if (rc == RF_OK)
-		q->npin = npin; /* from here rf__cu_stage_free destroys the events made so far */
-	for (unsigned i = 0; rc == RF_OK && i < npin; i++) {
-		int e = api->event_create(&q->ev_free[i]);
-		if (e != 0)
-			rc = rf__cu_fail(api, "cudaEventCreateWithFlags", e);
+	if (!cx->team_started) {
+		/* The topology places the team (and the pinned ring, which needs it as much). */
+		hwloc_topology_t topo = rf__topo_acquire();
+		if (topo == NULL)
+			rc = rf__err(RF_EBACKEND, "cuda: staging hop: %s", rf__errmsg_peek());
+		else if ((rc = rf__cu_team_start(&cx->team, rf__cu_team_size(), topo, cx->numa_node)) == RF_OK)
+			cx->team_started = 1;
+		if (topo != NULL)
+			rf__topo_release(topo);
 	}
 	if (rc == RF_OK) {
-		rc = rf__cu_pinned_alloc(cx, (size_t)npin * cx->pin_stride, RF__STAGING_SLOT_ALIGN, &mem);
-		if (rc != RF_OK)
-			rc = rf__err(rc, "cuda: pinned host ring for pageable sources (%u x %zu bytes): %s", npin,
-				     cx->pin_stride, rf__errmsg_peek());
-	}
-	if (rc == RF_OK && !cx->team_started) {
-		if ((rc = rf__cu_team_start(&cx->team, cx->numa_node)) == RF_OK)
-			cx->team_started = 1;
+		if ((q->hop = rf__calloc(1, sizeof *q->hop)) == NULL)
+			rc = rf__err(RF_ENOMEM, "cuda: out of memory");
+		else {
+			q->hop->cx = cx;
+			q->hop->queue = (unsigned)(q - cx->q);
+			rc = rf__cu_hop_build(cx, q->hop);
+		}
 	}
 	if (rc != RF_OK) {
-		rf__staging_free(mem);
 		snprintf(cx->stage_msg, sizeof cx->stage_msg, "%s", rf__errmsg_peek());
 		cx->stage_failed = rc;
-		return rc;
+		rf__cu_stage_free(cx, q);
 	}
-	q->pin = mem;
-	return RF_OK;
+	return rc;
 }
 
 void rf__cu_stage_free(rf__cu *cx, rf__cu_queue *q)
 {
 	const rf__cuda_api *api = cx->api;
-	for (unsigned j = 0; q->ev_free != NULL && j < q->npin; j++)
-		if (q->ev_free[j] != NULL && api->event_destroy(q->ev_free[j]) != 0)
+	rf__cu_hop *h = q->hop;
+	if (h == NULL)
+		return;
+	rf__cu_hop_quit(h);
+	if (h->sync_made) {
+		pthread_cond_destroy(&h->dcv);
+		pthread_cond_destroy(&h->wcv);
+		pthread_mutex_destroy(&h->mu);
+	}
+	for (unsigned j = 0; h->ev_free != NULL && j < h->npin; j++)
+		if (h->ev_free[j] != NULL && api->event_destroy(h->ev_free[j]) != 0)
 			(void)api->get_last_error();
-	rf__staging_free(q->pin);
-	free(q->ev_free);
-	q->pin = NULL;
-	q->ev_free = NULL;
-	q->npin = 0;
-}
-
-/* ---- the staged copy ------------------------------------------------------------------------------ */
-
-/* pageable src -> pinned slot (the walker and the copy team) -> device slot (copy stream). */
-int rf__cu_copy_staged(rf__cu *cx, rf__cu_queue *q, void *dst, const void *src, size_t n)
-{
-	const rf__cuda_api *api = cx->api;
-	if (q->pin == NULL) {
-		int rc = rf__cu_stage_open(cx, q);
-		if (rc != RF_OK)
-			return rf__err(rc, "cuda: a pageable block needs the staging hop, which cannot be built: %s",
-				       rf__errmsg_peek());
-	}
-	uint64_t k = q->k;
-	unsigned ps = (unsigned)(k % q->npin);
-	unsigned char *pin = q->pin + (size_t)ps * cx->pin_stride;
-	/* WAR on the pinned slot: the H2D that read it last (npin blocks back) is done. A host wait, and the
-	 * back-pressure of the hop: the walker cannot run further ahead of the copy engine than the ring. */
-	if (k >= q->npin && !RF__TEST_HOOK(drop_staging_war)) {
-		int e = api->event_synchronize(q->ev_free[ps]);
-		if (e != 0)
-			return rf__cu_fail(api, "cudaEventSynchronize (pinned slot free)", e);
-	}
-	rf__cu_team_copy(&cx->team, pin, src, n);
-	RF__CU_TRY(api, "cudaMemcpyAsync (pinned -> device)", api->memcpy_async(dst, pin, n, q->stream));
-	RF__CU_TRY(api, "cudaEventRecord (pinned slot free)", api->event_record(q->ev_free[ps], q->stream));
-	q->k++;
-	return 0;
+	rf__staging_free(h->pin);
+	free(h->ev_free);
+	free(h->job);
+	free(h->done);
+	free(h);
+	q->hop = NULL;
 }
 
 /* ---- which sources DMA can read ------------------------------------------------------------------- */
 
-static int rf__cu_known(const rf__cu *cx, uintptr_t p, uintptr_t *end)
+static int rf__cu_known(const rf__cu_range *cache, uintptr_t p, uintptr_t *end)
 {
 	for (unsigned i = 0; i < RF__CU_RANGES; i++) {
-		const rf__cu_range *r = &cx->ranges[i];
+		const rf__cu_range *r = &cache[i];
 		if (r->len != 0 && p >= r->start && p - r->start < r->len) {
 			*end = r->start + r->len;
 			return 1;
@@ -191,25 +200,26 @@ static int rf__cu_known(const rf__cu *cx, uintptr_t p, uintptr_t *end)
 	return 0;
 }
 
-static void rf__cu_remember(rf__cu *cx, uintptr_t start, size_t len)
+static void rf__cu_remember(rf__cu_range *cache, uintptr_t start, size_t len)
 {
-	memmove(&cx->ranges[1], &cx->ranges[0], (RF__CU_RANGES - 1) * sizeof cx->ranges[0]);
-	cx->ranges[0] = (rf__cu_range){start, len};
+	memmove(&cache[1], &cache[0], (RF__CU_RANGES - 1) * sizeof cache[0]);
+	cache[0] = (rf__cu_range){start, len};
 }
 
-/* 1 when every byte of [p, p + n) is DMA-capable: walk the range by the ranges containing it. */
-int rf__cu_is_dma(rf__cu *cx, const void *p, size_t n)
+/* 1 when every byte of [p, p + n) is DMA-capable: walk the range by the ranges containing it. `cache`
+ * is the calling thread's (the walker's per queue, or that queue's dispatcher's). */
+int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n)
 {
 	uintptr_t at = (uintptr_t)p, end = at + n;
 	while (at < end) {
 		uintptr_t next;
-		if (!rf__cu_known(cx, at, &next)) {
+		if (!rf__cu_known(cache, at, &next)) {
 			const void *start;
 			size_t len;
 			if (!cx->api->dma_range((const void *)at, &start, &len) || len == 0 ||
 			    (uintptr_t)start > at || (uintptr_t)start + len <= at)
 				return 0;
-			rf__cu_remember(cx, (uintptr_t)start, len);
+			rf__cu_remember(cache, (uintptr_t)start, len);
 			next = (uintptr_t)start + len;
 		}
 		at = next;

@@ -13,6 +13,7 @@ typedef struct rf__test_hooks {
 	int drop_war_wait;                 /* pipelines created while set lose their WAR waits */
 	int drop_staging_war;              /* cuda: two-hop copies skip the pinned slot's WAR wait */
 	int drop_raw_wait;                 /* cuda: computes skip their wait for the copy (RAW) */
+	unsigned cuda_copy_threads;        /* cuda: non-zero fixes the host copy team's size */
 	/* Staging fault injection: consulted at each allocation step ("topology", "arena", "membind",
 	 * "fallback", "pin", "mallocx"); non-zero makes the step fail. For "membind" the value is the errno the
 	 * binding fails with: EPERM/ENOSYS/EXDEV/EINVAL are refusals (unbound fallback), others errors. */

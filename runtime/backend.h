@@ -44,6 +44,9 @@ typedef struct rf__run {
 	int failed_value;    /* RF_ECALLBACK: what the compute returned */
 	struct rf__trace *trace; /* non-NULL: walkers record copy/compute slices (runtime/trace.h) */
 	rf__qstats *stats;       /* non-NULL: walkers account time per queue (RF_MAX_QUEUES entries) */
+	/* A backend's look-ahead walk of a run another thread executes (the cuda backend's staging
+	 * dispatcher): no trace, no stats, no test hook — the executing walk does those. */
+	int lookahead;
 } rf__run;
 
 typedef struct rf__open_args {

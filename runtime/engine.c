@@ -167,7 +167,7 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 			   const size_t *sizes, rf_compute_fn compute, void *user)
 {
 	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_stride, &e->cancel, 0, 0, NULL,
-		       NULL};
+		       NULL, 0};
 	if (e->collect_stats) {
 		memset(e->qstats, 0, sizeof e->qstats);
 		run.stats = e->qstats;

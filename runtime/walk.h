@@ -61,7 +61,7 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 			case RF_OP_COPY: {
 				int64_t t0 = timed ? rf__trace_now() : 0;
 				uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
-				if (RF__TEST_HOOK(before_copy) != NULL)
+				if (RF__TEST_HOOK(before_copy) != NULL && !run->lookahead)
 					RF__TEST_HOOK(before_copy)((size_t)b);
 				rc = h->copy(c, run, o->queue, (size_t)b, slot);
 				if (timed && rc != RF_ECANCELED) /* canceled: the copy never ran */

@@ -2,6 +2,7 @@
 #include "cuda_sim.h"
 #include "rng.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +62,28 @@ static _Thread_local int t_ctx;
 static _Thread_local int t_last_error;
 static int g_ctx_made[SIM_MAX_DEV];
 static char g_ctx_token[SIM_MAX_DEV];
+/* One lock over the whole simulator: the backend calls it from the walker and from its staging
+ * dispatcher threads, and the device's steps run inside whichever call drives them. Recursive, since
+ * entry points call each other (and host functions may call back in). */
+static pthread_mutex_t g_mu;
+static pthread_once_t g_mu_once = PTHREAD_ONCE_INIT;
+static void mu_make(void)
+{
+	pthread_mutexattr_t a;
+	pthread_mutexattr_init(&a);
+	pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&g_mu, &a);
+	pthread_mutexattr_destroy(&a);
+}
+static void sim_lock(void)
+{
+	pthread_once(&g_mu_once, mu_make);
+	pthread_mutex_lock(&g_mu);
+}
+static void sim_unlock(void)
+{
+	pthread_mutex_unlock(&g_mu);
+}
 
 static void need_ctx(void)
 {
@@ -336,10 +359,13 @@ void sim_counts(int *streams, int *events, int *dev_allocs, int *registrations)
 int sim_stream_id(const void *stream)
 {
 	const sim_stream *s = stream;
-	for (size_t i = 0; i < g_nstreams; i++)
+	int id = -1;
+	sim_lock();
+	for (size_t i = 0; i < g_nstreams && id < 0; i++)
 		if (g_streams[i] == s)
-			return s->id;
-	return -1;
+			id = s->id;
+	sim_unlock();
+	return id;
 }
 
 /* The legacy default stream (NULL): a stream of its own, created on first use. */
@@ -540,6 +566,9 @@ static int s_event_synchronize(void *e)
 	logf_("event_sync e%d", ev->id);
 	if (g_sticky)
 		return failed(g_sticky);
+	int err = should_fail("event_sync");
+	if (err)
+		return failed(err);
 	uint64_t want = ev->enq;
 	while (ev->done < want)
 		if (!step()) {
@@ -639,7 +668,10 @@ static int s_launch_host_func(void *sp, rf__cuda_host_fn fn, void *arg)
 
 int sim_launch(void *stream, rf__cuda_host_fn fn, void *arg)
 {
-	return s_launch_host_func(stream, fn, arg);
+	sim_lock();
+	int r = s_launch_host_func(stream, fn, arg);
+	sim_unlock();
+	return r;
 }
 
 static int s_malloc_device(void **p, size_t n, void *stream)
@@ -691,7 +723,9 @@ static int s_host_unregister(void *p)
 
 int sim_is_pinned(const void *p, size_t n)
 {
+	sim_lock();
 	sim_range *a = find_range(p), *b = find_range((const char *)p + n - 1);
+	sim_unlock();
 	return a != NULL && a == b;
 }
 
@@ -778,43 +812,300 @@ static int s_init_context(void)
 	return 0;
 }
 
+/* The table's entry points, each under the simulator's lock. */
+static int l_get_device_count(int *n)
+{
+	sim_lock();
+	int r = s_get_device_count(n);
+	sim_unlock();
+	return r;
+}
+
+static int l_get_device(int *d)
+{
+	sim_lock();
+	int r = s_get_device(d);
+	sim_unlock();
+	return r;
+}
+
+static int l_set_device(int d)
+{
+	sim_lock();
+	int r = s_set_device(d);
+	sim_unlock();
+	return r;
+}
+
+static int l_ctx_get(void **ctx)
+{
+	sim_lock();
+	int r = s_ctx_get(ctx);
+	sim_unlock();
+	return r;
+}
+
+static int l_ctx_set(void *ctx)
+{
+	sim_lock();
+	int r = s_ctx_set(ctx);
+	sim_unlock();
+	return r;
+}
+
+static int l_driver_version(int *v)
+{
+	sim_lock();
+	int r = s_driver_version(v);
+	sim_unlock();
+	return r;
+}
+
+static int l_device_name(int d, char *buf, size_t cap)
+{
+	sim_lock();
+	int r = s_device_name(d, buf, cap);
+	sim_unlock();
+	return r;
+}
+
+static int l_device_numa_node(int d, int *node)
+{
+	sim_lock();
+	int r = s_device_numa_node(d, node);
+	sim_unlock();
+	return r;
+}
+
+static int l_stream_create(void **out)
+{
+	sim_lock();
+	int r = s_stream_create(out);
+	sim_unlock();
+	return r;
+}
+
+static int l_stream_destroy(void *sp)
+{
+	sim_lock();
+	int r = s_stream_destroy(sp);
+	sim_unlock();
+	return r;
+}
+
+static int l_stream_synchronize(void *sp)
+{
+	sim_lock();
+	int r = s_stream_synchronize(sp);
+	sim_unlock();
+	return r;
+}
+
+static int l_device_synchronize(void)
+{
+	sim_lock();
+	int r = s_device_synchronize();
+	sim_unlock();
+	return r;
+}
+
+static int l_stream_query(void *sp)
+{
+	sim_lock();
+	int r = s_stream_query(sp);
+	sim_unlock();
+	return r;
+}
+
+static int l_event_create(void **out)
+{
+	sim_lock();
+	int r = s_event_create(out);
+	sim_unlock();
+	return r;
+}
+
+static int l_event_destroy(void *e)
+{
+	sim_lock();
+	int r = s_event_destroy(e);
+	sim_unlock();
+	return r;
+}
+
+static int l_event_record(void *e, void *sp)
+{
+	sim_lock();
+	int r = s_event_record(e, sp);
+	sim_unlock();
+	return r;
+}
+
+static int l_event_synchronize(void *e)
+{
+	sim_lock();
+	int r = s_event_synchronize(e);
+	sim_unlock();
+	return r;
+}
+
+static int l_event_query(void *e)
+{
+	sim_lock();
+	int r = s_event_query(e);
+	sim_unlock();
+	return r;
+}
+
+static int l_stream_capturing(void *sp, int *yes)
+{
+	sim_lock();
+	int r = s_stream_capturing(sp, yes);
+	sim_unlock();
+	return r;
+}
+
+static int l_capture_mode_local(int *saved)
+{
+	sim_lock();
+	int r = s_capture_mode_local(saved);
+	sim_unlock();
+	return r;
+}
+
+static int l_capture_mode_restore(int saved)
+{
+	sim_lock();
+	int r = s_capture_mode_restore(saved);
+	sim_unlock();
+	return r;
+}
+
+static int l_stream_wait_event(void *sp, void *e)
+{
+	sim_lock();
+	int r = s_stream_wait_event(sp, e);
+	sim_unlock();
+	return r;
+}
+
+static int l_memcpy_async(void *dst, const void *src, size_t n, void *sp)
+{
+	sim_lock();
+	int r = s_memcpy_async(dst, src, n, sp);
+	sim_unlock();
+	return r;
+}
+
+static int l_launch_host_func(void *sp, rf__cuda_host_fn fn, void *arg)
+{
+	sim_lock();
+	int r = s_launch_host_func(sp, fn, arg);
+	sim_unlock();
+	return r;
+}
+
+static int l_malloc_device(void **p, size_t n, void *stream)
+{
+	sim_lock();
+	int r = s_malloc_device(p, n, stream);
+	sim_unlock();
+	return r;
+}
+
+static int l_free_device(void *p, void *stream)
+{
+	sim_lock();
+	int r = s_free_device(p, stream);
+	sim_unlock();
+	return r;
+}
+
+static int l_host_register(void *p, size_t n)
+{
+	sim_lock();
+	int r = s_host_register(p, n);
+	sim_unlock();
+	return r;
+}
+
+static int l_host_unregister(void *p)
+{
+	sim_lock();
+	int r = s_host_unregister(p);
+	sim_unlock();
+	return r;
+}
+
+static int l_dma_range(const void *p, const void **start, size_t *len)
+{
+	sim_lock();
+	int r = s_dma_range(p, start, len);
+	sim_unlock();
+	return r;
+}
+
+static int l_error_kind(int e)
+{
+	sim_lock();
+	int r = s_error_kind(e);
+	sim_unlock();
+	return r;
+}
+
+static int l_get_last_error(void)
+{
+	sim_lock();
+	int r = s_get_last_error();
+	sim_unlock();
+	return r;
+}
+
+static int l_init_context(void)
+{
+	sim_lock();
+	int r = s_init_context();
+	sim_unlock();
+	return r;
+}
+
 const rf__cuda_api sim_api = {
 	.what = "cuda_sim",
-	.get_device_count = s_get_device_count,
-	.get_device = s_get_device,
-	.set_device = s_set_device,
-	.ctx_get = s_ctx_get,
-	.ctx_set = s_ctx_set,
-	.driver_version = s_driver_version,
+	.get_device_count = l_get_device_count,
+	.get_device = l_get_device,
+	.set_device = l_set_device,
+	.ctx_get = l_ctx_get,
+	.ctx_set = l_ctx_set,
+	.driver_version = l_driver_version,
 	.runtime_version = s_runtime_version,
-	.device_name = s_device_name,
-	.device_numa_node = s_device_numa_node,
-	.stream_create = s_stream_create,
-	.stream_destroy = s_stream_destroy,
-	.stream_synchronize = s_stream_synchronize,
-	.device_synchronize = s_device_synchronize,
-	.stream_query = s_stream_query,
-	.event_create = s_event_create,
-	.event_destroy = s_event_destroy,
-	.event_record = s_event_record,
-	.event_synchronize = s_event_synchronize,
-	.event_query = s_event_query,
-	.stream_capturing = s_stream_capturing,
-	.capture_mode_local = s_capture_mode_local,
-	.capture_mode_restore = s_capture_mode_restore,
-	.stream_wait_event = s_stream_wait_event,
-	.memcpy_async = s_memcpy_async,
-	.launch_host_func = s_launch_host_func,
-	.malloc_device = s_malloc_device,
-	.free_device = s_free_device,
-	.host_register = s_host_register,
-	.host_unregister = s_host_unregister,
-	.dma_range = s_dma_range,
+	.device_name = l_device_name,
+	.device_numa_node = l_device_numa_node,
+	.stream_create = l_stream_create,
+	.stream_destroy = l_stream_destroy,
+	.stream_synchronize = l_stream_synchronize,
+	.device_synchronize = l_device_synchronize,
+	.stream_query = l_stream_query,
+	.event_create = l_event_create,
+	.event_destroy = l_event_destroy,
+	.event_record = l_event_record,
+	.event_synchronize = l_event_synchronize,
+	.event_query = l_event_query,
+	.stream_capturing = l_stream_capturing,
+	.capture_mode_local = l_capture_mode_local,
+	.capture_mode_restore = l_capture_mode_restore,
+	.stream_wait_event = l_stream_wait_event,
+	.memcpy_async = l_memcpy_async,
+	.launch_host_func = l_launch_host_func,
+	.malloc_device = l_malloc_device,
+	.free_device = l_free_device,
+	.host_register = l_host_register,
+	.host_unregister = l_host_unregister,
+	.dma_range = l_dma_range,
 	.error_name = s_error_name,
 	.error_string = s_error_string,
-	.error_kind = s_error_kind,
-	.get_last_error = s_get_last_error,
-	.init_context = s_init_context,
+	.error_kind = l_error_kind,
+	.get_last_error = l_get_last_error,
+	.init_context = l_init_context,
 };
 
 void sim_install(const sim_config *cfg)

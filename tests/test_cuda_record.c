@@ -158,7 +158,15 @@ static int run_checked(rf_pipeline *p, const blockset *bs, check *c)
 /* ---- exact call sequences ---------------------------------------------------------------------- */
 
 /* The enqueue calls of a run (memcpy / record / wait / hostfn lines), joined with '\n'. */
+static char *run_lines_of(int event_syncs);
 static char *run_lines(void)
+{
+	return run_lines_of(1);
+}
+
+/* The stream-ordering calls of the log (event_sync lines only when asked: the staging dispatcher's
+ * come from a thread of its own, interleaved with the walker's calls as the threads run). */
+static char *run_lines_of(int event_syncs)
 {
 	size_t n;
 	const char *const *l = sim_log(&n);
@@ -169,7 +177,7 @@ static char *run_lines(void)
 	cr_assert_not_null(out);
 	for (size_t i = 0; i < n; i++) {
 		if (strncmp(l[i], "memcpy", 6) && strncmp(l[i], "record", 6) && strncmp(l[i], "wait", 4) &&
-		    strncmp(l[i], "hostfn", 6) && strncmp(l[i], "sync", 4) && strncmp(l[i], "event_sync", 10))
+		    strncmp(l[i], "hostfn", 6) && strncmp(l[i], "sync", 4) && (strncmp(l[i], "event_sync", 10) || !event_syncs))
 			continue;
 		len += (size_t)sprintf(out + len, "%s\n", l[i]);
 	}
@@ -224,22 +232,34 @@ Test(cuda_sequence, depth2_pinned_sources)
 	leak_check();
 }
 
+/* Index of the first log line at or after `from` that starts with `what`; n when none. */
+static size_t log_find(const char *what, size_t from)
+{
+	size_t n;
+	const char *const *l = sim_log(&n);
+	for (size_t i = from; i < n; i++)
+		if (strncmp(l[i], what, strlen(what)) == 0)
+			return i;
+	return n;
+}
+
 Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 {
 	install(1, 0);
+	rf__test_hooks.cuda_copy_threads = 1; /* a 3-slot pinned ring: 2 + one thread's one piece */
 	rf_pipeline *p = make(2, 1, 16);
 	uint64_t rng = 5;
 	blockset bs;
-	make_blocks_sized(&bs, 3, 16, SRC_PAGEABLE, &rng, 16);
+	make_blocks_sized(&bs, 4, 16, SRC_PAGEABLE, &rng, 16);
 	sim_log_clear();
 	check c;
 	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
-	char *got = run_lines();
-	/* The walker copies each pageable block into the pinned ring (r1: registered staging memory, built
-	 * on the first pageable block; two slots a page apart, the stride rounded to 4 KiB) and enqueues
-	 * the H2D from there; e82/e83 (after queue 0's e0..e11, queue 1's e12..e23, the window's e24..e57,
-	 * keyed e58..e81) are recorded after the H2D out of pinned slot 0/1. Block 2 reuses pinned slot 0
-	 * only after the H2D of block 0 left it: a host wait on e82 (no host functions, no staging stream). */
+	char *got = run_lines_of(0);
+	/* The dispatcher has the team copy each pageable block into the pinned ring (r1: registered staging
+	 * memory, built on the first pageable block; slots a page apart, the stride rounded to 4 KiB); the
+	 * walker enqueues the H2D from there once the block is in, and records the slot's event
+	 * (e82..e84, after queue 0's e0..e11, queue 1's e12..e23, the window's e24..e57, keyed e58..e81).
+	 * Block 3 reuses pinned slot 0. No host functions, no staging stream. */
 	const char *want = "memcpy s1 d0+0 <- r1+0 n=16\n"
 			   "record s1 e82\n"
 			   "record s1 e12\n"
@@ -251,25 +271,41 @@ Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 			   "record s0 e24\n"
 			   "record s0 e0\n"
 			   "wait s1 e0\n"
-			   "event_sync e82\n"
-			   "memcpy s1 d0+0 <- r1+0 n=16\n"
-			   "record s1 e82\n"
+			   "memcpy s1 d0+0 <- r1+8192 n=16\n"
+			   "record s1 e84\n"
 			   "record s1 e14\n"
 			   "wait s0 e13\n"
 			   "hostfn s0\n"
 			   "record s0 e25\n"
+			   "record s0 e1\n"
+			   "wait s1 e1\n"
+			   "memcpy s1 d0+256 <- r1+0 n=16\n"
+			   "record s1 e82\n"
+			   "record s1 e15\n"
 			   "wait s0 e14\n"
 			   "hostfn s0\n"
 			   "record s0 e26\n"
+			   "wait s0 e15\n"
+			   "hostfn s0\n"
+			   "record s0 e27\n"
 			   "sync s0\n"
 			   "sync s1\n";
 	if (strcmp(got, want) != 0)
 		fprintf(stderr, "got:\n%s", got);
 	cr_assert_str_eq(got, want);
-	cr_assert_eq(c.checked, 3);
+	/* WAR on pinned slot 0: the dispatcher waited for block 0's H2D (e82's first record) before the
+	 * team refilled the slot, so before the walker's H2D of block 3 out of it. */
+	size_t first = log_find("record s1 e82", 0), reuse = log_find("memcpy s1 d0+256 <- r1+0", 0),
+	       n_log, sync = log_find("event_sync e82", first);
+	(void)sim_log(&n_log);
+	cr_assert_lt(first, n_log);
+	cr_assert_lt(sync, reuse, "pinned slot 0 refilled without waiting for the H2D that read it");
+	cr_assert_eq(log_find("event_sync e83", 0), n_log, "slot 1 was never reused: nothing to wait for");
+	cr_assert_eq(c.checked, 4);
 	cr_assert_eq(c.bad, 0, "block %zu corrupted", c.first_bad);
 	free(got);
 	rf_pipeline_destroy(p);
+	rf__test_hooks.cuda_copy_threads = 0;
 	free_blocks(&bs, SRC_PAGEABLE);
 	leak_check();
 }
@@ -363,6 +399,143 @@ Test(cuda_sim, staging_ring_back_pressure)
 	cr_assert_eq(c.bad, 0, "block %zu corrupted", c.first_bad);
 	rf_pipeline_destroy(p);
 	free_blocks(&bs, SRC_PAGEABLE);
+	leak_check();
+}
+
+/* ---- the staging dispatcher (backends/cuda_hop.c) ---------------------------------------------- */
+
+static int run_kind(rf_pipeline *p, size_t n, size_t slot, int kind, uint64_t *rng)
+{
+	blockset bs;
+	make_blocks(&bs, n, slot, kind, rng);
+	check c;
+	int rc = run_checked(p, &bs, &c);
+	cr_assert_eq(rc, RF_OK, "%zu blocks of kind %d: %s", n, kind, rf_errmsg());
+	cr_assert_eq(c.checked, n);
+	cr_assert_eq(c.bad, 0, "kind %d: block %zu corrupted", kind, c.first_bad);
+	cr_assert_eq(sim_pending(), 0, "work left enqueued after the run");
+	free_blocks(&bs, kind);
+	return rc;
+}
+
+/* One pipeline, runs of every kind in turn: pinned only (no hop yet), mixed (the hop is built in the
+ * middle of the run and the dispatcher starts past the copies the walker made), pinned again (every
+ * copy through the dispatcher's verdicts, many more than its 64-entry ring), pageable, mixed. */
+Test(cuda_hop, runs_switch_between_pinned_pageable_and_mixed, .timeout = 120)
+{
+	for (uint64_t seed = 1; seed <= 6; seed++) {
+		install(seed, 0.3);
+		rf__test_hooks.cuda_copy_threads = 1 + (unsigned)(seed % 3);
+		rf_pipeline *p = make(seed % 2 ? 4 : 3, seed % 2 ? 2 : 1, 48);
+		uint64_t rng = seed * 7;
+		rf_placement pl;
+		run_kind(p, 200, 48, SRC_PINNED, &rng);
+		cr_assert_eq(rf_pipeline_placement(p, &pl), RF_ENOTSUP, "a pinned host ring without pageable blocks");
+		run_kind(p, 150, 48, SRC_MIXED, &rng);
+		cr_assert_eq(rf_pipeline_placement(p, &pl), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(pl.pinned, 1);
+		run_kind(p, 300, 48, SRC_PINNED, &rng);
+		run_kind(p, 200, 48, SRC_PAGEABLE, &rng);
+		run_kind(p, 100, 48, SRC_MIXED, &rng);
+		rf_pipeline_destroy(p);
+	}
+	rf__test_hooks.cuda_copy_threads = 0;
+	leak_check();
+}
+
+/* Blocks of several pieces (600 KiB + 3: three), several blocks in flight over four threads (a pinned
+ * ring of 2 + ceil(4 / 3) = 4 slots), two copy queues. */
+Test(cuda_hop, blocks_of_several_pieces_over_several_threads, .timeout = 120)
+{
+	install(11, 0.2);
+	rf__test_hooks.cuda_copy_threads = 4;
+	size_t slot = ((size_t)600 << 10) + 3;
+	rf_pipeline *p = make(3, 2, slot);
+	uint64_t rng = 12;
+	run_kind(p, 40, slot, SRC_PAGEABLE, &rng);
+	run_kind(p, 40, slot, SRC_MIXED, &rng);
+	/* Every pinned slot the H2Ds read from, over both queues' rings: 2 x 4. */
+	size_t nl, nslots = 0;
+	const char *const *l = sim_log(&nl);
+	char seen[16][48];
+	for (size_t i = 0; i < nl; i++) {
+		const char *from = strstr(l[i], "<- r");
+		if (strncmp(l[i], "memcpy", 6) != 0 || from == NULL)
+			continue;
+		char key[48];
+		from += 3;
+		snprintf(key, sizeof key, "%.*s", (int)strcspn(from, " "), from);
+		size_t j = 0;
+		while (j < nslots && strcmp(seen[j], key) != 0)
+			j++;
+		if (j == nslots) {
+			cr_assert_lt(nslots, 16, "more pinned slots than 16");
+			memcpy(seen[nslots++], key, sizeof key);
+		}
+	}
+	cr_assert_eq(nslots, 8, "%zu pinned slots in use, 2 queues x 4 expected", nslots);
+	rf_pipeline_destroy(p);
+	rf__test_hooks.cuda_copy_threads = 0;
+	leak_check();
+}
+
+/* A cancel while the dispatcher runs ahead: the run stops (RF_ECANCELED), nothing of it is left
+ * enqueued or copying, and the next run is whole. */
+Test(cuda_hop, cancel_stops_the_dispatcher, .timeout = 60)
+{
+	install(5, 0.3);
+	rf__test_hooks.cuda_copy_threads = 2;
+	rf_pipeline *p = make(3, 1, 64);
+	uint64_t rng = 6;
+	blockset bs;
+	make_blocks(&bs, 400, 64, SRC_PAGEABLE, &rng);
+	check c;
+	memset(&c, 0, sizeof c);
+	c.bs = &bs;
+	c.p = p;
+	c.fail_at = -1;
+	c.cancel_at = 50;
+	g_nprobes = 0;
+	cr_assert_eq(rf_pipeline_run(p, bs.n, bs.srcs, bs.sizes, compute, &c), RF_ECANCELED, "%s", rf_errmsg());
+	cr_assert_eq(sim_pending(), 0);
+	cr_assert_eq(c.bad, 0);
+	cr_assert_lt(c.checked, 400);
+	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.checked, 400);
+	cr_assert_eq(c.bad, 0);
+	rf_pipeline_destroy(p);
+	rf__test_hooks.cuda_copy_threads = 0;
+	free_blocks(&bs, SRC_PAGEABLE);
+	leak_check();
+}
+
+/* The dispatcher's wait for a pinned slot fails (the first event synchronisation of the run is its):
+ * the run fails with the call named, nothing is left behind, and the pipeline runs again. */
+Test(cuda_hop, dispatcher_error_fails_the_run_and_the_pipeline_recovers, .timeout = 60)
+{
+	for (long nth = 1; nth <= 3; nth++) {
+		install((uint64_t)nth, 0.2);
+		rf__test_hooks.cuda_copy_threads = 1;
+		rf_pipeline *p = make(2, 1, 32);
+		uint64_t rng = 21;
+		blockset bs;
+		make_blocks(&bs, 20, 32, SRC_PAGEABLE, &rng);
+		sim_cfg()->fail_call = "event_sync";
+		sim_cfg()->fail_nth = nth;
+		check c;
+		cr_assert_eq(run_checked(p, &bs, &c), RF_EBACKEND);
+		cr_assert(strstr(rf_errmsg(), "cudaEventSynchronize (pinned slot free)") != NULL, "%s", rf_errmsg());
+		cr_assert_eq(sim_pending(), 0);
+		cr_assert_eq(c.bad, 0);
+		cr_assert_eq(sim_last_error(), 0, "the error stayed pending on the caller's thread");
+		sim_cfg()->fail_call = NULL;
+		cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(c.checked, 20);
+		cr_assert_eq(c.bad, 0);
+		rf_pipeline_destroy(p);
+		free_blocks(&bs, SRC_PAGEABLE);
+	}
+	rf__test_hooks.cuda_copy_threads = 0;
 	leak_check();
 }
 
