@@ -72,7 +72,7 @@ sanitize: deps
 # threaded checks live in plain programs, tests/race.c and tests/race_keyed.c.
 tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DRINGFETCH_WERROR=ON -DRINGFETCH_SANITIZE=thread $(CMAKE_FLAGS)
-	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_race race_copy test_race_keyed test_race_control
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_race race_copy race_cuda test_race_keyed test_race_control
 	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L tsan
 
 # A valgrind memcheck pass over a subset: the seeded stress on both CPU backends, the demo and a tiny

@@ -1,0 +1,226 @@
+/*
+ * tests/race_cuda.c — the cuda backend's threads under stress, against the simulated CUDA runtime
+ * (tests/cuda_sim.h), as a plain program so that it runs under ThreadSanitizer (Criterion cannot):
+ * the walker, one staging dispatcher per copying queue and the host copy team (backends/cuda_hop.c,
+ * cuda_team.c) share verdicts, pinned slots and jobs. Random rings (depth 2..5, 1..2 copy queues),
+ * block sizes of one to several 256 KiB pieces, pinned / pageable / mixed sources, 1..4 copy threads,
+ * several runs per pipeline (the hop built in the middle of the first pageable run, used from the
+ * start by later ones), and cancels from another thread at random moments. Every block is checked in
+ * stream order, where a kernel would read it; after a canceled run the next run must be whole.
+ * Usage: race_cuda [--iterations N] [--seed S]. Exit 0 when every check passed.
+ */
+#include "ringfetch.h"
+#include "base/test_hooks.h"
+#include "cuda_sim.h"
+#include "runtime/backend.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static unsigned long long rnd(unsigned long long *s, unsigned long long n)
+{
+	*s = *s * 6364136223846793005ull + 1442695040888963407ull;
+	return n ? (*s >> 33) % n : 0;
+}
+
+static unsigned char pat(size_t block, size_t i, unsigned salt)
+{
+	return (unsigned char)(block * 131 + i * 7 + (i >> 12) + salt);
+}
+
+enum { PINNED, PAGEABLE, MIXED };
+
+typedef struct blocks {
+	size_t n;
+	unsigned salt;
+	unsigned char **buf;
+	int *pinned;
+	const void **srcs;
+	size_t *sizes;
+} blocks;
+
+static void blocks_make(blocks *b, size_t n, size_t slot, int kind, unsigned long long *rng)
+{
+	b->n = n;
+	b->salt = (unsigned)rnd(rng, 256);
+	b->buf = calloc(n, sizeof *b->buf);
+	b->pinned = calloc(n, sizeof *b->pinned);
+	b->srcs = calloc(n, sizeof *b->srcs);
+	b->sizes = calloc(n, sizeof *b->sizes);
+	for (size_t i = 0; i < n; i++) {
+		b->sizes[i] = rnd(rng, 9) == 0 ? 0 : 1 + rnd(rng, slot);
+		b->pinned[i] = kind == PINNED || (kind == MIXED && rnd(rng, 2));
+		size_t sz = b->sizes[i] ? b->sizes[i] : 1;
+		b->buf[i] = b->pinned[i] ? sim_host_alloc(sz) : malloc(sz);
+		for (size_t j = 0; j < b->sizes[i]; j++)
+			b->buf[i][j] = pat(i, j, b->salt);
+		b->srcs[i] = b->buf[i];
+	}
+}
+
+static void blocks_free(blocks *b)
+{
+	for (size_t i = 0; i < b->n; i++) {
+		if (b->pinned[i])
+			sim_host_free(b->buf[i]);
+		else
+			free(b->buf[i]);
+	}
+	free(b->buf);
+	free(b->pinned);
+	free(b->srcs);
+	free(b->sizes);
+}
+
+/* The check runs as a host function in stream order (on whichever thread drives the simulated device). */
+#define MAXBLK 512
+typedef struct run_check {
+	const blocks *b;
+	atomic_size_t checked, bad;
+	rf_block blk[MAXBLK];
+	struct probe {
+		struct run_check *rc;
+		size_t i;
+	} probe[MAXBLK];
+} run_check;
+
+static void probe_fn(void *arg)
+{
+	struct probe *pr = arg;
+	run_check *rc = pr->rc;
+	const rf_block *k = &rc->blk[pr->i];
+	const unsigned char *d = k->data;
+	int ok = k->bytes == rc->b->sizes[k->index];
+	for (size_t j = 0; ok && j < k->bytes; j++)
+		ok = d[j] == pat(k->index, j, rc->b->salt);
+	if (!ok)
+		atomic_fetch_add(&rc->bad, 1);
+	atomic_fetch_add(&rc->checked, 1);
+}
+
+static int compute(void *user, const rf_block *blk)
+{
+	run_check *rc = user;
+	size_t i = blk->index;
+	rc->blk[i] = *blk;
+	rc->probe[i] = (struct probe){rc, i};
+	return sim_launch(blk->stream, probe_fn, &rc->probe[i]) == 0 ? 0 : 1;
+}
+
+typedef struct canceller {
+	rf_pipeline *p;
+	unsigned delay; /* sched_yield()s before the cancel */
+} canceller;
+
+static void *cancel_main(void *arg)
+{
+	canceller *c = arg;
+	for (unsigned i = 0; i < c->delay; i++)
+		sched_yield();
+	rf_pipeline_cancel(c->p);
+	return NULL;
+}
+
+static unsigned long long g_canceled, g_runs; /* runs a cancel stopped, runs */
+
+/* One run; with a canceller racing it when `cancel`. Returns the number of failures seen. */
+static int one_run(rf_pipeline *p, const blocks *b, int cancel, unsigned long long *rng, const char *what)
+{
+	static run_check rc;
+	memset(&rc, 0, sizeof rc);
+	rc.b = b;
+	pthread_t th;
+	canceller c = {p, (unsigned)rnd(rng, 2000)};
+	if (cancel && pthread_create(&th, NULL, cancel_main, &c) != 0)
+		cancel = 0;
+	int r = rf_pipeline_run(p, b->n, b->srcs, b->sizes, compute, &rc);
+	if (cancel) {
+		pthread_join(th, NULL);
+		rf_pipeline_cancel_clear(p);
+	}
+	int fails = 0;
+	g_runs++;
+	g_canceled += r == RF_ECANCELED;
+	if (r != RF_OK && !(cancel && r == RF_ECANCELED)) {
+		fprintf(stderr, "race_cuda: %s: run failed: %d %s\n", what, r, rf_errmsg());
+		fails++;
+	}
+	if (r == RF_OK && atomic_load(&rc.checked) != b->n) {
+		fprintf(stderr, "race_cuda: %s: %zu of %zu blocks checked\n", what, atomic_load(&rc.checked), b->n);
+		fails++;
+	}
+	if (atomic_load(&rc.bad) != 0) {
+		fprintf(stderr, "race_cuda: %s: %zu blocks corrupted\n", what, atomic_load(&rc.bad));
+		fails++;
+	}
+	if (sim_pending() != 0) {
+		fprintf(stderr, "race_cuda: %s: work left enqueued after the run\n", what);
+		fails++;
+	}
+	return fails;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned long long seed = 1, iters = 40;
+	for (int i = 1; i + 1 < argc; i += 2) {
+		if (strcmp(argv[i], "--iterations") == 0)
+			iters = strtoull(argv[i + 1], NULL, 10);
+		else if (strcmp(argv[i], "--seed") == 0)
+			seed = strtoull(argv[i + 1], NULL, 10);
+	}
+#ifndef RF_HAVE_CUDA
+	if (rf__backend_register(&rf__backend_cuda) != RF_OK) {
+		fprintf(stderr, "race_cuda: cannot register the cuda backend: %s\n", rf_errmsg());
+		return 1;
+	}
+#endif
+	unsigned long long rng = seed;
+	int fails = 0;
+	for (unsigned long long it = 0; it < iters && fails == 0; it++) {
+		sim_config cfg = {0};
+		cfg.seed = rnd(&rng, 1ull << 40) | 1;
+		cfg.step_prob = (double)rnd(&rng, 100) / 100.0;
+		cfg.device_count = 1;
+		cfg.numa_node = -1;
+		sim_install(&cfg);
+		rf__test_hooks.cuda_copy_threads = 1 + (unsigned)rnd(&rng, 4);
+		unsigned depth = 2 + (unsigned)rnd(&rng, 4), kq = depth >= 3 && rnd(&rng, 2) ? 2 : 1;
+		size_t slot = rnd(&rng, 3) == 0 ? ((size_t)256 << 10) * (1 + rnd(&rng, 3)) + rnd(&rng, 4096) : 1 + rnd(&rng, 8192);
+		size_t n = 20 + rnd(&rng, slot > 65536 ? 40 : 300);
+		rf_pipeline_params pp = {0};
+		pp.depth = depth;
+		pp.copy_queues = kq;
+		pp.slot_bytes = slot;
+		pp.backend = "cuda";
+		pp.memory = RF_MEMORY_DEVICE;
+		rf_pipeline *p = NULL;
+		if (rf_pipeline_create(&pp, &p) != RF_OK) {
+			fprintf(stderr, "race_cuda: create depth %u K %u slot %zu: %s\n", depth, kq, slot, rf_errmsg());
+			return 1;
+		}
+		static const int kinds[4] = {MIXED, PINNED, PAGEABLE, MIXED};
+		for (int r = 0; r < 4 && fails == 0; r++) {
+			char what[96];
+			snprintf(what, sizeof what, "iteration %llu run %d (depth %u K %u slot %zu n %zu kind %d)", it, r,
+				 depth, kq, slot, n, kinds[r]);
+			blocks b;
+			blocks_make(&b, n, slot, kinds[r], &rng);
+			int cancel = rnd(&rng, 3) == 0;
+			fails += one_run(p, &b, cancel, &rng, what);
+			if (cancel && fails == 0)
+				fails += one_run(p, &b, 0, &rng, what); /* whole after a cancel */
+			blocks_free(&b);
+		}
+		rf_pipeline_destroy(p);
+	}
+	rf__test_hooks.cuda_copy_threads = 0;
+	if (fails == 0)
+		printf("race_cuda: %llu iterations passed (seed %llu): %llu runs, %llu stopped by a cancel\n", iters, seed,
+		       g_runs, g_canceled);
+	return fails ? 1 : 0;
+}
