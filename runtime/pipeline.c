@@ -241,9 +241,9 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 static void rf__auto_device(rf_pipeline *p)
 {
 	unsigned d = atomic_load_explicit(&p->depth, memory_order_relaxed), n = rf__auto_begin_probing(p, d, 0);
-	if (n < 2) {
+	if (n < 2) { /* candidates(d, max) are two or more whenever max > d */
 		rf__engine_describe_append(&p->eng, "; depth auto (device): depth %u (%s)", d,
-					   n ? "the only one the slots allow" : "out of memory for the ladder");
+					   p->auto_max > d ? "out of memory for the ladder" : "the only one the slots allow");
 		return;
 	}
 	char note[128];

@@ -10,6 +10,7 @@
 #include "backends/cuda_api.h"
 #include "cuda_sim.h"
 #include "ringfetch.h"
+#include "base/alloc.h"
 #include "runtime/autodepth.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
@@ -295,8 +296,56 @@ Test(cuda_auto, budget_rules_stay)
 	const unsigned one[] = {1};
 	unsigned kept = probe_through(p, one, 1, 32);
 	cr_assert_eq(kept, 1u);
-	cr_assert(strstr(rf_pipeline_describe(p), "rule") == NULL, "%s", rf_pipeline_describe(p));
+	const char *d = rf_pipeline_describe(p);
+	cr_assert(strstr(d, "; depth auto (device): depth 1 (the only one the slots allow)") != NULL, "%s", d);
+	cr_assert(strstr(d, "rule") == NULL, "%s", d);
 	rf_pipeline_destroy(p);
+	leak_check();
+}
+
+/* Every fallible step of create failing in turn: a clean error with *out untouched, or a pipeline whose
+ * runs are right at whatever depths it probes (without memory for the ladder's programs: depth 2
+ * alone, and describe says so); nothing leaks. */
+Test(cuda_auto, every_faulted_create_is_clean_or_works, .timeout = 120)
+{
+	install(51, 0.3);
+	uint64_t rng = 52;
+	blockset bs;
+	make_blocks(&bs, 24, &rng);
+	rf_pipeline_params pp = {0};
+	pp.depth_auto = RF_DEPTH_AUTO;
+	pp.slot_bytes = SLOT;
+	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
+	long k, worked = 0, short_ladder = 0;
+	for (k = 1;; k++) {
+		rf_pipeline *p = (rf_pipeline *)&k;
+		rf__fault_arm(k);
+		int rc = rf_pipeline_create(&pp, &p);
+		long steps = rf__fault_steps();
+		rf__fault_arm(0);
+		if (rc != RF_OK) {
+			cr_assert(rc == RF_ENOMEM || rc == RF_EBACKEND, "k=%ld: create returned %s", k, rf_err_name(rc));
+			cr_assert_eq(p, (rf_pipeline *)&k, "k=%ld: *out written on failure", k);
+			continue;
+		}
+		for (int r = 0; r < 10; r++) {
+			unsigned d = rf_pipeline_depth(p);
+			cr_assert(d == 2 || d == 4 || d == 8, "k=%ld run %d: depth %u", k, r, d);
+			run_checked(p, &bs, r);
+		}
+		const char *d = rf_pipeline_describe(p);
+		cr_assert(strstr(d, "rule") == NULL, "%s", d);
+		short_ladder += strstr(d, "; depth auto (device): depth 2 (out of memory for the ladder)") != NULL;
+		rf_pipeline_destroy(p);
+		worked++;
+		if (steps < k) /* the k-th step never came: that create ran unfaulted */
+			break;
+	}
+	cr_assert_gt(k, 3, "create has fallible steps");
+	cr_assert_gt(worked, 0);
+	cr_assert_gt(short_ladder, 0, "no create lost its ladder's programs: the sweep missed them");
+	free_blocks(&bs);
 	leak_check();
 }
 
