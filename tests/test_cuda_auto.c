@@ -20,7 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SLOT 256 /* the device stride (256 B): slots are exactly SLOT apart */
+#define SLOT 256 /* slot_bytes: budgets below are counted in it */
 
 static void install(uint64_t seed, double step_prob)
 {
@@ -55,8 +55,9 @@ static int create_auto(const char *backend, unsigned kq, rf_pipeline **p)
 	return rf_pipeline_create(&pp, p);
 }
 
-/* The byte count of the simulator's one device allocation (the ring), from its log. */
-static size_t device_ring_bytes(void)
+/* The device ring holds `slots` slots: the simulator's one device allocation (from its log) is that
+ * many strides (slot_bytes rounded up to the backend's alignment), and the engine says so too. */
+static void check_ring(const rf_pipeline *p, unsigned slots)
 {
 	size_t n, bytes = 0, found = 0;
 	const char *const *l = sim_log(&n);
@@ -66,8 +67,11 @@ static size_t device_ring_bytes(void)
 		if (sscanf(l[i], "malloc d%d n=%zu", &id, &b) == 2)
 			bytes = b, found++;
 	}
+	const rf__engine *e = rf__pipeline_engine(p);
 	cr_assert_eq(found, 1, "one device allocation expected, %zu seen", found);
-	return bytes;
+	cr_assert_eq(bytes, slots * e->slot_stride, "a device ring of %zu bytes: %u slots of %zu expected", bytes,
+		     slots, e->slot_stride);
+	cr_assert_eq(e->nslots, slots);
 }
 
 /* ---- the checking compute (as in test_cuda_record.c): a host function enqueued on the compute's
@@ -193,9 +197,7 @@ static void ladder_case(const char *backend, unsigned kq, const unsigned *ladder
 	rf_pipeline *p;
 	cr_assert_eq(create_auto(backend, kq, &p), RF_OK, "%s", rf_errmsg());
 	cr_assert_str_eq(rf_pipeline_backend(p), "cuda");
-	cr_assert_eq(device_ring_bytes(), (size_t)slots * SLOT, "device ring of %zu bytes, %u slots of %d expected",
-		     device_ring_bytes(), slots, SLOT);
-	cr_assert_eq(rf__pipeline_engine(p)->nslots, slots);
+	check_ring(p, slots);
 	cr_assert_eq(rf_pipeline_depth(p), ladder[0], "starts at the ladder's first rung");
 	unsigned kept = probe_through(p, ladder, n, seed * 7 + 1);
 	check_describe(p, text, kept);
@@ -236,7 +238,7 @@ Test(cuda_auto, depth_auto_from_the_environment)
 	pp.memory = RF_MEMORY_DEVICE;
 	rf_pipeline *p = NULL;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
-	cr_assert_eq(device_ring_bytes(), (size_t)8 * SLOT);
+	check_ring(p, 8);
 	const unsigned l[] = {2, 4, 8};
 	unsigned kept = probe_through(p, l, 3, 15);
 	check_describe(p, "2, 4, 8", kept);
@@ -253,7 +255,7 @@ Test(cuda_auto, a_budget_caps_the_ladder)
 	setenv("RINGFETCH_MEMORY_BUDGET", "1280", 1); /* 5 slots of 256 B */
 	rf_pipeline *p;
 	cr_assert_eq(create_auto("cuda", 1, &p), RF_OK, "%s", rf_errmsg());
-	cr_assert_eq(device_ring_bytes(), (size_t)5 * SLOT);
+	check_ring(p, 5);
 	unsigned kept = probe_through(p, five, 3, 22);
 	check_describe(p, "2, 4, 5", kept);
 	rf_pipeline_destroy(p);
@@ -262,7 +264,7 @@ Test(cuda_auto, a_budget_caps_the_ladder)
 	install(23, 0.3);
 	setenv("RINGFETCH_MEMORY_BUDGET", "768", 1); /* 3 slots */
 	cr_assert_eq(create_auto("cuda", 1, &p), RF_OK, "%s", rf_errmsg());
-	cr_assert_eq(device_ring_bytes(), (size_t)3 * SLOT);
+	check_ring(p, 3);
 	kept = probe_through(p, three, 2, 24);
 	check_describe(p, "2, 3", kept);
 	rf_pipeline_destroy(p);
@@ -272,7 +274,7 @@ Test(cuda_auto, a_budget_caps_the_ladder)
 	install(25, 0.3);
 	setenv("RINGFETCH_MEMORY_BUDGET", "1792", 1);
 	cr_assert_eq(create_auto("cuda", 2, &p), RF_OK, "%s", rf_errmsg());
-	cr_assert_eq(device_ring_bytes(), (size_t)7 * SLOT);
+	check_ring(p, 7);
 	kept = probe_through(p, seven, 3, 26);
 	check_describe(p, "3, 6, 7", kept);
 	rf_pipeline_destroy(p);
@@ -292,7 +294,7 @@ Test(cuda_auto, budget_rules_stay)
 	setenv("RINGFETCH_MEMORY_BUDGET", "256", 1); /* 1 slot */
 	sim_log_clear();
 	cr_assert_eq(create_auto("cuda", 1, &p), RF_OK, "%s", rf_errmsg());
-	cr_assert_eq(device_ring_bytes(), (size_t)SLOT);
+	check_ring(p, 1);
 	const unsigned one[] = {1};
 	unsigned kept = probe_through(p, one, 1, 32);
 	cr_assert_eq(kept, 1u);
