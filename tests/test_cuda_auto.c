@@ -1,10 +1,12 @@
 /* tests/test_cuda_auto.c — depth = auto on a device backend (docs/cuda.md, defect 8), against the
  * simulated CUDA (tests/cuda_sim.h): the host only enqueues there, so the copy and compute times a
  * traced run would see are enqueue times and the trace-based rule has nothing to learn from. Checked
- * here: the device ring holds exactly the ladder's deepest ring (4 x lo slots, lo = K + 1 or 2), the
- * depth goes through the fixed ladder lo, 2 lo, 4 lo from the first run on (no measuring run), one of
- * them is kept, every run's payload is right, a memory budget caps the ladder, describe names the
- * ladder and no rule; and that the CPU backends still measure and apply the rule. */
+ * here: the device ring holds exactly the ladder's deepest ring (4 lo slots, lo = K + 1: 2 with one
+ * copy queue), the depth goes through the fixed ladder lo, 2 lo, 4 lo from the first run on (no
+ * measuring run), one of them is kept, every run's payload is right, a memory budget caps the ladder,
+ * describe names the ladder and no rule, every faulted create is clean; the CPU backends still measure
+ * and apply the rule. One wall-clock test (suite cuda_auto_timing: its own ctest, label "timing",
+ * serial): the rung whose runs are fastest is the one kept. */
 #include <criterion/criterion.h>
 
 #include "backends/cuda_api.h"
@@ -19,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define SLOT 256 /* slot_bytes: budgets below are counted in it */
 
@@ -376,5 +379,49 @@ Test(cuda_auto, cpu_backends_keep_the_rule)
 		rf_pipeline_destroy(p);
 		bs_free(&bs);
 	}
+	leak_check();
+}
+
+/* ---- the one wall-clock test (ctest cuda_auto_timing: label timing, RUN_SERIAL) ----------------- */
+
+typedef struct slow_rungs {
+	rf_pipeline *p;
+	unsigned fast; /* runs at this depth are not slowed down */
+} slow_rungs;
+
+static void spin_ms(long ms)
+{
+	struct timespec t0, t;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	do
+		clock_gettime(CLOCK_MONOTONIC, &t);
+	while ((t.tv_sec - t0.tv_sec) * 1000L + (t.tv_nsec - t0.tv_nsec) / 1000000 < ms);
+}
+
+static int slow_but_one(void *user, const rf_block *b)
+{
+	const slow_rungs *s = user;
+	if (b->index == 0 && rf_pipeline_depth(s->p) != s->fast)
+		spin_ms(20);
+	return 0;
+}
+
+/* Runs at every rung but 4 take 20 ms longer (their first compute spins), whatever the host's enqueue
+ * times: the probe, by whole-run time, keeps 4 — not the first rung, not the deepest. */
+Test(cuda_auto_timing, the_fastest_rung_by_run_time_is_kept)
+{
+	install(61, 0.3);
+	rf_pipeline *p;
+	cr_assert_eq(create_auto("cuda", 1, &p), RF_OK, "%s", rf_errmsg());
+	uint64_t rng = 62;
+	blockset bs;
+	make_blocks(&bs, 40, &rng);
+	slow_rungs s = {p, 4};
+	for (unsigned r = 0; r < 3 * RF__AUTO_ROUNDS; r++)
+		cr_assert_eq(rf_pipeline_run(p, bs.n, bs.srcs, bs.sizes, slow_but_one, &s), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_depth(p), 4u, "%s", rf_pipeline_describe(p));
+	check_describe(p, "2, 4, 8", 4);
+	rf_pipeline_destroy(p);
+	free_blocks(&bs);
 	leak_check();
 }
