@@ -217,7 +217,9 @@ typedef struct rf_pipeline_params {
  * K copy queues), slots are allocated for up to 16 (or what memory_budget allows), and the first
  * successful run samples copy and compute times (about 4096 blocks, whatever nblocks: its memory does
  * not grow with the run) and picks the depth for later runs (docs/tuning.md; rf_pipeline_describe
- * says what).
+ * says what). On cuda, where the host only enqueues, there is no measuring run: slots for 4 x the
+ * starting depth (or what memory_budget allows), and the ladder of 1, 2 and 4 x the starting depth is
+ * probed by run time from the first run on.
  * RINGFETCH_TRACE / `trace` make every run of the pipeline append a Chrome trace (rf_pipeline_trace);
  * RINGFETCH_MEMORY_BUDGET / `memory_budget` (bytes, K/M/G suffixes) caps depth * slot_bytes.
  * The threads backend's copy path (docs/deployment.md): RINGFETCH_HANDOFF / `handoff` ("auto", "off",
@@ -270,7 +272,8 @@ RF_EXTERN int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const 
 
 /** The ring depth (1 .. RF_MAX_DEPTH): the one runs use now; 0 for NULL. With depth = auto: the starting
  * depth until the first run has finished, then the rule's choice d; the next 9 successful runs try d,
- * 2d and 4d (within the slots) in turn, and from then on the fastest of them is kept (docs/tuning.md). */
+ * 2d and 4d (within the slots) in turn, and from then on the fastest of them is kept (docs/tuning.md).
+ * On cuda the first 9 successful runs try the ladder lo, 2lo, 4lo (lo = the starting depth) instead. */
 RF_EXTERN unsigned rf_pipeline_depth(const rf_pipeline *p);
 /** The resolved backend name, e.g. "cpu" (never "auto"); a static string. "" for NULL. */
 RF_EXTERN const char *rf_pipeline_backend(const rf_pipeline *p);

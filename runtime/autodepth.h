@@ -6,6 +6,11 @@
  *   2. the candidates d, 2d, 4d (within the slots) are each run RF__AUTO_ROUNDS times, in turn, and
  *      rf__auto_probe_next keeps the fastest by median.
  *
+ * On a device backend (RF__CAP_DEVICE) step 1 is skipped: the host only enqueues there, so a traced
+ * run times the enqueue, not the device. Its slots hold rf__auto_ladder_top(lo) (or what the budget
+ * allows) and step 2 probes lo, 2 lo, 4 lo from the first run on, by run time (a run ends with the
+ * device synchronised, so its wall time is the device's).
+ *
  * Nothing here reads a clock or touches a pipeline, so tests drive it with synthetic samples. */
 #ifndef RF_RUNTIME_AUTODEPTH_H
 #define RF_RUNTIME_AUTODEPTH_H
@@ -64,6 +69,12 @@ typedef struct rf__auto_probe {
 /* Candidates for the rule's d under `max` slots: d, 2d, 4d, and max itself when the next doubling
  * would pass it (e.g. 5, 10, 16 under 16). Returns how many (>= 1; d <= max). */
 unsigned rf__auto_candidates(unsigned d, unsigned max, unsigned cand[RF__AUTO_NCAND]);
+
+/* The deepest rung of the ladder lo, 2 lo, 4 lo that device backends probe: the slots they need. */
+static inline unsigned rf__auto_ladder_top(unsigned lo)
+{
+	return lo << (RF__AUTO_NCAND - 1);
+}
 
 /* Start probing pr->cand[0 .. n). */
 void rf__auto_probe_start(rf__auto_probe *pr, const unsigned *cand, unsigned n);

@@ -124,6 +124,11 @@ int rf__backend_for_memory(const char *who, const char *name, const char *from, 
 	return RF_OK;
 }
 
+bool rf__backend_is_device(const char *name)
+{
+	return rf__backend_kind(name) == RF_MEMORY_DEVICE;
+}
+
 /* Every wrapper that can fail is a fault-injection point (base/alloc.h). */
 static int rf__be_fault(const rf__backend_ops *be, const char *call)
 {

@@ -179,6 +179,11 @@ int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out
  * a static string or `name`. */
 int rf__backend_for_memory(const char *who, const char *name, const char *from, int memory, const char **out);
 
+/* Whether the backend called `name` keeps its slots in device memory (RF__CAP_DEVICE: its walk only
+ * enqueues, so host clocks time the enqueue, not the work): built-ins by name, whether built into this
+ * library or not, registered ones by their caps; false for "auto" and unknown names. */
+bool rf__backend_is_device(const char *name);
+
 #ifdef RF_TESTING
 /* Tests register extra backends (a recording backend, a fault-injecting one); the testing build only.
  * Not thread-safe: call before creating pipelines. Returns RF_OK, RF_EINVAL (NULL or another ABI), or

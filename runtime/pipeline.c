@@ -72,17 +72,19 @@ typedef struct rf__resolved {
 	const char *backend;
 	rf__staging_policy staging;
 	unsigned auto_max; /* non-zero: depth = auto, up to this depth */
+	bool device;        /* the backend's slots are device memory (RF__CAP_DEVICE) */
 	long long wait_ns;  /* the wait policy (rf__open_args.wait_spin_ns) */
 	rf__config cfg;
 } rf__resolved;
 
 /* depth = auto: start at the shallowest ring that keeps every copy queue busy; the slots are allocated
- * for the deepest ring the budget allows (capped at RF__AUTO_MAX_DEPTH), so choosing later allocates
- * nothing. */
+ * for the deepest ring the budget allows (capped at RF__AUTO_MAX_DEPTH; on a device backend at the
+ * ladder's deepest rung, all it will try), so choosing later allocates nothing. */
 static int rf__pipeline_auto(const rf_pipeline_params *pp, rf__resolved *r)
 {
 	const rf__config *c = &r->cfg;
-	unsigned lo = rf__ring_busy_depth(r->kq), max = RF__AUTO_MAX_DEPTH > lo ? RF__AUTO_MAX_DEPTH : lo;
+	unsigned lo = rf__ring_busy_depth(r->kq), cap = r->device ? rf__auto_ladder_top(lo) : RF__AUTO_MAX_DEPTH;
+	unsigned max = cap > lo ? cap : lo;
 	if (c->memory_budget != 0 && c->memory_budget / pp->slot_bytes < max)
 		max = (unsigned)(c->memory_budget / pp->slot_bytes);
 	if (max == 0 || (r->kq > 1 && max < lo))
@@ -105,11 +107,13 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 	r->depth = pp->depth ? pp->depth : c->depth ? c->depth : 2;
 	r->kq = pp->copy_queues ? pp->copy_queues : c->copy_queues ? c->copy_queues : 1;
 	r->auto_max = 0;
-	if (want_auto && (rc = rf__pipeline_auto(pp, r)) != RF_OK)
-		return rc;
+	/* The backend first: depth = auto depends on its kind ("auto" is a concrete name from here on). */
 	r->backend = pp->backend ? pp->backend : c->backend ? c->backend : "auto";
 	const char *from = pp->backend == NULL && c->backend != NULL ? c->backend_from : NULL;
 	if ((rc = rf__backend_for_memory("rf_pipeline_create", r->backend, from, (int)pp->memory, &r->backend)) != RF_OK)
+		return rc;
+	r->device = rf__backend_is_device(r->backend);
+	if (want_auto && (rc = rf__pipeline_auto(pp, r)) != RF_OK)
 		return rc;
 	const char *staging = pp->staging ? pp->staging : c->staging[0] ? c->staging : NULL;
 	if ((rc = rf__staging_parse("rf_pipeline_create", staging, &r->staging)) != RF_OK)
@@ -142,10 +146,11 @@ static void rf__auto_install(rf_pipeline *p, unsigned i)
 	atomic_store_explicit(&p->depth, p->probe.cand[i], memory_order_relaxed);
 }
 
-/* The rule chose d: the candidates' programs are built now and d installed; the runs that follow try
- * them in turn (rf__auto_after). Without memory for the candidates: d alone, or the starting ring if
- * even d cannot be built. */
-static void rf__auto_begin_probing(rf_pipeline *p, unsigned d)
+/* Probe d's candidates (rf__auto_candidates): their programs are built now and d installed; the runs
+ * that follow try them in turn (rf__auto_after). `measured`: the run that just ended ran the starting
+ * ring and is not a probe run. Without memory for the candidates: d alone, or the starting ring if even
+ * d cannot be built. Returns how many candidates are in use (1: d alone, 0: the starting ring). */
+static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d, int measured)
 {
 	unsigned cand[RF__AUTO_NCAND], n = rf__auto_candidates(d, p->auto_max, cand), built = 0;
 	struct rf_program *start = p->eng.prog;
@@ -156,7 +161,7 @@ static void rf__auto_begin_probing(rf_pipeline *p, unsigned d)
 		else if (rf__auto_program(p, cand[built], &p->cprog[built]) != RF_OK)
 			break;
 	if (built == 0)
-		return; /* keep the starting ring */
+		return 0; /* keep the starting ring */
 	for (unsigned i = built; i-- > 1;) /* out of memory: d alone */
 		if (built < n && p->cprog[i] != start)
 			rf_program_destroy(p->cprog[i]);
@@ -167,10 +172,11 @@ static void rf__auto_begin_probing(rf_pipeline *p, unsigned d)
 	if (!start_used)
 		rf_program_destroy(start);
 	rf__auto_probe_start(&p->probe, cand, n);
-	p->skip = 1; /* the run that measured ran the starting ring */
+	p->skip = measured != 0;
 	rf__auto_install(p, 0);
 	if (n == 1)
 		p->probe.n = 0;
+	return n;
 }
 
 /* After each successful run while probing: the run's speed (ns per byte, or per block for empty
@@ -221,13 +227,30 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 	rf__auto_samples_free(&a);
 	if (d == 0)
 		return; /* nothing to learn from (no copies or computes, or no memory): the next run tries again */
-	rf__auto_begin_probing(p, d);
+	rf__auto_begin_probing(p, d, 1);
 	p->eng.measure = NULL;
 	rf__engine_describe_append(&p->eng,
 				   "; depth auto: rule %u (copy mean %.1f us, p90 %.1f us; refill p90 %.1f us; compute "
 				   "mean %.1f us; at most %u)",
 				   d, x.copy_mean / 1e3, x.copy_p90 / 1e3, x.refill_p90 / 1e3, x.compute_mean / 1e3,
 				   p->auto_max);
+}
+
+/* depth = auto on a device backend, at create: no measuring run (a trace times the host's enqueue, not
+ * the device), the ladder lo, 2 lo, 4 lo (within the slots) is probed by run time from the first run. */
+static void rf__auto_device(rf_pipeline *p)
+{
+	unsigned d = atomic_load_explicit(&p->depth, memory_order_relaxed), n = rf__auto_begin_probing(p, d, 0);
+	if (n < 2) { /* candidates(d, max) are two or more whenever max > d */
+		rf__engine_describe_append(&p->eng, "; depth auto (device): depth %u (%s)", d,
+					   p->auto_max > d ? "out of memory for the ladder" : "the only one the slots allow");
+		return;
+	}
+	char note[128];
+	size_t len = (size_t)snprintf(note, sizeof note, "; depth auto (device): ladder");
+	for (unsigned i = 0; i < n && len < sizeof note; i++)
+		len += (size_t)snprintf(note + len, sizeof note - len, " %u%s", p->probe.cand[i], i + 1 < n ? "," : "");
+	rf__engine_describe_append(&p->eng, "%s by run time", note);
 }
 
 static int rf__pipeline_oracle(void *owner, const struct rf__trace *t, size_t nblocks)
@@ -258,11 +281,12 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	if (r.cfg.oracle)
 		p->eng.oracle = rf__pipeline_oracle;
 	p->auto_max = r.auto_max;
-	if (r.auto_max != 0) {
+	if (r.auto_max != 0 && !r.device) {
 		p->eng.measure = rf__pipeline_measure;
 		p->eng.measure_samples = RF__AUTO_SAMPLES;
-		p->eng.after = rf__auto_after;
 	}
+	if (r.auto_max != 0)
+		p->eng.after = rf__auto_after;
 	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", r.backend, params->device, prog,
 				  params->slot_bytes)) != RF_OK)
 		goto fail;
@@ -276,6 +300,8 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	}
 	atomic_init(&p->depth, r.depth);
 	p->copy_queues = r.kq;
+	if (r.auto_max != 0 && r.device)
+		rf__auto_device(p);
 	if (r.cfg.trace[0] != '\0' && (rc = rf__engine_trace(&p->eng, "rf_pipeline_create", r.cfg.trace)) != RF_OK) {
 		rf__pipeline_free(p);
 		return rc;
