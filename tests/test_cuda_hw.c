@@ -299,8 +299,9 @@ Test(cuda_hw, concurrent_pipelines_on_several_threads)
 	cr_assert_eq(atomic_load(&g_thread_failures), 0);
 }
 
-/* A deep ring, pageable sources and slow computes: 600 staged copies through a 4-slot pinned ring, the
- * walker waiting on each pinned slot's H2D (the hop's back-pressure) — and every byte still arrives. */
+/* A deep ring, pageable sources and slow computes: 600 staged copies through a pinned ring of at most 16
+ * slots, the staging dispatcher waiting on each pinned slot's H2D (the hop's back-pressure) — and every
+ * byte still arrives. */
 Test(cuda_hw, back_pressure_beyond_64_staged_copies)
 {
 	rf_pipeline *p = make(96, 1, 4096, 0);
