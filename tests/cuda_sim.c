@@ -1,6 +1,7 @@
 /* tests/cuda_sim.c — the simulated CUDA runtime (see cuda_sim.h for the model). */
 #include "cuda_sim.h"
 #include "rng.h"
+#include "runtime/backend.h"
 
 #include <pthread.h>
 #include <stdarg.h>
@@ -1131,4 +1132,12 @@ void sim_install(const sim_config *cfg)
 	t_last_error = 0;
 	memset(g_ctx_made, 0, sizeof g_ctx_made);
 	rf__cuda = &sim_api;
+#ifndef RF_HAVE_CUDA
+	/* Built without the toolkit, the library has no "cuda" backend of its own to call us. */
+	static int registered;
+	if (!registered++ && rf__backend_register(&rf__backend_cuda) != RF_OK) {
+		fprintf(stderr, "cuda_sim: cannot register the cuda backend: %s\n", rf_errmsg());
+		abort();
+	}
+#endif
 }

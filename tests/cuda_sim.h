@@ -44,7 +44,8 @@ typedef struct sim_config {
 
 extern const rf__cuda_api sim_api;
 
-/* Reset the simulator (freeing what it holds) and install it as rf__cuda. */
+/* Reset the simulator (freeing what it holds) and install it as rf__cuda; where the library was built
+ * without the CUDA toolkit, also register its "cuda" backend (once). */
 void sim_install(const sim_config *cfg);
 sim_config *sim_cfg(void);
 /* Calls of the fail_call kind seen so far (a run that made fewer than fail_nth saw no failure). */

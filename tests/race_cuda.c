@@ -173,12 +173,6 @@ int main(int argc, char **argv)
 		else if (strcmp(argv[i], "--seed") == 0)
 			seed = strtoull(argv[i + 1], NULL, 10);
 	}
-#ifndef RF_HAVE_CUDA
-	if (rf__backend_register(&rf__backend_cuda) != RF_OK) {
-		fprintf(stderr, "race_cuda: cannot register the cuda backend: %s\n", rf_errmsg());
-		return 1;
-	}
-#endif
 	unsigned long long rng = seed;
 	int fails = 0;
 	for (unsigned long long it = 0; it < iters && fails == 0; it++) {

@@ -16,6 +16,7 @@
 #include "runtime/autodepth.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
+#include "cuda_check.h"
 #include "support.h"
 
 #include <stdio.h>
@@ -32,18 +33,7 @@ static void install(uint64_t seed, double step_prob)
 	unsetenv("RINGFETCH_CONFIG");
 	unsetenv("RINGFETCH_MEMORY_BUDGET");
 	unsetenv("RINGFETCH_COPY_QUEUES");
-	sim_config c = {0};
-	c.seed = seed;
-	c.step_prob = step_prob;
-	c.device_count = 1;
-	c.numa_node = 0;
-	c.log = 1;
-	sim_install(&c);
-#ifndef RF_HAVE_CUDA
-	static int registered;
-	if (!registered++)
-		cr_assert_eq(rf__backend_register(&rf__backend_cuda), RF_OK);
-#endif
+	sim_use(seed, step_prob);
 }
 
 static int create_auto(const char *backend, unsigned kq, rf_pipeline **p)
@@ -77,78 +67,11 @@ static void check_ring(const rf_pipeline *p, unsigned slots)
 	cr_assert_eq(e->nslots, slots);
 }
 
-/* ---- the checking compute (as in test_cuda_record.c): a host function enqueued on the compute's
- * stream compares the slot with the block's source when the device gets there ------------------- */
-
-typedef struct check {
-	const blockset *bs;
-	size_t checked, bad, first_bad;
-} check;
-
-typedef struct probe {
-	check *c;
-	rf_block b;
-} probe;
-
-static probe g_probes[4096];
-static size_t g_nprobes;
-
-static void probe_fn(void *arg)
-{
-	probe *pr = arg;
-	check *c = pr->c;
-	size_t i = pr->b.index;
-	const blockset *bs = c->bs;
-	int ok = pr->b.bytes == bs->sizes[i] && (bs->sizes[i] == 0 || memcmp(pr->b.data, bs->srcs[i], bs->sizes[i]) == 0);
-	if (!ok && c->bad++ == 0)
-		c->first_bad = i;
-	c->checked++;
-}
-
-static int compute(void *user, const rf_block *b)
-{
-	check *c = user;
-	if (g_nprobes == sizeof g_probes / sizeof g_probes[0])
-		return 99;
-	probe *pr = &g_probes[g_nprobes++];
-	pr->c = c;
-	pr->b = *b;
-	return sim_launch(b->stream, probe_fn, pr) == 0 ? 0 : 98;
-}
-
-/* Blocks of random sizes (0 .. SLOT), sources pinned (simulator memory) or pageable at random. */
-static void make_blocks(blockset *bs, size_t n, uint64_t *rng)
-{
-	bs_alloc(bs, n, rng_next(rng));
-	for (size_t i = 0; i < n; i++) {
-		uint64_t r = rng_next(rng);
-		bs->sizes[i] = r % 7 == 0 ? 0 : 1 + (size_t)(r >> 8) % SLOT;
-		size_t sz = bs->sizes[i] ? bs->sizes[i] : 1;
-		bs->bufs[i] = (r >> 40) % 2 ? sim_host_alloc(sz) : malloc(sz);
-		cr_assert_not_null(bs->bufs[i]);
-		fill_pattern(bs->bufs[i], bs->sizes[i], i, bs->seed);
-		bs->srcs[i] = bs->bufs[i];
-	}
-}
-
-static void free_blocks(blockset *bs)
-{
-	for (size_t i = 0; i < bs->n; i++)
-		if (sim_is_pinned(bs->bufs[i], 1))
-			sim_host_free(bs->bufs[i]);
-		else
-			free(bs->bufs[i]);
-	free(bs->srcs);
-	free(bs->sizes);
-	free(bs->bufs);
-}
-
 /* One run with every block's payload checked on the device's schedule. */
-static void run_checked(rf_pipeline *p, const blockset *bs, int r)
+static void run_ok(rf_pipeline *p, const blockset *bs, int r)
 {
-	check c = {bs, 0, 0, 0};
-	g_nprobes = 0;
-	cr_assert_eq(rf_pipeline_run(p, bs->n, bs->srcs, bs->sizes, compute, &c), RF_OK, "run %d: %s", r, rf_errmsg());
+	check c;
+	cr_assert_eq(run_checked(p, bs, &c), RF_OK, "run %d: %s", r, rf_errmsg());
 	cr_assert_eq(c.checked, bs->n, "run %d: %zu of %zu computes checked", r, c.checked, bs->n);
 	cr_assert_eq(c.bad, 0, "run %d at depth %u: block %zu corrupted", r, rf_pipeline_depth(p), c.first_bad);
 	cr_assert_eq(sim_pending(), 0, "run %d: work left enqueued", r);
@@ -160,21 +83,21 @@ static unsigned probe_through(rf_pipeline *p, const unsigned *ladder, unsigned n
 {
 	uint64_t rng = seed;
 	blockset bs;
-	make_blocks(&bs, 40, &rng);
+	make_blocks(&bs, 40, SLOT, SRC_MIXED, &rng);
 	for (unsigned r = 0; r < n * RF__AUTO_ROUNDS; r++) {
 		cr_assert_eq(rf_pipeline_depth(p), ladder[r % n], "before run %u: depth %u, the ladder says %u (%s)", r,
 			     rf_pipeline_depth(p), ladder[r % n], rf_pipeline_describe(p));
-		run_checked(p, &bs, (int)r);
+		run_ok(p, &bs, (int)r);
 	}
 	unsigned kept = rf_pipeline_depth(p), in = 0;
 	for (unsigned i = 0; i < n; i++)
 		in |= kept == ladder[i];
 	cr_assert(in, "kept depth %u is not on the ladder (%s)", kept, rf_pipeline_describe(p));
 	for (int r = 0; r < 3; r++) {
-		run_checked(p, &bs, 100 + r);
+		run_ok(p, &bs, 100 + r);
 		cr_assert_eq(rf_pipeline_depth(p), kept, "the kept depth stays");
 	}
-	free_blocks(&bs);
+	free_blocks(&bs, SRC_MIXED);
 	return kept;
 }
 
@@ -316,7 +239,7 @@ Test(cuda_auto, every_faulted_create_is_clean_or_works, .timeout = 120)
 	install(51, 0.3);
 	uint64_t rng = 52;
 	blockset bs;
-	make_blocks(&bs, 24, &rng);
+	make_blocks(&bs, 24, SLOT, SRC_MIXED, &rng);
 	rf_pipeline_params pp = {0};
 	pp.depth_auto = RF_DEPTH_AUTO;
 	pp.slot_bytes = SLOT;
@@ -337,7 +260,7 @@ Test(cuda_auto, every_faulted_create_is_clean_or_works, .timeout = 120)
 		for (int r = 0; r < 10; r++) {
 			unsigned d = rf_pipeline_depth(p);
 			cr_assert(d == 2 || d == 4 || d == 8, "k=%ld run %d: depth %u", k, r, d);
-			run_checked(p, &bs, r);
+			run_ok(p, &bs, r);
 		}
 		const char *d = rf_pipeline_describe(p);
 		cr_assert(strstr(d, "rule") == NULL, "%s", d);
@@ -350,7 +273,7 @@ Test(cuda_auto, every_faulted_create_is_clean_or_works, .timeout = 120)
 	cr_assert_gt(k, 3, "create has fallible steps");
 	cr_assert_gt(worked, 0);
 	cr_assert_gt(short_ladder, 0, "no create lost its ladder's programs: the sweep missed them");
-	free_blocks(&bs);
+	free_blocks(&bs, SRC_MIXED);
 	leak_check();
 }
 
@@ -415,13 +338,13 @@ Test(cuda_auto_timing, the_fastest_rung_by_run_time_is_kept)
 	cr_assert_eq(create_auto("cuda", 1, &p), RF_OK, "%s", rf_errmsg());
 	uint64_t rng = 62;
 	blockset bs;
-	make_blocks(&bs, 40, &rng);
+	make_blocks(&bs, 40, SLOT, SRC_MIXED, &rng);
 	slow_rungs s = {p, 4};
 	for (unsigned r = 0; r < 3 * RF__AUTO_ROUNDS; r++)
 		cr_assert_eq(rf_pipeline_run(p, bs.n, bs.srcs, bs.sizes, slow_but_one, &s), RF_OK, "%s", rf_errmsg());
 	cr_assert_eq(rf_pipeline_depth(p), 4u, "%s", rf_pipeline_describe(p));
 	check_describe(p, "2, 4, 8", 4);
 	rf_pipeline_destroy(p);
-	free_blocks(&bs);
+	free_blocks(&bs, SRC_MIXED);
 	leak_check();
 }

@@ -25,11 +25,6 @@ static void install(int ndev)
 	c.numa_node = 0;
 	c.log = 1;
 	sim_install(&c);
-#ifndef RF_HAVE_CUDA
-	static int registered;
-	if (!registered++)
-		cr_assert_eq(rf__backend_register(&rf__backend_cuda), RF_OK);
-#endif
 }
 
 static rf_pipeline_params params(unsigned depth, size_t slot, int device)

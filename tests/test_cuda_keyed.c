@@ -23,11 +23,6 @@ static void install(uint64_t seed, double step_prob)
 	c.numa_node = -1;
 	c.log = 1;
 	sim_install(&c);
-#ifndef RF_HAVE_CUDA
-	static int registered;
-	if (!registered++)
-		cr_assert_eq(rf__backend_register(&rf__backend_cuda), RF_OK);
-#endif
 }
 
 static rf_pipeline *make(unsigned depth, size_t slot)

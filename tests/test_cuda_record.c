@@ -15,25 +15,11 @@
 #include "base/alloc.h"
 #include "runtime/backend.h"
 #include "memory/staging.h"
+#include "cuda_check.h"
 #include "support.h"
 
 #include <stdatomic.h>
 
-static void install(uint64_t seed, double step_prob)
-{
-	sim_config c = {0};
-	c.seed = seed;
-	c.step_prob = step_prob;
-	c.device_count = 1;
-	c.numa_node = 0;
-	c.log = 1;
-	sim_install(&c);
-#ifndef RF_HAVE_CUDA
-	static int registered;
-	if (!registered++)
-		cr_assert_eq(rf__backend_register(&rf__backend_cuda), RF_OK);
-#endif
-}
 
 static rf_pipeline *make(unsigned depth, unsigned copy_queues, size_t slot_bytes)
 {
@@ -47,112 +33,6 @@ static rf_pipeline *make(unsigned depth, unsigned copy_queues, size_t slot_bytes
 	int rc = rf_pipeline_create(&pp, &p);
 	cr_assert_eq(rc, RF_OK, "create depth %u K %u: %s", depth, copy_queues, rf_errmsg());
 	return p;
-}
-
-/* ---- the checking compute ------------------------------------------------------------------------ */
-
-/* The compute callback enqueues a host function on its stream that checks the slot's bytes when the
- * device gets there (in stream order), i.e. exactly when a kernel would read them. */
-typedef struct check {
-	const blockset *bs;
-	size_t next_expected;
-	size_t checked, bad, first_bad;
-	int fail_at;   /* >= 0: the compute of this block returns 7 */
-	int cancel_at; /* >= 0: the compute of this block cancels the run */
-	rf_pipeline *p;
-	int wrong_stream;
-} check;
-
-typedef struct probe {
-	check *c;
-	rf_block b;
-} probe;
-
-static probe g_probes[4096];
-static size_t g_nprobes;
-
-static void probe_fn(void *arg)
-{
-	probe *pr = arg;
-	check *c = pr->c;
-	const blockset *bs = c->bs;
-	size_t i = pr->b.index;
-	int ok = pr->b.bytes == bs->sizes[i] && (bs->sizes[i] == 0 || memcmp(pr->b.data, bs->srcs[i], bs->sizes[i]) == 0);
-	if (!ok && c->bad++ == 0)
-		c->first_bad = i;
-	c->checked++;
-}
-
-static int compute(void *user, const rf_block *b)
-{
-	check *c = user;
-	if (sim_stream_id(b->stream) < 0)
-		c->wrong_stream++;
-	if (c->fail_at >= 0 && b->index == (size_t)c->fail_at)
-		return 7;
-	if (c->cancel_at >= 0 && b->index == (size_t)c->cancel_at)
-		rf_pipeline_cancel(c->p);
-	if (g_nprobes == sizeof g_probes / sizeof g_probes[0])
-		return 99;
-	probe *pr = &g_probes[g_nprobes++];
-	pr->c = c;
-	pr->b = *b;
-	return sim_launch(b->stream, probe_fn, pr) == 0 ? 0 : 98;
-}
-
-/* Block sources: pinned (simulator-registered), pageable (malloc), or a random mix. */
-enum { SRC_PINNED, SRC_PAGEABLE, SRC_MIXED };
-
-static void make_blocks_sized(blockset *bs, size_t n, size_t slot_bytes, int kind, uint64_t *rng, size_t fixed)
-{
-	bs_alloc(bs, n, rng_next(rng));
-	for (size_t i = 0; i < n; i++) {
-		uint64_t r = rng_next(rng);
-		bs->sizes[i] = fixed ? fixed : r % 7 == 0 ? 0 : 1 + (size_t)(r >> 8) % slot_bytes;
-		int pinned = kind == SRC_PINNED || (kind == SRC_MIXED && (r >> 40) % 2);
-		size_t sz = bs->sizes[i] ? bs->sizes[i] : 1;
-		bs->bufs[i] = pinned ? sim_host_alloc(sz) : malloc(sz);
-		cr_assert_not_null(bs->bufs[i]);
-		fill_pattern(bs->bufs[i], bs->sizes[i], i, bs->seed);
-		bs->srcs[i] = bs->bufs[i];
-	}
-}
-
-static void make_blocks(blockset *bs, size_t n, size_t slot_bytes, int kind, uint64_t *rng)
-{
-	make_blocks_sized(bs, n, slot_bytes, kind, rng, 0);
-}
-
-static void free_blocks(blockset *bs, int kind)
-{
-	for (size_t i = 0; i < bs->n; i++) {
-		if (kind == SRC_PAGEABLE)
-			free(bs->bufs[i]);
-		else if (kind == SRC_PINNED)
-			sim_host_free(bs->bufs[i]);
-		else {
-			/* mixed: the simulator knows which ones it allocated */
-			size_t n = 1;
-			const void *p = bs->bufs[i];
-			if (sim_is_pinned(p, n))
-				sim_host_free(bs->bufs[i]);
-			else
-				free(bs->bufs[i]);
-		}
-	}
-	free(bs->srcs);
-	free(bs->sizes);
-	free(bs->bufs);
-}
-
-static int run_checked(rf_pipeline *p, const blockset *bs, check *c)
-{
-	memset(c, 0, sizeof *c);
-	c->bs = bs;
-	c->fail_at = c->cancel_at = -1;
-	c->p = p;
-	g_nprobes = 0;
-	return rf_pipeline_run(p, bs->n, bs->srcs, bs->sizes, compute, c);
 }
 
 /* ---- exact call sequences ---------------------------------------------------------------------- */
@@ -186,7 +66,7 @@ static char *run_lines_of(int event_syncs)
 
 Test(cuda_sequence, depth2_pinned_sources)
 {
-	install(1, 0);
+	sim_use(1, 0);
 	rf_pipeline *p = make(2, 1, 16);
 	uint64_t rng = 5;
 	blockset bs;
@@ -245,7 +125,7 @@ static size_t log_find(const char *what, size_t from)
 
 Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 {
-	install(1, 0);
+	sim_use(1, 0);
 	rf__test_hooks.cuda_copy_threads = 1; /* a 3-slot pinned ring: 2 + one thread's one piece */
 	rf_pipeline *p = make(2, 1, 16);
 	uint64_t rng = 5;
@@ -350,7 +230,7 @@ Test(cuda_sim, random_rings_keep_raw_and_war, .timeout = 120)
 {
 	uint64_t seed = test_seed(), rng = seed;
 	fprintf(stderr, "cuda_sim random rings: RF_TEST_SEED=%llu\n", (unsigned long long)seed);
-	install(1, 0);
+	sim_use(1, 0);
 	for (int i = 0; i < 1500; i++)
 		random_case(&rng, i % 2, 1);
 	leak_check();
@@ -361,7 +241,7 @@ Test(cuda_sim, random_rings_keep_raw_and_war, .timeout = 120)
 Test(cuda_sim, negative_control_without_war_waits_corrupts, .timeout = 120)
 {
 	uint64_t rng = 42;
-	install(1, 0);
+	sim_use(1, 0);
 	rf__test_hooks.drop_war_wait = 1;
 	size_t bad = 0;
 	for (int i = 0; i < 300; i++)
@@ -375,7 +255,7 @@ Test(cuda_sim, negative_control_without_war_waits_corrupts, .timeout = 120)
 Test(cuda_sim, negative_control_without_staging_war_corrupts, .timeout = 120)
 {
 	uint64_t rng = 43;
-	install(1, 0);
+	sim_use(1, 0);
 	rf__test_hooks.drop_staging_war = 1;
 	size_t bad = 0;
 	for (int i = 0; i < 300; i++)
@@ -388,7 +268,7 @@ Test(cuda_sim, negative_control_without_staging_war_corrupts, .timeout = 120)
  * for: the walker waits for each pinned slot's H2D (driving the device) before reusing it. */
 Test(cuda_sim, staging_ring_back_pressure)
 {
-	install(3, 0);
+	sim_use(3, 0);
 	rf_pipeline *p = make(4, 1, 32);
 	uint64_t rng = 9;
 	blockset bs;
@@ -424,7 +304,7 @@ static int run_kind(rf_pipeline *p, size_t n, size_t slot, int kind, uint64_t *r
 Test(cuda_hop, runs_switch_between_pinned_pageable_and_mixed, .timeout = 120)
 {
 	for (uint64_t seed = 1; seed <= 6; seed++) {
-		install(seed, 0.3);
+		sim_use(seed, 0.3);
 		rf__test_hooks.cuda_copy_threads = 1 + (unsigned)(seed % 3);
 		rf_pipeline *p = make(seed % 2 ? 4 : 3, seed % 2 ? 2 : 1, 48);
 		uint64_t rng = seed * 7;
@@ -447,7 +327,7 @@ Test(cuda_hop, runs_switch_between_pinned_pageable_and_mixed, .timeout = 120)
  * ring of 2 + ceil(4 / 3) = 4 slots), two copy queues. */
 Test(cuda_hop, blocks_of_several_pieces_over_several_threads, .timeout = 120)
 {
-	install(11, 0.2);
+	sim_use(11, 0.2);
 	rf__test_hooks.cuda_copy_threads = 4;
 	size_t slot = ((size_t)600 << 10) + 3;
 	rf_pipeline *p = make(3, 2, slot);
@@ -483,7 +363,7 @@ Test(cuda_hop, blocks_of_several_pieces_over_several_threads, .timeout = 120)
  * enqueued or copying, and the next run is whole. */
 Test(cuda_hop, cancel_stops_the_dispatcher, .timeout = 60)
 {
-	install(5, 0.3);
+	sim_use(5, 0.3);
 	rf__test_hooks.cuda_copy_threads = 2;
 	rf_pipeline *p = make(3, 1, 64);
 	uint64_t rng = 6;
@@ -514,7 +394,7 @@ Test(cuda_hop, cancel_stops_the_dispatcher, .timeout = 60)
 Test(cuda_hop, dispatcher_error_fails_the_run_and_the_pipeline_recovers, .timeout = 60)
 {
 	for (long nth = 1; nth <= 3; nth++) {
-		install((uint64_t)nth, 0.2);
+		sim_use((uint64_t)nth, 0.2);
 		rf__test_hooks.cuda_copy_threads = 1;
 		rf_pipeline *p = make(2, 1, 32);
 		uint64_t rng = 21;
@@ -543,7 +423,7 @@ Test(cuda_hop, dispatcher_error_fails_the_run_and_the_pipeline_recovers, .timeou
  * copy queue; the generic lowering goes through the same backend. */
 Test(cuda_sim, exec_ring_graph_with_two_copy_queues)
 {
-	install(4, 0.3);
+	sim_use(4, 0.3);
 	rf_graph *g;
 	cr_assert_eq(rf_graph_ring(20, 4, 2, &g), RF_OK);
 	rf_exec_params ep = {0};
@@ -572,7 +452,7 @@ Test(cuda_sim, exec_ring_graph_with_two_copy_queues)
 
 Test(cuda_errors, no_gpu_is_enodev_with_cuda_s_reason)
 {
-	install(1, 0);
+	sim_use(1, 0);
 	sim_cfg()->count_error = 35;
 	rf_pipeline_params pp = {0};
 	pp.depth = 2;
@@ -610,7 +490,7 @@ Test(cuda_errors, auto_picks_cuda_only_for_device_memory)
 #ifndef RF_HAVE_CUDA
 	cr_skip_test("built without the CUDA toolkit: cuda is not a built-in backend");
 #else
-	install(1, 0);
+	sim_use(1, 0);
 	rf_pipeline_params pp = {0};
 	pp.depth = 2;
 	pp.slot_bytes = 64;
@@ -635,7 +515,7 @@ Test(cuda_errors, failing_enqueue_call_drains_and_pipeline_stays_usable, .timeou
 	const char *names[] = {"cudaMemcpyAsync", "cudaEventRecord", "cudaStreamWaitEvent", "cudaLaunchHostFunc"};
 	for (int k = 0; k < 4; k++) {
 		for (long nth = 1; nth <= 12; nth += 5) {
-			install((uint64_t)nth, 0.2);
+			sim_use((uint64_t)nth, 0.2);
 			rf_pipeline *p = make(3, 1, 32);
 			uint64_t rng = 77;
 			blockset bs;
@@ -669,7 +549,7 @@ Test(cuda_errors, failing_enqueue_call_drains_and_pipeline_stays_usable, .timeou
 
 Test(cuda_errors, sticky_device_error_makes_the_pipeline_unusable)
 {
-	install(1, 0);
+	sim_use(1, 0);
 	rf_pipeline *p = make(2, 1, 32);
 	uint64_t rng = 3;
 	blockset bs;
@@ -688,7 +568,7 @@ Test(cuda_errors, sticky_device_error_makes_the_pipeline_unusable)
 
 Test(cuda_errors, callback_failure_and_cancel_drain_the_streams)
 {
-	install(1, 0.5);
+	sim_use(1, 0.5);
 	rf_pipeline *p = make(3, 1, 32);
 	uint64_t rng = 3;
 	blockset bs;
@@ -723,7 +603,7 @@ Test(cuda_errors, callback_failure_and_cancel_drain_the_streams)
  * failing in turn: a clean error, and nothing leaked (ASan/LSan) — streams and events included. */
 Test(cuda_errors, kth_step_fault_sweep, .timeout = 120)
 {
-	install(1, 0);
+	sim_use(1, 0);
 	uint64_t rng = 8;
 	blockset bs;
 	make_blocks(&bs, 8, 48, SRC_PAGEABLE, &rng);
@@ -764,7 +644,7 @@ Test(cuda_errors, kth_step_fault_sweep, .timeout = 120)
 
 Test(cuda_staging, host_ring_is_pinned_and_placed_near_the_gpu)
 {
-	install(1, 0);
+	sim_use(1, 0);
 	rf_pipeline *p = make(3, 1, 8192);
 	rf_placement pl;
 	/* Built on the first pageable block (review defect 6): none yet. */
@@ -797,7 +677,7 @@ Test(cuda_staging, host_ring_is_pinned_and_placed_near_the_gpu)
  * it; thousands of variable-size cycles stay bounded. */
 Test(cuda_staging, pinned_alloc_cycles_register_and_unregister, .timeout = 60)
 {
-	install(1, 0);
+	sim_use(1, 0);
 	uint64_t rng = 1;
 	void *live[16] = {0};
 	for (int i = 0; i < 4000; i++) {
@@ -829,7 +709,7 @@ Test(cuda_staging, pinned_alloc_cycles_register_and_unregister, .timeout = 60)
  * bytes stop growing after the first cycles. */
 Test(cuda_staging, pinned_churn_reuses_registrations, .timeout = 60)
 {
-	install(1, 0);
+	sim_use(1, 0);
 	int s, e, d, r, r_after_warmup = 0;
 	rf__staging_stats st, st_warm = {0};
 	for (int i = 0; i < 40; i++) {
@@ -856,7 +736,7 @@ Test(cuda_staging, pinned_churn_reuses_registrations, .timeout = 60)
  * pageable block fails saying why — every time, not once. */
 Test(cuda_staging, page_locking_failure_fails_only_pageable_runs)
 {
-	install(1, 0);
+	sim_use(1, 0);
 	sim_cfg()->register_error = 2;
 	void *m = NULL;
 	cr_assert_eq(rf__cuda_staging_alloc(1 << 20, NULL, 0, &m), RF_ENOMEM);
@@ -889,7 +769,7 @@ Test(cuda_staging, page_locking_failure_fails_only_pageable_runs)
 
 Test(cuda_staging, register_api_arguments)
 {
-	install(1, 0);
+	sim_use(1, 0);
 	cr_assert_eq(rf__cuda_host_register(NULL, 5), RF_EINVAL);
 	char buf[64];
 	cr_assert_eq(rf__cuda_host_register(buf, 0), RF_EINVAL);
