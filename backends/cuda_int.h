@@ -65,6 +65,9 @@ unsigned rf__cu_team_size(void); /* threads a team gets on this machine */
 int rf__cu_team_start(rf__cu_team *t, unsigned n, hwloc_topology_t topo, int node);
 void rf__cu_team_post(rf__cu_team *t, rf__cu_job *j);
 void rf__cu_team_fini(rf__cu_team *t); /* no job may be pending */
+/* Bind our threads th[0..n) to node's CPUs that the process may use; 1 when done, 0 when not (none
+ * allowed, node < 0, binding refused: they keep their affinity). */
+int rf__cu_place(hwloc_topology_t topo, int node, const pthread_t *th, unsigned n);
 
 /* ---- the staging hop of one copying queue (cuda_stage.c builds it, cuda_hop.c runs it) ---------- */
 

@@ -136,15 +136,13 @@ int rf__cu_stage_open(rf__cu *cx, rf__cu_queue *q)
 	if (cx->stage_failed)
 		return rf__err(cx->stage_failed, "%s", cx->stage_msg);
 	int rc = RF_OK;
-	if (!cx->team_started) {
-		/* The topology places the team (and the pinned ring, which needs it as much). */
-		hwloc_topology_t topo = rf__topo_acquire();
-		if (topo == NULL)
-			rc = rf__err(RF_EBACKEND, "cuda: staging hop: %s", rf__errmsg_peek());
-		else if ((rc = rf__cu_team_start(&cx->team, rf__cu_team_size(), topo, cx->numa_node)) == RF_OK)
+	/* The topology places our threads (and the pinned ring, which needs it as much). */
+	hwloc_topology_t topo = rf__topo_acquire();
+	if (topo == NULL)
+		rc = rf__err(RF_EBACKEND, "cuda: staging hop: %s", rf__errmsg_peek());
+	if (rc == RF_OK && !cx->team_started) {
+		if ((rc = rf__cu_team_start(&cx->team, rf__cu_team_size(), topo, cx->numa_node)) == RF_OK)
 			cx->team_started = 1;
-		if (topo != NULL)
-			rf__topo_release(topo);
 	}
 	if (rc == RF_OK) {
 		if ((q->hop = rf__calloc(1, sizeof *q->hop)) == NULL)
@@ -155,6 +153,10 @@ int rf__cu_stage_open(rf__cu *cx, rf__cu_queue *q)
 			rc = rf__cu_hop_build(cx, q->hop);
 		}
 	}
+	if (rc == RF_OK) /* the dispatcher too: the hop's threads all run near the GPU */
+		(void)rf__cu_place(topo, cx->numa_node, &q->hop->th, 1);
+	if (topo != NULL)
+		rf__topo_release(topo);
 	if (rc != RF_OK) {
 		snprintf(cx->stage_msg, sizeof cx->stage_msg, "%s", rf__errmsg_peek());
 		cx->stage_failed = rc;

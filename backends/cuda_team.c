@@ -84,24 +84,24 @@ unsigned rf__cu_team_size(void)
 	return want > RF__CU_TEAM_MAX ? RF__CU_TEAM_MAX : want;
 }
 
-/* Our threads run on the CPUs of the GPU's NUMA node (review defect 9: the copy reads the caller's
- * pages and writes the pinned ring there), when the process may use some of them; else they keep the
- * affinity they were created with. Never touches a thread we did not create. */
-static void rf__cu_team_place(rf__cu_team *t, hwloc_topology_t topo, int node)
+/* Our threads run on the CPUs of the GPU's NUMA node (review defect 9: the copies read the caller's
+ * pages and write the pinned ring there), when the process may use some of them; else they keep the
+ * affinity they were created with. Never touches a thread we did not create. 1 when placed. */
+int rf__cu_place(hwloc_topology_t topo, int node, const pthread_t *th, unsigned n)
 {
-	t->node = -1;
-	if (node < 0 || t->n == 0)
-		return;
+	if (node < 0 || n == 0)
+		return 0;
 	hwloc_obj_t obj = hwloc_get_numanode_obj_by_os_index(topo, (unsigned)node);
 	hwloc_cpuset_t cs = hwloc_bitmap_alloc();
-	if (obj != NULL && cs != NULL) {
+	int ok = obj != NULL && cs != NULL;
+	if (ok) {
 		hwloc_bitmap_and(cs, obj->cpuset, hwloc_topology_get_allowed_cpuset(topo));
-		int ok = !hwloc_bitmap_iszero(cs);
-		for (unsigned i = 0; ok && i < t->n; i++)
-			ok = hwloc_set_thread_cpubind(topo, t->th[i], cs, 0) == 0;
-		t->node = ok ? node : -1;
+		ok = !hwloc_bitmap_iszero(cs);
+		for (unsigned i = 0; ok && i < n; i++)
+			ok = hwloc_set_thread_cpubind(topo, th[i], cs, 0) == 0;
 	}
 	hwloc_bitmap_free(cs);
+	return ok;
 }
 
 int rf__cu_team_start(rf__cu_team *t, unsigned n, hwloc_topology_t topo, int node)
@@ -117,6 +117,6 @@ int rf__cu_team_start(rf__cu_team *t, unsigned n, hwloc_topology_t topo, int nod
 			return rf__err(RF_ENOMEM, "cuda: cannot start a host copy thread: %s", strerror(err));
 		}
 	}
-	rf__cu_team_place(t, topo, node);
+	t->node = rf__cu_place(topo, node, t->th, t->n) ? node : -1;
 	return RF_OK;
 }
