@@ -69,7 +69,8 @@ sanitize: deps
 	$(MAKE) test BUILD=$(BUILD)-asan BUILD_TYPE=Debug CMAKE_FLAGS="-DRINGFETCH_SANITIZE=address,undefined $(CMAKE_FLAGS)"
 
 # The race and stress tests (label tsan) under ThreadSanitizer. Criterion cannot run under TSan, so the
-# threaded checks live in plain programs, tests/race.c and tests/race_keyed.c.
+# threaded checks live in plain programs: tests/race.c, race_copy.c, race_keyed.c, race_control.c and
+# race_cuda.c (the cuda backend's staging threads, against the simulated CUDA).
 tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DRINGFETCH_WERROR=ON -DRINGFETCH_SANITIZE=thread $(CMAKE_FLAGS)
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_race race_copy race_cuda test_race_keyed test_race_control
