@@ -31,9 +31,9 @@
  */
 #include "backends/cuda_int.h"
 #include "base/error.h"
+#include "base/thread.h"
 #include "runtime/walk.h"
 
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -138,9 +138,7 @@ static const rf__walk_ops rf__hop_ops = {rf__hop_copy, rf__hop_none, rf__hop_sig
 
 void *rf__cu_hop_main(void *arg)
 {
-	sigset_t all; /* process-directed signals are the application's business */
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	rf__thread_block_signals();
 	rf__cu_hop *h = arg;
 	const rf__cuda_api *api = h->cx->api;
 	/* Our own thread: the pipeline's device stays current on it, and another thread's global-mode

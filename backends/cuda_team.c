@@ -5,17 +5,15 @@
 #include "backends/cuda_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/thread.h"
 
 #include <errno.h>
-#include <signal.h>
 #include <string.h>
 #include <unistd.h>
 
 static void *rf__cu_helper(void *arg)
 {
-	sigset_t all; /* process-directed signals are the application's business */
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	rf__thread_block_signals();
 	rf__cu_team *t = arg;
 	pthread_mutex_lock(&t->mu);
 	for (;;) {

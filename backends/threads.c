@@ -25,12 +25,12 @@
 #include "backends/threads_copy.h"
 #include "backends/threads_place.h"
 #include "runtime/config.h"
+#include "base/thread.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -259,10 +259,7 @@ static void rf__thr_walk(rf__threads *t, rf__run *run, unsigned q)
 
 static void *rf__thr_main(void *arg)
 {
-	/* Process-directed signals are the application's business: never deliver one on our worker. */
-	sigset_t all;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	rf__thread_block_signals();
 	rf__worker *w = arg;
 	rf__threads *t = w->t;
 	unsigned long seen = 0;

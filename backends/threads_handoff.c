@@ -13,11 +13,11 @@
 #include "base/error.h"
 #include "memory/topology.h"
 #include "runtime/trace.h"
+#include "base/thread.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,9 +93,7 @@ static void rf__ho_spin(_Atomic unsigned *c, unsigned v)
 
 static void *rf__ho_copier(void *arg)
 {
-	sigset_t all;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	rf__thread_block_signals();
 	rf__ho_bench *b = arg;
 	b->pinned = hwloc_set_cpubind(b->topo, b->set, HWLOC_CPUBIND_THREAD) == 0;
 	if (!b->pinned) { /* nothing worth measuring: release the reader at once */

@@ -17,11 +17,11 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "runtime/trace.h"
+#include "base/thread.h"
 
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -104,9 +104,7 @@ static void rf__tk_serve(rf__tk_lane *l, uint64_t s)
 
 static void *rf__tk_main(void *arg)
 {
-	sigset_t all; /* process-directed signals are the application's business */
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	rf__thread_block_signals();
 	rf__tk_lane *l = arg;
 	rf__tk *k = l->k;
 	for (uint64_t s = 0;;) {
