@@ -667,13 +667,6 @@ static int s_launch_host_func(void *sp, rf__cuda_host_fn fn, void *arg)
 	return 0;
 }
 
-int sim_launch(void *stream, rf__cuda_host_fn fn, void *arg)
-{
-	sim_lock();
-	int r = s_launch_host_func(stream, fn, arg);
-	sim_unlock();
-	return r;
-}
 
 static int s_malloc_device(void **p, size_t n, void *stream)
 {
@@ -814,260 +807,52 @@ static int s_init_context(void)
 }
 
 /* The table's entry points, each under the simulator's lock. */
-static int l_get_device_count(int *n)
-{
-	sim_lock();
-	int r = s_get_device_count(n);
-	sim_unlock();
-	return r;
-}
+#define SIM_LOCKED(name, params, args)                                                                    \
+	static int l_##name params                                                                          \
+	{                                                                                                  \
+		sim_lock();                                                                                \
+		int r = s_##name args;                                                                     \
+		sim_unlock();                                                                              \
+		return r;                                                                                  \
+	}
 
-static int l_get_device(int *d)
-{
-	sim_lock();
-	int r = s_get_device(d);
-	sim_unlock();
-	return r;
-}
+SIM_LOCKED(get_device_count, (int *n), (n))
+SIM_LOCKED(get_device, (int *d), (d))
+SIM_LOCKED(set_device, (int d), (d))
+SIM_LOCKED(ctx_get, (void **ctx), (ctx))
+SIM_LOCKED(ctx_set, (void *ctx), (ctx))
+SIM_LOCKED(driver_version, (int *v), (v))
+SIM_LOCKED(device_name, (int d, char *buf, size_t cap), (d, buf, cap))
+SIM_LOCKED(device_numa_node, (int d, int *node), (d, node))
+SIM_LOCKED(stream_create, (void **out), (out))
+SIM_LOCKED(stream_destroy, (void *sp), (sp))
+SIM_LOCKED(stream_synchronize, (void *sp), (sp))
+SIM_LOCKED(device_synchronize, (void), ())
+SIM_LOCKED(stream_query, (void *sp), (sp))
+SIM_LOCKED(event_create, (void **out), (out))
+SIM_LOCKED(event_destroy, (void *e), (e))
+SIM_LOCKED(event_record, (void *e, void *sp), (e, sp))
+SIM_LOCKED(event_synchronize, (void *e), (e))
+SIM_LOCKED(event_query, (void *e), (e))
+SIM_LOCKED(stream_capturing, (void *sp, int *yes), (sp, yes))
+SIM_LOCKED(capture_mode_local, (int *saved), (saved))
+SIM_LOCKED(capture_mode_restore, (int saved), (saved))
+SIM_LOCKED(stream_wait_event, (void *sp, void *e), (sp, e))
+SIM_LOCKED(memcpy_async, (void *dst, const void *src, size_t n, void *sp), (dst, src, n, sp))
+SIM_LOCKED(launch_host_func, (void *sp, rf__cuda_host_fn fn, void *arg), (sp, fn, arg))
+SIM_LOCKED(malloc_device, (void **p, size_t n, void *stream), (p, n, stream))
+SIM_LOCKED(free_device, (void *p, void *stream), (p, stream))
+SIM_LOCKED(host_register, (void *p, size_t n), (p, n))
+SIM_LOCKED(host_unregister, (void *p), (p))
+SIM_LOCKED(dma_range, (const void *p, const void **start, size_t *len), (p, start, len))
+SIM_LOCKED(error_kind, (int e), (e))
+SIM_LOCKED(get_last_error, (void), ())
+SIM_LOCKED(init_context, (void), ())
+#undef SIM_LOCKED
 
-static int l_set_device(int d)
+int sim_launch(void *stream, rf__cuda_host_fn fn, void *arg)
 {
-	sim_lock();
-	int r = s_set_device(d);
-	sim_unlock();
-	return r;
-}
-
-static int l_ctx_get(void **ctx)
-{
-	sim_lock();
-	int r = s_ctx_get(ctx);
-	sim_unlock();
-	return r;
-}
-
-static int l_ctx_set(void *ctx)
-{
-	sim_lock();
-	int r = s_ctx_set(ctx);
-	sim_unlock();
-	return r;
-}
-
-static int l_driver_version(int *v)
-{
-	sim_lock();
-	int r = s_driver_version(v);
-	sim_unlock();
-	return r;
-}
-
-static int l_device_name(int d, char *buf, size_t cap)
-{
-	sim_lock();
-	int r = s_device_name(d, buf, cap);
-	sim_unlock();
-	return r;
-}
-
-static int l_device_numa_node(int d, int *node)
-{
-	sim_lock();
-	int r = s_device_numa_node(d, node);
-	sim_unlock();
-	return r;
-}
-
-static int l_stream_create(void **out)
-{
-	sim_lock();
-	int r = s_stream_create(out);
-	sim_unlock();
-	return r;
-}
-
-static int l_stream_destroy(void *sp)
-{
-	sim_lock();
-	int r = s_stream_destroy(sp);
-	sim_unlock();
-	return r;
-}
-
-static int l_stream_synchronize(void *sp)
-{
-	sim_lock();
-	int r = s_stream_synchronize(sp);
-	sim_unlock();
-	return r;
-}
-
-static int l_device_synchronize(void)
-{
-	sim_lock();
-	int r = s_device_synchronize();
-	sim_unlock();
-	return r;
-}
-
-static int l_stream_query(void *sp)
-{
-	sim_lock();
-	int r = s_stream_query(sp);
-	sim_unlock();
-	return r;
-}
-
-static int l_event_create(void **out)
-{
-	sim_lock();
-	int r = s_event_create(out);
-	sim_unlock();
-	return r;
-}
-
-static int l_event_destroy(void *e)
-{
-	sim_lock();
-	int r = s_event_destroy(e);
-	sim_unlock();
-	return r;
-}
-
-static int l_event_record(void *e, void *sp)
-{
-	sim_lock();
-	int r = s_event_record(e, sp);
-	sim_unlock();
-	return r;
-}
-
-static int l_event_synchronize(void *e)
-{
-	sim_lock();
-	int r = s_event_synchronize(e);
-	sim_unlock();
-	return r;
-}
-
-static int l_event_query(void *e)
-{
-	sim_lock();
-	int r = s_event_query(e);
-	sim_unlock();
-	return r;
-}
-
-static int l_stream_capturing(void *sp, int *yes)
-{
-	sim_lock();
-	int r = s_stream_capturing(sp, yes);
-	sim_unlock();
-	return r;
-}
-
-static int l_capture_mode_local(int *saved)
-{
-	sim_lock();
-	int r = s_capture_mode_local(saved);
-	sim_unlock();
-	return r;
-}
-
-static int l_capture_mode_restore(int saved)
-{
-	sim_lock();
-	int r = s_capture_mode_restore(saved);
-	sim_unlock();
-	return r;
-}
-
-static int l_stream_wait_event(void *sp, void *e)
-{
-	sim_lock();
-	int r = s_stream_wait_event(sp, e);
-	sim_unlock();
-	return r;
-}
-
-static int l_memcpy_async(void *dst, const void *src, size_t n, void *sp)
-{
-	sim_lock();
-	int r = s_memcpy_async(dst, src, n, sp);
-	sim_unlock();
-	return r;
-}
-
-static int l_launch_host_func(void *sp, rf__cuda_host_fn fn, void *arg)
-{
-	sim_lock();
-	int r = s_launch_host_func(sp, fn, arg);
-	sim_unlock();
-	return r;
-}
-
-static int l_malloc_device(void **p, size_t n, void *stream)
-{
-	sim_lock();
-	int r = s_malloc_device(p, n, stream);
-	sim_unlock();
-	return r;
-}
-
-static int l_free_device(void *p, void *stream)
-{
-	sim_lock();
-	int r = s_free_device(p, stream);
-	sim_unlock();
-	return r;
-}
-
-static int l_host_register(void *p, size_t n)
-{
-	sim_lock();
-	int r = s_host_register(p, n);
-	sim_unlock();
-	return r;
-}
-
-static int l_host_unregister(void *p)
-{
-	sim_lock();
-	int r = s_host_unregister(p);
-	sim_unlock();
-	return r;
-}
-
-static int l_dma_range(const void *p, const void **start, size_t *len)
-{
-	sim_lock();
-	int r = s_dma_range(p, start, len);
-	sim_unlock();
-	return r;
-}
-
-static int l_error_kind(int e)
-{
-	sim_lock();
-	int r = s_error_kind(e);
-	sim_unlock();
-	return r;
-}
-
-static int l_get_last_error(void)
-{
-	sim_lock();
-	int r = s_get_last_error();
-	sim_unlock();
-	return r;
-}
-
-static int l_init_context(void)
-{
-	sim_lock();
-	int r = s_init_context();
-	sim_unlock();
-	return r;
+	return l_launch_host_func(stream, fn, arg);
 }
 
 const rf__cuda_api sim_api = {
