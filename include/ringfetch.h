@@ -65,7 +65,8 @@ RF_EXTERN const char *rf_version_string(void);
 	XX(ECALLBACK, -8, "compute callback failed")                                               \
 	XX(EBACKEND, -9, "backend failure")                                                        \
 	XX(EHAZARD, -10, "data hazard in graph")                                                   \
-	XX(ECONFIG, -11, "malformed configuration value")
+	XX(ECONFIG, -11, "malformed configuration value")                                          \
+	XX(EIO, -12, "I/O error")
 
 typedef enum rf_errno {
 	RF_OK = 0,
@@ -509,6 +510,7 @@ RF_EXTERN int rf_pipeline_keyed_stats(const rf_pipeline *p, rf_keyed_stats *out)
 }
 #endif
 
+#include "ringfetch/file.h"
 #include "ringfetch/graph.h"
 #include "ringfetch/staging.h"
 

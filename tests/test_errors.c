@@ -31,7 +31,7 @@ static const code_row rows[] = {
 
 Test(errors, codes_are_distinct_and_negative)
 {
-	cr_assert_eq(NROWS, 11, "RF_ERROR_MAP has %zu codes", NROWS);
+	cr_assert_eq(NROWS, 12, "RF_ERROR_MAP has %zu codes", NROWS);
 	cr_assert_eq(RF_OK, 0);
 	for (size_t i = 0; i < NROWS; i++) {
 		cr_assert_lt(rows[i].code, 0, "%s = %d is not negative", rows[i].name, rows[i].code);
@@ -55,6 +55,7 @@ Test(errors, values_are_stable)
 	cr_assert_eq(RF_EBACKEND, -9);
 	cr_assert_eq(RF_EHAZARD, -10);
 	cr_assert_eq(RF_ECONFIG, -11);
+	cr_assert_eq(RF_EIO, -12);
 }
 
 Test(errors, strerror_per_code)
@@ -79,7 +80,7 @@ Test(errors, strerror_per_code)
 
 Test(errors, strerror_unknown_codes)
 {
-	static const int unknown[] = {1, 2, 42, -12, -999, INT_MIN, INT_MAX, INT_MIN + 1};
+	static const int unknown[] = {1, 2, 42, -13, -999, INT_MIN, INT_MAX, INT_MIN + 1};
 	for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
 		const char *s = rf_strerror(unknown[i]);
 		cr_assert_not_null(s, "rf_strerror(%d) is NULL", unknown[i]);
