@@ -14,12 +14,21 @@ typedef struct rf__cpu_walk {
 	int64_t seen[RF_MAX_QUEUES]; /* last value signalled per queue */
 } rf__cpu_walk;
 
-static int rf__cpu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
+static int rf__cpu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage)
 {
 	(void)queue;
 	(void)c;
 	if (run->sizes[b] != 0)
-		memcpy(rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b]);
+		memcpy(rf__slot_ptr(run, slot), rf__copy_src(run, b, stage), run->sizes[b]);
+	return 0;
+}
+
+static int rf__cpu_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
+{
+	(void)queue;
+	(void)c;
+	if (run->sizes[b] != 0)
+		memcpy(rf__stage_ptr(run, stage), run->srcs[b], run->sizes[b]);
 	return 0;
 }
 
@@ -45,12 +54,12 @@ static int rf__cpu_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t bloc
 	return rf__err(RF_EBACKEND, "queue %u would wait forever for q%u >= %lld", q, wq, (long long)v);
 }
 
-static const rf__walk_ops rf__cpu_ops = {rf__cpu_copy, rf__cpu_compute, rf__cpu_signal, rf__cpu_wait};
+static const rf__walk_ops rf__cpu_ops = {rf__cpu_copy, rf__cpu_compute, rf__cpu_signal, rf__cpu_wait, rf__cpu_stage};
 
 int rf__cpu_walk_inline(rf__run *run)
 {
 	rf__cpu_walk w = {{0}};
-	return rf__walk(run, -1, &rf__cpu_ops, &w);
+	return rf__walk(run, -1, 0, &rf__cpu_ops, &w);
 }
 
 static int rf__cpu_run(void *ctx, rf__run *run)

@@ -8,10 +8,10 @@
  * every wait is enqueued after the record it needs — cudaStreamWaitEvent captures the event's latest
  * record at the time of the call, so a wait enqueued first would wait for nothing.
  *
- * Pageable sources take two hops through a pinned host ring (cuda_hop.c): a dispatcher thread per
- * copying queue has the copy team fill pinned slots ahead of the walker, which enqueues the H2D from
- * there; no host functions. Every entry point makes
- * params.device current and puts the caller's context back afterwards, "no context" included.
+ * Queues with STAGE ops (two-hop staging of pageable sources, the cuda pipeline's staged ring) are host
+ * queues: lanes of the backend's pool walk them (cuda_stage.c), and the walker skips their ops but
+ * waits, on the host, for their signals. No host functions. Every entry point makes params.device
+ * current and puts the caller's context back afterwards, "no context" included.
  *
  * All CUDA calls go through rf__cuda (backends/cuda_api.h): this file includes no CUDA header, builds
  * without the toolkit, and its lowering is tested on machines without a GPU against a simulator. */
@@ -35,8 +35,8 @@ int rf__cu_fail(const rf__cuda_api *api, const char *call, int err)
 }
 
 /* Make `device` current for the duration of a call, and put the caller's context back afterwards: an
- * embedder may drive several GPUs from one thread, or none from this one (review defect 3: a thread
- * without a context must not be left with one, least of all device 0's). */
+ * embedder may drive several GPUs from one thread, or none from this one (a thread without a context
+ * must not be left with one, least of all device 0's). */
 int rf__cu_enter(const rf__cuda_api *api, int device, rf__cu_saved *saved)
 {
 	saved->ctx = NULL;
@@ -74,7 +74,7 @@ int rf__cu_probe(int device)
 	int n = 0, e = api->get_device_count(&n);
 	if (e != 0) {
 		(void)api->get_last_error();
-		/* A driver that is there but older than the runtime is not "no GPU" (defect 2): say both. */
+		/* A driver that is there but older than the runtime is not "no GPU": say both. */
 		int drv = 0, rt = api->runtime_version();
 		if (api->driver_version(&drv) != 0) {
 			(void)api->get_last_error();
@@ -105,7 +105,6 @@ int rf__cu_probe(int device)
 static int rf__cu_queue_open(rf__cu *cx, rf__cu_queue *q)
 {
 	const rf__cuda_api *api = cx->api;
-	q->cx = cx;
 	if (rf__fault())
 		return rf__err(RF_EBACKEND, "cuda: cudaStreamCreateWithFlags failed (injected fault)");
 	RF__CU_TRY(api, "cudaStreamCreateWithFlags", api->stream_create(&q->stream));
@@ -126,26 +125,48 @@ static void rf__cu_free(rf__cu *cx)
 		if (q->stream != NULL && api->stream_synchronize(q->stream) != 0)
 			(void)api->get_last_error();
 	}
+	rf__cu_keyed_free(cx);
+	rf__cu_pool_close(cx);
 	for (unsigned i = 0; cx->q != NULL && i < cx->nq; i++) {
 		rf__cu_queue *q = &cx->q[i];
 		for (unsigned j = 0; q->ev != NULL && j < q->nev; j++)
 			if (q->ev[j] != NULL && api->event_destroy(q->ev[j]) != 0)
 				(void)api->get_last_error();
-		rf__cu_stage_free(cx, q);
 		if (q->stream != NULL && api->stream_destroy(q->stream) != 0)
 			(void)api->get_last_error();
 		free(q->ev);
-		free(q->ev_val);
+		free((void *)q->ev_val);
 	}
-	rf__cu_keyed_free(cx);
 	for (unsigned i = 0; cx->win != NULL && i < cx->nwin; i++)
 		if (cx->win[i] != NULL && api->event_destroy(cx->win[i]) != 0)
 			(void)api->get_last_error();
+	rf__staging_free(atomic_load(&cx->pin));
+	pthread_mutex_destroy(&cx->pin_mu);
 	free(cx->win);
-	if (cx->team_started)
-		rf__cu_team_fini(&cx->team);
 	free(cx->q);
 	free(cx);
+}
+
+/* Streams and event pools for the stream queues (host queues have neither), the enqueue window. */
+static int rf__cu_streams_open(rf__cu *cx)
+{
+	const struct rf_program *p = cx->seen;
+	unsigned nev = 2 * cx->nslots + 8;
+	cx->nwin = cx->nslots + RF__CU_WINDOW_MIN;
+	if ((cx->win = rf__calloc(cx->nwin, sizeof *cx->win)) == NULL)
+		return rf__err(RF_ENOMEM, "cuda: out of memory");
+	for (size_t i = 0; p != NULL && i < p->nops; i++)
+		if (p->ops[i].kind == RF_OP_COPY && !cx->q[p->ops[i].queue].copies++)
+			cx->ncopyq++;
+	for (unsigned i = 0; i < cx->nq; i++) {
+		int rc = RF_OK;
+		cx->q[i].nev = (cx->hostq >> i) & 1 ? 0 : nev;
+		if (cx->q[i].nev && (rc = rf__cu_queue_open(cx, &cx->q[i])) != RF_OK)
+			return rc;
+	}
+	for (unsigned i = 0; i < cx->nwin; i++)
+		RF__CU_TRY(cx->api, "cudaEventCreateWithFlags (enqueue window)", cx->api->event_create(&cx->win[i]));
+	return RF_OK;
 }
 
 static int rf__cu_open(const rf__open_args *args, void **ctx)
@@ -162,9 +183,17 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 	cx->device = args->device;
 	cx->nq = args->nqueues;
 	cx->slot_bytes = args->slot_bytes;
-	/* Pinned slots start on page boundaries (defect 4): the H2D of each reads whole pages. */
+	cx->oracle = args->oracle;
+	cx->seen = args->prog;
+	cx->nslots = args->nslots ? args->nslots : 1; /* depth = auto may deepen the ring up to this */
+	cx->nstage = args->prog != NULL ? args->prog->nstage : 0;
+	cx->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
+	/* Pinned slots start on page boundaries: the H2D of each reads whole pages. */
 	cx->pin_stride = rf__slot_stride(args->slot_bytes, RF__ALIGN_PINNED);
+	pthread_mutex_init(&cx->pin_mu, NULL);
+	rf__ec_init(&cx->ec);
 	if ((rc = rf__cu_enter(api, cx->device, &saved)) != RF_OK) {
+		pthread_mutex_destroy(&cx->pin_mu);
 		free(cx);
 		return rc;
 	}
@@ -176,37 +205,15 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 	/* "auto" turned into the GPU's node: a refusal of that node may fall back (rf__cu_pinned_alloc). */
 	if ((args->staging == NULL || args->staging->kind == RF__STG_AUTO) && cx->pinned_policy.kind == RF__STG_NODE)
 		cx->placement_note = "";
-	/* Which queues copy, and so may need a staging hop (built on their first pageable block). */
-	const struct rf_program *p = args->prog;
-	cx->nslots = args->nslots ? args->nslots : 1; /* depth = auto may deepen the ring up to this */
-	unsigned nev = 2 * cx->nslots + 8;
-	cx->nwin = cx->nslots + RF__CU_WINDOW_MIN;
-	if ((cx->q = rf__calloc(cx->nq, sizeof *cx->q)) == NULL || (cx->win = rf__calloc(cx->nwin, sizeof *cx->win)) == NULL) {
+	if ((cx->q = rf__calloc(cx->nq, sizeof *cx->q)) == NULL)
 		rc = rf__err(RF_ENOMEM, "cuda: out of memory");
-		goto fail;
-	}
-	for (size_t i = 0; p != NULL && i < p->nops; i++)
-		if (p->ops[i].kind == RF_OP_COPY && !cx->q[p->ops[i].queue].copies++)
-			cx->ncopyq++;
-	for (unsigned i = 0; i < cx->nq; i++)
-		cx->q[i].nev = nev;
-	for (unsigned i = 0; i < cx->nq; i++)
-		if ((rc = rf__cu_queue_open(cx, &cx->q[i])) != RF_OK)
-			goto fail;
-	for (unsigned i = 0; i < cx->nwin; i++) {
-		int e = api->event_create(&cx->win[i]);
-		if (e != 0) {
-			rc = rf__cu_fail(api, "cudaEventCreateWithFlags (enqueue window)", e);
-			goto fail;
-		}
-	}
-	if ((rc = rf__cu_keyed_open(cx)) != RF_OK)
-		goto fail;
-	rf__cu_leave(api, &saved);
-	*ctx = cx;
-	return RF_OK;
-fail:
-	rf__cu_free(cx);
+	if (rc == RF_OK && (rc = rf__cu_pool_open(cx, args->prog)) == RF_OK && (rc = rf__cu_streams_open(cx)) == RF_OK)
+		rc = rf__cu_keyed_open(cx);
+	cx->seen = NULL; /* rf__cu_pool_prepare derives the rest at the first run */
+	if (rc != RF_OK)
+		rf__cu_free(cx);
+	else
+		*ctx = cx;
 	rf__cu_leave(api, &saved);
 	return rc;
 }
@@ -224,7 +231,16 @@ static void rf__cu_close(void *ctx)
 
 /* ---- slots: the device ring ---------------------------------------------------------------------- */
 
-/* Stream-ordered on queue 0's stream (defect 14): no device-wide synchronisation on free. */
+/* The first stream queue's stream (NULL: the legacy default stream, for a program without one). */
+static void *rf__cu_stream0(const rf__cu *cx)
+{
+	for (unsigned i = 0; i < cx->nq; i++)
+		if (cx->q[i].stream != NULL)
+			return cx->q[i].stream;
+	return NULL;
+}
+
+/* Stream-ordered on the first stream: no device-wide synchronisation on free. */
 static int rf__cu_slots_alloc(void *ctx, size_t bytes, void **mem)
 {
 	rf__cu *cx = ctx;
@@ -233,9 +249,10 @@ static int rf__cu_slots_alloc(void *ctx, size_t bytes, void **mem)
 	int rc = rf__cu_enter(api, cx->device, &saved);
 	if (rc != RF_OK)
 		return rc;
-	int e = api->malloc_device(mem, bytes, cx->q[0].stream);
-	if (e == 0 && (e = api->stream_synchronize(cx->q[0].stream)) != 0) {
-		(void)api->free_device(*mem, cx->q[0].stream);
+	void *s0 = rf__cu_stream0(cx);
+	int e = api->malloc_device(mem, bytes, s0);
+	if (e == 0 && (e = api->stream_synchronize(s0)) != 0) {
+		(void)api->free_device(*mem, s0);
 		*mem = NULL;
 	}
 	rf__cu_leave(api, &saved);
@@ -258,7 +275,7 @@ static void rf__cu_slots_free(void *ctx, void *mem, size_t bytes)
 		return;
 	if (rf__cu_keyed_settle(cx) != 0)
 		(void)cx->api->get_last_error();
-	if (cx->api->free_device(mem, cx->q[0].stream) != 0 || cx->api->stream_synchronize(cx->q[0].stream) != 0)
+	if (cx->api->free_device(mem, rf__cu_stream0(cx)) != 0 || cx->api->stream_synchronize(rf__cu_stream0(cx)) != 0)
 		(void)cx->api->get_last_error();
 	rf__cu_leave(cx->api, &saved);
 }
@@ -276,34 +293,29 @@ static int rf__cu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsig
 	return rc;
 }
 
-static int rf__cu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
+/* A staged block's copy reads what its STAGE left in the staging slot: the pinned slot, or the source
+ * itself when DMA can read it. */
+static int rf__cu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage)
 {
 	rf__cu *cx = c;
-	rf__cu_queue *q = &cx->q[queue];
 	size_t n = run->sizes[b];
 	if (n == 0)
 		return 0;
-	if (atomic_load_explicit(run->cancel, memory_order_relaxed))
+	if (atomic_load_explicit(run->cancel, memory_order_relaxed) || atomic_load_explicit(&cx->stop, memory_order_relaxed))
 		return RF_ECANCELED;
-	void *dst = rf__slot_ptr(run, slot);
-	q->ncopy++;
-	if (q->hop == NULL) {
-		if (rf__cu_is_dma(cx, q->ranges, run->srcs[b], n)) {
-			RF__CU_TRY(cx->api, "cudaMemcpyAsync", cx->api->memcpy_async(dst, run->srcs[b], n, q->stream));
-			return 0;
-		}
-		/* The queue's first pageable block: build its hop and hand the rest of this run's copies of
-		 * the queue, this one included, to the dispatcher. */
-		int rc = rf__cu_stage_open(cx, q);
-		if (rc != RF_OK)
-			return rf__err(rc, "cuda: a pageable block needs the staging hop, which cannot be built: %s",
-				       rf__errmsg_peek());
-		rf__cu_hop_start(q->hop, run, q->ncopy - 1);
-	}
-	return rf__cu_hop_take(cx, q, b, dst, run->srcs[b], n);
+	const void *src = stage == RF__NO_STAGE ? run->srcs[b] : cx->sslot[stage];
+	RF__CU_TRY(cx->api, "cudaMemcpyAsync", cx->api->memcpy_async(rf__slot_ptr(run, slot), src, n, cx->q[queue].stream));
+	return 0;
 }
 
-static const rf__walk_ops rf__cu_ops = {rf__cu_copy, rf__cu_compute, rf__cu_signal, rf__cu_wait};
+/* Host queues' ops are their lanes': the walker skips them (rf__walk's skip mask). */
+static int rf__cu_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
+{
+	(void)c, (void)run, (void)b, (void)stage;
+	return rf__err(RF_EBACKEND, "cuda: the walker met a stage of host queue %u", queue);
+}
+
+static const rf__walk_ops rf__cu_ops = {rf__cu_copy, rf__cu_compute, rf__cu_signal, rf__cu_wait, rf__cu_stage};
 
 /* Wait for everything enqueued on every stream. The first error wins. */
 static int rf__cu_drain(rf__cu *cx, const char **call)
@@ -311,13 +323,45 @@ static int rf__cu_drain(rf__cu *cx, const char **call)
 	int first = 0;
 	for (unsigned i = 0; i < cx->nq; i++) {
 		rf__cu_queue *q = &cx->q[i];
-		int e = cx->api->stream_synchronize(q->stream);
+		int e = q->stream != NULL ? cx->api->stream_synchronize(q->stream) : 0;
 		if (e != 0 && first == 0) {
 			first = e;
 			*call = "cudaStreamSynchronize";
 		}
 	}
 	return first;
+}
+
+static int rf__cu_lanes_done(void *arg)
+{
+	return atomic_load_explicit(&((rf__cu *)arg)->active, memory_order_acquire) == 0;
+}
+
+/* Start every lane on its host queue, walk the streams' ops, wait for the lanes. The first failure of
+ * any of them is the run's (its message said again here, on the caller's thread). */
+static int rf__cu_walk_all(rf__cu *cx, rf__run *run)
+{
+	int rc = rf__cu_pool_prepare(cx, run->prog);
+	if (rc != RF_OK)
+		return rc;
+	for (unsigned i = 0; i < cx->nq; i++) {
+		atomic_store_explicit(&cx->q[i].value, 0, memory_order_relaxed);
+		atomic_store_explicit(&cx->q[i].nrec, 0, memory_order_relaxed);
+	}
+	cx->ncomp = 0;
+	cx->run = run;
+	atomic_store(&cx->stop, 0);
+	atomic_store(&cx->first_rc, 0);
+	atomic_store(&cx->active, cx->nhost);
+	for (unsigned i = 0; i < cx->nhost; i++)
+		if (rf__pool_post(&cx->pool, i, &cx->lane[i].walk) != RF_OK) /* keyed items were quiesced */
+			return rf__err(RF_EBACKEND, "cuda: staging lane %u has no room for the run", i);
+	rc = rf__walk(run, -1, cx->hostq, &rf__cu_ops, cx);
+	if (rc != 0)
+		rf__cu_run_fail(cx, rc);
+	rf__ec_wait(&cx->ec, rf__cu_lanes_done, cx, cx->spin_ns);
+	rc = atomic_load(&cx->first_rc);
+	return rc == 0 || rc == RF_ECALLBACK || rc == RF_ECANCELED ? rc : rf__err(rc, "%s", cx->fail_msg);
 }
 
 static int rf__cu_run(void *ctx, rf__run *run)
@@ -330,18 +374,7 @@ static int rf__cu_run(void *ctx, rf__run *run)
 	int rc = rf__cu_enter(api, cx->device, &saved);
 	if (rc != RF_OK)
 		return rc;
-	for (unsigned i = 0; i < cx->nq; i++) {
-		rf__cu_queue *q = &cx->q[i];
-		q->nrec = 0;
-		q->ncopy = 0;
-		if (q->hop != NULL)
-			rf__cu_hop_start(q->hop, run, 0);
-	}
-	cx->ncomp = 0;
-	rc = rf__walk(run, -1, &rf__cu_ops, cx);
-	for (unsigned i = 0; i < cx->nq; i++)
-		if (cx->q[i].hop != NULL)
-			rf__cu_hop_end(cx->q[i].hop);
+	rc = rf__cu_walk_all(cx, run);
 	/* Drain even on failure: nothing we enqueued may still run (or read the caller's sources) once
 	 * rf_pipeline_run has returned. */
 	const char *call = NULL;
@@ -361,43 +394,35 @@ static int rf__cu_run(void *ctx, rf__run *run)
 static int rf__cu_describe(void *ctx, char *buf, size_t cap)
 {
 	rf__cu *cx = ctx;
-	unsigned nbuilt = 0, npin = 0;
+	unsigned ns = 0;
 	for (unsigned i = 0; i < cx->nq; i++)
-		if (cx->q[i].hop != NULL)
-			nbuilt++, npin = cx->q[i].hop->npin;
-	char node[24] = "unknown", stage[200];
+		ns += cx->q[i].stream != NULL;
+	char node[24] = "unknown", stage[320] = "stages nothing";
 	if (cx->numa_node >= 0)
 		snprintf(node, sizeof node, "%d", cx->numa_node);
-	if (cx->stage_failed)
-		snprintf(stage, sizeof stage, "pageable sources cannot be staged: %.150s", cx->stage_msg);
-	else if (nbuilt == 0)
-		snprintf(stage, sizeof stage, "pinned host ring for pageable sources: built on the first pageable block");
-	else
-		snprintf(stage, sizeof stage,
-			 "pageable sources staged ahead through a pinned host ring of %u slots per copy queue (%u of "
-			 "%u queue%s), %u dispatcher thread%s, %u copy thread%s",
-			 npin, nbuilt, cx->ncopyq, cx->ncopyq == 1 ? "" : "s", cx->nhop_threads,
-			 cx->nhop_threads == 1 ? "" : "s", cx->team.n, cx->team.n == 1 ? "" : "s");
+	if (cx->nhost > 0)
+		snprintf(stage, sizeof stage, "%u staging queue%s on %u thread%s (rf-stage-N, %s), pinned ring of %u slots "
+					      "page-locked on the first pageable block, no file sources yet",
+			 cx->nhost, cx->nhost == 1 ? "" : "s", cx->pool.n, cx->pool.n == 1 ? "" : "s", cx->placed, cx->nstage);
 	snprintf(buf, cap,
-		 "cuda: device %d (%s, host NUMA node %s); %u stream%s (one per queue), %u events each, "
-		 "reused round-robin; the host enqueues at most %u computes ahead; %s",
-		 cx->device, cx->name, node, cx->nq, cx->nq == 1 ? "" : "s", cx->q[0].nev, cx->nwin, stage);
+		 "cuda: device %d (%s, host NUMA node %s); %u stream%s, %u events each, reused round-robin; the host "
+		 "enqueues at most %u computes ahead; %s",
+		 cx->device, cx->name, node, ns, ns == 1 ? "" : "s", 2 * cx->nslots + 8, cx->nwin, stage);
 	return RF_OK;
 }
 
-/* The pinned host ring (the first copying queue's; all are placed alike). */
+/* The pinned host ring, once allocated. */
 static int rf__cu_placement(void *ctx, rf_placement *out)
 {
 	rf__cu *cx = ctx;
-	for (unsigned i = 0; i < cx->nq; i++)
-		if (cx->q[i].hop != NULL) {
-			int rc = rf__staging_placement(cx->q[i].hop->pin, out);
-			if (rc == RF_OK && cx->placement_note != NULL && cx->placement_note[0] != '\0')
-				out->reason = cx->placement_note;
-			return rc;
-		}
-	return rf__err(RF_ENOTSUP, "cuda: no pinned host ring (built on the first pageable block%s)",
-		       cx->ncopyq ? "; none yet" : "; this program copies nothing");
+	unsigned char *pin = atomic_load_explicit(&cx->pin, memory_order_acquire);
+	if (pin == NULL)
+		return rf__err(RF_ENOTSUP, "cuda: no pinned host ring (allocated on the first pageable block%s)",
+			       cx->nhost ? "; none yet" : "; this program stages nothing");
+	int rc = rf__staging_placement(pin, out);
+	if (rc == RF_OK && cx->placement_note != NULL && cx->placement_note[0] != '\0')
+		out->reason = cx->placement_note;
+	return rc;
 }
 
 const rf__backend_ops rf__backend_cuda = {
@@ -414,11 +439,12 @@ const rf__backend_ops rf__backend_cuda = {
 	.placement = rf__cu_placement,
 	.kissue = rf__cu_kissue,
 	.ktest = rf__cu_ktest,
-	.kcancel = NULL,
+	.kcancel = rf__cu_kcancel,
 	.kwait = rf__cu_kwait,
 	.ksync = rf__cu_ksync,
 	.krelease = rf__cu_krelease,
 	.kquiesce = rf__cu_kquiesce,
 	.klanes = rf__cu_klanes,
 	.slot_align = RF__ALIGN_DEVICE, /* vectorised loads, TMA and DMA want 256 B on the device */
+	.stage_slots = rf__cu_stage_slots,
 };

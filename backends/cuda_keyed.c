@@ -1,29 +1,41 @@
-/* backends/cuda_keyed.c — keyed use (DESIGN.md "Keyed use", runtime/backend.h) on cuda, stream-ordered:
- * the host never waits for a copy in acquire or release.
+/* backends/cuda_keyed.c — keyed use (DESIGN.md "Keyed use", runtime/backend.h) on cuda. A keyed copy is
+ * the staged ring's block in small — stage if the source needs it, copy on a lane's stream, signal — run
+ * by the same host lanes, streams and events as runs.
  *
- * Per lane two streams of our own: hints go on the lane's hint stream, an acquire's copy on its demand
- * stream, so a demand copy never queues behind a hint that has not started. A copy is a ticket: an
- * event recorded after its cudaMemcpyAsync, from a ring of events (a ticket's event is re-used only once
- * the ticket is known finished; the ring is 2 * slots + lanes * hints + 8 deep, so that is all but
- * never a host wait). Ordering:
- *   WAW  the copy's stream waits on the slot's previous ticket (req->after);
+ * Lane l is the staged ring's copy queue l with its host lane and its pinned slots (t = l + K i). Hints
+ * go on the copy queue's stream, an acquire's copy on a demand stream of the lane's own, so that a demand
+ * copy never queues behind a hint that has not started. A copy is a ticket: an event recorded after its
+ * H2D, from a ring of entries (one is re-used only once its ticket is known finished; the ring is
+ * 2 * slots + lanes * hints + 8 deep, so that is all but never a host wait). By source:
+ *   DMA can read it (pinned, registered, device): the H2D from the source, at once;
+ *   pageable, a hint: a stage item on the host lane copies it into a free pinned slot of the lane (after
+ *     waiting, on the lane, for the H2D that last read that slot); the H2D is enqueued by the first
+ *     keyed call that finds the stage done (every call looks first, rf__cu_kprogress), in the lane's
+ *     order — lookup reports the key as copying until then;
+ *   pageable, an acquire's: the caller copies it into a free pinned slot itself (the one host wait an
+ *     acquire makes, for a source that needs staging on the host) and enqueues the H2D.
+ * Ordering of the H2D:
+ *   WAW  its stream waits on the slot's previous ticket (req->after; one still staging is finished
+ *        first, on the host — only when the slot's previous hint was mid-stage as it was chosen again);
  *   WAR  release(slot, stream) records an event on the releasing stream — one per releasing stream per
  *        slot, the latest replacing an earlier one of the same stream (RF__CU_KREL of them; beyond that
- *        the new stream first waits on the oldest, whose place it takes) — and the slot's next copy
+ *        the new stream first waits on the oldest, whose place it takes) — and the slot's next H2D
  *        waits on each of them, then forgets them (later copies are ordered after this one);
  *   RAW  acquire makes the caller's stream (NULL: the legacy default stream; cudaStreamPerThread too)
  *        wait on the copy's event.
- * A stream being captured is refused (RF_ENOTSUP) before anything is issued, and every query runs in
- * thread-local capture mode, so another thread's capture is never disturbed. Sources are copied by DMA
- * directly (pageable ones synchronously, as cudaMemcpyAsync does: keyed sources are best registered). */
+ * A hint not yet started (its stage item pending) can be withdrawn. A stream being captured is refused
+ * (RF_ENOTSUP) before anything is issued, and every CUDA call runs in thread-local capture mode. */
 #include "backends/cuda_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "io/file.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #define RF__CU_KREL 4u /* release events kept per slot */
+
+enum { RF__CK_STAGING = 1, RF__CK_STAGED, RF__CK_ISSUED, RF__CK_WITHDRAWN, RF__CK_FAILED };
 
 typedef struct rf__cu_krel {
 	void *stream;
@@ -31,15 +43,45 @@ typedef struct rf__cu_krel {
 	int live;
 } rf__cu_krel;
 
+/* A ticket: its event, and the H2D it stands for while that waits for its stage. */
+typedef struct rf__cu_kt {
+	_Atomic rf__kticket num; /* the ticket it holds; 0: none or known finished */
+	rf__kticket t;           /* the ticket it stands for (num is published once it is issued) */
+	atomic_int state;        /* RF__CK_* */
+	void *ev;
+	unsigned lane, slot, pin; /* pin: the staging slot it reads (RF__NO_STAGE: the source) */
+	const void *src;
+	void *dst;
+	size_t bytes;
+	rf__kticket after;
+	_Atomic uint64_t *counter;
+} rf__cu_kt;
+
+/* A pinned slot's stage item (a hint's), the last ticket that staged into the slot, and the last one
+ * whose H2D read it (a withdrawn hint's successor must still wait for that one). */
+typedef struct rf__cu_kst {
+	rf__work w;
+	rf__cu_kt *kt;
+	const void *src;
+	size_t n;
+	void *war; /* the event of the previous H2D out of the slot (NULL: none) */
+	uint64_t seq;
+	rf__kticket user, reader;
+} rf__cu_kst;
+
 struct rf__cu_keyed {
-	unsigned nlanes, nslots, nt;
-	void **hint, **demand; /* per lane */
-	void **tev;            /* ticket events, ring */
-	_Atomic rf__kticket *tnum; /* which ticket each event records now; 0: none or known finished */
-	rf__kticket next;          /* the last ticket issued */
-	int dirty;                 /* something issued or released since the last quiesce */
-	int used;                  /* a keyed copy was ever issued: callers' streams may read the slots */
-	rf__cu_krel *rel;          /* nslots * RF__CU_KREL */
+	unsigned nlanes, nslots, nt, pins;
+	void **demand;           /* per lane */
+	void **hint;             /* per lane: its copy queue's stream */
+	rf__cu_kt *kt;           /* nt */
+	rf__cu_kst *kst;         /* per staging slot */
+	rf__kticket *fifo;       /* per lane, pins entries: its hints waiting for their stage, in issue order */
+	unsigned *fhead, *fn, *next_pin;
+	rf__kticket next;        /* the last ticket issued */
+	int dirty;               /* something issued or released since the last quiesce */
+	int used;                /* a keyed copy was ever issued: callers' streams may read the slots */
+	rf__cu_krel *rel;        /* nslots * RF__CU_KREL */
+	rf__cu_range ranges[RF__CU_RANGES];
 };
 
 int rf__cu_keyed_open(rf__cu *cx)
@@ -52,19 +94,29 @@ int rf__cu_keyed_open(rf__cu *cx)
 	k->nlanes = cx->ncopyq ? cx->ncopyq : 1;
 	k->nslots = cx->nslots;
 	k->nt = 2 * cx->nslots + 2 * k->nlanes * 2 + 8;
+	k->pins = cx->nhost ? cx->nstage / k->nlanes : 0;
 	if ((k->hint = rf__calloc(k->nlanes, sizeof *k->hint)) == NULL ||
 	    (k->demand = rf__calloc(k->nlanes, sizeof *k->demand)) == NULL ||
-	    (k->tev = rf__calloc(k->nt, sizeof *k->tev)) == NULL || (k->tnum = rf__calloc(k->nt, sizeof *k->tnum)) == NULL ||
+	    (k->kt = rf__calloc(k->nt, sizeof *k->kt)) == NULL ||
+	    (k->kst = rf__calloc(cx->nstage ? cx->nstage : 1, sizeof *k->kst)) == NULL ||
+	    (k->fifo = rf__calloc((size_t)k->nlanes * (k->pins ? k->pins : 1), sizeof *k->fifo)) == NULL ||
+	    (k->fhead = rf__calloc(3 * (size_t)k->nlanes, sizeof *k->fhead)) == NULL ||
 	    (k->rel = rf__calloc((size_t)k->nslots * RF__CU_KREL, sizeof *k->rel)) == NULL)
 		return rf__err(RF_ENOMEM, "cuda: out of memory for keyed use");
-	for (unsigned i = 0; i < k->nlanes; i++) {
-		RF__CU_TRY(api, "cudaStreamCreateWithFlags (keyed hints)", api->stream_create(&k->hint[i]));
+	k->fn = k->fhead + k->nlanes;
+	k->next_pin = k->fn + k->nlanes;
+	for (unsigned i = 0, j = 0; i < k->nlanes; i++) {
+		while (j < cx->nq && !cx->q[j].copies)
+			j++;
 		RF__CU_TRY(api, "cudaStreamCreateWithFlags (keyed demand)", api->stream_create(&k->demand[i]));
+		k->hint[i] = j < cx->nq ? cx->q[j++].stream : k->demand[i];
 	}
 	for (unsigned i = 0; i < k->nt; i++)
-		RF__CU_TRY(api, "cudaEventCreateWithFlags (keyed copy)", api->event_create(&k->tev[i]));
+		RF__CU_TRY(api, "cudaEventCreateWithFlags (keyed copy)", api->event_create(&k->kt[i].ev));
 	for (size_t i = 0; i < (size_t)k->nslots * RF__CU_KREL; i++)
 		RF__CU_TRY(api, "cudaEventCreateWithFlags (keyed release)", api->event_create(&k->rel[i].ev));
+	for (unsigned t = 0; t < cx->nstage; t++)
+		k->kst[t].seq = UINT64_MAX;
 	return RF_OK;
 }
 
@@ -74,32 +126,259 @@ void rf__cu_keyed_free(rf__cu *cx)
 	const rf__cuda_api *api = cx->api;
 	if (k == NULL)
 		return;
-	for (unsigned i = 0; k->hint != NULL && i < k->nlanes; i++) {
-		if (k->hint[i] != NULL && api->stream_destroy(k->hint[i]) != 0)
+	for (unsigned i = 0; k->demand != NULL && i < k->nlanes; i++)
+		if (k->demand[i] != NULL && api->stream_destroy(k->demand[i]) != 0)
 			(void)api->get_last_error();
-		if (k->demand != NULL && k->demand[i] != NULL && api->stream_destroy(k->demand[i]) != 0)
-			(void)api->get_last_error();
-	}
-	for (unsigned i = 0; k->tev != NULL && i < k->nt; i++)
-		if (k->tev[i] != NULL && api->event_destroy(k->tev[i]) != 0)
+	for (unsigned i = 0; k->kt != NULL && i < k->nt; i++)
+		if (k->kt[i].ev != NULL && api->event_destroy(k->kt[i].ev) != 0)
 			(void)api->get_last_error();
 	for (size_t i = 0; k->rel != NULL && i < (size_t)k->nslots * RF__CU_KREL; i++)
 		if (k->rel[i].ev != NULL && api->event_destroy(k->rel[i].ev) != 0)
 			(void)api->get_last_error();
 	free(k->hint);
 	free(k->demand);
-	free(k->tev);
-	free((void *)k->tnum);
+	free(k->kt);
+	free(k->kst);
+	free(k->fifo);
+	free(k->fhead);
 	free(k->rel);
 	free(k);
 	cx->keyed = NULL;
 }
 
-/* Around every keyed entry point: params.device current, thread-local capture mode. */
+/* ---- tickets -------------------------------------------------------------------------------------- */
+
+static rf__cu_kt *rf__cu_kt_of(rf__cu_keyed *k, rf__kticket t)
+{
+	rf__cu_kt *e = &k->kt[t % k->nt];
+	return atomic_load_explicit(&e->num, memory_order_acquire) == t ? e : NULL;
+}
+
+/* Any thread (lookup): an event query only. */
+int rf__cu_ktest(void *ctx, rf__kticket t)
+{
+	rf__cu *cx = ctx;
+	rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
+	int st = e != NULL ? atomic_load_explicit(&e->state, memory_order_acquire) : 0;
+	if (e == NULL || rf__cu_kt_of(cx->keyed, t) == NULL || st == RF__CK_WITHDRAWN)
+		return 1;
+	if (st != RF__CK_ISSUED)
+		return 0;
+	/* params.device current (a thread without a context would get device 0's), capture mode local */
+	rf__cu_saved saved;
+	if (rf__cu_enter(cx->api, cx->device, &saved) != RF_OK)
+		return 0; /* cannot ask: not known finished (a later wait reports the error) */
+	int mode = 0, moded = cx->api->capture_mode_local(&mode) == 0;
+	int q = cx->api->event_query(e->ev);
+	if (moded)
+		(void)cx->api->capture_mode_restore(mode);
+	rf__cu_leave(cx->api, &saved);
+	if (q != 0 && cx->api->error_kind(q) == RF__CUE_NOT_READY) {
+		(void)cx->api->get_last_error(); /* ours (cudaEventQuery leaves cudaErrorNotReady) */
+		return 0;
+	}
+	if (q != 0) /* a device error: the copy will never finish; the next call that waits reports it */
+		(void)cx->api->get_last_error();
+	return 1;
+}
+
+/* The H2D of ticket entry e from `src` on stream s, ordered after the slot's previous copy (issued by
+ * now: earlier in the lane's order, or waited for by the caller) and its releases; then its event.
+ * Counted in bytes_copied now: the copy has started. */
+static int rf__cu_kh2d(rf__cu *cx, rf__cu_kt *e, const void *src, void *s)
+{
+	rf__cu_keyed *k = cx->keyed;
+	const rf__cuda_api *api = cx->api;
+	if (cx->oracle && e->pin != RF__NO_STAGE && memcmp(src, e->src, e->bytes) != 0)
+		return rf__err(RF_EHAZARD, "keyed oracle: RAW: the copy of %zu bytes into slot %u would read pinned slot %u "
+					   "before its stage filled it", e->bytes, e->slot, e->pin);
+	rf__cu_kt *a = e->after != 0 ? rf__cu_kt_of(k, e->after) : NULL;
+	int err = a != NULL && atomic_load(&a->state) == RF__CK_ISSUED ? api->stream_wait_event(s, a->ev) : 0;
+	rf__cu_krel *rel = &k->rel[(size_t)e->slot * RF__CU_KREL];
+	for (unsigned j = 0; err == 0 && j < RF__CU_KREL; j++)
+		if (rel[j].live)
+			err = api->stream_wait_event(s, rel[j].ev);
+	if (err == 0)
+		err = api->memcpy_async(e->dst, src, e->bytes, s);
+	if (err == 0)
+		err = api->event_record(e->ev, s);
+	if (err != 0)
+		return rf__cu_fail(api, "keyed copy (cudaStreamWaitEvent / cudaMemcpyAsync / cudaEventRecord)", err);
+	for (unsigned j = 0; j < RF__CU_KREL; j++) /* ordered before this copy, and so before later ones */
+		rel[j].live = 0;
+	if (e->pin != RF__NO_STAGE)
+		k->kst[e->pin].reader = e->t;
+	atomic_fetch_add_explicit(e->counter, e->bytes, memory_order_relaxed);
+	atomic_store_explicit(&e->state, RF__CK_ISSUED, memory_order_release);
+	k->used = 1;
+	return RF_OK;
+}
+
+/* Enqueue the H2D of every hint whose stage is done, in each lane's order (they may write the same
+ * device slot). The owner's thread, first in every keyed call. */
+static int rf__cu_kprogress(rf__cu *cx)
+{
+	rf__cu_keyed *k = cx->keyed;
+	for (unsigned l = 0; l < k->nlanes; l++) {
+		while (k->fn[l] > 0) {
+			rf__kticket t = k->fifo[(size_t)l * k->pins + k->fhead[l]];
+			rf__cu_kt *e = rf__cu_kt_of(k, t);
+			int st = e ? atomic_load_explicit(&e->state, memory_order_acquire) : RF__CK_WITHDRAWN, rc = RF_OK;
+			if (st == RF__CK_STAGING && !RF__TEST_HOOK(drop_keyed_stage_wait))
+				break;
+			if (st == RF__CK_FAILED) {
+				cx->broken = 1;
+				snprintf(cx->broken_msg, sizeof cx->broken_msg, "cudaEventSynchronize failed on a staging lane");
+				return rf__err(RF_EBACKEND, "cuda: a keyed copy's stage failed: %s", cx->broken_msg);
+			}
+			if ((st == RF__CK_STAGED || st == RF__CK_STAGING) &&
+			    (rc = rf__cu_kh2d(cx, e, atomic_load(&cx->pin) + (size_t)e->pin * cx->pin_stride, k->hint[l])) != RF_OK)
+				return rc;
+			k->fhead[l] = (k->fhead[l] + 1) % k->pins;
+			k->fn[l]--;
+		}
+	}
+	return RF_OK;
+}
+
+static int rf__cu_kstaged(void *arg)
+{
+	const rf__cu_kt *e = arg;
+	return atomic_load_explicit(&e->state, memory_order_acquire) != RF__CK_STAGING;
+}
+
+/* Ticket t is no longer waiting for its stage: wait for that (on the host), then issue it. */
+static int rf__cu_kready(rf__cu *cx, rf__kticket t)
+{
+	rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
+	if (e != NULL && !RF__TEST_HOOK(drop_keyed_stage_wait))
+		rf__ec_wait(&cx->ec, rf__cu_kstaged, e, cx->spin_ns);
+	return rf__cu_kprogress(cx);
+}
+
+/* ---- staging ---------------------------------------------------------------------------------------- */
+
+/* On the host lane: copy a hint's source into its pinned slot, once the slot's previous H2D has run. */
+static void rf__cu_kstage_fn(rf__work *w, void *ctx)
+{
+	rf__cu_kst *s = (rf__cu_kst *)w;
+	rf__cu_lane *l = ctx;
+	rf__cu *cx = l->cx;
+	rf__cu_lane_enter(l);
+	if (RF__TEST_HOOK(keyed_before_copy) != NULL)
+		RF__TEST_HOOK(keyed_before_copy)(0);
+	if (rf__work_claim(w)) {
+		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
+			RF__TEST_HOOK(keyed_before_copy)(1);
+		int e = s->war != NULL ? cx->api->event_synchronize(s->war) : 0, st = RF__CK_STAGING;
+		if (e != 0) {
+			(void)cx->api->get_last_error();
+			atomic_store_explicit(&s->kt->state, RF__CK_FAILED, memory_order_release);
+		} else {
+			size_t t = (size_t)(s - cx->keyed->kst);
+			rf__cu_stage_copy(l, atomic_load(&cx->pin) + t * cx->pin_stride, s->src, s->n, SIZE_MAX - 1 - t);
+			atomic_compare_exchange_strong(&s->kt->state, &st, RF__CK_STAGED);
+		}
+	}
+	rf__ec_notify(&cx->ec);
+}
+
+/* A pinned slot of lane l nothing is staging into and no H2D waits to read, and the event of the H2D that
+ * last read it (NULL: none, or known finished); RF_NO_STAGE when none is free. */
+static unsigned rf__cu_kpin(rf__cu *cx, unsigned l, void **war)
+{
+	rf__cu_keyed *k = cx->keyed;
+	unsigned lane = l % cx->nhost;
+	for (unsigned i = 0; i < k->pins; i++) {
+		unsigned t = l + k->nlanes * ((k->next_pin[l] + i) % k->pins);
+		rf__cu_kst *s = &k->kst[t];
+		rf__cu_kt *u = s->user ? rf__cu_kt_of(k, s->user) : NULL, *r = s->reader ? rf__cu_kt_of(k, s->reader) : NULL;
+		int st = u ? atomic_load_explicit(&u->state, memory_order_acquire) : 0;
+		if ((s->seq != UINT64_MAX && rf__lane_consumed(&cx->pool, lane) <= s->seq) || st == RF__CK_STAGING ||
+		    st == RF__CK_STAGED)
+			continue;
+		*war = r != NULL ? r->ev : NULL;
+		k->next_pin[l] = (k->next_pin[l] + i + 1) % k->pins;
+		return t;
+	}
+	return RF__NO_STAGE;
+}
+
+typedef struct rf__cu_kfree {
+	rf__cu *cx;
+	unsigned l;
+	void **war;
+	unsigned t;
+} rf__cu_kfree;
+
+/* A free pinned slot (f->t), or a stage of the lane that finished meanwhile (its H2D frees a slot). */
+static int rf__cu_kpin_moved(void *arg)
+{
+	rf__cu_kfree *f = arg;
+	rf__cu_keyed *k = f->cx->keyed;
+	rf__cu_kt *h = k->fn[f->l] ? rf__cu_kt_of(k, k->fifo[(size_t)f->l * k->pins + k->fhead[f->l]]) : NULL;
+	return (f->t = rf__cu_kpin(f->cx, f->l, f->war)) != RF__NO_STAGE ||
+	       (h != NULL && atomic_load_explicit(&h->state, memory_order_acquire) != RF__CK_STAGING);
+}
+
+/* Stage req's source for ticket entry e: a hint on the host lane (RF_ENOSPC when the lane has no free
+ * pinned slot: the core holds it back), a demand copy here, then its H2D. */
+static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kticket t, void *s)
+{
+	rf__cu_keyed *k = cx->keyed;
+	unsigned char *pin;
+	void *war = NULL;
+	int rc = rf__cu_pin_ring(cx, &pin) == RF_OK ? RF_OK : rf__err(RF_EBACKEND, "%s", rf__errmsg_peek());
+	rf__cu_kfree f = {cx, req->lane % k->nlanes, &war, RF__NO_STAGE};
+	if (rc == RF_OK && !rf__cu_kpin_moved(&f) && !req->demand)
+		return RF_ENOSPC;
+	/* A demand copy waits for a slot (hints whose stage was withdrawn may hold them a while). */
+	while (rc == RF_OK && f.t == RF__NO_STAGE) {
+		rf__ec_wait(&cx->ec, rf__cu_kpin_moved, &f, cx->spin_ns);
+		rc = f.t == RF__NO_STAGE ? rf__cu_kprogress(cx) : RF_OK;
+	}
+	if (rc != RF_OK)
+		return rc;
+	rf__cu_kst *st = &k->kst[f.t];
+	e->pin = f.t;
+	st->user = t;
+	if (req->demand) {
+		int err = war != NULL ? cx->api->event_synchronize(war) : 0;
+		if (err != 0)
+			return rf__cu_fail(cx->api, "cudaEventSynchronize (keyed staging slot free)", err);
+		memcpy(pin + (size_t)f.t * cx->pin_stride, req->src, req->bytes);
+		return rf__cu_kh2d(cx, e, pin + (size_t)f.t * cx->pin_stride, s);
+	}
+	unsigned lane = f.l % cx->nhost;
+	*st = (rf__cu_kst){.w.fn = rf__cu_kstage_fn, .kt = e, .src = req->src, .n = req->bytes, .war = war,
+			   .seq = rf__lane_posted(&cx->pool, lane), .user = t, .reader = st->reader};
+	atomic_store_explicit(&e->state, RF__CK_STAGING, memory_order_relaxed);
+	atomic_store_explicit(&e->num, t, memory_order_release);
+	if (rf__pool_post(&cx->pool, lane, &st->w) != RF_OK) {
+		atomic_store_explicit(&e->num, 0, memory_order_relaxed);
+		st->seq = UINT64_MAX;
+		return RF_ENOSPC;
+	}
+	k->fifo[(size_t)f.l * k->pins + (k->fhead[f.l] + k->fn[f.l]) % k->pins] = t;
+	k->fn[f.l]++;
+	return RF_OK;
+}
+
+/* ---- the k* methods ----------------------------------------------------------------------------------- */
+
+/* Around every keyed entry point: params.device current, thread-local capture mode; finished stages'
+ * H2Ds enqueued. */
 typedef struct rf__cu_kscope {
 	rf__cu_saved saved;
 	int mode, moded;
 } rf__cu_kscope;
+
+static void rf__cu_kleave(rf__cu *cx, rf__cu_kscope *sc)
+{
+	if (sc->moded && cx->api->capture_mode_restore(sc->mode) != 0)
+		(void)cx->api->get_last_error();
+	rf__cu_leave(cx->api, &sc->saved);
+}
 
 static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc)
 {
@@ -111,14 +390,9 @@ static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc)
 	sc->moded = cx->api->capture_mode_local(&sc->mode) == 0;
 	if (!sc->moded)
 		(void)cx->api->get_last_error();
-	return RF_OK;
-}
-
-static void rf__cu_kleave(rf__cu *cx, rf__cu_kscope *sc)
-{
-	if (sc->moded && cx->api->capture_mode_restore(sc->mode) != 0)
-		(void)cx->api->get_last_error();
-	rf__cu_leave(cx->api, &sc->saved);
+	if ((rc = rf__cu_kprogress(cx)) != RF_OK)
+		rf__cu_kleave(cx, sc);
+	return rc;
 }
 
 /* RF_ENOTSUP when `stream` is being captured (a keyed copy cannot be part of a graph). */
@@ -130,11 +404,6 @@ static int rf__cu_kcapture(rf__cu *cx, void *stream, const char *what)
 	if (yes)
 		return rf__err(RF_ENOTSUP, "cuda: %s: the stream is being captured (keyed copies cannot be captured)", what);
 	return RF_OK;
-}
-
-static void *rf__cu_kev(rf__cu_keyed *k, rf__kticket t)
-{
-	return atomic_load_explicit(&k->tnum[t % k->nt], memory_order_acquire) == t ? k->tev[t % k->nt] : NULL;
 }
 
 /* Before the device ring goes: callers' kernels may still read slots they held when they destroyed the
@@ -150,73 +419,57 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	rf__cu *cx = ctx;
 	rf__cu_keyed *k = cx->keyed;
-	const rf__cuda_api *api = cx->api;
 	rf__cu_kscope sc;
+	rf__fsrc f;
 	int rc = rf__cu_kenter(cx, &sc);
 	if (rc != RF_OK)
 		return rc;
 	if (req->demand && (rc = rf__cu_kcapture(cx, req->stream, "rf_pipeline_acquire")) != RF_OK)
 		goto out;
-	void *s = req->demand ? k->demand[req->lane % k->nlanes] : k->hint[req->lane % k->nlanes];
-	rf__kticket t = k->next + 1;
-	unsigned idx = (unsigned)(t % k->nt);
-	rf__kticket old = atomic_load_explicit(&k->tnum[idx], memory_order_acquire);
-	if (old != 0) { /* the ring came round to a ticket not known finished: wait for it (rare) */
-		int e = api->event_synchronize(k->tev[idx]);
-		if (e != 0) {
-			rc = rf__cu_fail(api, "cudaEventSynchronize (keyed copy)", e);
-			goto out;
-		}
-		atomic_store_explicit(&k->tnum[idx], 0, memory_order_release);
-	}
-	void *after = req->after ? rf__cu_kev(k, req->after) : NULL;
-	int e = after != NULL ? api->stream_wait_event(s, after) : 0;
-	rf__cu_krel *rel = &k->rel[(size_t)req->slot * RF__CU_KREL];
-	for (unsigned j = 0; e == 0 && j < RF__CU_KREL; j++)
-		if (rel[j].live)
-			e = api->stream_wait_event(s, rel[j].ev);
-	if (e == 0)
-		e = api->memcpy_async(req->dst, req->src, req->bytes, s);
-	if (e == 0)
-		e = api->event_record(k->tev[idx], s);
-	if (e != 0) {
-		rc = rf__cu_fail(api, "keyed copy (cudaStreamWaitEvent / cudaMemcpyAsync / cudaEventRecord)", e);
+	if ((rc = rf__file_classify("cuda", "a keyed source", req->src, req->bytes, 0, &f)) != 0) {
+		rc = rc == 1 ? rf__err(RF_ENOTSUP, "cuda: a keyed source in a file (rf_file_open): file sources are not "
+						    "supported on cuda yet") : rc;
 		goto out;
 	}
-	for (unsigned j = 0; j < RF__CU_KREL; j++) /* ordered before this copy, and so before later ones */
-		rel[j].live = 0;
-	atomic_store_explicit(&k->tnum[idx], t, memory_order_release);
-	atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
+	unsigned l = req->lane % k->nlanes;
+	void *s = req->demand ? k->demand[l] : k->hint[l];
+	rf__kticket t = k->next + 1;
+	rf__cu_kt *e = &k->kt[t % k->nt];
+	rf__kticket old = atomic_load_explicit(&e->num, memory_order_acquire);
+	if (old != 0 && (rc = rf__cu_kready(cx, old)) != RF_OK) /* the ring came round to an unfinished one (rare) */
+		goto out;
+	int err = old != 0 && atomic_load(&e->state) == RF__CK_ISSUED ? cx->api->event_synchronize(e->ev) : 0;
+	if (err != 0) {
+		rc = rf__cu_fail(cx->api, "cudaEventSynchronize (keyed copy)", err);
+		goto out;
+	}
+	atomic_store_explicit(&e->num, 0, memory_order_release);
+	e->t = t, e->lane = l, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src, e->dst = req->dst;
+	e->bytes = req->bytes, e->after = req->after, e->counter = req->counter;
+	int dma = k->pins == 0 || rf__cu_is_dma(cx, k->ranges, req->src, req->bytes);
+	/* Issued now (not by the lane's order): the slot's previous copy must be issued first. */
+	if ((dma || req->demand) && req->after != 0 && (rc = rf__cu_kready(cx, req->after)) != RF_OK)
+		goto out;
+	rc = dma ? rf__cu_kh2d(cx, e, req->src, s) : rf__cu_kstage(cx, req, e, t, s);
+	if (rc != RF_OK)
+		goto out;
+	atomic_store_explicit(&e->num, t, memory_order_release);
 	k->next = t;
-	k->dirty = k->used = 1;
+	k->dirty = 1;
 	*out = t;
 out:
 	rf__cu_kleave(cx, &sc);
 	return rc;
 }
 
-/* Any thread (lookup): an event query only. */
-int rf__cu_ktest(void *ctx, rf__kticket t)
+/* Withdraw a hint whose stage has not started: its item does nothing, its H2D never happens. */
+int rf__cu_kcancel(void *ctx, rf__kticket t)
 {
 	rf__cu *cx = ctx;
-	void *ev = rf__cu_kev(cx->keyed, t);
-	if (ev == NULL)
-		return 1;
-	/* params.device current (a thread without a context would get device 0's), capture mode local */
-	rf__cu_saved saved;
-	if (rf__cu_enter(cx->api, cx->device, &saved) != RF_OK)
-		return 0; /* cannot ask: not known finished (a later wait reports the error) */
-	int mode = 0, moded = cx->api->capture_mode_local(&mode) == 0;
-	int e = cx->api->event_query(ev);
-	if (moded)
-		(void)cx->api->capture_mode_restore(mode);
-	rf__cu_leave(cx->api, &saved);
-	if (e != 0 && cx->api->error_kind(e) == RF__CUE_NOT_READY) {
-		(void)cx->api->get_last_error(); /* ours (cudaEventQuery leaves cudaErrorNotReady) */
+	rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
+	if (e == NULL || atomic_load(&e->state) != RF__CK_STAGING || !rf__work_cancel(&cx->keyed->kst[e->pin].w))
 		return 0;
-	}
-	if (e != 0) /* a device error: the copy will never finish; the next call that waits reports it */
-		(void)cx->api->get_last_error();
+	atomic_store_explicit(&e->state, RF__CK_WITHDRAWN, memory_order_release);
 	return 1;
 }
 
@@ -227,11 +480,11 @@ int rf__cu_kwait(void *ctx, rf__kticket t, void *stream)
 	int rc = rf__cu_kenter(cx, &sc);
 	if (rc != RF_OK)
 		return rc;
-	if ((rc = rf__cu_kcapture(cx, stream, "rf_pipeline_acquire")) == RF_OK) {
-		void *ev = rf__cu_kev(cx->keyed, t);
-		int e = ev != NULL ? cx->api->stream_wait_event(stream, ev) : 0;
-		if (e != 0)
-			rc = rf__cu_fail(cx->api, "cudaStreamWaitEvent (acquire)", e);
+	if ((rc = rf__cu_kcapture(cx, stream, "rf_pipeline_acquire")) == RF_OK && (rc = rf__cu_kready(cx, t)) == RF_OK) {
+		rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
+		int err = e != NULL && atomic_load(&e->state) == RF__CK_ISSUED ? cx->api->stream_wait_event(stream, e->ev) : 0;
+		if (err != 0)
+			rc = rf__cu_fail(cx->api, "cudaStreamWaitEvent (acquire)", err);
 	}
 	rf__cu_kleave(cx, &sc);
 	return rc;
@@ -244,10 +497,12 @@ int rf__cu_ksync(void *ctx, rf__kticket t)
 	int rc = rf__cu_kenter(cx, &sc);
 	if (rc != RF_OK)
 		return rc;
-	void *ev = rf__cu_kev(cx->keyed, t);
-	int e = ev != NULL ? cx->api->event_synchronize(ev) : 0;
-	if (e != 0)
-		rc = rf__cu_fail(cx->api, "cudaEventSynchronize (keyed copy)", e);
+	if ((rc = rf__cu_kready(cx, t)) == RF_OK) {
+		rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
+		int err = e != NULL && atomic_load(&e->state) == RF__CK_ISSUED ? cx->api->event_synchronize(e->ev) : 0;
+		if (err != 0)
+			rc = rf__cu_fail(cx->api, "cudaEventSynchronize (keyed copy)", err);
+	}
 	rf__cu_kleave(cx, &sc);
 	return rc;
 }
@@ -290,6 +545,15 @@ out:
 	return rc;
 }
 
+static int rf__cu_kitems_done(void *arg)
+{
+	rf__cu *cx = arg;
+	for (unsigned i = 0; i < cx->nhost; i++)
+		if (rf__lane_consumed(&cx->pool, i) < rf__lane_posted(&cx->pool, i))
+			return 0;
+	return 1;
+}
+
 /* Everything keyed finished, every release ordered: a host wait (runs, reset, destroy). */
 int rf__cu_kquiesce(void *ctx)
 {
@@ -297,13 +561,16 @@ int rf__cu_kquiesce(void *ctx)
 	rf__cu_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
 	rf__cu_saved saved;
-	int first = 0;
 	if (!k->dirty) /* nothing keyed since the last time: no host wait (runs start here) */
 		return RF_OK;
 	k->dirty = 0;
-	int rc = rf__cu_enter(api, cx->device, &saved);
+	int rc = rf__cu_enter(api, cx->device, &saved), first = 0;
 	if (rc != RF_OK)
 		return rc; /* rf__cu_enter said why */
+	for (unsigned l = 0; l < k->nlanes && rc == RF_OK; l++)
+		while (k->fn[l] > 0 && rc == RF_OK)
+			rc = rf__cu_kready(cx, k->fifo[(size_t)l * k->pins + k->fhead[l]]);
+	rf__ec_wait(&cx->ec, rf__cu_kitems_done, cx, cx->spin_ns); /* withdrawn items read nothing after this */
 	for (unsigned i = 0; i < k->nlanes; i++) {
 		int e = api->stream_synchronize(k->hint[i]);
 		first = first ? first : e;
@@ -317,11 +584,13 @@ int rf__cu_kquiesce(void *ctx)
 			k->rel[i].live = 0;
 		}
 	for (unsigned i = 0; i < k->nt; i++)
-		atomic_store_explicit(&k->tnum[i], 0, memory_order_release);
+		atomic_store_explicit(&k->kt[i].num, 0, memory_order_release);
+	for (unsigned t = 0; t < cx->nstage; t++)
+		k->kst[t].user = k->kst[t].reader = 0;
 	rf__cu_leave(api, &saved);
-	if (first != 0)
-		return rf__cu_fail(api, "keyed quiesce (cudaStreamSynchronize / cudaEventSynchronize)", first);
-	return RF_OK;
+	if (rc == RF_OK && first != 0)
+		rc = rf__cu_fail(api, "keyed quiesce (cudaStreamSynchronize / cudaEventSynchronize)", first);
+	return rc;
 }
 
 unsigned rf__cu_klanes(void *ctx)

@@ -1,24 +1,44 @@
-/* backends/cuda_stage.c — building the two-hop staging of sources DMA cannot read directly, and
- * telling which those are. How the hop runs (a dispatcher thread per copying queue, the copy team,
- * an event per pinned slot) is cuda_hop.c's comment.
+/* backends/cuda_stage.c — two-hop staging on cuda: the host queues of a program (its STAGE nodes) as
+ * lanes of one pool, the pinned ring they fill, and which sources need it.
  *
- * The hop is built on a queue's first pageable block, not at create (review defect 6): pipelines fed
- * only pinned or device memory never page-lock a ring nor start threads, and where page-locking is
- * refused (confidential computing, cudaDevAttrHostRegisterSupported = 0, low memory) only runs with
- * pageable blocks fail, with the reason. The pinned ring is placed on the GPU's NUMA node when the
- * process may use it (defect 5), and its slots start on page boundaries (defect 4).
+ * A pageable source cannot be DMA'd asynchronously (cudaMemcpyAsync would copy it synchronously through
+ * a driver bounce buffer), so the cuda pipeline's program is the staged ring (graph/lower.c): block b is
+ * staged on host queue 1 + K + b % K into staging slot b % (K * pins), copied from there on its copy
+ * stream, computed on queue 0. Each host queue is a lane (rf-stage-N) that walks its own queue's ops
+ * while the walker, on the caller's thread, enqueues the streams' ops — one walk of each op, by the one
+ * interpreter (runtime/walk.h):
+ *   STAGE b into t:  a source DMA can read directly (pinned, registered, device memory) is not copied:
+ *                    slot t's state says "read the source" and its copy reads it; a pageable one is
+ *                    copied into pinned slot t by the lane and its helpers (pieces, base/piece.h).
+ *   lane waits for a stream (the staging slot's WAR): until the walker has recorded that signal, then
+ *                    for its event (cudaEventSynchronize; the lane makes no other CUDA calls but
+ *                    pointer queries and, once, the pinned ring's registration).
+ *   stream waits for a lane (the copy's RAW): the walker waits on the host for the lane's signal,
+ *                    taking pieces of that block's copy meanwhile, before it enqueues the copy.
+ * A lane whose program lets it (its waits and its consumers are the one stream it feeds) waits for the
+ * walker's record at once (the copy has read the slot's state by then) but defers the event wait until
+ * a STAGE that writes a pinned slot: a stage that copies nothing needs no slot free, and the stream
+ * that reads its signal is the one it would have waited for, ordered after that work already. So runs
+ * of pinned sources wait on no event on the host.
+ *
+ * The pinned ring is allocated on the first block that needs it, not at create: pipelines fed only
+ * pinned or device memory never page-lock a ring, and where page-locking is refused only runs with
+ * pageable blocks fail, with the reason. It is placed on the GPU's NUMA node when the process may use
+ * it, its slots start on page boundaries, and the lanes run on that node's CPUs.
  *
  * Which sources are DMA-capable: whole ranges, not the first and last byte (two registrations with a
- * hole between them are pageable in the hole, defect 12), remembered per classifying thread so that a
- * source seen before costs no driver call. */
+ * hole between them are pageable in the hole), remembered per classifying thread so that a source seen
+ * before costs no driver call. */
 #include "backends/cuda_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "io/file.h"
+#include "runtime/walk.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- pinned memory ------------------------------------------------------------------------------ */
 
@@ -61,7 +81,7 @@ void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy
 }
 
 /* Pinned memory under cx's policy. When "auto" chose the GPU's node and this process may not use it
- * (a container's cpuset/mems, defect 5), fall back to the caller's node and say so in placement. */
+ * (a container's cpuset/mems), fall back to the caller's node and say so in placement. */
 int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out)
 {
 	int rc = rf__staging_alloc(&cx->pinned_policy, bytes, align, out);
@@ -79,113 +99,45 @@ int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out)
 	return rc;
 }
 
-/* Pinned slots per copying queue: two (one filling while the other drains), plus enough that every
- * thread of the team has a piece of some block to copy (a block is ceil(slot / RF__CU_PIECE) pieces),
- * at most RF__CU_NPIN_MAX. Independent of the ring's depth (review defect 8: depth = auto's 16 slots
- * of 64 MiB would have been 1 GiB page-locked): 3 slots for blocks of 2 MiB or more with 8 threads. */
-static unsigned rf__cu_npin(size_t slot_bytes, unsigned threads)
+int rf__cu_pin_ring(rf__cu *cx, unsigned char **out)
 {
-	size_t pieces = (slot_bytes + RF__CU_PIECE - 1) / RF__CU_PIECE;
-	size_t n = 2 + (threads + pieces - 1) / (pieces ? pieces : 1);
-	return n > RF__CU_NPIN_MAX ? RF__CU_NPIN_MAX : (unsigned)n;
-}
-
-static int rf__cu_hop_build(rf__cu *cx, rf__cu_hop *h)
-{
-	const rf__cuda_api *api = cx->api;
-	unsigned npin = rf__cu_npin(cx->slot_bytes, cx->team.n);
-	if ((h->ev_free = rf__calloc(npin, sizeof *h->ev_free)) == NULL ||
-	    (h->job = rf__calloc(npin, sizeof *h->job)) == NULL || (h->done = rf__calloc(npin, sizeof *h->done)) == NULL)
-		return rf__err(RF_ENOMEM, "cuda: out of memory");
-	h->npin = npin; /* from here rf__cu_stage_free destroys the events made so far */
-	for (unsigned i = 0; i < npin; i++) {
-		int e = api->event_create(&h->ev_free[i]);
-		if (e != 0)
-			return rf__cu_fail(api, "cudaEventCreateWithFlags", e);
-	}
-	void *mem = NULL;
-	int rc = rf__cu_pinned_alloc(cx, (size_t)npin * cx->pin_stride, RF__STAGING_SLOT_ALIGN, &mem);
-	if (rc != RF_OK)
-		return rf__err(rc, "cuda: pinned host ring for pageable sources (%u x %zu bytes): %s", npin, cx->pin_stride,
-			       rf__errmsg_peek());
-	h->pin = mem;
-	if (pthread_mutex_init(&h->mu, NULL) != 0)
-		return rf__err(RF_ENOMEM, "cuda: cannot make the staging dispatcher's mutex");
-	if (pthread_cond_init(&h->wcv, NULL) != 0) {
-		pthread_mutex_destroy(&h->mu);
-		return rf__err(RF_ENOMEM, "cuda: cannot make the staging dispatcher's condition variable");
-	}
-	if (pthread_cond_init(&h->dcv, NULL) != 0) {
-		pthread_cond_destroy(&h->wcv);
-		pthread_mutex_destroy(&h->mu);
-		return rf__err(RF_ENOMEM, "cuda: cannot make the staging dispatcher's condition variable");
-	}
-	h->sync_made = 1;
-	int err = rf__fault() ? EAGAIN : pthread_create(&h->th, NULL, rf__cu_hop_main, h);
-	if (err != 0)
-		return rf__err(RF_ENOMEM, "cuda: cannot start the staging dispatcher thread: %s", strerror(err));
-	h->th_started = 1;
-	cx->nhop_threads++;
-	return RF_OK;
-}
-
-/* Build queue q's staging hop (and the team, once per pipeline). On failure what was built is torn
- * down, and the pipeline remembers why, so that later pageable runs fail alike. */
-int rf__cu_stage_open(rf__cu *cx, rf__cu_queue *q)
-{
-	if (cx->stage_failed)
-		return rf__err(cx->stage_failed, "%s", cx->stage_msg);
 	int rc = RF_OK;
-	/* The topology places our threads (and the pinned ring, which needs it as much). */
-	hwloc_topology_t topo = rf__topo_acquire();
-	if (topo == NULL)
-		rc = rf__err(RF_EBACKEND, "cuda: staging hop: %s", rf__errmsg_peek());
-	if (rc == RF_OK && !cx->team_started) {
-		if ((rc = rf__cu_team_start(&cx->team, rf__cu_team_size(), topo, cx->numa_node)) == RF_OK)
-			cx->team_started = 1;
+	if ((*out = atomic_load_explicit(&cx->pin, memory_order_acquire)) != NULL)
+		return RF_OK;
+	pthread_mutex_lock(&cx->pin_mu);
+	if ((*out = atomic_load_explicit(&cx->pin, memory_order_relaxed)) == NULL) {
+		void *mem = NULL;
+		size_t bytes = (size_t)cx->nstage * cx->pin_stride;
+		if ((rc = rf__cu_pinned_alloc(cx, bytes, RF__STAGING_SLOT_ALIGN, &mem)) != RF_OK)
+			rf__err(rc, "cuda: a pageable block needs the pinned host ring (%u x %zu bytes), which cannot be "
+				    "allocated: %s", cx->nstage, cx->pin_stride, rf__errmsg_peek());
+		atomic_store_explicit(&cx->pin, *out = mem, memory_order_release);
 	}
-	if (rc == RF_OK) {
-		if ((q->hop = rf__calloc(1, sizeof *q->hop)) == NULL)
-			rc = rf__err(RF_ENOMEM, "cuda: out of memory");
-		else {
-			q->hop->cx = cx;
-			q->hop->queue = (unsigned)(q - cx->q);
-			rc = rf__cu_hop_build(cx, q->hop);
-		}
-	}
-	if (rc == RF_OK) /* the dispatcher too: the hop's threads all run near the GPU */
-		(void)rf__cu_place(topo, cx->numa_node, &q->hop->th, 1);
-	if (topo != NULL)
-		rf__topo_release(topo);
-	if (rc != RF_OK) {
-		snprintf(cx->stage_msg, sizeof cx->stage_msg, "%s", rf__errmsg_peek());
-		cx->stage_failed = rc;
-		rf__cu_stage_free(cx, q);
-	}
+	pthread_mutex_unlock(&cx->pin_mu);
 	return rc;
 }
 
-void rf__cu_stage_free(rf__cu *cx, rf__cu_queue *q)
+/* Threads that stage (lanes and helpers): half the online CPUs (a pageable source's pages are read once;
+ * more threads only contend for memory bandwidth), at least one, at most RF__CU_STAGE_MAX. Tests may fix
+ * it (a deterministic ring size). */
+static unsigned rf__cu_stage_threads(void)
 {
-	const rf__cuda_api *api = cx->api;
-	rf__cu_hop *h = q->hop;
-	if (h == NULL)
-		return;
-	rf__cu_hop_quit(h);
-	if (h->sync_made) {
-		pthread_cond_destroy(&h->dcv);
-		pthread_cond_destroy(&h->wcv);
-		pthread_mutex_destroy(&h->mu);
-	}
-	for (unsigned j = 0; h->ev_free != NULL && j < h->npin; j++)
-		if (h->ev_free[j] != NULL && api->event_destroy(h->ev_free[j]) != 0)
-			(void)api->get_last_error();
-	rf__staging_free(h->pin);
-	free(h->ev_free);
-	free(h->job);
-	free(h->done);
-	free(h);
-	q->hop = NULL;
+	if (RF__TEST_HOOK(cuda_copy_threads) != 0)
+		return RF__TEST_HOOK(cuda_copy_threads) < RF__CU_STAGE_MAX ? RF__TEST_HOOK(cuda_copy_threads) : RF__CU_STAGE_MAX;
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned want = cpus > 2 ? (unsigned)(cpus / 2) : 1;
+	return want > RF__CU_STAGE_MAX ? RF__CU_STAGE_MAX : want;
+}
+
+/* Pinned slots per copy queue: two (one filling while the other drains to the device), plus enough that
+ * the staging threads have RF__CU_PIECE pieces of that many more blocks in flight, at most
+ * RF__CU_NPIN_MAX. Independent of the ring's depth (depth = auto's deep rings of big slots would
+ * page-lock gigabytes): 3 slots for blocks of 2 MiB or more with 8 threads. */
+unsigned rf__cu_stage_slots(size_t slot_bytes)
+{
+	size_t pieces = (slot_bytes + RF__CU_PIECE - 1) / RF__CU_PIECE, threads = rf__cu_stage_threads();
+	size_t n = 2 + (threads + pieces - 1) / (pieces ? pieces : 1);
+	return n > RF__CU_NPIN_MAX ? RF__CU_NPIN_MAX : (unsigned)n;
 }
 
 /* ---- which sources DMA can read ------------------------------------------------------------------- */
@@ -202,14 +154,8 @@ static int rf__cu_known(const rf__cu_range *cache, uintptr_t p, uintptr_t *end)
 	return 0;
 }
 
-static void rf__cu_remember(rf__cu_range *cache, uintptr_t start, size_t len)
-{
-	memmove(&cache[1], &cache[0], (RF__CU_RANGES - 1) * sizeof cache[0]);
-	cache[0] = (rf__cu_range){start, len};
-}
-
 /* 1 when every byte of [p, p + n) is DMA-capable: walk the range by the ranges containing it. `cache`
- * is the calling thread's (the walker's per queue, or that queue's dispatcher's). */
+ * is the calling thread's (a lane's, or keyed use's). */
 int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n)
 {
 	uintptr_t at = (uintptr_t)p, end = at + n;
@@ -221,10 +167,292 @@ int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n)
 			if (!cx->api->dma_range((const void *)at, &start, &len) || len == 0 ||
 			    (uintptr_t)start > at || (uintptr_t)start + len <= at)
 				return 0;
-			rf__cu_remember(cache, (uintptr_t)start, len);
+			memmove(&cache[1], &cache[0], (RF__CU_RANGES - 1) * sizeof cache[0]);
+			cache[0] = (rf__cu_range){(uintptr_t)start, len};
 			next = (uintptr_t)start + len;
 		}
 		at = next;
 	}
 	return 1;
+}
+
+/* ---- waits between lanes and the walker ------------------------------------------------------------ */
+
+typedef struct rf__cu_until {
+	rf__cu *cx;
+	const rf__cu_queue *w;
+	int64_t v;
+} rf__cu_until;
+
+static int rf__cu_reached(void *arg)
+{
+	const rf__cu_until *u = arg;
+	return atomic_load_explicit(&u->w->value, memory_order_acquire) >= u->v ||
+	       atomic_load_explicit(&u->cx->stop, memory_order_relaxed);
+}
+
+static int rf__cu_await(rf__cu *cx, const rf__cu_queue *w, int64_t v)
+{
+	rf__cu_until u = {cx, w, v};
+	rf__ec_wait(&cx->ec, rf__cu_reached, &u, cx->spin_ns);
+	return atomic_load_explicit(&w->value, memory_order_acquire) >= v ? RF_OK : RF__CU_STOP;
+}
+
+int rf__cu_host_wait(rf__cu *cx, unsigned wq, int64_t v, size_t block)
+{
+	rf__cu_queue *w = &cx->q[wq];
+	if (atomic_load_explicit(&w->value, memory_order_acquire) >= v)
+		return RF_OK;
+	/* Rather than wait idle for the stage of `block`, take pieces of it. */
+	rf__piece_help(&cx->lane[w->lane].job, block, &w->value, v);
+	return rf__cu_await(cx, w, v);
+}
+
+static int rf__cu_event_wait(rf__cu *cx, unsigned wq, int64_t v)
+{
+	int e = cx->api->event_synchronize(rf__cu_event_for(&cx->q[wq], v));
+	return e != 0 ? rf__cu_fail(cx->api, "cudaEventSynchronize (staging slot free)", e) : RF_OK;
+}
+
+void rf__cu_run_fail(rf__cu *cx, int rc)
+{
+	int prev = 0;
+	/* A compute's failure outranks a cancel seen first by a lane (a callback that destroys its pipeline
+	 * and then fails): the caller must hear about the block that failed. */
+	if (rc != RF__CU_STOP && (atomic_compare_exchange_strong(&cx->first_rc, &prev, rc) ||
+				  (rc == RF_ECALLBACK && prev == RF_ECANCELED &&
+				   atomic_compare_exchange_strong(&cx->first_rc, &prev, rc))))
+		snprintf(cx->fail_msg, sizeof cx->fail_msg, "%s", rf__errmsg_peek());
+	atomic_store(&cx->stop, 1);
+	rf__ec_notify(&cx->ec);
+}
+
+/* ---- a lane's walk of its host queue ------------------------------------------------------------------ */
+
+/* Copy n bytes into a pinned slot: the lane publishes the copy's pieces (base/piece.h) and wakes its
+ * helpers, which take pieces as the walker does while it waits for the block. */
+void rf__cu_stage_copy(rf__cu_lane *l, unsigned char *dst, const void *src, size_t n, size_t block)
+{
+	rf__cu *cx = l->cx;
+	for (unsigned i = cx->nhost + l->index; rf__piece_size(n) != 0 && i < cx->nhost + cx->nhelp; i += cx->nhost) {
+		rf__cu_lane *h = &cx->lane[i];
+		if (h->help_seq != UINT64_MAX && rf__lane_consumed(&cx->pool, i) <= h->help_seq)
+			continue; /* still on an earlier copy */
+		h->help_block = block;
+		h->help_seq = rf__lane_posted(&cx->pool, i);
+		(void)rf__pool_post(&cx->pool, i, &h->walk);
+	}
+	rf__piece_copy(&l->job, dst, src, n, block, 0);
+}
+
+static int rf__cu_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned t)
+{
+	(void)queue;
+	rf__cu_lane *l = c;
+	rf__cu *cx = l->cx;
+	if (atomic_load_explicit(&cx->stop, memory_order_relaxed) || atomic_load_explicit(run->cancel, memory_order_relaxed))
+		return RF_ECANCELED;
+	size_t n = run->sizes[b];
+	const void *src = run->srcs[b];
+	rf__fsrc f;
+	int rc = n != 0 ? rf__file_classify("cuda", "a block", src, n, 0, &f) : 0;
+	if (rc == 1)
+		return rf__err(RF_ENOTSUP, "cuda: block %zu lies in a file (rf_file_open): file sources are not supported "
+					   "on cuda yet", b);
+	if (rc != 0)
+		return rc;
+	if (n == 0 || rf__cu_is_dma(cx, l->ranges, src, n)) {
+		cx->sslot[t] = src; /* its copy reads the source: nothing to stage */
+		return RF_OK;
+	}
+	unsigned char *pin;
+	if (l->pend != 0 && (rc = rf__cu_event_wait(cx, l->pend_q, l->pend)) != RF_OK)
+		return rc;
+	l->pend = 0;
+	if ((rc = rf__cu_pin_ring(cx, &pin)) != RF_OK)
+		return rc;
+	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
+	rf__cu_stage_copy(l, dst, src, n, b);
+	cx->sslot[t] = dst;
+	return RF_OK;
+}
+
+static int rf__cu_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, size_t block)
+{
+	(void)queue;
+	rf__cu_lane *l = c;
+	if (l->cx->q[wq].stream == NULL)
+		return rf__cu_host_wait(l->cx, wq, v, block);
+	/* The record first, always: the walker's copy has read the staging slot's state by then. */
+	int rc = rf__cu_await(l->cx, &l->cx->q[wq], v);
+	if (rc != RF_OK || !l->defer)
+		return rc != RF_OK ? rc : rf__cu_event_wait(l->cx, wq, v);
+	l->pend_q = wq;
+	l->pend = v > l->pend ? v : l->pend;
+	return RF_OK;
+}
+
+static int rf__cu_lane_signal(void *c, unsigned queue, int64_t v, size_t block)
+{
+	(void)block;
+	rf__cu_lane *l = c;
+	atomic_store_explicit(&l->cx->q[queue].value, v, memory_order_release);
+	rf__ec_notify(&l->cx->ec);
+	return RF_OK;
+}
+
+/* Never called: rf__cu_pool_open refuses host queues that copy or compute. */
+static int rf__cu_lane_none(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
+{
+	(void)c, (void)run, (void)b, (void)slot;
+	return rf__err(RF_EBACKEND, "cuda: host queue %u has a copy or compute", queue);
+}
+
+static int rf__cu_lane_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage)
+{
+	(void)stage;
+	return rf__cu_lane_none(c, run, queue, b, slot);
+}
+
+const rf__walk_ops rf__cu_lane_ops = {rf__cu_lane_copy, rf__cu_lane_none, rf__cu_lane_signal, rf__cu_lane_wait,
+				      rf__cu_lane_stage};
+
+/* ---- the pool ----------------------------------------------------------------------------------------- */
+
+/* Our own thread: the pipeline's device stays current on it, and another thread's global-mode stream
+ * capture must not turn its event waits into capture errors. */
+void rf__cu_lane_enter(rf__cu_lane *l)
+{
+	const rf__cuda_api *api = l->cx->api;
+	int mode;
+	if (!l->entered && (api->set_device(l->cx->device) != 0 || api->capture_mode_local(&mode) != 0))
+		(void)api->get_last_error();
+	l->entered = 1;
+}
+
+static void rf__cu_walk_item(rf__work *w, void *ctx)
+{
+	(void)w;
+	rf__cu_lane *l = ctx;
+	rf__cu *cx = l->cx;
+	rf__cu_lane_enter(l);
+	l->pend = 0;
+	int rc = rf__walk(cx->run, (int)l->q, 0, &rf__cu_lane_ops, l);
+	if (rc != 0)
+		rf__cu_run_fail(cx, rc);
+	atomic_fetch_sub_explicit(&cx->active, 1, memory_order_release);
+	rf__ec_notify(&cx->ec);
+}
+
+static void rf__cu_help_item(rf__work *w, void *ctx)
+{
+	(void)w;
+	static const _Atomic long long never = 0;
+	rf__cu_lane *h = ctx;
+	rf__piece_help(&h->cx->lane[h->q].job, h->help_block, &never, 1);
+}
+
+/* The lanes run on the CPUs of the GPU's NUMA node (the copies read the caller's pages and write the
+ * pinned ring there), when the process may use some of them; else they keep the affinity they were
+ * created with, and describe says why. No topology at all is an error, as it is for the ring's memory. */
+static int rf__cu_place(rf__cu *cx)
+{
+	hwloc_topology_t topo = rf__topo_acquire();
+	if (topo == NULL)
+		return rf__err(RF_EBACKEND, "cuda: placing the staging threads: %s", rf__errmsg_peek());
+	hwloc_obj_t obj = cx->numa_node >= 0 ? hwloc_get_numanode_obj_by_os_index(topo, (unsigned)cx->numa_node) : NULL;
+	hwloc_cpuset_t cs = hwloc_bitmap_alloc();
+	int ok = obj != NULL && cs != NULL;
+	if (ok) {
+		hwloc_bitmap_and(cs, obj->cpuset, hwloc_topology_get_allowed_cpuset(topo));
+		ok = !hwloc_bitmap_iszero(cs);
+		for (unsigned i = 0; ok && i < cx->pool.n; i++)
+			ok = hwloc_set_thread_cpubind(topo, cx->pool.lane[i].tid, cs, 0) == 0;
+	}
+	if (ok)
+		snprintf(cx->placed, sizeof cx->placed, "on the CPUs of NUMA node %d", cx->numa_node);
+	else
+		snprintf(cx->placed, sizeof cx->placed, "not placed: %s",
+			 cx->numa_node < 0 ? "the GPU's NUMA node is unknown" : "binding refused");
+	hwloc_bitmap_free(cs);
+	rf__topo_release(topo);
+	return RF_OK;
+}
+
+int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p)
+{
+	uint64_t others = 0;
+	for (size_t i = 0; p != NULL && i < p->nops; i++) {
+		uint64_t bit = (uint64_t)1 << p->ops[i].queue;
+		if (p->ops[i].kind == RF_OP_STAGE)
+			cx->hostq |= bit;
+		else if (p->ops[i].kind == RF_OP_COPY || p->ops[i].kind == RF_OP_COMPUTE)
+			others |= bit;
+	}
+	if (cx->hostq & others)
+		return rf__err(RF_ENOTSUP, "cuda: queue %u stages and also copies or computes (a queue with STAGE nodes is "
+					   "a host thread: STAGE and WAIT nodes only)", (unsigned)__builtin_ctzll(cx->hostq & others));
+	cx->nhost = (unsigned)__builtin_popcountll(cx->hostq);
+	if (cx->nhost == 0)
+		return RF_OK;
+	unsigned threads = rf__cu_stage_threads(), n;
+	cx->nhelp = threads > cx->nhost ? threads - cx->nhost : 0;
+	n = cx->nhost + cx->nhelp;
+	void **ctx = rf__calloc(n, sizeof *ctx);
+	if ((cx->lane = rf__calloc(n, sizeof *cx->lane)) == NULL || ctx == NULL ||
+	    (cx->sslot = rf__calloc(cx->nstage ? cx->nstage : 1, sizeof *cx->sslot)) == NULL) {
+		free(ctx);
+		return rf__err(RF_ENOMEM, "cuda: out of memory");
+	}
+	for (unsigned i = 0, q = 0; i < n; i++) {
+		rf__cu_lane *l = &cx->lane[i];
+		while (i < cx->nhost && !((cx->hostq >> q) & 1))
+			q++;
+		*l = (rf__cu_lane){.cx = cx, .index = i, .q = i < cx->nhost ? q++ : (i - cx->nhost) % cx->nhost,
+				   .help_seq = UINT64_MAX};
+		l->walk.fn = i < cx->nhost ? rf__cu_walk_item : rf__cu_help_item;
+		rf__piece_init(&l->job);
+		if (i < cx->nhost)
+			cx->q[l->q].lane = i;
+		ctx[i] = l;
+	}
+	int rc = rf__pool_start(&cx->pool, n, "stage", &cx->ec, cx->spin_ns, NULL, ctx, 0);
+	free(ctx);
+	if (rc != RF_OK)
+		return rf__err(rc, "cuda: %s", rf__errmsg_peek());
+	return rf__cu_place(cx);
+}
+
+void rf__cu_pool_close(rf__cu *cx)
+{
+	rf__pool_stop(&cx->pool);
+	free(cx->lane);
+	free((void *)cx->sslot);
+	cx->lane = NULL;
+	cx->sslot = NULL;
+}
+
+int rf__cu_pool_prepare(rf__cu *cx, const struct rf_program *p)
+{
+	if (p == cx->seen)
+		return RF_OK;
+	uint64_t host = 0, wmask[RF_MAX_QUEUES] = {0}, cmask[RF_MAX_QUEUES] = {0};
+	for (size_t i = 0; i < p->nops; i++) {
+		const rf__op *o = &p->ops[i];
+		host |= (uint64_t)(o->kind == RF_OP_STAGE) << o->queue;
+		if (o->kind == RF_OP_WAIT) {
+			wmask[o->queue] |= (uint64_t)1 << o->wqueue;
+			cmask[o->wqueue] |= (uint64_t)1 << o->queue;
+		}
+	}
+	if (host != cx->hostq)
+		return rf__err(RF_EBACKEND, "cuda: the program's host queues are not those the pipeline was made with");
+	for (unsigned q = 0; q < cx->nq; q++)
+		cx->q[q].watched = cx->q[q].stream != NULL && (cmask[q] & host) != 0;
+	for (unsigned i = 0; i < cx->nhost; i++) {
+		uint64_t m = wmask[cx->lane[i].q] | cmask[cx->lane[i].q];
+		cx->lane[i].defer = __builtin_popcountll(m) == 1 && !(m & host);
+	}
+	cx->seen = p;
+	return RF_OK;
 }

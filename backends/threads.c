@@ -57,22 +57,31 @@ static int rf__thr_stopped(const rf__walker *wk)
 
 /* ---- the walk's ops ------------------------------------------------------------------------------- */
 
-static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
+static int rf__thr_move(void *c, rf__run *run, unsigned queue, size_t b, unsigned char *dst, const unsigned char *src)
 {
 	if (rf__thr_stopped(c))
 		return RF_ECANCELED;
 	size_t n = run->sizes[b];
 	if (n != 0) {
-		unsigned char *dst = rf__slot_ptr(run, slot);
 		rf__threads *t = ((rf__walker *)c)->t;
 		/* The piece copier and the handoff only at depth >= 2: at depth 1 nothing overlaps and the
 		 * whole copy runs on one thread (the demotes would only lengthen the critical path). */
 		if (run->prog->nslots >= 2)
-			rf__piece_copy(&t->q[queue].job, dst, run->srcs[b], n, b, t->handoff);
+			rf__piece_copy(&t->q[queue].job, dst, src, n, b, t->handoff);
 		else
-			memcpy(dst, run->srcs[b], n);
+			memcpy(dst, src, n);
 	}
 	return 0;
+}
+
+static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage)
+{
+	return rf__thr_move(c, run, queue, b, rf__slot_ptr(run, slot), rf__copy_src(run, b, stage));
+}
+
+static int rf__thr_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
+{
+	return rf__thr_move(c, run, queue, b, rf__stage_ptr(run, stage), run->srcs[b]);
 }
 
 static int rf__thr_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
@@ -117,12 +126,12 @@ static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t bloc
 	return atomic_load_explicit(&e->value, memory_order_acquire) >= u.v ? 0 : RF_ECANCELED;
 }
 
-static const rf__walk_ops rf__thr_ops = {rf__thr_copy, rf__thr_compute, rf__thr_signal, rf__thr_wait};
+static const rf__walk_ops rf__thr_ops = {rf__thr_copy, rf__thr_compute, rf__thr_signal, rf__thr_wait, rf__thr_stage};
 
 static void rf__thr_walk(rf__threads *t, rf__run *run, unsigned q)
 {
 	rf__walker wk = {t, *run};
-	int rc = rf__walk(&wk.run, (int)q, &rf__thr_ops, &wk);
+	int rc = rf__walk(&wk.run, (int)q, 0, &rf__thr_ops, &wk);
 	if (rc != 0)
 		rf__thr_fail(&wk, rc);
 }

@@ -9,11 +9,12 @@
 #include <stddef.h>
 
 typedef struct rf__test_hooks {
-	void (*before_copy)(size_t block); /* called on the copying thread before each copy */
+	void (*before_copy)(size_t block); /* called on the copying thread before each copy and stage */
 	int drop_war_wait;                 /* pipelines created while set lose their WAR waits */
-	int drop_staging_war;              /* cuda: two-hop copies skip the pinned slot's WAR wait */
+	int drop_staging_war;              /* ... the staging slots' WAR waits (cuda's staged ring) */
 	int drop_raw_wait;                 /* cuda: computes skip their wait for the copy (RAW) */
-	unsigned cuda_copy_threads;        /* cuda: non-zero fixes the host copy team's size */
+	int drop_keyed_stage_wait;         /* cuda: a staged keyed copy's H2D skips its wait for the stage */
+	unsigned cuda_copy_threads;        /* cuda: non-zero fixes the staging threads (lanes + helpers) */
 	/* Staging fault injection: consulted at each allocation step ("topology", "arena", "membind",
 	 * "fallback", "pin", "mallocx"); non-zero makes the step fail. For "membind" the value is the errno the
 	 * binding fails with: EPERM/ENOSYS/EXDEV/EINVAL are refusals (unbound fallback), others errors. */
@@ -21,7 +22,7 @@ typedef struct rf__test_hooks {
 	/* Keyed negative control: slot choice ignores holds (a held slot may be refilled); the hazard
 	 * oracle must catch it. */
 	int keyed_refill_held;
-	/* threads: called by a copy lane before it claims each keyed hint copy (started 0: still
+	/* threads, cuda: called by a lane before it claims each keyed hint copy or stage (started 0: still
 	 * withdrawable) and after it claimed it, before copying (started 1). */
 	void (*keyed_before_copy)(int started);
 	/* threads: called with 0 by the piece copier right after it publishes a job, with 1 by a helper

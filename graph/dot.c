@@ -30,18 +30,21 @@ static void rf__dot_node(rf__out *o, const rf_graph *g, size_t i)
 		rf__put(o, "    n%zu [label=\"wait\", shape=diamond];\n", i);
 	else if (d->kind == RF_NODE_COPY)
 		rf__put(o, "    n%zu [label=\"copy b%zu\\ns%u\", shape=box];\n", i, d->block, d->slot);
+	else if (d->kind == RF_NODE_STAGE)
+		rf__put(o, "    n%zu [label=\"stage b%zu\\nt%u\", shape=box, style=rounded];\n", i, d->block, d->slot);
 	else
 		rf__put(o, "    n%zu [label=\"compute b%zu\\ns%u\", shape=ellipse, style=filled, fillcolor=\"#e8f0ff\"];\n",
 			i, d->block, d->slot);
 }
 
-/* An edge into a WAIT that guards a COPY is the WAR half of a slot's reuse; everything else is RAW. */
+/* An edge from a slot's reader into its next writer (or a WAIT that guards it) is the WAR half of the
+ * slot's reuse: compute -> copy for ring slots, copy -> stage for staging slots. Everything else is RAW. */
 static bool rf__is_war(const rf_graph *g, size_t from, size_t to)
 {
-	return g->nodes[from].kind == RF_NODE_COMPUTE &&
-	       (g->nodes[to].kind == RF_NODE_COPY ||
-		(g->nodes[to].kind == RF_NODE_WAIT && g->out[to].n > 0 &&
-		 g->nodes[g->out[to].v[0]].kind == RF_NODE_COPY));
+	rf_node_kind f = g->nodes[from].kind, t = g->nodes[to].kind;
+	if (t == RF_NODE_WAIT && g->out[to].n > 0)
+		t = g->nodes[g->out[to].v[0]].kind;
+	return (f == RF_NODE_COMPUTE && t == RF_NODE_COPY) || (f == RF_NODE_COPY && t == RF_NODE_STAGE);
 }
 
 static void rf__dot_body(rf__out *o, const rf_graph *g)

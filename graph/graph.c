@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const rf__kind_names[] = {"copy", "wait", "compute"};
+static const char *const rf__kind_names[] = {"copy", "wait", "compute", "stage"};
 
 int rf_graph_create(unsigned flags, rf_graph **out)
 {
@@ -69,7 +69,7 @@ int rf_graph_add_node(rf_graph *g, const rf_node_desc *desc, size_t *id)
 {
 	if (g == NULL || desc == NULL)
 		return rf__err(RF_EINVAL, "rf_graph_add_node: %s is NULL", g == NULL ? "g" : "desc");
-	if ((unsigned)desc->kind > RF_NODE_COMPUTE)
+	if ((unsigned)desc->kind > RF_NODE_STAGE)
 		return rf__err(RF_EINVAL, "rf_graph_add_node: unknown node kind %d", (int)desc->kind);
 	if (desc->queue >= RF_MAX_QUEUES)
 		return rf__err(RF_EINVAL, "rf_graph_add_node: queue %u >= RF_MAX_QUEUES (%u)", desc->queue,
@@ -196,18 +196,66 @@ const char *rf__node_str(const rf_graph *g, size_t id, char *buf, size_t cap)
 	if (d->kind == RF_NODE_WAIT)
 		snprintf(buf, cap, "node %zu (wait on q%u)", id, d->queue);
 	else
-		snprintf(buf, cap, "node %zu (%s b%zu s%u on q%u)", id, rf__kind_names[d->kind], d->block,
-			 d->slot, d->queue);
+		snprintf(buf, cap, "node %zu (%s b%zu %c%u on q%u)", id, rf__kind_names[d->kind], d->block,
+			 d->kind == RF_NODE_STAGE ? 't' : 's', d->slot, d->queue);
 	return buf;
+}
+
+static unsigned rf__graph_nslots_of(const rf_graph *g, int staging)
+{
+	unsigned n = 0;
+	for (size_t i = 0; i < g->n; i++)
+		if (g->nodes[i].kind != RF_NODE_WAIT && (g->nodes[i].kind == RF_NODE_STAGE) == staging &&
+		    g->nodes[i].slot + 1 > n)
+			n = g->nodes[i].slot + 1;
+	return n;
 }
 
 unsigned rf__graph_nslots(const rf_graph *g)
 {
-	unsigned n = 0;
+	return rf__graph_nslots_of(g, 0);
+}
+
+unsigned rf__graph_nstage(const rf_graph *g)
+{
+	return rf__graph_nslots_of(g, 1);
+}
+
+static int rf__stage_cmp(const void *a, const void *b)
+{
+	const rf__stage_ent *x = a, *y = b;
+	return x->block != y->block ? (x->block < y->block ? -1 : 1) : (x->id > y->id) - (x->id < y->id);
+}
+
+int rf__graph_stages(const rf_graph *g, rf__stage_ent **out, size_t *n)
+{
+	size_t k = 0;
+	*out = NULL;
 	for (size_t i = 0; i < g->n; i++)
-		if (g->nodes[i].kind != RF_NODE_WAIT && g->nodes[i].slot + 1 > n)
-			n = g->nodes[i].slot + 1;
-	return n;
+		k += g->nodes[i].kind == RF_NODE_STAGE;
+	if (k > 0 && (*out = rf__malloc(k * sizeof **out)) == NULL)
+		return RF_ENOMEM;
+	k = 0;
+	for (size_t i = 0; i < g->n; i++)
+		if (g->nodes[i].kind == RF_NODE_STAGE)
+			(*out)[k++] = (rf__stage_ent){g->nodes[i].block, i, g->nodes[i].slot};
+	if (k > 1)
+		qsort(*out, k, sizeof **out, rf__stage_cmp);
+	*n = k;
+	return RF_OK;
+}
+
+const rf__stage_ent *rf__stage_find(const rf__stage_ent *e, size_t n, size_t block)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (e[mid].block < block)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n && e[lo].block == block ? &e[lo] : NULL;
 }
 
 unsigned rf__graph_nqueues(const rf_graph *g)
@@ -230,90 +278,109 @@ size_t rf__graph_nblocks(const rf_graph *g)
 
 /* ---- the ring builder: the plan's steps, made nodes and edges ---------------------------------------- */
 
-static int rf__add(rf_graph *g, rf_node_kind kind, unsigned queue, const rf_step *s, size_t *id)
+typedef struct rf__rb {
+	rf_graph *g;
+	unsigned depth, sdepth, kq;
+	size_t *copy_id, *compute_id;  /* by ring slot: its last copy and compute */
+	size_t *stage_id, *reader_id;  /* by staging slot: its last stage, and the copy that read it */
+	size_t await, sawait;          /* the last AWAIT's WAIT node, of the ring and of the staging ring */
+} rf__rb;
+
+/* Node `kind` on `queue` for step s, after node `pred` (an explicit edge, also within one queue; none
+ * for RF__NONE). */
+static int rf__add_after(rf_graph *g, rf_node_kind kind, unsigned queue, const rf_step *s, size_t pred, size_t *id)
 {
 	rf_node_desc d = {kind, queue, s->block, s->slot, 0};
-	return rf_graph_add_node(g, &d, id);
+	int rc = rf_graph_add_node(g, &d, id);
+	return rc != RF_OK || pred == RF__NONE ? rc : rf_graph_add_edge(g, pred, *id);
 }
 
-/* Node `kind` on `queue` for step s, after node `pred` (an explicit edge, also within one queue). */
-static int rf__add_after(rf_graph *g, rf_node_kind kind, unsigned queue, const rf_step *s, size_t pred,
-			 size_t *id)
+/* A producer step (PREFETCH of either ring) on `queue`: for block >= `depth`, the WAR wait on `reader`
+ * (the slot's previous reader) first. */
+static int rf__ring_fill(rf_graph *g, rf_node_kind kind, unsigned queue, const rf_step *s, unsigned depth,
+			 size_t reader, size_t *id)
 {
-	int rc = rf__add(g, kind, queue, s, id);
-	return rc != RF_OK ? rc : rf_graph_add_edge(g, pred, *id);
+	size_t w = RF__NONE;
+	int rc = s->block < depth ? RF_OK : rf__add_after(g, RF_NODE_WAIT, queue, s, reader, &w);
+	return rc != RF_OK ? rc : rf__add_after(g, kind, queue, s, w, id);
 }
 
-/* PREFETCH b: the copy on b's copy queue, preceded (b >= depth) by the WAR wait on compute(b - depth),
- * the previous reader of the slot. compute_id[] holds the ids of the last `depth` computes, by slot. */
-static int rf__ring_prefetch(rf_graph *g, const rf_step *s, unsigned depth, unsigned kq,
-			     const size_t *compute_id, size_t *copy_id)
+/* One node per step (two for a PREFETCH with a WAR wait), in plan order. Ring: PREFETCH b copies on b's
+ * copy queue (after the staging AWAIT of b when staged); AWAIT n is a WAIT on queue 0 after copy(n)
+ * (RAW); COMPUTE n follows its AWAIT. Staging ring: PREFETCH x stages x on its stage queue; AWAIT b is a
+ * WAIT on b's copy queue after stage(b). */
+static int rf__ring_step(rf__rb *r, const rf__sstep *st)
 {
-	unsigned q = rf__ring_copy_queue((int64_t)s->block, kq);
-	if (s->block < depth)
-		return rf__add(g, RF_NODE_COPY, q, s, copy_id);
-	size_t w;
-	int rc = rf__add_after(g, RF_NODE_WAIT, q, s, compute_id[s->slot], &w);
-	return rc != RF_OK ? rc : rf__add_after(g, RF_NODE_COPY, q, s, w, copy_id);
-}
-
-/* One node (two for a PREFETCH with a WAR wait) per step, in plan order; ids[] holds, by slot, the last
- * copy (ids[0 .. depth)) and compute (ids[depth .. 2 depth)) of each slot. AWAIT n is a WAIT on queue 0
- * after copy(n) (RAW); COMPUTE n follows its AWAIT. */
-static int rf__ring_build(rf_graph *g, const rf_step *steps, size_t nsteps, unsigned depth, unsigned kq,
-			  size_t *ids)
-{
-	size_t *copy_id = ids, *compute_id = ids + depth, await = 0;
-	int rc = RF_OK;
-	for (size_t i = 0; i < nsteps && rc == RF_OK; i++) {
-		const rf_step *s = &steps[i];
-		if (s->kind == RF_STEP_PREFETCH)
-			rc = rf__ring_prefetch(g, s, depth, kq, compute_id, &copy_id[s->slot]);
-		else if (s->kind == RF_STEP_AWAIT)
-			rc = rf__add_after(g, RF_NODE_WAIT, 0, s, copy_id[s->slot], &await);
-		else
-			rc = rf__add_after(g, RF_NODE_COMPUTE, 0, s, await, &compute_id[s->slot]);
+	const rf_step *s = &st->s;
+	int64_t b = (int64_t)s->block;
+	size_t id, t = r->sdepth ? s->block % r->sdepth : 0;
+	int rc;
+	if (st->staging && s->kind == RF_STEP_PREFETCH)
+		return rf__ring_fill(r->g, RF_NODE_STAGE, rf__ring_stage_queue(b, r->kq), s, r->sdepth, r->reader_id[s->slot],
+				     &r->stage_id[s->slot]);
+	if (st->staging)
+		return rf__add_after(r->g, RF_NODE_WAIT, rf__ring_copy_queue(b, r->kq), s, r->stage_id[s->slot], &r->sawait);
+	switch (s->kind) {
+	case RF_STEP_PREFETCH:
+		rc = rf__ring_fill(r->g, RF_NODE_COPY, rf__ring_copy_queue(b, r->kq), s, r->depth, r->compute_id[s->slot], &id);
+		if (rc == RF_OK && r->sdepth) {
+			r->reader_id[t] = id;
+			rc = rf_graph_add_edge(r->g, r->sawait, id);
+		}
+		r->copy_id[s->slot] = id;
+		return rc;
+	case RF_STEP_AWAIT:
+		return rf__add_after(r->g, RF_NODE_WAIT, 0, s, r->copy_id[s->slot], &r->await);
+	default:
+		return rf__add_after(r->g, RF_NODE_COMPUTE, 0, s, r->await, &r->compute_id[s->slot]);
 	}
-	return rc;
 }
 
-static int rf__ring_check(size_t nblocks, unsigned depth, unsigned copy_queues)
+static int rf__ring_check(size_t nblocks, unsigned depth, unsigned copy_queues, unsigned pins)
 {
 	if (depth == 0 || depth > RF_MAX_DEPTH)
 		return rf__err(RF_EINVAL, "rf_graph_ring: depth %u is outside 1..%u", depth, RF_MAX_DEPTH);
-	if (copy_queues == 0 || copy_queues >= RF_MAX_QUEUES)
+	if (copy_queues == 0 || copy_queues >= RF_MAX_QUEUES || (pins && 2 * copy_queues >= RF_MAX_QUEUES))
 		return rf__err(RF_EINVAL, "rf_graph_ring: copy_queues %u is outside 1..%u", copy_queues,
-			       RF_MAX_QUEUES - 1);
+			       pins ? (RF_MAX_QUEUES - 1) / 2 : RF_MAX_QUEUES - 1);
 	if (!rf__ring_depth_is_valid(depth, copy_queues))
 		return rf__err(RF_EINVAL,
 			       "rf_graph_ring: %u copy queues need depth >= %u to keep them busy (depth is %u)",
 			       copy_queues, rf__ring_busy_depth(copy_queues), depth);
+	if ((size_t)copy_queues * pins > RF_MAX_SLOTS)
+		return rf__err(RF_EINVAL, "rf_graph_ring: %u x %u staging slots are over %u", copy_queues, pins, RF_MAX_SLOTS);
 	if (!rf__nblocks_ok(nblocks))
 		return rf__err(RF_EINVAL, "rf_graph_ring: nblocks %zu is over %zu", nblocks, RF__MAX_NBLOCKS);
 	return RF_OK;
 }
 
-int rf_graph_ring(size_t nblocks, unsigned depth, unsigned copy_queues, rf_graph **out)
+int rf__graph_ring(size_t nblocks, unsigned depth, unsigned copy_queues, unsigned pins, rf_graph **out)
 {
 	if (out == NULL)
 		return rf__err(RF_EINVAL, "rf_graph_ring: out is NULL");
-	int rc = rf__ring_check(nblocks, depth, copy_queues);
+	int rc = rf__ring_check(nblocks, depth, copy_queues, pins);
 	if (rc != RF_OK)
 		return rc;
-	size_t *ids = rf__malloc(2 * (size_t)depth * sizeof *ids), nsteps;
+	rf__rb r = {NULL, depth, copy_queues * pins, copy_queues, NULL, NULL, NULL, NULL, 0, 0};
+	size_t *ids = rf__malloc(2 * ((size_t)depth + r.sdepth) * sizeof *ids), nsteps = 0;
 	if (ids == NULL)
 		return rf__err(RF_ENOMEM, "rf_graph_ring: out of memory");
-	rf_graph *g = NULL;
-	rf_step *steps = NULL;
-	if ((rc = rf__plan_alloc(nblocks, depth, &steps, &nsteps)) != RF_OK ||
-	    (rc = rf_graph_create(0, &g)) != RF_OK ||
-	    (rc = rf__ring_build(g, steps, nsteps, depth, copy_queues, ids)) != RF_OK) {
-		rf_graph_destroy(g);
-		g = NULL;
-	}
+	r.copy_id = ids, r.compute_id = ids + depth, r.stage_id = ids + 2 * depth, r.reader_id = r.stage_id + r.sdepth;
+	rf__sstep *steps = NULL;
+	if ((rc = rf__plan_staged(nblocks, depth, r.sdepth, &steps, &nsteps)) == RF_OK &&
+	    (rc = rf_graph_create(0, &r.g)) == RF_OK)
+		for (size_t i = 0; i < nsteps && rc == RF_OK; i++)
+			rc = rf__ring_step(&r, &steps[i]);
 	free(steps);
 	free(ids);
-	if (rc == RF_OK)
-		*out = g;
+	if (rc != RF_OK)
+		rf_graph_destroy(r.g);
+	else
+		*out = r.g;
 	return rc;
+}
+
+int rf_graph_ring(size_t nblocks, unsigned depth, unsigned copy_queues, rf_graph **out)
+{
+	return rf__graph_ring(nblocks, depth, copy_queues, 0, out);
 }

@@ -29,21 +29,48 @@ struct rf_graph {
  * (position of each id) are malloc'd; on a cycle returns RF_EINVAL naming a node on it. */
 int rf__graph_topo(const rf_graph *g, size_t **order, size_t **pos);
 
-/* The largest slot used + 1, the largest queue used + 1, the largest block used + 1 (0 if none). */
+/* The largest ring slot used + 1, staging slot used + 1, queue used + 1, block used + 1 (0 if none). */
 unsigned rf__graph_nslots(const rf_graph *g);
+unsigned rf__graph_nstage(const rf_graph *g);
 unsigned rf__graph_nqueues(const rf_graph *g);
 size_t rf__graph_nblocks(const rf_graph *g);
 
-/* The ring plan (rf_plan_ring) of nblocks blocks in a malloc'd array: *len = 3 * nblocks steps.
- * Returns RF_OK, RF_ENOMEM, or rf_plan_ring's RF_EINVAL. */
-int rf__plan_alloc(size_t nblocks, unsigned depth, rf_step **steps, size_t *len);
-
-/* The ring (rf_graph_ring, and the ring's periodic program): queue 0 computes, and block b is copied
- * on queue 1 + b % copy_queues. */
+/* The ring (rf_graph_ring, and the ring's periodic program): queue 0 computes, block b is copied on
+ * queue 1 + b % copy_queues and, in a staged ring, staged on queue 1 + copy_queues + b % copy_queues. */
 static inline unsigned rf__ring_copy_queue(int64_t b, unsigned copy_queues)
 {
 	return 1 + (unsigned)(((b % copy_queues) + copy_queues) % copy_queues);
 }
+
+static inline unsigned rf__ring_stage_queue(int64_t b, unsigned copy_queues)
+{
+	return copy_queues + rf__ring_copy_queue(b, copy_queues);
+}
+
+/* The steps of a staged ring, in the order they are issued: the ring's plan (rf_plan_ring over `depth`
+ * slots) and its staging ring's plan (over `sdepth` staging slots), merged where they meet — the
+ * staging ring's COMPUTE b is the ring's PREFETCH b (the copy reads the staging slot), so the staging
+ * steps up to it come right before that PREFETCH, and it is not listed itself. sdepth 0: the plain
+ * ring's steps. *steps is malloc'd (*len entries); RF_OK, RF_ENOMEM, or rf_plan_ring's RF_EINVAL. */
+typedef struct rf__sstep {
+	rf_step s;
+	int staging; /* a step of the staging ring (PREFETCH: a STAGE; AWAIT: the copy waits for it) */
+} rf__sstep;
+int rf__plan_staged(size_t nblocks, unsigned depth, unsigned sdepth, rf__sstep **steps, size_t *len);
+
+/* rf_graph_ring, staged when pins > 0 (block b staged into staging slot b % (copy_queues * pins)):
+ * the explicit graph of rf__ring_program's ring. */
+int rf__graph_ring(size_t nblocks, unsigned depth, unsigned copy_queues, unsigned pins, rf_graph **out);
+
+/* The STAGE nodes of a graph sorted by block, to find the staging slot a COPY reads. */
+typedef struct rf__stage_ent {
+	size_t block, id;
+	unsigned slot;
+} rf__stage_ent;
+/* *out malloc'd (NULL with *n 0 when none): RF_OK or RF_ENOMEM (rf_errmsg not set). */
+int rf__graph_stages(const rf_graph *g, rf__stage_ent **out, size_t *n);
+/* The entry of `block` in the sorted stages, or NULL (the first of several). */
+const rf__stage_ent *rf__stage_find(const rf__stage_ent *e, size_t n, size_t block);
 
 /* "node 7 (compute b3 s1 on q0)" into buf, for error messages. */
 const char *rf__node_str(const rf_graph *g, size_t id, char *buf, size_t cap);

@@ -56,7 +56,8 @@ void rf__prog_index(struct rf_program *p)
 typedef struct rf__lower {
 	const rf_graph *g;
 	struct rf_program *p;
-	size_t cap;
+	size_t cap, nst;
+	rf__stage_ent *st; /* the STAGE nodes by block: the staging slot a COPY reads */
 	int64_t *sigval;     /* value signalled after node i, 0 = none */
 	int64_t *waited;     /* waited[q * RF_MAX_QUEUES + wq]: highest value q already waited for */
 	int64_t next[RF_MAX_QUEUES];
@@ -119,8 +120,10 @@ static int rf__lower_node(rf__lower *l, size_t x)
 		return RF_ENOMEM;
 	if (d->kind != RF_NODE_WAIT) {
 		int64_t b = (int64_t)d->block;
-		rf__op op = d->kind == RF_NODE_COPY ? rf__op_copy(d->queue, d->slot, b, x)
-						    : rf__op_compute(d->queue, d->slot, b, x);
+		const rf__stage_ent *e = rf__stage_find(l->st, l->nst, d->block);
+		rf__op op = d->kind == RF_NODE_COPY    ? rf__op_copy(d->queue, d->slot, e ? e->slot : RF__NO_STAGE, b, x)
+			    : d->kind == RF_NODE_STAGE ? rf__op_stage(d->queue, d->slot, b, x)
+						       : rf__op_compute(d->queue, d->slot, b, x);
 		if (rf__emit(l, op) != RF_OK)
 			return RF_ENOMEM;
 	}
@@ -142,15 +145,16 @@ int rf_graph_lower(const rf_graph *g, rf_program **out)
 	size_t *order, *pos;
 	if ((rc = rf__graph_topo(g, &order, &pos)) != RF_OK)
 		return rc;
-	rf__lower l = {g, rf__prog_alloc(2 * g->n + 16), 2 * g->n + 16, rf__calloc(g->n + 1, sizeof(int64_t)),
+	rf__lower l = {g, rf__prog_alloc(2 * g->n + 16), 2 * g->n + 16, 0, NULL, rf__calloc(g->n + 1, sizeof(int64_t)),
 		       rf__calloc((size_t)RF_MAX_QUEUES * RF_MAX_QUEUES, sizeof(int64_t)), {0}};
 	for (unsigned q = 0; q < RF_MAX_QUEUES; q++)
 		l.next[q] = 1;
-	rc = (l.p && l.sigval && l.waited) ? RF_OK : RF_ENOMEM;
+	rc = (l.p && l.sigval && l.waited && rf__graph_stages(g, &l.st, &l.nst) == RF_OK) ? RF_OK : RF_ENOMEM;
 	for (size_t i = 0; i < g->n && rc == RF_OK; i++)
 		rc = rf__lower_node(&l, order[i]);
 	free(order);
 	free(pos);
+	free(l.st);
 	free(l.sigval);
 	free(l.waited);
 	if (rc != RF_OK) {
@@ -159,6 +163,7 @@ int rf_graph_lower(const rf_graph *g, rf_program **out)
 	}
 	l.p->nqueues = rf__graph_nqueues(g);
 	l.p->nslots = rf__graph_nslots(g);
+	l.p->nstage = rf__graph_nstage(g);
 	l.p->nblocks_min = rf__graph_nblocks(g);
 	rf__prog_index(l.p);
 	*out = l.p;
@@ -170,76 +175,94 @@ int rf_graph_lower(const rf_graph *g, rf_program **out)
 typedef struct rf__ring_tmpl {
 	struct rf_program *p;
 	size_t cap;
-	unsigned depth, kq;
+	unsigned depth, sdepth, kq;
 	int64_t base; /* the iteration's first block: template blocks and values are relative to it */
 	size_t node;  /* template id of the current block's ops (the index of its first op), for traces */
 } rf__ring_tmpl;
 
-/* The ops of one plan step as rf_graph_ring makes it nodes and rf_graph_lower lowers them (the waits
+/* (x mod m) for the template's relative blocks, which may be negative. */
+static unsigned rf__mod(int64_t x, unsigned m)
+{
+	return (unsigned)(((x % m) + m) % m);
+}
+
+/* The ops of one plan step as rf__graph_ring makes it nodes and rf_graph_lower lowers them (the waits
  * and signals its cross-queue edges need), in the template's terms (graph/program.h): blocks relative to
  * the iteration, `aux` the other block whose absence skips the op, values "block + 1" — every queue
  * signals at most once per block, in block order, so they increase on each queue as counters require.
  *   PREFETCH b: WAR wait on compute(b - D), the slot's previous reader; copy; signal for AWAIT b
+ *               (and for the WAR wait of stage(b + S), the staging slot's next writer)
  *   AWAIT n:    RAW wait on copy(n)'s queue
- *   COMPUTE n:  compute; signal for the WAR wait of block n + D, the slot's next writer */
-static int rf__tmpl_step(rf__ring_tmpl *t, const rf_step *s)
+ *   COMPUTE n:  compute; signal for the WAR wait of block n + D, the slot's next writer
+ * and in a staged ring (S staging slots):
+ *   staging PREFETCH x: WAR wait on copy(x - S), the staging slot's previous reader; stage; signal
+ *   staging AWAIT b:    the copy queue's RAW wait on stage(b) */
+static int rf__tmpl_step(rf__ring_tmpl *t, const rf__sstep *st)
 {
-	int64_t b = (int64_t)s->block - t->base, d = t->depth;
-	unsigned slot = (unsigned)((s->slot + d - t->base % d) % d), cq = rf__ring_copy_queue(b, t->kq);
-	size_t need = s->kind == RF_STEP_PREFETCH ? 3 : s->kind == RF_STEP_AWAIT ? 1 : 2;
-	if (t->p->nops + need > t->cap)
+	const rf_step *s = &st->s;
+	int64_t b = (int64_t)s->block - t->base, d = t->depth, S = t->sdepth;
+	unsigned slot = rf__mod(b, t->depth), cq = rf__ring_copy_queue(b, t->kq), hq = rf__ring_stage_queue(b, t->kq);
+	unsigned stage = S ? rf__mod(b, t->sdepth) : RF__NO_STAGE;
+	if (t->p->nops + (s->kind == RF_STEP_PREFETCH ? 3 : s->kind == RF_STEP_AWAIT ? 1 : 2) > t->cap)
 		return rf__err(RF_EINVAL, "ring program: the plan has more steps per block than a ring lowers");
 	rf__op *o = t->p->ops + t->p->nops;
-	switch (s->kind) {
-	case RF_STEP_PREFETCH:
+	if (st->staging && s->kind == RF_STEP_PREFETCH) {
+		*o++ = rf__op_wait(hq, cq, b - S + 1, b, b - S, t->node);
+		*o++ = rf__op_stage(hq, stage, b, t->node);
+		*o++ = rf__op_signal(hq, b + 1, b, b, t->node);
+	} else if (st->staging) {
+		*o++ = rf__op_wait(cq, hq, b + 1, b, b, t->node);
+	} else if (s->kind == RF_STEP_PREFETCH) {
 		*o++ = rf__op_wait(cq, 0, b - d + 1, b, b - d, t->node);
-		*o++ = rf__op_copy(cq, slot, b, t->node);
+		*o++ = rf__op_copy(cq, slot, stage, b, t->node);
 		*o++ = rf__op_signal(cq, b + 1, b, b, t->node);
-		break;
-	case RF_STEP_AWAIT:
+	} else if (s->kind == RF_STEP_AWAIT) {
 		*o++ = rf__op_wait(0, cq, b + 1, b, b, t->node);
-		break;
-	case RF_STEP_COMPUTE:
+	} else {
 		*o++ = rf__op_compute(0, slot, b, t->node);
 		*o++ = rf__op_signal(0, b + 1, b, b + d, t->node);
-		break;
 	}
 	t->p->nops = (size_t)(o - t->p->ops);
-	if (s->kind == RF_STEP_COMPUTE)
+	if (!st->staging && s->kind == RF_STEP_COMPUTE)
 		t->node = t->p->nops;
 	return RF_OK;
 }
 
-/* One iteration = the plan's steps for blocks n0 .. n0+K-1 past the prime, block n's being those after
- * COMPUTE n-1 up to COMPUTE n (PREFETCH n+D-1, AWAIT n, COMPUTE n); n0 = K, a multiple of K, so that a
- * block keeps its copy queue relative to the iteration. A plan of n0 + K + D - 1 blocks has them all. */
+/* One iteration = the steps for blocks n0 .. n0+K-1 past the primes, block n's being those after
+ * COMPUTE n-1 up to COMPUTE n (staging PREFETCH n+D+S-2 and AWAIT n+D-1, PREFETCH n+D-1, AWAIT n,
+ * COMPUTE n); n0 = K, a multiple of K, so that a block keeps its queues relative to the iteration. A
+ * plan of n0 + K + D + S - 2 blocks has them all. */
 static int rf__ring_ops(rf__ring_tmpl *t)
 {
 	size_t n0 = t->kq, n1 = n0 + t->kq, nsteps = 0, computed = 0;
-	rf_step *steps = NULL;
-	int rc = rf__plan_alloc(n1 + t->depth - 1, t->depth, &steps, &nsteps);
+	rf__sstep *steps = NULL;
+	int rc = rf__plan_staged(n1 + t->depth - 1 + (t->sdepth ? t->sdepth - 1 : 0), t->depth, t->sdepth, &steps, &nsteps);
 	for (size_t i = 0; i < nsteps && rc == RF_OK; i++) {
 		if (computed >= n0 && computed < n1)
 			rc = rf__tmpl_step(t, &steps[i]);
-		computed += steps[i].kind == RF_STEP_COMPUTE;
+		computed += !steps[i].staging && steps[i].s.kind == RF_STEP_COMPUTE;
 	}
 	free(steps);
 	return rc;
 }
 
-int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **out)
+int rf__ring_program(unsigned depth, unsigned copy_queues, unsigned pins, struct rf_program **out)
 {
 	/* Callers (rf_pipeline_create) have checked these; a zero would divide by zero below. */
-	if (depth == 0 || copy_queues == 0 || copy_queues >= RF_MAX_QUEUES)
-		return rf__err(RF_EINVAL, "ring program: depth %u, copy queues %u", depth, copy_queues);
-	rf__ring_tmpl t = {rf__prog_alloc(6 * (size_t)copy_queues), 6 * (size_t)copy_queues, depth, copy_queues,
-			   copy_queues, 0};
+	if (depth == 0 || copy_queues == 0 || (1 + (pins ? 2 : 1) * copy_queues) > RF_MAX_QUEUES ||
+	    (size_t)copy_queues * pins > RF_MAX_SLOTS)
+		return rf__err(RF_EINVAL, "ring program: depth %u, copy queues %u, %u staging slots each", depth,
+			       copy_queues, pins);
+	/* Six ops per block (WAR wait, copy, signal; RAW wait, compute, signal), four more when staged
+	 * (WAR wait, stage, signal; RAW wait). */
+	size_t per = pins ? 10 : 6, cap = per * copy_queues;
+	rf__ring_tmpl t = {rf__prog_alloc(cap), cap, depth, copy_queues * pins, copy_queues, copy_queues, 0};
 	if (t.p == NULL)
 		return rf__err(RF_ENOMEM, "ring program: out of memory");
 	t.p->nops = 0;
 	int rc = rf__ring_ops(&t);
-	/* Six ops per block (WAR wait, copy, signal; RAW wait, compute, signal): anything else means the
-	 * plan's shape changed under this derivation, and the walker's skip rule would no longer hold. */
+	/* Anything else means the plan's shape changed under this derivation, and the walker's skip rule
+	 * would no longer hold. */
 	if (rc == RF_OK && t.p->nops != t.cap)
 		rc = rf__err(RF_EINVAL, "ring program: the plan gave %zu ops for %u blocks, not %zu", t.p->nops,
 			     copy_queues, t.cap);
@@ -248,12 +271,14 @@ int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **o
 		return rc;
 	}
 	struct rf_program *p = t.p;
-	p->nqueues = 1 + copy_queues;
+	p->nqueues = 1 + (pins ? 2 : 1) * copy_queues;
 	p->nslots = depth;
+	p->nstage = t.sdepth;
 	p->period = copy_queues;
-	/* The first iteration is the one whose copies include block 0: prime blocks 0 .. depth-2 come
-	 * from iterations with negative (skipped) computes. */
-	p->iter_begin = -(int64_t)((depth + copy_queues - 2) / copy_queues);
+	/* The first iteration is the one whose ops include block 0's first: the staged and primed blocks
+	 * come from iterations with negative (skipped) computes. */
+	int64_t lead = depth - 1 + (t.sdepth ? t.sdepth - 1 : 0);
+	p->iter_begin = -((lead + copy_queues - 1) / copy_queues);
 	p->nblocks_min = 0;
 	rf__prog_index(p);
 	*out = p;
@@ -261,12 +286,18 @@ int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **o
 }
 
 #ifdef RF_TESTING
-void rf__prog_drop_war(struct rf_program *p)
+void rf__prog_drop_war(struct rf_program *p, int staging)
 {
-	size_t k = 0;
+	uint64_t stages = 0; /* queues that stage */
 	for (size_t i = 0; i < p->nops; i++)
-		if (!(p->ops[i].kind == RF_OP_WAIT && p->ops[i].queue != 0 && p->ops[i].wqueue == 0))
-			p->ops[k++] = p->ops[i];
+		stages |= (uint64_t)(p->ops[i].kind == RF_OP_STAGE) << p->ops[i].queue;
+	size_t k = 0;
+	for (size_t i = 0; i < p->nops; i++) {
+		const rf__op *o = &p->ops[i];
+		int drop = o->kind == RF_OP_WAIT && (staging ? (stages >> o->queue) & 1 : o->queue != 0 && o->wqueue == 0);
+		if (!drop)
+			p->ops[k++] = *o;
+	}
 	p->nops = k;
 	rf__prog_index(p);
 }
@@ -289,7 +320,7 @@ size_t rf_program_ops(const rf_program *p, unsigned q)
 static rf_op rf__op_public(const rf__op *o, int64_t base, unsigned slot)
 {
 	rf_op r = {(rf_op_kind)o->kind, o->queue, o->node, 0, 0, 0, 0};
-	if (o->kind == RF_OP_COPY || o->kind == RF_OP_COMPUTE) {
+	if (o->kind == RF_OP_COPY || o->kind == RF_OP_COMPUTE || o->kind == RF_OP_STAGE) {
 		r.block = (size_t)(o->block + base);
 		r.slot = slot;
 	}
@@ -307,7 +338,7 @@ int rf_program_op(const rf_program *p, unsigned q, size_t i, rf_op *out)
 	if (q >= p->nqueues || i >= rf_program_ops(p, q))
 		return rf__err(RF_EINVAL, "rf_program_op: queue %u has no op %zu", q, i);
 	const rf__op *o = &p->ops[p->qidx[p->qstart[q] + i]];
-	*out = rf__op_public(o, 0, o->slot);
+	*out = rf__op_public(o, 0, o->kind == RF_OP_STAGE ? o->stage : o->slot);
 	return RF_OK;
 }
 
@@ -329,9 +360,16 @@ int rf_program_print(const rf_program *p, FILE *f)
 		for (size_t i = 0; i < rf_program_ops(p, q); i++) {
 			rf_op o;
 			rf_program_op(p, q, i, &o);
+			uint32_t from = p->ops[p->qidx[p->qstart[q] + i]].stage;
+			char t[16] = "";
+			if (o.kind == RF_OP_COPY && from != RF__NO_STAGE)
+				snprintf(t, sizeof t, "t%u ", from);
 			switch (o.kind) {
 			case RF_OP_COPY:
-				bad |= fprintf(f, "  q%u: copy    b%zu -> s%u (node %zu)\n", q, o.block, o.slot, o.node) < 0;
+				bad |= fprintf(f, "  q%u: copy    b%zu %s-> s%u (node %zu)\n", q, o.block, t, o.slot, o.node) < 0;
+				break;
+			case RF_OP_STAGE:
+				bad |= fprintf(f, "  q%u: stage   b%zu -> t%u (node %zu)\n", q, o.block, o.slot, o.node) < 0;
 				break;
 			case RF_OP_COMPUTE:
 				bad |= fprintf(f, "  q%u: compute b%zu @ s%u (node %zu)\n", q, o.block, o.slot, o.node) < 0;
@@ -369,14 +407,21 @@ static uint64_t rf__ordinal(const int64_t *vals, size_t n, int64_t v)
 	return lo < n && vals[lo] == v ? lo + 1 : 0;
 }
 
-int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, size_t *n)
+/* (x + base) mod n for a template slot x < n (n > 0). */
+static unsigned rf__shift(unsigned x, int64_t base, unsigned n)
+{
+	return (unsigned)((x + (uint64_t)(base % n + n)) % n);
+}
+
+int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, unsigned **stages, size_t *n)
 {
 	int64_t iend = rf__prog_iter_end(p, nblocks), P = p->period;
 	size_t cap = (size_t)(iend - p->iter_begin) * p->nops + 1, k = 0;
 	rf_op *ops = rf__malloc(cap * sizeof *ops);
+	unsigned *st = rf__malloc(cap * sizeof *st);
 	int64_t *sig = rf__malloc(cap * sizeof *sig);
 	size_t nsig[RF_MAX_QUEUES] = {0}, *sigoff = rf__calloc(RF_MAX_QUEUES, sizeof *sigoff);
-	if (ops == NULL || sig == NULL || sigoff == NULL)
+	if (ops == NULL || st == NULL || sig == NULL || sigoff == NULL)
 		goto nomem;
 	/* Pass 1: the ops that run, raw values. */
 	for (int64_t r = p->iter_begin; r < iend; r++) {
@@ -386,7 +431,8 @@ int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, siz
 			int64_t b = o->block + base, a = o->aux + base;
 			if (P != 0 && (b < 0 || a < 0 || (uint64_t)b >= nblocks || (uint64_t)a >= nblocks))
 				continue;
-			unsigned slot = p->nslots ? (unsigned)((o->slot + (uint64_t)(base % p->nslots + p->nslots)) % p->nslots) : 0;
+			st[k] = o->stage == RF__NO_STAGE ? RF__NO_STAGE : rf__shift(o->stage, base, p->nstage);
+			unsigned slot = o->kind == RF_OP_STAGE ? st[k] : p->nslots ? rf__shift(o->slot, base, p->nslots) : 0;
 			ops[k++] = rf__op_public(o, base, slot);
 		}
 	}
@@ -407,9 +453,14 @@ int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, siz
 	free(sigoff);
 	*out = ops;
 	*n = k;
+	if (stages != NULL)
+		*stages = st;
+	else
+		free(st);
 	return RF_OK;
 nomem:
 	free(ops);
+	free(st);
 	free(sig);
 	free(sigoff);
 	return rf__err(RF_ENOMEM, "program expansion: out of memory");

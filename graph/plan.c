@@ -1,6 +1,6 @@
 /* graph/plan.c — the ring schedule as a flat list of steps: a pure function of (nblocks, depth). This
  * is the one place the schedule is written: the ring graph (graph.c) and the ring's periodic program
- * (lower.c) are both made from these steps. */
+ * (lower.c) are both made from these steps — a staged ring's from two plans merged (rf__plan_staged). */
 #include "base/alloc.h"
 #include "base/error.h"
 #include "graph/graph_int.h"
@@ -42,10 +42,10 @@ int rf_plan_ring(size_t nblocks, unsigned depth, rf_step *steps, size_t cap, siz
 	return RF_OK;
 }
 
-int rf__plan_alloc(size_t nblocks, unsigned depth, rf_step **steps, size_t *len)
+static int rf__plan_alloc(size_t nblocks, unsigned depth, rf_step **steps, size_t *len)
 {
 	*steps = NULL;
-	if (nblocks > SIZE_MAX / (3 * sizeof **steps))
+	if (nblocks > SIZE_MAX / (6 * sizeof **steps))
 		return rf__err(RF_ENOMEM, "ring plan: %zu blocks: out of memory", nblocks);
 	*steps = rf__malloc((3 * nblocks + 1) * sizeof **steps);
 	if (*steps == NULL)
@@ -55,5 +55,32 @@ int rf__plan_alloc(size_t nblocks, unsigned depth, rf_step **steps, size_t *len)
 		free(*steps);
 		*steps = NULL;
 	}
+	return rc;
+}
+
+int rf__plan_staged(size_t nblocks, unsigned depth, unsigned sdepth, rf__sstep **out, size_t *len)
+{
+	rf_step *dev = NULL, *stg = NULL;
+	size_t nd = 0, ns = 0, k = 0;
+	*out = NULL;
+	int rc = rf__plan_alloc(nblocks, depth, &dev, &nd);
+	if (rc == RF_OK && sdepth > 0)
+		rc = rf__plan_alloc(nblocks, sdepth, &stg, &ns);
+	if (rc == RF_OK && (*out = rf__malloc((nd + ns + 1) * sizeof **out)) == NULL)
+		rc = rf__err(RF_ENOMEM, "ring plan: %zu blocks: out of memory", nblocks);
+	for (size_t i = 0, j = 0; i < nd && rc == RF_OK; i++) {
+		/* The staging ring's COMPUTE b is this PREFETCH b (computes and prefetches go in block order). */
+		for (; dev[i].kind == RF_STEP_PREFETCH && j < ns; j++) {
+			if (stg[j].kind == RF_STEP_COMPUTE) {
+				j++;
+				break;
+			}
+			(*out)[k++] = (rf__sstep){stg[j], 1};
+		}
+		(*out)[k++] = (rf__sstep){dev[i], 0};
+	}
+	free(dev);
+	free(stg);
+	*len = k;
 	return rc;
 }

@@ -6,12 +6,12 @@
  * of that queue's ops. It is *periodic*: the ops are a template for one iteration of `period` blocks,
  * run for iterations r = iter_begin .. iter_end(nblocks)-1, where in iteration r
  *     block = op.block + r * period,   aux = op.aux + r * period,   value = op.value + r * period,
- *     slot  = (op.slot + (r * period) mod nslots) mod nslots,
+ *     slot  = (op.slot + (r * period) mod nslots) mod nslots,   stage likewise mod nstage,
  * and an op runs only when both block and aux lie in [0, nblocks). A graph lowered by rf_graph_lower is
  * the degenerate case: period 0, one iteration, nothing skipped. A ring pipeline's program is the real
  * case: a few ops per block whatever nblocks is, so a run over a million blocks needs O(depth) memory.
  *
- *   COPY, COMPUTE: block = the node's block, aux = block.
+ *   COPY, COMPUTE, STAGE: block = the node's block, aux = block.
  *   SIGNAL: block = the producer's block, aux = the block of a consumer (skipped with its consumers).
  *   WAIT:   block = the block of the node it precedes, aux = the producer's block.
  */
@@ -36,12 +36,15 @@ static inline int rf__block_ok(size_t block)
 	return block < RF__MAX_NBLOCKS;
 }
 
+#define RF__NO_STAGE UINT32_MAX /* rf__op.stage of a COPY whose block is not staged */
+
 typedef struct rf__op {
 	uint8_t kind;   /* rf_op_kind */
 	uint8_t queue;  /* executing queue */
 	uint8_t wqueue; /* WAIT: queue waited on */
 	uint8_t pad_;
-	uint32_t slot; /* COPY, COMPUTE: slot (offset, see above) */
+	uint32_t slot;  /* COPY, COMPUTE: ring slot (offset, see above) */
+	uint32_t stage; /* STAGE: the staging slot it fills; COPY: the one it reads, or RF__NO_STAGE */
 	int64_t block;
 	int64_t aux;
 	int64_t value; /* SIGNAL, WAIT */
@@ -51,6 +54,7 @@ typedef struct rf__op {
 struct rf_program {
 	unsigned nqueues;
 	unsigned nslots;
+	unsigned nstage; /* staging slots (largest used + 1), numbered apart from the ring's */
 	size_t nops;
 	rf__op *ops;
 	size_t *qidx;                      /* per-queue op indices, grouped by queue */
@@ -61,29 +65,35 @@ struct rf_program {
 };
 
 /* Named constructors: each kind of op with the fields it uses (the table above). */
-static inline rf__op rf__op_copy(unsigned queue, unsigned slot, int64_t block, size_t node)
+static inline rf__op rf__op_copy(unsigned queue, unsigned slot, unsigned stage, int64_t block, size_t node)
 {
-	return (rf__op){.kind = RF_OP_COPY, .queue = (uint8_t)queue, .slot = slot, .block = block, .aux = block,
-			.node = node};
+	return (rf__op){.kind = RF_OP_COPY, .queue = (uint8_t)queue, .slot = slot, .stage = stage, .block = block,
+			.aux = block, .node = node};
 }
 
 static inline rf__op rf__op_compute(unsigned queue, unsigned slot, int64_t block, size_t node)
 {
-	return (rf__op){.kind = RF_OP_COMPUTE, .queue = (uint8_t)queue, .slot = slot, .block = block,
-			.aux = block, .node = node};
+	return (rf__op){.kind = RF_OP_COMPUTE, .queue = (uint8_t)queue, .slot = slot, .stage = RF__NO_STAGE,
+			.block = block, .aux = block, .node = node};
+}
+
+static inline rf__op rf__op_stage(unsigned queue, unsigned stage, int64_t block, size_t node)
+{
+	return (rf__op){.kind = RF_OP_STAGE, .queue = (uint8_t)queue, .stage = stage, .block = block, .aux = block,
+			.node = node};
 }
 
 static inline rf__op rf__op_signal(unsigned queue, int64_t value, int64_t block, int64_t aux, size_t node)
 {
-	return (rf__op){.kind = RF_OP_SIGNAL, .queue = (uint8_t)queue, .block = block, .aux = aux,
-			.value = value, .node = node};
+	return (rf__op){.kind = RF_OP_SIGNAL, .queue = (uint8_t)queue, .stage = RF__NO_STAGE, .block = block,
+			.aux = aux, .value = value, .node = node};
 }
 
 static inline rf__op rf__op_wait(unsigned queue, unsigned wait_queue, int64_t value, int64_t block, int64_t aux,
 				 size_t node)
 {
-	return (rf__op){.kind = RF_OP_WAIT, .queue = (uint8_t)queue, .wqueue = (uint8_t)wait_queue, .block = block,
-			.aux = aux, .value = value, .node = node};
+	return (rf__op){.kind = RF_OP_WAIT, .queue = (uint8_t)queue, .wqueue = (uint8_t)wait_queue,
+			.stage = RF__NO_STAGE, .block = block, .aux = aux, .value = value, .node = node};
 }
 
 /* End of the iteration range for a run over nblocks blocks. */
@@ -114,20 +124,25 @@ static inline bool rf__ring_depth_is_valid(unsigned depth, unsigned copy_queues)
 	return copy_queues <= 1 || depth >= rf__ring_busy_depth(copy_queues);
 }
 
-/* The program of a ring of `depth` slots with `copy_queues` copy queues (1 + b % copy_queues carries
- * block b's copy, queue 0 the computes): one iteration per copy_queues blocks. */
-int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **out);
+/* The program of a ring of `depth` slots with `copy_queues` (K) copy queues (1 + b % K carries block
+ * b's copy into slot b % depth, queue 0 the computes): one iteration per K blocks. With pins > 0 the
+ * ring is staged: block b is first copied into staging slot b % (K * pins) on host queue 1 + K + b % K,
+ * and the staging slots are a ring of their own whose consumer is the copy (rf__plan_staged). */
+int rf__ring_program(unsigned depth, unsigned copy_queues, unsigned pins, struct rf_program **out);
 
-/* Test-only negative control: remove every wait of a non-compute queue (q != 0) on queue 0 — in a
- * ring, exactly the WAR waits — and reindex. Defined only in the testing build (RF_TESTING); the one
- * call in the library sits behind RF__TEST_HOOK(drop_war_wait), a constant 0 in the shipped build. */
-void rf__prog_drop_war(struct rf_program *p);
+/* Test-only negative controls: remove every wait of a non-compute queue (q != 0) on queue 0 — in a
+ * ring, exactly the WAR waits of its slots — or, with `staging`, every wait of a queue that stages —
+ * the WAR waits of the staging slots — and reindex. Defined only in the testing build (RF_TESTING); the
+ * calls in the library sit behind RF__TEST_HOOK(drop_war_wait / drop_staging_war), constant 0 in the
+ * shipped build. */
+void rf__prog_drop_war(struct rf_program *p, int staging);
 
 /* Expand a (periodic) program for nblocks into the flat op list a generic lowering would give, values
- * renumbered per queue from 1. *out is malloc'd (*n entries). Not used by the runtime: it is how the
- * tests compare a ring's periodic program with the generic lowering of its explicit graph. */
+ * renumbered per queue from 1, and (stages non-NULL) the staging slot of each op (RF__NO_STAGE where
+ * none). *out and *stages are malloc'd (*n entries). Not used by the runtime: it is how the tests
+ * compare a ring's periodic program with the generic lowering of its explicit graph. */
 #ifdef RF_TESTING
-int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, size_t *n);
+int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, unsigned **stages, size_t *n);
 #endif
 
 #endif

@@ -232,74 +232,100 @@ static size_t rf__all_reach_back(rf__reach *r, const size_t *u, size_t k, size_t
 
 /* ---- hazards --------------------------------------------------------------------------------------- */
 
-/* Slot accesses sorted by (slot, block, copies before computes). */
+/* Slot accesses sorted by (namespace: ring slots, then staging slots; slot; block; writes first). The
+ * writers of a ring slot are copies and its readers computes; those of a staging slot, stages and the
+ * copies of the blocks staged there. */
 typedef struct rf__access {
-	unsigned slot;
-	int is_compute;
+	unsigned ns, slot;
+	int is_read;
 	size_t block, id;
 } rf__access;
 
 static int rf__access_cmp(const void *a, const void *b)
 {
 	const rf__access *x = a, *y = b;
+	if (x->ns != y->ns)
+		return x->ns < y->ns ? -1 : 1;
 	if (x->slot != y->slot)
 		return x->slot < y->slot ? -1 : 1;
 	if (x->block != y->block)
 		return x->block < y->block ? -1 : 1;
-	if (x->is_compute != y->is_compute)
-		return x->is_compute - y->is_compute;
+	if (x->is_read != y->is_read)
+		return x->is_read - y->is_read;
 	return x->id < y->id ? -1 : x->id > y->id;
 }
 
-static int rf__hazard(const rf_graph *g, const char *what, size_t a, size_t b)
+static int rf__hazard(const rf_graph *g, const char *what, unsigned ns, size_t a, size_t b)
 {
 	char sa[96], sb[96];
-	return rf__err(RF_EHAZARD, "%s hazard: %s is not ordered before %s", what,
+	return rf__err(RF_EHAZARD, "%s hazard%s: %s is not ordered before %s", what, ns ? " on a staging slot" : "",
 		       rf__node_str(g, a, sa, sizeof sa), rf__node_str(g, b, sb, sizeof sb));
 }
 
 /*
- * Per slot, the accesses in block order form a sequence copy(b0) reads(b0)... copy(b1) reads(b1)...
+ * Per slot, the accesses in block order form a sequence write(b0) reads(b0)... write(b1) reads(b1)...
  * It is enough to check each neighbouring requirement; transitivity covers the rest:
- *   RAW: copy(bk) reaches every compute of bk (and a compute of bk without such a copy reads garbage);
- *   WAR: every compute of bk reaches copy(bk+1);   WAW: copy(bk) reaches copy(bk+1).
- * The computes of one block are checked together, one search each way (rf__reaches_all_fwd).
- * ids: scratch for the node ids of one block's computes (n entries suffice).
+ *   RAW: write(bk) reaches every read of bk (and a read of bk without such a write reads garbage);
+ *   WAR: every read of bk reaches write(bk+1);   WAW: write(bk) reaches write(bk+1).
+ * The reads of one block are checked together, one search each way (rf__reaches_all_fwd).
+ * ids: scratch for the node ids of one block's reads (n entries suffice).
  */
 static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n, size_t *ids)
 {
 	const rf_graph *g = r->g;
-	size_t copy = RF__NONE, copy_block = 0, nreads = 0; /* ids[0 .. nreads): computes of copy_block */
+	size_t w = RF__NONE, w_block = 0, nreads = 0; /* ids[0 .. nreads): reads of w_block */
 	for (size_t i = 0, j; i < n; i = j) {
-		if (!a[i].is_compute) {
-			if (copy != RF__NONE && copy_block == a[i].block) {
+		if (!a[i].is_read) {
+			if (w != RF__NONE && w_block == a[i].block) {
 				char s1[96], s2[96];
 				return rf__err(RF_EHAZARD, "WAW hazard: %s and %s copy the same block into one slot",
-					       rf__node_str(g, copy, s1, sizeof s1),
-					       rf__node_str(g, a[i].id, s2, sizeof s2));
+					       rf__node_str(g, w, s1, sizeof s1), rf__node_str(g, a[i].id, s2, sizeof s2));
 			}
-			if (copy != RF__NONE && !rf__is_reachable(r, copy, a[i].id))
-				return rf__hazard(g, "WAW", copy, a[i].id);
+			if (w != RF__NONE && !rf__is_reachable(r, w, a[i].id))
+				return rf__hazard(g, "WAW", a[i].ns, w, a[i].id);
 			size_t bad = nreads ? rf__all_reach_back(r, ids, nreads, a[i].id) : 0;
 			if (bad < nreads)
-				return rf__hazard(g, "WAR", ids[bad], a[i].id);
-			copy = a[i].id;
-			copy_block = a[i].block;
+				return rf__hazard(g, "WAR", a[i].ns, ids[bad], a[i].id);
+			w = a[i].id;
+			w_block = a[i].block;
 			nreads = 0;
 			j = i + 1;
 			continue;
 		}
-		if (copy == RF__NONE || copy_block != a[i].block) {
+		if (w == RF__NONE || w_block != a[i].block) {
 			char s[96];
 			return rf__err(RF_EHAZARD, "RAW hazard: %s reads a slot no copy of its block fills",
 				       rf__node_str(g, a[i].id, s, sizeof s));
 		}
-		for (j = i; j < n && a[j].is_compute && a[j].block == a[i].block; j++)
+		for (j = i; j < n && a[j].is_read && a[j].block == a[i].block; j++)
 			ids[j - i] = a[j].id;
 		nreads = j - i;
-		size_t bad = rf__reaches_all_fwd(r, copy, ids, nreads);
+		size_t bad = rf__reaches_all_fwd(r, w, ids, nreads);
 		if (bad < nreads)
-			return rf__hazard(g, "RAW", copy, ids[bad]);
+			return rf__hazard(g, "RAW", a[i].ns, w, ids[bad]);
+	}
+	return RF_OK;
+}
+
+/* Every node's accesses: a COPY writes its ring slot and reads its block's staging slot, if staged.
+ * A block staged twice is a hazard of its own. */
+static int rf__accesses(const rf_graph *g, const rf__stage_ent *st, size_t nst, rf__access *acc, size_t *m)
+{
+	for (size_t i = 1; i < nst; i++)
+		if (st[i].block == st[i - 1].block) {
+			char s1[96], s2[96];
+			return rf__err(RF_EHAZARD, "stage hazard: %s and %s stage the same block (a block is staged at most "
+						   "once)", rf__node_str(g, st[i - 1].id, s1, sizeof s1),
+				       rf__node_str(g, st[i].id, s2, sizeof s2));
+		}
+	for (size_t i = 0; i < g->n; i++) {
+		const rf_node_desc *d = &g->nodes[i];
+		if (d->kind == RF_NODE_WAIT)
+			continue;
+		acc[(*m)++] = (rf__access){d->kind == RF_NODE_STAGE, d->slot, d->kind == RF_NODE_COMPUTE, d->block, i};
+		const rf__stage_ent *e = d->kind == RF_NODE_COPY ? rf__stage_find(st, nst, d->block) : NULL;
+		if (e != NULL)
+			acc[(*m)++] = (rf__access){1, e->slot, 1, d->block, i};
 	}
 	return RF_OK;
 }
@@ -307,28 +333,21 @@ static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n, size_
 static int rf__check_hazards(rf__reach *r)
 {
 	const rf_graph *g = r->g;
-	size_t m = 0;
-	rf__access *acc = rf__malloc((g->n ? g->n : 1) * sizeof *acc);
+	size_t m = 0, nst = 0;
+	rf__stage_ent *st = NULL;
+	rf__access *acc = rf__malloc((2 * g->n + 1) * sizeof *acc);
 	size_t *ids = rf__malloc((g->n ? g->n : 1) * sizeof *ids);
-	if (acc == NULL || ids == NULL) {
-		free(acc);
-		free(ids);
-		return rf__err(RF_ENOMEM, "rf_graph_validate: out of memory");
-	}
-	for (size_t i = 0; i < g->n; i++) {
-		const rf_node_desc *d = &g->nodes[i];
-		if (d->kind == RF_NODE_WAIT)
-			continue;
-		rf__access x = {d->slot, d->kind == RF_NODE_COMPUTE, d->block, i};
-		acc[m++] = x;
-	}
-	qsort(acc, m, sizeof *acc, rf__access_cmp);
-	int rc = RF_OK;
+	int rc = acc == NULL || ids == NULL || rf__graph_stages(g, &st, &nst) != RF_OK
+			 ? rf__err(RF_ENOMEM, "rf_graph_validate: out of memory")
+			 : rf__accesses(g, st, nst, acc, &m);
+	if (rc == RF_OK)
+		qsort(acc, m, sizeof *acc, rf__access_cmp);
 	for (size_t i = 0, j; i < m && rc == RF_OK; i = j) {
-		for (j = i; j < m && acc[j].slot == acc[i].slot; j++)
+		for (j = i; j < m && acc[j].slot == acc[i].slot && acc[j].ns == acc[i].ns; j++)
 			;
 		rc = rf__check_slot_run(r, acc + i, j - i, ids);
 	}
+	free(st);
 	free(acc);
 	free(ids);
 	return rc;

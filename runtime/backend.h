@@ -38,15 +38,14 @@ typedef struct rf__run {
 	void *user;
 	unsigned char *slots; /* nslots * slot_stride, from slots_alloc */
 	size_t slot_stride;   /* slot i starts at slots + i * slot_stride (slot_bytes rounded up) */
+	unsigned char *stage; /* the program's nstage staging slots, slot_stride apart, on CPU backends (the
+	                         engine's host memory); NULL on a device backend, which stages into its own */
 	const atomic_int *cancel;   /* non-zero: stop issuing new nodes (deferred destroy, cancel) */
 	/* out */
 	size_t failed_block; /* RF_ECALLBACK: the block whose compute failed */
 	int failed_value;    /* RF_ECALLBACK: what the compute returned */
 	struct rf__trace *trace; /* non-NULL: walkers record copy/compute slices (runtime/trace.h) */
 	rf__qstats *stats;       /* non-NULL: walkers account time per queue (RF_MAX_QUEUES entries) */
-	/* A backend's look-ahead walk of a run another thread executes (the cuda backend's staging
-	 * dispatcher): no trace, no stats, no test hook — the executing walk does those. */
-	int lookahead;
 } rf__run;
 
 typedef struct rf__open_args {
@@ -66,6 +65,8 @@ typedef struct rf__open_args {
 	 * ignore it. */
 	int64_t wait_spin_ns;
 	size_t slot_stride; /* slot_bytes rounded up to the backend's slot_align */
+	int oracle;         /* RINGFETCH_ORACLE=1: the backend checks what only it sees (cuda: a staged
+	                       keyed copy's pinned slot holds its bytes when the H2D is enqueued) */
 } rf__open_args;
 
 #define RF__WAIT_SLEEP ((int64_t)-1)
@@ -167,6 +168,10 @@ typedef struct rf__backend_ops {
 	/* Alignment of every slot's start (a power of two; 0 = RF__SLOT_ALIGN_DEFAULT): the slot stride is
 	 * slot_bytes rounded up to it. The slot memory itself must be at least this aligned. */
 	size_t slot_align;
+	/* Optional: a backend whose copies need a hop through host staging slots (cuda: sources in pageable
+	 * memory) says how many per copy queue for slots of slot_bytes; a pipeline then runs the staged ring
+	 * (rf__ring_program's pins). NULL: the plain ring. */
+	unsigned (*stage_slots)(size_t slot_bytes);
 } rf__backend_ops;
 
 /* The backend called `name` ("auto": the first usable built-in) into *out: RF_OK, or RF_ENODEV (unknown,

@@ -36,13 +36,18 @@ static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
 	rc = rf__be_open(e->be, args, &e->ctx);
 	if (rc != RF_OK)
 		return rc;
-	void *mem = NULL;
-	if ((rc = rf__be_slots_alloc(e->be, e->ctx, e->slots_len, &mem)) != RF_OK) {
-		rf__err(rc, "%s: ring slots: %s", who, rf__errmsg_peek());
+	void *mem = NULL, *stage = NULL;
+	e->stage_len = (e->be->caps & RF__CAP_DEVICE) ? 0 : (size_t)e->prog->nstage * e->slot_stride;
+	if ((rc = rf__be_slots_alloc(e->be, e->ctx, e->slots_len, &mem)) != RF_OK ||
+	    (e->stage_len && (rc = rf__staging_alloc(&e->staging, e->stage_len, RF__STAGING_SLOT_ALIGN, &stage)) != RF_OK)) {
+		rf__err(rc, "%s: %s slots: %s", who, mem ? "staging" : "ring", rf__errmsg_peek());
+		if (mem != NULL)
+			rf__be_slots_free(e->be, e->ctx, mem, e->slots_len);
 		rf__be_close(e->be, e->ctx);
 		return rc;
 	}
 	e->slots = mem;
+	e->stage = stage;
 	return RF_OK;
 }
 
@@ -57,7 +62,7 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	if ((rc = rf__backend_lookup(backend, device, &e->be)) != RF_OK)
 		goto fail_prog;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
-			     nslots ? nslots : 1, e->wait_spin_ns, 0};
+			     nslots ? nslots : 1, e->wait_spin_ns, 0, e->oracle != NULL};
 	e->nslots = nslots ? nslots : 1;
 	rc = rf__engine_start(e, who, &args);
 	/* "auto" promised a backend that works here: a GPU that probes usable but cannot host this
@@ -125,19 +130,25 @@ void rf__engine_fini(rf__engine *e)
 	pthread_mutex_destroy(&e->stats_mu);
 	free(e->trace_path);
 	rf__be_slots_free(e->be, e->ctx, e->slots, e->slots_len);
+	rf__staging_free(e->stage);
 	rf__be_close(e->be, e->ctx);
 	rf_program_destroy(e->prog);
 }
 
-/* Does [src, src + n) overlap the ring? A copy from a slot into another races with the refill of the
- * first (the ring's RAW/WAR edges only cover the slots' own blocks). Device rings are another address
- * space: host sources never alias them. Compared as integers: the pointers are unrelated objects. */
+/* Does [src, src + n) overlap the ring or its staging slots? A copy from a slot into another races with
+ * the refill of the first (the ring's RAW/WAR edges only cover the slots' own blocks). Device rings are
+ * another address space: host sources never alias them. Compared as integers: the pointers are
+ * unrelated objects. */
+static int rf__aliases(uintptr_t s, size_t n, const void *mem, size_t len)
+{
+	uintptr_t lo = (uintptr_t)mem, hi = lo + len;
+	return n > 0 && len > 0 && s < hi && s + n > lo;
+}
+
 static int rf__aliases_ring(const rf__engine *e, const void *src, size_t n)
 {
-	if ((e->be->caps & RF__CAP_DEVICE) || n == 0)
-		return 0;
-	uintptr_t s = (uintptr_t)src, lo = (uintptr_t)e->slots, hi = lo + e->slots_len;
-	return s < hi && s + n > lo;
+	return !(e->be->caps & RF__CAP_DEVICE) &&
+	       (rf__aliases((uintptr_t)src, n, e->slots, e->slots_len) || rf__aliases((uintptr_t)src, n, e->stage, e->stage_len));
 }
 
 static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
@@ -168,8 +179,8 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 			   const size_t *sizes, rf_compute_fn compute, void *user)
 {
-	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_stride, &e->cancel, 0, 0, NULL,
-		       NULL, 0};
+	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_stride, e->stage, &e->cancel, 0, 0,
+		       NULL, NULL};
 	if (e->collect_stats) {
 		memset(e->qstats, 0, sizeof e->qstats);
 		run.stats = e->qstats;

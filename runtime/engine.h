@@ -23,6 +23,8 @@ typedef struct rf__engine {
 	struct rf_program *prog; /* owned */
 	unsigned char *slots;
 	size_t slot_bytes, slot_stride, slots_len; /* stride: slot_bytes rounded up to the backend's slot_align */
+	unsigned char *stage; /* CPU backends: the program's staging slots (host memory beside the ring) */
+	size_t stage_len;
 	atomic_int state;  /* RF__IDLE / RF__RUNNING / RF__KEYED / RF__DOOMED */
 	uint64_t forks;    /* rf__fork_count() at init: a child of fork() has none of the backend's threads */
 	atomic_int cancel; /* read by backends between nodes; pending until a run returns RF_ECANCELED */
@@ -60,7 +62,8 @@ typedef struct rf__engine {
 } rf__engine;
 
 /* Resolve `backend` (already through config), open it, allocate prog->nslots * slot_bytes of slots
- * (CPU backends: from the staging layer under e->staging, which the owner sets first; zero = auto).
+ * (CPU backends: from the staging layer under e->staging, which the owner sets first; zero = auto) and,
+ * on CPU backends, prog->nstage staging slots the same way (a device backend stages into its own).
  * Takes ownership of prog in every case. `who` prefixes error messages. */
 int rf__engine_init(rf__engine *e, const char *who, const char *backend, int device,
 		    struct rf_program *prog, size_t slot_bytes);

@@ -64,19 +64,20 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 		rf_program_destroy(prog);
 		return rf__err(RF_ENOMEM, "rf_exec_create: out of memory");
 	}
-	if ((rc = rf__engine_init(&e->eng, "rf_exec_create", backend, params->device, prog,
-				  params->slot_bytes)) != RF_OK) {
+	/* The oracle first: the backend is told at open whether it is on. */
+	if (cfg.oracle && (rc = rf__oracle_graph_build(g, &e->oracle)) == RF_OK)
+		e->eng.oracle = rf__exec_oracle;
+	if (rc != RF_OK)
+		rf_program_destroy(prog); /* rf__engine_init takes it in every case */
+	else
+		rc = rf__engine_init(&e->eng, "rf_exec_create", backend, params->device, prog, params->slot_bytes);
+	if (rc != RF_OK) {
+		rf__oracle_graph_free(&e->oracle);
 		free(e);
 		return rc;
 	}
 	e->eng.release = rf__exec_free;
 	e->eng.owner = e;
-	if (cfg.oracle && (rc = rf__oracle_graph_build(g, &e->oracle)) == RF_OK)
-		e->eng.oracle = rf__exec_oracle;
-	if (rc != RF_OK) {
-		rf__exec_free(e);
-		return rc;
-	}
 	*out = e;
 	return RF_OK;
 }

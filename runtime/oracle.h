@@ -10,7 +10,10 @@
 /* Check a run over nblocks blocks that returned RF_OK: every block copied once and computed once, in
  * block order one at a time; each compute starts after its block's copy ended (RAW) and reads the slot
  * that copy filled; each copy into a slot starts after the compute of the slot's previous block ended
- * (WAR). Returns RF_OK, or RF_EHAZARD with rf_errmsg naming the blocks; RF_ENOMEM. */
+ * (WAR). A staged block (staged at most once) the same one hop back: its copy starts after its stage
+ * ended (RAW), and its stage starts after the copy of the previous block staged in its staging slot
+ * ended (WAR). On a device backend a copy's slice is its enqueue: the hop is checked at the host's
+ * side. Returns RF_OK, or RF_EHAZARD with rf_errmsg naming the blocks; RF_ENOMEM. */
 int rf__oracle_check(const rf__trace *t, size_t nblocks);
 
 /* A hand-built graph's promises, flattened for checking runs of its rf_exec: for every COPY / COMPUTE

@@ -16,6 +16,7 @@ struct rf_pipeline {
 	rf__engine eng;
 	_Atomic unsigned depth; /* read by rf_pipeline_depth from any thread; depth = auto changes it */
 	unsigned copy_queues;
+	unsigned pins;     /* staging slots per copy queue: the backend's staged ring (0: the plain ring) */
 	unsigned auto_max; /* depth = auto: the deepest ring the slots allow; 0 when depth is fixed */
 	/* depth = auto, probing (probe.n > 1, runtime/autodepth.h): a program per candidate depth (built
 	 * when the rule ran, so that switching allocates nothing); cprog[probe.cur] is the one the engine
@@ -130,12 +131,23 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 }
 
 /* A ring program for depth d, as rf_pipeline_create builds them (test hooks included). */
-static int rf__auto_program(const rf_pipeline *p, unsigned d, struct rf_program **out)
+static int rf__auto_program(unsigned d, unsigned kq, unsigned pins, struct rf_program **out)
 {
-	int rc = rf__ring_program(d, p->copy_queues, out);
+	int rc = rf__ring_program(d, kq, pins, out);
 	if (rc == RF_OK && RF__TEST_HOOK(drop_war_wait))
-		rf__prog_drop_war(*out);
+		rf__prog_drop_war(*out, 0);
+	if (rc == RF_OK && RF__TEST_HOOK(drop_staging_war))
+		rf__prog_drop_war(*out, 1);
 	return rc;
+}
+
+/* Staging slots per copy queue when the backend's copies need a hop through host memory (cuda). */
+static unsigned rf__pipeline_pins(const rf__resolved *r, const rf_pipeline_params *pp)
+{
+	const rf__backend_ops *be;
+	if (!r->device || rf__backend_lookup(r->backend, pp->device, &be) != RF_OK || be->stage_slots == NULL)
+		return 0;
+	return be->stage_slots(pp->slot_bytes);
 }
 
 /* Make cprog[i] the program the engine runs (the previous one stays in cprog[]). */
@@ -158,7 +170,7 @@ static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d, int measured)
 	for (; built < n; built++)
 		if (cand[built] == depth)
 			p->cprog[built] = start;
-		else if (rf__auto_program(p, cand[built], &p->cprog[built]) != RF_OK)
+		else if (rf__auto_program(cand[built], p->copy_queues, p->pins, &p->cprog[built]) != RF_OK)
 			break;
 	if (built == 0)
 		return 0; /* keep the starting ring */
@@ -271,10 +283,9 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	if (p == NULL)
 		return rf__err(RF_ENOMEM, "rf_pipeline_create: out of memory");
 	struct rf_program *prog;
-	if ((rc = rf__ring_program(r.depth, r.kq, &prog)) != RF_OK)
+	p->pins = rf__pipeline_pins(&r, params);
+	if ((rc = rf__auto_program(r.depth, r.kq, p->pins, &prog)) != RF_OK)
 		goto fail;
-	if (RF__TEST_HOOK(drop_war_wait))
-		rf__prog_drop_war(prog);
 	p->eng.staging = r.staging;
 	p->eng.wait_spin_ns = r.wait_ns;
 	p->eng.min_slots = r.auto_max;

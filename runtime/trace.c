@@ -1,6 +1,6 @@
 /* runtime/trace.c — writing a run's events as Chrome trace-event JSON: one process track per run
  * (named after the pipeline and the run number), one thread track per queue, one complete ("X") slice
- * per copy and compute.
+ * per copy, stage and compute.
  *
  * The file is a JSON array that is closed ("]") whenever no run is writing it, so JSON tools read it
  * as well as Perfetto does; each run reopens it: under an exclusive flock it finds the closing bracket
@@ -38,7 +38,7 @@ int rf__trace_begin(rf__trace *t, const struct rf_program *p, size_t nblocks, in
 		size_t per_iter = 0;
 		for (size_t i = p->qstart[q]; i < p->qstart[q + 1]; i++) {
 			uint8_t k = p->ops[p->qidx[i]].kind;
-			per_iter += k == RF_OP_COPY || k == RF_OP_COMPUTE;
+			per_iter += k == RF_OP_COPY || k == RF_OP_COMPUTE || k == RF_OP_STAGE;
 		}
 		size_t cap = per_iter * (size_t)(iters > 0 ? iters : 0);
 		t->cap[q] = cap;
@@ -68,7 +68,7 @@ static void rf__trace_events(const rf__trace *t, FILE *f, unsigned pid, const ch
 			pid, q, q);
 		for (size_t i = 0; i < t->n[q]; i++) {
 			const rf__tev *e = &t->ev[q][i];
-			const char *what = e->kind == RF_OP_COPY ? "copy" : "compute";
+			const char *what = e->kind == RF_OP_COPY ? "copy" : e->kind == RF_OP_STAGE ? "stage" : "compute";
 			fprintf(f,
 				",\n{\"name\":\"%s b%lld\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%u,"
 				"\"tid\":%u,\"args\":{\"block\":%lld,\"slot\":%u}}",

@@ -14,9 +14,9 @@ typedef struct rf__tev {
 	int64_t t0, t1;  /* ns, CLOCK_MONOTONIC */
 	uint64_t s0, s1; /* positions of start and end in the run's one sequence (for the oracle) */
 	int64_t block;
-	uint32_t slot;
+	uint32_t slot;  /* STAGE: the staging slot */
 	uint32_t node; /* graph node id (rf_exec); template op for a ring */
-	uint8_t kind;  /* RF_OP_COPY or RF_OP_COMPUTE */
+	uint8_t kind;  /* RF_OP_COPY, RF_OP_COMPUTE or RF_OP_STAGE */
 } rf__tev;
 
 typedef struct rf__trace {

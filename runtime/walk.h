@@ -10,14 +10,18 @@
 #include "runtime/trace.h"
 
 typedef struct rf__walk_ops {
-	int (*copy)(void *c, rf__run *run, unsigned queue, size_t block, unsigned slot);
+	/* stage: the staging slot the copy reads (rf__copy_src), RF__NO_STAGE when the block is not staged */
+	int (*copy)(void *c, rf__run *run, unsigned queue, size_t block, unsigned slot, unsigned stage);
 	int (*compute)(void *c, rf__run *run, unsigned queue, size_t block, unsigned slot);
 	/* block: SIGNAL, the producer's block; WAIT, the block of the node it precedes (for logs, traces). */
 	int (*signal)(void *c, unsigned queue, int64_t value, size_t block);
 	int (*wait)(void *c, unsigned queue, unsigned wait_queue, int64_t value, size_t block);
+	/* copy srcs[block] into staging slot `stage` */
+	int (*stage)(void *c, rf__run *run, unsigned queue, size_t block, unsigned stage);
 } rf__walk_ops;
 
-/* After a timed copy or compute (trace or stats on): record the slice and account the busy time. */
+/* After a timed copy, stage or compute (trace or stats on): record the slice and account the busy time
+ * (a stage counts as a copy). */
 static inline void rf__walk_timed(rf__run *run, const rf__op *o, int64_t b, unsigned slot, int64_t t0, uint64_t s0)
 {
 	unsigned q = o->queue;
@@ -27,43 +31,52 @@ static inline void rf__walk_timed(rf__run *run, const rf__op *o, int64_t b, unsi
 		rf__trace_add(run->trace, q, kind, b, slot, (uint32_t)o->node, t0, t1, s0);
 	if (run->stats) {
 		run->stats[q].busy_ns += t1 - t0;
-		if (kind == RF_OP_COPY)
-			run->stats[q].copies++;
-		else
+		if (kind == RF_OP_COMPUTE)
 			run->stats[q].computes++;
+		else
+			run->stats[q].copies++;
 	}
 }
 
-/* Walk the ops of `queue` (or of every queue, in global issue order, when queue < 0). Stops at the
- * first handler that returns non-zero and returns that value. */
-static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void *c)
+/* Walk the ops of `queue` (or, when queue < 0, of every queue whose bit is clear in `skip`, in global
+ * issue order). Stops at the first handler that returns non-zero and returns that value. */
+static inline int rf__walk(rf__run *run, int queue, uint64_t skip, const rf__walk_ops *h, void *c)
 {
 	const struct rf_program *p = run->prog;
 	const uint64_t n = run->nblocks;
 	const int64_t period = p->period, iend = rf__prog_iter_end(p, run->nblocks);
-	const unsigned ns = p->nslots ? p->nslots : 1;
+	const unsigned ns = p->nslots ? p->nslots : 1, nt = p->nstage ? p->nstage : 1;
 	const size_t *idx = queue < 0 ? NULL : p->qidx + p->qstart[queue];
 	const size_t nops = queue < 0 ? p->nops : p->qstart[queue + 1] - p->qstart[queue];
 	const int timed = run->trace != NULL || run->stats != NULL;
-	/* Slot of iteration r's block offset 0, kept incrementally: no division on the hot path. */
+	/* Slots of iteration r's block offset 0, kept incrementally: no division on the hot path. */
 	int64_t base = p->iter_begin * period;
 	unsigned rslot = (unsigned)(((base % (int64_t)ns) + ns) % ns), pstep = (unsigned)(period % ns);
+	unsigned rst = (unsigned)(((base % (int64_t)nt) + nt) % nt), tstep = (unsigned)(period % nt);
 	for (int64_t r = p->iter_begin; r < iend; r++, base += period) {
 		for (size_t i = 0; i < nops; i++) {
 			const rf__op *o = &p->ops[idx ? idx[i] : i];
 			int64_t b = o->block + base, a = o->aux + base;
-			if ((uint64_t)b >= n || (uint64_t)a >= n)
+			if ((uint64_t)b >= n || (uint64_t)a >= n || ((skip >> o->queue) & 1))
 				continue;
-			unsigned slot = o->slot + rslot;
+			unsigned slot = o->slot + rslot, st = o->stage;
 			slot -= slot >= ns ? ns : 0;
+			if (st != RF__NO_STAGE) {
+				st += rst;
+				st -= st >= nt ? nt : 0;
+			}
 			int rc = 0;
 			switch (o->kind) {
-			case RF_OP_COPY: {
+			case RF_OP_COPY:
+			case RF_OP_STAGE: {
 				int64_t t0 = timed ? rf__trace_now() : 0;
 				uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
-				if (RF__TEST_HOOK(before_copy) != NULL && !run->lookahead)
+				if (RF__TEST_HOOK(before_copy) != NULL)
 					RF__TEST_HOOK(before_copy)((size_t)b);
-				rc = h->copy(c, run, o->queue, (size_t)b, slot);
+				if (o->kind == RF_OP_STAGE)
+					rc = h->stage(c, run, o->queue, (size_t)b, slot = st);
+				else
+					rc = h->copy(c, run, o->queue, (size_t)b, slot, st);
 				if (timed && rc != RF_ECANCELED) /* canceled: the copy never ran */
 					rf__walk_timed(run, o, b, slot, t0, s0);
 				break;
@@ -92,6 +105,8 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 		}
 		rslot += pstep;
 		rslot -= rslot >= ns ? ns : 0;
+		rst += tstep;
+		rst -= rst >= nt ? nt : 0;
 	}
 	return 0;
 }
@@ -100,6 +115,17 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 static inline unsigned char *rf__slot_ptr(const rf__run *run, unsigned slot)
 {
 	return run->slots + (size_t)slot * run->slot_stride;
+}
+
+/* Host staging slots (CPU backends: the engine's), and where a copy of block b reads on them. */
+static inline unsigned char *rf__stage_ptr(const rf__run *run, unsigned stage)
+{
+	return run->stage + (size_t)stage * run->slot_stride;
+}
+
+static inline const unsigned char *rf__copy_src(const rf__run *run, size_t b, unsigned stage)
+{
+	return stage == RF__NO_STAGE ? (const unsigned char *)run->srcs[b] : rf__stage_ptr(run, stage);
 }
 
 static inline int rf__call_compute(rf__run *run, size_t b, unsigned slot, void *stream)

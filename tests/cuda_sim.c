@@ -391,7 +391,7 @@ void sim_set_capturing(void *stream, int on)
 	S(stream)->capturing = on;
 }
 
-static int g_capture_mode_calls;
+static _Thread_local int g_capture_mode_calls; /* per thread: the library's own lanes keep the local mode */
 
 int sim_capture_mode_balance(void)
 {

@@ -1,12 +1,13 @@
 /*
  * tests/race_cuda.c — the cuda backend's threads under stress, against the simulated CUDA runtime
  * (tests/cuda_sim.h), as a plain program so that it runs under ThreadSanitizer (Criterion cannot):
- * the walker, one staging dispatcher per copying queue and the host copy team (backends/cuda_hop.c,
- * cuda_team.c) share verdicts, pinned slots and jobs. Random rings (depth 2..5, 1..2 copy queues),
- * block sizes of one to several 256 KiB pieces, pinned / pageable / mixed sources, 1..4 copy threads,
- * several runs per pipeline (the hop built in the middle of the first pageable run, used from the
- * start by later ones), and cancels from another thread at random moments. Every block is checked in
- * stream order, where a kernel would read it; after a canceled run the next run must be whole.
+ * the walker and the staging lanes with their helpers (backends/cuda_stage.c) share staging slots'
+ * states, pinned slots, piece jobs and queue values. Random staged rings (depth 2..5, 1..2 copy
+ * queues), block sizes of one to several 256 KiB units, pinned / pageable / mixed sources, 1..4 staging
+ * threads, several runs per pipeline (the pinned ring allocated in the middle of the first pageable
+ * run), cancels from another thread at random moments, and keyed use between runs (hints staged by the
+ * lanes, acquires staged by the caller). Every block is checked in stream order, where a kernel would
+ * read it; after a canceled run the next run must be whole.
  * Usage: race_cuda [--iterations N] [--seed S]. Exit 0 when every check passed.
  */
 #include "ringfetch.h"
@@ -125,7 +126,58 @@ static void *cancel_main(void *arg)
 	return NULL;
 }
 
-static unsigned long long g_canceled, g_runs; /* runs a cancel stopped, runs */
+static unsigned long long g_canceled, g_runs, g_keyed; /* runs a cancel stopped, runs, keyed acquires */
+
+/* Keyed use between runs: hints and acquires of the blocks as keys (staged when pageable), each
+ * acquired block checked on the legacy default stream, where a kernel would read it. */
+static int keyed_steps(rf_pipeline *p, const blocks *b, unsigned depth, unsigned long long *rng, const char *what)
+{
+	static run_check rc;
+	memset(&rc, 0, sizeof rc);
+	rc.b = b;
+	rf_block held[8];
+	unsigned nheld = 0;
+	size_t nacq = 0;
+	int fails = 0;
+	for (int step = 0; step < 60 && fails == 0; step++) {
+		size_t i = (size_t)rnd(rng, b->n < MAXBLK ? b->n : MAXBLK);
+		if (b->sizes[i] == 0)
+			continue;
+		unsigned op = (unsigned)rnd(rng, 4);
+		int r = RF_OK;
+		if (op == 0) {
+			r = rf_pipeline_prefetch(p, i, b->srcs[i], b->sizes[i], 0);
+			r = r == RF_ENOSPC ? RF_OK : r;
+		} else if (op < 3 && nheld + 1 < depth) {
+			rf_block *k = &held[nheld];
+			r = rf_pipeline_acquire(p, i, b->srcs[i], b->sizes[i], NULL, 0, k);
+			if (r == RF_OK) {
+				size_t a = nacq++; /* a probe of its own: the key may come back in another slot */
+				rc.blk[a] = *k;
+				rc.probe[a] = (struct probe){&rc, a};
+				fails += sim_launch(NULL, probe_fn, &rc.probe[a]) != 0;
+				nheld++;
+				g_keyed++;
+			}
+			r = r == RF_ENOSPC ? RF_OK : r;
+		} else if (nheld > 0) {
+			r = rf_pipeline_release(p, &held[--nheld]);
+		}
+		if (r != RF_OK) {
+			fprintf(stderr, "race_cuda: %s: keyed step failed: %d %s\n", what, r, rf_errmsg());
+			fails++;
+		}
+	}
+	while (nheld > 0)
+		fails += rf_pipeline_release(p, &held[--nheld]) != RF_OK;
+	for (size_t i = 0; i < b->n && i < MAXBLK; i++) /* the sources are freed next: no copy may read them */
+		fails += rf_pipeline_evict(p, i) != RF_OK;
+	if (sim_api.stream_synchronize(NULL) != 0 || atomic_load(&rc.bad) != 0) {
+		fprintf(stderr, "race_cuda: %s: %zu keyed reads saw the wrong bytes\n", what, atomic_load(&rc.bad));
+		fails++;
+	}
+	return fails;
+}
 
 /* One run; with a canceller racing it when `cancel`. Returns the number of failures seen. */
 static int one_run(rf_pipeline *p, const blocks *b, int cancel, unsigned long long *rng, const char *what)
@@ -208,13 +260,15 @@ int main(int argc, char **argv)
 			fails += one_run(p, &b, cancel, &rng, what);
 			if (cancel && fails == 0)
 				fails += one_run(p, &b, 0, &rng, what); /* whole after a cancel */
+			if (fails == 0)
+				fails += keyed_steps(p, &b, depth, &rng, what);
 			blocks_free(&b);
 		}
 		rf_pipeline_destroy(p);
 	}
 	rf__test_hooks.cuda_copy_threads = 0;
 	if (fails == 0)
-		printf("race_cuda: %llu iterations passed (seed %llu): %llu runs, %llu stopped by a cancel\n", iters, seed,
-		       g_runs, g_canceled);
+		printf("race_cuda: %llu iterations passed (seed %llu): %llu runs, %llu stopped by a cancel, %llu keyed "
+		       "acquires\n", iters, seed, g_runs, g_canceled, g_keyed);
 	return fails ? 1 : 0;
 }

@@ -1,6 +1,8 @@
-/* tests/test_cuda_keyed.c — keyed use on cuda (keyed use), against the simulated CUDA: the
- * caller's stream waits on the copy (RAW) and the next copy into a slot waits on the release (WAR),
- * on the device, with no host wait in acquire or release; the legacy default stream (NULL) works; a
+/* tests/test_cuda_keyed.c — keyed use on cuda, against the simulated CUDA: the caller's stream waits on
+ * the copy (RAW) and the next copy into a slot waits on the release (WAR), on the device, with no host
+ * wait in acquire or release for sources DMA can read; pageable sources are staged through the pinned
+ * ring (a hint by its host lane, an acquire by the caller), and a staged copy's H2D never starts before
+ * its stage (negative control: the keyed oracle refuses it); the legacy default stream (NULL) works; a
  * capturing stream is refused with nothing changed; the library's CUDA calls run in thread-local
  * capture mode; thousands of random serving steps under random device schedules keep every payload. */
 #include <criterion/criterion.h>
@@ -13,6 +15,8 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <stdatomic.h>
+#include <time.h>
 
 static void install(uint64_t seed, double step_prob)
 {
@@ -220,5 +224,90 @@ Test(cuda_keyed, random_serving_keeps_every_payload, .timeout = 120)
 			else
 				free(src[i]);
 	}
+	leak_check();
+}
+
+/* Pageable sources: a hint is staged by the key's host lane and its H2D issued by the next keyed call
+ * that finds the stage done; an acquire of another pageable key stages it on the caller. Both payloads
+ * are right where a kernel on the acquiring stream reads them, and the stream synchronisations are
+ * the test's own: the keyed calls wait only for stages, on the host. */
+Test(cuda_keyed, pageable_sources_are_staged_through_the_pinned_ring)
+{
+	install(3, 0.5);
+	rf_pipeline *p = make(3, 4096);
+	void *s;
+	cr_assert_eq(sim_api.stream_create(&s), 0);
+	unsigned char *a = malloc(4096), *b = malloc(4096);
+	memset(a, 'a', 4096);
+	memset(b, 'b', 4096);
+	int bad = 0;
+	g_np = 0;
+	sim_log_clear();
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, a, 4096, 0), RF_OK, "%s", rf_errmsg());
+	rf_block ba, bb;
+	cr_assert_eq(rf_pipeline_acquire(p, 2, b, 4096, s, 0, &bb), RF_OK, "%s", rf_errmsg());
+	use(s, &bb, b, &bad);
+	cr_assert_eq(rf_pipeline_acquire(p, 1, a, 4096, s, 0, &ba), RF_OK, "%s", rf_errmsg());
+	use(s, &ba, a, &bad);
+	rf_keyed_stats st;
+	cr_assert_eq(rf_pipeline_keyed_stats(p, &st), RF_OK);
+	cr_assert_eq(st.hits, 1, "the hint's key was a hit");
+	cr_assert_eq(st.bytes_copied, 2 * 4096);
+	cr_assert_eq(log_count("sync"), 0, "a keyed call synchronised a stream");
+	size_t n;
+	const char *const *l = sim_log(&n);
+	int from_pinned = 0;
+	for (size_t i = 0; i < n; i++)
+		from_pinned += strncmp(l[i], "memcpy", 6) == 0 && strstr(l[i], "<- r") != NULL;
+	cr_assert_eq(from_pinned, 2, "both H2Ds read the pinned ring");
+	cr_assert_eq(rf_pipeline_release(p, &ba), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_release(p, &bb), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(sim_api.stream_synchronize(s), 0);
+	cr_assert_eq(bad, 0, "%d reads saw the wrong bytes", bad);
+	cr_assert_eq(sim_capture_mode_balance(), 0);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(sim_api.stream_destroy(s), 0);
+	free(a);
+	free(b);
+	leak_check();
+}
+
+static atomic_int g_staging;
+
+static void slow_stage(int started)
+{
+	struct timespec t = {0, 20000000};
+	if (started) {
+		atomic_store(&g_staging, 1);
+		nanosleep(&t, NULL);
+	}
+}
+
+/* Negative control: a staged hint's H2D issued without waiting for its stage (the keyed copy's RAW on
+ * its pinned slot) is refused by the keyed oracle (RINGFETCH_ORACLE=1) — not left to a corrupted
+ * payload. */
+Test(cuda_keyed, negative_control_without_the_stage_wait_is_caught_by_the_oracle)
+{
+	setenv("RINGFETCH_ORACLE", "1", 1);
+	install(4, 0);
+	rf_pipeline *p = make(2, 4096);
+	unsigned char *a = malloc(4096);
+	memset(a, 'x', 4096);
+	rf__test_hooks.keyed_before_copy = slow_stage;
+	rf__test_hooks.drop_keyed_stage_wait = 1;
+	rf_block b;
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, a, 4096, 0), RF_OK, "%s", rf_errmsg());
+	while (!atomic_load(&g_staging)) /* the lane has started the stage: the hint cannot be withdrawn */
+		;
+	cr_assert_eq(rf_pipeline_acquire(p, 1, a, 4096, NULL, 0, &b), RF_EHAZARD, "%s", rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), "keyed oracle: RAW") != NULL, "%s", rf_errmsg());
+	rf__test_hooks.drop_keyed_stage_wait = 0;
+	/* the same with the wait: the oracle finds the bytes there */
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, a, 4096, 0), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_acquire(p, 2, a, 4096, NULL, 0, &b), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_release(p, &b), RF_OK, "%s", rf_errmsg());
+	rf__test_hooks.keyed_before_copy = NULL;
+	rf_pipeline_destroy(p);
+	free(a);
 	leak_check();
 }

@@ -9,6 +9,7 @@
 
 #include "backends/cuda_api.h"
 #include "cuda_sim.h"
+#include "graph/graph_int.h"
 #include "ringfetch.h"
 #include "ringfetch/graph.h"
 #include "ringfetch/staging.h"
@@ -135,16 +136,14 @@ Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 	check c;
 	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
 	char *got = run_lines_of(0);
-	/* The dispatcher has the team copy each pageable block into the pinned ring (r1: registered staging
-	 * memory, built on the first pageable block; slots a page apart, the stride rounded to 4 KiB); the
-	 * walker enqueues the H2D from there once the block is in, and records the slot's event
-	 * (e82..e84, after queue 0's e0..e11, queue 1's e12..e23, the window's e24..e57, keyed e58..e81).
-	 * Block 3 reuses pinned slot 0. No host functions, no staging stream. */
+	/* The staged ring: queue 2 (a host lane, no stream) stages block b into pinned slot b % 3 (r1:
+	 * registered staging memory, page-locked on the first pageable block; slots a page apart); the walker
+	 * waits on the host for each stage and enqueues the H2D from its pinned slot. The streams' calls are
+	 * those of pinned sources, copies reading r1 instead: the hop adds no stream call and no event of its
+	 * own. Block 3 reuses pinned slot 0. No host functions, no staging stream. */
 	const char *want = "memcpy s1 d0+0 <- r1+0 n=16\n"
-			   "record s1 e82\n"
 			   "record s1 e12\n"
 			   "memcpy s1 d0+256 <- r1+4096 n=16\n"
-			   "record s1 e83\n"
 			   "record s1 e13\n"
 			   "wait s0 e12\n"
 			   "hostfn s0\n"
@@ -152,7 +151,6 @@ Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 			   "record s0 e0\n"
 			   "wait s1 e0\n"
 			   "memcpy s1 d0+0 <- r1+8192 n=16\n"
-			   "record s1 e84\n"
 			   "record s1 e14\n"
 			   "wait s0 e13\n"
 			   "hostfn s0\n"
@@ -160,7 +158,6 @@ Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 			   "record s0 e1\n"
 			   "wait s1 e1\n"
 			   "memcpy s1 d0+256 <- r1+0 n=16\n"
-			   "record s1 e82\n"
 			   "record s1 e15\n"
 			   "wait s0 e14\n"
 			   "hostfn s0\n"
@@ -173,14 +170,15 @@ Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 	if (strcmp(got, want) != 0)
 		fprintf(stderr, "got:\n%s", got);
 	cr_assert_str_eq(got, want);
-	/* WAR on pinned slot 0: the dispatcher waited for block 0's H2D (e82's first record) before the
-	 * team refilled the slot, so before the walker's H2D of block 3 out of it. */
-	size_t first = log_find("record s1 e82", 0), reuse = log_find("memcpy s1 d0+256 <- r1+0", 0),
-	       n_log, sync = log_find("event_sync e82", first);
+	/* WAR on pinned slot 0: the lane waited for block 0's H2D — the event its copy's signal recorded,
+	 * e12 — before it staged block 3 there, so before the walker's H2D of block 3 out of it. That is the
+	 * lane's one event wait: slots 1 and 2 were never reused. */
+	size_t first = log_find("record s1 e12", 0), reuse = log_find("memcpy s1 d0+256 <- r1+0", 0), n_log,
+	       sync = log_find("event_sync e12", first);
 	(void)sim_log(&n_log);
 	cr_assert_lt(first, n_log);
 	cr_assert_lt(sync, reuse, "pinned slot 0 refilled without waiting for the H2D that read it");
-	cr_assert_eq(log_find("event_sync e83", 0), n_log, "slot 1 was never reused: nothing to wait for");
+	cr_assert_eq(log_find("event_sync", sync + 1), n_log, "a wait for a pinned slot that was never reused");
 	cr_assert_eq(c.checked, 4);
 	cr_assert_eq(c.bad, 0, "block %zu corrupted", c.first_bad);
 	free(got);
@@ -192,8 +190,8 @@ Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 
 /* ---- random schedules --------------------------------------------------------------------------- */
 
-/* One random configuration; returns the number of corrupted blocks seen. */
-static size_t random_case(uint64_t *rng, int prefer_copies, int expect_ok)
+/* One random configuration; returns the number of corrupted blocks seen, and the run's code in *rc. */
+static size_t random_case_rc(uint64_t *rng, int prefer_copies, int expect_ok, int *rc_out)
 {
 	unsigned depth = 1 + (unsigned)(rng_next(rng) % 6);
 	unsigned kq = 1 + (depth > 2 ? (unsigned)(rng_next(rng) % (depth - 1 < 3 ? depth - 1 : 3)) : 0);
@@ -207,6 +205,7 @@ static size_t random_case(uint64_t *rng, int prefer_copies, int expect_ok)
 	cfg.device_count = 1;
 	cfg.numa_node = -1;
 	sim_install(&cfg);
+	rf__test_hooks.cuda_copy_threads = 1 + (unsigned)(rng_next(rng) % 3);
 	rf_pipeline *p = make(depth, kq, slot);
 	blockset bs;
 	make_blocks(&bs, n, slot, kind, rng);
@@ -221,15 +220,26 @@ static size_t random_case(uint64_t *rng, int prefer_copies, int expect_ok)
 		cr_assert_eq(c.wrong_stream, 0);
 		cr_assert_eq(sim_pending(), 0, "work left enqueued after the run");
 	}
+	if (rc_out != NULL)
+		*rc_out = rc;
 	rf_pipeline_destroy(p);
 	free_blocks(&bs, kind);
+	rf__test_hooks.cuda_copy_threads = 0;
 	return c.bad;
 }
 
+static size_t random_case(uint64_t *rng, int prefer_copies, int expect_ok)
+{
+	return random_case_rc(rng, prefer_copies, expect_ok, NULL);
+}
+
+/* Pinned, pageable and mixed sources through the staged ring, with the hazard oracle checking every
+ * run's trace — the staging hop's RAW (stage -> copy) and WAR (copy -> next stage of the slot) too. */
 Test(cuda_sim, random_rings_keep_raw_and_war, .timeout = 120)
 {
 	uint64_t seed = test_seed(), rng = seed;
 	fprintf(stderr, "cuda_sim random rings: RF_TEST_SEED=%llu\n", (unsigned long long)seed);
+	setenv("RINGFETCH_ORACLE", "1", 1);
 	sim_use(1, 0);
 	for (int i = 0; i < 1500; i++)
 		random_case(&rng, i % 2, 1);
@@ -250,8 +260,9 @@ Test(cuda_sim, negative_control_without_war_waits_corrupts, .timeout = 120)
 	cr_assert_gt(bad, 0, "no corruption without WAR waits: the simulator cannot see the race");
 }
 
-/* The same for the pinned ring of the second hop: without its WAR wait, host copies overwrite pinned
- * slots that an H2D copy has not read yet. */
+/* The same for the pinned ring: the staged ring without its staging slots' WAR waits. Host lanes then
+ * refill pinned slots whose H2D has not run — corrupted blocks, and, more to the point, the hazard
+ * oracle refuses such runs from their traces alone (a stage into a slot before the copy that read it). */
 Test(cuda_sim, negative_control_without_staging_war_corrupts, .timeout = 120)
 {
 	uint64_t rng = 43;
@@ -260,12 +271,21 @@ Test(cuda_sim, negative_control_without_staging_war_corrupts, .timeout = 120)
 	size_t bad = 0;
 	for (int i = 0; i < 300; i++)
 		bad += random_case(&rng, 1, 0);
-	rf__test_hooks.drop_staging_war = 0;
 	cr_assert_gt(bad, 0, "no corruption without the pinned ring's WAR waits");
+	setenv("RINGFETCH_ORACLE", "1", 1);
+	int refused = 0, rc;
+	for (int i = 0; i < 300; i++) {
+		random_case_rc(&rng, 1, 0, &rc);
+		refused += rc == RF_EHAZARD;
+		if (rc == RF_EHAZARD)
+			cr_assert(strstr(rf_errmsg(), "staging slot") != NULL, "%s", rf_errmsg());
+	}
+	rf__test_hooks.drop_staging_war = 0;
+	cr_assert_gt(refused, 0, "the oracle never saw a stage before the copy that last read its slot");
 }
 
 /* Many more staged copies than the pinned ring has slots, with a device that runs only when waited
- * for: the walker waits for each pinned slot's H2D (driving the device) before reusing it. */
+ * for: the lane waits for each pinned slot's H2D (driving the device) before reusing it. */
 Test(cuda_sim, staging_ring_back_pressure)
 {
 	sim_use(3, 0);
@@ -282,7 +302,7 @@ Test(cuda_sim, staging_ring_back_pressure)
 	leak_check();
 }
 
-/* ---- the staging dispatcher (backends/cuda_hop.c) ---------------------------------------------- */
+/* ---- the staging lanes (backends/cuda_stage.c) --------------------------------------------------- */
 
 static int run_kind(rf_pipeline *p, size_t n, size_t slot, int kind, uint64_t *rng)
 {
@@ -298,10 +318,9 @@ static int run_kind(rf_pipeline *p, size_t n, size_t slot, int kind, uint64_t *r
 	return rc;
 }
 
-/* One pipeline, runs of every kind in turn: pinned only (no hop yet), mixed (the hop is built in the
- * middle of the run and the dispatcher starts past the copies the walker made), pinned again (every
- * copy through the dispatcher's verdicts, many more than its 64-entry ring), pageable, mixed. */
-Test(cuda_hop, runs_switch_between_pinned_pageable_and_mixed, .timeout = 120)
+/* One pipeline, runs of every kind in turn: pinned only (nothing page-locked yet), mixed (the pinned
+ * ring allocated in the middle of the run, on a lane), pinned again, pageable, mixed. */
+Test(cuda_stage, runs_switch_between_pinned_pageable_and_mixed, .timeout = 120)
 {
 	for (uint64_t seed = 1; seed <= 6; seed++) {
 		sim_use(seed, 0.3);
@@ -323,14 +342,16 @@ Test(cuda_hop, runs_switch_between_pinned_pageable_and_mixed, .timeout = 120)
 	leak_check();
 }
 
-/* Blocks of several pieces (600 KiB + 3: three), several blocks in flight over four threads (a pinned
- * ring of 2 + ceil(4 / 3) = 4 slots), two copy queues. */
-Test(cuda_hop, blocks_of_several_pieces_over_several_threads, .timeout = 120)
+/* Blocks of several pieces (600 KiB + 3: three of the ring's sizing unit; base/piece.h cuts them into
+ * 16), over two lanes and their two helpers (a pinned ring of 2 + ceil(4 / 3) = 4 slots per queue), two
+ * copy queues: every pinned slot of both queues is used. */
+Test(cuda_stage, blocks_of_several_pieces_over_several_threads, .timeout = 120)
 {
 	sim_use(11, 0.2);
 	rf__test_hooks.cuda_copy_threads = 4;
 	size_t slot = ((size_t)600 << 10) + 3;
 	rf_pipeline *p = make(3, 2, slot);
+	cr_assert(strstr(rf_pipeline_describe(p), "2 staging queues on 4 threads") != NULL, "%s", rf_pipeline_describe(p));
 	uint64_t rng = 12;
 	run_kind(p, 40, slot, SRC_PAGEABLE, &rng);
 	run_kind(p, 40, slot, SRC_MIXED, &rng);
@@ -359,9 +380,9 @@ Test(cuda_hop, blocks_of_several_pieces_over_several_threads, .timeout = 120)
 	leak_check();
 }
 
-/* A cancel while the dispatcher runs ahead: the run stops (RF_ECANCELED), nothing of it is left
- * enqueued or copying, and the next run is whole. */
-Test(cuda_hop, cancel_stops_the_dispatcher, .timeout = 60)
+/* A cancel while the lanes stage ahead: the run stops (RF_ECANCELED), nothing of it is left enqueued
+ * or copying, and the next run is whole. */
+Test(cuda_stage, cancel_stops_the_lanes, .timeout = 60)
 {
 	sim_use(5, 0.3);
 	rf__test_hooks.cuda_copy_threads = 2;
@@ -389,9 +410,10 @@ Test(cuda_hop, cancel_stops_the_dispatcher, .timeout = 60)
 	leak_check();
 }
 
-/* The dispatcher's wait for a pinned slot fails (the first event synchronisation of the run is its):
- * the run fails with the call named, nothing is left behind, and the pipeline runs again. */
-Test(cuda_hop, dispatcher_error_fails_the_run_and_the_pipeline_recovers, .timeout = 60)
+/* A lane's wait for a pinned slot fails (every event synchronisation of the run is a lane's: the enqueue
+ * window's come later): the run fails naming the call, nothing is left behind, and the pipeline runs
+ * again, whole. */
+Test(cuda_stage, lane_event_wait_error_fails_the_run_and_the_pipeline_recovers, .timeout = 60)
 {
 	for (long nth = 1; nth <= 3; nth++) {
 		sim_use((uint64_t)nth, 0.2);
@@ -404,7 +426,7 @@ Test(cuda_hop, dispatcher_error_fails_the_run_and_the_pipeline_recovers, .timeou
 		sim_cfg()->fail_nth = nth;
 		check c;
 		cr_assert_eq(run_checked(p, &bs, &c), RF_EBACKEND);
-		cr_assert(strstr(rf_errmsg(), "cudaEventSynchronize (pinned slot free)") != NULL, "%s", rf_errmsg());
+		cr_assert(strstr(rf_errmsg(), "cudaEventSynchronize (staging slot free)") != NULL, "%s", rf_errmsg());
 		cr_assert_eq(sim_pending(), 0);
 		cr_assert_eq(c.bad, 0);
 		cr_assert_eq(sim_last_error(), 0, "the error stayed pending on the caller's thread");
@@ -419,32 +441,61 @@ Test(cuda_hop, dispatcher_error_fails_the_run_and_the_pipeline_recovers, .timeou
 	leak_check();
 }
 
-/* rf_exec of a hand-built two-hop graph on cuda: copy queue 1 fills, compute on queue 0, and a second
- * copy queue; the generic lowering goes through the same backend. */
-Test(cuda_sim, exec_ring_graph_with_two_copy_queues)
+static void exec_check(rf_exec *e, size_t n, size_t slot, int kind, uint64_t seed)
 {
-	sim_use(4, 0.3);
-	rf_graph *g;
-	cr_assert_eq(rf_graph_ring(20, 4, 2, &g), RF_OK);
-	rf_exec_params ep = {0};
-	ep.slot_bytes = 24;
-	ep.backend = "cuda";
-	rf_exec *e;
-	cr_assert_eq(rf_exec_create(g, &ep, &e), RF_OK, "%s", rf_errmsg());
-	rf_graph_destroy(g);
-	uint64_t rng = 11;
+	uint64_t rng = seed;
 	blockset bs;
-	make_blocks(&bs, 20, 24, SRC_MIXED, &rng);
+	make_blocks(&bs, n, slot, kind, &rng);
 	check c;
 	memset(&c, 0, sizeof c);
 	c.bs = &bs;
 	c.fail_at = c.cancel_at = -1;
 	g_nprobes = 0;
-	cr_assert_eq(rf_exec_run(e, 20, bs.srcs, bs.sizes, compute, &c), RF_OK, "%s", rf_errmsg());
-	cr_assert_eq(c.checked, 20);
+	cr_assert_eq(rf_exec_run(e, n, bs.srcs, bs.sizes, compute, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.checked, n);
 	cr_assert_eq(c.bad, 0);
+	free_blocks(&bs, kind);
+}
+
+/* rf_exec of hand-built graphs on cuda: the ring with two copy queues (no STAGE: pageable sources go by
+ * the driver's own staging), and the staged ring's explicit graph — its STAGE queues become lanes, the
+ * graph oracle checking every run against the graph's edges. A queue that both stages and copies is
+ * refused: a host lane cannot enqueue. */
+Test(cuda_sim, exec_ring_graphs_plain_and_staged)
+{
+	setenv("RINGFETCH_ORACLE", "1", 1);
+	sim_use(4, 0.3);
+	rf_exec_params ep = {0};
+	ep.slot_bytes = 24;
+	ep.backend = "cuda";
+	for (unsigned pins = 0; pins <= 3; pins += 3) {
+		rf_graph *g;
+		cr_assert_eq(rf__graph_ring(20, 4, 2, pins, &g), RF_OK);
+		rf_exec *e;
+		cr_assert_eq(rf_exec_create(g, &ep, &e), RF_OK, "%s", rf_errmsg());
+		rf_graph_destroy(g);
+		exec_check(e, 20, 24, SRC_MIXED, 11 + pins);
+		exec_check(e, 20, 24, SRC_PAGEABLE, 12 + pins);
+		rf_exec_destroy(e);
+	}
+	rf_graph *g;
+	cr_assert_eq(rf_graph_create(0, &g), RF_OK);
+	rf_node_desc st = {RF_NODE_STAGE, 1, 0, 0, 0}, cp = {RF_NODE_COPY, 1, 0, 0, 0}, cm = {RF_NODE_COMPUTE, 0, 0, 0, 0};
+	size_t a, b, d;
+	cr_assert_eq(rf_graph_add_node(g, &st, &a), RF_OK);
+	cr_assert_eq(rf_graph_add_node(g, &cp, &b), RF_OK);
+	cr_assert_eq(rf_graph_add_node(g, &cm, &d), RF_OK);
+	cr_assert_eq(rf_graph_add_edge(g, b, d), RF_OK);
+	rf_exec *e = NULL;
+	cr_assert_eq(rf_exec_create(g, &ep, &e), RF_ENOTSUP, "%s", rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), "queue 1 stages") != NULL, "%s", rf_errmsg());
+	ep.backend = "cpu"; /* the same graph is fine on a CPU backend */
+	cr_assert_eq(rf_exec_create(g, &ep, &e), RF_OK, "%s", rf_errmsg());
 	rf_exec_destroy(e);
-	free_blocks(&bs, SRC_MIXED);
+	rf_graph_destroy(g);
+	int s, ev, dv, r;
+	sim_counts(&s, &ev, &dv, &r);
+	cr_assert_eq(s + ev + dv, 0, "left %d streams, %d events, %d device allocations", s, ev, dv);
 	leak_check();
 }
 

@@ -124,6 +124,61 @@ Test(exec, ring_graph_tagged_payloads)
 	leak_check();
 }
 
+/* Two-hop staging by hand: block b staged on queue 2 into staging slot b % S, copied from there on queue
+ * 1 into slot b % D, computed on queue 0; RAW and WAR on both kinds of slots as explicit edges. Every
+ * compute sees its block's bytes (on "cpu" and "threads" a stage is a memcpy into host memory beside the
+ * ring), and the graph oracle (RINGFETCH_ORACLE=1) checks every run against the edges. */
+Test(exec, staged_two_hop_graph)
+{
+	uint64_t seed = test_seed(), run = 0;
+	for (unsigned depth = 1; depth <= 4; depth++)
+		for (unsigned S = 1; S <= 4; S++) {
+			const size_t n = 3 * (size_t)(depth + S) + 1;
+			rf_graph *g = NULL;
+			cr_assert_eq(rf_graph_create(0, &g), RF_OK);
+			size_t *st = calloc(n, sizeof *st), *cp = calloc(n, sizeof *cp), *cm = calloc(n, sizeof *cm);
+			cr_assert(st && cp && cm);
+			for (size_t b = 0; b < n; b++) {
+				st[b] = add_node(g, RF_NODE_STAGE, 2, b, (unsigned)(b % S));
+				cp[b] = add_node(g, RF_NODE_COPY, 1, b, (unsigned)(b % depth));
+				cm[b] = add_node(g, RF_NODE_COMPUTE, 0, b, (unsigned)(b % depth));
+				add_edge(g, st[b], cp[b]);
+				add_edge(g, cp[b], cm[b]);
+				if (b >= depth)
+					add_edge(g, cm[b - depth], cp[b]);
+				if (b >= S)
+					add_edge(g, cp[b - S], st[b]);
+			}
+			cr_assert_eq(rf_graph_validate(g), RF_OK, "%s", rf_errmsg());
+			rf_exec *e = make_exec(g, 96);
+			ring_expect r;
+			ring_expect_make(&r, n, depth);
+			for (int pass = 0; pass < 2; pass++) {
+				blockset bs;
+				bs_random(&bs, n, 96, seed + run++);
+				char what[96];
+				snprintf(what, sizeof what, "depth %u staging slots %u pass %d", depth, S, pass);
+				checked_exec_run(e, &bs, r.order, n, r.slot_of, (unsigned)(n % 2), what, seed);
+				bs_free(&bs);
+			}
+			ring_expect_free(&r);
+			rf_exec_destroy(e);
+			/* without one staging WAR edge the graph is refused */
+			if (n > S) {
+				cr_assert_eq(rf_graph_remove_edge(g, cp[n - 1 - S], st[n - 1]), RF_OK);
+				rf_exec *bad = NULL;
+				rf_exec_params ep = exec_params(96);
+				cr_assert_eq(rf_exec_create(g, &ep, &bad), RF_EHAZARD, "%s", rf_errmsg());
+				cr_assert(strstr(rf_errmsg(), "staging slot") != NULL, "%s", rf_errmsg());
+			}
+			free(st);
+			free(cp);
+			free(cm);
+			rf_graph_destroy(g);
+		}
+	leak_check();
+}
+
 Test(exec, graph_destroyed_right_after_create)
 {
 	uint64_t seed = test_seed();

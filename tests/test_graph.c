@@ -239,7 +239,9 @@ Test(graph, add_node_bad_args)
 		rf_node_desc d;
 		const char *why;
 	} bad[] = {
-	    {{(rf_node_kind)3, 0, 0, 0, 0}, "kind 3"},
+	    {{(rf_node_kind)4, 0, 0, 0, 0}, "kind 4"},
+	    {{RF_NODE_STAGE, 0, 0, RF_MAX_SLOTS, 0}, "stage slot RF_MAX_SLOTS"},
+	    {{RF_NODE_STAGE, 0, (size_t)INT64_MAX / 8, 0, 0}, "stage block past the limit"},
 	    {{(rf_node_kind)-1, 0, 0, 0, 0}, "kind -1"},
 	    {{(rf_node_kind)100, 0, 0, 0, 0}, "kind 100"},
 	    {{RF_NODE_COPY, RF_MAX_QUEUES, 0, 0, 0}, "queue RF_MAX_QUEUES"},
@@ -958,6 +960,138 @@ Test(graph, dot_hand_built_queues)
 	cr_assert_eq(count_substr(s, "cluster_q5 "), 1);
 	cr_assert_eq(count_substr(s, " -> "), 1);
 	cr_assert_neq(strstr(s, "  n0 -> n1;"), NULL, "%s", s);
+	free(s);
+	rf_graph_destroy(g);
+}
+
+/* ---- STAGE nodes: staging slots, their hazards, the staged ring ------------------------------------- */
+
+/* The node of `kind` for block b in a graph (the first one), or SIZE_MAX. */
+static size_t node_of(const rf_graph *g, rf_node_kind kind, size_t b)
+{
+	for (size_t i = 0; i < rf_graph_nodes(g); i++)
+		if (g->nodes[i].kind == kind && g->nodes[i].block == b)
+			return i;
+	return SIZE_MAX;
+}
+
+/* The explicit staged ring validates; removing one of its staging edges is caught and named: the
+ * stage -> WAIT edge that orders copy(b) after stage(b) (RAW on the staging slot), the copy -> WAIT
+ * edge that orders stage(b) after copy(b - S), the slot's previous reader (WAR). */
+Test(graph, staged_ring_hazards_are_caught_and_named)
+{
+	for (unsigned D = 1; D <= 4; D++)
+		for (unsigned K = 1; K <= 2; K++)
+			for (unsigned P = 1; P <= 3; P++) {
+				if (!valid_ring(D, K))
+					continue;
+				unsigned S = K * P;
+				size_t N = 2 * S + D + 2;
+				for (size_t b = 0; b < N; b++) {
+					rf_graph *g = NULL;
+					cr_assert_eq(rf__graph_ring(N, D, K, P, &g), RF_OK, "%s", rf_errmsg());
+					cr_assert_eq(rf_graph_validate(g), RF_OK, "D=%u K=%u P=%u: %s", D, K, P, rf_errmsg());
+					size_t st = node_of(g, RF_NODE_STAGE, b), cp = node_of(g, RF_NODE_COPY, b);
+					cr_assert_eq(g->nodes[st].slot, b % S);
+					/* RAW: stage(b) -> the copy queue's WAIT (the WAIT -> copy edge and queue order stay) */
+					size_t w = g->out[st].v[0];
+					cr_assert_eq(g->nodes[w].kind, RF_NODE_WAIT);
+					cr_assert_eq(rf_graph_remove_edge(g, st, w), RF_OK);
+					clear_errmsg();
+					cr_assert_eq(rf_graph_validate(g), RF_EHAZARD, "D=%u K=%u P=%u b=%zu: RAW", D, K, P, b);
+					char want[160], s1[96], s2[96];
+					snprintf(want, sizeof want, "RAW hazard on a staging slot: %s is not ordered before %s",
+						 rf__node_str(g, st, s1, sizeof s1), rf__node_str(g, cp, s2, sizeof s2));
+					cr_assert_str_eq(rf_errmsg(), want);
+					rf_graph_destroy(g);
+					if (b < S)
+						continue;
+					/* WAR: copy(b - S) -> the stage queue's WAIT before stage(b) */
+					cr_assert_eq(rf__graph_ring(N, D, K, P, &g), RF_OK);
+					size_t prev = node_of(g, RF_NODE_COPY, b - S), ww = g->in[st].v[0];
+					cr_assert_eq(rf_graph_remove_edge(g, prev, ww), RF_OK);
+					clear_errmsg();
+					cr_assert_eq(rf_graph_validate(g), RF_EHAZARD, "D=%u K=%u P=%u b=%zu: WAR", D, K, P, b);
+					snprintf(want, sizeof want, "WAR hazard on a staging slot: %s is not ordered before %s",
+						 rf__node_str(g, prev, s1, sizeof s1), rf__node_str(g, st, s2, sizeof s2));
+					cr_assert_str_eq(rf_errmsg(), want);
+					rf_graph_destroy(g);
+				}
+			}
+}
+
+/* By hand: WAW between two stages into one staging slot, a block staged twice, and the copy of an
+ * unstaged block reading no staging slot at all. */
+Test(graph, stage_waw_and_double_stage)
+{
+	rf_graph *g = new_graph();
+	size_t s0 = add(g, RF_NODE_STAGE, 2, 0, 0), c0 = add(g, RF_NODE_COPY, 1, 0, 0);
+	size_t s1 = add(g, RF_NODE_STAGE, 3, 1, 0), c1 = add(g, RF_NODE_COPY, 1, 1, 1);
+	edge(g, s0, c0);
+	edge(g, s1, c1);
+	edge(g, c0, s1); /* WAR: orders the stages too */
+	cr_assert_eq(rf_graph_validate(g), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_graph_remove_edge(g, c0, s1), RF_OK);
+	clear_errmsg();
+	cr_assert_eq(rf_graph_validate(g), RF_EHAZARD);
+	cr_assert(strstr(rf_errmsg(), "WAW hazard on a staging slot") != NULL, "%s", rf_errmsg());
+	edge(g, s0, s1); /* ordered writes, but copy(b0) may still read after stage(b1) */
+	clear_errmsg();
+	cr_assert_eq(rf_graph_validate(g), RF_EHAZARD);
+	cr_assert(strstr(rf_errmsg(), "WAR hazard on a staging slot") != NULL, "%s", rf_errmsg());
+	rf_graph_destroy(g);
+
+	g = new_graph();
+	size_t a = add(g, RF_NODE_STAGE, 2, 5, 0), b = add(g, RF_NODE_STAGE, 2, 5, 1), c = add(g, RF_NODE_COPY, 1, 5, 0);
+	edge(g, b, c);
+	clear_errmsg();
+	cr_assert_eq(rf_graph_validate(g), RF_EHAZARD);
+	char s[96], t[96], want[256];
+	snprintf(want, sizeof want, "stage hazard: %s and %s stage the same block", rf__node_str(g, a, s, sizeof s),
+		 rf__node_str(g, b, t, sizeof t));
+	cr_assert(strncmp(rf_errmsg(), want, strlen(want)) == 0, "%s", rf_errmsg());
+	cr_assert_eq(rf_graph_lower(g, &(rf_program *){NULL}), RF_EHAZARD);
+	rf_graph_destroy(g);
+
+	/* staging slots are their own namespace: a stage into t0 and a copy into s0 of other blocks do not
+	 * meet */
+	g = new_graph();
+	size_t x = add(g, RF_NODE_STAGE, 2, 0, 0), y = add(g, RF_NODE_COPY, 1, 0, 0), z = add(g, RF_NODE_COPY, 1, 1, 1);
+	edge(g, x, y);
+	(void)z;
+	cr_assert_eq(rf_graph_validate(g), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf__graph_nslots(g), 2);
+	cr_assert_eq(rf__graph_nstage(g), 1);
+	rf_node_desc d;
+	cr_assert_eq(rf_graph_node(g, x, &d), RF_OK);
+	cr_assert(d.kind == RF_NODE_STAGE && d.queue == 2 && d.block == 0 && d.slot == 0);
+	char name[96];
+	cr_assert_str_eq(rf__node_str(g, x, name, sizeof name), "node 0 (stage b0 t0 on q2)");
+	rf_graph_destroy(g);
+}
+
+/* DOT: stages are drawn as such, and the staging slot's WAR edges (copy -> the WAIT before a stage)
+ * are dashed like the ring's. */
+Test(graph, dot_staged_ring)
+{
+	rf_graph *g = NULL;
+	cr_assert_eq(rf__graph_ring(7, 2, 1, 2, &g), RF_OK);
+	size_t len;
+	char *s = dot_of(g, &len);
+	cr_assert_eq(count_substr(s, "label=\"stage b"), 7, "%s", s);
+	size_t war = 0;
+	for (size_t i = 0; i < rf_graph_nodes(g); i++)
+		for (uint32_t e = 0; e < g->out[i].n; e++) {
+			size_t t = g->out[i].v[e];
+			char dashed[96];
+			snprintf(dashed, sizeof dashed, "  n%zu -> n%zu [style=dashed", i, t);
+			int is_war = g->nodes[i].kind == RF_NODE_COPY && g->nodes[t].kind == RF_NODE_WAIT &&
+				     g->nodes[g->out[t].v[0]].kind == RF_NODE_STAGE;
+			cr_assert_eq(count_substr(s, dashed), (size_t)(is_war || g->nodes[i].kind == RF_NODE_COMPUTE),
+				     "edge %zu -> %zu", i, t);
+			war += is_war;
+		}
+	cr_assert_eq(war, 7 - 2, "one staging WAR edge per block past the staging slots");
 	free(s);
 	rf_graph_destroy(g);
 }

@@ -6,7 +6,8 @@
  *    wait values, signal values 1, 2, 3..., every wait after its signal in the global issue order,
  *    every cross-queue edge covered by a wait);
  *  - the periodic ring program (rf__ring_program), expanded, equals the generic lowering of the
- *    explicit ring graph;
+ *    explicit ring graph — plain and staged (two-hop: stage, copy, compute), staging slots included;
+ *  - STAGE nodes: their ops, the staging slot a staged block's copy reads;
  *  - reading and printing programs. */
 #include <criterion/criterion.h>
 
@@ -36,6 +37,8 @@ static const char *op_name(rf_op_kind k)
 		return "signal";
 	case RF_OP_WAIT:
 		return "wait";
+	case RF_OP_STAGE:
+		return "stage";
 	}
 	return "?";
 }
@@ -759,17 +762,23 @@ static void expect_same_ops(const rf_op *a, size_t na, const rf_op *b, size_t nb
 	}
 }
 
-static void compare_periodic(const struct rf_program *rp, size_t N, unsigned D, unsigned K)
+static void compare_periodic(const struct rf_program *rp, size_t N, unsigned D, unsigned K, unsigned P)
 {
 	char what[96];
-	snprintf(what, sizeof what, "N=%zu D=%u K=%u", N, D, K);
-	rf_graph *g = ring(N, D, K);
+	snprintf(what, sizeof what, "N=%zu D=%u K=%u P=%u", N, D, K, P);
+	rf_graph *g = NULL;
+	cr_assert_eq(rf__graph_ring(N, D, K, P, &g), RF_OK, "%s: %s", what, rf_errmsg());
+	cr_assert_eq(rf_graph_validate(g), RF_OK, "%s: %s", what, rf_errmsg());
 	rf_program *gp = lower(g);
 	rf_op *a = NULL, *b = NULL;
+	unsigned *sa = NULL, *sb = NULL;
 	size_t na = 0, nb = 0;
-	cr_assert_eq(rf__prog_expand(rp, N, &a, &na), RF_OK, "%s", what);
-	cr_assert_eq(rf__prog_expand(gp, N, &b, &nb), RF_OK, "%s", what);
+	cr_assert_eq(rf__prog_expand(rp, N, &a, &sa, &na), RF_OK, "%s", what);
+	cr_assert_eq(rf__prog_expand(gp, N, &b, &sb, &nb), RF_OK, "%s", what);
 	expect_same_ops(a, na, b, nb, what);
+	for (size_t i = 0; i < na; i++)
+		cr_assert_eq(sa[i], sb[i], "%s: op %zu (%s b%zu): staging slot %u vs %u", what, i, op_name(a[i].kind),
+			     a[i].block, sa[i], sb[i]);
 	/* the generic program's expansion is its own global order: per queue it reads back as
 	 * rf_program_op does */
 	for (unsigned q = 0; q < rf_program_queues(gp); q++) {
@@ -783,10 +792,26 @@ static void compare_periodic(const struct rf_program *rp, size_t N, unsigned D, 
 		}
 		cr_assert_eq(i, rf_program_ops(gp, q), "%s", what);
 	}
+	if (N >= rp->nstage)
+		cr_assert_eq(gp->nstage, rp->nstage, "%s", what);
 	free(a);
 	free(b);
+	free(sa);
+	free(sb);
 	rf_program_destroy(gp);
 	rf_graph_destroy(g);
+}
+
+static struct rf_program *ring_program(unsigned D, unsigned K, unsigned P)
+{
+	struct rf_program *rp = NULL;
+	cr_assert_eq(rf__ring_program(D, K, P, &rp), RF_OK, "D=%u K=%u P=%u: %s", D, K, P, rf_errmsg());
+	cr_assert_eq(rp->nqueues, 1 + (P ? 2 : 1) * K);
+	cr_assert_eq(rp->nslots, D);
+	cr_assert_eq(rp->nstage, K * P);
+	cr_assert_eq(rp->period, (int64_t)K);
+	cr_assert_leq(rp->nops, (P ? 10 : 6) * (size_t)K, "D=%u K=%u P=%u: %zu template ops", D, K, P, rp->nops);
+	return rp;
 }
 
 Test(lower, periodic_ring_equals_generic)
@@ -795,33 +820,71 @@ Test(lower, periodic_ring_equals_generic)
 		for (unsigned K = 1; K <= 3; K++) {
 			if (!valid_ring(D, K))
 				continue;
-			struct rf_program *rp = NULL;
-			cr_assert_eq(rf__ring_program(D, K, &rp), RF_OK);
-			cr_assert_eq(rp->nqueues, 1 + K);
-			cr_assert_eq(rp->nslots, D);
-			cr_assert_eq(rp->period, (int64_t)K);
-			cr_assert_leq(rp->nops, 6 * (size_t)K, "D=%u K=%u: %zu template ops", D, K, rp->nops);
+			struct rf_program *rp = ring_program(D, K, 0);
 			for (size_t N = 0; N <= 50; N++)
-				compare_periodic(rp, N, D, K);
+				compare_periodic(rp, N, D, K, 0);
 			rf_program_destroy(rp);
 		}
 	}
+}
+
+/* The staged ring (the cuda pipeline's): every depth, copy-queue and staging-slot count tried, the
+ * template expanded equals the generic lowering of the explicit graph, staging slots included. */
+Test(lower, periodic_staged_ring_equals_generic, .timeout = 120)
+{
+	for (unsigned D = 1; D <= 7; D++)
+		for (unsigned K = 1; K <= 3; K++)
+			for (unsigned P = 1; P <= 4; P++) {
+				if (!valid_ring(D, K))
+					continue;
+				struct rf_program *rp = ring_program(D, K, P);
+				for (size_t N = 0; N <= 40; N++)
+					compare_periodic(rp, N, D, K, P);
+				rf_program_destroy(rp);
+			}
 }
 
 Test(lower, periodic_ring_equals_generic_large)
 {
 	static const struct {
 		size_t N;
-		unsigned D, K;
-	} c[] = {{1000, 2, 1}, {999, 7, 3}, {513, 16, 5}, {300, 64, 63}, {1030, RF_MAX_DEPTH, 1}, {5, RF_MAX_DEPTH, 1},
-		 {2049, RF_MAX_DEPTH, 2}};
+		unsigned D, K, P;
+	} c[] = {{1000, 2, 1, 0}, {999, 7, 3, 0}, {513, 16, 5, 0}, {300, 64, 63, 0}, {1030, RF_MAX_DEPTH, 1, 0},
+		 {5, RF_MAX_DEPTH, 1, 0}, {2049, RF_MAX_DEPTH, 2, 0}, {1000, 2, 1, 16}, {777, 5, 4, 3}, {300, 32, 31, 16},
+		 {70, RF_MAX_DEPTH, 1, RF_MAX_SLOTS}};
 	for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
-		struct rf_program *rp = NULL;
-		cr_assert_eq(rf__ring_program(c[i].D, c[i].K, &rp), RF_OK);
-		cr_assert_leq(rp->nops, 6 * (size_t)c[i].K, "the ring program's size does not depend on N");
-		compare_periodic(rp, c[i].N, c[i].D, c[i].K);
+		struct rf_program *rp = ring_program(c[i].D, c[i].K, c[i].P);
+		compare_periodic(rp, c[i].N, c[i].D, c[i].K, c[i].P);
 		rf_program_destroy(rp);
 	}
+}
+
+/* STAGE nodes lower to stage ops on their queue; a staged block's copy names the staging slot, an
+ * unstaged block's none; the program counts its staging slots apart from its ring slots. */
+Test(lower, stage_ops_and_the_staging_slot_a_copy_reads)
+{
+	rf_graph *g = new_graph();
+	size_t s0 = add(g, RF_NODE_STAGE, 2, 0, 3);
+	size_t c0 = add(g, RF_NODE_COPY, 1, 0, 0);
+	size_t c1 = add(g, RF_NODE_COPY, 1, 1, 1);
+	size_t m0 = add(g, RF_NODE_COMPUTE, 0, 0, 0), m1 = add(g, RF_NODE_COMPUTE, 0, 1, 1);
+	edge(g, s0, c0);
+	edge(g, c0, m0);
+	edge(g, c1, m1);
+	rf_program *p = lower(g);
+	cr_assert_eq(p->nslots, 2);
+	cr_assert_eq(p->nstage, 4);
+	cr_assert_eq(rf_program_count(p, RF_OP_STAGE), 1);
+	rf_op o = get_op(p, 2, 0);
+	cr_assert(o.kind == RF_OP_STAGE && o.block == 0 && o.slot == 3 && o.node == s0, "%s b%zu s%u", op_name(o.kind),
+		  o.block, o.slot);
+	cr_assert_eq(get_op(p, 2, 1).kind, RF_OP_SIGNAL, "the stage's consumer is on another queue");
+	for (size_t i = 0; i < p->nops; i++)
+		if (p->ops[i].kind == RF_OP_COPY)
+			cr_assert_eq(p->ops[i].stage, p->ops[i].block == 0 ? 3u : RF__NO_STAGE, "copy of b%lld",
+				     (long long)p->ops[i].block);
+	rf_program_destroy(p);
+	rf_graph_destroy(g);
 }
 
 /* ---- reading and printing ------------------------------------------------------------------------ */
@@ -898,6 +961,7 @@ Test(lower, program_print)
 	cr_assert_eq(lines, rf_program_queues(p) + ops, "one header per queue and one line per op:\n%s", text);
 	cr_assert_not_null(strstr(text, "copy"));
 	cr_assert_not_null(strstr(text, "compute"));
+	cr_assert_null(strstr(text, "stage"), "an unstaged ring has no stage:\n%s", text);
 	cr_assert_not_null(strstr(text, "signal"));
 	cr_assert_not_null(strstr(text, "wait"));
 	cr_assert(has_line(text, "q1:", "copy", "b0 ", "s0 "), "%s", text);
@@ -918,6 +982,30 @@ Test(lower, program_print)
 		cr_assert_str_not_empty(rf_errmsg());
 		fclose(ro);
 	}
+	rf_program_destroy(p);
+	rf_graph_destroy(g);
+}
+
+/* A staged ring prints its stages and, on each staged block's copy, the staging slot it reads. */
+Test(lower, program_print_staged)
+{
+	rf_graph *g = NULL;
+	cr_assert_eq(rf__graph_ring(5, 2, 1, 3, &g), RF_OK, "%s", rf_errmsg());
+	rf_program *p = lower(g);
+	FILE *f = tmpfile();
+	cr_assert_not_null(f);
+	cr_assert_eq(rf_program_print(p, f), RF_OK, "%s", rf_errmsg());
+	long size = ftell(f);
+	rewind(f);
+	char *text = calloc((size_t)size + 1, 1);
+	cr_assert_not_null(text);
+	cr_assert_eq(fread(text, 1, (size_t)size, f), (size_t)size);
+	fclose(f);
+	cr_assert(has_line(text, "q2:", "stage", "b4 ", "-> t1 "), "%s", text);
+	cr_assert(has_line(text, "q1:", "copy", "b4 t1 ", "-> s0 "), "%s", text);
+	cr_assert(has_line(text, "q2:", "wait", "q1>=", ""), "the staging slot's WAR wait:\n%s", text);
+	cr_assert(has_line(text, "q1:", "wait", "q2>=", ""), "the copy's wait for its stage:\n%s", text);
+	free(text);
 	rf_program_destroy(p);
 	rf_graph_destroy(g);
 }

@@ -1,5 +1,5 @@
 /* tests/test_oracle.c — the hazard oracles must be able to fail: synthetic execution logs that break
- * each rule are refused, and the logs of correct runs are accepted. */
+ * each rule are refused, and the logs of correct runs are accepted — the staging hop's too. */
 #include "runtime/oracle.h"
 
 #include <criterion/criterion.h>
@@ -13,16 +13,18 @@ typedef struct ev {
 	unsigned long long s0, s1;
 } ev;
 
-static rf__tev g_ev[2][16];
+static rf__tev g_ev[3][16];
 
+/* Queue 1 copies, queue 0 computes, queue 2 stages. */
 static void make_log(rf__trace *t, const ev *e, size_t n)
 {
 	memset(t, 0, sizeof *t);
-	t->nq = 2;
+	t->nq = 3;
 	t->ev[0] = g_ev[0];
 	t->ev[1] = g_ev[1];
+	t->ev[2] = g_ev[2];
 	for (size_t i = 0; i < n; i++) {
-		unsigned q = e[i].kind == RF_OP_COPY ? 1 : 0;
+		unsigned q = e[i].kind == RF_OP_COPY ? 1 : e[i].kind == RF_OP_STAGE ? 2 : 0;
 		rf__tev x = {0, 0, e[i].s0, e[i].s1, e[i].block, e[i].slot, e[i].node, (uint8_t)e[i].kind};
 		t->ev[q][t->n[q]++] = x;
 	}
@@ -30,6 +32,7 @@ static void make_log(rf__trace *t, const ev *e, size_t n)
 
 #define C(b, s, a, z) {RF_OP_COPY, b, s, 0, a, z}
 #define M(b, s, a, z) {RF_OP_COMPUTE, b, s, 0, a, z}
+#define S(b, t, a, z) {RF_OP_STAGE, b, t, 0, a, z}
 
 Test(oracle, ring_accepts_a_correct_depth2_run)
 {
@@ -59,6 +62,34 @@ Test(oracle, ring_refuses_each_broken_rule)
 		rf__trace t;
 		make_log(&t, bad[i].e, bad[i].n);
 		cr_assert_eq(rf__oracle_check(&t, bad[i].nblocks), RF_EHAZARD, "case %zu accepted", i);
+		cr_assert(strstr(rf_errmsg(), bad[i].says) != NULL, "case %zu: %s", i, rf_errmsg());
+	}
+}
+
+/* Two hops: blocks staged through one staging slot, copied through two ring slots. */
+Test(oracle, staged_ring_accepts_a_correct_run_and_refuses_each_broken_hop)
+{
+	ev good[] = {S(0, 0, 0, 1), C(0, 0, 2, 3), S(1, 0, 4, 5), C(1, 1, 6, 7), M(0, 0, 8, 9), M(1, 1, 10, 11)};
+	rf__trace t;
+	make_log(&t, good, 6);
+	cr_assert_eq(rf__oracle_check(&t, 2), RF_OK, "%s", rf_errmsg());
+	static const struct {
+		ev e[6];
+		const char *says;
+	} bad[] = {
+		/* the copy of block 0 starts before its stage ended */
+		{{S(0, 0, 0, 3), C(0, 0, 2, 4), S(1, 0, 5, 6), C(1, 1, 7, 8), M(0, 0, 9, 10), M(1, 1, 11, 12)},
+		 "RAW: copy of block 0 started before its stage"},
+		/* block 1 is staged into staging slot 0 while the copy of block 0 still reads it */
+		{{S(0, 0, 0, 1), C(0, 0, 2, 5), S(1, 0, 3, 4), C(1, 1, 6, 7), M(0, 0, 8, 9), M(1, 1, 10, 11)},
+		 "WAR: stage of block 1 into staging slot 0 started before the copy of block 0"},
+		/* block 0 staged twice */
+		{{S(0, 0, 0, 1), C(0, 0, 2, 3), S(0, 1, 4, 5), C(1, 1, 6, 7), M(0, 0, 8, 9), M(1, 1, 10, 11)},
+		 "block 0 was staged twice"},
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		make_log(&t, bad[i].e, 6);
+		cr_assert_eq(rf__oracle_check(&t, 2), RF_EHAZARD, "case %zu accepted", i);
 		cr_assert(strstr(rf_errmsg(), bad[i].says) != NULL, "case %zu: %s", i, rf_errmsg());
 	}
 }

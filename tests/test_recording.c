@@ -28,11 +28,19 @@ static void log_op(rec r)
 	g_log[g_len++] = r;
 }
 
-static int rec_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
+static int rec_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage)
 {
 	(void)c;
 	log_op((rec){RF_OP_COPY, queue, 0, slot, b, 0});
-	memcpy(rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b]);
+	memcpy(rf__slot_ptr(run, slot), rf__copy_src(run, b, stage), run->sizes[b]);
+	return 0;
+}
+
+static int rec_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
+{
+	(void)c;
+	log_op((rec){RF_OP_STAGE, queue, 0, stage, b, 0});
+	memcpy(rf__stage_ptr(run, stage), run->srcs[b], run->sizes[b]);
 	return 0;
 }
 
@@ -57,14 +65,14 @@ static int rec_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t b)
 	return 0;
 }
 
-static const rf__walk_ops rec_walk = {rec_copy, rec_compute, rec_signal, rec_wait};
+static const rf__walk_ops rec_walk = {rec_copy, rec_compute, rec_signal, rec_wait, rec_stage};
 
 /* One walk over all queues in issue order keeps the interleaving. Copy and compute handlers are not
  * told their queue (a ring's copies sit on 1 + b % K, its computes on 0); signals and waits are. */
 static int rec_run(void *ctx, rf__run *run)
 {
 	(void)ctx;
-	return rf__walk(run, -1, &rec_walk, NULL);
+	return rf__walk(run, -1, 0, &rec_walk, NULL);
 }
 
 static int rec_probe(int device)
@@ -245,9 +253,9 @@ Test(recording, war_check_catches_a_dropped_wait)
 {
 	enum { N = 20, D = 3, SZ = 8 };
 	struct rf_program *p;
-	cr_assert_eq(rf__ring_program(D, 1, &p), RF_OK);
+	cr_assert_eq(rf__ring_program(D, 1, 0, &p), RF_OK);
 	size_t before = p->nops;
-	rf__prog_drop_war(p);
+	rf__prog_drop_war(p, 0);
 	cr_assert_eq(p->nops, before - 1, "the template has exactly one WAR wait");
 	static unsigned char src[SZ], slots[D * SZ];
 	const void *srcs[N];
@@ -255,8 +263,8 @@ Test(recording, war_check_catches_a_dropped_wait)
 	for (size_t i = 0; i < N; i++)
 		srcs[i] = src, sizes[i] = SZ;
 	atomic_int cancel = 0;
-	rf__run run = {p, N, srcs, sizes, check_payload_any, NULL, slots, SZ, &cancel, 0, 0, NULL, NULL, 0};
-	cr_assert_eq(rf__walk(&run, -1, &rec_walk, NULL), 0);
+	rf__run run = {p, N, srcs, sizes, check_payload_any, NULL, slots, SZ, NULL, &cancel, 0, 0, NULL, NULL};
+	cr_assert_eq(rf__walk(&run, -1, 0, &rec_walk, NULL), 0);
 	cr_assert_eq(war_violation(N, D, 1), (long)D, "the first reuse of a slot must be reported");
 	rf_program_destroy(p);
 }
@@ -283,7 +291,7 @@ Test(recording, ring_program_is_o_depth)
 {
 	for (unsigned kq = 1; kq <= 4; kq++) {
 		struct rf_program *p;
-		cr_assert_eq(rf__ring_program(kq + 7, kq, &p), RF_OK);
+		cr_assert_eq(rf__ring_program(kq + 7, kq, 0, &p), RF_OK);
 		cr_assert_eq(p->nops, 6u * kq);
 		cr_assert_eq(p->period, (int64_t)kq);
 		rf_program_destroy(p);

@@ -116,7 +116,7 @@ static size_t reference_template(unsigned D, unsigned K, ref_op *out)
 static void check_template(unsigned D, unsigned K)
 {
 	struct rf_program *p = NULL;
-	cr_assert_eq(rf__ring_program(D, K, &p), RF_OK, "D=%u K=%u: %s", D, K, rf_errmsg());
+	cr_assert_eq(rf__ring_program(D, K, 0, &p), RF_OK, "D=%u K=%u: %s", D, K, rf_errmsg());
 	ref_op *want = malloc(6 * (size_t)K * sizeof *want);
 	size_t n = reference_template(D, K, want);
 	cr_assert_eq(p->nops, n, "D=%u K=%u: %zu ops, want %zu", D, K, p->nops, n);
@@ -151,8 +151,10 @@ Test(ring, template_equals_hand_written)
 Test(ring, template_rejects_what_callers_check)
 {
 	struct rf_program *p = NULL;
-	cr_assert_eq(rf__ring_program(0, 1, &p), RF_EINVAL);
-	cr_assert_eq(rf__ring_program(2, 0, &p), RF_EINVAL);
-	cr_assert_eq(rf__ring_program(2, RF_MAX_QUEUES, &p), RF_EINVAL);
+	cr_assert_eq(rf__ring_program(0, 1, 0, &p), RF_EINVAL);
+	cr_assert_eq(rf__ring_program(2, 0, 0, &p), RF_EINVAL);
+	cr_assert_eq(rf__ring_program(2, RF_MAX_QUEUES, 0, &p), RF_EINVAL);
+	cr_assert_eq(rf__ring_program(40, RF_MAX_QUEUES / 2, 1, &p), RF_EINVAL, "1 + 2 K queues staged");
+	cr_assert_eq(rf__ring_program(2, 1, RF_MAX_SLOTS + 1, &p), RF_EINVAL);
 	cr_assert_null(p);
 }

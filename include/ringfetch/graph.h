@@ -9,9 +9,18 @@
  * Model. A node sits on a queue (a lane of execution: a worker thread, a CUDA stream, or the caller);
  * work on one queue runs in the order the nodes were added. An edge u -> v means "u finishes before v
  * starts". Slots are the ring's buffers, numbered 0 .. nslots-1 (nslots = largest slot used + 1).
- *   COPY    (queue, block, slot): copy srcs[block] (sizes[block] bytes) into slot;
+ *   COPY    (queue, block, slot): copy srcs[block] (sizes[block] bytes) into slot — from the block's
+ *           staging slot instead when the block is staged;
  *   COMPUTE (queue, block, slot): call compute with block `block` resident in `slot`;
- *   WAIT    (queue): the queue waits until every predecessor of the node has finished; it does no work.
+ *   WAIT    (queue): the queue waits until every predecessor of the node has finished; it does no work;
+ *   STAGE   (queue, block, slot): copy srcs[block] into staging slot `slot`: host memory of slot_bytes
+ *           beside the ring, numbered apart from the ring's slots (nstage = largest used + 1). Two-hop
+ *           staging: a source the ring's copy cannot read well (pageable memory, for a GPU) goes
+ *           source -> staging slot -> ring slot. On "cpu" and "threads" a STAGE is a memcpy on its
+ *           queue. On "cuda" staging slots are pinned (page-locked when the first block needs one) and
+ *           a queue with STAGE nodes is a host thread, not a stream: it may hold only STAGE and WAIT
+ *           nodes; a source DMA can read directly (pinned, registered, device memory) is not copied —
+ *           its COPY reads it — and a file's bytes (rf_file_open) are not supported there yet.
  */
 #ifndef RINGFETCH_GRAPH_H
 #define RINGFETCH_GRAPH_H
@@ -33,7 +42,7 @@ typedef struct rf_graph rf_graph;
 typedef struct rf_program rf_program;
 typedef struct rf_exec rf_exec;
 
-typedef enum rf_node_kind { RF_NODE_COPY, RF_NODE_WAIT, RF_NODE_COMPUTE } rf_node_kind;
+typedef enum rf_node_kind { RF_NODE_COPY, RF_NODE_WAIT, RF_NODE_COMPUTE, RF_NODE_STAGE } rf_node_kind;
 
 /** A node as added and as read back. block and slot are ignored (read back as 0) for WAIT. */
 typedef struct rf_node_desc {
@@ -56,8 +65,8 @@ RF_EXTERN int rf_graph_create(unsigned flags, rf_graph **out);
  * Append a node; its id (0, 1, 2, ... in order of addition) goes to *id (id may be NULL).
  * Queue order is the order of addition among the nodes of one queue.
  * block and slot are ignored for WAIT nodes (and read back as 0).
- * \return RF_OK; RF_EINVAL (g or desc NULL, unknown kind, queue >= RF_MAX_QUEUES, for COPY and
- *         COMPUTE slot >= RF_MAX_SLOTS or block >= INT64_MAX / 8 — the one block limit, the same
+ * \return RF_OK; RF_EINVAL (g or desc NULL, unknown kind, queue >= RF_MAX_QUEUES, for COPY, COMPUTE
+ *         and STAGE slot >= RF_MAX_SLOTS or block >= INT64_MAX / 8 — the one block limit, the same
  *         for rings and runs —, flags != 0); RF_ENOMEM.
  */
 RF_EXTERN int rf_graph_add_node(rf_graph *g, const rf_node_desc *desc, size_t *id);
@@ -103,7 +112,11 @@ RF_EXTERN int rf_graph_has_edge(const rf_graph *g, size_t from, size_t to);
  *  - RAW: every COMPUTE of (block b, slot s) has the COPY of (b, s) among its ancestors;
  *  - WAR: every COPY into slot s of block b is ordered after every COMPUTE reading s for a block < b;
  *  - WAW: every COPY into slot s of block b is ordered after every COPY into s of a block < b;
- *  - a block is copied into a slot at most once.
+ *  - a block is copied into a slot at most once;
+ *  - staging slots likewise, their readers being the COPY nodes of the blocks staged there: a block is
+ *    staged at most once; RAW: every COPY of a staged block has its STAGE among its ancestors; WAR:
+ *    every STAGE into staging slot t of block b is ordered after every COPY of a block < b staged in t;
+ *    WAW: after every STAGE into t of a block < b.
  * A violation is RF_EHAZARD, and rf_errmsg names the two nodes (ids, kinds, blocks, slot).
  * Cost: O(nodes + edges) bytes; time: a sort of the nodes, then per slot and block one search each
  * way between the block's copy, its computes and the next copy into the slot, bounded by the nodes
@@ -137,14 +150,14 @@ RF_EXTERN void rf_graph_destroy(rf_graph *g);
  * Events are (queue, value) pairs: a backend keeps one monotonically increasing counter per queue (or
  * reuses a small pool of CUDA events round robin), so a run allocates nothing per block.
  */
-typedef enum rf_op_kind { RF_OP_COPY, RF_OP_COMPUTE, RF_OP_SIGNAL, RF_OP_WAIT } rf_op_kind;
+typedef enum rf_op_kind { RF_OP_COPY, RF_OP_COMPUTE, RF_OP_SIGNAL, RF_OP_WAIT, RF_OP_STAGE } rf_op_kind;
 
 typedef struct rf_op {
 	rf_op_kind kind;
 	unsigned queue;      /* the queue executing the op */
 	size_t node;         /* COPY, COMPUTE, SIGNAL: the node; WAIT: the node it is waited before */
-	size_t block;        /* COPY, COMPUTE: the node's block */
-	unsigned slot;       /* COPY, COMPUTE: the node's slot */
+	size_t block;        /* COPY, COMPUTE, STAGE: the node's block */
+	unsigned slot;       /* COPY, COMPUTE: the node's slot; STAGE: its staging slot */
 	unsigned wait_queue; /* WAIT: the queue waited on */
 	uint64_t value;      /* SIGNAL: the value signalled; WAIT: the value awaited (>=) */
 } rf_op;
@@ -163,7 +176,8 @@ RF_EXTERN int rf_program_op(const rf_program *p, unsigned q, size_t i, rf_op *ou
 /** Count ops of one kind over all queues (0 for NULL). */
 RF_EXTERN size_t rf_program_count(const rf_program *p, rf_op_kind kind);
 /**
- * Print the program, one queue per paragraph, one op per line ("  q1: copy    b3 -> s0 (node 6)").
+ * Print the program, one queue per paragraph, one op per line ("  q1: copy    b3 -> s0 (node 6)";
+ * a staged block's copy names its staging slot: "copy    b3 t1 -> s0").
  * \return RF_OK; RF_EINVAL (NULL argument); RF_EBACKEND if writing to f failed.
  */
 RF_EXTERN int rf_program_print(const rf_program *p, FILE *f);
@@ -182,18 +196,21 @@ typedef struct rf_exec_params {
 } rf_exec_params;
 
 /**
- * Instantiate g on a backend: validate, lower, allocate nslots * slot_bytes of slot memory and the
- * backend's queues. The exec keeps its own program; g may be changed or destroyed afterwards.
+ * Instantiate g on a backend: validate, lower, allocate nslots * slot_bytes of slot memory (and, on
+ * CPU backends, nstage * slot_bytes of staging memory) and the backend's queues. The exec keeps its
+ * own program; g may be changed or destroyed afterwards.
  * \return RF_OK and *out; rf_graph_validate's errors; RF_EINVAL (NULL argument, slot_bytes 0, flags,
  *         an empty graph, nslots * slot_bytes overflowing); RF_ENODEV; RF_ECONFIG (RINGFETCH_BACKEND
  *         malformed, when consulted; the config file malformed; nslots * slot_bytes over the memory
- *         budget, RINGFETCH_MEMORY_BUDGET / memory_budget, as for rf_pipeline_create); RF_EBACKEND (hwloc topology for the slot memory); RF_ENOMEM.
+ *         budget, RINGFETCH_MEMORY_BUDGET / memory_budget, as for rf_pipeline_create); RF_EBACKEND
+ *         (hwloc topology for the slot memory); RF_ENOTSUP ("cuda": a queue with STAGE nodes that also
+ *         copies or computes); RF_ENOMEM.
  */
 RF_EXTERN int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **out);
 
 /**
- * Run the instantiated graph once: COPY nodes read srcs[block] (sizes[block] bytes), COMPUTE nodes call
- * compute. nblocks must exceed every block number in the graph. Input checks and error codes as for
+ * Run the instantiated graph once: STAGE nodes and the COPY nodes of unstaged blocks read srcs[block]
+ * (sizes[block] bytes), COMPUTE nodes call compute. nblocks must exceed every block number in the graph. Input checks and error codes as for
  * rf_pipeline_run; a failing compute stops every queue from starting new nodes and the run returns
  * RF_ECALLBACK once in-flight work has drained. Computes on one queue run in that queue's order.
  * Unlike rf_pipeline_run, a NULL e is RF_EINVAL even with nblocks 0 (an exec always has a graph).

@@ -9,9 +9,10 @@
  * rf_graph_validate must return. Checked, abort() on violation:
  *  - every return code is RF_OK or one of the RF_E* codes, and rf_errmsg() is non-empty after a failure;
  *  - node/edge counts, rf_graph_node and rf_graph_has_edge agree with the model;
- *  - rf_graph_validate agrees with the reference (OK / RF_EINVAL cycle / RF_EHAZARD);
- *  - validate OK <=> lower OK; the lowered program uses only existing nodes, each COPY/COMPUTE node
- *    exactly once on its own queue in queue order, signals count up from 1, and a simulation of the
+ *  - rf_graph_validate agrees with the reference (OK / RF_EINVAL cycle / RF_EHAZARD), STAGE nodes and
+ *    their staging slots included;
+ *  - validate OK <=> lower OK; the lowered program uses only existing nodes, each COPY/COMPUTE/STAGE
+ *    node exactly once on its own queue in queue order, signals count up from 1, and a simulation of the
  *    program (queues stepping, WAIT blocking until the awaited signal) finishes without deadlock and
  *    runs every node after all of its work ancestors;
  *  - rf_graph_dot two-call sizing is exact and never writes past cap (buffers are exact-size mallocs);
@@ -124,6 +125,15 @@ static int ref_ancestors(const model *m, uint64_t (*anc)[WORDS])
 	return tail == m->n ? 0 : -1;
 }
 
+/* The STAGE node of block b (the first), or SIZE_MAX. */
+static size_t ref_stage_of(const model *m, size_t b)
+{
+	for (size_t u = 0; u < m->n; u++)
+		if (m->nodes[u].kind == RF_NODE_STAGE && m->nodes[u].block == b)
+			return u;
+	return SIZE_MAX;
+}
+
 /* What rf_graph_validate must return, from the header's rules alone. */
 static int ref_validate(const model *m, uint64_t (*anc)[WORDS])
 {
@@ -139,11 +149,27 @@ static int ref_validate(const model *m, uint64_t (*anc)[WORDS])
 			if (!ok)
 				return RF_EHAZARD;
 		}
+		if (d->kind == RF_NODE_STAGE) {
+			for (size_t u = 0; u < m->n; u++) {
+				const rf_node_desc *e = &m->nodes[u];
+				if (u != v && e->kind == RF_NODE_STAGE && e->block == d->block)
+					return RF_EHAZARD; /* a block staged twice */
+				if (e->kind == RF_NODE_STAGE && e->slot == d->slot && e->block < d->block && !has(anc[v], u))
+					return RF_EHAZARD; /* WAW on the staging slot */
+				size_t es = e->kind == RF_NODE_COPY ? ref_stage_of(m, e->block) : SIZE_MAX;
+				if (es != SIZE_MAX && m->nodes[es].slot == d->slot && e->block < d->block && !has(anc[v], u))
+					return RF_EHAZARD; /* WAR: a copy of an earlier block staged in this slot */
+			}
+			continue;
+		}
 		if (d->kind != RF_NODE_COPY)
 			continue;
+		size_t sv = ref_stage_of(m, d->block);
+		if (sv != SIZE_MAX && !has(anc[v], sv))
+			return RF_EHAZARD; /* RAW on the staging slot */
 		for (size_t u = 0; u < m->n; u++) {
 			const rf_node_desc *e = &m->nodes[u];
-			if (u == v || e->kind == RF_NODE_WAIT || e->slot != d->slot)
+			if (u == v || e->kind == RF_NODE_WAIT || e->kind == RF_NODE_STAGE || e->slot != d->slot)
 				continue;
 			if (e->kind == RF_NODE_COPY && e->block == d->block)
 				return RF_EHAZARD; /* a block copied into a slot twice */
@@ -177,7 +203,7 @@ static void check_program(const model *m, uint64_t (*anc)[WORDS], const rf_progr
 	rf_op *ops = malloc(sizeof *ops * (total + 1));
 	size_t *start = malloc(sizeof *start * (nq + 1));
 	CHECK(ops != NULL && start != NULL);
-	size_t k = 0, seen[MAX_NODES] = {0}, counted[4] = {0};
+	size_t k = 0, seen[MAX_NODES] = {0}, counted[5] = {0};
 	for (unsigned q = 0; q < nq; q++) {
 		start[q] = k;
 		uint64_t signals = 0;
@@ -188,13 +214,15 @@ static void check_program(const model *m, uint64_t (*anc)[WORDS], const rf_progr
 			CHECK(chk(rf_program_op(p, q, i, o)) == RF_OK);
 			CHECK(o->queue == q);
 			CHECK(o->node < m->n);
-			CHECK((unsigned)o->kind <= RF_OP_WAIT);
+			CHECK((unsigned)o->kind <= RF_OP_STAGE);
 			counted[o->kind]++;
 			const rf_node_desc *d = &m->nodes[o->node];
 			switch (o->kind) {
 			case RF_OP_COPY:
 			case RF_OP_COMPUTE:
-				CHECK(d->kind == (o->kind == RF_OP_COPY ? RF_NODE_COPY : RF_NODE_COMPUTE));
+			case RF_OP_STAGE:
+				CHECK(d->kind == (o->kind == RF_OP_COPY ? RF_NODE_COPY : o->kind == RF_OP_STAGE ? RF_NODE_STAGE
+														: RF_NODE_COMPUTE));
 				CHECK(d->queue == q && d->block == o->block && d->slot == o->slot);
 				CHECK(seen[o->node]++ == 0);
 				CHECK(!any || o->node > last_node); /* queue order */
@@ -219,6 +247,7 @@ static void check_program(const model *m, uint64_t (*anc)[WORDS], const rf_progr
 	CHECK(rf_program_count(p, RF_OP_COMPUTE) == counted[RF_OP_COMPUTE]);
 	CHECK(rf_program_count(p, RF_OP_SIGNAL) == counted[RF_OP_SIGNAL]);
 	CHECK(rf_program_count(p, RF_OP_WAIT) == counted[RF_OP_WAIT]);
+	CHECK(rf_program_count(p, RF_OP_STAGE) == counted[RF_OP_STAGE]);
 
 	/* Simulate: round robin over queues; a WAIT blocks until wait_queue has signalled value. A work
 	 * op may run only once every work ancestor of its node has run. No deadlock allowed. */
@@ -455,9 +484,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		case 0:
 		case 1: { /* add_node (twice as likely) */
 			unsigned kb = u8(&r), qb = u8(&r), bb = u8(&r), sb = u8(&r);
-			rf_node_desc d = {(rf_node_kind)(kb % 4 == 3 ? (kb >> 2) + 3 : kb % 4), pick_queue(qb),
+			rf_node_desc d = {(rf_node_kind)(kb % 5 < 4 ? kb % 5 : (kb >> 3) + 4), pick_queue(qb),
 					  pick_block(bb), pick_slot(sb), (kb & 0x80) && (kb & 0x40) ? 1u : 0u};
-			int valid = (unsigned)d.kind <= RF_NODE_COMPUTE && d.queue < RF_MAX_QUEUES && d.flags == 0 &&
+			int valid = (unsigned)d.kind <= RF_NODE_STAGE && d.queue < RF_MAX_QUEUES && d.flags == 0 &&
 				    (d.kind == RF_NODE_WAIT ||
 				     (d.slot < RF_MAX_SLOTS && d.block < (size_t)INT64_MAX / 8));
 			if (valid && m->n >= MAX_NODES)
