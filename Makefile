@@ -8,9 +8,10 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build, tests and benchmark need: cmake, a C compiler, pkg-config, hwloc, Criterion;
 # gnuplot (the sweep's plot) and StarPU 1.3 (the sweep's peer baseline);
 # g++, the host compiler nvcc needs for the GPU benchmark's kernel when the CUDA toolkit is there;
-# dpkg-dev (dpkg-source unpacks jemalloc's source package) and python3 (the ctypes embedding test).
+# dpkg-dev (dpkg-source unpacks jemalloc's source package) and python3 (the ctypes embedding test);
+# liburing-dev (file reads through io_uring) and fio (the device's own figure in the file benchmark).
 DEB_PACKAGES := cmake make gcc g++ pkg-config libhwloc-dev libcriterion-dev gnuplot-nox libstarpu-dev \
-	dpkg-dev python3
+	dpkg-dev python3 liburing-dev fio
 # ringfetch's private jemalloc (prefixed, static, no initial-exec TLS: docs/api.md, "Embedding"), built once
 # from Debian's jemalloc source package by cmake/jemalloc.sh. Outside the build trees: `make clean` keeps
 # it, `make distclean` removes it.
