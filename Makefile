@@ -49,7 +49,9 @@ build: configure
 # The default sweep: depth 1,2,3,4,8 x block size 64K..4M on the default backend, against the sequential
 # ring, a hand-written two-thread ring and StarPU. Then the serving benchmark (docs/serving.md): a MoE
 # decode loop, 32 layers x 8 experts of 512 KiB, top-2, on threads, against sequential, direct and a
-# spinning hand-written ring.
+# spinning hand-written ring. Then the file benchmarks (docs/files.md): a 512 MiB file streamed cold at
+# 64K, 1M and 4M blocks (mmap, pread, a hand io_uring loop, the reader, ringfetch, fio), and the decode
+# loop with 16 x 8 experts of 2 MiB in a file served within a 112 MiB memory cgroup.
 run: build
 	@mkdir -p $(RESULTS)
 	$(BUILD)/bench/ringfetch-bench --json $(RESULTS)/sweep.json --csv $(RESULTS)/sweep.csv \
@@ -58,8 +60,14 @@ run: build
 	$(BUILD)/bench/ringfetch-serve-bench --json $(RESULTS)/serving.json --csv $(RESULTS)/serving.csv \
 		--plot $(RESULTS)/serving.png
 	@echo
+	$(BUILD)/bench/ringfetch-file-bench --file $(RESULTS)/file-bench.dat --file-size 512M --size 64K,1M,4M \
+		--json $(RESULTS)/file.json
+	@echo
+	$(BUILD)/bench/ringfetch-serve-file-bench --file $(RESULTS)/serve-file.dat --reps 2 --json $(RESULTS)/serve-file.json
+	@echo
 	@echo "Results in $(RESULTS)/: sweep.json, sweep.csv, sweep.png (efficiency per depth), trace.json (Perfetto), graph.dot;"
-	@echo "serving.json, serving.csv, serving.png (MoE decode loop: time per step per contestant)"
+	@echo "serving.json, serving.csv, serving.png (MoE decode loop: time per step per contestant);"
+	@echo "file.json (a file streamed cold from disk), serve-file.json (the decode loop served from a file over budget)"
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)

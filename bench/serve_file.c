@@ -318,7 +318,8 @@ static const char usage[] =
 	"  --json FILE     results as JSON\n"
 	"  --quiet         no progress on stderr\n"
 	"model options (ringfetch-serve-bench --help): defaults here --layers 16 --experts 8 --expert-size 2M\n"
-	"  --topk 2 --steps 6 --rounds 2 --compute-us 40 --slots (the budget less 16 MiB, in experts)\n";
+	"  --topk 2 --steps 6 --rounds 2 --compute-us 40 --slots (the budget less 16 MiB, in experts;\n"
+	"  half the budget under 32 MiB)\n";
 
 static int parse(int argc, char **argv, fctx *x)
 {
@@ -363,7 +364,7 @@ static int parse(int argc, char **argv, fctx *x)
 	if (rc == 0 && !have_slots) {
 		/* The cache takes the budget but 16 MiB (the process itself, the library's threads and staging
 		 * metadata): slots are anonymous memory, which the group cannot reclaim, while page cache it can. */
-		size_t s = (x->budget - ((size_t)16 << 20)) / x->o.expert_bytes;
+		size_t s = (x->budget > ((size_t)32 << 20) ? x->budget - ((size_t)16 << 20) : x->budget / 2) / x->o.expert_bytes;
 		snprintf(slots, sizeof slots, "%zu", s < 2 ? 2 : s);
 		args[na++] = "--slots", args[na++] = slots;
 		rc = rfs_parse(na, args, &x->o, err, sizeof err);
