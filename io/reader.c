@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +47,11 @@ typedef struct rd_copy {
 	unsigned char direct, move, timed, pending;
 	unsigned cls, method;
 	double t0;
+	/* the first failure, put into words when poll hands the copy back */
+	int err_no;           /* errno of a failed read, or 0 for a short one */
+	uint64_t err_off;     /* its offset */
+	uint64_t err_size;    /* short: the file's size then (UINT64_MAX: unknown) */
+	size_t err_len, err_got;
 } rd_copy;
 
 typedef struct rd_piece {
@@ -237,20 +241,31 @@ static void rd_pend_push(rf__reader *r, unsigned ci)
 	c->pending = 1;
 }
 
-/* The copy failed: the first failure's sentence stays; no more of its pieces are issued. */
-static void rd_fail(rf__reader *r, unsigned ci, const char *fmt, ...) RF__PRINTF(3, 4);
-static void rd_fail(rf__reader *r, unsigned ci, const char *fmt, ...)
+/* The copy failed (the first failure is the one reported); no more of its pieces are issued. */
+static void rd_fail(rf__reader *r, unsigned ci, const rd_piece *p, int err_no, size_t got, uint64_t size)
 {
 	rd_copy *c = &r->copies[ci];
 	if (c->rc == RF_OK) {
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(r->err, sizeof r->err, fmt, ap);
-		va_end(ap);
 		c->rc = RF_EIO;
+		c->err_no = err_no, c->err_off = p->off, c->err_len = p->len, c->err_got = got, c->err_size = size;
 	}
 	c->next = c->win_len;
 	rd_pend_remove(r, ci);
+}
+
+/* The sentence of failed copy c, into r->err. */
+static void rd_explain(rf__reader *r, const rd_copy *c)
+{
+	const char *path = rf__file_path(c->f);
+	if (c->err_no != 0)
+		snprintf(r->err, sizeof r->err, "%s: read of %zu bytes at offset %" PRIu64 ": %s", path, c->err_len,
+			 c->err_off, strerror(c->err_no));
+	else if (c->err_size != UINT64_MAX)
+		snprintf(r->err, sizeof r->err, "%s: short read at offset %" PRIu64 ": file shrank to %" PRIu64 " bytes",
+			 path, c->err_off, c->err_size);
+	else
+		snprintf(r->err, sizeof r->err, "%s: short read at offset %" PRIu64 ": %zu of %zu bytes", path, c->err_off,
+			 c->err_got, c->err_len);
 }
 
 /* Every piece of copy ci has come back: move the bytes down if it was read as its window, time it if
@@ -283,7 +298,6 @@ static void rd_piece_done(rf__reader *r, unsigned pi, long res)
 	rd_piece *p = &r->pieces[pi];
 	unsigned ci = p->copy;
 	rd_copy *c = &r->copies[ci];
-	const char *path = rf__file_path(c->f);
 	if (res == -EINTR || res == -EAGAIN) { /* nothing read: the same read again */
 		rd_issue(r, pi);
 		return;
@@ -301,13 +315,10 @@ static void rd_piece_done(rf__reader *r, unsigned pi, long res)
 			return;
 		}
 		struct stat st;
-		if (fstat(rf__file_fd(c->f, 0), &st) == 0 && (uint64_t)st.st_size < c->end)
-			rd_fail(r, ci, "%s: short read at offset %" PRIu64 ": file shrank to %" PRIu64 " bytes", path,
-				p->off, (uint64_t)st.st_size);
-		else
-			rd_fail(r, ci, "%s: short read at offset %" PRIu64 ": %ld of %zu bytes", path, p->off, res, p->len);
+		int shrank = fstat(rf__file_fd(c->f, 0), &st) == 0 && (uint64_t)st.st_size < c->end;
+		rd_fail(r, ci, p, 0, (size_t)res, shrank ? (uint64_t)st.st_size : UINT64_MAX);
 	} else if (res < 0) {
-		rd_fail(r, ci, "%s: read of %zu bytes at offset %" PRIu64 ": %s", path, p->len, p->off, strerror((int)-res));
+		rd_fail(r, ci, p, (int)-res, 0, 0);
 	}
 	r->free_pieces[r->nfree_pieces++] = pi;
 	if (--c->out == 0 && c->next == c->win_len)
@@ -530,6 +541,8 @@ int rf__reader_poll(rf__reader *r, uint64_t *tag, int *rc, size_t *shift)
 	rd_copy *c = &r->copies[ci];
 	*tag = c->tag;
 	*rc = c->rc;
+	if (c->rc != RF_OK)
+		rd_explain(r, c);
 	*shift = c->rc == RF_OK ? c->shift : 0;
 	r->cnt.copies++;
 	r->cnt.failed += c->rc != RF_OK;

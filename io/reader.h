@@ -82,8 +82,8 @@ int rf__reader_poll(rf__reader *r, uint64_t *tag, int *rc, size_t *shift);
  * Spurious returns allowed: call poll after it. */
 void rf__reader_wait(rf__reader *r);
 
-/* The sentence of the last RF_EIO (path, offset, errno's text); "" before any. Valid until the next
- * call on r. */
+/* The sentence of the last copy poll handed back with RF_EIO (path, offset, errno's text, or "short
+ * read ...: file shrank to N bytes"); "" before any. Valid until the next poll. */
 const char *rf__reader_error(const rf__reader *r);
 
 /* Copies started and not yet handed back by poll. */
