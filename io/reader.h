@@ -67,8 +67,9 @@ int rf__reader_register(rf__reader *r, void *base, size_t len);
  * open) to dst, dst_cap >= n bytes usable there. flags: 0 or RF__RD_SHIFT_OK. tag comes back from poll.
  * Never waits for the device (pread mode: reads before it returns).
  * RF_OK; RF_EBUSY (max_copies copies are in flight: poll first); RF_EINVAL (bad arguments, a range past
- * the file's size at open); RF_EIO (the submission failed: rf__reader_error; nothing stays in flight
- * for this copy). */
+ * the file's size at open). A read's failure comes back from poll, never from here; a ring whose
+ * submission fails for good (io_uring_enter errors other than EAGAIN, EBUSY, EINTR) is left for pread,
+ * its queued reads included, and describe says so. */
 int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
 		     unsigned flags, uint64_t tag);
 
