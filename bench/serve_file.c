@@ -365,6 +365,8 @@ static int parse(int argc, char **argv, fctx *x)
 		/* The cache takes the budget but 16 MiB (the process itself, the library's threads and staging
 		 * metadata): slots are anonymous memory, which the group cannot reclaim, while page cache it can. */
 		size_t s = (x->budget > ((size_t)32 << 20) ? x->budget - ((size_t)16 << 20) : x->budget / 2) / x->o.expert_bytes;
+		size_t nexp = (size_t)x->o.layers * x->o.experts; /* more slots than experts would sit empty */
+		s = s > nexp ? nexp : s > 1024 ? 1024 : s;
 		snprintf(slots, sizeof slots, "%zu", s < 2 ? 2 : s);
 		args[na++] = "--slots", args[na++] = slots;
 		rc = rfs_parse(na, args, &x->o, err, sizeof err);

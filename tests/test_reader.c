@@ -449,12 +449,20 @@ Test(reader, direct_reads_leave_the_page_cache_cold)
 
 /* ---- refusals: io_uring under seccomp, registration without CAP_IPC_LOCK -------------------------- */
 
+#if defined(__x86_64__)
+#define RF_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define RF_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#else
+#error "tests/test_reader.c: the seccomp filter needs this architecture's AUDIT_ARCH"
+#endif
+
 /* Refuse io_uring_setup with EPERM, as a container's seccomp profile does. */
 static int refuse_io_uring(void)
 {
 	struct sock_filter prog[] = {
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, 1, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, RF_AUDIT_ARCH, 1, 0),
 		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
