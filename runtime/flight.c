@@ -18,6 +18,7 @@ void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int6
 	f->bell_slot = bell_slot;
 	f->value = value;
 	atomic_init(&f->bytes, 0);
+	atomic_init(&f->inflight, 0);
 }
 
 /* The reader, as its own lane sees it (the owner published it before posting the work that uses it). */
@@ -107,6 +108,7 @@ static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc)
 		rf__file_unhold(r->unhold);
 	while (f->upto < f->started && f->rec[f->upto % RF__FLIGHT_MAX].done)
 		f->upto++;
+	atomic_store_explicit(&f->inflight, (unsigned)(f->started - f->upto), memory_order_relaxed);
 }
 
 int rf__flight_progress(rf__flight *f)
@@ -147,6 +149,7 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 	f->rec[tag % RF__FLIGHT_MAX] = *rec;
 	f->rec[tag % RF__FLIGHT_MAX].done = 0;
 	f->started++;
+	atomic_store_explicit(&f->inflight, (unsigned)(f->started - f->upto), memory_order_relaxed);
 	atomic_fetch_add_explicit(&f->bytes, n, memory_order_relaxed);
 	return RF_OK;
 }

@@ -60,6 +60,7 @@ typedef struct rf__flight {
 	char last[240];      /* the sentence of the last failed copy (a blocking read's) */
 	struct rf__trace *trace; /* the run's, while a run is in progress */
 	_Atomic uint64_t bytes; /* bytes read since create (stats, describe) */
+	atomic_uint inflight;   /* copies in flight, for other threads deciding how to wait */
 	char why[240];       /* how the reader reads (describe), once open */
 } rf__flight;
 
@@ -82,7 +83,7 @@ void rf__flight_signal(rf__flight *f, int64_t v);
 int rf__flight_progress(rf__flight *f);
 /* Sleep until a copy may have landed or the bell rang (rf__ec_wait_bell's sleep). */
 void rf__flight_sleep(void *f);
-/* Copies in flight. */
+/* Copies in flight (the lane's own view). */
 static inline int rf__flight_busy(const rf__flight *f)
 {
 	return f->started != f->upto;
