@@ -104,6 +104,9 @@ static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 		return RF_ECANCELED;
 	size_t n = run->sizes[b];
 	rf__fsrc fs;
+	rf__walker *wk = c;
+	if (n != 0 && wk->lane != NULL && rf__flight_busy(&wk->lane->flight)) /* write after write */
+		rf__flight_wait_dst(&wk->lane->flight, rf__slot_ptr(run, slot), run->slot_stride);
 	if (n != 0 && run->nfile > 0 && rf__file_classify("", "", run->srcs[b], n, 0, &fs) == 1)
 		return rf__thr_file_copy(c, run, &fs, b, slot);
 	if (n != 0) {
