@@ -3,7 +3,9 @@
  * synchronisation, but each wait is still checked against the signals seen so far, so that an issue
  * order that could deadlock (a lowering bug) is reported instead of computing on stale slots. */
 #include "base/error.h"
+#include "io/file.h"
 #include "memory/staging.h"
+#include "runtime/flight.h"
 #include "runtime/walk.h"
 
 #include <stdio.h>
@@ -14,22 +16,31 @@ typedef struct rf__cpu_walk {
 	int64_t seen[RF_MAX_QUEUES]; /* last value signalled per queue */
 } rf__cpu_walk;
 
+/* Block b's bytes into dst: from its staging slot `stage`, else from its source (a file's is read). */
+static int rf__cpu_move(rf__run *run, size_t b, unsigned char *dst, unsigned stage)
+{
+	size_t n = run->sizes[b];
+	rf__fsrc fs;
+	if (n == 0)
+		return 0;
+	if (stage == RF__NO_STAGE && run->nfile > 0 && rf__file_classify("", "", run->srcs[b], n, 0, &fs) == 1)
+		return rf__flight_read(run->io, &fs, n, dst, run->slot_stride);
+	memcpy(dst, rf__copy_src(run, b, stage), n);
+	return 0;
+}
+
 static int rf__cpu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage)
 {
 	(void)queue;
 	(void)c;
-	if (run->sizes[b] != 0)
-		memcpy(rf__slot_ptr(run, slot), rf__copy_src(run, b, stage), run->sizes[b]);
-	return 0;
+	return rf__cpu_move(run, b, rf__slot_ptr(run, slot), stage);
 }
 
 static int rf__cpu_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
 {
 	(void)queue;
 	(void)c;
-	if (run->sizes[b] != 0)
-		memcpy(rf__stage_ptr(run, stage), run->srcs[b], run->sizes[b]);
-	return 0;
+	return rf__cpu_move(run, b, rf__stage_ptr(run, stage), RF__NO_STAGE);
 }
 
 static int rf__cpu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
@@ -118,10 +129,19 @@ static int rf__cpu_slots_alloc(void *ctx, size_t bytes, void **mem)
 static int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	(void)ctx;
+	rf__fsrc fs;
+	int file = rf__file_classify("keyed copy", "src", req->src, req->bytes, 1, &fs);
+	if (file < 0)
+		return file;
 	atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
-	memcpy(req->dst, req->src, req->bytes);
 	*out = 1;
-	return RF_OK;
+	if (!file) {
+		memcpy(req->dst, req->src, req->bytes);
+		return RF_OK;
+	}
+	int rc = rf__flight_read(req->io, &fs, req->bytes, req->dst, req->cap);
+	rf__file_unhold(fs.f);
+	return rc;
 }
 
 static int rf__cpu_ktest(void *ctx, rf__kticket t)

@@ -56,7 +56,7 @@ typedef struct rf__cu_lane {
 } rf__cu_lane;
 
 typedef struct rf__cu_queue {
-	_Alignas(64) atomic_llong value; /* the last signal published (host) or recorded (stream), this run */
+	_Alignas(64) _Atomic int64_t value; /* the last signal published (host) or recorded (stream), this run */
 	void *stream;                    /* NULL: a host queue */
 	void **ev;                       /* stream: pool, recorded round-robin */
 	_Atomic int64_t *ev_val;         /* value of each pool entry's latest record */

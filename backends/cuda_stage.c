@@ -347,7 +347,7 @@ static void rf__cu_walk_item(rf__work *w, void *ctx)
 static void rf__cu_help_item(rf__work *w, void *ctx)
 {
 	(void)w;
-	static const _Atomic long long never = 0;
+	static const _Atomic int64_t never = 0;
 	rf__cu_lane *h = ctx;
 	rf__piece_help(&h->cx->lane[h->q].job, h->help_block, &never, 1);
 }
