@@ -18,6 +18,7 @@
 #include "backends/cuda_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "io/file.h"
 #include "runtime/walk.h"
 
 #include <stdio.h>
@@ -304,6 +305,10 @@ static int rf__cu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned
 	if (atomic_load_explicit(run->cancel, memory_order_relaxed) || atomic_load_explicit(&cx->stop, memory_order_relaxed))
 		return RF_ECANCELED;
 	const void *src = stage == RF__NO_STAGE ? run->srcs[b] : cx->sslot[stage];
+	rf__fsrc f;
+	if (stage == RF__NO_STAGE && run->nfile > 0 && rf__file_classify("", "", src, n, 0, &f) == 1)
+		return rf__err(RF_ENOTSUP, "cuda: block %zu lies in a file: a file's bytes reach the device through a STAGE "
+					   "node (the pipeline's staged ring has them)", b);
 	RF__CU_TRY(cx->api, "cudaMemcpyAsync", cx->api->memcpy_async(rf__slot_ptr(run, slot), src, n, cx->q[queue].stream));
 	return 0;
 }
@@ -402,7 +407,7 @@ static int rf__cu_describe(void *ctx, char *buf, size_t cap)
 		snprintf(node, sizeof node, "%d", cx->numa_node);
 	if (cx->nhost > 0)
 		snprintf(stage, sizeof stage, "%u staging queue%s on %u thread%s (rf-stage-N, %s), pinned ring of %u slots "
-					      "page-locked on the first pageable block, no file sources yet",
+					      "page-locked on the first pageable block; file sources read into it",
 			 cx->nhost, cx->nhost == 1 ? "" : "s", cx->pool.n, cx->pool.n == 1 ? "" : "s", cx->placed, cx->nstage);
 	snprintf(buf, cap,
 		 "cuda: device %d (%s, host NUMA node %s); %u stream%s, %u events each, reused round-robin; the host "
@@ -445,6 +450,7 @@ const rf__backend_ops rf__backend_cuda = {
 	.krelease = rf__cu_krelease,
 	.kquiesce = rf__cu_kquiesce,
 	.klanes = rf__cu_klanes,
+	.kresult = rf__cu_kresult,
 	.slot_align = RF__ALIGN_DEVICE, /* vectorised loads, TMA and DMA want 256 B on the device */
 	.stage_slots = rf__cu_stage_slots,
 };

@@ -17,6 +17,7 @@
 #include "base/piece.h"
 #include "base/pool.h"
 #include "base/wait.h"
+#include "io/reader.h"
 #include "memory/staging.h"
 #include "memory/topology.h"
 #include "runtime/walk.h"
@@ -52,6 +53,7 @@ typedef struct rf__cu_lane {
 	unsigned pend_q;           /* the deferred wait: stream pend_q reaching pend (0: none) */
 	int64_t pend;
 	int entered;               /* device current and capture mode thread-local, once per thread */
+	rf__reader *rd;            /* lanes: file reads into the pinned ring (made on the first) */
 	rf__cu_range ranges[RF__CU_RANGES];
 } rf__cu_lane;
 
@@ -87,7 +89,9 @@ typedef struct rf__cu {
 	/* the pinned ring: nstage slots of pin_stride, allocated on the first block that needs staging */
 	_Atomic(unsigned char *) pin;
 	pthread_mutex_t pin_mu;
-	const void **sslot;    /* per staging slot: where its block's copy reads (pinned slot or source) */
+	const void **sslot;    /* per staging slot: where its block's copy reads (the pinned slot, at the
+	                          offset a file read landed at, or the source itself) */
+	rf__reader *krd;       /* keyed use's file reads on the owner's thread (made on the first) */
 	/* the run in progress */
 	rf__run *run;
 	atomic_int stop, first_rc;
@@ -133,6 +137,10 @@ void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy
 int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out);
 int rf__cu_pin_ring(rf__cu *cx, unsigned char **out); /* the pinned ring, allocated on first need */
 int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n);
+/* Read a file range into the pinned ring at dst (pin_stride usable) with *rd (made on first use, the
+ * ring registered), on the calling thread; *data: where the bytes landed (the aligned window may start
+ * earlier). RF_OK; RF_EIO with rf_errmsg naming path and offset; RF_EINVAL, RF_ENOMEM. */
+int rf__cu_read(rf__cu *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsigned char *dst, const unsigned char **data);
 unsigned rf__cu_stage_slots(size_t slot_bytes);
 int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p); /* host queues, lanes, helpers */
 void rf__cu_pool_close(rf__cu *cx);
@@ -162,5 +170,6 @@ int rf__cu_ksync(void *ctx, rf__kticket t);
 int rf__cu_krelease(void *ctx, unsigned slot, void *stream);
 int rf__cu_kquiesce(void *ctx);
 unsigned rf__cu_klanes(void *ctx);
+int rf__cu_kresult(void *ctx, unsigned slot, rf__kticket t);
 
 #endif

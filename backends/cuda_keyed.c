@@ -35,7 +35,9 @@
 
 #define RF__CU_KREL 4u /* release events kept per slot */
 
-enum { RF__CK_STAGING = 1, RF__CK_STAGED, RF__CK_ISSUED, RF__CK_WITHDRAWN, RF__CK_FAILED };
+/* A ticket's state. EIO: a hint's file read failed (finished, no H2D: kresult says so); FAILED: its
+ * lane's event wait failed (a device error). */
+enum { RF__CK_STAGING = 1, RF__CK_STAGED, RF__CK_ISSUED, RF__CK_WITHDRAWN, RF__CK_EIO, RF__CK_FAILED };
 
 typedef struct rf__cu_krel {
 	void *stream;
@@ -51,6 +53,7 @@ typedef struct rf__cu_kt {
 	void *ev;
 	unsigned lane, slot, pin; /* pin: the staging slot it reads (RF__NO_STAGE: the source) */
 	const void *src;
+	const unsigned char *data; /* staged: where in the pinned ring its bytes are */
 	void *dst;
 	size_t bytes;
 	rf__kticket after;
@@ -63,6 +66,7 @@ typedef struct rf__cu_kst {
 	rf__work w;
 	rf__cu_kt *kt;
 	const void *src;
+	rf__fsrc fs; /* fs.f non-NULL: src lies in this file (held until the read landed) */
 	size_t n;
 	void *war; /* the event of the previous H2D out of the slot (NULL: none) */
 	uint64_t seq;
@@ -81,6 +85,7 @@ struct rf__cu_keyed {
 	int dirty;               /* something issued or released since the last quiesce */
 	int used;                /* a keyed copy was ever issued: callers' streams may read the slots */
 	rf__cu_krel *rel;        /* nslots * RF__CU_KREL */
+	_Atomic rf__kticket *kfail; /* per slot: a hint whose file read failed (kresult) */
 	rf__cu_range ranges[RF__CU_RANGES];
 };
 
@@ -101,7 +106,8 @@ int rf__cu_keyed_open(rf__cu *cx)
 	    (k->kst = rf__calloc(cx->nstage ? cx->nstage : 1, sizeof *k->kst)) == NULL ||
 	    (k->fifo = rf__calloc((size_t)k->nlanes * (k->pins ? k->pins : 1), sizeof *k->fifo)) == NULL ||
 	    (k->fhead = rf__calloc(3 * (size_t)k->nlanes, sizeof *k->fhead)) == NULL ||
-	    (k->rel = rf__calloc((size_t)k->nslots * RF__CU_KREL, sizeof *k->rel)) == NULL)
+	    (k->rel = rf__calloc((size_t)k->nslots * RF__CU_KREL, sizeof *k->rel)) == NULL ||
+	    (k->kfail = rf__calloc(k->nslots, sizeof *k->kfail)) == NULL)
 		return rf__err(RF_ENOMEM, "cuda: out of memory for keyed use");
 	k->fn = k->fhead + k->nlanes;
 	k->next_pin = k->fn + k->nlanes;
@@ -142,6 +148,7 @@ void rf__cu_keyed_free(rf__cu *cx)
 	free(k->fifo);
 	free(k->fhead);
 	free(k->rel);
+	free((void *)k->kfail);
 	free(k);
 	cx->keyed = NULL;
 }
@@ -160,7 +167,7 @@ int rf__cu_ktest(void *ctx, rf__kticket t)
 	rf__cu *cx = ctx;
 	rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
 	int st = e != NULL ? atomic_load_explicit(&e->state, memory_order_acquire) : 0;
-	if (e == NULL || rf__cu_kt_of(cx->keyed, t) == NULL || st == RF__CK_WITHDRAWN)
+	if (e == NULL || rf__cu_kt_of(cx->keyed, t) == NULL || st == RF__CK_WITHDRAWN || st == RF__CK_EIO)
 		return 1;
 	if (st != RF__CK_ISSUED)
 		return 0;
@@ -231,8 +238,7 @@ static int rf__cu_kprogress(rf__cu *cx)
 				snprintf(cx->broken_msg, sizeof cx->broken_msg, "cudaEventSynchronize failed on a staging lane");
 				return rf__err(RF_EBACKEND, "cuda: a keyed copy's stage failed: %s", cx->broken_msg);
 			}
-			if ((st == RF__CK_STAGED || st == RF__CK_STAGING) &&
-			    (rc = rf__cu_kh2d(cx, e, atomic_load(&cx->pin) + (size_t)e->pin * cx->pin_stride, k->hint[l])) != RF_OK)
+			if ((st == RF__CK_STAGED || st == RF__CK_STAGING) && (rc = rf__cu_kh2d(cx, e, e->data, k->hint[l])) != RF_OK)
 				return rc;
 			k->fhead[l] = (k->fhead[l] + 1) % k->pins;
 			k->fn[l]--;
@@ -258,7 +264,8 @@ static int rf__cu_kready(rf__cu *cx, rf__kticket t)
 
 /* ---- staging ---------------------------------------------------------------------------------------- */
 
-/* On the host lane: copy a hint's source into its pinned slot, once the slot's previous H2D has run. */
+/* On the host lane: copy (or read) a hint's source into its pinned slot, once the slot's previous H2D
+ * has run. */
 static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 {
 	rf__cu_kst *s = (rf__cu_kst *)w;
@@ -270,16 +277,24 @@ static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 	if (rf__work_claim(w)) {
 		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 			RF__TEST_HOOK(keyed_before_copy)(1);
-		int e = s->war != NULL ? cx->api->event_synchronize(s->war) : 0, st = RF__CK_STAGING;
+		size_t t = (size_t)(s - cx->keyed->kst);
+		unsigned char *dst = atomic_load(&cx->pin) + t * cx->pin_stride;
+		const unsigned char *data = dst;
+		int e = s->war != NULL ? cx->api->event_synchronize(s->war) : 0, st = RF__CK_STAGING, to = RF__CK_STAGED;
 		if (e != 0) {
 			(void)cx->api->get_last_error();
-			atomic_store_explicit(&s->kt->state, RF__CK_FAILED, memory_order_release);
-		} else {
-			size_t t = (size_t)(s - cx->keyed->kst);
-			rf__cu_stage_copy(l, atomic_load(&cx->pin) + t * cx->pin_stride, s->src, s->n, SIZE_MAX - 1 - t);
-			atomic_compare_exchange_strong(&s->kt->state, &st, RF__CK_STAGED);
+			to = RF__CK_FAILED;
+		} else if (s->fs.f != NULL && rf__cu_read(cx, &l->rd, &s->fs, s->n, dst, &data) != RF_OK) {
+			atomic_store_explicit(&cx->keyed->kfail[s->kt->slot], s->kt->t, memory_order_release);
+			to = RF__CK_EIO;
+		} else if (s->fs.f == NULL) {
+			rf__cu_stage_copy(l, dst, s->src, s->n, SIZE_MAX - 1 - t);
 		}
+		s->kt->data = data;
+		atomic_compare_exchange_strong(&s->kt->state, &st, to);
 	}
+	if (s->fs.f != NULL)
+		rf__file_unhold(s->fs.f);
 	rf__ec_notify(&cx->ec);
 }
 
@@ -321,9 +336,10 @@ static int rf__cu_kpin_moved(void *arg)
 	       (h != NULL && atomic_load_explicit(&h->state, memory_order_acquire) != RF__CK_STAGING);
 }
 
-/* Stage req's source for ticket entry e: a hint on the host lane (RF_ENOSPC when the lane has no free
- * pinned slot: the core holds it back), a demand copy here, then its H2D. */
-static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kticket t, void *s)
+/* Stage req's source (a file's range when fs->f: held, and let go here or by the stage item) for ticket
+ * entry e: a hint on the host lane (RF_ENOSPC when the lane has no free pinned slot: the core holds it
+ * back), a demand copy here, then its H2D. */
+static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kticket t, void *s, rf__fsrc *fs)
 {
 	rf__cu_keyed *k = cx->keyed;
 	unsigned char *pin;
@@ -342,15 +358,19 @@ static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kti
 	rf__cu_kst *st = &k->kst[f.t];
 	e->pin = f.t;
 	st->user = t;
+	e->data = pin + (size_t)f.t * cx->pin_stride;
 	if (req->demand) {
 		int err = war != NULL ? cx->api->event_synchronize(war) : 0;
 		if (err != 0)
 			return rf__cu_fail(cx->api, "cudaEventSynchronize (keyed staging slot free)", err);
-		memcpy(pin + (size_t)f.t * cx->pin_stride, req->src, req->bytes);
-		return rf__cu_kh2d(cx, e, pin + (size_t)f.t * cx->pin_stride, s);
+		if (fs->f == NULL)
+			memcpy(pin + (size_t)f.t * cx->pin_stride, req->src, req->bytes);
+		else if ((rc = rf__cu_read(cx, &cx->krd, fs, req->bytes, pin + (size_t)f.t * cx->pin_stride, &e->data)) != RF_OK)
+			return rc;
+		return rf__cu_kh2d(cx, e, e->data, s);
 	}
 	unsigned lane = f.l % cx->nhost;
-	*st = (rf__cu_kst){.w.fn = rf__cu_kstage_fn, .kt = e, .src = req->src, .n = req->bytes, .war = war,
+	*st = (rf__cu_kst){.w.fn = rf__cu_kstage_fn, .kt = e, .src = req->src, .fs = *fs, .n = req->bytes, .war = war,
 			   .seq = rf__lane_posted(&cx->pool, lane), .user = t, .reader = st->reader};
 	atomic_store_explicit(&e->state, RF__CK_STAGING, memory_order_relaxed);
 	atomic_store_explicit(&e->num, t, memory_order_release);
@@ -361,6 +381,7 @@ static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kti
 	}
 	k->fifo[(size_t)f.l * k->pins + (k->fhead[f.l] + k->fn[f.l]) % k->pins] = t;
 	k->fn[f.l]++;
+	fs->f = NULL; /* the item lets go of the file */
 	return RF_OK;
 }
 
@@ -420,15 +441,16 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	rf__cu *cx = ctx;
 	rf__cu_keyed *k = cx->keyed;
 	rf__cu_kscope sc;
-	rf__fsrc f;
+	rf__fsrc fs = {NULL, 0};
 	int rc = rf__cu_kenter(cx, &sc);
 	if (rc != RF_OK)
 		return rc;
 	if (req->demand && (rc = rf__cu_kcapture(cx, req->stream, "rf_pipeline_acquire")) != RF_OK)
 		goto out;
-	if ((rc = rf__file_classify("cuda", "a keyed source", req->src, req->bytes, 0, &f)) != 0) {
-		rc = rc == 1 ? rf__err(RF_ENOTSUP, "cuda: a keyed source in a file (rf_file_open): file sources are not "
-						    "supported on cuda yet") : rc;
+	/* A file's range is read into the pinned ring, never faulted in: held until the read landed. */
+	int file = rf__file_classify("cuda", "a keyed source", req->src, req->bytes, 1, &fs);
+	if (file < 0 || (file == 1 && k->pins == 0)) {
+		rc = file < 0 ? file : rf__err(RF_ENOTSUP, "cuda: a keyed source in a file needs staging queues");
 		goto out;
 	}
 	unsigned l = req->lane % k->nlanes;
@@ -446,11 +468,11 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	atomic_store_explicit(&e->num, 0, memory_order_release);
 	e->t = t, e->lane = l, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src, e->dst = req->dst;
 	e->bytes = req->bytes, e->after = req->after, e->counter = req->counter;
-	int dma = k->pins == 0 || rf__cu_is_dma(cx, k->ranges, req->src, req->bytes);
+	int dma = !file && (k->pins == 0 || rf__cu_is_dma(cx, k->ranges, req->src, req->bytes));
 	/* Issued now (not by the lane's order): the slot's previous copy must be issued first. */
 	if ((dma || req->demand) && req->after != 0 && (rc = rf__cu_kready(cx, req->after)) != RF_OK)
 		goto out;
-	rc = dma ? rf__cu_kh2d(cx, e, req->src, s) : rf__cu_kstage(cx, req, e, t, s);
+	rc = dma ? rf__cu_kh2d(cx, e, req->src, s) : rf__cu_kstage(cx, req, e, t, s, &fs);
 	if (rc != RF_OK)
 		goto out;
 	atomic_store_explicit(&e->num, t, memory_order_release);
@@ -458,8 +480,18 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	k->dirty = 1;
 	*out = t;
 out:
+	if (fs.f != NULL)
+		rf__file_unhold(fs.f);
 	rf__cu_kleave(cx, &sc);
 	return rc;
+}
+
+int rf__cu_kresult(void *ctx, unsigned slot, rf__kticket t)
+{
+	rf__cu *cx = ctx;
+	if (t == 0 || atomic_load_explicit(&cx->keyed->kfail[slot], memory_order_acquire) != t)
+		return RF_OK;
+	return rf__err(RF_EIO, "cuda: the hint's file read into slot %u failed", slot);
 }
 
 /* Withdraw a hint whose stage has not started: its item does nothing, its H2D never happens. */

@@ -176,6 +176,23 @@ int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n)
 	return 1;
 }
 
+int rf__cu_read(rf__cu *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsigned char *dst, const unsigned char **data)
+{
+	uint64_t tag;
+	size_t shift = 0;
+	int rc = RF_OK, done;
+	if (*rd == NULL && (rc = rf__reader_create(1, -1, rd)) == RF_OK) /* fixed buffers; a refusal is said nowhere */
+		(void)rf__reader_register(*rd, atomic_load(&cx->pin), (size_t)cx->nstage * cx->pin_stride);
+	if (rc == RF_OK)
+		rc = rf__reader_start(*rd, fs, n, dst, cx->pin_stride, RF__RD_SHIFT_OK, 0);
+	for (done = rc != RF_OK; !done && !(done = rf__reader_poll(*rd, &tag, &rc, &shift));)
+		rf__reader_wait(*rd);
+	if (rc != RF_OK)
+		return rf__err(rc, "cuda: %s", rc == RF_EIO ? rf__reader_error(*rd) : rf__errmsg_peek());
+	*data = dst + shift;
+	return RF_OK;
+}
+
 /* ---- waits between lanes and the walker ------------------------------------------------------------ */
 
 typedef struct rf__cu_until {
@@ -255,13 +272,8 @@ static int rf__cu_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, un
 	size_t n = run->sizes[b];
 	const void *src = run->srcs[b];
 	rf__fsrc f;
-	int rc = n != 0 ? rf__file_classify("cuda", "a block", src, n, 0, &f) : 0;
-	if (rc == 1)
-		return rf__err(RF_ENOTSUP, "cuda: block %zu lies in a file (rf_file_open): file sources are not supported "
-					   "on cuda yet", b);
-	if (rc != 0)
-		return rc;
-	if (n == 0 || rf__cu_is_dma(cx, l->ranges, src, n)) {
+	int file = n != 0 && run->nfile > 0 && rf__file_classify("", "", src, n, 0, &f) == 1, rc;
+	if (n == 0 || (!file && rf__cu_is_dma(cx, l->ranges, src, n))) {
 		cx->sslot[t] = src; /* its copy reads the source: nothing to stage */
 		return RF_OK;
 	}
@@ -272,8 +284,12 @@ static int rf__cu_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, un
 	if ((rc = rf__cu_pin_ring(cx, &pin)) != RF_OK)
 		return rc;
 	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
-	rf__cu_stage_copy(l, dst, src, n, b);
-	cx->sslot[t] = dst;
+	const unsigned char *data = dst;
+	if (file && (rc = rf__cu_read(cx, &l->rd, &f, n, dst, &data)) != RF_OK)
+		return rc;
+	if (!file)
+		rf__cu_stage_copy(l, dst, src, n, b);
+	cx->sslot[t] = data; /* a file's bytes start where its aligned read put them */
 	return RF_OK;
 }
 
@@ -426,6 +442,9 @@ int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p)
 void rf__cu_pool_close(rf__cu *cx)
 {
 	rf__pool_stop(&cx->pool);
+	for (unsigned i = 0; cx->lane != NULL && i < cx->nhost; i++)
+		rf__reader_destroy(cx->lane[i].rd);
+	rf__reader_destroy(cx->krd);
 	free(cx->lane);
 	free((void *)cx->sslot);
 	cx->lane = NULL;

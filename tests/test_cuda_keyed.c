@@ -227,6 +227,23 @@ Test(cuda_keyed, random_serving_keeps_every_payload, .timeout = 120)
 	leak_check();
 }
 
+static atomic_int g_staging;
+
+static void slow_stage(int started)
+{
+	struct timespec t = {0, 20000000};
+	if (started) {
+		atomic_store(&g_staging, 1);
+		nanosleep(&t, NULL);
+	}
+}
+
+static void mark_stage(int started)
+{
+	if (started)
+		atomic_store(&g_staging, 1);
+}
+
 /* Pageable sources: a hint is staged by the key's host lane and its H2D issued by the next keyed call
  * that finds the stage done; an acquire of another pageable key stages it on the caller. Both payloads
  * are right where a kernel on the acquiring stream reads them, and the stream synchronisations are
@@ -243,7 +260,12 @@ Test(cuda_keyed, pageable_sources_are_staged_through_the_pinned_ring)
 	int bad = 0;
 	g_np = 0;
 	sim_log_clear();
+	atomic_store(&g_staging, 0);
+	rf__test_hooks.keyed_before_copy = mark_stage;
 	cr_assert_eq(rf_pipeline_prefetch(p, 1, a, 4096, 0), RF_OK, "%s", rf_errmsg());
+	while (!atomic_load(&g_staging)) /* the lane has started the stage: the hint cannot be withdrawn */
+		;
+	rf__test_hooks.keyed_before_copy = NULL;
 	rf_block ba, bb;
 	cr_assert_eq(rf_pipeline_acquire(p, 2, b, 4096, s, 0, &bb), RF_OK, "%s", rf_errmsg());
 	use(s, &bb, b, &bad);
@@ -272,16 +294,6 @@ Test(cuda_keyed, pageable_sources_are_staged_through_the_pinned_ring)
 	leak_check();
 }
 
-static atomic_int g_staging;
-
-static void slow_stage(int started)
-{
-	struct timespec t = {0, 20000000};
-	if (started) {
-		atomic_store(&g_staging, 1);
-		nanosleep(&t, NULL);
-	}
-}
 
 /* Negative control: a staged hint's H2D issued without waiting for its stage (the keyed copy's RAW on
  * its pinned slot) is refused by the keyed oracle (RINGFETCH_ORACLE=1) — not left to a corrupted

@@ -1,0 +1,262 @@
+/* tests/test_cuda_files.c — file sources (<ringfetch/file.h>) on cuda, against the simulated CUDA: a
+ * STAGE of a file's range reads the file into its pinned slot (the aligned window; the H2D starts where
+ * the bytes landed) on the host lane, a keyed hint's read is its lane's and an acquire's the caller's.
+ * Checked where a kernel would read them (a host function in stream order): every block's bytes, with
+ * random device schedules — so the read lands before its H2D, and a pinned slot is read again only after
+ * the H2D that read it ran — runs mixing files with pinned and pageable memory, many blocks through few
+ * pinned slots, no H2D ever reading the file's mapping, a file that shrinks (RF_EIO naming the path,
+ * the pipeline whole afterwards), keyed use of file ranges. */
+#define _GNU_SOURCE /* usleep, truncate */
+#include <criterion/criterion.h>
+
+#include "cuda_check.h"
+#include "ringfetch.h"
+#include "runtime/backend.h"
+
+#include <unistd.h>
+
+#define FSIZE (4u << 20)
+
+static char g_path[64];
+static unsigned char *g_ref; /* the file's bytes, as written */
+
+static void make_file(void)
+{
+	snprintf(g_path, sizeof g_path, "rf_cuda_files_XXXXXX");
+	int fd = mkstemp(g_path);
+	cr_assert(fd >= 0);
+	g_ref = malloc(FSIZE);
+	cr_assert_not_null(g_ref);
+	fill_pattern(g_ref, FSIZE, 77, 5);
+	cr_assert_eq(write(fd, g_ref, FSIZE), (ssize_t)FSIZE);
+	close(fd);
+}
+
+static void drop_file(void)
+{
+	unlink(g_path);
+	free(g_ref);
+}
+
+TestSuite(cuda_files, .init = make_file, .fini = drop_file);
+
+static rf_pipeline *make(unsigned depth, size_t slot_bytes)
+{
+	rf_pipeline_params pp = {0};
+	pp.depth = depth;
+	pp.slot_bytes = slot_bytes;
+	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	return p;
+}
+
+/* n blocks: file ranges at odd and aligned offsets, mixed (kind 1) with pinned and pageable memory. */
+static void file_blocks(blockset *bs, size_t n, size_t slot, const unsigned char *d, int mixed, uint64_t *rng)
+{
+	bs_alloc(bs, n, rng_next(rng));
+	for (size_t i = 0; i < n; i++) {
+		uint64_t r = rng_next(rng);
+		size_t len = 1 + (size_t)(r >> 8) % slot, off = (size_t)(r >> 32) % (FSIZE - slot);
+		off = r % 3 == 0 ? off & ~(size_t)4095 : off;
+		int kind = mixed ? (int)(r % 5) : 0; /* 0, 1, 2: file; 3: pinned; 4: pageable */
+		bs->sizes[i] = len;
+		if (kind < 3) {
+			bs->srcs[i] = d + off;
+			continue;
+		}
+		bs->bufs[i] = kind == 3 ? sim_host_alloc(len) : malloc(len);
+		memcpy(bs->bufs[i], g_ref + off, len);
+		bs->srcs[i] = bs->bufs[i];
+	}
+}
+
+static void free_file_blocks(blockset *bs)
+{
+	for (size_t i = 0; i < bs->n; i++)
+		if (bs->bufs[i] != NULL && sim_is_pinned(bs->bufs[i], 1))
+			sim_host_free(bs->bufs[i]);
+		else
+			free(bs->bufs[i]);
+	free(bs->srcs);
+	free(bs->sizes);
+	free(bs->bufs);
+}
+
+/* No H2D read the file's mapping: the simulator names a source it does not know "pageable". */
+static int h2d_from_pageable(void)
+{
+	size_t n;
+	const char *const *l = sim_log(&n);
+	int k = 0;
+	for (size_t i = 0; i < n; i++)
+		k += strncmp(l[i], "memcpy", 6) == 0 && strstr(l[i], "<- pageable") != NULL;
+	return k;
+}
+
+Test(cuda_files, runs_read_files_into_the_pinned_ring, .timeout = 120)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	uint64_t rng = 3;
+	for (int round = 0; round < 12; round++) {
+		sim_use(rng_next(&rng) | 1, (double)(round % 4) / 4.0);
+		rf__test_hooks.cuda_copy_threads = 1 + (unsigned)(round % 3);
+		size_t slot = round % 2 ? 100000 : 4096;
+		rf_pipeline *p = make(2 + (unsigned)(round % 3), slot);
+		blockset bs;
+		file_blocks(&bs, 30, slot, d, round % 3 == 2, &rng);
+		sim_log_clear();
+		check c;
+		cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "round %d: %s", round, rf_errmsg());
+		cr_assert_eq(c.checked, bs.n);
+		cr_assert_eq(c.bad, 0, "round %d: block %zu", round, c.first_bad);
+		cr_assert_eq(sim_pending(), 0);
+		if (round % 3 != 2)
+			cr_assert_eq(h2d_from_pageable(), 0, "an H2D read the file's mapping");
+		rf_stats st;
+		cr_assert_eq(rf_pipeline_stats(p, &st), RF_OK);
+		cr_assert_gt(st.file_bytes, 0);
+		cr_assert(strstr(rf_pipeline_describe(p), "file sources read into it") != NULL, "%s", rf_pipeline_describe(p));
+		rf_pipeline_destroy(p);
+		free_file_blocks(&bs);
+	}
+	rf__test_hooks.cuda_copy_threads = 0;
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	leak_check();
+}
+
+/* Many file blocks through a 3-slot pinned ring, the device running only when waited for: each pinned
+ * slot is read into again only after the H2D that read it ran. */
+Test(cuda_files, pinned_slots_are_reused_only_after_their_h2d, .timeout = 120)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	sim_use(9, 0);
+	rf__test_hooks.cuda_copy_threads = 1;
+	rf_pipeline *p = make(4, 8192);
+	uint64_t rng = 4;
+	blockset bs;
+	file_blocks(&bs, 200, 8192, rf_file_data(f), 0, &rng);
+	check c;
+	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.checked, 200);
+	cr_assert_eq(c.bad, 0, "block %zu", c.first_bad);
+	rf_pipeline_destroy(p);
+	free_file_blocks(&bs);
+	rf__test_hooks.cuda_copy_threads = 0;
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	leak_check();
+}
+
+/* The file shrinks: the run fails with RF_EIO naming the path once drained, no probe saw a wrong block,
+ * the pipeline runs again; keyed use: an acquire past the end is RF_EIO with the key absent, a hint
+ * leaves its key absent (its lane's read failed) and counts as wasted, and keys still there work. */
+Test(cuda_files, a_shrunk_file_is_eio_and_the_pipeline_stays_usable, .timeout = 120)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	cr_assert_eq(truncate(g_path, FSIZE / 2), 0);
+	sim_use(2, 0.3);
+	enum { N = 8, SZ = 1 << 19 };
+	rf_pipeline *p = make(2, SZ);
+	blockset bs;
+	bs_alloc(&bs, N, 1);
+	for (size_t i = 0; i < N; i++) {
+		bs.srcs[i] = d + i * SZ;
+		bs.sizes[i] = SZ;
+	}
+	check c;
+	cr_assert_eq(run_checked(p, &bs, &c), RF_EIO, "%s", rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), g_path) != NULL, "names the path: %s", rf_errmsg());
+	cr_assert_eq(c.bad, 0, "block %zu", c.first_bad);
+	cr_assert_eq(sim_pending(), 0);
+	bs.n = N / 2;
+	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.checked, N / 2);
+	cr_assert_eq(c.bad, 0);
+	rf_block b;
+	cr_assert_eq(rf_pipeline_acquire(p, 7, d + 7 * SZ, SZ, NULL, 0, &b), RF_EIO, "%s", rf_errmsg());
+	rf_key_state st = RF_KEY_READY;
+	cr_assert_eq(rf_pipeline_lookup(p, 7, &st, NULL), RF_OK);
+	cr_assert_eq(st, RF_KEY_ABSENT);
+	rf_keyed_stats k0, k1;
+	rf_pipeline_keyed_stats(p, &k0);
+	cr_assert_eq(rf_pipeline_prefetch(p, 6, d + 6 * SZ, SZ, 0), RF_OK, "%s", rf_errmsg());
+	for (int i = 0; i < 2000; i++) { /* the hint's read fails on its lane */
+		cr_assert_eq(rf_pipeline_lookup(p, 6, &st, NULL), RF_OK);
+		if (st == RF_KEY_ABSENT)
+			break;
+		usleep(1000);
+	}
+	cr_assert_eq(st, RF_KEY_ABSENT, "a failed hint leaves its key absent");
+	cr_assert_eq(rf_pipeline_acquire(p, 6, d + 6 * SZ, SZ, NULL, 0, &b), RF_EIO);
+	rf_pipeline_keyed_stats(p, &k1);
+	cr_assert_eq(k1.wasted, k0.wasted + 1, "the failed hint counts as wasted");
+	g_nprobes = 0;
+	c.bs = &bs;
+	c.bad = c.checked = 0;
+	cr_assert_eq(rf_pipeline_acquire(p, 1, d + SZ, SZ, NULL, 0, &b), RF_OK, "%s", rf_errmsg());
+	g_probes[0] = (probe){&c, b};
+	cr_assert_eq(sim_launch(NULL, probe_fn, &g_probes[0]), 0);
+	cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+	cr_assert_eq(sim_api.stream_synchronize(NULL), 0);
+	cr_assert_eq(c.checked, 1);
+	cr_assert_eq(c.bad, 0);
+	rf_pipeline_destroy(p);
+	free(bs.srcs);
+	free(bs.sizes);
+	free(bs.bufs);
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	leak_check();
+}
+
+/* Keyed serving from a file: hints read by the lanes, acquires by the caller, unaligned ranges; every
+ * acquired block checked on its stream where a kernel would read it. */
+Test(cuda_files, keyed_hints_and_acquires, .timeout = 120)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	enum { K = 24, SZ = 50000 };
+	sim_use(6, 0.4);
+	rf_pipeline *p = make(6, SZ);
+	blockset bs;
+	bs_alloc(&bs, K, 1);
+	for (size_t k = 0; k < K; k++) {
+		bs.srcs[k] = d + k * (SZ + 8);
+		bs.sizes[k] = SZ;
+	}
+	check c;
+	memset(&c, 0, sizeof c);
+	c.bs = &bs;
+	g_nprobes = 0;
+	for (int step = 0; step < 20; step++) {
+		for (uint64_t k = 0; k < 4; k++) {
+			uint64_t key = (uint64_t)(step * 5 + k * 3) % K;
+			(void)rf_pipeline_prefetch(p, key, bs.srcs[key], SZ, 0);
+		}
+		for (uint64_t k = 0; k < 3; k++) {
+			uint64_t key = (uint64_t)(step * 5 + k * 3 + 1) % K;
+			rf_block b;
+			cr_assert_eq(rf_pipeline_acquire(p, key, bs.srcs[key], SZ, NULL, 0, &b), RF_OK, "%s", rf_errmsg());
+			g_probes[g_nprobes] = (probe){&c, b};
+			cr_assert_eq(sim_launch(NULL, probe_fn, &g_probes[g_nprobes++]), 0);
+			cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+		}
+	}
+	cr_assert_eq(sim_api.stream_synchronize(NULL), 0);
+	cr_assert_eq(c.checked, 60);
+	cr_assert_eq(c.bad, 0, "key %zu", c.first_bad);
+	for (uint64_t k = 0; k < K; k++) /* evict returns once no copy reads the key's source */
+		cr_assert_eq(rf_pipeline_evict(p, k), RF_OK);
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	rf_pipeline_destroy(p);
+	free(bs.srcs);
+	free(bs.sizes);
+	free(bs.bufs);
+	leak_check();
+}
