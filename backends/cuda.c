@@ -126,8 +126,8 @@ static void rf__cu_free(rf__cu *cx)
 		if (q->stream != NULL && api->stream_synchronize(q->stream) != 0)
 			(void)api->get_last_error();
 	}
+	rf__cu_pool_close(cx); /* first: a lane's queued item may still name keyed state */
 	rf__cu_keyed_free(cx);
-	rf__cu_pool_close(cx);
 	for (unsigned i = 0; cx->q != NULL && i < cx->nq; i++) {
 		rf__cu_queue *q = &cx->q[i];
 		for (unsigned j = 0; q->ev != NULL && j < q->nev; j++)

@@ -1,6 +1,6 @@
 /* backends/cuda_embed.c — the embedder API behind <ringfetch/cuda.h>, CUDA-free (cuda_rt.c wraps it
  * under the public names). Every call leaves the caller's current context as it found it — "none"
- * included (review defect 3) — and clears only CUDA errors it caused (defect 16). */
+ * included — and clears only CUDA errors it caused. */
 #include "backends/cuda_int.h"
 #include "base/error.h"
 

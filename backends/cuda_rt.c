@@ -243,7 +243,7 @@ static int rt_free_device(void *p, void *s)
 }
 
 /* Portable; a read-only mapping (PROT_READ, e.g. an mmap'ed weight file) cannot be registered for
- * device writes: retry it read-only where the device supports that (defect 13). */
+ * device writes: retry it read-only where the device supports that. */
 static int rt_host_register(void *p, size_t n)
 {
 	cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterPortable);
@@ -265,8 +265,8 @@ static int rt_host_unregister(void *p)
 	return (int)cudaHostUnregister(p);
 }
 
-/* The allocation or registration containing p, from the driver (defect 12: whole ranges, not the first
- * and last byte). When the driver cannot give the range, only p's page is vouched for: the caller walks
+/* The allocation or registration containing p, from the driver (whole ranges, not the first and last
+ * byte). When the driver cannot give the range, only p's page is vouched for: the caller walks
  * on page by page. */
 static int rt_dma_range(const void *p, const void **start, size_t *len)
 {

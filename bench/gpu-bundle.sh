@@ -2,7 +2,7 @@
 # bench/gpu-bundle.sh DIR — build, here, a self-contained folder that runs the GPU check on a machine
 # with only the NVIDIA driver and no package registry:
 #   DIR/gpu-check.sh              the check (see bench/gpu-check.sh)
-#   DIR/bin/                      test_cuda, test_cuda_hw, test_cuda_record, test_cuda_defects,
+#   DIR/bin/                      test_cuda, test_cuda_hw, test_cuda_record, test_cuda_process,
 #                                 test_cuda_auto, race_cuda, ringfetch-gpu-bench (CUDA runtime linked
 #                                 statically; RPATH $ORIGIN/../lib, as DT_RPATH so that it also serves
 #                                 the libraries' own dependencies)
@@ -19,12 +19,12 @@ JOBS=${JOBS:-$(nproc)}
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DRINGFETCH_CUDA=ON -DRINGFETCH_WERROR=ON \
   -DRINGFETCH_BENCH=ON -DRINGFETCH_TESTS=ON \
   '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib' -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >/dev/null
-cmake --build "$BUILD" -j "$JOBS" --target test_cuda test_cuda_hw test_cuda_record test_cuda_defects \
+cmake --build "$BUILD" -j "$JOBS" --target test_cuda test_cuda_hw test_cuda_record test_cuda_process \
   test_cuda_auto race_cuda ringfetch-gpu-bench >/dev/null
 
 rm -rf "$DIR"
 mkdir -p "$DIR/bin" "$DIR/lib"
-BINS=("$BUILD/tests/test_cuda" "$BUILD/tests/test_cuda_hw" "$BUILD/tests/test_cuda_record" "$BUILD/tests/test_cuda_defects"
+BINS=("$BUILD/tests/test_cuda" "$BUILD/tests/test_cuda_hw" "$BUILD/tests/test_cuda_record" "$BUILD/tests/test_cuda_process"
       "$BUILD/tests/test_cuda_auto" "$BUILD/tests/race_cuda" "$BUILD/bench/ringfetch-gpu-bench")
 cp "${BINS[@]}" "$DIR/bin/"
 cp "$SRC/bench/gpu-check.sh" "$DIR/gpu-check.sh"
@@ -32,7 +32,7 @@ chmod +x "$DIR/gpu-check.sh" "$DIR"/bin/*
 # The simulated-CUDA programs need no symbols on the GPU machine (compute-sanitizer runs the others):
 # stripped they are a quarter of the size, which keeps the bundle well under its 64 MiB.
 if command -v strip >/dev/null; then
-  strip "$DIR"/bin/test_cuda_record "$DIR"/bin/test_cuda_defects "$DIR"/bin/test_cuda_auto "$DIR"/bin/race_cuda
+  strip "$DIR"/bin/test_cuda_record "$DIR"/bin/test_cuda_process "$DIR"/bin/test_cuda_auto "$DIR"/bin/race_cuda
 fi
 
 # glibc's own libraries and the driver come from the target machine; everything else travels.

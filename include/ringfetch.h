@@ -331,8 +331,8 @@ RF_EXTERN int rf_pipeline_cancel_clear(rf_pipeline *p);
 
 /**
  * Record a Chrome trace (trace-event JSON, opens in Perfetto or chrome://tracing) of every following
- * run: one track per queue, one slice per copy and per compute that ran (a copy or compute skipped by a
- * cancel has none), named by block. Each run adds its events to the file at `path`, one file across
+ * run: one track per queue, one slice per copy, stage (two-hop staging) and compute that ran (one
+ * skipped by a cancel has none), named by block. Each run adds its events to the file at `path`, one file across
  * runs: the file is a JSON array that is closed whenever no run is writing it (any JSON tool reads
  * it), and each run reopens it, inserts its events before the closing "]" and closes it again, in one
  * write under an exclusive flock(2) — so runs of several pipelines, threads or processes may trace to

@@ -64,7 +64,7 @@ static _Thread_local int t_last_error;
 static int g_ctx_made[SIM_MAX_DEV];
 static char g_ctx_token[SIM_MAX_DEV];
 /* One lock over the whole simulator: the backend calls it from the walker and from its staging
- * dispatcher threads, and the device's steps run inside whichever call drives them. Recursive, since
+ * lanes, and the device's steps run inside whichever call drives them. Recursive, since
  * entry points call each other (and host functions may call back in). */
 static pthread_mutex_t g_mu;
 static pthread_once_t g_mu_once = PTHREAD_ONCE_INIT;

@@ -12,7 +12,7 @@
  *
  * Every call is appended to a log (one line each, handles numbered in creation order) that tests
  * compare against the expected lowering. Single-threaded apart from host functions, which run on the
- * calling thread inside a step (the backend's host copy team may use threads of its own).
+ * calling thread inside a step (the backend's staging lanes call in from threads of their own).
  */
 #ifndef RF_TESTS_CUDA_SIM_H
 #define RF_TESTS_CUDA_SIM_H

@@ -138,7 +138,7 @@ Test(cuda, payload_pinned_sources_all_depths)
 Test(cuda, payload_pageable_sources_two_hops)
 {
 	for (unsigned d = 1; d <= 4; d++)
-		run_case(d, 1, 3 << 20, 24, PAGEABLE, 0); /* > 1 MiB: the host copy team splits blocks */
+		run_case(d, 1, 3 << 20, 24, PAGEABLE, 0); /* > 1 MiB: the staging lane and its helpers split blocks */
 	run_case(3, 2, 100 * 1000, 30, PAGEABLE, 0);
 }
 

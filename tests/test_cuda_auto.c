@@ -1,4 +1,4 @@
-/* tests/test_cuda_auto.c — depth = auto on a device backend (docs/cuda.md, defect 8), against the
+/* tests/test_cuda_auto.c — depth = auto on a device backend (docs/cuda.md), against the
  * simulated CUDA (tests/cuda_sim.h): the host only enqueues there, so the copy and compute times a
  * traced run would see are enqueue times and the trace-based rule has nothing to learn from. Checked
  * here: the device ring holds exactly the ladder's deepest ring (4 lo slots, lo = K + 1: 2 with one

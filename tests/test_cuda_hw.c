@@ -300,7 +300,7 @@ Test(cuda_hw, concurrent_pipelines_on_several_threads)
 }
 
 /* A deep ring, pageable sources and slow computes: 600 staged copies through a pinned ring of at most 16
- * slots, the staging dispatcher waiting on each pinned slot's H2D (the hop's back-pressure) — and every
+ * slots, each staging lane waiting on each pinned slot's H2D (the hop's back-pressure) — and every
  * byte still arrives. */
 Test(cuda_hw, back_pressure_beyond_64_staged_copies)
 {

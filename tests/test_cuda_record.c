@@ -1,9 +1,11 @@
 /* tests/test_cuda_record.c — the cuda backend's lowering, on any machine: the backend drives a
  * simulated CUDA runtime (tests/cuda_sim.h) that records every call and runs the enqueued work in
- * random legal orders. Checked here: the exact call sequence for small rings (direct and two-hop),
- * payload correctness under thousands of random schedules (RAW and WAR on both rings), that the
- * simulator catches a ring without WAR waits (negative control), error paths (a failing call, a
- * sticky device error, no GPU), callback failure and cancel, back-pressure of the pinned ring,
+ * random legal orders. Checked here: the exact call sequence for small rings (direct and two-hop: the
+ * staged ring), payload correctness under thousands of random schedules (RAW and WAR on both rings,
+ * the hazard oracle on), negative controls (without the ring's WAR waits, without the staging slots'
+ * — which the oracle refuses too), the staging lanes (runs switching sources, pieces over helpers,
+ * cancel, a lane's failing event wait), rf_exec of plain and staged graphs, error paths (a failing
+ * call, a sticky device error, no GPU), callback failure and cancel, back-pressure of the pinned ring,
  * pinned staging memory, and that nothing leaks. The real GPU runs are tests/test_cuda.c. */
 #include <criterion/criterion.h>
 
@@ -45,8 +47,8 @@ static char *run_lines(void)
 	return run_lines_of(1);
 }
 
-/* The stream-ordering calls of the log (event_sync lines only when asked: the staging dispatcher's
- * come from a thread of its own, interleaved with the walker's calls as the threads run). */
+/* The stream-ordering calls of the log (event_sync lines only when asked: the staging lanes' come
+ * from threads of their own, interleaved with the walker's calls as the threads run). */
 static char *run_lines_of(int event_syncs)
 {
 	size_t n;
@@ -534,7 +536,7 @@ Test(cuda_errors, no_gpu_is_enodev_with_cuda_s_reason)
 	leak_check();
 }
 
-/* Defect 1: with a usable GPU, "auto" for the default host memory must not pick cuda (a host
+/* With a usable GPU, "auto" for the default host memory must not pick cuda (a host
  * compute would dereference device pointers); for RF_MEMORY_DEVICE it picks cuda. */
 Test(cuda_errors, auto_picks_cuda_only_for_device_memory)
 {
@@ -698,7 +700,7 @@ Test(cuda_staging, host_ring_is_pinned_and_placed_near_the_gpu)
 	sim_use(1, 0);
 	rf_pipeline *p = make(3, 1, 8192);
 	rf_placement pl;
-	/* Built on the first pageable block (review defect 6): none yet. */
+	/* Page-locked on the first pageable block: none yet. */
 	cr_assert_eq(rf_pipeline_placement(p, &pl), RF_ENOTSUP, "%s", rf_errmsg());
 	int s, e, dv, r;
 	sim_counts(&s, &e, &dv, &r);
@@ -783,7 +785,7 @@ Test(cuda_staging, pinned_churn_reuses_registrations, .timeout = 60)
 }
 
 /* Page-locking refused (confidential computing, no HostRegister support, low memory): creating a
- * pipeline does not page-lock anything (review defect 6), pinned sources run, and a run with a
+ * pipeline does not page-lock anything, pinned sources run, and a run with a
  * pageable block fails saying why — every time, not once. */
 Test(cuda_staging, page_locking_failure_fails_only_pageable_runs)
 {

@@ -149,6 +149,52 @@ Test(files, mixed_with_memory_and_several_files)
 	leak_check();
 }
 
+/* A graph that stages its blocks (STAGE nodes: two-hop staging) reads a file's range into the staging
+ * slot, and the copy moves it on from there: the same bytes, on every backend. */
+Test(files, staged_graph_reads_files_into_its_staging_slots)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	enum { N = 24, S = 3, D = 2, SZ = 70000 };
+	rf_graph *g;
+	cr_assert_eq(rf_graph_create(0, &g), RF_OK);
+	size_t st[N], cp[N], cm[N];
+	for (size_t b = 0; b < N; b++) {
+		rf_node_desc ds = {RF_NODE_STAGE, 2, b, b % S, 0}, dc = {RF_NODE_COPY, 1, b, b % D, 0},
+			     dm = {RF_NODE_COMPUTE, 0, b, b % D, 0};
+		cr_assert_eq(rf_graph_add_node(g, &ds, &st[b]), RF_OK);
+		cr_assert_eq(rf_graph_add_node(g, &dc, &cp[b]), RF_OK);
+		cr_assert_eq(rf_graph_add_node(g, &dm, &cm[b]), RF_OK);
+		cr_assert_eq(rf_graph_add_edge(g, st[b], cp[b]), RF_OK);
+		cr_assert_eq(rf_graph_add_edge(g, cp[b], cm[b]), RF_OK);
+		if (b >= D)
+			cr_assert_eq(rf_graph_add_edge(g, cm[b - D], cp[b]), RF_OK);
+		if (b >= S)
+			cr_assert_eq(rf_graph_add_edge(g, cp[b - S], st[b]), RF_OK);
+	}
+	rf_exec_params ep = {test_backend(), SZ, 0, 0};
+	rf_exec *e;
+	cr_assert_eq(rf_exec_create(g, &ep, &e), RF_OK, "%s", rf_errmsg());
+	rf_graph_destroy(g);
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	for (size_t i = 0; i < N; i++) {
+		size_t off = i * 99991 + (i % 2 ? 0 : 4096 - i * 3);
+		srcs[i] = d + off, want[i] = g_ref + off, sizes[i] = SZ - i * 7;
+	}
+	for (int r = 0; r < 2; r++) {
+		expect x = {want, N, 0, 0, 0};
+		cr_assert_eq(rf_exec_run(e, N, srcs, sizes, file_check_cb, &x), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(x.computed, N);
+		cr_assert(!x.bad, "block %zu does not hold its bytes", x.bad_block);
+	}
+	rf_exec_destroy(e);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}
+
 Test(files, range_past_the_end_is_einval_before_any_work)
 {
 	rf_file *f;

@@ -16,14 +16,15 @@
  *    end: when it returns, all the work it and the callbacks enqueued on the given streams has finished.
  *  - Sources in page-locked memory (cudaHostAlloc, cudaHostRegister, rf_cuda_host_register,
  *    rf_cuda_staging_alloc) or device memory are copied directly. Pageable sources (plain malloc) take
- *    two hops: the calling thread, helped by copy threads of the library, copies them into a pinned
- *    host ring placed on the NUMA node nearest the GPU
- *    (the caller's node when the process may not use that one; placement says so), and the copy
- *    stream moves them on from there. The ring and its threads are built on the first pageable block:
- *    where page-locking is refused, pipelines fed pinned or device memory work and a run with a
- *    pageable block fails with the reason. A source counts as page-locked only when all of its bytes
- *    are (registrations with a gap between them are pageable in the gap). Registering long-lived sources once
- *    (rf_cuda_host_register) avoids the extra hop; do it at set-up, pinning runs at only a few GB/s.
+ *    two hops: the library's staging threads (rf-stage-N, one per copy queue and helpers, started at
+ *    create) copy them into a pinned host ring placed on the NUMA node nearest the GPU (the caller's
+ *    node when the process may not use that one; placement says so), and the copy stream moves them on
+ *    from there; a file's bytes (rf_file_open) are read into that ring. The ring is page-locked on the
+ *    first block that needs it: where page-locking is refused, pipelines fed pinned or device memory
+ *    work and a run with a pageable block fails with the reason. A source counts as page-locked only
+ *    when all of its bytes are (registrations with a gap between them are pageable in the gap).
+ *    Registering long-lived sources once (rf_cuda_host_register) avoids the extra hop; do it at set-up,
+ *    pinning runs at only a few GB/s.
  *  - rf_pipeline_placement() reports the pinned host ring (pinned = 1 when page-locked).
  *  - Errors: every CUDA call is checked; rf_errmsg() names the call and gives cudaGetErrorString().
  *    A failure while enqueueing drains what was enqueued and leaves the pipeline usable. An error that

@@ -1,10 +1,9 @@
-/* tests/test_cuda_defects.c — the review's defects of the cuda backend, each against the
- * simulated CUDA (tests/cuda_sim.h) where the simulator can show it: driver/runtime versions (2), a
- * thread with no current context and several devices (3), the GPU's NUMA node outside the process's
- * nodes (5), the staging hop built lazily (6, also in test_cuda_record.c), the enqueue window (7),
- * the event pool as deep as the ring (10), registered ranges with a hole and the range cache (12),
- * and the application's pending CUDA error left alone (16). What only a GPU shows is in
- * tests/test_cuda.c and docs/cuda.md. */
+/* tests/test_cuda_process.c — what the cuda backend promises the process it runs in (docs/cuda.md),
+ * against the simulated CUDA (tests/cuda_sim.h) where the simulator can show it: driver/runtime
+ * versions, a thread with no current context and several devices, the GPU's NUMA node outside the
+ * process's nodes, the enqueue window, the event pool as deep as the ring, registered ranges with a
+ * hole and the range cache, and the application's pending CUDA error left alone. What only a GPU shows
+ * is in tests/test_cuda.c and tests/test_cuda_hw.c. */
 #include <criterion/criterion.h>
 
 #include "backends/cuda_api.h"
@@ -84,11 +83,11 @@ static int run(rf_pipeline *p, void **srcs, size_t n, size_t bytes)
 	return rc;
 }
 
-/* Defect 2: a driver older than the runtime is not "no GPU": the message names both versions. */
-Test(cuda_defects, driver_older_than_the_runtime_names_both_versions)
+/* A driver older than the runtime is not "no GPU": the message names both versions. */
+Test(cuda_process, driver_older_than_the_runtime_names_both_versions)
 {
 	install(1);
-	sim_cfg()->count_error = 35; /* cudaErrorInsufficientDriver */
+	sim_cfg()->count_error = 35; /* CudaErrorInsufficientDriver */
 	sim_cfg()->driver_version = 12020;
 	rf_pipeline_params pp = params(2, 64, 0);
 	rf_pipeline *p = NULL;
@@ -102,9 +101,9 @@ Test(cuda_defects, driver_older_than_the_runtime_names_both_versions)
 	leak_check();
 }
 
-/* Defect 3: a thread with no current context keeps none, and device 0's primary context is never
+/* A thread with no current context keeps none, and device 0's primary context is never
  * created by using device 1; a thread on device 0 stays on device 0. */
-Test(cuda_defects, no_current_context_is_restored_and_device0_untouched)
+Test(cuda_process, no_current_context_is_restored_and_device0_untouched)
 {
 	install(2);
 	sim_set_no_context();
@@ -120,7 +119,7 @@ Test(cuda_defects, no_current_context_is_restored_and_device0_untouched)
 	cr_assert_eq(sim_current_device(), -1, "destroy left device %d current", sim_current_device());
 	cr_assert(!sim_context_made(0), "device 0's primary context was created by a pipeline on device 1");
 	cr_assert(sim_context_made(1));
-	/* rf_cuda_staging_alloc on device 1 from a thread without a context. */
+	/* Rf_cuda_staging_alloc on device 1 from a thread without a context. */
 	void *m = NULL;
 	cr_assert_eq(rf__cuda_staging_alloc(1 << 16, NULL, 1, &m), RF_OK, "%s", rf_errmsg());
 	rf_staging_free(m);
@@ -132,7 +131,7 @@ Test(cuda_defects, no_current_context_is_restored_and_device0_untouched)
 	cr_assert_eq(run(p, pin, 5, 4096), RF_OK, "%s", rf_errmsg());
 	rf_pipeline_destroy(p);
 	cr_assert_eq(sim_current_device(), 0);
-	/* rf_cuda_host_register from a thread without a context leaves it without one. */
+	/* Rf_cuda_host_register from a thread without a context leaves it without one. */
 	sim_set_no_context();
 	static char buf[8192];
 	cr_assert_eq(rf__cuda_host_register(buf, sizeof buf), RF_OK, "%s", rf_errmsg());
@@ -143,9 +142,9 @@ Test(cuda_defects, no_current_context_is_restored_and_device0_untouched)
 	leak_check();
 }
 
-/* Defect 5: the GPU's NUMA node is one this process may not use (here: one that does not exist):
+/* The GPU's NUMA node is one this process may not use (here: one that does not exist):
  * the pinned ring goes by the caller's node instead, and placement says why. */
-Test(cuda_defects, gpu_numa_node_outside_the_process_falls_back)
+Test(cuda_process, gpu_numa_node_outside_the_process_falls_back)
 {
 	install(1);
 	sim_cfg()->numa_node = 4000;
@@ -168,9 +167,9 @@ Test(cuda_defects, gpu_numa_node_outside_the_process_falls_back)
 	leak_check();
 }
 
-/* Defect 7: the host enqueues a bounded window ahead of the device, not the whole run. With a device
+/* The host enqueues a bounded window ahead of the device, not the whole run. With a device
  * that runs only when waited for, the work pending at once stays bounded by the window. */
-Test(cuda_defects, enqueue_window_bounds_work_ahead_of_the_device)
+Test(cuda_process, enqueue_window_bounds_work_ahead_of_the_device)
 {
 	install(1);
 	rf_pipeline_params pp = params(4, 256, 0);
@@ -195,9 +194,9 @@ Test(cuda_defects, enqueue_window_bounds_work_ahead_of_the_device)
 	leak_check();
 }
 
-/* Defect 10: the event pool is never shallower than the ring (it was capped at 256 for depths up to
+/* The event pool is never shallower than the ring (it was capped at 256 for depths up to
  * 1024). */
-Test(cuda_defects, event_pool_covers_the_ring_depth)
+Test(cuda_process, event_pool_covers_the_ring_depth)
 {
 	install(1);
 	rf_pipeline_params pp = params(600, 64, 0);
@@ -213,10 +212,10 @@ Test(cuda_defects, event_pool_covers_the_ring_depth)
 	leak_check();
 }
 
-/* Defect 12: a source covered by two adjacent registrations is DMA-capable end to end; with a hole
+/* A source covered by two adjacent registrations is DMA-capable end to end; with a hole
  * between them it is pageable (staged), though its first and last byte are registered. Ranges seen
  * before cost no driver query. */
-Test(cuda_defects, registered_ranges_are_checked_whole_and_cached)
+Test(cuda_process, registered_ranges_are_checked_whole_and_cached)
 {
 	install(1);
 	rf_pipeline_params pp = params(2, 3 * 4096, 0);
@@ -226,7 +225,7 @@ Test(cuda_defects, registered_ranges_are_checked_whole_and_cached)
 	cr_assert_not_null(buf);
 	memset(buf, 0x5a, 3 * 4096);
 	void *srcs[1] = {buf};
-	/* adjacent: [0, 2 pages) and [2 pages, 3 pages) */
+	/* Adjacent: [0, 2 pages) and [2 pages, 3 pages) */
 	sim_register_range(buf, 2 * 4096);
 	sim_register_range(buf + 2 * 4096, 4096);
 	sim_log_clear();
@@ -237,7 +236,7 @@ Test(cuda_defects, registered_ranges_are_checked_whole_and_cached)
 	cr_assert_eq(run(p, srcs, 1, 3 * 4096), RF_OK, "%s", rf_errmsg());
 	cr_assert_eq(sim_range_queries(), q, "a source seen before cost %ld more range queries", sim_range_queries() - q);
 	rf_pipeline_destroy(p);
-	/* a hole: [0, 1 page) and [2 pages, 3 pages) */
+	/* A hole: [0, 1 page) and [2 pages, 3 pages) */
 	sim_unregister_range(buf);
 	sim_unregister_range(buf + 2 * 4096);
 	sim_register_range(buf, 4096);
@@ -253,9 +252,9 @@ Test(cuda_defects, registered_ranges_are_checked_whole_and_cached)
 	leak_check();
 }
 
-/* Defect 16: an error the application left pending (cudaGetLastError) survives the library's
+/* An error the application left pending (cudaGetLastError) survives the library's
  * successful calls: create, runs (direct and staged), destroy. */
-Test(cuda_defects, the_applications_pending_error_is_left_alone)
+Test(cuda_process, the_applications_pending_error_is_left_alone)
 {
 	install(1);
 	sim_set_last_error(77);
