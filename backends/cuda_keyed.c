@@ -298,78 +298,56 @@ static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 	rf__ec_notify(&cx->ec);
 }
 
-/* A pinned slot of lane l nothing is staging into and no H2D waits to read, and the event of the H2D that
- * last read it (NULL: none, or known finished); RF_NO_STAGE when none is free. */
-static unsigned rf__cu_kpin(rf__cu *cx, unsigned l, void **war)
+/* A pinned slot of lane l and the event of the H2D that last read it (NULL: none, or known finished).
+ * An acquire's copy has slot 0 of its lane to itself (it never waits for a hint's stage to free one);
+ * a hint takes one of the others that nothing stages into and no H2D waits to read: RF__NO_STAGE when
+ * none is free. */
+static unsigned rf__cu_kpin(rf__cu *cx, unsigned l, int demand, void **war)
 {
 	rf__cu_keyed *k = cx->keyed;
-	unsigned lane = l % cx->nhost;
-	for (unsigned i = 0; i < k->pins; i++) {
-		unsigned t = l + k->nlanes * ((k->next_pin[l] + i) % k->pins);
+	for (unsigned i = 0; i < (demand ? 1 : k->pins - 1); i++) {
+		unsigned t = l + k->nlanes * (demand ? 0 : 1 + (k->next_pin[l] + i) % (k->pins - 1));
 		rf__cu_kst *s = &k->kst[t];
 		rf__cu_kt *u = s->user ? rf__cu_kt_of(k, s->user) : NULL, *r = s->reader ? rf__cu_kt_of(k, s->reader) : NULL;
 		int st = u ? atomic_load_explicit(&u->state, memory_order_acquire) : 0;
-		if ((s->seq != UINT64_MAX && rf__lane_consumed(&cx->pool, lane) <= s->seq) || st == RF__CK_STAGING ||
+		if ((s->seq != UINT64_MAX && rf__lane_consumed(&cx->pool, l % cx->nhost) <= s->seq) || st == RF__CK_STAGING ||
 		    st == RF__CK_STAGED)
 			continue;
 		*war = r != NULL ? r->ev : NULL;
-		k->next_pin[l] = (k->next_pin[l] + i + 1) % k->pins;
+		k->next_pin[l] += i + 1;
 		return t;
 	}
 	return RF__NO_STAGE;
 }
 
-typedef struct rf__cu_kfree {
-	rf__cu *cx;
-	unsigned l;
-	void **war;
-	unsigned t;
-} rf__cu_kfree;
-
-/* A free pinned slot (f->t), or a stage of the lane that finished meanwhile (its H2D frees a slot). */
-static int rf__cu_kpin_moved(void *arg)
-{
-	rf__cu_kfree *f = arg;
-	rf__cu_keyed *k = f->cx->keyed;
-	rf__cu_kt *h = k->fn[f->l] ? rf__cu_kt_of(k, k->fifo[(size_t)f->l * k->pins + k->fhead[f->l]]) : NULL;
-	return (f->t = rf__cu_kpin(f->cx, f->l, f->war)) != RF__NO_STAGE ||
-	       (h != NULL && atomic_load_explicit(&h->state, memory_order_acquire) != RF__CK_STAGING);
-}
-
 /* Stage req's source (a file's range when fs->f: held, and let go here or by the stage item) for ticket
  * entry e: a hint on the host lane (RF_ENOSPC when the lane has no free pinned slot: the core holds it
- * back), a demand copy here, then its H2D. */
+ * back), an acquire's here (a host wait for the H2D that last read its slot, if still running), then its
+ * H2D. */
 static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kticket t, void *s, rf__fsrc *fs)
 {
 	rf__cu_keyed *k = cx->keyed;
 	unsigned char *pin;
 	void *war = NULL;
 	int rc = rf__cu_pin_ring(cx, &pin) == RF_OK ? RF_OK : rf__err(RF_EBACKEND, "%s", rf__errmsg_peek());
-	rf__cu_kfree f = {cx, req->lane % k->nlanes, &war, RF__NO_STAGE};
-	if (rc == RF_OK && !rf__cu_kpin_moved(&f) && !req->demand)
-		return RF_ENOSPC;
-	/* A demand copy waits for a slot (hints whose stage was withdrawn may hold them a while). */
-	while (rc == RF_OK && f.t == RF__NO_STAGE) {
-		rf__ec_wait(&cx->ec, rf__cu_kpin_moved, &f, cx->spin_ns);
-		rc = f.t == RF__NO_STAGE ? rf__cu_kprogress(cx) : RF_OK;
-	}
-	if (rc != RF_OK)
-		return rc;
-	rf__cu_kst *st = &k->kst[f.t];
-	e->pin = f.t;
+	unsigned l = req->lane % k->nlanes, pt = rc == RF_OK ? rf__cu_kpin(cx, l, req->demand, &war) : RF__NO_STAGE;
+	if (rc != RF_OK || pt == RF__NO_STAGE)
+		return rc != RF_OK ? rc : RF_ENOSPC;
+	rf__cu_kst *st = &k->kst[pt];
+	e->pin = pt;
 	st->user = t;
-	e->data = pin + (size_t)f.t * cx->pin_stride;
+	e->data = pin + (size_t)pt * cx->pin_stride;
 	if (req->demand) {
 		int err = war != NULL ? cx->api->event_synchronize(war) : 0;
 		if (err != 0)
 			return rf__cu_fail(cx->api, "cudaEventSynchronize (keyed staging slot free)", err);
 		if (fs->f == NULL)
-			memcpy(pin + (size_t)f.t * cx->pin_stride, req->src, req->bytes);
-		else if ((rc = rf__cu_read(cx, &cx->krd, fs, req->bytes, pin + (size_t)f.t * cx->pin_stride, &e->data)) != RF_OK)
+			memcpy(pin + (size_t)pt * cx->pin_stride, req->src, req->bytes);
+		else if ((rc = rf__cu_read(cx, &cx->krd, fs, req->bytes, pin + (size_t)pt * cx->pin_stride, &e->data)) != RF_OK)
 			return rc;
 		return rf__cu_kh2d(cx, e, e->data, s);
 	}
-	unsigned lane = f.l % cx->nhost;
+	unsigned lane = l % cx->nhost;
 	*st = (rf__cu_kst){.w.fn = rf__cu_kstage_fn, .kt = e, .src = req->src, .fs = *fs, .n = req->bytes, .war = war,
 			   .seq = rf__lane_posted(&cx->pool, lane), .user = t, .reader = st->reader};
 	atomic_store_explicit(&e->state, RF__CK_STAGING, memory_order_relaxed);
@@ -379,8 +357,8 @@ static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kti
 		st->seq = UINT64_MAX;
 		return RF_ENOSPC;
 	}
-	k->fifo[(size_t)f.l * k->pins + (k->fhead[f.l] + k->fn[f.l]) % k->pins] = t;
-	k->fn[f.l]++;
+	k->fifo[(size_t)l * k->pins + (k->fhead[l] + k->fn[l]) % k->pins] = t;
+	k->fn[l]++;
 	fs->f = NULL; /* the item lets go of the file */
 	return RF_OK;
 }
