@@ -290,11 +290,11 @@ static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 		} else if (s->fs.f == NULL) {
 			rf__cu_stage_copy(l, dst, s->src, s->n, SIZE_MAX - 1 - t);
 		}
+		if (s->fs.f != NULL) /* before the state says so: the file may be closed at once */
+			rf__file_unhold(s->fs.f);
 		s->kt->data = data;
 		atomic_compare_exchange_strong(&s->kt->state, &st, to);
 	}
-	if (s->fs.f != NULL)
-		rf__file_unhold(s->fs.f);
 	rf__ec_notify(&cx->ec);
 }
 
@@ -477,8 +477,11 @@ int rf__cu_kcancel(void *ctx, rf__kticket t)
 {
 	rf__cu *cx = ctx;
 	rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
-	if (e == NULL || atomic_load(&e->state) != RF__CK_STAGING || !rf__work_cancel(&cx->keyed->kst[e->pin].w))
+	rf__cu_kst *s = e != NULL ? &cx->keyed->kst[e->pin] : NULL;
+	if (e == NULL || atomic_load(&e->state) != RF__CK_STAGING || !rf__work_cancel(&s->w))
 		return 0;
+	if (s->fs.f != NULL) /* the item will not run: its hold is ours to let go */
+		rf__file_unhold(s->fs.f);
 	atomic_store_explicit(&e->state, RF__CK_WITHDRAWN, memory_order_release);
 	return 1;
 }

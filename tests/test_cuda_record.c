@@ -192,8 +192,9 @@ Test(cuda_sequence, depth2_pageable_sources_take_two_hops)
 
 /* ---- random schedules --------------------------------------------------------------------------- */
 
-/* One random configuration; returns the number of corrupted blocks seen, and the run's code in *rc. */
-static size_t random_case_rc(uint64_t *rng, int prefer_copies, int expect_ok, int *rc_out)
+/* One random configuration; returns the number of corrupted blocks seen, and the run's code in *rc.
+ * fixed: every block that many bytes (else random sizes). */
+static size_t random_case_rc(uint64_t *rng, int prefer_copies, int expect_ok, int *rc_out, size_t fixed)
 {
 	unsigned depth = 1 + (unsigned)(rng_next(rng) % 6);
 	unsigned kq = 1 + (depth > 2 ? (unsigned)(rng_next(rng) % (depth - 1 < 3 ? depth - 1 : 3)) : 0);
@@ -210,7 +211,7 @@ static size_t random_case_rc(uint64_t *rng, int prefer_copies, int expect_ok, in
 	rf__test_hooks.cuda_copy_threads = 1 + (unsigned)(rng_next(rng) % 3);
 	rf_pipeline *p = make(depth, kq, slot);
 	blockset bs;
-	make_blocks(&bs, n, slot, kind, rng);
+	make_blocks_sized(&bs, n, slot, kind, rng, fixed ? slot : 0);
 	check c;
 	int rc = run_checked(p, &bs, &c);
 	if (expect_ok) {
@@ -232,7 +233,7 @@ static size_t random_case_rc(uint64_t *rng, int prefer_copies, int expect_ok, in
 
 static size_t random_case(uint64_t *rng, int prefer_copies, int expect_ok)
 {
-	return random_case_rc(rng, prefer_copies, expect_ok, NULL);
+	return random_case_rc(rng, prefer_copies, expect_ok, NULL, 0);
 }
 
 /* Pinned, pageable and mixed sources through the staged ring, with the hazard oracle checking every
@@ -264,7 +265,9 @@ Test(cuda_sim, negative_control_without_war_waits_corrupts, .timeout = 120)
 
 /* The same for the pinned ring: the staged ring without its staging slots' WAR waits. Host lanes then
  * refill pinned slots whose H2D has not run — corrupted blocks, and, more to the point, the hazard
- * oracle refuses such runs from their traces alone (a stage into a slot before the copy that read it). */
+ * oracle refuses such runs from their traces alone (a stage into a slot before the copy that read it).
+ * Blocks of one size: a lane overwriting a staging slot's state under a copy that has yet to read it
+ * makes that copy read another block's bytes, never past a buffer's end. */
 Test(cuda_sim, negative_control_without_staging_war_corrupts, .timeout = 120)
 {
 	uint64_t rng = 43;
@@ -272,12 +275,12 @@ Test(cuda_sim, negative_control_without_staging_war_corrupts, .timeout = 120)
 	rf__test_hooks.drop_staging_war = 1;
 	size_t bad = 0;
 	for (int i = 0; i < 300; i++)
-		bad += random_case(&rng, 1, 0);
+		bad += random_case_rc(&rng, 1, 0, NULL, 1);
 	cr_assert_gt(bad, 0, "no corruption without the pinned ring's WAR waits");
 	setenv("RINGFETCH_ORACLE", "1", 1);
 	int refused = 0, rc;
 	for (int i = 0; i < 300; i++) {
-		random_case_rc(&rng, 1, 0, &rc);
+		random_case_rc(&rng, 1, 0, &rc, 1);
 		refused += rc == RF_EHAZARD;
 		if (rc == RF_EHAZARD)
 			cr_assert(strstr(rf_errmsg(), "staging slot") != NULL, "%s", rf_errmsg());
