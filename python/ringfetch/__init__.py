@@ -17,6 +17,7 @@ from ._ringfetch import (
     Canceled,
     ConfigError,
     Error,
+    File,
     HazardError,
     InvalidArgument,
     IOError,
@@ -28,11 +29,6 @@ from ._ringfetch import (
     __version__,
     plan_ring,
 )
-
-try:
-    from ._ringfetch import File
-except ImportError:  # a library built without file sources
-    pass
 
 __all__ = [
     "__version__",

@@ -233,10 +233,7 @@ enum { RFPY_kDLCPU = 1, RFPY_kDLCUDA = 2, RFPY_kDLUInt = 1 };
 
 /* ---- types ------------------------------------------------------------------------------------------- */
 
-static PyTypeObject *Pipeline_Type, *Block_Type, *Pin_Type;
-#if RFPY_FILE
-static PyTypeObject *File_Type;
-#endif
+static PyTypeObject *Pipeline_Type, *Block_Type, *File_Type, *Pin_Type;
 
 typedef struct {
 	PyObject_HEAD
@@ -1438,7 +1435,6 @@ static PyType_Slot Pipeline_slots[] = {
 static PyType_Spec Pipeline_spec = {"ringfetch.Pipeline", sizeof(PipelineObject), 0, Py_TPFLAGS_DEFAULT,
 				    Pipeline_slots};
 
-#if RFPY_FILE
 /* ---- File -------------------------------------------------------------------------------------------- */
 
 static PyObject *File_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -1603,8 +1599,6 @@ static PyType_Slot File_slots[] = {
 };
 static PyType_Spec File_spec = {"ringfetch.File", sizeof(FileObject), 0, Py_TPFLAGS_DEFAULT, File_slots};
 
-#endif
-
 /* ---- module functions ---------------------------------------------------------------------------------- */
 
 static PyObject *rfpy_plan_ring(PyObject *mod, PyObject *args, PyObject *kwds)
@@ -1717,10 +1711,7 @@ PyMODINIT_FUNC PyInit__ringfetch(void)
 		return NULL;
 	if ((Pipeline_Type = add_type(m, &Pipeline_spec, "Pipeline")) == NULL ||
 	    (Block_Type = add_type(m, &Block_spec, "Block")) == NULL ||
-#if RFPY_FILE
-	    (File_Type = add_type(m, &File_spec, "File")) == NULL ||
-#endif
-	    (Pin_Type = add_type(m, &Pin_spec, NULL)) == NULL ||
+	    (File_Type = add_type(m, &File_spec, "File")) == NULL || (Pin_Type = add_type(m, &Pin_spec, NULL)) == NULL ||
 	    add_errors(m) < 0 || PyModule_AddStringConstant(m, "__version__", rf_version_string()) < 0 ||
 	    PyModule_AddIntConstant(m, "HAVE_CUDA", RFPY_CUDA) < 0) {
 		Py_DECREF(m);
