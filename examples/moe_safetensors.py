@@ -177,10 +177,9 @@ def run(path, steps=5, k=2, hints=3, budget_mib=256, cold=True, backend="threads
         stats = p.keyed_stats()
         describe = p.describe()
     finally:
-        del mv
-        p.close()
-        f.close()
-        del mm
+        p.close()   # lets go of the keyed sources (slices of f)
+    del mv, mm
+    f.close()       # after an exception its views may live on in the traceback: f closes when they go
     med = {n: float(np.median(v)) for n, v in times.items()}
     return {
         "layers": model.layers, "experts": model.experts, "dim": model.dim, "topk": k, "hints": hints,

@@ -124,11 +124,16 @@ static PyObject *rfpy_type_error(const char *what, const char *want, PyObject *o
 /* An int argument in [0, max]: TypeError for a non-int, rf.InvalidArgument for a value out of range. */
 static int rfpy_uint(PyObject *o, const char *what, unsigned long long max, unsigned long long *out)
 {
-	if (!PyLong_Check(o)) {
+	/* Anything with __index__ (numpy integers too) is an int here. */
+	if (!PyLong_Check(o) && !PyIndex_Check(o)) {
 		rfpy_type_error(what, "an int", o);
 		return -1;
 	}
-	unsigned long long v = PyLong_AsUnsignedLongLong(o);
+	PyObject *i = PyNumber_Index(o);
+	if (i == NULL)
+		return -1;
+	unsigned long long v = PyLong_AsUnsignedLongLong(i);
+	Py_DECREF(i);
 	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
 		if (!PyErr_ExceptionMatches(PyExc_OverflowError))
 			return -1;
@@ -805,7 +810,7 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 			if (PyUnicode_CompareWithASCIIString(depth_o, "auto") != 0)
 				return rfpy_raisef(RF_EINVAL, "depth must be an int or \"auto\", got %R", depth_o);
 			pp.depth_auto = RF_DEPTH_AUTO;
-		} else if (PyLong_Check(depth_o)) {
+		} else if (PyLong_Check(depth_o) || PyIndex_Check(depth_o)) {
 			if (rfpy_uint(depth_o, "depth", UINT_MAX, &v) < 0)
 				return NULL;
 			pp.depth = (unsigned)v;
@@ -1022,13 +1027,15 @@ out:
 	return ret;
 }
 
-static int key_arg(PyObject *o, uint64_t *key)
+/* The key as a uint64 and as the int that names it in self->pins (a new reference; numpy integers
+ * become ints, so that every spelling of a key is one dict entry). NULL on error. */
+static PyObject *key_arg(PyObject *o, uint64_t *key)
 {
 	unsigned long long v;
 	if (rfpy_uint(o, "key", UINT64_MAX, &v) < 0)
-		return -1;
+		return NULL;
 	*key = (uint64_t)v;
-	return 0;
+	return PyNumber_Index(o);
 }
 
 /* acquire(key, src, *, stream=None) — vectorcall-style: the serving loop's hot path. */
@@ -1048,9 +1055,6 @@ static PyObject *Pipeline_acquire(PipelineObject *self, PyObject *const *args, P
 		}
 		stream_o = args[nargs + i];
 	}
-	uint64_t key;
-	if (key_arg(args[0], &key) < 0)
-		return NULL;
 	void *stream = NULL;
 	if (stream_o != Py_None) {
 		unsigned long long s;
@@ -1058,15 +1062,22 @@ static PyObject *Pipeline_acquire(PipelineObject *self, PyObject *const *args, P
 			return NULL;
 		stream = (void *)(uintptr_t)s;
 	}
-	Py_buffer view;
-	if (rfpy_src_get(args[1], &view, "src", -1) < 0)
+	uint64_t key;
+	PyObject *key_o = key_arg(args[0], &key);
+	if (key_o == NULL)
 		return NULL;
+	Py_buffer view;
+	if (rfpy_src_get(args[1], &view, "src", -1) < 0) {
+		Py_DECREF(key_o);
+		return NULL;
+	}
 	if (pipe_enter(self, "acquire") < 0) {
 		PyBuffer_Release(&view);
+		Py_DECREF(key_o);
 		return NULL;
 	}
 	PyObject *pin = NULL, *ret = NULL;
-	if (pin_prepare(self, args[0], key, &view, &pin) < 0)
+	if (pin_prepare(self, key_o, key, &view, &pin) < 0)
 		goto out;
 	rf_block b;
 	rf_key_state st = RF_KEY_ABSENT;
@@ -1085,7 +1096,7 @@ static PyObject *Pipeline_acquire(PipelineObject *self, PyObject *const *args, P
 		rfpy_raise(rc);
 		goto out;
 	}
-	if (pin != NULL && PyDict_SetItem(self->pins, args[0], pin) < 0)
+	if (pin != NULL && PyDict_SetItem(self->pins, key_o, pin) < 0)
 		goto undo;
 	ret = block_new(self, &b, BLOCK_HELD);
 	if (ret == NULL)
@@ -1097,6 +1108,7 @@ out:
 	pipe_leave(self);
 	Py_XDECREF(pin);
 	PyBuffer_Release(&view);
+	Py_DECREF(key_o);
 	return ret;
 }
 
@@ -1107,17 +1119,21 @@ static PyObject *Pipeline_prefetch(PipelineObject *self, PyObject *const *args, 
 		return NULL;
 	}
 	uint64_t key;
-	if (key_arg(args[0], &key) < 0)
+	PyObject *key_o = key_arg(args[0], &key);
+	if (key_o == NULL)
 		return NULL;
 	Py_buffer view;
-	if (rfpy_src_get(args[1], &view, "src", -1) < 0)
+	if (rfpy_src_get(args[1], &view, "src", -1) < 0) {
+		Py_DECREF(key_o);
 		return NULL;
+	}
 	if (pipe_enter(self, "prefetch") < 0) {
 		PyBuffer_Release(&view);
+		Py_DECREF(key_o);
 		return NULL;
 	}
 	PyObject *pin = NULL, *ret = NULL;
-	if (pin_prepare(self, args[0], key, &view, &pin) < 0)
+	if (pin_prepare(self, key_o, key, &view, &pin) < 0)
 		goto out;
 	rf_key_state st = RF_KEY_ABSENT;
 	(void)rf_pipeline_lookup(self->p, key, &st, NULL);
@@ -1136,7 +1152,7 @@ static PyObject *Pipeline_prefetch(PipelineObject *self, PyObject *const *args, 
 	}
 	/* The hint succeeded: its copy may read src from now on, so src is pinned even if the Python call
 	 * fails from here (it is let go at evict, a run, or close). */
-	if (pin != NULL && PyDict_SetItem(self->pins, args[0], pin) < 0)
+	if (pin != NULL && PyDict_SetItem(self->pins, key_o, pin) < 0)
 		goto out;
 	ret = Py_None;
 	Py_INCREF(ret);
@@ -1144,6 +1160,7 @@ out:
 	pipe_leave(self);
 	Py_XDECREF(pin);
 	PyBuffer_Release(&view);
+	Py_DECREF(key_o);
 	return ret;
 }
 
@@ -1180,13 +1197,16 @@ static PyObject *Pipeline_release(PipelineObject *self, PyObject *b)
 	return pipe_release_block(self, (BlockObject *)b);
 }
 
-static PyObject *Pipeline_evict(PipelineObject *self, PyObject *key_o)
+static PyObject *Pipeline_evict(PipelineObject *self, PyObject *arg)
 {
 	uint64_t key;
-	if (key_arg(key_o, &key) < 0)
+	PyObject *key_o = key_arg(arg, &key);
+	if (key_o == NULL)
 		return NULL;
-	if (pipe_enter(self, "evict") < 0)
+	if (pipe_enter(self, "evict") < 0) {
+		Py_DECREF(key_o);
 		return NULL;
+	}
 	int rc;
 	Py_BEGIN_ALLOW_THREADS
 	rc = rf_pipeline_evict(self->p, key);
@@ -1202,13 +1222,18 @@ static PyObject *Pipeline_evict(PipelineObject *self, PyObject *key_o)
 		Py_INCREF(ret);
 	}
 	pipe_leave(self);
+	Py_DECREF(key_o);
 	return ret;
 }
 
-static PyObject *Pipeline_lookup(PipelineObject *self, PyObject *key_o)
+static PyObject *Pipeline_lookup(PipelineObject *self, PyObject *arg)
 {
 	uint64_t key;
-	if (key_arg(key_o, &key) < 0 || pipe_open(self, "lookup") < 0)
+	PyObject *key_o = key_arg(arg, &key);
+	if (key_o == NULL)
+		return NULL;
+	Py_DECREF(key_o);
+	if (pipe_open(self, "lookup") < 0)
 		return NULL;
 	rf_key_state st;
 	unsigned slot = 0;

@@ -152,3 +152,13 @@ def test_close_with_holds_drops_them(backend):
     with pytest.raises(rf.InvalidArgument):
         b.index
     del b
+
+
+def test_numpy_integer_keys(pipeline):
+    k = np.int64(7)
+    with pipeline.acquire(k, b"seven") as b:
+        assert b.index == 7
+    assert pipeline.lookup(np.uint32(7))[0] == "ready"
+    pipeline.prefetch(np.int32(8), b"eight")
+    pipeline.evict(np.int64(8))
+    assert pipeline.lookup(8) == ("absent", None)
