@@ -757,7 +757,7 @@ static PyGetSetDef Block_getset[] = {
 
 static PyMethodDef Block_methods[] = {
 	{"__dlpack__", (PyCFunction)(void (*)(void))Block_dlpack, METH_VARARGS | METH_KEYWORDS,
-	 "__dlpack__(*, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+	 "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
 	 "The block as a DLPack capsule: a 1-D uint8 tensor of nbytes, read-only (versioned capsules carry the "
 	 "read-only flag). Host blocks: kDLCPU, stream None. Device blocks: kDLCUDA on the pipeline's device; "
 	 "stream is the consumer's cudaStream_t (None or 1: legacy default, 2: per-thread default, -1: no "
@@ -1390,45 +1390,46 @@ static PyGetSetDef Pipeline_getset[] = {
 
 static PyMethodDef Pipeline_methods[] = {
 	{"run", (PyCFunction)(void (*)(void))Pipeline_run, METH_VARARGS | METH_KEYWORDS,
-	 "run(sources, compute)\n--\n\n"
+	 "run($self, /, sources, compute)\n--\n\n"
 	 "Stream sources (a sequence of bytes-like objects: bytes, bytearray, numpy arrays, memoryview slices "
 	 "of an rf.File, mixed) through the ring: compute(block) is called once per block, in order, on this "
 	 "thread, while the next blocks are copied. The GIL is released while the library waits and copies. "
 	 "An exception in compute stops the run (no compute after it, copies drained) and run() raises that "
 	 "exception. Raises rf.Busy with a block held."},
 	{"acquire", (PyCFunction)(void (*)(void))Pipeline_acquire, METH_FASTCALL | METH_KEYWORDS,
-	 "acquire(key, src, *, stream=None)\n--\n\n"
+	 "acquire($self, key, src, /, *, stream=None)\n--\n\n"
 	 "Hold key (an int in 0 .. 2**64-1) in its slot, copying src first unless the key is resident or on its "
 	 "way; returns a Block (a context manager that releases it). stream: a cudaStream_t as an int on a "
 	 "device pipeline (None or 0: the legacy default stream); None on a host pipeline. src is kept alive "
 	 "until evict(key), a run, or close()."},
 	{"prefetch", (PyCFunction)(void (*)(void))Pipeline_prefetch, METH_FASTCALL | METH_KEYWORDS,
-	 "prefetch(key, src)\n--\n\n"
+	 "prefetch($self, key, src, /)\n--\n\n"
 	 "A hint that key will be acquired soon: its copy starts now or when a copy lane frees; returns without "
 	 "waiting (backend \"cpu\" copies inline). rf.NoSpace when every slot is held."},
 	{"release", (PyCFunction)Pipeline_release, METH_O,
-	 "release(block)\n--\n\n"
+	 "release($self, block, /)\n--\n\n"
 	 "Let go of one hold (the key stays resident until its slot is needed). BufferError, and the block "
 	 "stays held, while a view of it (memoryview, numpy array, DLPack tensor) is alive."},
 	{"evict", (PyCFunction)Pipeline_evict, METH_O,
-	 "evict(key)\n--\n\n"
+	 "evict($self, key, /)\n--\n\n"
 	 "Forget key (its source will change): the next acquire copies it again. Returns when no copy reads its "
 	 "source any more, and lets go of that source. rf.Busy while the key is held."},
 	{"lookup", (PyCFunction)Pipeline_lookup, METH_O,
-	 "lookup(key) -> (state, slot)\n--\n\n"
-	 "Where key stands, without waiting: state \"absent\" (slot None), \"copying\" or \"ready\". Any thread."},
+	 "lookup($self, key, /)\n--\n\n"
+	 "(state, slot): where key stands, without waiting; state \"absent\" (slot None), \"copying\" or "
+	 "\"ready\". Any thread."},
 	{"cancel", (PyCFunction)Pipeline_cancel, METH_NOARGS,
-	 "cancel()\n--\n\nStop the run in progress, or else the next run (rf.Canceled). Any thread."},
+	 "cancel($self, /)\n--\n\nStop the run in progress, or else the next run (rf.Canceled). Any thread."},
 	{"collect_stats", (PyCFunction)(void (*)(void))Pipeline_collect_stats, METH_VARARGS | METH_KEYWORDS,
-	 "collect_stats(on=True)\n--\n\nCollect per-queue times (stats()['queue'], exposed_ns, ...) in later runs."},
+	 "collect_stats($self, /, on=True)\n--\n\nCollect per-queue times (stats()['queue'], exposed_ns, ...) in later runs."},
 	{"describe", (PyCFunction)Pipeline_describe, METH_NOARGS,
-	 "describe() -> str\n--\n\nOne line on how the pipeline runs (queues, workers and their cores, depth)."},
+	 "describe($self, /)\n--\n\nOne line on how the pipeline runs (queues, workers and their cores, depth)."},
 	{"stats", (PyCFunction)Pipeline_stats, METH_NOARGS,
-	 "stats() -> dict\n--\n\nThe last finished run and totals since create (rf_stats' fields). Any thread."},
+	 "stats($self, /)\n--\n\nThe last finished run and totals since create (rf_stats' fields). Any thread."},
 	{"keyed_stats", (PyCFunction)Pipeline_keyed_stats, METH_NOARGS,
-	 "keyed_stats() -> dict\n--\n\nThe keyed counters since create (rf_keyed_stats' fields). Any thread."},
+	 "keyed_stats($self, /)\n--\n\nThe keyed counters since create (rf_keyed_stats' fields). Any thread."},
 	{"close", (PyCFunction)Pipeline_close, METH_NOARGS,
-	 "close()\n--\n\n"
+	 "close($self, /)\n--\n\n"
 	 "Destroy the pipeline (held blocks are dropped). rf.Busy while a run or keyed call is in progress; "
 	 "BufferError while a view of one of its blocks is alive. Closing twice is a no-op."},
 	{"__enter__", (PyCFunction)Pipeline_enter, METH_NOARGS, NULL},
@@ -1593,7 +1594,7 @@ static PyGetSetDef File_getset[] = {
 
 static PyMethodDef File_methods[] = {
 	{"close", (PyCFunction)File_close, METH_NOARGS,
-	 "close()\n--\n\n"
+	 "close($self, /)\n--\n\n"
 	 "Unmap and close. BufferError while a view of the file is alive (a memoryview, or a pipeline's keyed "
 	 "source: evict the key or close the pipeline first); rf.Busy while a copy reads it."},
 	{"__enter__", (PyCFunction)File_enter, METH_NOARGS, NULL},
@@ -1665,7 +1666,7 @@ static PyObject *rfpy_plan_ring(PyObject *mod, PyObject *args, PyObject *kwds)
 
 static PyMethodDef module_methods[] = {
 	{"plan_ring", (PyCFunction)(void (*)(void))rfpy_plan_ring, METH_VARARGS | METH_KEYWORDS,
-	 "plan_ring(nblocks, depth) -> list\n--\n\n"
+	 "plan_ring($module, /, nblocks, depth)\n--\n\n"
 	 "The ring's schedule: 3*nblocks steps (kind, block, slot), kind in \"prefetch\", \"await\", "
 	 "\"compute\", slot = block % depth (rf_plan_ring)."},
 	{NULL, NULL, 0, NULL},
