@@ -6,8 +6,9 @@
  *  - the GIL is released wherever the library may wait or copy (rf_pipeline_run, acquires and hints
  *    that copy, evict, destroy, file open and close), and taken again inside the compute trampoline,
  *    which runs on the calling thread;
- *  - a Python-level lock per pipeline, so that two Python threads can never be inside the library on
- *    one pipeline at once (the C rule "one thread at a time"): the second gets rf.Busy;
+ *  - a busy mark per pipeline, set and tested under the GIL, so that two Python threads can never be
+ *    inside the library on one pipeline at once (the C rule "one thread at a time"): the second gets
+ *    rf.Busy;
  *  - the sources of keyed calls are kept alive (their buffers held) until no copy can read them: until
  *    evict(key), a run that emptied the cache, or close — the C rule "src stays valid until evict";
  *  - Blocks are views of a slot that know when they stop being valid (after their compute returned,
@@ -27,6 +28,7 @@
 #endif
 
 #include <limits.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,6 +126,14 @@ static PyObject *rfpy_type_error(const char *what, const char *want, PyObject *o
 /* An int argument in [0, max]: TypeError for a non-int, rf.InvalidArgument for a value out of range. */
 static int rfpy_uint(PyObject *o, const char *what, unsigned long long max, unsigned long long *out)
 {
+	if (PyLong_CheckExact(o)) {
+		unsigned long long v = PyLong_AsUnsignedLongLong(o);
+		if (!(v == (unsigned long long)-1 && PyErr_Occurred()) && v <= max) {
+			*out = v;
+			return 0;
+		}
+		PyErr_Clear();
+	}
 	/* Anything with __index__ (numpy integers too) is an int here. */
 	if (!PyLong_Check(o) && !PyIndex_Check(o)) {
 		rfpy_type_error(what, "an int", o);
@@ -243,8 +253,8 @@ static PyTypeObject *Pipeline_Type, *Block_Type, *File_Type, *Pin_Type;
 typedef struct {
 	PyObject_HEAD
 	rf_pipeline *p;          /* NULL once closed */
-	PyThread_type_lock lock; /* held by the thread inside the library on p */
-	unsigned long owner;     /* that thread's ident while it holds lock (0: none) */
+	int busy;                /* a thread is inside the library on p (read and written under the GIL) */
+	unsigned long owner;     /* that thread's ident while busy */
 	Py_ssize_t exports;      /* live buffer and DLPack views of its blocks */
 	PyObject *pins;          /* dict: key -> Pin, the source of each key a copy may read */
 	int device;              /* params.device */
@@ -275,7 +285,7 @@ typedef struct {
 	PyObject *weakrefs;
 } FileObject;
 
-/* ---- the per-pipeline lock ----------------------------------------------------------------------------- */
+/* ---- the per-pipeline busy mark ----------------------------------------------------------------------------- */
 
 static int pipe_open(PipelineObject *self, const char *who)
 {
@@ -297,18 +307,19 @@ static int pipe_enter(PipelineObject *self, const char *who)
 		rfpy_raisef(RF_EBUSY, "%s: called from a compute callback of this pipeline's run", who);
 		return -1;
 	}
-	if (!PyThread_acquire_lock(self->lock, NOWAIT_LOCK)) {
+	if (self->busy) {
 		rfpy_raisef(RF_EBUSY, "%s: another thread is using this pipeline (a run or a keyed call)", who);
 		return -1;
 	}
+	self->busy = 1;
 	self->owner = me;
 	return 0;
 }
 
 static void pipe_leave(PipelineObject *self)
 {
+	self->busy = 0;
 	self->owner = 0;
-	PyThread_release_lock(self->lock);
 }
 
 /* ---- Pin: a keyed source kept alive --------------------------------------------------------------------- */
@@ -409,11 +420,22 @@ static int pins_drop_absent(PipelineObject *self)
 
 /* ---- Block ------------------------------------------------------------------------------------------- */
 
+/* Dead Blocks kept for reuse (under the GIL): allocation is a good part of an acquire's cost. */
+#define BLOCK_FREE_MAX 16
+static BlockObject *block_free[BLOCK_FREE_MAX];
+static int block_nfree;
+
 static PyObject *block_new(PipelineObject *pipe, const rf_block *b, int state)
 {
-	BlockObject *self = PyObject_New(BlockObject, Block_Type);
-	if (self == NULL)
-		return NULL;
+	BlockObject *self;
+	if (block_nfree > 0) {
+		self = block_free[--block_nfree];
+		PyObject_Init((PyObject *)self, Block_Type);
+	} else {
+		self = PyObject_New(BlockObject, Block_Type);
+		if (self == NULL)
+			return NULL;
+	}
 	Py_INCREF((PyObject *)pipe);
 	self->pipe = pipe;
 	self->b = *b;
@@ -439,18 +461,23 @@ static void block_dealloc(BlockObject *self)
 	PipelineObject *pipe = self->pipe;
 	/* A held block dropped without release: release it here (a destructor never leaks a hold). Another
 	 * thread may be inside the library on this pipeline: wait for it, without the GIL. */
-	if (self->state == BLOCK_HELD && pipe->p != NULL && pipe->owner != PyThread_get_thread_ident()) {
-		if (!PyThread_acquire_lock(pipe->lock, NOWAIT_LOCK)) {
+	if (self->state == BLOCK_HELD && pipe->owner != PyThread_get_thread_ident()) {
+		while (pipe->busy) {
 			Py_BEGIN_ALLOW_THREADS
-			PyThread_acquire_lock(pipe->lock, WAIT_LOCK);
+			sched_yield();
 			Py_END_ALLOW_THREADS
 		}
+		/* Under the GIL from here to the end of the call: no other thread can enter. */
 		if (pipe->p != NULL)
 			(void)rf_pipeline_release(pipe->p, &self->b);
-		PyThread_release_lock(pipe->lock);
 	}
-	PyObject_Free(self);
 	Py_DECREF((PyObject *)pipe);
+	/* Keep a few for the next blocks: the serving loop makes one per acquire. */
+	if (block_nfree < BLOCK_FREE_MAX) {
+		block_free[block_nfree++] = self;
+	} else {
+		PyObject_Free(self);
+	}
 	Py_DECREF(tp);
 }
 
@@ -847,9 +874,8 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 		return NULL;
 	self->device = pp.device;
 	self->memory = (int)pp.memory;
-	self->lock = PyThread_allocate_lock();
 	self->pins = PyDict_New();
-	if (self->lock == NULL || self->pins == NULL) {
+	if (self->pins == NULL) {
 		Py_DECREF((PyObject *)self);
 		return PyErr_NoMemory();
 	}
@@ -892,8 +918,6 @@ static void Pipeline_dealloc(PipelineObject *self)
 	 * are dropped by destroy, as in C. */
 	pipe_destroy(self);
 	Py_CLEAR(self->pins);
-	if (self->lock)
-		PyThread_free_lock(self->lock);
 	PyObject_Free(self);
 	Py_DECREF(tp);
 }
@@ -1035,7 +1059,54 @@ static PyObject *key_arg(PyObject *o, uint64_t *key)
 	if (rfpy_uint(o, "key", UINT64_MAX, &v) < 0)
 		return NULL;
 	*key = (uint64_t)v;
+	if (PyLong_CheckExact(o)) {
+		Py_INCREF(o);
+		return o;
+	}
 	return PyNumber_Index(o);
+}
+
+/* The source of a keyed call. When it is the very object pinned for the key, its pinned buffer serves (no
+ * new buffer request: the serving loop's hit path; a pinned object cannot change its memory, its buffer
+ * being held); else a new buffer, and what to pin (pin_prepare). Called with the pipeline entered. */
+struct ksrc {
+	Py_buffer view;
+	int own; /* view is ours to release */
+	const void *buf;
+	size_t len;
+	PyObject *pin; /* to store once the call succeeded */
+};
+
+static int ksrc_get(PipelineObject *self, PyObject *key_o, uint64_t key, PyObject *src, struct ksrc *ks)
+{
+	ks->own = 0;
+	ks->pin = NULL;
+	PinObject *old = (PinObject *)PyDict_GetItemWithError(self->pins, key_o);
+	if (old == NULL && PyErr_Occurred())
+		return -1;
+	if (old != NULL && old->view.obj == src) {
+		ks->buf = old->view.buf;
+		ks->len = (size_t)old->view.len;
+		return 0;
+	}
+	if (rfpy_src_get(src, &ks->view, "src", -1) < 0)
+		return -1;
+	ks->own = 1;
+	ks->buf = ks->view.buf;
+	ks->len = (size_t)ks->view.len;
+	if (pin_prepare(self, key_o, key, &ks->view, &ks->pin) < 0) {
+		PyBuffer_Release(&ks->view);
+		ks->own = 0;
+		return -1;
+	}
+	return 0;
+}
+
+static void ksrc_done(struct ksrc *ks)
+{
+	Py_XDECREF(ks->pin);
+	if (ks->own)
+		PyBuffer_Release(&ks->view);
 }
 
 /* acquire(key, src, *, stream=None) — vectorcall-style: the serving loop's hot path. */
@@ -1066,18 +1137,13 @@ static PyObject *Pipeline_acquire(PipelineObject *self, PyObject *const *args, P
 	PyObject *key_o = key_arg(args[0], &key);
 	if (key_o == NULL)
 		return NULL;
-	Py_buffer view;
-	if (rfpy_src_get(args[1], &view, "src", -1) < 0) {
-		Py_DECREF(key_o);
-		return NULL;
-	}
 	if (pipe_enter(self, "acquire") < 0) {
-		PyBuffer_Release(&view);
 		Py_DECREF(key_o);
 		return NULL;
 	}
-	PyObject *pin = NULL, *ret = NULL;
-	if (pin_prepare(self, key_o, key, &view, &pin) < 0)
+	PyObject *ret = NULL;
+	struct ksrc ks;
+	if (ksrc_get(self, key_o, key, args[1], &ks) < 0)
 		goto out;
 	rf_block b;
 	rf_key_state st = RF_KEY_ABSENT;
@@ -1086,28 +1152,28 @@ static PyObject *Pipeline_acquire(PipelineObject *self, PyObject *const *args, P
 	if (st == RF_KEY_READY) {
 		/* A hit on a finished copy: no wait, keep the GIL (this is the path that must cost well under a
 		 * microsecond). */
-		rc = rf_pipeline_acquire(self->p, key, view.buf, (size_t)view.len, stream, 0, &b);
+		rc = rf_pipeline_acquire(self->p, key, ks.buf, ks.len, stream, 0, &b);
 	} else {
 		Py_BEGIN_ALLOW_THREADS
-		rc = rf_pipeline_acquire(self->p, key, view.buf, (size_t)view.len, stream, 0, &b);
+		rc = rf_pipeline_acquire(self->p, key, ks.buf, ks.len, stream, 0, &b);
 		Py_END_ALLOW_THREADS
 	}
 	if (rc != RF_OK) {
 		rfpy_raise(rc);
-		goto out;
+		goto done;
 	}
-	if (pin != NULL && PyDict_SetItem(self->pins, key_o, pin) < 0)
+	if (ks.pin != NULL && PyDict_SetItem(self->pins, key_o, ks.pin) < 0)
 		goto undo;
 	ret = block_new(self, &b, BLOCK_HELD);
 	if (ret == NULL)
 		goto undo;
-	goto out;
+	goto done;
 undo:
 	(void)rf_pipeline_release(self->p, &b);
+done:
+	ksrc_done(&ks);
 out:
 	pipe_leave(self);
-	Py_XDECREF(pin);
-	PyBuffer_Release(&view);
 	Py_DECREF(key_o);
 	return ret;
 }
@@ -1122,44 +1188,39 @@ static PyObject *Pipeline_prefetch(PipelineObject *self, PyObject *const *args, 
 	PyObject *key_o = key_arg(args[0], &key);
 	if (key_o == NULL)
 		return NULL;
-	Py_buffer view;
-	if (rfpy_src_get(args[1], &view, "src", -1) < 0) {
-		Py_DECREF(key_o);
-		return NULL;
-	}
 	if (pipe_enter(self, "prefetch") < 0) {
-		PyBuffer_Release(&view);
 		Py_DECREF(key_o);
 		return NULL;
 	}
-	PyObject *pin = NULL, *ret = NULL;
-	if (pin_prepare(self, key_o, key, &view, &pin) < 0)
+	PyObject *ret = NULL;
+	struct ksrc ks;
+	if (ksrc_get(self, key_o, key, args[1], &ks) < 0)
 		goto out;
 	rf_key_state st = RF_KEY_ABSENT;
 	(void)rf_pipeline_lookup(self->p, key, &st, NULL);
 	int rc;
 	if (st != RF_KEY_ABSENT || !self->inline_copies) {
 		/* A refresh, or a hint handed to a copy lane: nothing waits. */
-		rc = rf_pipeline_prefetch(self->p, key, view.buf, (size_t)view.len, 0);
+		rc = rf_pipeline_prefetch(self->p, key, ks.buf, ks.len, 0);
 	} else {
 		Py_BEGIN_ALLOW_THREADS
-		rc = rf_pipeline_prefetch(self->p, key, view.buf, (size_t)view.len, 0);
+		rc = rf_pipeline_prefetch(self->p, key, ks.buf, ks.len, 0);
 		Py_END_ALLOW_THREADS
 	}
 	if (rc != RF_OK) {
 		rfpy_raise(rc);
-		goto out;
+		goto done;
 	}
 	/* The hint succeeded: its copy may read src from now on, so src is pinned even if the Python call
 	 * fails from here (it is let go at evict, a run, or close). */
-	if (pin != NULL && PyDict_SetItem(self->pins, key_o, pin) < 0)
-		goto out;
+	if (ks.pin != NULL && PyDict_SetItem(self->pins, key_o, ks.pin) < 0)
+		goto done;
 	ret = Py_None;
 	Py_INCREF(ret);
+done:
+	ksrc_done(&ks);
 out:
 	pipe_leave(self);
-	Py_XDECREF(pin);
-	PyBuffer_Release(&view);
 	Py_DECREF(key_o);
 	return ret;
 }
