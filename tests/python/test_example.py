@@ -40,10 +40,13 @@ def test_header_matches_safetensors(moe, model_path):
 
 @pytest.mark.parametrize("cold", [True, False])
 def test_loops_agree(moe, model_path, backend, cold):
-    r = moe.run(str(model_path), steps=4, k=2, hints=2, budget_mib=0, cold=cold, backend=backend)
+    # cold: a cache of 5 slots emptied every step; warm: room for every expert (18 of 16 KiB)
+    r = moe.run(str(model_path), steps=4, k=2, hints=2, budget_mib=0 if cold else 1, cold=cold,
+                backend=backend)
     assert r["agree"]
     ks = r["keyed_stats"]
     assert ks["acquires"] == 4 * 3 * 2
     assert ks["prefetches"] > 0
     if not cold:
+        assert r["slots"] == 18
         assert ks["hits"] > 0   # experts that come back step after step stay in their slots
