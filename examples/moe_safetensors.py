@@ -14,10 +14,11 @@ applied (x @ W, tanh, gated sum), the state is updated. Two ways to get the expe
   memmap     numpy.memmap of the same file, the expert a view of the mapping: page faults on the
              compute thread bring its bytes in.
 
-Both compute the same thing and must agree exactly. With --cold, every step starts from a cold page
-cache (os.posix_fadvise DONTNEED on the file) and, for ringfetch, an empty slot cache: each step reads
-its experts from disk, as a model much larger than the memory budget would. The two loops alternate
-step by step and the medians are reported.
+Both compute the same thing and must agree exactly. With --cold (default), every step of either loop
+starts from a cold page cache (the file unmapped, then os.posix_fadvise DONTNEED: the kernel keeps pages
+a mapping still maps) and, for ringfetch, an empty slot cache: each step reads its experts from disk,
+as a model much larger than the memory budget would. The two loops alternate step by step (and which
+goes first) and the medians are reported.
 
 usage: moe_safetensors.py [--path FILE] [--layers L] [--experts E] [--dim D] [--topk K] [--steps S]
                           [--budget-mib M] [--cold] [--keep] [--json OUT]
@@ -147,44 +148,84 @@ def drop_page_cache(path):
         os.close(fd)
 
 
+class RingfetchLoop:
+    """The experts served by a keyed pipeline from slices of an rf.File."""
+
+    def __init__(self, model, slots, backend):
+        self.model = model
+        self.p = rf.Pipeline(model.expert_bytes, depth=slots, backend=backend)
+        self.f = rf.File(model.path)
+        self.mv = memoryview(self.f)
+
+    def cold(self):
+        # Empty the slot cache, and unmap the file before dropping its pages: the kernel keeps pages
+        # that a mapping still maps.
+        for key in range(self.model.layers * self.model.experts):
+            self.p.evict(key)
+        self.mv.release()
+        self.f.close()
+        drop_page_cache(self.model.path)
+        self.f = rf.File(self.model.path)
+        self.mv = memoryview(self.f)
+
+    def step(self, x, k, hints):
+        return step_ringfetch(self.model, self.p, self.mv, x, k, hints)
+
+    def close(self):
+        self.p.close()       # lets go of the keyed sources (slices of f)
+        self.mv.release()
+        self.f.close()
+
+
+class MemmapLoop:
+    """The experts as views of numpy.memmap of the file: page faults bring them in."""
+
+    def __init__(self, model):
+        self.model = model
+        self.mm = np.memmap(model.path, np.uint8, "r")
+
+    def cold(self):
+        del self.mm          # unmapped first, as above
+        drop_page_cache(self.model.path)
+        self.mm = np.memmap(self.model.path, np.uint8, "r")
+
+    def step(self, x, k, hints):
+        return step_memmap(self.model, self.mm, x, k)
+
+    def close(self):
+        del self.mm
+
+
 def run(path, steps=5, k=2, hints=3, budget_mib=256, cold=True, backend="threads"):
-    """Both loops, alternating step by step; returns a dict of results (per-step times, agreement,
-    ringfetch's keyed counters)."""
+    """Both loops, alternating step by step (and which goes first); returns a dict of results
+    (per-step times, agreement, ringfetch's keyed counters)."""
     model = Model(path)
     slots = max(k + hints + 1, (budget_mib << 20) // model.expert_bytes)
     slots = min(slots, model.layers * model.experts)
     x0 = np.random.default_rng(2).standard_normal(model.dim).astype(np.float32)
-    times = {"ringfetch": [], "memmap": []}
-    f = rf.File(path)
-    p = rf.Pipeline(model.expert_bytes, depth=slots, backend=backend)
-    mv = memoryview(f)
-    mm = np.memmap(path, np.uint8, "r")
-    xr = xm = x0
+    loops = {"ringfetch": RingfetchLoop(model, slots, backend), "memmap": MemmapLoop(model)}
+    times = {n: [] for n in loops}
+    x = {n: x0 for n in loops}
+    order = list(loops)
     try:
         for _ in range(steps):
-            if cold:
-                for key in range(model.layers * model.experts):
-                    p.evict(key)
-                drop_page_cache(path)
-            t = time.perf_counter()
-            xr = step_ringfetch(model, p, mv, xr, k, hints)
-            times["ringfetch"].append(time.perf_counter() - t)
-            if cold:
-                drop_page_cache(path)
-            t = time.perf_counter()
-            xm = step_memmap(model, mm, xm, k)
-            times["memmap"].append(time.perf_counter() - t)
-        stats = p.keyed_stats()
-        describe = p.describe()
+            for n in order:
+                if cold:
+                    loops[n].cold()
+                t = time.perf_counter()
+                x[n] = loops[n].step(x[n], k, hints)
+                times[n].append(time.perf_counter() - t)
+            order.reverse()
+        stats = loops["ringfetch"].p.keyed_stats()
+        describe = loops["ringfetch"].p.describe()
     finally:
-        p.close()   # lets go of the keyed sources (slices of f)
-    del mv, mm
-    f.close()       # after an exception its views may live on in the traceback: f closes when they go
+        for loop in loops.values():
+            loop.close()
     med = {n: float(np.median(v)) for n, v in times.items()}
     return {
         "layers": model.layers, "experts": model.experts, "dim": model.dim, "topk": k, "hints": hints,
         "expert_bytes": model.expert_bytes, "slots": slots, "steps": steps, "cold": cold,
-        "agree": bool(np.array_equal(xr, xm)), "x": xr,
+        "agree": bool(np.array_equal(x["ringfetch"], x["memmap"])), "x": x["ringfetch"],
         "step_s": med, "speedup": med["memmap"] / med["ringfetch"], "times": times,
         "keyed_stats": stats, "describe": describe,
     }
