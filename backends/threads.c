@@ -68,7 +68,7 @@ static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 		/* The piece copier and the handoff only at depth >= 2: at depth 1 nothing overlaps and the
 		 * whole copy runs on one thread (the demotes would only lengthen the critical path). */
 		if (run->prog->nslots >= 2)
-			rf__tc_copy(&t->q[queue].job, dst, run->srcs[b], n, b, t->handoff);
+			rf__piece_copy(&t->q[queue].job, dst, run->srcs[b], n, b, t->handoff);
 		else
 			memcpy(dst, run->srcs[b], n);
 	}
@@ -112,7 +112,7 @@ static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t bloc
 	rf__tq *e = &t->q[wq];
 	rf__thr_until u = {t, wq, e->base + v};
 	/* Rather than wait idle for the copy of `block`, take pieces of it (threads_copy.h). */
-	rf__tc_help(&e->job, block, &e->value, u.v);
+	rf__piece_help(&e->job, block, &e->value, u.v);
 	rf__ec_wait(&t->ec, rf__thr_reached, &u, t->run_spin_ns);
 	return atomic_load_explicit(&e->value, memory_order_acquire) >= u.v ? 0 : RF_ECANCELED;
 }
@@ -227,7 +227,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	for (unsigned i = 0; i < t->nq; i++) {
 		atomic_init(&t->q[i].value, 0);
 		t->q[i].base = 0;
-		rf__tc_job_init(&t->q[i].job);
+		rf__piece_init(&t->q[i].job);
 	}
 	for (unsigned i = 0; i < nl; i++) {
 		t->lane[i].t = t;

@@ -8,7 +8,8 @@
 #ifndef RF_BACKENDS_THREADS_INT_H
 #define RF_BACKENDS_THREADS_INT_H
 
-#include "backends/threads_copy.h"
+#include "base/piece.h"
+#include "backends/threads_handoff.h"
 #include "base/pool.h"
 #include "base/wait.h"
 #include "memory/staging.h"
@@ -27,7 +28,7 @@
 typedef struct rf__tq {
 	_Alignas(64) atomic_llong value; /* what this queue has done (monotone) */
 	int64_t base;                   /* value at the start of the current run */
-	rf__tc_job job;                 /* its current copy, open to helpers (threads_copy.h) */
+	rf__piece_job job;                 /* its current copy, open to helpers (threads_copy.h) */
 } rf__tq;
 
 typedef struct rf__threads rf__threads;

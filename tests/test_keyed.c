@@ -749,7 +749,7 @@ Test(keyed, idle_pipeline_burns_no_cpu)
  * acquire copied used to overwrite it). */
 #define RACE_BYTES (1u << 20)
 static unsigned char g_race_a[RACE_BYTES], g_race_b[4][RACE_BYTES];
-static atomic_int g_race_stop;
+static atomic_int g_race_stop, g_race_runs;
 
 typedef struct race_arg {
 	rf_pipeline *p;
@@ -771,6 +771,7 @@ static void *race_runner(void *arg)
 	while (!atomic_load(&g_race_stop)) {
 		int rc = rf_pipeline_run(a->p, 4, srcs, sizes, nop_compute, NULL);
 		a->ok += rc == RF_OK;
+		atomic_fetch_add(&g_race_runs, rc == RF_OK);
 		a->busy += rc == RF_EBUSY;
 		a->other += rc != RF_OK && rc != RF_EBUSY;
 	}
@@ -790,10 +791,11 @@ Test(keyed, a_run_meeting_a_keyed_call_is_refused)
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 	race_arg b = {p, 0, 0, 0, 0}, a = {p, 0, 0, 0, 0};
 	atomic_store(&g_race_stop, 0);
+	atomic_store(&g_race_runs, 0);
 	pthread_t th;
 	pthread_create(&th, NULL, race_runner, &b);
 	time_t t0 = time(NULL);
-	for (int i = 0; a.ok < 200 && time(NULL) - t0 < 10; i++) {
+	for (int i = 0; (a.ok < 200 || atomic_load(&g_race_runs) < 20) && time(NULL) - t0 < 20; i++) {
 		rf_block blk;
 		int rc = rf_pipeline_acquire(p, (uint64_t)i, g_race_a, RACE_BYTES, NULL, 0, &blk);
 		if (rc == RF_EBUSY) {
