@@ -113,7 +113,7 @@ void rf__piece_copy(rf__piece_job *j, unsigned char *dst, const unsigned char *s
 	atomic_store_explicit(&j->block, SIZE_MAX, memory_order_relaxed);
 }
 
-unsigned rf__piece_help(rf__piece_job *j, size_t block, const _Atomic long long *value, int64_t v)
+unsigned rf__piece_help(rf__piece_job *j, size_t block, const _Atomic int64_t *value, int64_t v)
 {
 	unsigned helped = 0, i;
 	/* Spin a little for the job of `block` to appear (in a copy-bound ring the caller arrives just as

@@ -42,6 +42,6 @@ void rf__piece_copy(rf__piece_job *j, unsigned char *dst, const unsigned char *s
 /* The waiter's side: while *value < v, wait briefly (pause-spinning) for j's job of `block` to be
  * published, then take and copy its pieces until none is left. Returns the number of pieces copied;
  * the caller then waits for the signal as usual. */
-unsigned rf__piece_help(rf__piece_job *j, size_t block, const _Atomic long long *value, int64_t v);
+unsigned rf__piece_help(rf__piece_job *j, size_t block, const _Atomic int64_t *value, int64_t v);
 
 #endif

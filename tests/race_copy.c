@@ -42,7 +42,7 @@ typedef struct bench {
 	unsigned char *dst;
 	unsigned char *src[2];
 	size_t sizes[JOBS];
-	_Atomic long long value;  /* jobs copied (the worker's signal) */
+	_Atomic int64_t value;  /* jobs copied (the worker's signal) */
 	_Atomic long long consumed; /* jobs checked (the consumer's signal: the buffer may be rewritten) */
 	atomic_uint helped;
 	atomic_int failed;

@@ -93,7 +93,7 @@ Test(threads_copy, single_thread_copy_is_exact)
 		rf__piece_copy(&j, dst, src, n, i, (int)(i % 2));
 		cr_assert(memcmp(dst, src, n) == 0, "n=%zu", n);
 		cr_assert_eq(dst[n], 0xee, "wrote past the end");
-		_Atomic long long v = 0;
+		_Atomic int64_t v = 0;
 		cr_assert_eq(rf__piece_help(&j, i, &v, 1), 0, "a finished job has nothing left to help with");
 		free(src);
 		free(dst);
@@ -117,7 +117,7 @@ typedef struct job_arg {
 	unsigned char *dst;
 	const unsigned char *src;
 	size_t n;
-	_Atomic long long value;
+	_Atomic int64_t value;
 } job_arg;
 
 static void *copier(void *p)
