@@ -30,7 +30,9 @@ def test_file_sources_in_runs(backend, weights, buffered):
         got = []
         with rf.Pipeline(4096, depth=3, backend=backend) as p:
             p.run(srcs, lambda blk: got.append(bytes(memoryview(blk))))
+            st = p.stats()
         assert got == expect
+        assert st["file_bytes"] == sum(b - a for a, b in cuts)   # read from the file, not the mapping
         del srcs, mv
 
 
