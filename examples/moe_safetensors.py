@@ -9,8 +9,8 @@ applied (x @ W, tanh, gated sum), the state is updated. Two ways to get the expe
   ringfetch  rf.File over the safetensors file; memoryview(f)[begin:end] per expert (the offsets of
              the file's header) is a file source; a keyed pipeline (backend threads) serves them:
              prefetch the next layer's likely experts (guessed from the current state with the next
-             layer's router), acquire the chosen ones, compute on the slot through numpy.frombuffer
-             (zero-copy), release.
+             layer's router), prefetch the routed ones (their reads in flight together), acquire them
+             in turn, compute on the slot through numpy.frombuffer (zero-copy), release.
   memmap     numpy.memmap of the same file, the expert a view of the mapping: page faults on the
              compute thread bring its bytes in.
 
@@ -116,6 +116,11 @@ def step_ringfetch(model, p, mv, x, k, hints):
                 b, end = model.span(layer + 1, e)
                 p.prefetch(model.key(layer + 1, e), mv[b:end])
         top, gates = route(model, layer, x, k)
+        # The routed experts: all their reads in flight first (hints of certain use), then each acquired
+        # in turn (a hit, or a late hit waiting on its own read, never a read after another).
+        for e in top:
+            b, end = model.span(layer, e)
+            p.prefetch(model.key(layer, e), mv[b:end])
         y = np.zeros_like(x)
         for e, g in zip(top, gates):
             b, end = model.span(layer, e)
