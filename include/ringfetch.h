@@ -377,7 +377,10 @@ RF_EXTERN int rf_pipeline_cancel_clear(rf_pipeline *p);
  * each) and writes them.
  * \return RF_OK; RF_EINVAL (p NULL, path ""); RF_EBUSY (the pipeline is running); RF_ENOMEM.
  * A traced run whose work succeeded but whose file could not be written (not a regular file, not a
- * trace-event array, a write error) returns RF_EBACKEND.
+ * trace-event array, a write error) returns RF_EBACKEND. A trace-event array is a blank file or one
+ * that parses whole as a JSON array of objects (checked once per process while only it writes the
+ * file); anything else is left untouched. A write that fails half-way (a full disk, RLIMIT_FSIZE)
+ * leaves the file as it was.
  */
 RF_EXTERN int rf_pipeline_trace(rf_pipeline *p, const char *path);
 
