@@ -1,0 +1,382 @@
+/* io/file.c — rf_file_open / data / size / close, and the registry of open files (io/file.h).
+ *
+ * A file is opened twice: a buffered descriptor, and (unless RF_FILE_BUFFERED) an O_DIRECT one on the
+ * same inode, reopened through /proc/self/fd so that a path replaced in between cannot give another
+ * file. The mapping exists only to give the bytes addresses: the library never reads it.
+ *
+ * The registry is a sorted array of [lo, hi) ranges under a seqlock: readers (every copy path that
+ * classifies a source) retry when a writer moved in between, and never write shared memory. Writers
+ * (open, close) serialise on a mutex. An array outgrown by a larger one stays allocated (a reader may
+ * still be searching it); arrays double, so what is kept is at most the size of the largest. */
+#define _GNU_SOURCE /* statx with the direct-I/O alignment, O_DIRECT */
+#include "io/file.h"
+#include "base/alloc.h"
+#include "base/error.h"
+#include "base/pause.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+struct rf_file {
+	int fd;  /* buffered */
+	int dfd; /* O_DIRECT, or -1 */
+	const unsigned char *map;
+	uint64_t size;
+	size_t dio_align, dio_mem_align; /* 0 without dfd */
+	atomic_uint holds;               /* copies that may still read the file */
+	char path[];
+};
+
+/* ---- the registry --------------------------------------------------------------------------------- */
+
+typedef struct rf__freg_ent {
+	_Atomic uintptr_t lo, hi;
+	_Atomic(rf_file *) f;
+} rf__freg_ent;
+
+typedef struct rf__freg_arr {
+	struct rf__freg_arr *older; /* outgrown arrays, kept for readers still searching them */
+	unsigned cap;
+	rf__freg_ent e[];
+} rf__freg_arr;
+
+static struct {
+	pthread_mutex_t mu;
+	atomic_uint seq; /* odd while a writer changes the array */
+	atomic_uint n;
+	_Atomic(rf__freg_arr *) arr;
+} rf__freg = {PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL};
+
+int rf__file_any(void)
+{
+	return atomic_load_explicit(&rf__freg.n, memory_order_relaxed) != 0;
+}
+
+/* The file whose range contains address a, or NULL; *hi its end. A seqlock read. */
+static rf_file *rf__freg_find(uintptr_t a, uintptr_t *hi)
+{
+	for (;;) {
+		unsigned s1 = atomic_load_explicit(&rf__freg.seq, memory_order_acquire);
+		if (s1 & 1u) {
+			RF__PAUSE();
+			continue;
+		}
+		rf__freg_arr *arr = atomic_load_explicit(&rf__freg.arr, memory_order_acquire);
+		unsigned n = atomic_load_explicit(&rf__freg.n, memory_order_relaxed);
+		rf_file *f = NULL;
+		uintptr_t h = 0;
+		if (arr != NULL) {
+			n = n < arr->cap ? n : arr->cap;
+			unsigned lo = 0, up = n; /* first entry with lo > a, minus one */
+			while (lo < up) {
+				unsigned mid = lo + (up - lo) / 2;
+				if (atomic_load_explicit(&arr->e[mid].lo, memory_order_relaxed) <= a)
+					lo = mid + 1;
+				else
+					up = mid;
+			}
+			if (lo > 0 && a < (h = atomic_load_explicit(&arr->e[lo - 1].hi, memory_order_relaxed)))
+				f = atomic_load_explicit(&arr->e[lo - 1].f, memory_order_relaxed);
+		}
+		atomic_thread_fence(memory_order_acquire);
+		if (atomic_load_explicit(&rf__freg.seq, memory_order_relaxed) == s1) {
+			*hi = h;
+			return f;
+		}
+	}
+}
+
+static void rf__freg_write_begin(void)
+{
+	atomic_fetch_add_explicit(&rf__freg.seq, 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+}
+
+static void rf__freg_write_end(void)
+{
+	atomic_fetch_add_explicit(&rf__freg.seq, 1, memory_order_release);
+}
+
+static void rf__freg_set(rf__freg_ent *d, uintptr_t lo, uintptr_t hi, rf_file *f)
+{
+	atomic_store_explicit(&d->lo, lo, memory_order_relaxed);
+	atomic_store_explicit(&d->hi, hi, memory_order_relaxed);
+	atomic_store_explicit(&d->f, f, memory_order_relaxed);
+}
+
+static void rf__freg_move(rf__freg_ent *d, const rf__freg_ent *s)
+{
+	rf__freg_set(d, atomic_load_explicit(&s->lo, memory_order_relaxed),
+		     atomic_load_explicit(&s->hi, memory_order_relaxed), atomic_load_explicit(&s->f, memory_order_relaxed));
+}
+
+/* Insert f's range (mu held). RF_ENOMEM when the array cannot grow. */
+static int rf__freg_insert(rf_file *f)
+{
+	rf__freg_arr *arr = atomic_load_explicit(&rf__freg.arr, memory_order_relaxed);
+	unsigned n = atomic_load_explicit(&rf__freg.n, memory_order_relaxed);
+	if (arr == NULL || n == arr->cap) {
+		unsigned cap = arr ? arr->cap * 2 : 16;
+		rf__freg_arr *grown = rf__calloc(1, sizeof *grown + cap * sizeof grown->e[0]);
+		if (grown == NULL)
+			return RF_ENOMEM;
+		grown->cap = cap;
+		grown->older = arr;
+		for (unsigned i = 0; i < n; i++)
+			rf__freg_move(&grown->e[i], &arr->e[i]);
+		atomic_store_explicit(&rf__freg.arr, grown, memory_order_release);
+		arr = grown;
+	}
+	uintptr_t lo = (uintptr_t)f->map;
+	unsigned i = n;
+	rf__freg_write_begin();
+	for (; i > 0 && atomic_load_explicit(&arr->e[i - 1].lo, memory_order_relaxed) > lo; i--)
+		rf__freg_move(&arr->e[i], &arr->e[i - 1]);
+	rf__freg_set(&arr->e[i], lo, lo + (uintptr_t)f->size, f);
+	atomic_store_explicit(&rf__freg.n, n + 1, memory_order_relaxed);
+	rf__freg_write_end();
+	return RF_OK;
+}
+
+/* Remove f's range (mu held). */
+static void rf__freg_remove(rf_file *f)
+{
+	rf__freg_arr *arr = atomic_load_explicit(&rf__freg.arr, memory_order_relaxed);
+	unsigned n = atomic_load_explicit(&rf__freg.n, memory_order_relaxed), i = 0;
+	while (i < n && atomic_load_explicit(&arr->e[i].f, memory_order_relaxed) != f)
+		i++;
+	if (i == n)
+		return;
+	rf__freg_write_begin();
+	for (; i + 1 < n; i++)
+		rf__freg_move(&arr->e[i], &arr->e[i + 1]);
+	atomic_store_explicit(&rf__freg.n, n - 1, memory_order_relaxed);
+	rf__freg_write_end();
+}
+
+int rf__file_classify(const char *who, const char *what, const void *src, size_t n, int hold, rf__fsrc *out)
+{
+	if (!rf__file_any())
+		return 0;
+	uintptr_t a = (uintptr_t)src, hi;
+	rf_file *f = rf__freg_find(a, &hi);
+	if (f == NULL)
+		return 0;
+	if (n > hi - a)
+		return rf__err(RF_EINVAL, "%s: %s starts inside file %s at offset %" PRIu64 " and ends %zu bytes past "
+					  "its end", who, what, f->path, (uint64_t)(a - (uintptr_t)f->map),
+			       n - (size_t)(hi - a));
+	if (hold) {
+		/* Under the mutex, so that a close cannot free f between the lookup and the hold. */
+		pthread_mutex_lock(&rf__freg.mu);
+		f = rf__freg_find(a, &hi);
+		if (f != NULL)
+			atomic_fetch_add_explicit(&f->holds, 1, memory_order_relaxed);
+		pthread_mutex_unlock(&rf__freg.mu);
+		if (f == NULL) /* closed in between: the range is no longer a source at all */
+			return rf__err(RF_EINVAL, "%s: %s lies in a file closed while it was named", who, what);
+	}
+	out->f = f;
+	out->off = (uint64_t)(a - (uintptr_t)f->map);
+	return 1;
+}
+
+void rf__file_hold(rf_file *f)
+{
+	atomic_fetch_add_explicit(&f->holds, 1, memory_order_relaxed);
+}
+
+void rf__file_unhold(rf_file *f)
+{
+	/* release: the copy's reads of f happen before a close that sees no hold. */
+	atomic_fetch_sub_explicit(&f->holds, 1, memory_order_release);
+}
+
+int rf__file_fd(const rf_file *f, int direct)
+{
+	return direct && f->dfd >= 0 ? f->dfd : f->fd;
+}
+
+size_t rf__file_dio_align(const rf_file *f)
+{
+	return f->dio_align;
+}
+
+size_t rf__file_dio_mem_align(const rf_file *f)
+{
+	return f->dio_mem_align;
+}
+
+const char *rf__file_path(const rf_file *f)
+{
+	return f->path;
+}
+
+/* ---- open / close ----------------------------------------------------------------------------------- */
+
+/* The logical block size of the device holding st (sysfs), or 0. */
+static size_t rf__file_lbs(const struct stat *st)
+{
+	char p[96];
+	unsigned long v = 0;
+	for (int i = 0; i < 2 && v == 0; i++) { /* the device, else the disk of a partition */
+		snprintf(p, sizeof p, "/sys/dev/block/%u:%u/%squeue/logical_block_size", major(st->st_dev),
+			 minor(st->st_dev), i ? "../" : "");
+		FILE *fp = fopen(p, "re");
+		if (fp == NULL)
+			continue;
+		if (fscanf(fp, "%lu", &v) != 1)
+			v = 0;
+		fclose(fp);
+	}
+	return (size_t)v;
+}
+
+/* The O_DIRECT descriptor and its alignment: what statx(STATX_DIOALIGN) reports, else the device's
+ * logical block size, else a page. No O_DIRECT (a file system that refuses it, tmpfs): dfd -1. */
+static void rf__file_direct(rf_file *f, const struct stat *st)
+{
+	char p[64];
+	snprintf(p, sizeof p, "/proc/self/fd/%d", f->fd);
+	int d = open(p, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOCTTY);
+	struct stat ds;
+	if (d < 0)
+		return;
+	if (fstat(d, &ds) != 0 || ds.st_dev != st->st_dev || ds.st_ino != st->st_ino) {
+		close(d);
+		return;
+	}
+	size_t off = 0, mem = 0;
+	struct statx sx;
+	if (statx(f->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN)) {
+		if (sx.stx_dio_offset_align == 0) { /* the file system says: no direct I/O for this file */
+			close(d);
+			return;
+		}
+		off = sx.stx_dio_offset_align;
+		mem = sx.stx_dio_mem_align;
+	}
+	if (off == 0)
+		off = rf__file_lbs(st);
+	if (off == 0 || (off & (off - 1)) != 0)
+		off = 4096;
+	if (mem == 0 || (mem & (mem - 1)) != 0)
+		mem = off;
+	f->dfd = d;
+	f->dio_align = off;
+	f->dio_mem_align = mem;
+}
+
+int rf_file_open(const char *path, unsigned flags, rf_file **out)
+{
+	static const char who[] = "rf_file_open";
+	if (path == NULL || out == NULL)
+		return rf__err(RF_EINVAL, "%s: %s is NULL", who, path == NULL ? "path" : "out");
+	if (flags & ~RF_FILE_BUFFERED)
+		return rf__err(RF_EINVAL, "%s: unknown flags %#x", who, flags & ~RF_FILE_BUFFERED);
+	size_t len = strlen(path);
+	rf_file *f = rf__calloc(1, sizeof *f + len + 1);
+	if (f == NULL)
+		return rf__err(RF_ENOMEM, "%s: out of memory", who);
+	memcpy(f->path, path, len + 1);
+	f->dfd = -1;
+	atomic_init(&f->holds, 0);
+	int rc;
+	struct stat st;
+	/* O_NONBLOCK: a FIFO or a device must not block the open; regular files ignore the flag. */
+	if ((f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) < 0) {
+		rc = rf__err(RF_EIO, "%s: %s: open: %s", who, path, strerror(errno));
+		goto fail;
+	}
+	if (fstat(f->fd, &st) != 0) {
+		rc = rf__err(RF_EIO, "%s: %s: fstat: %s", who, path, strerror(errno));
+		goto fail;
+	}
+	if (!S_ISREG(st.st_mode) || st.st_size == 0) {
+		rc = rf__err(RF_ENOTSUP, "%s: %s is %s", who, path,
+			     S_ISDIR(st.st_mode)    ? "a directory"
+			     : S_ISFIFO(st.st_mode) ? "a FIFO"
+			     : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+			     : S_ISREG(st.st_mode)  ? "empty"
+						    : "not a regular file");
+		goto fail;
+	}
+	/* Back to blocking: io_uring answers -EAGAIN instead of waiting for reads of an O_NONBLOCK file. */
+	int fl = fcntl(f->fd, F_GETFL);
+	if (fl < 0 || fcntl(f->fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+		rc = rf__err(RF_EIO, "%s: %s: fcntl: %s", who, path, strerror(errno));
+		goto fail;
+	}
+	f->size = (uint64_t)st.st_size;
+	if ((uint64_t)(size_t)f->size != f->size || f->size > (uint64_t)PTRDIFF_MAX) {
+		rc = rf__err(RF_EIO, "%s: %s: %" PRIu64 " bytes do not fit the address space", who, path, f->size);
+		goto fail;
+	}
+	void *m = mmap(NULL, (size_t)f->size, PROT_READ, MAP_SHARED | MAP_NORESERVE, f->fd, 0);
+	if (m == MAP_FAILED) {
+		rc = rf__err(errno == ENOMEM ? RF_ENOMEM : RF_EIO, "%s: %s: mmap of %" PRIu64 " bytes: %s", who, path,
+			     f->size, strerror(errno));
+		goto fail;
+	}
+	f->map = m;
+	if (!(flags & RF_FILE_BUFFERED))
+		rf__file_direct(f, &st);
+	pthread_mutex_lock(&rf__freg.mu);
+	rc = rf__freg_insert(f);
+	pthread_mutex_unlock(&rf__freg.mu);
+	if (rc != RF_OK) {
+		rc = rf__err(RF_ENOMEM, "%s: out of memory", who);
+		goto fail;
+	}
+	*out = f;
+	return RF_OK;
+fail:
+	if (f->map != NULL)
+		munmap((void *)f->map, (size_t)f->size);
+	if (f->dfd >= 0)
+		close(f->dfd);
+	if (f->fd >= 0)
+		close(f->fd);
+	free(f);
+	return rc;
+}
+
+const void *rf_file_data(const rf_file *f)
+{
+	return f ? f->map : NULL;
+}
+
+uint64_t rf_file_size(const rf_file *f)
+{
+	return f ? f->size : 0;
+}
+
+int rf_file_close(rf_file *f)
+{
+	if (f == NULL)
+		return RF_OK;
+	pthread_mutex_lock(&rf__freg.mu);
+	unsigned holds = atomic_load_explicit(&f->holds, memory_order_acquire);
+	if (holds == 0)
+		rf__freg_remove(f);
+	pthread_mutex_unlock(&rf__freg.mu);
+	if (holds != 0)
+		return rf__err(RF_EBUSY, "rf_file_close: %s: %u cop%s from it may still be in flight", f->path, holds,
+			       holds == 1 ? "y" : "ies");
+	munmap((void *)f->map, (size_t)f->size);
+	if (f->dfd >= 0)
+		close(f->dfd);
+	close(f->fd);
+	free(f);
+	return RF_OK;
+}

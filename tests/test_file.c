@@ -1,0 +1,214 @@
+/* tests/test_file.c — rf_file_open / data / size / close, and how copy paths classify sources
+ * (io/file.h): errors, FIFOs and devices that must not block, the mapping, ranges that cross a file's
+ * end, holds that make close RF_EBUSY, many files, and files opened and closed while others classify. */
+#include "io/file.h"
+#include "ringfetch.h"
+
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A file of n bytes, byte i = (i * 7 + seed) & 255, in the work tree's disk (tmpfs refuses O_DIRECT). */
+static char *make_file(size_t n, unsigned seed)
+{
+	char *path = strdup("rf_test_file_XXXXXX");
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	unsigned char *b = malloc(n ? n : 1);
+	for (size_t i = 0; i < n; i++)
+		b[i] = (unsigned char)((i * 7 + seed) & 255);
+	cr_assert_eq(write(fd, b, n), (ssize_t)n);
+	free(b);
+	close(fd);
+	return path;
+}
+
+static void drop(char *path)
+{
+	unlink(path);
+	free(path);
+}
+
+Test(file, open_maps_the_bytes)
+{
+	char *path = make_file(100000, 3);
+	rf_file *f = NULL;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_file_size(f), 100000u);
+	const unsigned char *d = rf_file_data(f);
+	cr_assert_not_null(d);
+	for (size_t i = 0; i < 100000; i += 997)
+		cr_assert_eq(d[i], (unsigned char)((i * 7 + 3) & 255));
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+Test(file, bad_arguments)
+{
+	rf_file *f = (rf_file *)0x1;
+	cr_assert_eq(rf_file_open(NULL, 0, &f), RF_EINVAL);
+	cr_assert_eq(rf_file_open("x", 0, NULL), RF_EINVAL);
+	char *path = make_file(10, 0);
+	cr_assert_eq(rf_file_open(path, 2, &f), RF_EINVAL);
+	cr_assert(strstr(rf_errmsg(), "flags") != NULL, "%s", rf_errmsg());
+	cr_assert_eq(f, (rf_file *)0x1, "*out changed on failure");
+	cr_assert_eq(rf_file_close(NULL), RF_OK);
+	cr_assert_null(rf_file_data(NULL));
+	cr_assert_eq(rf_file_size(NULL), 0u);
+	drop(path);
+}
+
+Test(file, not_regular_files_are_refused_without_blocking)
+{
+	rf_file *f = (rf_file *)0x1;
+	cr_assert_eq(rf_file_open(".", 0, &f), RF_ENOTSUP);
+	cr_assert(strstr(rf_errmsg(), "directory") != NULL, "%s", rf_errmsg());
+	cr_assert_eq(rf_file_open("/dev/null", 0, &f), RF_ENOTSUP);
+	cr_assert(strstr(rf_errmsg(), "device") != NULL, "%s", rf_errmsg());
+	char fifo[] = "rf_test_fifo_XXXXXX";
+	int fd = mkstemp(fifo);
+	close(fd);
+	unlink(fifo);
+	cr_assert_eq(mkfifo(fifo, 0600), 0);
+	cr_assert_eq(rf_file_open(fifo, 0, &f), RF_ENOTSUP); /* no writer: an open that blocked would hang here */
+	cr_assert(strstr(rf_errmsg(), "FIFO") != NULL, "%s", rf_errmsg());
+	unlink(fifo);
+	char *empty = make_file(0, 0);
+	cr_assert_eq(rf_file_open(empty, 0, &f), RF_ENOTSUP);
+	cr_assert(strstr(rf_errmsg(), "empty") != NULL, "%s", rf_errmsg());
+	drop(empty);
+	cr_assert_eq(f, (rf_file *)0x1);
+}
+
+Test(file, missing_file_is_an_io_error_naming_it)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open("/nonexistent/rf_weights.bin", 0, &f), RF_EIO);
+	cr_assert(strstr(rf_errmsg(), "/nonexistent/rf_weights.bin") != NULL, "%s", rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), "No such file") != NULL, "%s", rf_errmsg());
+}
+
+Test(file, o_direct_where_the_disk_takes_it)
+{
+	char *path = make_file(8192, 1);
+	rf_file *f, *b;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	cr_assert_eq(rf_file_open(path, RF_FILE_BUFFERED, &b), RF_OK);
+	/* The work tree is on a disk that takes O_DIRECT (ext4 here); a page is always enough alignment. */
+	size_t a = rf__file_dio_align(f);
+	cr_assert(a >= 512 && a <= 4096 && (a & (a - 1)) == 0, "dio align %zu", a);
+	cr_assert_neq(rf__file_fd(f, 1), rf__file_fd(f, 0));
+	cr_assert_eq(rf__file_dio_align(b), 0u);
+	cr_assert_eq(rf__file_fd(b, 1), rf__file_fd(b, 0));
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	cr_assert_eq(rf_file_close(b), RF_OK);
+	drop(path);
+}
+
+Test(file, classify_memory_file_and_crossing_ranges)
+{
+	char *path = make_file(65536, 2);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	static unsigned char mem[64];
+	rf__fsrc s = {0};
+	cr_assert_eq(rf__file_classify("t", "block 0", mem, sizeof mem, 0, &s), 0);
+	cr_assert_eq(rf__file_classify("t", "block 0", d, 65536, 0, &s), 1);
+	cr_assert_eq(s.f, f);
+	cr_assert_eq(s.off, 0u);
+	cr_assert_eq(rf__file_classify("t", "block 1", d + 4097, 100, 1, &s), 1);
+	cr_assert_eq(s.off, 4097u);
+	/* held: close refuses, and changes nothing */
+	cr_assert_eq(rf_file_close(f), RF_EBUSY);
+	cr_assert(strstr(rf_errmsg(), "in flight") != NULL, "%s", rf_errmsg());
+	cr_assert_eq(rf_file_data(f), d);
+	rf__file_unhold(f);
+	cr_assert_eq(rf__file_classify("t", "block 2", d + 65535, 2, 0, &s), RF_EINVAL);
+	cr_assert(strstr(rf_errmsg(), "block 2") != NULL && strstr(rf_errmsg(), "1 bytes past") != NULL, "%s",
+		  rf_errmsg());
+	cr_assert_eq(rf__file_classify("t", "block 3", d + 65535, 1, 0, &s), 1);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	cr_assert_eq(rf__file_classify("t", "block 0", d, 1, 0, &s), 0, "a closed file is no source");
+	drop(path);
+}
+
+Test(file, many_files_each_found)
+{
+	enum { N = 100 };
+	char *paths[N];
+	rf_file *f[N];
+	for (int i = 0; i < N; i++) {
+		paths[i] = make_file(4096 + (size_t)i, (unsigned)i);
+		cr_assert_eq(rf_file_open(paths[i], i % 2 ? RF_FILE_BUFFERED : 0, &f[i]), RF_OK, "%s", rf_errmsg());
+	}
+	for (int i = 0; i < N; i += 3) { /* close some, out of order */
+		cr_assert_eq(rf_file_close(f[i]), RF_OK);
+		f[i] = NULL;
+	}
+	for (int i = 0; i < N; i++) {
+		if (f[i] == NULL)
+			continue;
+		rf__fsrc s;
+		const unsigned char *d = rf_file_data(f[i]);
+		cr_assert_eq(rf__file_classify("t", "b", d + i, 4096, 0, &s), 1);
+		cr_assert_eq(s.f, f[i]);
+		cr_assert_eq(s.off, (uint64_t)i);
+		cr_assert_eq(d[i], (unsigned char)((i * 7 + i) & 255));
+	}
+	for (int i = 0; i < N; i++) {
+		cr_assert_eq(rf_file_close(f[i]), RF_OK);
+		drop(paths[i]);
+	}
+}
+
+/* Classifiers on two threads while the main thread opens and closes other files: every lookup of the
+ * steady file finds it, every lookup of memory finds none (the seqlock's retry under real races). */
+static atomic_int stop_churn;
+static const unsigned char *steady;
+static void *classify_loop(void *arg)
+{
+	(void)arg;
+	static unsigned char mem[16];
+	long bad = 0;
+	while (!atomic_load(&stop_churn)) {
+		rf__fsrc s;
+		bad += rf__file_classify("t", "b", steady + 100, 10, 0, &s) != 1 || s.off != 100;
+		bad += rf__file_classify("t", "b", mem, sizeof mem, 0, &s) != 0;
+	}
+	return (void *)bad;
+}
+
+Test(file, classify_while_files_open_and_close)
+{
+	char *path = make_file(4096, 9);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, RF_FILE_BUFFERED, &f), RF_OK);
+	steady = rf_file_data(f);
+	pthread_t th[2];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&th[i], NULL, classify_loop, NULL);
+	char *other = make_file(4096, 1);
+	for (int i = 0; i < 300; i++) {
+		rf_file *g[4];
+		for (int k = 0; k < 4; k++)
+			cr_assert_eq(rf_file_open(other, RF_FILE_BUFFERED, &g[k]), RF_OK);
+		for (int k = 0; k < 4; k++)
+			cr_assert_eq(rf_file_close(g[k]), RF_OK);
+	}
+	atomic_store(&stop_churn, 1);
+	for (int i = 0; i < 2; i++) {
+		void *bad;
+		pthread_join(th[i], &bad);
+		cr_assert_eq((long)bad, 0, "%ld wrong classifications", (long)bad);
+	}
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(other);
+	drop(path);
+}
