@@ -104,7 +104,7 @@ static int rf__write_at(int fd, const char *buf, size_t len, off_t *off)
  * blank, or an array of objects — values inside them of any JSON kind, nested at most RF__JSON_DEPTH
  * deep — with nothing but whitespace after it. An array left open by an older version ("[" or a
  * trailing "," after an object, then the end of the file) is accepted too. Memory is bounded; time is
- * linear in the file's size (rf__trace_memo spares a thread that re-checking of a file it wrote). */
+ * linear in the file's size (rf__trace_memo spares a process the re-checking of a file it wrote). */
 #define RF__JSON_DEPTH 64
 
 typedef struct rf__jrd {
@@ -252,11 +252,11 @@ static int rf__jstring(rf__jrd *r)
 			if (c == 'u') {
 				for (int k = 0; k < 4; k++) {
 					int h = rf__jpeek(r);
-					if (h < 0 || strchr("0123456789abcdefABCDEF", h) == NULL)
+					if (h <= 0 || strchr("0123456789abcdefABCDEF", h) == NULL)
 						return rf__jfail(r, "a malformed \\u escape");
 					r->pos++;
 				}
-			} else if (c < 0 || strchr("\"\\/bfnrt", c) == NULL) {
+			} else if (c <= 0 || strchr("\"\\/bfnrt", c) == NULL) { /* (strchr finds a NUL too) */
 				return rf__jfail(r, "a malformed escape");
 			}
 		} else if (c >= 0x80 && rf__jutf8(r, c) != 0) {

@@ -321,20 +321,32 @@ Test(trace, files_that_are_not_trace_arrays_are_left_alone)
 		"\xef\xbb\xbf[{\"a\":1}]",                        /* a byte-order mark */
 		deep,
 	};
+	/* With NUL bytes (lengths given): escapes and \u digits that are NUL, a NUL after the array. */
+	static const char nul_escape[] = "[{\"a\":\"\\\0\"}]", nul_hex[] = "[{\"a\":\"\\u00\0\0\"}]",
+			  nul_after[] = "[{\"a\":1}]\0";
+	const struct {
+		const char *s;
+		size_t len;
+	} with_nul[] = {{nul_escape, sizeof nul_escape - 1},
+			{nul_hex, sizeof nul_hex - 1},
+			{nul_after, sizeof nul_after - 1}};
+	size_t nbad = sizeof bad / sizeof bad[0], nnul = sizeof with_nul / sizeof with_nul[0];
 	char path[128];
 	tmp_path(path, sizeof path, "bad");
 	rf_pipeline *p = make(2, 1);
-	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-		spill(path, bad[i], strlen(bad[i]));
+	for (size_t i = 0; i < nbad + nnul; i++) {
+		const char *content = i < nbad ? bad[i] : with_nul[i - nbad].s;
+		size_t clen = i < nbad ? strlen(bad[i]) : with_nul[i - nbad].len;
+		spill(path, content, clen);
 		cr_assert_eq(rf_pipeline_trace(p, path), RF_OK);
 		probe c = {p, 0, NB};
 		int rc = rf_pipeline_run(p, 4, g_srcs, g_sizes, cb, &c);
-		cr_assert_eq(rc, RF_EBACKEND, "case %zu (%s): %s, the file was appended to", i, bad[i], rf_err_name(rc));
+		cr_assert_eq(rc, RF_EBACKEND, "case %zu (%s): %s, the file was appended to", i, content, rf_err_name(rc));
 		cr_assert(strstr(rf_errmsg(), "not a trace-event JSON array") != NULL, "case %zu: %s", i, rf_errmsg());
 		cr_assert_eq(c.computes, 4u, "the work ran; only the trace failed");
 		size_t len;
 		char *now = slurp(path, &len);
-		cr_assert(len == strlen(bad[i]) && memcmp(now, bad[i], len) == 0, "case %zu: the file changed", i);
+		cr_assert(len == clen && memcmp(now, content, len) == 0, "case %zu: the file changed", i);
 		free(now);
 	}
 	rf_pipeline_destroy(p);
