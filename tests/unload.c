@@ -17,7 +17,8 @@
  *
  * Under AddressSanitizer the allocator's quarantine keeps freed memory mapped and resident for a while
  * (256 MiB by default): ctest runs this test with a zero quarantine then (ASAN_OPTIONS), and the bound
- * holds as it is. */
+ * holds as it is. ThreadSanitizer maps memory of its own at every dlopen (2.25 MiB a cycle, hardly any
+ * of it resident): under it the mappings are not bounded — it says so — and the resident set is. */
 #define _GNU_SOURCE
 #include <ringfetch.h>
 #include <ringfetch/staging.h>
@@ -30,6 +31,17 @@
 #include <unistd.h>
 
 #define MIB (1024.0 * 1024.0)
+
+#if defined(__SANITIZE_THREAD__)
+#define UNDER_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define UNDER_TSAN 1
+#endif
+#endif
+#ifndef UNDER_TSAN
+#define UNDER_TSAN 0
+#endif
 
 /* Growth allowed between the end of the warm-up and the last cycle. The code this test was written
  * against grew the mappings by 4 MiB per bare cycle and by more than 6 MiB per cycle of use. */
@@ -246,8 +258,11 @@ static void phase(const char *name, unsigned cycles, unsigned nthreads)
 	size_t map1 = mapped_bytes(), rss1 = resident_bytes();
 	printf("unload: %s: %u cycles (%u threads): mapped %.1f -> %.1f MiB, resident %.1f -> %.1f MiB\n",
 	       name, cycles, nthreads, map0 / MIB, map1 / MIB, rss0 / MIB, rss1 / MIB);
-	CHECK(map1 <= map0 + GROWTH_BOUND, "%s: mappings grew by %.1f MiB in %u cycles", name,
-	      (map1 - map0) / MIB, cycles);
+	if (UNDER_TSAN)
+		printf("unload: %s: mappings not bounded under ThreadSanitizer (its own, at every dlopen)\n", name);
+	else
+		CHECK(map1 <= map0 + GROWTH_BOUND, "%s: mappings grew by %.1f MiB in %u cycles", name,
+		      (map1 - map0) / MIB, cycles);
 	CHECK(rss1 <= rss0 + GROWTH_BOUND, "%s: resident set grew by %.1f MiB in %u cycles", name,
 	      (rss1 - rss0) / MIB, cycles);
 }
