@@ -109,6 +109,7 @@ static int rf__cpu_slots_alloc(void *ctx, size_t bytes, void **mem)
 static int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	(void)ctx;
+	atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
 	memcpy(req->dst, req->src, req->bytes);
 	*out = 1;
 	return RF_OK;

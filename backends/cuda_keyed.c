@@ -186,6 +186,7 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	for (unsigned j = 0; j < RF__CU_KREL; j++) /* ordered before this copy, and so before later ones */
 		rel[j].live = 0;
 	atomic_store_explicit(&k->tnum[idx], t, memory_order_release);
+	atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
 	k->next = t;
 	k->dirty = k->used = 1;
 	*out = t;

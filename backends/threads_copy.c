@@ -1,5 +1,6 @@
 /* backends/threads_copy.c — the cooperative piece copier (see threads_copy.h). */
 #include "base/pause.h"
+#include "base/test_hooks.h"
 #include "backends/threads_copy.h"
 
 #include <sched.h>
@@ -10,8 +11,6 @@
 /* How long a waiter looks for the job it could help (pauses, restarted after each piece) before it
  * falls back to the backend's plain wait: the order of the backend's own pause phase. */
 #define RF__TC_HELP_PAUSES 256u
-
-void (*rf__tc_test_hook)(int where);
 
 void rf__tc_job_init(rf__tc_job *j)
 {
@@ -99,8 +98,8 @@ void rf__tc_copy(rf__tc_job *j, unsigned char *dst, const unsigned char *src, si
 	uint64_t gen = (atomic_load_explicit(&j->state, memory_order_relaxed) >> 32) + 1;
 	atomic_store_explicit(&j->state, gen << 32 | (uint64_t)count << 16, memory_order_release);
 	atomic_store_explicit(&j->block, block, memory_order_release);
-	if (rf__tc_test_hook != NULL)
-		rf__tc_test_hook(0);
+	if (RF__TEST_HOOK(piece_copy) != NULL)
+		RF__TEST_HOOK(piece_copy)(0);
 	unsigned i;
 	while (rf__tc_claim(j, &i))
 		rf__tc_do_piece(j, i, demote);
@@ -127,8 +126,8 @@ unsigned rf__tc_help(rf__tc_job *j, size_t block, const _Atomic long long *value
 		if (atomic_load_explicit(&j->block, memory_order_acquire) == block) {
 			if (!rf__tc_claim(j, &i))
 				break; /* every piece is taken: the worker signals once they are done */
-			if (rf__tc_test_hook != NULL)
-				rf__tc_test_hook(1);
+			if (RF__TEST_HOOK(piece_copy) != NULL)
+				RF__TEST_HOOK(piece_copy)(1);
 			rf__tc_do_piece(j, i, 0); /* the helper is the reader: its pieces stay in its own cache */
 			helped++;
 			spins = 0;

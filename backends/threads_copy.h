@@ -11,13 +11,11 @@
  *
  * Cache handoff. The worker's own pieces may be demoted (CLDEMOTE) from its core's caches to the shared
  * cache as they are written, so the computing core reads them without cross-core snoops. Whether that
- * helps depends on the machine and the block size, so it is measured on the running machine at create
- * (once per process and block-size class), off when it does not help, and forceable (RINGFETCH_HANDOFF,
- * config key `handoff`: auto, off, on). */
+ * helps depends on the machine, the block size and the compute: forceable (RINGFETCH_HANDOFF, config
+ * key `handoff`: auto, off, on). */
 #ifndef RF_BACKENDS_THREADS_COPY_H
 #define RF_BACKENDS_THREADS_COPY_H
 
-#include <hwloc.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -45,11 +43,6 @@ size_t rf__tc_piece(size_t n);
  * demoted to the shared cache when `demote`), wait until every piece taken by a helper is done. */
 void rf__tc_copy(rf__tc_job *j, unsigned char *dst, const unsigned char *src, size_t n, size_t block, int demote);
 
-/* Tests: called with 0 by rf__tc_copy right after it publishes a job, with 1 by a helper between
- * claiming a piece and copying it (a stress test stalls there: helpers get pieces even under
- * ThreadSanitizer, and a worker that signalled before its helpers' pieces were done would be seen).
- * NULL in production. */
-extern void (*rf__tc_test_hook)(int where);
 
 /* The waiter's side: while *value < v, wait briefly (pause-spinning) for j's job of `block` to be
  * published, then take and copy its pieces until none is left. Returns the number of pieces copied;
@@ -67,22 +60,10 @@ int rf__ho_decide(const int64_t *on, const int64_t *off, unsigned n);
 
 /* Whether the CPU implements CLDEMOTE (CPUID.7.0:ECX[25]); elsewhere the hint is a no-op: 0. */
 int rf__ho_cpu_has_cldemote(void);
-/* Tests: non-zero measures even without CLDEMOTE (the hint is then a no-op): exercises the measurement
- * on any machine, says nothing about the gain. */
-extern int rf__ho_test_measure_anyway;
 
-/* Resolve the handoff for a pipeline of `slot_bytes` blocks at create: `mode` (rf__config_handoff's)
- * forced on or off, or in auto mode the process-wide measured decision for the block-size class,
- * measuring it now if it is not known (a few ms at most: a thread pinned to `worker_set` copies, the
- * calling thread reads). Sets *on and a description in why (for rf_pipeline_describe). A measurement
- * that cannot run (no cldemote, no pinned worker, no memory) is not an error: off, and why says so. */
-void rf__ho_resolve(int mode, hwloc_topology_t topo, hwloc_const_cpuset_t worker_set, size_t slot_bytes, int *on,
-		    char *why, size_t cap);
-
-/* The handoff of a threads pipeline at create: depth 1 or no copy queue, off; else rf__ho_resolve
- * against the core its first copy worker is about to get (backends/threads_place.h: inside
- * worker_cpus, or the calling thread's binding, other than the caller's core). */
-void rf__ho_pipeline(int mode, const char *worker_cpus, unsigned nq, unsigned nslots, size_t slot_bytes, int *on,
-		     char *why, size_t cap);
+/* The handoff of a threads pipeline at create: off where nothing overlaps (no copy queue, depth 1);
+ * `mode` (rf__config_handoff's) when forced; else off. Sets *on and a description in why (for
+ * rf_pipeline_describe). */
+void rf__ho_pipeline(int mode, unsigned nq, unsigned nslots, int *on, char *why, size_t cap);
 
 #endif

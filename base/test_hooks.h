@@ -21,9 +21,13 @@ typedef struct rf__test_hooks {
 	/* Keyed negative control: slot choice ignores holds (a held slot may be refilled); the hazard
 	 * oracle must catch it. */
 	int keyed_refill_held;
-	/* threads: called by a keyed lane worker before it claims each hint copy (started 0: still
+	/* threads: called by a copy lane before it claims each keyed hint copy (started 0: still
 	 * withdrawable) and after it claimed it, before copying (started 1). */
 	void (*keyed_before_copy)(int started);
+	/* threads: called with 0 by the piece copier right after it publishes a job, with 1 by a helper
+	 * between claiming a piece and copying it (a stress test stalls there: helpers get pieces even
+	 * under ThreadSanitizer, and a copy signalled before its helpers' pieces were done would be seen). */
+	void (*piece_copy)(int where);
 } rf__test_hooks_t;
 
 /* Defined only with RF_TESTING (runtime/backend.c); tests set it before creating pipelines. */

@@ -92,7 +92,7 @@ typedef struct rf__open_args {
  *      (c) req->demand (an acquire's copy) must never queue behind a hint copy that has not started:
  *          threads copies it inline on the caller; cuda puts it on a demand stream of its own per lane
  *          (or a higher-priority one) so that it never sits behind queued hints.
- *    The core counts req->bytes into bytes_copied when kissue returns RF_OK. Failures issue nothing:
+ *    The backend adds req->bytes to *req->counter when the copy starts. Failures issue nothing:
  *    RF_EBACKEND; RF_ENOSPC for a hint (demand 0) when the lane has no room for it right now (the core
  *    holds the hint back and tries again later); RF_ENOTSUP for a demand copy whose stream is being
  *    captured (cuda checks this here, before issuing, so that kwait on the same stream cannot fail).
@@ -125,6 +125,8 @@ typedef struct rf__kcopy {
 	int demand;         /* 1: an acquire's copy (see (c)); 0: a hint */
 	rf__kticket after;  /* the slot's previous copy, not known finished (0: none) */
 	void *stream;       /* demand on cuda: the acquiring stream (also passed to kwait); NULL otherwise */
+	_Atomic uint64_t *counter; /* bytes_copied: the backend adds `bytes` when the copy starts (is
+	                              enqueued, on cuda), so that the counter never goes down */
 } rf__kcopy;
 
 

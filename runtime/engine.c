@@ -1,6 +1,7 @@
 /* runtime/engine.c — the executor core shared by rf_pipeline and rf_exec. */
 #include "base/align.h"
 #include "base/alloc.h"
+#include "base/pool.h"
 #include "runtime/engine.h"
 #include "runtime/keyed.h"
 #include "base/error.h"
@@ -75,6 +76,7 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 		rf__engine_describe_append(e, "; auto: cuda not used: %s", why);
 	atomic_init(&e->state, RF__IDLE);
 	atomic_init(&e->cancel, 0);
+	e->forks = rf__fork_count();
 	pthread_mutex_init(&e->stats_mu, NULL);
 	return RF_OK;
 fail_prog:
@@ -258,6 +260,41 @@ static void rf__stats_publish(rf__engine *e)
 	pthread_mutex_unlock(&e->stats_mu);
 }
 
+/* A backend with threads (or a device) does not survive fork(): its threads stayed in the parent. */
+static int rf__engine_forked(const rf__engine *e, const char *who)
+{
+	if (e->forks == rf__fork_count() || !(e->be->caps & RF__CAP_OVERLAP))
+		return RF_OK;
+	return rf__err(RF_EBACKEND, "%s: the pipeline was created before fork() and backend %s's threads stayed in "
+				    "the parent: use it there, destroy it here", who, e->be->name);
+}
+
+/* Take the state for a run or a keyed call. Nothing here may touch `cancel` before the CAS is won: a
+ * caller that loses it (RF_EBUSY) would erase the cancel of the run that won; the flag is cleared when
+ * a run ends instead. */
+static int rf__engine_take(rf__engine *e, const char *who, int to)
+{
+	int idle = RF__IDLE;
+	if (atomic_compare_exchange_strong_explicit(&e->state, &idle, to, memory_order_acquire, memory_order_relaxed))
+		return RF_OK;
+	return rf__err(RF_EBUSY, "%s: %s (one thread at a time, no re-entry from a compute callback)", who,
+		       idle == RF__KEYED ? "a keyed call is in progress" : "a run is in progress");
+}
+
+int rf__engine_keyed_begin(rf__engine *e, const char *who)
+{
+	int rc = rf__engine_forked(e, who);
+	return rc != RF_OK ? rc : rf__engine_take(e, who, RF__KEYED);
+}
+
+void rf__engine_keyed_end(rf__engine *e)
+{
+	int keyed = RF__KEYED;
+	if (!atomic_compare_exchange_strong_explicit(&e->state, &keyed, RF__IDLE, memory_order_release,
+						     memory_order_relaxed))
+		e->release(e->owner); /* destroyed while the call was in progress: ours to release */
+}
+
 int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 		   const size_t *sizes, rf_compute_fn compute, void *user)
 {
@@ -265,15 +302,12 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 		return RF_OK;
 	uint64_t bytes = 0;
 	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute, &bytes);
+	if (rc == RF_OK)
+		rc = rf__engine_forked(e, who);
+	if (rc == RF_OK)
+		rc = rf__engine_take(e, who, RF__RUNNING);
 	if (rc != RF_OK)
 		return rc;
-	int idle = RF__IDLE;
-	if (atomic_load(&e->state) != RF__IDLE)
-		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
-	/* Nothing here may touch `cancel` before the CAS is won: a caller that loses it (RF_EBUSY) would
-	 * erase the cancel of the run that won. The flag is cleared when a run ends instead. */
-	if (!atomic_compare_exchange_strong(&e->state, &idle, RF__RUNNING))
-		return rf__err(RF_EBUSY, "%s: already running (one thread at a time, no re-entry from a callback)", who);
 	/* Holds are read only once the run is ours: a racing run's reset of the keyed cache cannot overlap. */
 	if (e->keyed != NULL && rf__keyed_held(e->keyed)) {
 		atomic_store(&e->state, RF__IDLE);
@@ -342,9 +376,10 @@ int rf__engine_destroy_begin(rf__engine *e)
 	/* Raise cancel before the CAS: once the CAS succeeds the run may release the engine at any moment,
 	 * so nothing may touch it after. On an idle engine the flag does not matter: it is freed now. */
 	atomic_store(&e->cancel, 1);
-	int running = RF__RUNNING;
-	if (atomic_compare_exchange_strong(&e->state, &running, RF__DOOMED))
-		return 0;
-	/* DOOMED: a second destroy from the same callback; the run still owns the release. */
-	return running == RF__DOOMED ? 0 : 1;
+	int s = atomic_load(&e->state);
+	while (s == RF__RUNNING || s == RF__KEYED)
+		if (atomic_compare_exchange_weak(&e->state, &s, RF__DOOMED))
+			return 0;
+	/* DOOMED: a second destroy from the same callback; the call in progress still owns the release. */
+	return s == RF__DOOMED ? 0 : 1;
 }

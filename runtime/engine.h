@@ -12,7 +12,10 @@
 /* How many times rf_pipeline_describe's line may grow after create (depth = auto adds two notes). */
 #define RF__DESCRIBE_VERSIONS 4
 
-enum { RF__IDLE = 0, RF__RUNNING = 1, RF__DOOMED = 2 };
+/* The engine's one state word: a run and a keyed call each take it (IDLE -> RUNNING / KEYED) for their
+ * whole duration, so that any of them meeting another in progress returns RF_EBUSY and changes
+ * nothing; a destroy meeting either marks it DOOMED and the call in progress releases the owner. */
+enum { RF__IDLE = 0, RF__RUNNING = 1, RF__DOOMED = 2, RF__KEYED = 3 };
 
 typedef struct rf__engine {
 	const rf__backend_ops *be;
@@ -20,7 +23,8 @@ typedef struct rf__engine {
 	struct rf_program *prog; /* owned */
 	unsigned char *slots;
 	size_t slot_bytes, slot_stride, slots_len; /* stride: slot_bytes rounded up to the backend's slot_align */
-	atomic_int state;  /* RF__IDLE / RF__RUNNING / RF__DOOMED */
+	atomic_int state;  /* RF__IDLE / RF__RUNNING / RF__KEYED / RF__DOOMED */
+	uint64_t forks;    /* rf__fork_count() at init: a child of fork() has none of the backend's threads */
 	atomic_int cancel; /* read by backends between nodes; pending until a run returns RF_ECANCELED */
 	/* rf_pipeline_describe: versions of the line, each written once and then published by desc_cur
 	 * (release), so that a reader on another thread never sees one being written. */
@@ -88,7 +92,13 @@ int rf__engine_cancel_clear(rf__engine *e, const char *who);
 const char *rf__engine_describe(const rf__engine *e);
 void rf__engine_describe_append(rf__engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* Returns 1 if the owner may be freed now, 0 if a run in progress will free it (deferred). */
+/* A keyed call's entry and exit: RF_OK with the state taken (then rf__engine_keyed_end), or RF_EBUSY
+ * (a run or another keyed call is in progress, or called from a compute callback) / RF_EBACKEND (a
+ * child of fork() with a backend whose threads stayed in the parent), nothing taken. */
+int rf__engine_keyed_begin(rf__engine *e, const char *who);
+void rf__engine_keyed_end(rf__engine *e);
+
+/* Returns 1 if the owner may be freed now, 0 if a run or keyed call in progress will free it. */
 int rf__engine_destroy_begin(rf__engine *e);
 /* Release the backend, slots and program (the engine struct itself belongs to the owner). */
 void rf__engine_fini(rf__engine *e);

@@ -137,12 +137,11 @@ static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes
 	rf__kslot *s = &k->s[slot];
 	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
 	rf__kcopy req = {rf__klane(k, slot), slot, k->slots + (size_t)slot * k->slot_stride, src, bytes, demand,
-			 after, stream};
+			 after, stream, &k->st[ST_BYTES]};
 	if ((rc = rf__be_kissue(k->be, k->ctx, &req, t)) != RF_OK)
 		return rc;
 	s->before = after;
 	atomic_store_explicit(&s->ticket, *t, memory_order_relaxed);
-	rf__kst_add(k, ST_BYTES, bytes);
 	if (!demand && !rf__be_ktest(k->be, k->ctx, *t)) {
 		unsigned lane = req.lane;
 		k->fl[(size_t)lane * RF__KEYED_HINTS_PER_LANE + k->nfl[lane]++] = (rf__kflight){*t, key};
@@ -206,9 +205,8 @@ static int rf__kwithdraw(rf__keyed *k, unsigned v)
 	 * writing the slot: the next copy must wait for it. Found by tests/race_keyed.c. */
 	atomic_store_explicit(&s->ticket, s->before, memory_order_relaxed);
 	s->before = 0;
-	/* A hint copy withdrawn before it started never copied a byte: it counts as held back all along
-	 * (dropped, not wasted, when its key goes; its bytes out of bytes_copied). */
-	rf__kst_add(k, ST_BYTES, (uint64_t)0 - s->bytes);
+	/* A hint copy withdrawn before it started never copied a byte (nor counted one in bytes_copied): it
+	 * counts as held back all along (dropped, not wasted, when its key goes). */
 	s->issued = 0;
 	return 1;
 }
@@ -255,6 +253,11 @@ static int rf__kcheck(const rf__keyed *k, const char *who, const void *src, size
 		return rf__err(RF_EINVAL, "%s: bytes %zu is not in 1..slot_bytes (%zu)", who, bytes, k->slot_bytes);
 	if (flags != 0)
 		return rf__err(RF_EINVAL, "%s: flags must be 0 (got %#x)", who, flags);
+	/* A source in the ring itself would be overwritten by the copy it feeds (or by a refill while a
+	 * hint reads it). Device rings are another address space. Compared as integers: unrelated objects. */
+	uintptr_t s = (uintptr_t)src, lo = (uintptr_t)k->slots, hi = lo + (size_t)k->n * k->slot_stride;
+	if (!k->device && s < hi && s + bytes > lo)
+		return rf__err(RF_EINVAL, "%s: src lies in the pipeline's own ring (copy it out first)", who);
 	return RF_OK;
 }
 

@@ -417,49 +417,64 @@ void rf_pipeline_destroy(rf_pipeline *p)
 
 /* ---- keyed use: thin wrappers over runtime/keyed.c ------------------------------------------------- */
 
-/* Keyed calls need an idle pipeline (not running, not from a compute callback) whose backend does
- * keyed copies. */
-static int rf__keyed_ready(rf_pipeline *p, const char *who)
+/* Keyed calls take the pipeline for their duration (runtime/engine.h): a run, another keyed call or
+ * a compute callback of a run meeting one gets RF_EBUSY. */
+static int rf__keyed_begin(rf_pipeline *p, const char *who)
 {
 	if (p == NULL)
 		return rf__err(RF_EINVAL, "%s: p is NULL", who);
-	if (atomic_load(&p->eng.state) != RF__IDLE)
-		return rf__err(RF_EBUSY, "%s: a run is in progress (or called from a compute callback)", who);
 	if (p->eng.keyed == NULL)
 		return rf__err(RF_ENOTSUP, "%s: backend %s has no keyed use", who, p->eng.be->name);
-	return RF_OK;
+	return rf__engine_keyed_begin(&p->eng, who);
 }
 
 int rf_pipeline_prefetch(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, unsigned flags)
 {
-	int rc = rf__keyed_ready(p, "rf_pipeline_prefetch");
-	return rc != RF_OK ? rc : rf__keyed_prefetch(p->eng.keyed, key, src, bytes, flags);
+	int rc = rf__keyed_begin(p, "rf_pipeline_prefetch");
+	if (rc != RF_OK)
+		return rc;
+	rc = rf__keyed_prefetch(p->eng.keyed, key, src, bytes, flags);
+	rf__engine_keyed_end(&p->eng);
+	return rc;
 }
 
 int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, void *stream,
 			unsigned flags, rf_block *out)
 {
-	int rc = rf__keyed_ready(p, "rf_pipeline_acquire");
-	return rc != RF_OK ? rc : rf__keyed_acquire(p->eng.keyed, key, src, bytes, stream, flags, out);
+	int rc = rf__keyed_begin(p, "rf_pipeline_acquire");
+	if (rc != RF_OK)
+		return rc;
+	rc = rf__keyed_acquire(p->eng.keyed, key, src, bytes, stream, flags, out);
+	rf__engine_keyed_end(&p->eng);
+	return rc;
 }
 
 int rf_pipeline_release(rf_pipeline *p, const rf_block *block)
 {
-	int rc = rf__keyed_ready(p, "rf_pipeline_release");
-	return rc != RF_OK ? rc : rf__keyed_release(p->eng.keyed, block);
+	int rc = rf__keyed_begin(p, "rf_pipeline_release");
+	if (rc != RF_OK)
+		return rc;
+	rc = rf__keyed_release(p->eng.keyed, block);
+	rf__engine_keyed_end(&p->eng);
+	return rc;
 }
 
 int rf_pipeline_evict(rf_pipeline *p, uint64_t key)
 {
-	int rc = rf__keyed_ready(p, "rf_pipeline_evict");
-	return rc != RF_OK ? rc : rf__keyed_evict(p->eng.keyed, key);
+	int rc = rf__keyed_begin(p, "rf_pipeline_evict");
+	if (rc != RF_OK)
+		return rc;
+	rc = rf__keyed_evict(p->eng.keyed, key);
+	rf__engine_keyed_end(&p->eng);
+	return rc;
 }
 
 int rf_pipeline_lookup(const rf_pipeline *p, uint64_t key, rf_key_state *state, unsigned *slot)
 {
 	if (p == NULL || state == NULL)
 		return rf__err(RF_EINVAL, "rf_pipeline_lookup: %s is NULL", p == NULL ? "p" : "state");
-	if (p->eng.keyed == NULL || atomic_load(&((rf_pipeline *)p)->eng.state) != RF__IDLE) {
+	int st = atomic_load(&((rf_pipeline *)p)->eng.state);
+	if (p->eng.keyed == NULL || (st != RF__IDLE && st != RF__KEYED)) {
 		*state = RF_KEY_ABSENT; /* a run empties the cache before it reuses the slots */
 		return RF_OK;
 	}

@@ -11,6 +11,7 @@
  * Usage: race_copy [--iterations N] [--seed S]. Exit 0 when every check passed.
  */
 #include "ringfetch.h"
+#include "base/test_hooks.h"
 #include "backends/threads_copy.h"
 
 #include <pthread.h>
@@ -193,8 +194,7 @@ int main(int argc, char **argv)
 			seed = strtoull(argv[i + 1], NULL, 10);
 	}
 	printf("race_copy: seed %llu\n", seed);
-	rf__tc_test_hook = stall;
-	rf__ho_test_measure_anyway = 1; /* the handoff measurement's threads, under TSan too */
+	rf__test_hooks.piece_copy = stall;
 	int bad = piece_stress(seed);
 	unsigned failed = 0;
 	for (unsigned i = 0; i < iters; i++)

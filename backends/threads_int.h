@@ -1,0 +1,106 @@
+/* backends/threads_int.h — what the threads backend's files share: threads.c (queues, runs, the walk),
+ * threads_keyed.c (keyed copies as items on the same lanes), threads_place.c (where lanes run).
+ *
+ * Queue 0 is the calling thread; queues 1 .. nq-1 are the lanes of one pool (base/pool.h), lane i
+ * serving queue i + 1. A queue's progress is one monotone counter, `value`: a run's signal v stores
+ * base + v (base: the value when the run started), a keyed copy stores its ticket. Whoever waits for a
+ * queue waits for its value to reach a number, on the backend's one eventcount. */
+#ifndef RF_BACKENDS_THREADS_INT_H
+#define RF_BACKENDS_THREADS_INT_H
+
+#include "backends/threads_copy.h"
+#include "base/pool.h"
+#include "base/wait.h"
+#include "memory/staging.h"
+#include "runtime/backend.h"
+
+#include <hwloc.h>
+#include <stdatomic.h>
+
+/* Keyed copies queued per lane (> RF__KEYED_HINTS_PER_LANE: withdrawn ones take room until passed). */
+#define RF__TK_RING 8u
+/* A keyed ticket: (lane + 1) << RF__TK_SHIFT | the value the lane stores when the copy is done; lane
+ * field 0 = a copy made inline, finished when issued. */
+#define RF__TK_SHIFT 48
+#define RF__TK_MASK ((1ull << RF__TK_SHIFT) - 1)
+
+typedef struct rf__tq {
+	_Alignas(64) atomic_llong value; /* what this queue has done (monotone) */
+	int64_t base;                   /* value at the start of the current run */
+	rf__tc_job job;                 /* its current copy, open to helpers (threads_copy.h) */
+} rf__tq;
+
+typedef struct rf__threads rf__threads;
+
+/* A keyed copy: a copy op and the signal of its ticket, as a work item of a lane. */
+typedef struct rf__tk_item {
+	rf__work w;
+	rf__threads *t;
+	const void *src;
+	void *dst;
+	size_t bytes;
+	_Atomic int64_t value; /* the lane's value once done (read by lookups on any thread) */
+	uint64_t seq;         /* its position in the lane's inbox (reuse: once consumed) */
+	_Atomic uint64_t *counter; /* bytes counted here when the copy starts */
+} rf__tk_item;
+
+/* One lane's context. */
+typedef struct rf__tlane {
+	rf__threads *t;
+	unsigned q;          /* the queue it serves */
+	rf__work walk;       /* the current run's walk of queue q */
+	rf__tk_item kitem[RF__TK_RING];
+	int64_t kposted;     /* the value of the last keyed copy posted (owner) */
+	int core;            /* logical index of the core it is counted on (threads_place.c), -1: none */
+} rf__tlane;
+
+struct rf__threads {
+	unsigned nq;
+	rf__tq *q;
+	rf__tlane *lane; /* nq - 1 */
+	rf__pool pool;
+	rf__ec ec;
+	int64_t spin_ns;     /* the wait policy after runs and keyed copies (0: sleep at once) */
+	int64_t run_spin_ns; /* within a run */
+	/* the run in progress */
+	rf__run *run;
+	atomic_uint active; /* lanes still walking it */
+	atomic_int stop;
+	atomic_int first_rc;
+	size_t fail_block;
+	int fail_value;
+	/* the copy path (threads_copy.h) */
+	int handoff_mode, handoff;
+	char handoff_why[200];
+	size_t slot_bytes;
+	unsigned nslots;
+	/* placement (threads_place.c) */
+	char worker_cpus[128];
+	hwloc_topology_t topo;
+	char placement[512];
+	hwloc_obj_t cand[RF_MAX_QUEUES];
+	unsigned ncand;
+	hwloc_obj_t home;
+	int avoid_home;
+	hwloc_bitmap_t scratch;
+	void *cand_sets;
+	const rf__staging_policy *staging;
+};
+
+/* Placement: pin the lanes (at open), follow the caller (per run), let go (close). */
+void rf__thr_pin(rf__threads *t);
+void rf__thr_follow(rf__threads *t);
+void rf__thr_unpin(rf__threads *t, int owned);
+
+/* Keyed use (threads_keyed.c): the backend's k* methods. */
+int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out);
+int rf__tk_test(void *ctx, rf__kticket t);
+int rf__tk_cancel(void *ctx, rf__kticket t);
+int rf__tk_sync(void *ctx, rf__kticket t);
+int rf__tk_wait(void *ctx, rf__kticket t, void *stream);
+int rf__tk_quiesce(void *ctx);
+unsigned rf__tk_lanes(void *ctx);
+/* After a run: keyed tickets continue from where the run left the lanes' values. */
+void rf__tk_after_run(rf__threads *t);
+
+#endif
