@@ -8,9 +8,10 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build, tests and benchmark need: cmake, a C compiler, pkg-config, hwloc, Criterion;
 # gnuplot (the sweep's plot) and StarPU 1.3 (the sweep's peer baseline);
 # g++, the host compiler nvcc needs for the GPU benchmark's kernel when the CUDA toolkit is there;
-# dpkg-dev (dpkg-source unpacks jemalloc's source package) and python3 (the ctypes embedding test).
+# dpkg-dev (dpkg-source unpacks jemalloc's source package) and python3 (the ctypes embedding test);
+# liburing-dev (file reads through io_uring) and fio (the device's own figure in the file benchmark).
 DEB_PACKAGES := cmake make gcc g++ pkg-config libhwloc-dev libcriterion-dev gnuplot-nox libstarpu-dev \
-	dpkg-dev python3
+	dpkg-dev python3 liburing-dev fio
 # ringfetch's private jemalloc (prefixed, static, no initial-exec TLS: docs/api.md, "Embedding"), built once
 # from Debian's jemalloc source package by cmake/jemalloc.sh. Outside the build trees: `make clean` keeps
 # it, `make distclean` removes it.
@@ -48,7 +49,9 @@ build: configure
 # The default sweep: depth 1,2,3,4,8 x block size 64K..4M on the default backend, against the sequential
 # ring, a hand-written two-thread ring and StarPU. Then the serving benchmark (docs/serving.md): a MoE
 # decode loop, 32 layers x 8 experts of 512 KiB, top-2, on threads, against sequential, direct and a
-# spinning hand-written ring.
+# spinning hand-written ring. Then the file benchmarks (docs/files.md): a 512 MiB file streamed cold at
+# 64K, 1M and 4M blocks (mmap, pread, a hand io_uring loop, the reader, ringfetch, fio), and the decode
+# loop with 16 x 8 experts of 2 MiB in a file served within a 112 MiB memory cgroup.
 run: build
 	@mkdir -p $(RESULTS)
 	$(BUILD)/bench/ringfetch-bench --json $(RESULTS)/sweep.json --csv $(RESULTS)/sweep.csv \
@@ -57,8 +60,14 @@ run: build
 	$(BUILD)/bench/ringfetch-serve-bench --json $(RESULTS)/serving.json --csv $(RESULTS)/serving.csv \
 		--plot $(RESULTS)/serving.png
 	@echo
+	$(BUILD)/bench/ringfetch-file-bench --file $(RESULTS)/file-bench.dat --file-size 512M --size 64K,1M,4M \
+		--json $(RESULTS)/file.json
+	@echo
+	$(BUILD)/bench/ringfetch-serve-file-bench --file $(RESULTS)/serve-file.dat --reps 2 --json $(RESULTS)/serve-file.json
+	@echo
 	@echo "Results in $(RESULTS)/: sweep.json, sweep.csv, sweep.png (efficiency per depth), trace.json (Perfetto), graph.dot;"
-	@echo "serving.json, serving.csv, serving.png (MoE decode loop: time per step per contestant)"
+	@echo "serving.json, serving.csv, serving.png (MoE decode loop: time per step per contestant);"
+	@echo "file.json (a file streamed cold from disk), serve-file.json (the decode loop served from a file over budget)"
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
@@ -70,11 +79,12 @@ sanitize: deps
 
 # The race and stress tests (label tsan) under ThreadSanitizer. Criterion cannot run under TSan, so the
 # threaded checks live in plain programs: tests/race.c, race_copy.c, race_keyed.c, race_control.c,
-# race_cuda.c (the cuda backend's staging threads, against the simulated CUDA) and unload.c.
+# race_cuda.c (the cuda backend's staging threads, against the simulated CUDA), race_reader.c (the file
+# reader, its doorbell rung from another thread) and unload.c.
 tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DRINGFETCH_WERROR=ON -DRINGFETCH_SANITIZE=thread $(CMAKE_FLAGS)
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_race race_copy race_cuda test_race_keyed test_race_control \
-		test_unload
+		race_reader test_unload
 	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L tsan
 
 # A valgrind memcheck pass over a subset: the seeded stress on both CPU backends, the demo and a tiny

@@ -3,7 +3,9 @@
  * synchronisation, but each wait is still checked against the signals seen so far, so that an issue
  * order that could deadlock (a lowering bug) is reported instead of computing on stale slots. */
 #include "base/error.h"
+#include "io/file.h"
 #include "memory/staging.h"
+#include "runtime/flight.h"
 #include "runtime/walk.h"
 
 #include <stdio.h>
@@ -18,8 +20,13 @@ static int rf__cpu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 {
 	(void)queue;
 	(void)c;
-	if (run->sizes[b] != 0)
-		memcpy(rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b]);
+	size_t n = run->sizes[b];
+	rf__fsrc fs;
+	if (n == 0)
+		return 0;
+	if (run->nfile > 0 && rf__file_classify("", "", run->srcs[b], n, 0, &fs) == 1)
+		return rf__flight_read(run->io, &fs, n, rf__slot_ptr(run, slot), run->slot_stride);
+	memcpy(rf__slot_ptr(run, slot), run->srcs[b], n);
 	return 0;
 }
 
@@ -109,10 +116,19 @@ static int rf__cpu_slots_alloc(void *ctx, size_t bytes, void **mem)
 static int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	(void)ctx;
+	rf__fsrc fs;
+	int file = rf__file_classify("keyed copy", "src", req->src, req->bytes, 1, &fs);
+	if (file < 0)
+		return file;
 	atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
-	memcpy(req->dst, req->src, req->bytes);
 	*out = 1;
-	return RF_OK;
+	if (!file) {
+		memcpy(req->dst, req->src, req->bytes);
+		return RF_OK;
+	}
+	int rc = rf__flight_read(req->io, &fs, req->bytes, req->dst, req->cap);
+	rf__file_unhold(fs.f);
+	return rc;
 }
 
 static int rf__cpu_ktest(void *ctx, rf__kticket t)

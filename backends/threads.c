@@ -14,7 +14,9 @@
 #include "backends/threads_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "io/file.h"
 #include "runtime/config.h"
+#include "runtime/trace.h"
 #include "runtime/walk.h"
 
 #include <stdio.h>
@@ -27,10 +29,12 @@
  * (measured: 10-30 us per 1 KiB block instead of well under 1 us). */
 #define RF__RUN_SPIN_NS 50000
 
-/* Per-walker state: a private copy of the run (its failure fields are written by this walker only). */
+/* Per-walker state: a private copy of the run (its failure fields are written by this walker only), and
+ * the lane it walks on (NULL: the caller, queue 0), whose file copies may be in flight. */
 typedef struct rf__walker {
 	rf__threads *t;
 	rf__run run;
+	rf__tlane *lane;
 } rf__walker;
 
 /* Record the first failure of the run and stop every queue. A compute's failure outranks a cancel seen
@@ -44,6 +48,8 @@ static void rf__thr_fail(rf__walker *wk, int rc)
 	    (rc == RF_ECALLBACK && prev == RF_ECANCELED && atomic_compare_exchange_strong(&t->first_rc, &prev, rc))) {
 		t->fail_block = wk->run.failed_block;
 		t->fail_value = wk->run.failed_value;
+		if (rc == RF_EIO)
+			snprintf(t->fail_msg, sizeof t->fail_msg, "%s", wk->lane ? wk->lane->flight.msg : rf__errmsg_peek());
 	}
 	atomic_store(&t->stop, 1);
 	rf__ec_notify(&t->ec);
@@ -57,18 +63,56 @@ static int rf__thr_stopped(const rf__walker *wk)
 
 /* ---- the walk's ops ------------------------------------------------------------------------------- */
 
+/* Reap the lane's landed file copies (their signals go out in order); a failed one fails the run. */
+static void rf__thr_progress(rf__walker *wk)
+{
+	rf__tlane *l = wk->lane;
+	if (l == NULL)
+		return;
+	rf__flight_progress(&l->flight);
+	if (l->flight.failed && !l->reported) {
+		l->reported = 1;
+		rf__thr_fail(wk, RF_EIO);
+	}
+}
+
+/* A file copy: a lane starts its reads and walks on (the slice is recorded when it lands); the caller
+ * reads it through before it goes on. */
+static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, size_t b, unsigned slot)
+{
+	size_t n = run->sizes[b];
+	unsigned char *dst = rf__slot_ptr(run, slot);
+	if (wk->lane == NULL)
+		return rf__flight_read(run->io, fs, n, dst, run->slot_stride);
+	rf__flight_rec rec = {0};
+	rec.block = (int64_t)b;
+	rec.slot = slot;
+	rec.queue = (uint8_t)wk->lane->q;
+	rec.traced = run->trace != NULL;
+	if (rec.traced) {
+		rec.t0 = rf__trace_now();
+		rec.s0 = rf__trace_seq(run->trace);
+	}
+	int rc = rf__flight_start(&wk->lane->flight, fs, n, dst, run->slot_stride, &rec);
+	rf__thr_progress(wk);
+	return rc == RF_OK ? RF__WALK_ASYNC : rc;
+}
+
 static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
 	if (rf__thr_stopped(c))
 		return RF_ECANCELED;
 	size_t n = run->sizes[b];
+	rf__fsrc fs;
+	if (n != 0 && run->nfile > 0 && rf__file_classify("", "", run->srcs[b], n, 0, &fs) == 1)
+		return rf__thr_file_copy(c, run, &fs, b, slot);
 	if (n != 0) {
 		unsigned char *dst = rf__slot_ptr(run, slot);
 		rf__threads *t = ((rf__walker *)c)->t;
 		/* The piece copier and the handoff only at depth >= 2: at depth 1 nothing overlaps and the
 		 * whole copy runs on one thread (the demotes would only lengthen the critical path). */
 		if (run->prog->nslots >= 2)
-			rf__tc_copy(&t->q[queue].job, dst, run->srcs[b], n, b, t->handoff);
+			rf__piece_copy(&t->q[queue].job, dst, run->srcs[b], n, b, t->handoff);
 		else
 			memcpy(dst, run->srcs[b], n);
 	}
@@ -86,14 +130,19 @@ static int rf__thr_compute(void *c, rf__run *run, unsigned queue, size_t b, unsi
 static int rf__thr_signal(void *c, unsigned q, int64_t v, size_t block)
 {
 	(void)block;
-	rf__threads *t = ((rf__walker *)c)->t;
+	rf__walker *wk = c;
+	rf__threads *t = wk->t;
+	if (wk->lane != NULL) { /* after the lane's copies in flight, in order */
+		rf__flight_signal(&wk->lane->flight, t->q[q].base + v);
+		return 0;
+	}
 	atomic_store_explicit(&t->q[q].value, t->q[q].base + v, memory_order_release);
 	rf__ec_notify(&t->ec);
 	return 0;
 }
 
 typedef struct rf__thr_until {
-	rf__threads *t;
+	rf__walker *wk;
 	unsigned q;
 	int64_t v;
 } rf__thr_until;
@@ -101,30 +150,49 @@ typedef struct rf__thr_until {
 static int rf__thr_reached(void *arg)
 {
 	const rf__thr_until *u = arg;
-	return atomic_load_explicit(&u->t->q[u->q].value, memory_order_acquire) >= u->v ||
-	       atomic_load_explicit(&u->t->stop, memory_order_relaxed);
+	rf__threads *t = u->wk->t;
+	rf__thr_progress(u->wk); /* a waiting lane keeps its reads landing and its signals going out */
+	return atomic_load_explicit(&t->q[u->q].value, memory_order_acquire) >= u->v ||
+	       atomic_load_explicit(&t->stop, memory_order_relaxed);
 }
 
 static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
 {
 	(void)q;
-	rf__threads *t = ((rf__walker *)c)->t;
+	rf__walker *wk = c;
+	rf__threads *t = wk->t;
 	rf__tq *e = &t->q[wq];
-	rf__thr_until u = {t, wq, e->base + v};
-	/* Rather than wait idle for the copy of `block`, take pieces of it (threads_copy.h). */
-	rf__tc_help(&e->job, block, &e->value, u.v);
+	rf__thr_until u = {wk, wq, e->base + v};
+	/* Rather than wait idle for the copy of `block`, take pieces of it (base/piece.h). */
+	rf__piece_help(&e->job, block, &e->value, u.v);
+	/* A lane with reads in flight sleeps in its reader, woken by a read landing or by its bell. */
+	rf__tlane *l = wk->lane;
+	while (l != NULL && rf__flight_busy(&l->flight) && !rf__thr_reached(&u))
+		rf__ec_wait_bell(&t->ec, rf__thr_reached, &u, t->run_spin_ns, l->flight.bell_slot, rf__flight_sleep,
+				 &l->flight);
 	rf__ec_wait(&t->ec, rf__thr_reached, &u, t->run_spin_ns);
 	return atomic_load_explicit(&e->value, memory_order_acquire) >= u.v ? 0 : RF_ECANCELED;
 }
 
 static const rf__walk_ops rf__thr_ops = {rf__thr_copy, rf__thr_compute, rf__thr_signal, rf__thr_wait};
 
-static void rf__thr_walk(rf__threads *t, rf__run *run, unsigned q)
+static int rf__thr_drained(void *arg)
 {
-	rf__walker wk = {t, *run};
+	rf__walker *wk = arg;
+	rf__thr_progress(wk);
+	return !rf__flight_busy(&wk->lane->flight);
+}
+
+static void rf__thr_walk(rf__threads *t, rf__run *run, unsigned q, rf__tlane *lane)
+{
+	rf__walker wk = {t, *run, lane};
 	int rc = rf__walk(&wk.run, (int)q, &rf__thr_ops, &wk);
 	if (rc != 0)
 		rf__thr_fail(&wk, rc);
+	/* The walk is over, its reads may not be: they write the ring and read the caller's files. */
+	while (lane != NULL && !rf__thr_drained(&wk))
+		rf__ec_wait_bell(&t->ec, rf__thr_drained, &wk, t->run_spin_ns, lane->flight.bell_slot, rf__flight_sleep,
+				 &lane->flight);
 }
 
 /* A lane's item: the walk of its queue in the run in progress. */
@@ -133,7 +201,7 @@ static void rf__thr_walk_item(rf__work *w, void *ctx)
 	(void)w;
 	rf__tlane *l = ctx;
 	rf__threads *t = l->t;
-	rf__thr_walk(t, t->run, l->q);
+	rf__thr_walk(t, t->run, l->q, l);
 	atomic_fetch_sub_explicit(&t->active, 1, memory_order_release);
 	rf__ec_notify(&t->ec);
 }
@@ -160,19 +228,31 @@ static int rf__thr_run(void *ctx, rf__run *run)
 		return rf__cpu_walk_inline(run);
 	}
 	rf__thr_follow(t); /* placement: lanes off the caller's core (threads_place.c) */
+	for (unsigned i = 0; i < t->pool.n; i++) {
+		rf__tlane *l = &t->lane[i];
+		if (run->nfile > 0 && rf__flight_open(&l->flight, t->ring, t->ring_len) != RF_OK)
+			return rf__err(RF_ENOMEM, "threads: file reads of lane %u: %s", i, rf__errmsg_peek());
+		l->flight.failed = 0;
+		l->reported = 0;
+		l->flight.trace = run->trace;
+	}
 	t->run = run;
 	atomic_store(&t->active, t->pool.n);
 	for (unsigned i = 0; i < t->pool.n; i++)
 		if (rf__pool_post(&t->pool, i, &t->lane[i].walk) != RF_OK) /* keyed copies were quiesced */
 			return rf__err(RF_EBACKEND, "threads: lane %u has no room for the run", i);
-	rf__thr_walk(t, run, 0);
+	rf__thr_walk(t, run, 0, NULL);
 	rf__ec_wait(&t->ec, rf__thr_all_done, t, t->run_spin_ns);
 	rf__tk_after_run(t);
+	for (unsigned i = 0; i < t->pool.n; i++)
+		t->lane[i].flight.trace = NULL;
 	int rc = atomic_load(&t->first_rc);
 	if (rc == RF_ECALLBACK) {
 		run->failed_block = t->fail_block;
 		run->failed_value = t->fail_value;
 	}
+	if (rc == RF_EIO)
+		return rf__err(RF_EIO, "%s", t->fail_msg);
 	return rc;
 }
 
@@ -183,10 +263,26 @@ static void rf__thr_free(rf__threads *t)
 	int owned = rf__pool_owned(&t->pool);
 	rf__pool_stop(&t->pool);
 	rf__thr_unpin(t, owned);
+	for (unsigned i = 0; owned && i + 1 < t->nq; i++)
+		rf__flight_fini(&t->lane[i].flight);
 	free(t->q);
 	free(t->lane);
+	free(t->kfail);
 	free(t);
 }
+
+/* A lane between items: its file copies land and their signals go out; it sleeps in its reader. */
+static int rf__thr_lane_idle(void *ctx)
+{
+	return rf__flight_progress(&((rf__tlane *)ctx)->flight);
+}
+
+static void rf__thr_lane_sleep(void *ctx)
+{
+	rf__flight_sleep(&((rf__tlane *)ctx)->flight);
+}
+
+static const rf__lane_ops rf__thr_lane_ops = {rf__thr_lane_idle, rf__thr_lane_sleep};
 
 static int rf__thr_describe(void *ctx, char *buf, size_t cap)
 {
@@ -216,10 +312,12 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	unsigned nl = t->nq > 1 ? t->nq - 1 : 0;
 	t->q = rf__aligned_alloc(64, t->nq * sizeof *t->q);
 	t->lane = rf__calloc(nl ? nl : 1, sizeof *t->lane);
+	t->kfail = rf__calloc(t->nslots ? t->nslots : 1, sizeof *t->kfail);
 	void **lctx = rf__calloc(nl ? nl : 1, sizeof *lctx);
-	if (t->q == NULL || t->lane == NULL || lctx == NULL) {
+	if (t->q == NULL || t->lane == NULL || t->kfail == NULL || lctx == NULL) {
 		free(t->q);
 		free(t->lane);
+		free(t->kfail);
 		free(lctx);
 		free(t);
 		return rf__err(RF_ENOMEM, "threads: out of memory");
@@ -227,13 +325,14 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	for (unsigned i = 0; i < t->nq; i++) {
 		atomic_init(&t->q[i].value, 0);
 		t->q[i].base = 0;
-		rf__tc_job_init(&t->q[i].job);
+		rf__piece_init(&t->q[i].job);
 	}
 	for (unsigned i = 0; i < nl; i++) {
 		t->lane[i].t = t;
 		t->lane[i].q = i + 1;
 		t->lane[i].walk.fn = rf__thr_walk_item;
 		t->lane[i].core = -1;
+		rf__flight_init(&t->lane[i].flight, &t->ec, i, &t->q[i + 1].value);
 		lctx[i] = &t->lane[i];
 	}
 	rf__ec_init(&t->ec);
@@ -243,7 +342,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	t->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
 	t->run_spin_ns = t->spin_ns > RF__RUN_SPIN_NS ? t->spin_ns : RF__RUN_SPIN_NS;
 	rf__ho_pipeline(t->handoff_mode, t->nq, t->nslots, &t->handoff, t->handoff_why, sizeof t->handoff_why);
-	rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, NULL, lctx, 0);
+	rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__thr_lane_ops, lctx, 0);
 	free(lctx);
 	if (rc != RF_OK) {
 		rf__thr_free(t);
@@ -264,7 +363,12 @@ static void rf__thr_close(void *ctx)
 static int rf__thr_slots_alloc(void *ctx, size_t bytes, void **mem)
 {
 	rf__threads *t = ctx;
-	return rf__staging_alloc(t->staging, bytes, RF__STAGING_SLOT_ALIGN, mem);
+	int rc = rf__staging_alloc(t->staging, bytes, RF__STAGING_SLOT_ALIGN, mem);
+	if (rc == RF_OK) {
+		t->ring = *mem;
+		t->ring_len = bytes;
+	}
+	return rc;
 }
 
 static int rf__thr_probe(int device)
@@ -291,4 +395,5 @@ const rf__backend_ops rf__backend_threads = {
 	.ksync = rf__tk_sync,
 	.kquiesce = rf__tk_quiesce,
 	.klanes = rf__tk_lanes,
+	.kresult = rf__tk_result,
 };

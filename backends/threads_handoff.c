@@ -3,7 +3,7 @@
  * copy and one read on an idle machine, not the ring's copies and computes): it is off unless the
  * configuration forces it, and the decision rule (rf__ho_decide) is a pure function of samples taken
  * by alternating on the pipeline's own runs. */
-#include "backends/threads_copy.h"
+#include "backends/threads_handoff.h"
 
 #include <stdio.h>
 #include <string.h>

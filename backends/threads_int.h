@@ -8,11 +8,13 @@
 #ifndef RF_BACKENDS_THREADS_INT_H
 #define RF_BACKENDS_THREADS_INT_H
 
-#include "backends/threads_copy.h"
+#include "base/piece.h"
+#include "backends/threads_handoff.h"
 #include "base/pool.h"
 #include "base/wait.h"
 #include "memory/staging.h"
 #include "runtime/backend.h"
+#include "runtime/flight.h"
 
 #include <hwloc.h>
 #include <stdatomic.h>
@@ -25,9 +27,9 @@
 #define RF__TK_MASK ((1ull << RF__TK_SHIFT) - 1)
 
 typedef struct rf__tq {
-	_Alignas(64) atomic_llong value; /* what this queue has done (monotone) */
+	_Alignas(64) _Atomic int64_t value; /* what this queue has done (monotone) */
 	int64_t base;                   /* value at the start of the current run */
-	rf__tc_job job;                 /* its current copy, open to helpers (threads_copy.h) */
+	rf__piece_job job;                 /* its current copy, open to helpers (threads_copy.h) */
 } rf__tq;
 
 typedef struct rf__threads rf__threads;
@@ -38,7 +40,9 @@ typedef struct rf__tk_item {
 	rf__threads *t;
 	const void *src;
 	void *dst;
-	size_t bytes;
+	size_t bytes, cap;
+	unsigned slot;
+	rf__fsrc fs;          /* fs.f != NULL: a file source, held by the issuer until the copy lands */
 	_Atomic int64_t value; /* the lane's value once done (read by lookups on any thread) */
 	uint64_t seq;         /* its position in the lane's inbox (reuse: once consumed) */
 	_Atomic uint64_t *counter; /* bytes counted here when the copy starts */
@@ -52,6 +56,8 @@ typedef struct rf__tlane {
 	rf__tk_item kitem[RF__TK_RING];
 	int64_t kposted;     /* the value of the last keyed copy posted (owner) */
 	int core;            /* logical index of the core it is counted on (threads_place.c), -1: none */
+	rf__flight flight;   /* its file copies in flight and the signals behind them */
+	int reported;        /* its failed file copy has failed the run */
 } rf__tlane;
 
 struct rf__threads {
@@ -69,6 +75,8 @@ struct rf__threads {
 	atomic_int first_rc;
 	size_t fail_block;
 	int fail_value;
+	char fail_msg[240]; /* RF_EIO: the failed read's sentence */
+	_Atomic int64_t *kfail; /* per slot: the keyed ticket whose file copy failed there (0: none) */
 	/* the copy path (threads_copy.h) */
 	int handoff_mode, handoff;
 	char handoff_why[200];
@@ -85,6 +93,8 @@ struct rf__threads {
 	hwloc_bitmap_t scratch;
 	void *cand_sets;
 	const rf__staging_policy *staging;
+	unsigned char *ring; /* the slots (registered with the lanes' readers) */
+	size_t ring_len;
 };
 
 /* Placement: pin the lanes (at open), follow the caller (per run), let go (close). */
@@ -100,6 +110,7 @@ int rf__tk_sync(void *ctx, rf__kticket t);
 int rf__tk_wait(void *ctx, rf__kticket t, void *stream);
 int rf__tk_quiesce(void *ctx);
 unsigned rf__tk_lanes(void *ctx);
+int rf__tk_result(void *ctx, unsigned slot, rf__kticket t);
 /* After a run: keyed tickets continue from where the run left the lanes' values. */
 void rf__tk_after_run(rf__threads *t);
 

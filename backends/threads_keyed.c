@@ -11,6 +11,7 @@
 #include "backends/threads_int.h"
 #include "base/error.h"
 #include "base/test_hooks.h"
+#include "io/file.h"
 
 #include <string.h>
 
@@ -24,23 +25,38 @@ static int rf__tk_lane_of(const rf__threads *t, rf__kticket tk, unsigned *lane, 
 	return 1;
 }
 
+/* The item: copy (a file's reads stay in flight: the lane goes on to the next hint), then the ticket's
+ * signal, in order behind every copy the lane has in flight. */
 static void rf__tk_item_fn(rf__work *w, void *ctx)
 {
 	rf__tk_item *it = (rf__tk_item *)w;
 	rf__tlane *l = ctx;
 	rf__threads *t = l->t;
+	int64_t v = atomic_load_explicit(&it->value, memory_order_relaxed);
 	if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 		RF__TEST_HOOK(keyed_before_copy)(0);
-	if (rf__work_claim(w)) {
+	if (!rf__work_claim(w)) {
+		/* withdrawn: the owner let go of its file when it withdrew it */
+	} else {
 		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 			RF__TEST_HOOK(keyed_before_copy)(1);
 		/* Counted when the copy starts: the counter never goes down (a withdrawn hint never copied). */
 		atomic_fetch_add_explicit(it->counter, it->bytes, memory_order_relaxed);
-		memcpy(it->dst, it->src, it->bytes);
+		if (it->fs.f == NULL) {
+			memcpy(it->dst, it->src, it->bytes);
+		} else {
+			rf__flight_rec rec = {0};
+			rec.keyed = 1;
+			rec.unhold = it->fs.f;
+			rec.fail_at = &t->kfail[it->slot];
+			rec.fail_value = (int64_t)(((uint64_t)l->q << RF__TK_SHIFT) | (uint64_t)v);
+			if (rf__flight_start(&l->flight, &it->fs, it->bytes, it->dst, it->cap, &rec) != RF_OK) {
+				atomic_store_explicit(rec.fail_at, rec.fail_value, memory_order_release);
+				rf__file_unhold(it->fs.f);
+			}
+		}
 	}
-	atomic_store_explicit(&t->q[l->q].value, atomic_load_explicit(&it->value, memory_order_relaxed),
-			      memory_order_release);
-	rf__ec_notify(&t->ec);
+	rf__flight_signal(&l->flight, v);
 }
 
 int rf__tk_test(void *ctx, rf__kticket tk)
@@ -85,37 +101,73 @@ int rf__tk_cancel(void *ctx, rf__kticket tk)
 	if (!rf__tk_lane_of(t, tk, &lane, &v))
 		return 0;
 	rf__tk_item *it = &t->lane[lane].kitem[(uint64_t)v % RF__TK_RING];
-	return atomic_load_explicit(&it->value, memory_order_relaxed) == v && rf__work_cancel(&it->w);
+	if (atomic_load_explicit(&it->value, memory_order_relaxed) != v || !rf__work_cancel(&it->w))
+		return 0;
+	if (it->fs.f != NULL) /* it will never read its file: let go now (a close may follow at once) */
+		rf__file_unhold(it->fs.f);
+	return 1;
+}
+
+int rf__tk_result(void *ctx, unsigned slot, rf__kticket tk)
+{
+	rf__threads *t = ctx;
+	if ((uint64_t)atomic_load_explicit(&t->kfail[slot], memory_order_acquire) != tk || tk == 0)
+		return RF_OK;
+	return rf__err(RF_EIO, "threads: the hint's file read into slot %u failed", slot);
 }
 
 int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	rf__threads *t = ctx;
+	rf__fsrc fs = {NULL, 0};
+	int file = rf__file_classify("keyed copy", "src", req->src, req->bytes, 1, &fs);
+	if (file < 0)
+		return file;
 	if (req->demand || t->pool.n == 0) {
 		if (req->after != 0)
 			rf__tk_sync(t, req->after); /* a hint copy into this slot that already started */
 		atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
-		memcpy(req->dst, req->src, req->bytes);
+		int rc = RF_OK;
+		if (file) {
+			rc = rf__flight_read(req->io, &fs, req->bytes, req->dst, req->cap);
+			rf__file_unhold(fs.f);
+		} else {
+			memcpy(req->dst, req->src, req->bytes);
+		}
 		*out = 1;
-		return RF_OK;
+		return rc;
 	}
 	/* A hint: after `after` by construction, since the core sends every hint into a slot down the same
 	 * lane, and earlier demand copies finished inline. */
 	rf__tlane *l = &t->lane[req->lane];
 	int64_t v = l->kposted + 1;
 	rf__tk_item *it = &l->kitem[(uint64_t)v % RF__TK_RING];
+	int rc = RF_OK;
 	if (it->w.fn != NULL && rf__lane_consumed(&t->pool, req->lane) <= it->seq)
-		return RF_ENOSPC; /* the item this one reuses is still queued */
+		rc = RF_ENOSPC; /* the item this one reuses is still queued */
+	else if (file)
+		rc = rf__flight_open(&l->flight, t->ring, t->ring_len);
+	if (rc != RF_OK) {
+		if (file)
+			rf__file_unhold(fs.f);
+		return rc;
+	}
 	it->w.fn = rf__tk_item_fn;
 	it->t = t;
 	it->src = req->src;
 	it->dst = req->dst;
 	it->bytes = req->bytes;
+	it->cap = req->cap;
+	it->slot = req->slot;
+	it->fs = fs;
 	atomic_store_explicit(&it->value, v, memory_order_relaxed);
 	it->counter = req->counter;
 	it->seq = rf__lane_posted(&t->pool, req->lane);
-	if (rf__pool_post(&t->pool, req->lane, &it->w) != RF_OK)
+	if (rf__pool_post(&t->pool, req->lane, &it->w) != RF_OK) {
+		if (file)
+			rf__file_unhold(fs.f);
 		return RF_ENOSPC;
+	}
 	l->kposted = v;
 	*out = ((uint64_t)(req->lane + 1) << RF__TK_SHIFT) | (uint64_t)v;
 	return RF_OK;

@@ -104,6 +104,10 @@ typedef struct rfs_tally {
 } rfs_tally;
 
 int rfs_model_init(rfs_model *m, const rfs_opts *o);
+/* The same model with its experts written to fd (expert x at x * expert_bytes) instead of kept in
+ * memory: pool stays NULL until the caller points it at a mapping of the file (and back to NULL before
+ * rfs_model_free). 0, or -1 (out of memory, or the write failed). */
+int rfs_model_init_file(rfs_model *m, const rfs_opts *o, int fd);
 void rfs_model_free(rfs_model *m);
 
 /* The compute of routed expert i of L from `data` (its bytes, wherever they are): the sum, checked

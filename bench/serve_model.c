@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 double rfs_now(void)
 {
@@ -93,6 +94,15 @@ static uint32_t float_bits(float f)
 	return u;
 }
 
+/* Expert x's floats. */
+static void fill_expert(size_t x, float *f, size_t nfl)
+{
+	for (size_t i = 0; i < nfl; i++)
+		f[i] = (float)((x * 7 + i) % 1000) * 0.5f;
+}
+
+static void rank_experts(rfs_model *m);
+
 int rfs_model_init(rfs_model *m, const rfs_opts *o)
 {
 	memset(m, 0, sizeof *m);
@@ -108,10 +118,41 @@ int rfs_model_init(rfs_model *m, const rfs_opts *o)
 	}
 	for (size_t x = 0; x < nexp; x++) {
 		float *f = (float *)(m->pool + x * o->expert_bytes);
-		for (size_t i = 0; i < nfl; i++)
-			f[i] = (float)((x * 7 + i) % 1000) * 0.5f;
+		fill_expert(x, f, nfl);
 		m->expect[x] = rfs_sum(f, o->expert_bytes);
 	}
+	rank_experts(m);
+	return 0;
+}
+
+int rfs_model_init_file(rfs_model *m, const rfs_opts *o, int fd)
+{
+	memset(m, 0, sizeof *m);
+	m->o = o;
+	size_t nexp = (size_t)o->layers * o->experts, nfl = o->expert_bytes / sizeof(float);
+	float *f = aligned_alloc(4096, (o->expert_bytes + 4095) & ~(size_t)4095);
+	m->expect = malloc(nexp * sizeof *m->expect);
+	m->likely = malloc(nexp * sizeof *m->likely);
+	m->weight = malloc(o->experts * sizeof *m->weight);
+	int rc = f && m->expect && m->likely && m->weight ? 0 : -1;
+	for (size_t x = 0; x < nexp && rc == 0; x++) {
+		fill_expert(x, f, nfl);
+		m->expect[x] = rfs_sum(f, o->expert_bytes);
+		rc = write(fd, f, o->expert_bytes) == (ssize_t)o->expert_bytes ? 0 : -1;
+	}
+	free(f);
+	if (rc != 0) {
+		rfs_model_free(m);
+		return -1;
+	}
+	rank_experts(m);
+	return 0;
+}
+
+/* Popularity and the compute's calibration, once the weights exist. */
+static void rank_experts(rfs_model *m)
+{
+	const rfs_opts *o = m->o;
 	/* Popularity: rank r weighs 1 / (r + 1)^skew; which expert holds which rank is a per-layer
 	 * shuffle (Fisher-Yates from the seed), so that no expert number is favoured everywhere. */
 	for (unsigned r = 0; r < o->experts; r++)
@@ -129,7 +170,6 @@ int rfs_model_init(rfs_model *m, const rfs_opts *o)
 	}
 	m->iters_per_us = calibrate();
 	m->iters = (uint64_t)(o->compute_us * m->iters_per_us + 0.5);
-	return 0;
 }
 
 void rfs_model_free(rfs_model *m)

@@ -35,6 +35,18 @@ if(NOT RINGFETCH_CUDA STREQUAL "OFF")
 endif()
 message(STATUS "ringfetch: cuda backend ${RINGFETCH_HAVE_CUDA}")
 
+# liburing: file sources are read through io_uring (io/reader.c); without it (RINGFETCH_IO_URING=OFF, or
+# AUTO and not found) with pread, one read at a time, which the reader's describe line says.
+set(RINGFETCH_HAVE_LIBURING OFF)
+if(NOT RINGFETCH_IO_URING STREQUAL "OFF")
+  if(RINGFETCH_IO_URING STREQUAL "ON")
+    pkg_check_modules(LIBURING REQUIRED IMPORTED_TARGET liburing)
+  else()
+    pkg_check_modules(LIBURING QUIET IMPORTED_TARGET liburing)
+  endif()
+  set(RINGFETCH_HAVE_LIBURING ${LIBURING_FOUND})
+endif()
+message(STATUS "ringfetch: io_uring file reads ${RINGFETCH_HAVE_LIBURING}")
 
 # ringfetch_deps: every dependency of the library's code in one INTERFACE target (the object library,
 # the shared library PRIVATE-ly and the white-box static library link it). Not installed: the shared
@@ -44,4 +56,8 @@ target_link_libraries(ringfetch_deps INTERFACE PkgConfig::HWLOC rf_jemalloc Thre
 if(RINGFETCH_HAVE_CUDA)
   target_compile_definitions(ringfetch_deps INTERFACE RF_HAVE_CUDA=1)
   target_link_libraries(ringfetch_deps INTERFACE CUDA::cudart_static)
+endif()
+if(RINGFETCH_HAVE_LIBURING)
+  target_compile_definitions(ringfetch_deps INTERFACE RF_HAVE_LIBURING=1)
+  target_link_libraries(ringfetch_deps INTERFACE PkgConfig::LIBURING)
 endif()

@@ -41,8 +41,8 @@ extern "C" {
 #define RF_EXTERN
 #endif
 
-#define RF_VERSION_MAJOR 0
-#define RF_VERSION_MINOR 1
+#define RF_VERSION_MAJOR 1
+#define RF_VERSION_MINOR 0
 #define RF_VERSION_PATCH 0
 #define RF_VERSION_HEX ((RF_VERSION_MAJOR << 16) | (RF_VERSION_MINOR << 8) | RF_VERSION_PATCH)
 
@@ -299,8 +299,8 @@ typedef struct rf_queue_stats {
 	uint64_t copies, computes;
 } rf_queue_stats;
 
-/** How many queues rf_stats reports (a ring uses 1 + copy_queues: queue 0 computes). */
-#define RF_STATS_QUEUES 8u
+/** How many queues rf_stats reports: every queue a pipeline or exec can have (RF_MAX_QUEUES). */
+#define RF_STATS_QUEUES 64u
 
 /** What the last finished run of a pipeline did, and totals since create (rf_pipeline_stats). */
 typedef struct rf_stats {
@@ -308,7 +308,7 @@ typedef struct rf_stats {
 	uint64_t bytes;    /* sum of its sizes[] */
 	uint64_t wall_ns;  /* from the start of its work to its return */
 	int timed;         /* 1 when the fields below were collected (rf_pipeline_collect_stats) */
-	unsigned nqueues;  /* entries of queue[] in use: min(queues, RF_STATS_QUEUES) */
+	unsigned nqueues;  /* entries of queue[] in use: the program's queues */
 	rf_queue_stats queue[RF_STATS_QUEUES];
 	uint64_t copy_ns;  /* busy time of every copy, all queues together */
 	/* Exposed transfer: wall time during which no compute ran (queue 0 idle: waiting for copies, or,
@@ -325,6 +325,10 @@ typedef struct rf_stats {
 	uint64_t timed_runs;       /* how many of them collected times (rf_pipeline_collect_stats) */
 	uint64_t total_exposed_ns; /* sum of exposed_ns over the timed runs */
 	uint64_t total_wait_ns;    /* sum of every queue's wait_ns over the timed runs */
+	/* Blocks read from files (<ringfetch/file.h>): bytes of the last run's file blocks, and the sum. */
+	uint64_t file_bytes;
+	uint64_t total_file_bytes;
+	uint64_t reserved[14];     /* written as 0; fields are appended here within a major version */
 } rf_stats;
 
 /**

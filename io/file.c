@@ -33,6 +33,7 @@ struct rf_file {
 	const unsigned char *map;
 	uint64_t size;
 	size_t dio_align, dio_mem_align; /* 0 without dfd */
+	size_t io_max;                   /* the device's largest request, 0 when unknown */
 	atomic_uint holds;               /* copies that may still read the file */
 	char path[];
 };
@@ -222,16 +223,21 @@ const char *rf__file_path(const rf_file *f)
 	return f->path;
 }
 
+size_t rf__file_io_max(const rf_file *f)
+{
+	return f->io_max;
+}
+
 /* ---- open / close ----------------------------------------------------------------------------------- */
 
-/* The logical block size of the device holding st (sysfs), or 0. */
-static size_t rf__file_lbs(const struct stat *st)
+/* A number from the queue/ directory of the device holding st (sysfs), or 0. */
+static unsigned long rf__file_queue(const struct stat *st, const char *name)
 {
-	char p[96];
+	char p[128];
 	unsigned long v = 0;
 	for (int i = 0; i < 2 && v == 0; i++) { /* the device, else the disk of a partition */
-		snprintf(p, sizeof p, "/sys/dev/block/%u:%u/%squeue/logical_block_size", major(st->st_dev),
-			 minor(st->st_dev), i ? "../" : "");
+		snprintf(p, sizeof p, "/sys/dev/block/%u:%u/%squeue/%s", major(st->st_dev), minor(st->st_dev),
+			 i ? "../" : "", name);
 		FILE *fp = fopen(p, "re");
 		if (fp == NULL)
 			continue;
@@ -239,7 +245,26 @@ static size_t rf__file_lbs(const struct stat *st)
 			v = 0;
 		fclose(fp);
 	}
-	return (size_t)v;
+	return v;
+}
+
+/* The logical block size of the device holding st, or 0. */
+static size_t rf__file_lbs(const struct stat *st)
+{
+	return (size_t)rf__file_queue(st, "logical_block_size");
+}
+
+/* The largest request the block layer sends the device in one piece: max_sectors_kb, and no more than
+ * max_segments pages (a user buffer's pages are not physically contiguous, so each is a segment). 0 when
+ * sysfs does not say (no block device under the file system: tmpfs, overlay, network). */
+static size_t rf__file_io_max_of(const struct stat *st)
+{
+	unsigned long kb = rf__file_queue(st, "max_sectors_kb"), segs = rf__file_queue(st, "max_segments");
+	long page = sysconf(_SC_PAGESIZE);
+	size_t v = (size_t)kb << 10;
+	if (segs != 0 && page > 0 && segs * (unsigned long)page < v)
+		v = (size_t)(segs * (unsigned long)page);
+	return v;
 }
 
 /* The O_DIRECT descriptor and its alignment: what statx(STATX_DIOALIGN) reports, else the device's
@@ -318,6 +343,7 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 		goto fail;
 	}
 	f->size = (uint64_t)st.st_size;
+	f->io_max = rf__file_io_max_of(&st);
 	if ((uint64_t)(size_t)f->size != f->size || f->size > (uint64_t)PTRDIFF_MAX) {
 		rc = rf__err(RF_EIO, "%s: %s: %" PRIu64 " bytes do not fit the address space", who, path, f->size);
 		goto fail;

@@ -41,5 +41,9 @@ int rf__file_fd(const rf_file *f, int direct);
 size_t rf__file_dio_align(const rf_file *f);
 size_t rf__file_dio_mem_align(const rf_file *f);
 const char *rf__file_path(const rf_file *f);
+/* The largest single request of the device under the file (sysfs queue/max_sectors_kb, bounded by
+ * queue/max_segments pages), read at open; 0 when sysfs does not say (no block device: tmpfs, overlay).
+ * The reader (io/reader.h) sizes its pieces from it. */
+size_t rf__file_io_max(const rf_file *f);
 
 #endif

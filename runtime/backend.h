@@ -47,6 +47,11 @@ typedef struct rf__run {
 	/* A backend's look-ahead walk of a run another thread executes (the cuda backend's staging
 	 * dispatcher): no trace, no stats, no test hook — the executing walk does those. */
 	int lookahead;
+	/* File sources (io/file.h): how many blocks of this run are file ranges (the engine holds their
+	 * files for the run), and the calling thread's reader for the copies it makes itself (opened by
+	 * the engine when nfile > 0). A copy handler classifies its source (rf__file_classify, no hold). */
+	size_t nfile;
+	struct rf__flight *io;
 } rf__run;
 
 typedef struct rf__open_args {
@@ -113,6 +118,11 @@ typedef struct rf__open_args {
  *    or make the run's streams wait on them). Called before a run starts (the run reuses every slot),
  *    when keyed state is reset and before destroy.
  *  - klanes(): the number of copy lanes keyed copies may use (>= 1).
+ *  - kresult(slot, t) (optional, NULL = never fails): for a finished copy t into slot, RF_OK, or
+ *    RF_EIO when it was a file read that failed (the slot's bytes are then not the key's). Any thread.
+ *  File sources (io/file.h): a copy whose src lies in an open file reads the file (the backend holds
+ *  the file from issue until the copy lands); a demand copy that fails returns RF_EIO from kissue
+ *  (rf_errmsg set), a hint's failure shows in kresult.
  * The k* methods are called by one thread at a time (the pipeline's owner), except ktest. None of them
  * allocates memory: what they need is allocated in open (nslots is known there). */
 typedef uint64_t rf__kticket;
@@ -127,6 +137,8 @@ typedef struct rf__kcopy {
 	void *stream;       /* demand on cuda: the acquiring stream (also passed to kwait); NULL otherwise */
 	_Atomic uint64_t *counter; /* bytes_copied: the backend adds `bytes` when the copy starts (is
 	                              enqueued, on cuda), so that the counter never goes down */
+	struct rf__flight *io;     /* the calling thread's reader (opened), for a copy it makes itself */
+	size_t cap;                /* bytes usable at dst (the slot's stride): room for a read's window */
 } rf__kcopy;
 
 
@@ -167,6 +179,7 @@ typedef struct rf__backend_ops {
 	/* Alignment of every slot's start (a power of two; 0 = RF__SLOT_ALIGN_DEFAULT): the slot stride is
 	 * slot_bytes rounded up to it. The slot memory itself must be at least this aligned. */
 	size_t slot_align;
+	int (*kresult)(void *ctx, unsigned slot, rf__kticket t); /* appended: keyed file copies */
 } rf__backend_ops;
 
 /* The backend called `name` ("auto": the first usable built-in) into *out: RF_OK, or RF_ENODEV (unknown,
@@ -210,6 +223,7 @@ int rf__be_ksync(const rf__backend_ops *be, void *ctx, rf__kticket t);
 int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream);
 int rf__be_kquiesce(const rf__backend_ops *be, void *ctx);
 unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx);
+int rf__be_kresult(const rf__backend_ops *be, void *ctx, unsigned slot, rf__kticket t);
 
 /* Host slot memory from the staging layer under the default policy ("auto"), ctx ignored: for
  * backends without a policy of their own (test backends). cpu and threads pass their pipeline's. */

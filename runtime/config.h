@@ -46,7 +46,7 @@ int rf__parse_wait(const char *s, long long *ns);
  * (malformed: RF_ECONFIG naming it); else the file's `wait`, already loaded into c; else auto (0). */
 int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *ns);
 
-/* Parse a cache handoff mode (backends/threads_copy.h): "auto" 0, "off" 1, "on" 2; -1 if malformed. */
+/* Parse a cache handoff mode (backends/threads_handoff.h): "auto" 0, "off" 1, "on" 2; -1 if malformed. */
 int rf__parse_handoff(const char *s);
 /* The threads backend's cache handoff mode: RINGFETCH_HANDOFF (env) wins over `handoff` (file) over
  * auto. RF_OK, or RF_ECONFIG naming the malformed variable or line. */

@@ -2,6 +2,7 @@
 #include "base/align.h"
 #include "base/alloc.h"
 #include "base/pool.h"
+#include "io/file.h"
 #include "runtime/engine.h"
 #include "runtime/keyed.h"
 #include "base/error.h"
@@ -77,6 +78,7 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	atomic_init(&e->state, RF__IDLE);
 	atomic_init(&e->cancel, 0);
 	e->forks = rf__fork_count();
+	rf__flight_init(&e->io, NULL, 0, NULL);
 	pthread_mutex_init(&e->stats_mu, NULL);
 	return RF_OK;
 fail_prog:
@@ -120,8 +122,22 @@ void rf__engine_describe_append(rf__engine *e, const char *fmt, ...)
 	atomic_store_explicit(&e->desc_cur, k + 1, memory_order_release);
 }
 
+int rf__engine_io(rf__engine *e, const char *who)
+{
+	if (atomic_load_explicit(&e->io.rd, memory_order_relaxed) != NULL)
+		return RF_OK;
+	/* Device rings are read through the backend's pinned staging, not by this thread. */
+	int host = !(e->be->caps & RF__CAP_DEVICE);
+	int rc = rf__flight_open(&e->io, host ? e->slots : NULL, host ? e->slots_len : 0);
+	if (rc != RF_OK)
+		return rf__err(rc, "%s: file reads: %s", who, rf__errmsg_peek());
+	rf__engine_describe_append(e, "; files: %s", e->io.why);
+	return RF_OK;
+}
+
 void rf__engine_fini(rf__engine *e)
 {
+	rf__flight_fini(&e->io);
 	pthread_mutex_destroy(&e->stats_mu);
 	free(e->trace_path);
 	rf__be_slots_free(e->be, e->ctx, e->slots, e->slots_len);
@@ -140,8 +156,37 @@ static int rf__aliases_ring(const rf__engine *e, const void *src, size_t n)
 	return s < hi && s + n > lo;
 }
 
+/* The file blocks of a run: held for its duration (rf_file_close is then RF_EBUSY), let go after it. */
+static void rf__unhold_files(size_t nblocks, const void *const *srcs, const size_t *sizes, size_t nfile);
+
+static int rf__hold_files(const char *who, size_t nblocks, const void *const *srcs, const size_t *sizes, size_t nfile)
+{
+	size_t held = 0;
+	for (size_t i = 0; i < nblocks && held < nfile; i++) {
+		rf__fsrc fs;
+		if (sizes[i] != 0 && rf__file_classify(who, "a block", srcs[i], sizes[i], 1, &fs) == 1)
+			held++;
+	}
+	if (held == nfile)
+		return RF_OK;
+	rf__unhold_files(nblocks, srcs, sizes, held);
+	return rf__err(RF_EINVAL, "%s: a block's file was closed while the run was starting", who);
+}
+
+static void rf__unhold_files(size_t nblocks, const void *const *srcs, const size_t *sizes, size_t nfile)
+{
+	for (size_t i = 0, n = 0; i < nblocks && n < nfile; i++) {
+		rf__fsrc fs;
+		if (sizes[i] != 0 && rf__file_classify("", "", srcs[i], sizes[i], 0, &fs) == 1) {
+			rf__file_unhold(fs.f);
+			n++;
+		}
+	}
+}
+
 static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
-			    const size_t *sizes, rf_compute_fn compute, uint64_t *bytes)
+			    const size_t *sizes, rf_compute_fn compute, uint64_t *bytes, size_t *nfile,
+			    uint64_t *file_bytes)
 {
 	if (srcs == NULL || sizes == NULL || compute == NULL)
 		return rf__err(RF_EINVAL, "%s: %s is NULL with nblocks %zu", who,
@@ -161,15 +206,25 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 			return rf__err(RF_EINVAL, "%s: block %zu's source lies in the pipeline's own ring (copy it out "
 						  "first: a slot is refilled while later blocks are copied)", who, i);
 		*bytes += sizes[i];
+		if (sizes[i] != 0 && rf__file_any()) {
+			rf__fsrc fs;
+			char what[48];
+			snprintf(what, sizeof what, "block %zu", i);
+			int rc = rf__file_classify(who, what, srcs[i], sizes[i], 0, &fs);
+			if (rc < 0)
+				return rc;
+			*nfile += (size_t)rc;
+			*file_bytes += rc ? sizes[i] : 0;
+		}
 	}
 	return RF_OK;
 }
 
 static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
-			   const size_t *sizes, rf_compute_fn compute, void *user)
+			   const size_t *sizes, rf_compute_fn compute, void *user, size_t nfile)
 {
 	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_stride, &e->cancel, 0, 0, NULL,
-		       NULL, 0};
+		       NULL, 0, nfile, nfile ? &e->io : NULL};
 	if (e->collect_stats) {
 		memset(e->qstats, 0, sizeof e->qstats);
 		run.stats = e->qstats;
@@ -211,10 +266,14 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 			       run.failed_block, run.failed_value);
 	case RF_ECANCELED:
 		return rf__err(RF_ECANCELED, "%s: run canceled", who);
+	case RF_EIO:
+		return rf__err(RF_EIO, "%s: %s", who, rf__errmsg_peek());
 	default:
 		return rf__err(rc, "%s: backend %s: %s", who, e->be->name, rf__errmsg_peek());
 	}
 }
+
+_Static_assert(RF_STATS_QUEUES == RF_MAX_QUEUES, "rf_stats reports every queue a program can have");
 
 /* Queue 0 computes (in a ring, and by convention); every copy anywhere counts as transfer. */
 static void rf__stats_summarise(rf__engine *e)
@@ -257,6 +316,7 @@ static void rf__stats_publish(rf__engine *e)
 	t->timed_runs = totals.timed_runs + (s->timed != 0);
 	t->total_exposed_ns = totals.total_exposed_ns + (s->timed ? s->exposed_ns : 0);
 	t->total_wait_ns = totals.total_wait_ns + wait;
+	t->total_file_bytes = totals.total_file_bytes + s->file_bytes;
 	pthread_mutex_unlock(&e->stats_mu);
 }
 
@@ -300,16 +360,23 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 {
 	if (nblocks == 0)
 		return RF_OK;
-	uint64_t bytes = 0;
-	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute, &bytes);
+	uint64_t bytes = 0, file_bytes = 0;
+	size_t nfile = 0;
+	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute, &bytes, &nfile, &file_bytes);
 	if (rc == RF_OK)
 		rc = rf__engine_forked(e, who);
 	if (rc == RF_OK)
 		rc = rf__engine_take(e, who, RF__RUNNING);
 	if (rc != RF_OK)
 		return rc;
+	if (nfile > 0 && ((rc = rf__engine_io(e, who)) != RF_OK ||
+			  (rc = rf__hold_files(who, nblocks, srcs, sizes, nfile)) != RF_OK)) {
+		atomic_store(&e->state, RF__IDLE);
+		return rc;
+	}
 	/* Holds are read only once the run is ours: a racing run's reset of the keyed cache cannot overlap. */
 	if (e->keyed != NULL && rf__keyed_held(e->keyed)) {
+		rf__unhold_files(nblocks, srcs, sizes, nfile);
 		atomic_store(&e->state, RF__IDLE);
 		return rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
 	}
@@ -318,7 +385,9 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	memset(&e->last, 0, sizeof e->last);
 	e->last.blocks = nblocks;
 	e->last.bytes = bytes;
-	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user);
+	e->last.file_bytes = file_bytes;
+	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile);
+	rf__unhold_files(nblocks, srcs, sizes, nfile);
 	if (e->collect_stats)
 		rf__stats_summarise(e);
 	rf__stats_publish(e);

@@ -4,6 +4,7 @@
 #define RF_RUNTIME_ENGINE_H
 
 #include "runtime/backend.h"
+#include "runtime/flight.h"
 #include "memory/staging.h"
 
 #include <pthread.h>
@@ -42,6 +43,9 @@ typedef struct rf__engine {
 	unsigned min_slots; /* allocate at least this many slots (set before init; 0 = the program's) */
 	unsigned nslots;    /* slots allocated (set by init) */
 	int64_t wait_spin_ns; /* the wait policy, passed to the backend (set before init; rf__open_args) */
+	/* The calling thread's reader for the file copies it makes itself (cpu backend, keyed demand
+	 * copies, depth 1 on threads): opened at the first file source. */
+	rf__flight io;
 	/* Keyed use (runtime/keyed.h), or NULL: a run refuses to start while it holds a block and empties
 	 * it before the run reuses the slots. */
 	struct rf__keyed *keyed;
@@ -97,6 +101,10 @@ void rf__engine_describe_append(rf__engine *e, const char *fmt, ...) __attribute
  * child of fork() with a backend whose threads stayed in the parent), nothing taken. */
 int rf__engine_keyed_begin(rf__engine *e, const char *who);
 void rf__engine_keyed_end(rf__engine *e);
+
+/* Open the calling thread's reader if it is not yet (the first file source); the describe line then
+ * says how files are read. RF_OK or RF_ENOMEM. The run thread or a keyed call. */
+int rf__engine_io(rf__engine *e, const char *who);
 
 /* Returns 1 if the owner may be freed now, 0 if a run or keyed call in progress will free it. */
 int rf__engine_destroy_begin(rf__engine *e);

@@ -14,6 +14,8 @@
 #include "runtime/keyed_cache.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "io/file.h"
+#include "runtime/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +23,8 @@
 
 /* ---- create / destroy ----------------------------------------------------------------------------- */
 
-int rf__keyed_create(const rf__backend_ops *be, void *ctx, unsigned char *slots, unsigned nslots,
-		     size_t slot_bytes, size_t slot_stride, int oracle, rf__keyed **out)
+int rf__keyed_create(struct rf__engine *eng, const rf__backend_ops *be, void *ctx, unsigned char *slots,
+		     unsigned nslots, size_t slot_bytes, size_t slot_stride, int oracle, rf__keyed **out)
 {
 	rf__keyed *k = rf__calloc(1, sizeof *k);
 	if (k == NULL)
@@ -30,7 +32,7 @@ int rf__keyed_create(const rf__backend_ops *be, void *ctx, unsigned char *slots,
 	unsigned cap = 2;
 	while (cap < 2 * nslots)
 		cap *= 2;
-	k->be = be, k->ctx = ctx, k->slots = slots, k->n = nslots;
+	k->eng = eng, k->be = be, k->ctx = ctx, k->slots = slots, k->n = nslots;
 	k->slot_bytes = slot_bytes, k->slot_stride = slot_stride;
 	k->mask = cap - 1;
 	k->nlanes = rf__be_klanes(be, ctx);
@@ -100,11 +102,15 @@ static int rf__koracle_acquire(const rf__keyed *k, unsigned slot, const void *sr
 
 /* ---- copies ----------------------------------------------------------------------------------------- */
 
+/* 1 when the slot's last copy finished, 0 while it runs, -1 when it finished but failed (a file read:
+ * the slot does not hold the key's bytes; the ticket is kept, so that every look says so). */
 static int rf__kdone(rf__keyed *k, rf__kslot *s)
 {
 	rf__kticket t = atomic_load_explicit(&s->ticket, memory_order_relaxed);
 	if (t != 0 && !rf__be_ktest(k->be, k->ctx, t))
 		return 0;
+	if (t != 0 && rf__be_kresult(k->be, k->ctx, (unsigned)(s - k->s), t) != RF_OK)
+		return -1;
 	atomic_store_explicit(&s->ticket, 0, memory_order_relaxed);
 	return 1;
 }
@@ -137,7 +143,7 @@ static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes
 	rf__kslot *s = &k->s[slot];
 	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
 	rf__kcopy req = {rf__klane(k, slot), slot, k->slots + (size_t)slot * k->slot_stride, src, bytes, demand,
-			 after, stream, &k->st[ST_BYTES]};
+			 after, stream, &k->st[ST_BYTES], &k->eng->io, k->slot_stride};
 	if ((rc = rf__be_kissue(k->be, k->ctx, &req, t)) != RF_OK)
 		return rc;
 	s->before = after;
@@ -245,7 +251,7 @@ static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const void *src
 
 /* ---- the calls -------------------------------------------------------------------------------------- */
 
-static int rf__kcheck(const rf__keyed *k, const char *who, const void *src, size_t bytes, unsigned flags)
+static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t bytes, unsigned flags)
 {
 	if (src == NULL)
 		return rf__err(RF_EINVAL, "%s: src is NULL", who);
@@ -258,7 +264,27 @@ static int rf__kcheck(const rf__keyed *k, const char *who, const void *src, size
 	uintptr_t s = (uintptr_t)src, lo = (uintptr_t)k->slots, hi = lo + (size_t)k->n * k->slot_stride;
 	if (!k->device && s < hi && s + bytes > lo)
 		return rf__err(RF_EINVAL, "%s: src lies in the pipeline's own ring (copy it out first)", who);
-	return RF_OK;
+	/* A file range must end inside its file; a file source needs this thread's reader. */
+	rf__fsrc fs;
+	int file = rf__file_classify(who, "src", src, bytes, 0, &fs);
+	if (file < 0)
+		return file;
+	return file ? rf__engine_io(k->eng, who) : RF_OK;
+}
+
+/* A slot whose last copy was a hint's file read that failed: its key leaves (a wasted hint), the slot is
+ * empty. Returns 1 when that happened. */
+static int rf__kfailed(rf__keyed *k, unsigned i)
+{
+	if (rf__kdone(k, &k->s[i]) >= 0)
+		return 0;
+	rf__klock(k);
+	rf__kforget(k, i);
+	rf__kempty_set(k, i, 1);
+	atomic_store_explicit(&k->s[i].ticket, 0, memory_order_relaxed);
+	k->s[i].before = 0;
+	rf__kunlock(k);
+	return 1;
 }
 
 static int rf__kbytes(const rf__keyed *k, const char *who, unsigned i, uint64_t key, size_t bytes)
@@ -276,6 +302,8 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	if (rc != RF_OK)
 		return rc;
 	unsigned i = rf__kfind(k, key);
+	if (i < k->n && k->s[i].refs == 0 && rf__kfailed(k, i))
+		i = k->n;
 	if (i < k->n) {
 		if ((rc = rf__kbytes(k, who, i, key, bytes)) != RF_OK)
 			return rc;
@@ -298,6 +326,8 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 		rc = rf__kissue(k, v, src, bytes, 0, NULL, key, &t);
 		if (rc == RF_OK)
 			state = RF__K_FILLED;
+		else if (rc == RF_EIO) /* a file read made on the spot failed: a wasted hint, the key absent */
+			goto failed_read;
 		else if (rc != RF_ENOSPC)
 			goto fail;
 	} else if (k->oracle && (rc = rf__koracle_copy(k, v, key)) != RF_OK) {
@@ -313,6 +343,15 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	if (state == RF__K_HELDBACK)
 		rf__khb_push(k, v);
 	rf__kst_add(k, ST_PRE, 1);
+	rf__kpump(k);
+	return RF_OK;
+failed_read: /* the slot was written: the victim cannot stay either */
+	rf__klock(k);
+	rf__kforget(k, v);
+	rf__kempty_set(k, v, 1);
+	rf__kunlock(k);
+	rf__kst_add(k, ST_PRE, 1);
+	rf__kst_add(k, ST_WASTE, 1);
 	rf__kpump(k);
 	return RF_OK;
 fail:
@@ -356,6 +395,8 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	if (stream != NULL && !k->device)
 		return rf__err(RF_EINVAL, "%s: stream must be NULL on backend %s", who, k->be->name);
 	unsigned i = rf__kfind(k, key);
+	if (i < k->n && k->s[i].refs == 0 && rf__kfailed(k, i))
+		i = k->n;
 	if (i < k->n && (rc = rf__kbytes(k, who, i, key, bytes)) != RF_OK)
 		return rc;
 	/* A hint whose copy has not started is overtaken (withdrawn, then copied by this acquire, as if it
@@ -369,6 +410,8 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		if (late && (rc = rf__be_kwait(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed),
 					       stream)) != RF_OK)
 			return rc;
+		if (late && s->refs == 0 && rf__kfailed(k, i)) /* the hint's read failed: copy it now */
+			return rf__keyed_acquire(k, key, src, bytes, stream, flags, out);
 		if ((rc = rf__koracle_acquire(k, i, src, bytes, key)) != RF_OK)
 			return rc;
 		rf__khold(k, i);
@@ -389,7 +432,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	    (rc = rf__be_kwait(k->be, k->ctx, t, stream)) == RF_OK)
 		rc = rf__koracle_acquire(k, v, src, bytes, key);
 	if (rc != RF_OK) {
-		if (withdrawn) {
+		if (withdrawn || rc == RF_EIO) { /* nothing will land, or a failed read wrote part of the slot */
 			rf__klock(k);
 			rf__kforget(k, v);
 			rf__kempty_set(k, v, 1);
@@ -461,6 +504,8 @@ int rf__keyed_evict(rf__keyed *k, uint64_t key)
 	unsigned i = rf__kfind(k, key);
 	if (i < k->n && k->s[i].refs > 0)
 		return rf__err(RF_EBUSY, "%s: key %llu is held", who, (unsigned long long)key);
+	if (i < k->n && rf__kfailed(k, i))
+		i = k->n;
 	int rc = RF_OK;
 	if (i < k->n && !rf__kwithdraw(k, i) && !rf__kdone(k, &k->s[i]))
 		rc = rf__be_ksync(k->be, k->ctx, atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed));
@@ -487,6 +532,8 @@ int rf__keyed_lookup(const rf__keyed *k, uint64_t key, rf_key_state *state, unsi
 		rf__kticket t = atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed);
 		st = k->s[i].state == RF__K_HELDBACK || (t != 0 && !rf__be_ktest(k->be, k->ctx, t)) ? RF_KEY_COPYING
 												  : RF_KEY_READY;
+		if (st == RF_KEY_READY && t != 0 && rf__be_kresult(k->be, k->ctx, i, t) != RF_OK)
+			st = RF_KEY_ABSENT; /* its file read failed: the next acquire copies it again */
 	}
 	rf__kunlock(k);
 	*state = st;

@@ -17,8 +17,9 @@ typedef struct rf__keyed rf__keyed;
  * apart (slot_bytes rounded up to the backend's slot alignment). oracle: check
  * every keyed copy and acquire (RINGFETCH_ORACLE=1; RAW by comparing the slot with src on host slots,
  * WAR by refusing a copy into a held slot), RF_EHAZARD on a violation. RF_OK or RF_ENOMEM. */
-int rf__keyed_create(const rf__backend_ops *be, void *ctx, unsigned char *slots, unsigned nslots,
-		     size_t slot_bytes, size_t slot_stride, int oracle, rf__keyed **out);
+struct rf__engine;
+int rf__keyed_create(struct rf__engine *eng, const rf__backend_ops *be, void *ctx, unsigned char *slots,
+		     unsigned nslots, size_t slot_bytes, size_t slot_stride, int oracle, rf__keyed **out);
 /* Wait for every keyed copy, drop every hold, free. NULL is a no-op. */
 void rf__keyed_destroy(rf__keyed *k);
 
@@ -38,6 +39,6 @@ int rf__keyed_lookup(const rf__keyed *k, uint64_t key, rf_key_state *state, unsi
 void rf__keyed_stats(const rf__keyed *k, rf_keyed_stats *out);
 
 /* Hint copies in flight per copy lane before further hints are held back. */
-#define RF__KEYED_HINTS_PER_LANE 2u
+#define RF__KEYED_HINTS_PER_LANE 8u
 
 #endif

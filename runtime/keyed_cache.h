@@ -33,6 +33,7 @@ typedef struct rf__kflight {
 } rf__kflight;
 
 struct rf__keyed {
+	struct rf__engine *eng; /* its reader for file sources (rf__engine_io) */
 	const rf__backend_ops *be;
 	void *ctx;
 	unsigned char *slots;

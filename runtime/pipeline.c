@@ -293,7 +293,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	p->eng.release = rf__pipeline_free;
 	p->eng.owner = p;
 	if (p->eng.be->kissue != NULL &&
-	    (rc = rf__keyed_create(p->eng.be, p->eng.ctx, p->eng.slots, p->eng.nslots, p->eng.slot_bytes,
+	    (rc = rf__keyed_create(&p->eng, p->eng.be, p->eng.ctx, p->eng.slots, p->eng.nslots, p->eng.slot_bytes,
 				   p->eng.slot_stride, r.cfg.oracle, &p->eng.keyed)) != RF_OK) {
 		rf__pipeline_free(p);
 		return rf__err(rc, "rf_pipeline_create: %s", rf__errmsg_peek());

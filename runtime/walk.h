@@ -9,6 +9,10 @@
 #include "runtime/backend.h"
 #include "runtime/trace.h"
 
+/* A copy handler's return when the copy has only started (a file read in flight): the backend records
+ * its trace slice and accounts it when it lands. */
+#define RF__WALK_ASYNC 1
+
 typedef struct rf__walk_ops {
 	int (*copy)(void *c, rf__run *run, unsigned queue, size_t block, unsigned slot);
 	int (*compute)(void *c, rf__run *run, unsigned queue, size_t block, unsigned slot);
@@ -64,8 +68,13 @@ static inline int rf__walk(rf__run *run, int queue, const rf__walk_ops *h, void 
 				if (RF__TEST_HOOK(before_copy) != NULL && !run->lookahead)
 					RF__TEST_HOOK(before_copy)((size_t)b);
 				rc = h->copy(c, run, o->queue, (size_t)b, slot);
-				if (timed && rc != RF_ECANCELED) /* canceled: the copy never ran */
+				if (rc == RF__WALK_ASYNC) {
+					rc = 0;
+					if (run->stats)
+						run->stats[o->queue].copies++;
+				} else if (timed && rc != RF_ECANCELED) { /* canceled: the copy never ran */
 					rf__walk_timed(run, o, b, slot, t0, s0);
+				}
 				break;
 			}
 			case RF_OP_COMPUTE: {

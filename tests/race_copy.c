@@ -1,5 +1,5 @@
 /*
- * tests/race_copy.c — stress of the threads backend's cooperative copy (backends/threads_copy.h,
+ * tests/race_copy.c — stress of the threads backend's cooperative copy (base/piece.h,
  * ), a plain program so that it also runs under ThreadSanitizer:
  *  1. the piece copier alone: a worker copies jobs while two helpers take pieces of the same jobs; after
  *     each job's signal the consumer checks every byte (RAW), then releases the buffer for the next
@@ -12,7 +12,7 @@
  */
 #include "ringfetch.h"
 #include "base/test_hooks.h"
-#include "backends/threads_copy.h"
+#include "base/piece.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -38,11 +38,11 @@ static unsigned char pat(size_t block, size_t i)
 #define MAXN (300u << 10)
 
 typedef struct bench {
-	rf__tc_job job;
+	rf__piece_job job;
 	unsigned char *dst;
 	unsigned char *src[2];
 	size_t sizes[JOBS];
-	_Atomic long long value;  /* jobs copied (the worker's signal) */
+	_Atomic int64_t value;  /* jobs copied (the worker's signal) */
 	_Atomic long long consumed; /* jobs checked (the consumer's signal: the buffer may be rewritten) */
 	atomic_uint helped;
 	atomic_int failed;
@@ -54,7 +54,7 @@ static void *worker(void *arg)
 	for (size_t k = 0; k < JOBS; k++) {
 		while (atomic_load(&b->consumed) < (long long)k) /* WAR */
 			sched_yield();
-		rf__tc_copy(&b->job, b->dst, b->src[k % 2], b->sizes[k], k, (int)(k % 3 == 0));
+		rf__piece_copy(&b->job, b->dst, b->src[k % 2], b->sizes[k], k, (int)(k % 3 == 0));
 		atomic_store(&b->value, (long long)k + 1);
 	}
 	return NULL;
@@ -65,7 +65,7 @@ static void *helper(void *arg)
 	bench *b = arg;
 	for (size_t k = 0; k < JOBS; k++)
 		while (atomic_load(&b->value) < (long long)k + 1 && !atomic_load(&b->failed)) {
-			atomic_fetch_add(&b->helped, rf__tc_help(&b->job, k, &b->value, (long long)k + 1));
+			atomic_fetch_add(&b->helped, rf__piece_help(&b->job, k, &b->value, (long long)k + 1));
 			sched_yield();
 		}
 	return NULL;
@@ -92,14 +92,14 @@ static int piece_stress(unsigned long long seed)
 	}
 	for (size_t k = 0; k < JOBS; k++)
 		b->sizes[k] = rnd(&seed, 4) ? 32768 + rnd(&seed, MAXN - 32768) : rnd(&seed, MAXN);
-	rf__tc_job_init(&b->job);
+	rf__piece_init(&b->job);
 	pthread_t w, h[2];
 	pthread_create(&w, NULL, worker, b);
 	for (int i = 0; i < 2; i++)
 		pthread_create(&h[i], NULL, helper, b);
 	for (size_t k = 0; k < JOBS; k++) {
 		while (atomic_load(&b->value) < (long long)k + 1) { /* RAW */
-			atomic_fetch_add(&b->helped, rf__tc_help(&b->job, k, &b->value, (long long)k + 1));
+			atomic_fetch_add(&b->helped, rf__piece_help(&b->job, k, &b->value, (long long)k + 1));
 			sched_yield();
 		}
 		memset(b->dst + b->sizes[k], 0, MAXN - b->sizes[k]);

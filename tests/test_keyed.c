@@ -532,6 +532,33 @@ Test(keyed, wait_policy_settings)
 	unlink(path);
 }
 
+/* A spinning wait policy spins after work, never right after create: an idle new pipeline costs no CPU
+ * (it used to burn its lanes' whole budget — 2 s of CPU per 2 s idle at spin:10000000). */
+static double cpu_seconds(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+Test(keyed, idle_pipeline_does_not_spin_after_create)
+{
+	rf_pipeline_params pp = {0};
+	pp.depth = 3;
+	pp.slot_bytes = 64;
+	pp.copy_queues = 2;
+	pp.backend = test_backend();
+	pp.wait = "spin:10000000";
+	rf_pipeline *p;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	double c0 = cpu_seconds();
+	struct timespec d = {0, 300 * 1000000};
+	nanosleep(&d, NULL);
+	double used = cpu_seconds() - c0;
+	rf_pipeline_destroy(p);
+	cr_assert_lt(used, 0.05, "%.3f s of CPU in 0.3 s idle", used);
+}
+
 /* ---- hints on threads: held back, overtaken, late, withdrawn (a gate holds the lane worker) -------- */
 
 static void nap_us(long us)
@@ -712,5 +739,137 @@ Test(keyed, idle_pipeline_burns_no_cpu)
 	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &b);
 	long long ns = (b.tv_sec - a.tv_sec) * 1000000000LL + (b.tv_nsec - a.tv_nsec);
 	cr_assert_lt(ns, 30000000LL, "%lld ns of CPU in 300 ms of idleness", ns);
+	rf_pipeline_destroy(p);
+}
+
+/* ---- exclusion between runs and keyed calls, from two threads ----------------------------------- */
+
+/* Thread A acquires and checks large keys while thread B runs the same pipeline: each call returns
+ * RF_OK or RF_EBUSY, and a held slot always holds its own key's bytes (a run that started while an
+ * acquire copied used to overwrite it). */
+#define RACE_BYTES (1u << 20)
+static unsigned char g_race_a[RACE_BYTES], g_race_b[4][RACE_BYTES];
+static atomic_int g_race_stop, g_race_runs;
+
+typedef struct race_arg {
+	rf_pipeline *p;
+	long ok, busy, wrong, other;
+} race_arg;
+
+static int nop_compute(void *u, const rf_block *b)
+{
+	(void)u;
+	(void)b;
+	return 0;
+}
+
+static void *race_runner(void *arg)
+{
+	race_arg *a = arg;
+	const void *srcs[4] = {g_race_b[0], g_race_b[1], g_race_b[2], g_race_b[3]};
+	size_t sizes[4] = {RACE_BYTES, RACE_BYTES, RACE_BYTES, RACE_BYTES};
+	while (!atomic_load(&g_race_stop)) {
+		int rc = rf_pipeline_run(a->p, 4, srcs, sizes, nop_compute, NULL);
+		a->ok += rc == RF_OK;
+		atomic_fetch_add(&g_race_runs, rc == RF_OK);
+		a->busy += rc == RF_EBUSY;
+		a->other += rc != RF_OK && rc != RF_EBUSY;
+	}
+	return NULL;
+}
+
+Test(keyed, a_run_meeting_a_keyed_call_is_refused)
+{
+	memset(g_race_a, 0xa5, sizeof g_race_a);
+	for (int i = 0; i < 4; i++)
+		memset(g_race_b[i], 0x10 + i, sizeof g_race_b[i]);
+	rf_pipeline_params pp = {0};
+	pp.depth = 4;
+	pp.slot_bytes = RACE_BYTES;
+	pp.backend = test_backend();
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	race_arg b = {p, 0, 0, 0, 0}, a = {p, 0, 0, 0, 0};
+	atomic_store(&g_race_stop, 0);
+	atomic_store(&g_race_runs, 0);
+	pthread_t th;
+	pthread_create(&th, NULL, race_runner, &b);
+	time_t t0 = time(NULL);
+	for (int i = 0; (a.ok < 200 || atomic_load(&g_race_runs) < 20) && time(NULL) - t0 < 20; i++) {
+		rf_block blk;
+		int rc = rf_pipeline_acquire(p, (uint64_t)i, g_race_a, RACE_BYTES, NULL, 0, &blk);
+		if (rc == RF_EBUSY) {
+			a.busy++;
+			nap_us(20);
+			continue;
+		}
+		if (rc != RF_OK) {
+			a.other++;
+			continue;
+		}
+		a.ok++;
+		a.wrong += memcmp(blk.data, g_race_a, RACE_BYTES) != 0;
+		while ((rc = rf_pipeline_release(p, &blk)) == RF_EBUSY)
+			;
+		a.other += rc != RF_OK;
+		(void)rf_pipeline_evict(p, (uint64_t)i);
+	}
+	atomic_store(&g_race_stop, 1);
+	pthread_join(th, NULL);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(a.wrong, 0, "%ld of %ld held slots held the run's bytes", a.wrong, a.ok);
+	cr_assert_eq(a.other + b.other, 0, "calls failed with codes other than RF_EBUSY");
+	cr_assert(a.ok > 0 && b.ok > 0, "both sides got through sometimes (acquires %ld, runs %ld)", a.ok, b.ok);
+}
+
+/* bytes_copied read from another thread never goes down, whatever the hints do (withdrawn, overtaken). */
+static atomic_int g_mono_stop;
+static void *mono_watch(void *arg)
+{
+	rf_pipeline *p = arg;
+	uint64_t last = 0, *bad = calloc(1, sizeof *bad);
+	while (!atomic_load(&g_mono_stop)) {
+		rf_keyed_stats s;
+		rf_pipeline_keyed_stats(p, &s);
+		*bad += s.bytes_copied < last;
+		last = s.bytes_copied;
+	}
+	return bad;
+}
+
+Test(keyed, stats_never_go_down)
+{
+	rf_pipeline *p = mk(4);
+	atomic_store(&g_mono_stop, 0);
+	pthread_t th;
+	pthread_create(&th, NULL, mono_watch, p);
+	for (int i = 0; i < 20000; i++) {
+		uint64_t k = (uint64_t)i % NKEYS;
+		(void)rf_pipeline_prefetch(p, k, g_src[k], 42 + k, 0);
+		(void)rf_pipeline_prefetch(p, (k + 1) % NKEYS, g_src[(k + 1) % NKEYS], 42 + (k + 1) % NKEYS, 0);
+		rf_block b;
+		if (rf_pipeline_acquire(p, k, g_src[k], 42 + k, NULL, 0, &b) == RF_OK)
+			rf_pipeline_release(p, &b);
+		if (i % 7 == 0)
+			rf_pipeline_evict(p, (k + 1) % NKEYS);
+	}
+	atomic_store(&g_mono_stop, 1);
+	uint64_t *bad;
+	pthread_join(th, (void **)&bad);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(*bad, 0, "bytes_copied went down %llu times", (unsigned long long)*bad);
+	free(bad);
+}
+
+Test(keyed, a_source_inside_the_ring_is_refused)
+{
+	rf_pipeline *p = mk(4);
+	rf_block b = acq(p, 1, 100);
+	rf_block c;
+	const unsigned char *in = b.data;
+	cr_assert_eq(rf_pipeline_acquire(p, 2, in + 10, 50, NULL, 0, &c), RF_EINVAL);
+	cr_assert(strstr(rf_errmsg(), "ring") != NULL, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_prefetch(p, 3, in, 10, 0), RF_EINVAL);
+	rel(p, &b);
 	rf_pipeline_destroy(p);
 }

@@ -1,5 +1,5 @@
 /*
- * tests/test_threads_copy.c — the threads backend's copy path (backends/threads_copy.h): the
+ * tests/test_threads_copy.c — the threads backend's copy path (base/piece.h): the
  * cache handoff's decision rule on synthetic samples (no wall-clock assertion anywhere), the piece
  * sizes of the cooperative copier, the handoff's configuration (RINGFETCH_HANDOFF, key `handoff`) and
  * what rf_pipeline_describe says. White-box (static library); each test runs in its own process.
@@ -7,7 +7,8 @@
 #include <criterion/criterion.h>
 
 #include "ringfetch.h"
-#include "backends/threads_copy.h"
+#include "base/piece.h"
+#include "backends/threads_handoff.h"
 #include "base/test_hooks.h"
 #include "runtime/config.h"
 
@@ -64,36 +65,36 @@ Test(threads_copy, decide_uses_medians_not_outliers)
 
 Test(threads_copy, pieces)
 {
-	cr_assert_eq(rf__tc_piece(0), 0);
-	cr_assert_eq(rf__tc_piece(1024), 0);
-	cr_assert_eq(rf__tc_piece((32 << 10) - 1), 0, "under two minimum pieces: copied whole");
+	cr_assert_eq(rf__piece_size(0), 0);
+	cr_assert_eq(rf__piece_size(1024), 0);
+	cr_assert_eq(rf__piece_size((32 << 10) - 1), 0, "under two minimum pieces: copied whole");
 	size_t sizes[] = {32 << 10, 64 << 10, 100000, 1 << 20, 4 << 20, (size_t)3 << 30, (size_t)1 << 40};
 	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-		size_t n = sizes[i], p = rf__tc_piece(n);
+		size_t n = sizes[i], p = rf__piece_size(n);
 		cr_assert(p >= 16 << 10 && p % 4096 == 0, "n=%zu piece=%zu", n, p);
 		cr_assert((n + p - 1) / p <= 4096, "n=%zu: %zu pieces", n, (n + p - 1) / p);
 		cr_assert((n + p - 1) / p >= 2, "n=%zu", n);
 	}
-	cr_assert_eq(rf__tc_piece(1 << 20), 64 << 10, "1 MiB: 16 pieces");
+	cr_assert_eq(rf__piece_size(1 << 20), 64 << 10, "1 MiB: 16 pieces");
 }
 
 /* A job copied by the worker's side alone (no helper) is an exact copy, whatever the size. */
 Test(threads_copy, single_thread_copy_is_exact)
 {
 	size_t sizes[] = {1, 4095, 32 << 10, (32 << 10) + 1, 100003, 1 << 20};
-	rf__tc_job j;
-	rf__tc_job_init(&j);
+	rf__piece_job j;
+	rf__piece_init(&j);
 	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
 		size_t n = sizes[i];
 		unsigned char *src = malloc(n), *dst = calloc(1, n + 1);
 		for (size_t k = 0; k < n; k++)
 			src[k] = (unsigned char)(k * 7 + i);
 		dst[n] = 0xee;
-		rf__tc_copy(&j, dst, src, n, i, (int)(i % 2));
+		rf__piece_copy(&j, dst, src, n, i, (int)(i % 2));
 		cr_assert(memcmp(dst, src, n) == 0, "n=%zu", n);
 		cr_assert_eq(dst[n], 0xee, "wrote past the end");
-		_Atomic long long v = 0;
-		cr_assert_eq(rf__tc_help(&j, i, &v, 1), 0, "a finished job has nothing left to help with");
+		_Atomic int64_t v = 0;
+		cr_assert_eq(rf__piece_help(&j, i, &v, 1), 0, "a finished job has nothing left to help with");
 		free(src);
 		free(dst);
 	}
@@ -112,17 +113,17 @@ static void hold(int where)
 }
 
 typedef struct job_arg {
-	rf__tc_job *j;
+	rf__piece_job *j;
 	unsigned char *dst;
 	const unsigned char *src;
 	size_t n;
-	_Atomic long long value;
+	_Atomic int64_t value;
 } job_arg;
 
 static void *copier(void *p)
 {
 	job_arg *a = p;
-	rf__tc_copy(a->j, a->dst, a->src, a->n, 7, 0);
+	rf__piece_copy(a->j, a->dst, a->src, a->n, 7, 0);
 	atomic_store(&a->value, 1);
 	return NULL;
 }
@@ -133,16 +134,16 @@ Test(threads_copy, waiter_takes_the_pieces_of_its_copy)
 	unsigned char *src = malloc(n), *dst = calloc(1, n);
 	for (size_t k = 0; k < n; k++)
 		src[k] = (unsigned char)(k * 13);
-	rf__tc_job j;
-	rf__tc_job_init(&j);
+	rf__piece_job j;
+	rf__piece_init(&j);
 	job_arg a = {&j, dst, src, n, 0};
 	rf__test_hooks.piece_copy = hold;
 	pthread_t tid;
 	cr_assert_eq(pthread_create(&tid, NULL, copier, &a), 0);
 	while (!atomic_load(&g_published))
 		sched_yield();
-	cr_assert_eq(rf__tc_help(&j, 8, &a.value, 1), 0, "another block's copy: not helped");
-	cr_assert_eq(rf__tc_help(&j, 7, &a.value, 1), n / rf__tc_piece(n), "every piece taken by the waiter");
+	cr_assert_eq(rf__piece_help(&j, 8, &a.value, 1), 0, "another block's copy: not helped");
+	cr_assert_eq(rf__piece_help(&j, 7, &a.value, 1), n / rf__piece_size(n), "every piece taken by the waiter");
 	atomic_store(&g_release, 1);
 	pthread_join(tid, NULL);
 	rf__test_hooks.piece_copy = NULL;

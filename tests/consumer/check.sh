@@ -76,7 +76,7 @@ if [ "$cuda" = 1 ]; then
 else
 	check "ringfetch::ringfetch carries no link dependencies" "! grep -q INTERFACE_LINK_LIBRARIES '$pkgdir/ringfetchTargets.cmake'"
 fi
-for v in "0.1:compatible" "$ver:compatible" "$major:compatible" "$((major + 1)).0:incompatible"; do
+for v in "0.1:incompatible" "1.0:compatible" "$ver:compatible" "$major:compatible" "$((major + 1)).0:incompatible"; do
 	got=$("$cmake_bin" -DFILE="$pkgdir/ringfetchConfigVersion.cmake" -DWANT="${v%%:*}" -P "$here/version_check.cmake" 2>&1)
 	check "find_package(ringfetch ${v%%:*}) is ${v#*:} with $ver (got '$got')" "[ '$got' = '${v#*:}' ]"
 done

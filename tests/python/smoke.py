@@ -51,11 +51,13 @@ class Stats(ctypes.Structure):  # rf_stats
         ("wall_ns", ctypes.c_uint64),
         ("timed", ctypes.c_int),
         ("nqueues", ctypes.c_uint),
-        ("queue", QueueStats * 8),
+        ("queue", QueueStats * 64),
         ("copy_ns", ctypes.c_uint64),
         ("exposed_ns", ctypes.c_uint64),
         ("overlap_efficiency", ctypes.c_double),
-    ]
+    ] + [(n, ctypes.c_uint64) for n in (
+        "runs", "total_blocks", "total_bytes", "total_wall_ns", "timed_runs", "total_exposed_ns",
+        "total_wait_ns", "file_bytes", "total_file_bytes")] + [("reserved", ctypes.c_uint64 * 14)]
 
 
 COMPUTE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(Block))

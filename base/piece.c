@@ -1,18 +1,18 @@
-/* backends/threads_copy.c — the cooperative piece copier (see threads_copy.h). */
+/* base/piece.c — the piece copier (base/piece.h). */
 #include "base/pause.h"
 #include "base/test_hooks.h"
-#include "backends/threads_copy.h"
+#include "base/piece.h"
 
 #include <sched.h>
 #include <string.h>
 
-#define RF__TC_MIN_PIECE ((size_t)16 << 10)
-#define RF__TC_MAX_PIECES 4096u /* fits the 16-bit fields of rf__tc_job.state */
+#define RF__PIECE_MIN_PIECE ((size_t)16 << 10)
+#define RF__PIECE_MAX_PIECES 4096u /* fits the 16-bit fields of rf__piece_job.state */
 /* How long a waiter looks for the job it could help (pauses, restarted after each piece) before it
  * falls back to the backend's plain wait: the order of the backend's own pause phase. */
-#define RF__TC_HELP_PAUSES 256u
+#define RF__PIECE_HELP_PAUSES 256u
 
-void rf__tc_job_init(rf__tc_job *j)
+void rf__piece_init(rf__piece_job *j)
 {
 	atomic_init(&j->state, 0);
 	atomic_init(&j->done, 0);
@@ -26,21 +26,21 @@ void rf__tc_job_init(rf__tc_job *j)
  * copying), and about 16 pieces per copy so that the last piece, which one thread copies alone, is a
  * small part of the whole. Multiples of 4 KiB: pieces never share a page or a cache line. Not tuned by
  * timing: these are the orders of magnitude that make the scheme's own overhead negligible. */
-size_t rf__tc_piece(size_t n)
+size_t rf__piece_size(size_t n)
 {
-	if (n < 2 * RF__TC_MIN_PIECE)
+	if (n < 2 * RF__PIECE_MIN_PIECE)
 		return 0;
 	size_t p = (n / 16 + 4095) & ~(size_t)4095;
-	if (p < RF__TC_MIN_PIECE)
-		p = RF__TC_MIN_PIECE;
-	while ((n + p - 1) / p > RF__TC_MAX_PIECES)
+	if (p < RF__PIECE_MIN_PIECE)
+		p = RF__PIECE_MIN_PIECE;
+	while ((n + p - 1) / p > RF__PIECE_MAX_PIECES)
 		p *= 2;
 	return p;
 }
 
 /* Push the lines of [p, p+n) from this core's caches to the shared cache (CLDEMOTE, a hint encoded in
  * the NOP space: a CPU without it ignores it). */
-static void rf__tc_demote(const unsigned char *p, size_t n)
+static void rf__piece_demote(const unsigned char *p, size_t n)
 {
 #if defined(__x86_64__)
 	for (size_t i = 0; i < n; i += 64)
@@ -53,7 +53,7 @@ static void rf__tc_demote(const unsigned char *p, size_t n)
 /* Take the next piece of the current generation, if any. The CAS fails when another thread took a
  * piece or the worker published a new generation; an acquire CAS that succeeds reads the value of the
  * release sequence headed by the worker's publishing store, so the job's fields are visible. */
-static int rf__tc_claim(rf__tc_job *j, unsigned *piece)
+static int rf__piece_claim(rf__piece_job *j, unsigned *piece)
 {
 	uint64_t s = atomic_load_explicit(&j->state, memory_order_acquire);
 	for (;;) {
@@ -68,23 +68,23 @@ static int rf__tc_claim(rf__tc_job *j, unsigned *piece)
 	}
 }
 
-static void rf__tc_do_piece(rf__tc_job *j, unsigned i, int demote)
+static void rf__piece_do_piece(rf__piece_job *j, unsigned i, int demote)
 {
 	size_t o = (size_t)i * j->piece, k = j->n - o < j->piece ? j->n - o : j->piece;
 	memcpy(j->dst + o, j->src + o, k);
 	if (demote)
-		rf__tc_demote(j->dst + o, k);
+		rf__piece_demote(j->dst + o, k);
 	/* release: the piece's bytes happen before the worker sees it done (and so before its signal) */
 	atomic_fetch_add_explicit(&j->done, 1, memory_order_release);
 }
 
-void rf__tc_copy(rf__tc_job *j, unsigned char *dst, const unsigned char *src, size_t n, size_t block, int demote)
+void rf__piece_copy(rf__piece_job *j, unsigned char *dst, const unsigned char *src, size_t n, size_t block, int demote)
 {
-	size_t piece = rf__tc_piece(n);
+	size_t piece = rf__piece_size(n);
 	if (piece == 0) {
 		memcpy(dst, src, n);
 		if (demote)
-			rf__tc_demote(dst, n);
+			rf__piece_demote(dst, n);
 		return;
 	}
 	unsigned count = (unsigned)((n + piece - 1) / piece);
@@ -101,8 +101,8 @@ void rf__tc_copy(rf__tc_job *j, unsigned char *dst, const unsigned char *src, si
 	if (RF__TEST_HOOK(piece_copy) != NULL)
 		RF__TEST_HOOK(piece_copy)(0);
 	unsigned i;
-	while (rf__tc_claim(j, &i))
-		rf__tc_do_piece(j, i, demote);
+	while (rf__piece_claim(j, &i))
+		rf__piece_do_piece(j, i, demote);
 	/* Helpers finish the pieces they took: at most one piece each, a few microseconds. */
 	for (unsigned spins = 0; atomic_load_explicit(&j->done, memory_order_acquire) < count; spins++) {
 		if (spins < 4096)
@@ -113,22 +113,22 @@ void rf__tc_copy(rf__tc_job *j, unsigned char *dst, const unsigned char *src, si
 	atomic_store_explicit(&j->block, SIZE_MAX, memory_order_relaxed);
 }
 
-unsigned rf__tc_help(rf__tc_job *j, size_t block, const _Atomic long long *value, int64_t v)
+unsigned rf__piece_help(rf__piece_job *j, size_t block, const _Atomic int64_t *value, int64_t v)
 {
 	unsigned helped = 0, i;
 	/* Spin a little for the job of `block` to appear (in a copy-bound ring the caller arrives just as
 	 * the worker starts it); then take pieces until none is left. Only that copy: helping a later
 	 * block would delay this waiter's own next step (in a ring, the compute of `block`). */
-	for (unsigned spins = 0; spins < RF__TC_HELP_PAUSES; spins++) {
+	for (unsigned spins = 0; spins < RF__PIECE_HELP_PAUSES; spins++) {
 		if (atomic_load_explicit(value, memory_order_acquire) >= v)
 			break;
 		/* acquire: pairs with the release store of the hint, after the job's state is published */
 		if (atomic_load_explicit(&j->block, memory_order_acquire) == block) {
-			if (!rf__tc_claim(j, &i))
+			if (!rf__piece_claim(j, &i))
 				break; /* every piece is taken: the worker signals once they are done */
 			if (RF__TEST_HOOK(piece_copy) != NULL)
 				RF__TEST_HOOK(piece_copy)(1);
-			rf__tc_do_piece(j, i, 0); /* the helper is the reader: its pieces stay in its own cache */
+			rf__piece_do_piece(j, i, 0); /* the helper is the reader: its pieces stay in its own cache */
 			helped++;
 			spins = 0;
 			continue;

@@ -1,0 +1,721 @@
+/* io/reader.c — the reads of file copies (io/reader.h).
+ *
+ * A copy is a window of the file (its range, or the range widened to the O_DIRECT alignment) cut into
+ * pieces; a piece is one read. Copies whose pieces are not all issued wait in a FIFO (the pending
+ * list); whenever a read finishes, the next piece of the oldest pending copy takes its place, so the
+ * device always sees up to RF__RD_QD reads and the copies finish roughly in start order. Every piece
+ * goes through one issue function: with io_uring it becomes a submission, with pread it is read on the
+ * spot and completed at once, so the completion logic (short reads, errors, the move, the timing) is
+ * one code path for both.
+ *
+ * All the memory is allocated by create: the copies, the pieces, the FIFOs, the error sentence. */
+#define _GNU_SOURCE /* O_DIRECT reads, strerror_r's GNU form is not used: strerror is enough here */
+#include "io/reader.h"
+#include "base/alloc.h"
+#include "base/error.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef RF_HAVE_LIBURING
+#include <liburing.h>
+#endif
+
+#define RD_NONE UINT32_MAX
+#define RD_BELL UINT64_MAX /* user_data of the doorbell's poll */
+#define RD_SQ_ENTRIES 64u  /* the reads in flight, the doorbell, and room to spare */
+
+typedef struct rd_copy {
+	uint64_t tag;
+	rf_file *f;
+	unsigned char *dst; /* the window's first byte lands here */
+	uint64_t win_off;   /* file offset of the window */
+	size_t win_len;     /* bytes of the window */
+	uint64_t end;       /* file offset just past the range: what must arrive */
+	size_t n, shift, piece, next; /* next: window bytes issued so far */
+	unsigned out;                 /* pieces in flight */
+	unsigned prev, nextc;         /* the pending list */
+	int rc;
+	unsigned char direct, move, timed, pending;
+	unsigned cls, method;
+	double t0;
+	/* the first failure, put into words when poll hands the copy back */
+	int err_no;           /* errno of a failed read, or 0 for a short one */
+	uint64_t err_off;     /* its offset */
+	uint64_t err_size;    /* short: the file's size then (UINT64_MAX: unknown) */
+	size_t err_len, err_got;
+} rd_copy;
+
+typedef struct rd_piece {
+	unsigned copy;
+	uint64_t off;
+	size_t len;
+	unsigned char *dst;
+} rd_piece;
+
+struct rf__reader {
+	unsigned max_copies;
+	int bell_fd;
+	int uring;       /* reads go through the ring */
+	int ring_open;   /* the ring exists (it may outlive uring after a failure, for reads it owes) */
+	int bell_armed;  /* a poll of bell_fd is in the ring */
+	int bell_dead;   /* polling it failed: wait no longer counts on it */
+	int bell_rang;   /* reaped a ring of the doorbell that no wait has returned for yet */
+	char why[160];   /* why pread: io_uring refused, or failed */
+	char err[512];   /* the last RF_EIO */
+	void *reg_base;  /* the registered region, when registered */
+	size_t reg_len;
+	int reg_tried;
+	char reg_why[96];
+	size_t last_align, last_mem_align, last_piece;
+	int last_direct_ok, any_file;
+	rd_copy *copies;
+	unsigned *free_copies, nfree_copies;
+	unsigned pend_head, pend_tail;
+	unsigned *done, done_head, ndone; /* FIFO of finished copies, max_copies long */
+	unsigned inflight;                /* copies started, not yet handed back */
+	rd_piece pieces[RF__RD_QD];
+	unsigned free_pieces[RF__RD_QD], nfree_pieces;
+	rf__rd_samples samples[RF__RD_CLASSES];
+	rf__reader_counters cnt;
+#ifdef RF_HAVE_LIBURING
+	struct io_uring ring;
+#endif
+};
+
+/* ---- the pure parts --------------------------------------------------------------------------------- */
+
+static float rd_median(const float *v, unsigned n)
+{
+	float s[RF__RD_PROBES];
+	memcpy(s, v, n * sizeof *s);
+	for (unsigned i = 1; i < n; i++) /* insertion sort: n <= RF__RD_PROBES */
+		for (unsigned j = i; j > 0 && s[j - 1] > s[j]; j--) {
+			float t = s[j];
+			s[j] = s[j - 1];
+			s[j - 1] = t;
+		}
+	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+}
+
+int rf__reader_rule_decided(const rf__rd_samples *s)
+{
+	return s->n[RF__RD_MOVE] >= RF__RD_PROBES && s->n[RF__RD_BUFFERED] >= RF__RD_PROBES;
+}
+
+int rf__reader_rule(const rf__rd_samples *s)
+{
+	if (!rf__reader_rule_decided(s))
+		return s->n[RF__RD_BUFFERED] < s->n[RF__RD_MOVE] ? RF__RD_BUFFERED : RF__RD_MOVE;
+	float mv = rd_median(s->ns_per_byte[RF__RD_MOVE], RF__RD_PROBES);
+	float bf = rd_median(s->ns_per_byte[RF__RD_BUFFERED], RF__RD_PROBES);
+	return bf < mv ? RF__RD_BUFFERED : RF__RD_MOVE;
+}
+
+unsigned rf__reader_class(size_t n)
+{
+	unsigned c = 0;
+	for (size_t lim = 4096; n > lim && c + 1 < RF__RD_CLASSES; lim <<= 1)
+		c++;
+	return c;
+}
+
+size_t rf__reader_piece(size_t n, size_t align, size_t io_max)
+{
+	size_t hi = io_max ? io_max : RF__RD_PIECE_UNKNOWN;
+	hi = hi > RF__RD_PIECE_MAX ? RF__RD_PIECE_MAX : hi;
+	hi = hi / align * align;
+	hi = hi < align ? align : hi;
+	size_t p = (n + RF__RD_SPLIT - 1) / RF__RD_SPLIT;
+	p = p < RF__RD_MIN_PIECE ? RF__RD_MIN_PIECE : p;
+	p = (p + align - 1) / align * align;
+	return p > hi ? hi : p;
+}
+
+/* ---- create / destroy ------------------------------------------------------------------------------- */
+
+static double rd_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+#ifdef RF_HAVE_LIBURING
+/* Set up the ring, or say in r->why why not (the reader then reads with pread). */
+static void rd_uring_init(rf__reader *r)
+{
+	int rc = io_uring_queue_init(RD_SQ_ENTRIES, &r->ring, 0);
+	if (rc < 0) {
+		snprintf(r->why, sizeof r->why, "io_uring refused: io_uring_setup: %s", strerror(-rc));
+		return;
+	}
+	/* A kernel with io_uring but without the read opcodes (before 5.6) is as good as none. */
+	struct io_uring_probe *p = io_uring_get_probe_ring(&r->ring);
+	int ok = p != NULL && io_uring_opcode_supported(p, IORING_OP_READ) &&
+		 io_uring_opcode_supported(p, IORING_OP_READ_FIXED) && io_uring_opcode_supported(p, IORING_OP_POLL_ADD);
+	if (p != NULL)
+		io_uring_free_probe(p);
+	if (!ok) {
+		io_uring_queue_exit(&r->ring);
+		snprintf(r->why, sizeof r->why, "io_uring refused: %s",
+			 p == NULL ? "the opcode probe failed" : "no IORING_OP_READ on this kernel");
+		return;
+	}
+	r->uring = 1;
+	r->ring_open = 1;
+}
+#endif
+
+int rf__reader_create(unsigned max_copies, int bell_fd, rf__reader **out)
+{
+	if (out == NULL || max_copies == 0 || max_copies > 4096)
+		return rf__err(RF_EINVAL, "rf__reader_create: %s", out == NULL ? "out is NULL" : "max_copies not in 1..4096");
+	rf__reader *r = rf__calloc(1, sizeof *r);
+	if (r == NULL)
+		return rf__err(RF_ENOMEM, "rf__reader_create: out of memory");
+	r->copies = rf__calloc(max_copies, sizeof *r->copies);
+	r->free_copies = rf__calloc(max_copies, sizeof *r->free_copies);
+	r->done = rf__calloc(max_copies, sizeof *r->done);
+	if (r->copies == NULL || r->free_copies == NULL || r->done == NULL) {
+		free(r->copies);
+		free(r->free_copies);
+		free(r->done);
+		free(r);
+		return rf__err(RF_ENOMEM, "rf__reader_create: out of memory");
+	}
+	r->max_copies = max_copies;
+	r->bell_fd = bell_fd;
+	for (unsigned i = 0; i < max_copies; i++)
+		r->free_copies[i] = max_copies - 1 - i;
+	r->nfree_copies = max_copies;
+	for (unsigned i = 0; i < RF__RD_QD; i++)
+		r->free_pieces[i] = RF__RD_QD - 1 - i;
+	r->nfree_pieces = RF__RD_QD;
+	r->pend_head = r->pend_tail = RD_NONE;
+#ifdef RF_HAVE_LIBURING
+	rd_uring_init(r);
+#else
+	snprintf(r->why, sizeof r->why, "built without liburing");
+#endif
+	*out = r;
+	return RF_OK;
+}
+
+/* ---- completion ------------------------------------------------------------------------------------- */
+
+static void rd_pend_remove(rf__reader *r, unsigned ci)
+{
+	rd_copy *c = &r->copies[ci];
+	if (!c->pending)
+		return;
+	if (c->prev != RD_NONE)
+		r->copies[c->prev].nextc = c->nextc;
+	else
+		r->pend_head = c->nextc;
+	if (c->nextc != RD_NONE)
+		r->copies[c->nextc].prev = c->prev;
+	else
+		r->pend_tail = c->prev;
+	c->pending = 0;
+}
+
+static void rd_pend_push(rf__reader *r, unsigned ci)
+{
+	rd_copy *c = &r->copies[ci];
+	c->prev = r->pend_tail;
+	c->nextc = RD_NONE;
+	if (r->pend_tail != RD_NONE)
+		r->copies[r->pend_tail].nextc = ci;
+	else
+		r->pend_head = ci;
+	r->pend_tail = ci;
+	c->pending = 1;
+}
+
+/* The copy failed (the first failure is the one reported); no more of its pieces are issued. */
+static void rd_fail(rf__reader *r, unsigned ci, const rd_piece *p, int err_no, size_t got, uint64_t size)
+{
+	rd_copy *c = &r->copies[ci];
+	if (c->rc == RF_OK) {
+		c->rc = RF_EIO;
+		c->err_no = err_no, c->err_off = p->off, c->err_len = p->len, c->err_got = got, c->err_size = size;
+	}
+	c->next = c->win_len;
+	rd_pend_remove(r, ci);
+}
+
+/* The sentence of failed copy c, into r->err. */
+static void rd_explain(rf__reader *r, const rd_copy *c)
+{
+	const char *path = rf__file_path(c->f);
+	if (c->err_no != 0)
+		snprintf(r->err, sizeof r->err, "%s: read of %zu bytes at offset %" PRIu64 ": %s", path, c->err_len,
+			 c->err_off, strerror(c->err_no));
+	else if (c->err_size != UINT64_MAX)
+		snprintf(r->err, sizeof r->err, "%s: short read at offset %" PRIu64 ": file shrank to %" PRIu64 " bytes",
+			 path, c->err_off, c->err_size);
+	else
+		snprintf(r->err, sizeof r->err, "%s: short read at offset %" PRIu64 ": %zu of %zu bytes", path, c->err_off,
+			 c->err_got, c->err_len);
+}
+
+/* Every piece of copy ci has come back: move the bytes down if it was read as its window, time it if
+ * the rule is still measuring its class, and queue it for poll. */
+static void rd_finish(rf__reader *r, unsigned ci)
+{
+	rd_copy *c = &r->copies[ci];
+	if (c->rc == RF_OK && c->move) {
+		memmove(c->dst, c->dst + c->shift, c->n);
+		c->shift = 0;
+		r->cnt.moved++;
+	}
+	if (c->rc == RF_OK && c->timed) {
+		rf__rd_samples *s = &r->samples[c->cls];
+		unsigned k = s->n[c->method];
+		if (k < RF__RD_PROBES) {
+			s->ns_per_byte[c->method][k] = (float)((rd_now() - c->t0) * 1e9 / (double)c->n);
+			s->n[c->method] = k + 1;
+		}
+	}
+	r->done[(r->done_head + r->ndone) % r->max_copies] = ci;
+	r->ndone++;
+}
+
+static void rd_issue(rf__reader *r, unsigned pi);
+
+/* Piece pi came back with res (bytes, or -errno). */
+static void rd_piece_done(rf__reader *r, unsigned pi, long res)
+{
+	rd_piece *p = &r->pieces[pi];
+	unsigned ci = p->copy;
+	rd_copy *c = &r->copies[ci];
+	if (res == -EINTR || res == -EAGAIN) { /* nothing read: the same read again */
+		rd_issue(r, pi);
+		return;
+	}
+	if (res > 0)
+		*(c->direct ? &r->cnt.bytes_direct : &r->cnt.bytes_buffered) += (uint64_t)res;
+	uint64_t want = p->off + p->len < c->end ? p->off + p->len : c->end;
+	if (res >= 0 && p->off + (uint64_t)res < want && c->rc == RF_OK) {
+		size_t a = c->direct ? rf__file_dio_align(c->f) : 1;
+		if (res > 0 && (size_t)res % a == 0) { /* a partial read: the rest, as its own read */
+			p->off += (uint64_t)res;
+			p->dst += res;
+			p->len -= (size_t)res;
+			rd_issue(r, pi);
+			return;
+		}
+		struct stat st;
+		int shrank = fstat(rf__file_fd(c->f, 0), &st) == 0 && (uint64_t)st.st_size < c->end;
+		rd_fail(r, ci, p, 0, (size_t)res, shrank ? (uint64_t)st.st_size : UINT64_MAX);
+	} else if (res < 0) {
+		rd_fail(r, ci, p, (int)-res, 0, 0);
+	}
+	r->free_pieces[r->nfree_pieces++] = pi;
+	if (--c->out == 0 && c->next == c->win_len)
+		rd_finish(r, ci);
+}
+
+/* pread the piece to its end (or EOF, or an error) and complete it on the spot. */
+static void rd_pread(rf__reader *r, unsigned pi)
+{
+	rd_piece *p = &r->pieces[pi];
+	rd_copy *c = &r->copies[p->copy];
+	int fd = rf__file_fd(c->f, c->direct);
+	size_t got = 0;
+	long res = 0;
+	while (got < p->len) {
+		ssize_t k = pread(fd, p->dst + got, p->len - got, (off_t)(p->off + got));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			res = k < 0 ? -errno : 0;
+			break;
+		}
+		got += (size_t)k;
+	}
+	rd_piece_done(r, pi, got > 0 || res == 0 ? (long)got : res);
+}
+
+/* Start the read of piece pi (filled in): a submission queued in the ring, or a pread done now. */
+static void rd_issue(rf__reader *r, unsigned pi)
+{
+	rd_piece *p = &r->pieces[pi];
+	rd_copy *c = &r->copies[p->copy];
+	r->cnt.reads++;
+	r->cnt.reads_direct += c->direct;
+#ifdef RF_HAVE_LIBURING
+	if (r->uring) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+		if (sqe == NULL) { /* the queue is full (never, at these sizes): hand what is there over first */
+			io_uring_submit(&r->ring);
+			sqe = io_uring_get_sqe(&r->ring);
+		}
+		if (sqe != NULL) {
+			int fd = rf__file_fd(c->f, c->direct);
+			int fixed = r->reg_base != NULL && p->dst >= (unsigned char *)r->reg_base &&
+				    (size_t)(p->dst - (unsigned char *)r->reg_base) + p->len <= r->reg_len;
+			if (fixed)
+				io_uring_prep_read_fixed(sqe, fd, p->dst, (unsigned)p->len, p->off, 0);
+			else
+				io_uring_prep_read(sqe, fd, p->dst, (unsigned)p->len, p->off);
+			r->cnt.reads_fixed += (uint64_t)fixed;
+			io_uring_sqe_set_data64(sqe, pi);
+			return;
+		}
+	}
+#endif
+	rd_pread(r, pi);
+}
+
+/* Issue pieces of the pending copies, oldest first, while reads may be added. */
+static void rd_top_up(rf__reader *r)
+{
+	while (r->nfree_pieces > 0 && r->pend_head != RD_NONE) {
+		unsigned ci = r->pend_head;
+		rd_copy *c = &r->copies[ci];
+		unsigned pi = r->free_pieces[--r->nfree_pieces];
+		rd_piece *p = &r->pieces[pi];
+		size_t len = c->win_len - c->next < c->piece ? c->win_len - c->next : c->piece;
+		*p = (rd_piece){ci, c->win_off + c->next, len, c->dst + c->next};
+		c->next += len;
+		c->out++;
+		if (c->next == c->win_len)
+			rd_pend_remove(r, ci);
+		rd_issue(r, pi);
+	}
+}
+
+/* The doorbell rang: consume its count, so that the next wait waits afresh. Only if it is still readable
+ * (a blocking eventfd whose count someone else took would block the read). */
+static void rd_bell_drain(rf__reader *r)
+{
+	struct pollfd pf = {r->bell_fd, POLLIN, 0};
+	if (poll(&pf, 1, 0) == 1 && (pf.revents & POLLIN)) {
+		uint64_t v;
+		ssize_t k = read(r->bell_fd, &v, sizeof v);
+		(void)k;
+	} else if (pf.revents & (POLLERR | POLLNVAL)) {
+		r->bell_dead = 1;
+	}
+}
+
+#ifdef RF_HAVE_LIBURING
+/* io_uring_enter failed for a reason that retrying will not cure (a broken ring): read with pread from
+ * now on. The submissions the kernel has not taken stay in the ring, which is never entered to submit
+ * again, and are read here instead; reads the kernel took still complete through the ring. */
+static void rd_uring_broke(rf__reader *r, int err)
+{
+	snprintf(r->why, sizeof r->why, "io_uring failed: io_uring_enter: %s", strerror(err));
+	r->uring = 0;
+	unsigned k = io_uring_sq_ready(&r->ring), head = *r->ring.sq.khead;
+	for (unsigned i = 0; i < k; i++) {
+		uint64_t ud = r->ring.sq.sqes[(head + i) & *r->ring.sq.kring_mask].user_data;
+		if (ud == RD_BELL)
+			r->bell_armed = 0;
+		else
+			rd_pread(r, (unsigned)ud);
+	}
+}
+
+/* Hand the queued submissions to the kernel. A busy ring (EAGAIN, EBUSY) or a signal leaves them queued
+ * for the next call. */
+static void rd_submit(rf__reader *r)
+{
+	if (!r->uring || io_uring_sq_ready(&r->ring) == 0)
+		return;
+	int rc = io_uring_submit(&r->ring);
+	if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && rc != -EINTR)
+		rd_uring_broke(r, -rc);
+}
+
+/* Take every completion the ring holds. */
+static void rd_reap(rf__reader *r)
+{
+	struct io_uring_cqe *cqe;
+	unsigned head, n = 0;
+	int bell = 0;
+	io_uring_for_each_cqe(&r->ring, head, cqe)
+	{
+		uint64_t ud = io_uring_cqe_get_data64(cqe);
+		long res = cqe->res;
+		n++;
+		if (ud == RD_BELL) {
+			r->bell_armed = 0;
+			bell = 1;
+			r->bell_dead |= res < 0 && res != -EINTR && res != -EAGAIN && res != -ECANCELED;
+			continue;
+		}
+		/* The CQE's slot is not released until the advance below, so the retry a piece may queue lands
+		 * in the submission ring only. */
+		rd_piece_done(r, (unsigned)ud, res);
+	}
+	io_uring_cq_advance(&r->ring, n);
+	if (bell) {
+		rd_bell_drain(r);
+		r->bell_rang = 1;
+	}
+}
+#endif
+
+/* ---- the calls -------------------------------------------------------------------------------------- */
+
+/* Reap, issue what waits for room, submit. */
+static void rd_progress(rf__reader *r)
+{
+#ifdef RF_HAVE_LIBURING
+	if (r->ring_open)
+		rd_reap(r);
+#endif
+	rd_top_up(r);
+#ifdef RF_HAVE_LIBURING
+	rd_submit(r);
+#endif
+}
+
+int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
+		     unsigned flags, uint64_t tag)
+{
+	static const char who[] = "rf__reader_start";
+	if (r == NULL || s == NULL || s->f == NULL || dst == NULL || n == 0 || dst_cap < n || (flags & ~RF__RD_SHIFT_OK))
+		return rf__err(RF_EINVAL, "%s: bad arguments", who);
+	uint64_t size = rf_file_size(s->f);
+	if (s->off > size || n > size - s->off)
+		return rf__err(RF_EINVAL, "%s: %s: %zu bytes at offset %" PRIu64 " end past its %" PRIu64 " bytes", who,
+			       rf__file_path(s->f), n, s->off, size);
+	if (r->nfree_copies == 0)
+		return rf__err(RF_EBUSY, "%s: %u copies in flight", who, r->max_copies);
+	unsigned ci = r->free_copies[--r->nfree_copies];
+	rd_copy *c = &r->copies[ci];
+	*c = (rd_copy){.tag = tag, .f = s->f, .dst = dst, .win_off = s->off, .win_len = n, .end = s->off + n, .n = n};
+	size_t a = rf__file_dio_align(s->f), ma = rf__file_dio_mem_align(s->f);
+	r->any_file = 1;
+	r->last_align = a, r->last_mem_align = ma;
+	if (a != 0) {
+		uint64_t wo = s->off / a * a, we = (s->off + n + a - 1) / a * a;
+		size_t shift = (size_t)(s->off - wo), wl = (size_t)(we - wo);
+		if (((uintptr_t)dst & (ma - 1)) == 0 && dst_cap >= wl) {
+			c->method = RF__RD_MOVE;
+			if (shift != 0 && !(flags & RF__RD_SHIFT_OK)) {
+				c->cls = rf__reader_class(n);
+				c->method = (unsigned)rf__reader_rule(&r->samples[c->cls]);
+				c->timed = !rf__reader_rule_decided(&r->samples[c->cls]);
+				c->t0 = c->timed ? rd_now() : 0;
+				c->move = c->method == RF__RD_MOVE;
+			}
+			if (c->method == RF__RD_MOVE) {
+				c->direct = 1;
+				c->win_off = wo, c->win_len = wl, c->shift = shift;
+			}
+		}
+	}
+	c->piece = rf__reader_piece(c->win_len, c->direct ? a : 4096, rf__file_io_max(s->f));
+	r->last_piece = c->piece;
+	r->inflight++;
+	rd_pend_push(r, ci);
+	rd_top_up(r);
+#ifdef RF_HAVE_LIBURING
+	rd_submit(r);
+#endif
+	return RF_OK;
+}
+
+int rf__reader_poll(rf__reader *r, uint64_t *tag, int *rc, size_t *shift)
+{
+	if (r->ndone == 0)
+		rd_progress(r);
+	if (r->ndone == 0)
+		return 0;
+	unsigned ci = r->done[r->done_head];
+	r->done_head = (r->done_head + 1) % r->max_copies;
+	r->ndone--;
+	rd_copy *c = &r->copies[ci];
+	*tag = c->tag;
+	*rc = c->rc;
+	if (c->rc != RF_OK)
+		rd_explain(r, c);
+	*shift = c->rc == RF_OK ? c->shift : 0;
+	r->cnt.copies++;
+	r->cnt.failed += c->rc != RF_OK;
+	r->cnt.bytes += c->rc == RF_OK ? c->n : 0;
+	r->free_copies[r->nfree_copies++] = ci;
+	r->inflight--;
+	return 1;
+}
+
+/* Reads issued and not yet come back. */
+static unsigned rd_reads_out(const rf__reader *r)
+{
+	return RF__RD_QD - r->nfree_pieces;
+}
+
+void rf__reader_wait(rf__reader *r)
+{
+#ifdef RF_HAVE_LIBURING
+	if (r->ring_open) /* what has come back already (a doorbell's ring too) is no reason to sleep */
+		rd_progress(r);
+	if (r->bell_rang) {
+		r->bell_rang = 0;
+		return;
+	}
+#endif
+	if (r->ndone != 0)
+		return;
+#ifdef RF_HAVE_LIBURING
+	if (r->uring) {
+		if (r->bell_fd >= 0 && !r->bell_armed && !r->bell_dead) {
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
+			if (sqe != NULL) {
+				io_uring_prep_poll_add(sqe, r->bell_fd, POLLIN);
+				io_uring_sqe_set_data64(sqe, RD_BELL);
+				r->bell_armed = 1;
+			}
+		}
+		if (rd_reads_out(r) == 0 && !r->bell_armed)
+			return;
+		int rc = io_uring_submit_and_wait(&r->ring, 1);
+		if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && rc != -EINTR && rc != -ETIME)
+			rd_uring_broke(r, -rc);
+		rd_progress(r); /* take what woke us now: a ring reaped here is this wait's reason to return */
+		r->bell_rang = 0;
+		return;
+	}
+	if (r->ring_open && rd_reads_out(r) != 0) { /* a broken ring still owes reads it took */
+		struct io_uring_cqe *cqe;
+		io_uring_wait_cqe(&r->ring, &cqe);
+		return;
+	}
+#endif
+	if (r->bell_fd < 0 || r->bell_dead)
+		return;
+	struct pollfd pf = {r->bell_fd, POLLIN, 0};
+	if (poll(&pf, 1, -1) == 1)
+		rd_bell_drain(r);
+}
+
+int rf__reader_register(rf__reader *r, void *base, size_t len)
+{
+	if (r == NULL || (base == NULL && len > 0))
+		return rf__err(RF_EINVAL, "rf__reader_register: %s", r == NULL ? "r is NULL" : "base is NULL");
+	if (rd_reads_out(r) != 0 || r->inflight != 0)
+		return rf__err(RF_EBUSY, "rf__reader_register: %u copies in flight", r->inflight);
+#ifdef RF_HAVE_LIBURING
+	if (r->uring && r->reg_base != NULL)
+		io_uring_unregister_buffers(&r->ring);
+#endif
+	r->reg_base = NULL, r->reg_len = 0;
+	r->reg_tried = len > 0;
+	r->reg_why[0] = '\0';
+	if (len == 0)
+		return RF_OK;
+#ifdef RF_HAVE_LIBURING
+	if (r->uring) {
+		struct iovec iov = {base, len};
+		int rc = io_uring_register_buffers(&r->ring, &iov, 1);
+		if (rc == 0) {
+			r->reg_base = base, r->reg_len = len;
+			return RF_OK;
+		}
+		snprintf(r->reg_why, sizeof r->reg_why, "io_uring_register_buffers: %s%s", strerror(-rc),
+			 rc == -ENOMEM || rc == -EPERM ? " (RLIMIT_MEMLOCK)" : "");
+		return RF_OK;
+	}
+#endif
+	snprintf(r->reg_why, sizeof r->reg_why, "no io_uring");
+	return RF_OK;
+}
+
+void rf__reader_destroy(rf__reader *r)
+{
+	if (r == NULL)
+		return;
+#ifdef RF_HAVE_LIBURING
+	/* The kernel writes into the destinations until each read completes: wait for every one. The
+	 * doorbell's poll references no memory of ours, and exit cancels it. */
+	while (r->ring_open && rd_reads_out(r) != 0) {
+		rd_submit(r);
+		struct io_uring_cqe *cqe;
+		io_uring_wait_cqe(&r->ring, &cqe);
+		rd_reap(r);
+	}
+	if (r->ring_open)
+		io_uring_queue_exit(&r->ring);
+#endif
+	free(r->copies);
+	free(r->free_copies);
+	free(r->done);
+	free(r);
+}
+
+const char *rf__reader_error(const rf__reader *r)
+{
+	return r->err;
+}
+
+unsigned rf__reader_inflight(const rf__reader *r)
+{
+	return r->inflight;
+}
+
+void rf__reader_counters_get(const rf__reader *r, rf__reader_counters *out)
+{
+	*out = r->cnt;
+}
+
+static const char *rd_size_name(unsigned cls, char *buf, size_t cap)
+{
+	size_t lim = (size_t)4096 << cls;
+	if (lim >= ((size_t)1 << 20))
+		snprintf(buf, cap, "%zuM", lim >> 20);
+	else
+		snprintf(buf, cap, "%zuK", lim >> 10);
+	return buf;
+}
+
+void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
+{
+	size_t len = 0;
+#define RD_PUT(...)                                                                                        \
+	do {                                                                                               \
+		int k_ = snprintf(buf + len, len < cap ? cap - len : 0, __VA_ARGS__);                     \
+		len += k_ > 0 ? (size_t)k_ : 0;                                                            \
+	} while (0)
+	if (cap == 0)
+		return;
+	buf[0] = '\0';
+	if (r->uring)
+		RD_PUT("io_uring, up to %u reads in flight", RF__RD_QD);
+	else
+		RD_PUT("pread (%s), one read at a time", r->why);
+	if (!r->any_file)
+		RD_PUT(", O_DIRECT where the file and the range allow it");
+	else if (r->last_align != 0)
+		RD_PUT(", O_DIRECT where aligned (align %zu, memory %zu)", r->last_align, r->last_mem_align);
+	else
+		RD_PUT(", buffered (the file takes no O_DIRECT)");
+	if (r->last_piece != 0)
+		RD_PUT(", pieces of %zu KiB", r->last_piece >> 10);
+	if (r->reg_base != NULL)
+		RD_PUT(", slots registered");
+	else if (r->reg_tried)
+		RD_PUT(", slots not registered (%s)", r->reg_why);
+	int first = 1;
+	for (unsigned k = 0; k < RF__RD_CLASSES; k++) {
+		if (!rf__reader_rule_decided(&r->samples[k]))
+			continue;
+		char nb[16];
+		RD_PUT("%s<=%s %s", first ? ", unaligned ranges: " : ", ", rd_size_name(k, nb, sizeof nb),
+		       rf__reader_rule(&r->samples[k]) == RF__RD_MOVE ? "O_DIRECT+move" : "buffered");
+		first = 0;
+	}
+#undef RD_PUT
+}

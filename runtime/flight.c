@@ -1,0 +1,184 @@
+/* runtime/flight.c — a lane's copies in flight and the signals behind them (runtime/flight.h). */
+#define _GNU_SOURCE /* eventfd */
+#include "runtime/flight.h"
+#include "base/error.h"
+#include "runtime/trace.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int64_t *value)
+{
+	memset(f, 0, sizeof *f);
+	f->bell = -1;
+	f->ec = ec;
+	f->bell_slot = bell_slot;
+	f->value = value;
+	atomic_init(&f->bytes, 0);
+}
+
+/* The reader, as its own lane sees it (the owner published it before posting the work that uses it). */
+static rf__reader *rf__flight_rd(const rf__flight *f)
+{
+	return atomic_load_explicit(&((rf__flight *)f)->rd, memory_order_acquire);
+}
+
+int rf__flight_open(rf__flight *f, void *base, size_t len)
+{
+	if (rf__flight_rd(f) != NULL)
+		return RF_OK;
+	if (f->ec != NULL && (f->bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+		return rf__err(RF_ENOMEM, "file copies: eventfd: %s", strerror(errno));
+	rf__reader *rd;
+	int rc = rf__reader_create(RF__FLIGHT_MAX, f->bell, &rd);
+	if (rc != RF_OK) {
+		if (f->bell >= 0)
+			close(f->bell);
+		f->bell = -1;
+		return rc;
+	}
+	if (base != NULL && len > 0)
+		(void)rf__reader_register(rd, base, len); /* a refusal is said in describe */
+	rf__reader_describe(rd, f->why, sizeof f->why);
+	if (f->ec != NULL)
+		rf__ec_set_bell(f->ec, f->bell_slot, f->bell);
+	atomic_store_explicit(&f->rd, rd, memory_order_release);
+	return RF_OK;
+}
+
+void rf__flight_fini(rf__flight *f)
+{
+	rf__reader *rd = rf__flight_rd(f);
+	if (rd == NULL)
+		return;
+	while (rf__flight_busy(f)) {
+		rf__flight_progress(f);
+		if (rf__flight_busy(f))
+			rf__reader_wait(rd);
+	}
+	rf__reader_destroy(rd);
+	atomic_store_explicit(&f->rd, NULL, memory_order_relaxed);
+	if (f->ec != NULL)
+		rf__ec_set_bell(f->ec, f->bell_slot, -1);
+	if (f->bell >= 0)
+		close(f->bell);
+	f->bell = -1;
+}
+
+static void rf__flight_store(rf__flight *f, int64_t v)
+{
+	atomic_store_explicit(f->value, v, memory_order_release);
+	rf__ec_notify(f->ec);
+}
+
+/* Fire the queued signals whose copies have all landed. */
+static void rf__flight_fire(rf__flight *f)
+{
+	while (f->sh != f->st && f->siga[f->sh] <= f->upto) {
+		if (!f->failed)
+			rf__flight_store(f, f->sigv[f->sh]);
+		f->sh = (f->sh + 1) % (RF__FLIGHT_MAX + 1);
+	}
+	if (f->failed) /* a run's copy failed: nothing behind it may be announced */
+		f->sh = f->st;
+}
+
+/* Copy `tag` landed with rc. */
+static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc)
+{
+	rf__flight_rec *r = &f->rec[tag % RF__FLIGHT_MAX];
+	r->done = 1;
+	r->rc = rc;
+	if (rc != RF_OK) {
+		snprintf(f->last, sizeof f->last, "%s", rf__reader_error(rf__flight_rd(f)));
+		if (r->keyed && r->fail_at != NULL) {
+			atomic_store_explicit(r->fail_at, r->fail_value, memory_order_release);
+		} else if (!f->failed) {
+			f->failed = 1;
+			snprintf(f->msg, sizeof f->msg, "%s", f->last);
+		}
+	} else if (r->traced && f->trace != NULL) {
+		rf__trace_add(f->trace, r->queue, RF_OP_COPY, r->block, r->slot, r->node, r->t0, rf__trace_now(), r->s0);
+	}
+	if (r->unhold != NULL)
+		rf__file_unhold(r->unhold);
+	while (f->upto < f->started && f->rec[f->upto % RF__FLIGHT_MAX].done)
+		f->upto++;
+}
+
+int rf__flight_progress(rf__flight *f)
+{
+	rf__reader *rd = rf__flight_rd(f);
+	if (rd == NULL)
+		return 0;
+	uint64_t tag;
+	int rc;
+	size_t shift;
+	while (rf__reader_poll(rd, &tag, &rc, &shift))
+		rf__flight_landed(f, tag, rc);
+	rf__flight_fire(f);
+	return rf__flight_busy(f);
+}
+
+void rf__flight_sleep(void *arg)
+{
+	rf__reader_wait(rf__flight_rd(arg));
+}
+
+int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
+		     const rf__flight_rec *rec)
+{
+	uint64_t tag = f->started;
+	rf__reader *rd = rf__flight_rd(f);
+	for (;;) {
+		if (f->started - f->upto < RF__FLIGHT_MAX) {
+			int rc = rf__reader_start(rd, s, n, dst, cap, 0, tag);
+			if (rc == RF_OK)
+				break;
+			if (rc != RF_EBUSY)
+				return rf__err(rc, "file copy: %s", rf__errmsg_peek());
+		}
+		if (rf__flight_progress(f))
+			rf__reader_wait(rd);
+	}
+	f->rec[tag % RF__FLIGHT_MAX] = *rec;
+	f->rec[tag % RF__FLIGHT_MAX].done = 0;
+	f->started++;
+	atomic_fetch_add_explicit(&f->bytes, n, memory_order_relaxed);
+	return RF_OK;
+}
+
+void rf__flight_signal(rf__flight *f, int64_t v)
+{
+	if (f->sh == f->st && !rf__flight_busy(f)) {
+		rf__flight_store(f, v);
+		return;
+	}
+	/* At most one signal per copy in flight and one more: the ring never overflows. */
+	f->sigv[f->st] = v;
+	f->siga[f->st] = f->started;
+	f->st = (f->st + 1) % (RF__FLIGHT_MAX + 1);
+	rf__flight_fire(f);
+}
+
+int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap)
+{
+	rf__flight_rec rec = {0};
+	uint64_t tag = f->started;
+	int rc = rf__flight_start(f, s, n, dst, cap, &rec);
+	if (rc != RF_OK)
+		return rc;
+	while (!f->rec[tag % RF__FLIGHT_MAX].done) {
+		if (rf__flight_progress(f) && !f->rec[tag % RF__FLIGHT_MAX].done)
+			rf__reader_wait(rf__flight_rd(f));
+	}
+	rc = f->rec[tag % RF__FLIGHT_MAX].rc;
+	if (rc != RF_OK) {
+		f->failed = 0; /* a blocking read reports its own failure; the flight stays usable */
+		return rf__err(rc, "%s", f->last);
+	}
+	return RF_OK;
+}

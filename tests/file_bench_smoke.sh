@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Smoke test of the file benchmarks (docs/files.md): bad options exit 2; a tiny cold-file stream runs
+# every contestant and writes its JSON; a tiny decode loop served from a file runs every contestant in
+# its child process (inside a memory cgroup when the process may make one) with matching checksums.
+# usage: file_bench_smoke.sh PATH/TO/ringfetch-file-bench PATH/TO/ringfetch-serve-file-bench OUTDIR [BUDGET]
+# BUDGET (default 12M): the serving run's memory budget; sanitizer builds need far more (shadow memory).
+set -u
+fb=$1 sb=$2 out=$3 budget=${4:-12M}
+fails=0 passes=0
+check() { if eval "$2"; then passes=$((passes + 1)); else echo "FAIL: $1"; fails=$((fails + 1)); fi; }
+
+for bad in "--size 100" "--depth 0" "--qd 1,2,3,4,5,6,7,8,9" "--reps 0" "--file-size 1M" "--bogus"; do
+	"$fb" $bad >/dev/null 2>&1; rc=$?
+	check "ringfetch-file-bench $bad exits 2 (got $rc)" "[ $rc -eq 2 ]"
+done
+for bad in "--budget 1M" "--reps 0" "--layers 0"; do
+	"$sb" $bad >/dev/null 2>&1; rc=$?
+	check "ringfetch-serve-file-bench $bad exits 2 (got $rc)" "[ $rc -eq 2 ]"
+done
+
+rm -rf "$out" && mkdir -p "$out"
+"$fb" --file "$out/f.dat" --file-size 16M --size 64K,1M --depth 2 --qd 4 --reps 1 --no-fio --quiet \
+	--json "$out/f.json" > "$out/f.txt"
+rc=$?
+check "file bench exits 0 (got $rc)" "[ $rc -eq 0 ]"
+# Per size: 5 contestants (mmap, pread, hand, reader, ringfetch) x 2 (with and without compute) + compute alone.
+check "file bench JSON has 22 records" "[ \$(grep -c '\"method\"' \"$out/f.json\") -eq 22 ]"
+check "file bench removed its file" "[ ! -e \"$out/f.dat\" ]"
+check "file bench says how ringfetch reads" "grep -q '^ringfetch on threads: ' \"$out/f.txt\""
+
+"$sb" --file "$out/s.dat" --layers 3 --experts 4 --expert-size 1M --steps 2 --rounds 1 --reps 1 --budget "$budget" \
+	--quiet --json "$out/s.json" > "$out/s.txt"
+rc=$?
+check "serve-file bench exits 0 (got $rc)" "[ $rc -eq 0 ]"
+check "serve-file bench JSON has 4 records" "[ \$(grep -c '\"contestant\"' \"$out/s.json\") -eq 4 ]"
+check "serve-file bench says whether the budget holds" "grep -qE 'budget [0-9]+ MiB \((enforced|NOT enforced)' \"$out/s.txt\""
+
+echo "$passes passed, $fails failed"
+[ $fails -eq 0 ]

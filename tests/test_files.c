@@ -1,0 +1,291 @@
+/* tests/test_files.c — the file-source contract (<ringfetch/file.h>) on a backend (RF_TEST_BACKEND),
+ * against the shared library, oracle on: runs whose sources are file ranges (aligned, unaligned, mixed
+ * with memory, several files), a file that shrinks (RF_EIO, the pipeline stays usable), keyed use from
+ * files (hints, acquires, a failed hint counted wasted), close while copies may be in flight, the page
+ * cache left cold by O_DIRECT reads, and the bytes counted in rf_stats and said in describe. */
+#define _GNU_SOURCE /* mincore, usleep */
+#include "support.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+
+#define FSIZE (8u << 20)
+
+static char g_path[64];
+static unsigned char *g_ref; /* the file's bytes, as written */
+
+/* A file of FSIZE pseudo-random bytes on the work tree's disk (O_DIRECT needs a real file system). */
+static void make_file(void)
+{
+	snprintf(g_path, sizeof g_path, "rf_files_XXXXXX");
+	int fd = mkstemp(g_path);
+	cr_assert(fd >= 0);
+	g_ref = malloc(FSIZE);
+	uint64_t s = 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid();
+	for (size_t i = 0; i < FSIZE; i += 8) {
+		s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+		memcpy(g_ref + i, &s, 8);
+	}
+	cr_assert_eq(write(fd, g_ref, FSIZE), (ssize_t)FSIZE);
+	fsync(fd); /* clean pages: POSIX_FADV_DONTNEED drops only those */
+	close(fd);
+}
+
+static void drop_file(void)
+{
+	unlink(g_path);
+	free(g_ref);
+}
+
+TestSuite(files, .init = make_file, .fini = drop_file);
+
+static rf_pipeline *mk(unsigned depth, size_t slot_bytes, unsigned kq)
+{
+	rf_pipeline_params pp = {0};
+	pp.depth = depth;
+	pp.slot_bytes = slot_bytes;
+	pp.copy_queues = kq;
+	pp.backend = test_backend();
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	return p;
+}
+
+/* The compute checks every block against what it expects (a copy of the expected bytes per block). */
+typedef struct expect {
+	const unsigned char **want;
+	size_t n, bad_block, computed;
+	int bad;
+} expect;
+
+static int file_check_cb(void *user, const rf_block *b)
+{
+	expect *e = user;
+	e->computed++;
+	if (memcmp(b->data, e->want[b->index], b->bytes) != 0 && !e->bad) {
+		e->bad = 1;
+		e->bad_block = b->index;
+	}
+	return 0;
+}
+
+static void run_checked(rf_pipeline *p, size_t n, const void **srcs, const size_t *sizes, const unsigned char **want)
+{
+	expect e = {want, n, 0, 0, 0};
+	int rc = rf_pipeline_run(p, n, srcs, sizes, file_check_cb, &e);
+	cr_assert_eq(rc, RF_OK, "%s: %s", rf_err_name(rc), rf_errmsg());
+	cr_assert_eq(e.computed, n);
+	cr_assert(!e.bad, "block %zu does not hold its bytes", e.bad_block);
+}
+
+Test(files, aligned_and_unaligned_blocks)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	static const size_t offs[] = {0, 4096, 32, 8, 1, 4095, 65536 + 7, 1 << 20, (3 << 20) + 12345};
+	static const size_t lens[] = {1 << 20, 65536, 1000, 4096, 1, 777777, 131072, 4095, 1 << 20};
+	enum { N = sizeof offs / sizeof offs[0] };
+	for (unsigned depth = 1; depth <= 3; depth++) {
+		rf_pipeline *p = mk(depth, 1 << 20, 1);
+		const void *srcs[N];
+		const unsigned char *want[N];
+		size_t sizes[N];
+		for (size_t i = 0; i < N; i++) {
+			srcs[i] = d + offs[i];
+			want[i] = g_ref + offs[i];
+			sizes[i] = lens[i];
+		}
+		run_checked(p, N, srcs, sizes, want);
+		rf_stats st;
+		cr_assert_eq(rf_pipeline_stats(p, &st), RF_OK);
+		size_t total = 0;
+		for (size_t i = 0; i < N; i++)
+			total += lens[i];
+		cr_assert_eq(st.file_bytes, total, "file_bytes %llu", (unsigned long long)st.file_bytes);
+		cr_assert(strstr(rf_pipeline_describe(p), "files:") != NULL, "%s", rf_pipeline_describe(p));
+		rf_pipeline_destroy(p);
+	}
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}
+
+Test(files, mixed_with_memory_and_several_files)
+{
+	rf_file *f1, *f2;
+	cr_assert_eq(rf_file_open(g_path, 0, &f1), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_file_open(g_path, RF_FILE_BUFFERED, &f2), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d1 = rf_file_data(f1), *d2 = rf_file_data(f2);
+	enum { N = 64 };
+	static unsigned char mem[N][4096];
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	uint64_t s = 7;
+	for (size_t i = 0; i < N; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		size_t len = 1 + (size_t)(s >> 33) % 200000, off = (size_t)(s >> 20) % (FSIZE - len);
+		switch (i % 3) {
+		case 0:
+			srcs[i] = d1 + off, want[i] = g_ref + off;
+			break;
+		case 1:
+			srcs[i] = d2 + off, want[i] = g_ref + off;
+			break;
+		default:
+			len = 1 + len % sizeof mem[i];
+			memset(mem[i], (int)i, len);
+			srcs[i] = mem[i], want[i] = mem[i];
+		}
+		sizes[i] = len;
+	}
+	rf_pipeline *p = mk(4, 200000, 2);
+	for (int r = 0; r < 3; r++)
+		run_checked(p, N, srcs, sizes, want);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f1), RF_OK);
+	cr_assert_eq(rf_file_close(f2), RF_OK);
+	leak_check();
+}
+
+Test(files, range_past_the_end_is_einval_before_any_work)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	rf_pipeline *p = mk(2, 1 << 20, 1);
+	const void *srcs[2] = {d, d + FSIZE - 100};
+	size_t sizes[2] = {100, 101};
+	expect e = {NULL, 2, 0, 0, 0};
+	cr_assert_eq(rf_pipeline_run(p, 2, srcs, sizes, file_check_cb, &e), RF_EINVAL);
+	cr_assert(strstr(rf_errmsg(), "block 1") != NULL, "%s", rf_errmsg());
+	cr_assert_eq(e.computed, 0);
+	rf_block b;
+	cr_assert_eq(rf_pipeline_acquire(p, 1, d + FSIZE - 10, 11, NULL, 0, &b), RF_EINVAL);
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, d + FSIZE - 10, 11, 0), RF_EINVAL);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+}
+
+/* The file shrinks after open: a run reading past the new end fails with RF_EIO after draining, no
+ * compute sees the block, the pipeline runs again; an acquire fails with RF_EIO and leaves the key
+ * absent; a hint leaves it absent and counts as wasted. Never SIGBUS. */
+Test(files, a_shrunk_file_is_eio_and_the_pipeline_stays_usable)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	cr_assert_eq(truncate(g_path, FSIZE / 2), 0);
+	rf_pipeline *p = mk(2, 1 << 20, 1);
+	enum { N = 8 };
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	for (size_t i = 0; i < N; i++) {
+		srcs[i] = d + i * (1 << 20);
+		want[i] = g_ref + i * (1 << 20);
+		sizes[i] = 1 << 20;
+	}
+	expect e = {want, N, 0, 0, 0};
+	int rc = rf_pipeline_run(p, N, srcs, sizes, file_check_cb, &e);
+	cr_assert_eq(rc, RF_EIO, "%s: %s", rf_err_name(rc), rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), g_path) != NULL, "names the path: %s", rf_errmsg());
+	cr_assert(!e.bad, "a computed block held wrong bytes (block %zu)", e.bad_block);
+	cr_assert_leq(e.computed, N / 2, "computed %zu blocks of a file half gone", e.computed);
+	run_checked(p, N / 2, srcs, sizes, want); /* the first half is still there */
+	rf_block b;
+	cr_assert_eq(rf_pipeline_acquire(p, 7, srcs[7], sizes[7], NULL, 0, &b), RF_EIO);
+	rf_key_state st;
+	cr_assert_eq(rf_pipeline_lookup(p, 7, &st, NULL), RF_OK);
+	cr_assert_eq(st, RF_KEY_ABSENT);
+	rf_keyed_stats ks0, ks1;
+	rf_pipeline_keyed_stats(p, &ks0);
+	cr_assert_eq(rf_pipeline_prefetch(p, 6, srcs[6], sizes[6], 0), RF_OK, "%s", rf_errmsg());
+	for (int i = 0; i < 2000; i++) { /* the hint's read fails on its lane (or at once on cpu) */
+		cr_assert_eq(rf_pipeline_lookup(p, 6, &st, NULL), RF_OK);
+		if (st == RF_KEY_ABSENT)
+			break;
+		usleep(1000);
+	}
+	cr_assert_eq(st, RF_KEY_ABSENT, "a failed hint leaves its key absent");
+	cr_assert_eq(rf_pipeline_acquire(p, 6, srcs[6], sizes[6], NULL, 0, &b), RF_EIO);
+	rf_pipeline_keyed_stats(p, &ks1);
+	cr_assert_eq(ks1.wasted, ks0.wasted + 1, "the failed hint counts as wasted");
+	cr_assert_eq(rf_pipeline_acquire(p, 1, srcs[1], sizes[1], NULL, 0, &b), RF_OK, "%s", rf_errmsg());
+	cr_assert(memcmp(b.data, want[1], sizes[1]) == 0);
+	cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}
+
+/* Keyed serving from a file: hints put reads in flight, acquires hit, unaligned experts, bytes right. */
+Test(files, keyed_hints_and_acquires)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	enum { K = 32, SZ = 100000 };
+	rf_pipeline *p = mk(12, SZ, 2);
+	for (int step = 0; step < 20; step++) {
+		for (uint64_t k = 0; k < 8; k++) {
+			uint64_t key = (uint64_t)(step * 5 + k * 3) % K;
+			(void)rf_pipeline_prefetch(p, key, d + key * (SZ + 8), SZ, 0);
+		}
+		for (uint64_t k = 0; k < 6; k++) {
+			uint64_t key = (uint64_t)(step * 5 + k * 3) % K;
+			rf_block b;
+			int rc = rf_pipeline_acquire(p, key, d + key * (SZ + 8), SZ, NULL, 0, &b);
+			cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
+			cr_assert(memcmp(b.data, g_ref + key * (SZ + 8), SZ) == 0, "step %d key %llu", step,
+				  (unsigned long long)key);
+			cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+		}
+	}
+	rf_keyed_stats ks;
+	rf_pipeline_keyed_stats(p, &ks);
+	cr_assert_gt(ks.hits, 0, "acquires %llu, prefetches %llu, wasted %llu, dropped %llu",
+		     (unsigned long long)ks.acquires, (unsigned long long)ks.prefetches, (unsigned long long)ks.wasted,
+		     (unsigned long long)ks.dropped);
+	for (uint64_t k = 0; k < K; k++) /* evict returns once no copy reads the key's source */
+		cr_assert_eq(rf_pipeline_evict(p, k), RF_OK);
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	rf_pipeline_destroy(p);
+	leak_check();
+}
+
+/* O_DIRECT reads leave the page cache cold (mincore on a fresh mapping of the file). */
+Test(files, direct_reads_leave_the_page_cache_cold)
+{
+	int fd = open(g_path, O_RDONLY);
+	cr_assert(fd >= 0);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	enum { N = 4 };
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	for (size_t i = 0; i < N; i++) {
+		srcs[i] = d + i * (1 << 20);
+		want[i] = g_ref + i * (1 << 20);
+		sizes[i] = 1 << 20;
+	}
+	rf_pipeline *p = mk(2, 1 << 20, 1);
+	run_checked(p, N, srcs, sizes, want);
+	rf_pipeline_destroy(p);
+	void *m = mmap(NULL, 4 << 20, PROT_READ, MAP_SHARED, fd, 0);
+	cr_assert(m != MAP_FAILED);
+	unsigned char vec[(4 << 20) / 4096];
+	cr_assert_eq(mincore(m, 4 << 20, vec), 0);
+	size_t resident = 0;
+	for (size_t i = 0; i < sizeof vec; i++)
+		resident += vec[i] & 1;
+	munmap(m, 4 << 20);
+	close(fd);
+	cr_assert_lt(resident, sizeof vec / 8, "%zu of %zu pages in the page cache after O_DIRECT reads", resident,
+		     sizeof vec);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+}

@@ -1,0 +1,665 @@
+/* tests/test_reader.c — the file reader (io/reader.h): bytes at many offsets and sizes, aligned and
+ * not, shifted and not, into registered and unregistered memory; many copies in flight; a file that
+ * shrinks; the pread fallback under a seccomp filter that refuses io_uring; a refused registration; the
+ * doorbell; O_DIRECT leaving the page cache cold (mincore); the unaligned-range rule on synthetic
+ * samples. Files live in the working directory (the build tree: a disk that takes O_DIRECT). */
+#define _GNU_SOURCE
+#include "io/file.h"
+#include "io/reader.h"
+#include "ringfetch.h"
+
+#include <criterion/criterion.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <pthread.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static unsigned char byte_at(uint64_t i, unsigned seed)
+{
+	uint64_t z = (i >> 3) * 0x9e3779b97f4a7c15ull + seed;
+	return (unsigned char)((z >> 29) ^ (i & 7) ^ (z >> 47));
+}
+
+/* A file of n bytes (byte i = byte_at(i, seed)) in the working directory. */
+static char *make_file(size_t n, unsigned seed)
+{
+	char *path = strdup("rf_test_reader_XXXXXX");
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	unsigned char *b = malloc(1 << 20);
+	for (size_t done = 0; done < n;) {
+		size_t k = n - done < (1u << 20) ? n - done : (1u << 20);
+		for (size_t i = 0; i < k; i++)
+			b[i] = byte_at(done + i, seed);
+		cr_assert_eq(write(fd, b, k), (ssize_t)k);
+		done += k;
+	}
+	free(b);
+	close(fd);
+	return path;
+}
+
+static void drop(char *path)
+{
+	unlink(path);
+	free(path);
+}
+
+static void *xalign(size_t a, size_t n)
+{
+	void *p = NULL;
+	cr_assert_eq(posix_memalign(&p, a, n), 0);
+	return p;
+}
+
+/* Poll until the copy tagged `tag` and no other comes back. */
+static int finish_one(rf__reader *r, uint64_t want, size_t *shift)
+{
+	uint64_t tag;
+	int rc;
+	while (rf__reader_poll(r, &tag, &rc, shift) == 0)
+		rf__reader_wait(r);
+	cr_assert_eq(tag, want);
+	return rc;
+}
+
+static int check_bytes(const unsigned char *d, uint64_t off, size_t n, unsigned seed)
+{
+	for (size_t i = 0; i < n; i++)
+		if (d[i] != byte_at(off + i, seed))
+			return 0;
+	return 1;
+}
+
+/* One copy of [off, off + n) with the flags, into dst (cap bytes); checks the bytes. */
+static void one_copy(rf__reader *r, rf_file *f, uint64_t off, size_t n, unsigned char *dst, size_t cap,
+		     unsigned flags, unsigned seed)
+{
+	rf__fsrc s = {f, off};
+	memset(dst, 0xee, cap);
+	cr_assert_eq(rf__reader_start(r, &s, n, dst, cap, flags, off * 31 + n), RF_OK, "%s", rf_errmsg());
+	size_t shift = 99;
+	int rc = finish_one(r, off * 31 + n, &shift);
+	cr_assert_eq(rc, RF_OK, "off %llu n %zu: %s", (unsigned long long)off, n, rf__reader_error(r));
+	if (!(flags & RF__RD_SHIFT_OK))
+		cr_assert_eq(shift, 0u);
+	cr_assert(shift + n <= cap);
+	cr_assert(check_bytes(dst + shift, off, n, seed), "wrong bytes: off %llu n %zu flags %u shift %zu",
+		  (unsigned long long)off, n, flags, shift);
+}
+
+/* Offsets and sizes around every boundary that matters: alignment, pieces, the file's end. */
+static void sweep(rf__reader *r, rf_file *f, size_t fsize, unsigned char *dst, size_t cap, unsigned flags,
+		  unsigned seed)
+{
+	static const size_t sizes[] = {1, 7, 511, 512, 4095, 4096, 4097, 65536, 65537, 100000, 262144,
+				       1048576, 1048576 + 4096, 3u << 20, 5u << 20};
+	static const size_t offs[] = {0, 1, 8, 32, 511, 512, 4095, 4096, 4097, 65536 + 32, 1048576 + 4000};
+	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+		for (size_t j = 0; j < sizeof offs / sizeof offs[0]; j++) {
+			size_t n = sizes[i];
+			if (offs[j] + n <= fsize && n + 8192 <= cap)
+				one_copy(r, f, offs[j], n, dst, cap, flags, seed);
+			if (n + 8192 <= cap && n <= fsize) /* the same size ending at the file's end (a partial block) */
+				one_copy(r, f, fsize - n - (j % 3), n, dst, cap, flags, seed);
+		}
+}
+
+static const size_t FSIZE = (12u << 20) + 1234; /* not a multiple of any alignment */
+
+Test(reader, ranges_aligned_and_not)
+{
+	char *path = make_file(FSIZE, 5);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	cr_assert(rf__file_dio_align(f) != 0, "the test directory must take O_DIRECT (not a tmpfs)");
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	size_t cap = (6u << 20) + 16384;
+	unsigned char *dst = xalign(4096, cap);
+	sweep(r, f, FSIZE, dst, cap, 0, 5);
+	sweep(r, f, FSIZE, dst, cap, RF__RD_SHIFT_OK, 5);
+	sweep(r, f, FSIZE, dst + 1, cap - 1, 0, 5); /* an unaligned destination: buffered */
+	/* Registered: fixed-buffer reads. */
+	cr_assert_eq(rf__reader_register(r, dst, cap), RF_OK);
+	rf__reader_counters c0, c1;
+	rf__reader_counters_get(r, &c0);
+	sweep(r, f, FSIZE, dst, cap, RF__RD_SHIFT_OK, 5);
+	sweep(r, f, FSIZE, dst, cap, 0, 5);
+	rf__reader_counters_get(r, &c1);
+	char d[512];
+	rf__reader_describe(r, d, sizeof d);
+	if (strncmp(d, "io_uring", 8) == 0) {
+		cr_assert(strstr(d, "slots registered") != NULL, "%s", d);
+		cr_assert(c1.reads_fixed > c0.reads_fixed, "%s", d);
+	}
+	cr_assert(c1.reads_direct > c0.reads_direct, "%s", d);
+	cr_assert_eq(c1.failed, 0u);
+	/* The unaligned copies without SHIFT_OK have been timed: some size classes are decided. */
+	cr_assert(strstr(d, "unaligned ranges: ") != NULL, "%s", d);
+	cr_assert_eq(rf__reader_inflight(r), 0u);
+	rf__reader_destroy(r);
+	free(dst);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+Test(reader, buffered_file_and_tiny_destination)
+{
+	char *path = make_file(FSIZE, 9);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, RF_FILE_BUFFERED, &f), RF_OK, "%s", rf_errmsg());
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(2, -1, &r), RF_OK);
+	size_t cap = (6u << 20) + 16384;
+	unsigned char *dst = xalign(4096, cap);
+	sweep(r, f, FSIZE, dst, cap, RF__RD_SHIFT_OK, 9);
+	rf__reader_counters c;
+	rf__reader_counters_get(r, &c);
+	cr_assert_eq(c.reads_direct, 0u, "RF_FILE_BUFFERED: never O_DIRECT");
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	/* dst_cap == n at an unaligned offset: no room for the window, so buffered, bytes exact. */
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	for (size_t n = 1; n < 70000; n = n * 3 + 1)
+		one_copy(r, f, 4096 * 3 + 17, n, dst, n, 0, 9);
+	rf__reader_destroy(r);
+	free(dst);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+/* Many copies in flight at once, each to its own destination, more pieces than the ring takes. */
+Test(reader, many_in_flight)
+{
+	char *path = make_file(FSIZE, 11);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	enum { N = 48 };
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(N, -1, &r), RF_OK);
+	size_t slot = 256u << 10;
+	unsigned char *dst = xalign(4096, N * slot);
+	cr_assert_eq(rf__reader_register(r, dst, N * slot), RF_OK);
+	for (int round = 0; round < 4; round++) {
+		uint64_t off[N];
+		size_t n[N];
+		int seen[N] = {0};
+		memset(dst, 0, N * slot);
+		for (unsigned i = 0; i < N; i++) {
+			off[i] = ((uint64_t)(i * 7919 + round * 104729) % (FSIZE - slot)) & ~(uint64_t)(round & 1 ? 0 : 4095);
+			n[i] = slot - 8192 - (i * 37 % 4096);
+			rf__fsrc s = {f, off[i]};
+			cr_assert_eq(rf__reader_start(r, &s, n[i], dst + i * slot, slot, RF__RD_SHIFT_OK, i), RF_OK);
+		}
+		rf__fsrc s = {f, 0};
+		cr_assert_eq(rf__reader_start(r, &s, 10, dst, slot, 0, 99), RF_EBUSY);
+		cr_assert_eq(rf__reader_inflight(r), (unsigned)N);
+		for (unsigned k = 0; k < N; k++) {
+			uint64_t tag;
+			int rc;
+			size_t shift;
+			while (rf__reader_poll(r, &tag, &rc, &shift) == 0)
+				rf__reader_wait(r);
+			cr_assert(tag < N && !seen[tag]);
+			seen[tag] = 1;
+			cr_assert_eq(rc, RF_OK, "%s", rf__reader_error(r));
+			cr_assert(check_bytes(dst + tag * slot + shift, off[tag], n[tag], 11), "copy %llu", (unsigned long long)tag);
+		}
+	}
+	rf__reader_counters c;
+	rf__reader_counters_get(r, &c);
+	cr_assert_eq(c.copies, 4u * N);
+	cr_assert(c.reads >= 4u * N * 4, "pieces: %llu reads for %llu copies", (unsigned long long)c.reads,
+		  (unsigned long long)c.copies);
+	rf__reader_destroy(r);
+	free(dst);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+/* Destroy with reads in flight waits for them (ASan would see a write into freed memory otherwise). */
+Test(reader, destroy_waits)
+{
+	char *path = make_file(FSIZE, 2);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(4, -1, &r), RF_OK);
+	unsigned char *dst = xalign(4096, 8u << 20);
+	for (unsigned i = 0; i < 4; i++) {
+		rf__fsrc s = {f, (uint64_t)i << 20};
+		cr_assert_eq(rf__reader_start(r, &s, 2u << 20, dst + ((size_t)i << 21), 2u << 20, 0, i), RF_OK);
+	}
+	rf__reader_destroy(r);
+	cr_assert(check_bytes(dst, 0, 2u << 20, 2));
+	free(dst);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+Test(reader, bad_arguments)
+{
+	char *path = make_file(10000, 1);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(0, -1, &r), RF_EINVAL);
+	cr_assert_eq(rf__reader_create(1, -1, NULL), RF_EINVAL);
+	cr_assert_eq(rf__reader_create(1, -1, &r), RF_OK);
+	unsigned char buf[64];
+	rf__fsrc s = {f, 9990};
+	cr_assert_eq(rf__reader_start(r, &s, 11, buf, 64, 0, 0), RF_EINVAL, "past the end");
+	cr_assert_eq(rf__reader_start(r, &s, 10, buf, 9, 0, 0), RF_EINVAL, "dst_cap < n");
+	cr_assert_eq(rf__reader_start(r, &s, 0, buf, 9, 0, 0), RF_EINVAL, "n 0");
+	cr_assert_eq(rf__reader_start(r, &s, 1, buf, 9, 4, 0), RF_EINVAL, "flags");
+	cr_assert_eq(rf__reader_register(r, NULL, 10), RF_EINVAL);
+	cr_assert_eq(rf__reader_start(r, &s, 10, buf, 64, 0, 7), RF_OK);
+	cr_assert_eq(rf__reader_register(r, buf, 64), RF_EBUSY);
+	size_t shift;
+	cr_assert_eq(finish_one(r, 7, &shift), RF_OK);
+	cr_assert(check_bytes(buf, 9990, 10, 1));
+	rf__reader_destroy(r);
+	rf__reader_destroy(NULL);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+/* The file shrinks after open: a copy past the new end is RF_EIO with a sentence naming the path, the
+ * offset and the new size; a copy inside it still works; nothing faults (the mapping is never read). */
+static void shrink_check(unsigned flags_open)
+{
+	char *path = make_file(4u << 20, 3);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, flags_open, &f), RF_OK);
+	int fd = open(path, O_WRONLY);
+	cr_assert(fd >= 0);
+	cr_assert_eq(ftruncate(fd, (1u << 20) + 100), 0);
+	close(fd);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(4, -1, &r), RF_OK);
+	unsigned char *dst = xalign(4096, 2u << 20);
+	static const uint64_t offs[] = {101, 4096, 1u << 20, (2u << 20) + 33}; /* 101: one byte past */
+	for (unsigned i = 0; i < 4; i++) {
+		rf__fsrc s = {f, offs[i]};
+		memset(dst, 0, 2u << 20);
+		cr_assert_eq(rf__reader_start(r, &s, 1u << 20, dst, 2u << 20, RF__RD_SHIFT_OK, i), RF_OK);
+		size_t shift;
+		int rc = finish_one(r, i, &shift);
+		cr_assert_eq(rc, RF_EIO, "offset %llu: a copy past the new end must fail", (unsigned long long)offs[i]);
+		const char *e = rf__reader_error(r);
+		cr_assert(strstr(e, path) != NULL && strstr(e, "offset") != NULL && strstr(e, "shrank to 1048676 bytes"),
+			  "%s", e);
+	}
+	/* Two copies fail before either is polled: each one's sentence names an offset inside its own range. */
+	static const uint64_t two[] = {(2u << 20) + 33, 3u << 20};
+	for (unsigned i = 0; i < 2; i++) {
+		rf__fsrc s = {f, two[i]};
+		cr_assert_eq(rf__reader_start(r, &s, 256u << 10, dst + ((size_t)i << 20), 1u << 20, RF__RD_SHIFT_OK, 10 + i), RF_OK);
+	}
+	struct timespec ts = {0, 50 * 1000 * 1000};
+	nanosleep(&ts, NULL); /* both come back before the first poll */
+	for (unsigned k = 0; k < 2; k++) {
+		uint64_t tag;
+		int rc;
+		size_t shift;
+		while (rf__reader_poll(r, &tag, &rc, &shift) == 0)
+			rf__reader_wait(r);
+		cr_assert(tag == 10 || tag == 11);
+		cr_assert_eq(rc, RF_EIO);
+		const char *e = strstr(rf__reader_error(r), "offset ");
+		cr_assert_not_null(e, "%s", rf__reader_error(r));
+		unsigned long long at = strtoull(e + 7, NULL, 10), lo = two[tag - 10] & ~4095ull;
+		cr_assert(at >= lo && at < two[tag - 10] + (256u << 10), "copy at %llu: the sentence says offset %llu: %s",
+			  (unsigned long long)two[tag - 10], at, rf__reader_error(r));
+	}
+	one_copy(r, f, 10, (1u << 20) + 90, dst, 2u << 20, 0, 3); /* still inside: fine */
+	rf__reader_counters c;
+	rf__reader_counters_get(r, &c);
+	cr_assert_eq(c.failed, 6u);
+	rf__reader_destroy(r);
+	free(dst);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+Test(reader, file_shrinks) { shrink_check(0); }
+Test(reader, file_shrinks_buffered) { shrink_check(RF_FILE_BUFFERED); }
+
+/* ---- the doorbell --------------------------------------------------------------------------------- */
+
+typedef struct ringer {
+	int fd;
+	int delay_ms;
+} ringer;
+
+static void *ring_later(void *arg)
+{
+	ringer *g = arg;
+	struct timespec ts = {0, (long)g->delay_ms * 1000000L};
+	while (nanosleep(&ts, &ts) != 0 && errno == EINTR) /* the rest of it, after a signal */
+		;
+	uint64_t one = 1;
+	cr_assert_eq(write(g->fd, &one, sizeof one), (ssize_t)sizeof one);
+	return NULL;
+}
+
+static double now_s(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* wait sleeps until the bell rings from another thread, and a ring before the wait is not lost. */
+static void bell_check(int efd_flags)
+{
+	int efd = eventfd(0, EFD_CLOEXEC | efd_flags);
+	cr_assert(efd >= 0);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(2, efd, &r), RF_OK);
+	for (int k = 0; k < 3; k++) {
+		ringer g = {efd, 150};
+		pthread_t t;
+		double t0 = now_s();
+		cr_assert_eq(pthread_create(&t, NULL, ring_later, &g), 0);
+		rf__reader_wait(r);
+		double dt = now_s() - t0;
+		pthread_join(t, NULL);
+		char d[256];
+		rf__reader_describe(r, d, sizeof d);
+		cr_assert(dt >= 0.1, "wait returned after %.3f s, before the bell rang (%s)", dt, d);
+	}
+	uint64_t one = 1;
+	cr_assert_eq(write(efd, &one, sizeof one), (ssize_t)sizeof one);
+	double t0 = now_s();
+	rf__reader_wait(r); /* rung already: returns at once */
+	cr_assert(now_s() - t0 < 5);
+	rf__reader_destroy(r);
+	close(efd);
+}
+
+Test(reader, bell_wakes_wait) { bell_check(0); }
+Test(reader, bell_wakes_wait_nonblocking) { bell_check(EFD_NONBLOCK); }
+
+Test(reader, wait_returns_without_bell_or_reads)
+{
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(2, -1, &r), RF_OK);
+	rf__reader_wait(r); /* nothing to wait for: returns */
+	rf__reader_destroy(r);
+}
+
+/* ---- the page cache stays cold under O_DIRECT ------------------------------------------------------ */
+
+static size_t resident_pages(const void *map, size_t len)
+{
+	size_t np = (len + 4095) / 4096, n = 0;
+	unsigned char *v = malloc(np);
+	cr_assert_eq(mincore((void *)map, len, v), 0);
+	for (size_t i = 0; i < np; i++)
+		n += v[i] & 1;
+	free(v);
+	return n;
+}
+
+Test(reader, direct_reads_leave_the_page_cache_cold)
+{
+	size_t size = 8u << 20;
+	char *path = make_file(size, 4);
+	int fd = open(path, O_RDONLY);
+	cr_assert_eq(fdatasync(fd), 0);
+	cr_assert_eq(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	const void *map = rf_file_data(f);
+	cr_assert_eq(resident_pages(map, size), 0u, "the file should start cold");
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(4, -1, &r), RF_OK);
+	unsigned char *dst = xalign(4096, size);
+	one_copy(r, f, 0, size, dst, size, 0, 4);
+	one_copy(r, f, 4096 + 100, (1u << 20), dst, 2u << 20, RF__RD_SHIFT_OK, 4);
+	cr_assert_eq(resident_pages(map, size), 0u, "O_DIRECT reads left pages in the page cache");
+	/* The negative control: a buffered read of the same file fills the cache, and mincore sees it. */
+	rf_file *b;
+	cr_assert_eq(rf_file_open(path, RF_FILE_BUFFERED, &b), RF_OK);
+	one_copy(r, b, 0, 1u << 20, dst, size, 0, 4);
+	cr_assert(resident_pages(map, size) >= 256, "mincore should see the buffered read");
+	rf__reader_destroy(r);
+	free(dst);
+	cr_assert_eq(rf_file_close(b), RF_OK);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	close(fd);
+	drop(path);
+}
+
+/* ---- refusals: io_uring under seccomp, registration without CAP_IPC_LOCK -------------------------- */
+
+#if defined(__x86_64__)
+#define RF_AUDIT_ARCH AUDIT_ARCH_X86_64
+#elif defined(__aarch64__)
+#define RF_AUDIT_ARCH AUDIT_ARCH_AARCH64
+#else
+#error "tests/test_reader.c: the seccomp filter needs this architecture's AUDIT_ARCH"
+#endif
+
+/* Refuse io_uring_setup with EPERM, as a container's seccomp profile does. */
+static int refuse_io_uring(void)
+{
+	struct sock_filter prog[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, RF_AUDIT_ARCH, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog fp = {(unsigned short)(sizeof prog / sizeof prog[0]), prog};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		return -1;
+	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp);
+}
+
+/* Run fn in a forked child; its exit status (0 = pass) is the test's. Messages on stderr. */
+static void in_child(int (*fn)(const char *path), const char *path)
+{
+	pid_t pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0)
+		_exit(fn(path));
+	int st;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed: status %d", st);
+}
+
+#define CHILD_CHECK(cond, ...)                                                                             \
+	do {                                                                                               \
+		if (!(cond)) {                                                                             \
+			fprintf(stderr, __VA_ARGS__);                                                      \
+			fputc('\n', stderr);                                                               \
+			return 1;                                                                          \
+		}                                                                                          \
+	} while (0)
+
+/* Copies through r: aligned, unaligned, shifted; 0 when every byte is right. */
+static int child_copies(rf__reader *r, rf_file *f, unsigned seed)
+{
+	size_t cap = 3u << 20;
+	unsigned char *dst = aligned_alloc(4096, cap);
+	static const uint64_t offs[] = {0, 32, 4096, 12345};
+	for (unsigned i = 0; i < 4; i++)
+		for (unsigned fl = 0; fl < 2; fl++) {
+			rf__fsrc s = {f, offs[i]};
+			size_t n = (2u << 20) - 77, shift;
+			CHILD_CHECK(rf__reader_start(r, &s, n, dst, cap, fl, i) == RF_OK, "start: %s", rf_errmsg());
+			uint64_t tag;
+			int rc;
+			while (rf__reader_poll(r, &tag, &rc, &shift) == 0)
+				rf__reader_wait(r);
+			CHILD_CHECK(tag == i && rc == RF_OK, "copy %u: rc %d: %s", i, rc, rf__reader_error(r));
+			CHILD_CHECK(check_bytes(dst + shift, offs[i], n, seed), "copy %u: wrong bytes", i);
+		}
+	free(dst);
+	return 0;
+}
+
+static int pread_child(const char *path)
+{
+	CHILD_CHECK(refuse_io_uring() == 0, "seccomp: %s", strerror(errno));
+	int efd = eventfd(0, EFD_CLOEXEC);
+	rf_file *f;
+	rf__reader *r;
+	CHILD_CHECK(rf_file_open(path, 0, &f) == RF_OK, "open: %s", rf_errmsg());
+	CHILD_CHECK(rf__reader_create(4, efd, &r) == RF_OK, "create: %s", rf_errmsg());
+	void *reg = aligned_alloc(4096, 1u << 20);
+	CHILD_CHECK(rf__reader_register(r, reg, 1u << 20) == RF_OK, "register");
+	if (child_copies(r, f, 6) != 0)
+		return 1;
+	char d[512];
+	rf__reader_describe(r, d, sizeof d);
+	CHILD_CHECK(strncmp(d, "pread (io_uring refused: io_uring_setup: Operation not permitted)", 64) == 0, "%s", d);
+	CHILD_CHECK(strstr(d, "slots not registered") != NULL, "%s", d);
+	/* The bell wakes a pread-mode wait too. */
+	ringer g = {efd, 100};
+	pthread_t t;
+	double t0 = now_s();
+	CHILD_CHECK(pthread_create(&t, NULL, ring_later, &g) == 0, "pthread_create");
+	rf__reader_wait(r);
+	pthread_join(t, NULL);
+	CHILD_CHECK(now_s() - t0 >= 0.07, "pread wait returned before the bell");
+	rf__reader_counters c;
+	rf__reader_counters_get(r, &c);
+	CHILD_CHECK(c.reads_direct > 0 && c.copies == 8 && c.failed == 0, "counters");
+	rf__reader_destroy(r);
+	free(reg);
+	rf_file_close(f);
+	return 0;
+}
+
+Test(reader, pread_when_io_uring_is_refused)
+{
+	char *path = make_file(4u << 20, 6);
+	in_child(pread_child, path);
+	drop(path);
+}
+
+/* Without CAP_IPC_LOCK, registered buffers are charged to RLIMIT_MEMLOCK: a 4 MiB region under a 64 KiB
+ * limit is refused, and the reads into it still work, unregistered. */
+static int memlock_child(const char *path)
+{
+	struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+	struct __user_cap_data_struct d[2];
+	CHILD_CHECK(syscall(SYS_capget, &h, d) == 0, "capget");
+	d[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+	CHILD_CHECK(syscall(SYS_capset, &h, d) == 0, "capset: %s", strerror(errno));
+	struct rlimit rl = {65536, 65536};
+	CHILD_CHECK(setrlimit(RLIMIT_MEMLOCK, &rl) == 0, "setrlimit");
+	rf_file *f;
+	rf__reader *r;
+	CHILD_CHECK(rf_file_open(path, 0, &f) == RF_OK, "open");
+	CHILD_CHECK(rf__reader_create(4, -1, &r) == RF_OK, "create");
+	char desc[512];
+	rf__reader_describe(r, desc, sizeof desc);
+	if (strncmp(desc, "io_uring", 8) != 0) { /* no io_uring here: nothing to register anyway */
+		rf__reader_destroy(r);
+		rf_file_close(f);
+		return 0;
+	}
+	void *reg = aligned_alloc(4096, 4u << 20);
+	CHILD_CHECK(rf__reader_register(r, reg, 4u << 20) == RF_OK, "register");
+	rf__reader_describe(r, desc, sizeof desc);
+	CHILD_CHECK(strstr(desc, "slots not registered (io_uring_register_buffers:") != NULL, "%s", desc);
+	if (child_copies(r, f, 8) != 0)
+		return 1;
+	rf__reader_destroy(r);
+	free(reg);
+	rf_file_close(f);
+	return 0;
+}
+
+Test(reader, registration_refused)
+{
+	char *path = make_file(4u << 20, 8);
+	in_child(memlock_child, path);
+	drop(path);
+}
+
+/* ---- the pure parts --------------------------------------------------------------------------------- */
+
+static void add(rf__rd_samples *s, int m, float v)
+{
+	cr_assert(s->n[m] < RF__RD_PROBES);
+	s->ns_per_byte[m][s->n[m]++] = v;
+}
+
+Test(reader_rule, alternates_then_takes_the_faster_median)
+{
+	rf__rd_samples s = {0};
+	/* Probing: the method with fewer samples, O_DIRECT+move first on a tie. */
+	for (unsigned k = 0; k < 2 * RF__RD_PROBES; k++) {
+		cr_assert(!rf__reader_rule_decided(&s));
+		int m = rf__reader_rule(&s);
+		cr_assert_eq(m, k % 2 ? RF__RD_BUFFERED : RF__RD_MOVE, "copy %u", k);
+		/* move: 1.0 ns/B with one outlier; buffered: 0.8 ns/B with two outliers */
+		add(&s, m, m == RF__RD_MOVE ? (k == 0 ? 50.f : 1.0f) : (k == 1 || k == 3 ? 40.f : 0.8f));
+	}
+	cr_assert(rf__reader_rule_decided(&s));
+	cr_assert_eq(rf__reader_rule(&s), RF__RD_BUFFERED, "medians 1.0 vs 0.8: buffered");
+	/* Outliers do not decide: the medians do. */
+	rf__rd_samples t = {0};
+	for (unsigned k = 0; k < RF__RD_PROBES; k++) {
+		add(&t, RF__RD_MOVE, k < 2 ? 100.f : 0.5f);
+		add(&t, RF__RD_BUFFERED, 0.6f);
+	}
+	cr_assert_eq(rf__reader_rule(&t), RF__RD_MOVE);
+	/* A tie keeps the page cache alone. */
+	rf__rd_samples u = {0};
+	for (unsigned k = 0; k < RF__RD_PROBES; k++) {
+		add(&u, RF__RD_MOVE, 0.7f);
+		add(&u, RF__RD_BUFFERED, 0.7f);
+	}
+	cr_assert_eq(rf__reader_rule(&u), RF__RD_MOVE);
+	/* One method ahead (it finished more probes): the other catches up first. */
+	rf__rd_samples v = {0};
+	add(&v, RF__RD_MOVE, 1);
+	add(&v, RF__RD_MOVE, 1);
+	cr_assert_eq(rf__reader_rule(&v), RF__RD_BUFFERED);
+}
+
+Test(reader_rule, classes_and_pieces)
+{
+	cr_assert_eq(rf__reader_class(1), 0u);
+	cr_assert_eq(rf__reader_class(4096), 0u);
+	cr_assert_eq(rf__reader_class(4097), 1u);
+	cr_assert_eq(rf__reader_class(65536), 4u);
+	cr_assert_eq(rf__reader_class(1u << 20), 8u);
+	cr_assert_eq(rf__reader_class((size_t)1 << 40), RF__RD_CLASSES - 1);
+	/* A 1 MiB copy on a device that takes 4 MiB requests: four pieces of 256 KiB. */
+	cr_assert_eq(rf__reader_piece(1u << 20, 4096, 4u << 20), 256u << 10);
+	/* ... and on one whose requests are split at 128 KiB: pieces of 128 KiB. */
+	cr_assert_eq(rf__reader_piece(1u << 20, 4096, 128u << 10), 128u << 10);
+	/* Small copies: no piece under RF__RD_MIN_PIECE, rounded to the alignment. */
+	cr_assert_eq(rf__reader_piece(65536, 4096, 4u << 20), 16u << 10);
+	cr_assert_eq(rf__reader_piece(4096, 512, 4u << 20), RF__RD_MIN_PIECE);
+	cr_assert_eq(rf__reader_piece(100000, 4096, 0), 28672u); /* 25000 rounded up to 4 KiB */
+	/* Unknown device: at most RF__RD_PIECE_UNKNOWN; a huge reported limit: at most RF__RD_PIECE_MAX. */
+	cr_assert_eq(rf__reader_piece(64u << 20, 4096, 0), RF__RD_PIECE_UNKNOWN);
+	cr_assert_eq(rf__reader_piece(64u << 20, 4096, 1u << 30), RF__RD_PIECE_MAX);
+	/* A limit that is not a multiple of the alignment (254 segments of 4 KiB) stays aligned. */
+	cr_assert_eq(rf__reader_piece(64u << 20, 4096, 254u * 4096) % 4096, 0u);
+}
