@@ -104,6 +104,9 @@ static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 		return RF_ECANCELED;
 	size_t n = run->sizes[b];
 	rf__fsrc fs;
+	rf__walker *wk = c;
+	if (n != 0 && wk->lane != NULL && rf__flight_busy(&wk->lane->flight)) /* write after write */
+		rf__flight_wait_dst(&wk->lane->flight, rf__slot_ptr(run, slot), run->slot_stride);
 	if (n != 0 && run->nfile > 0 && rf__file_classify("", "", run->srcs[b], n, 0, &fs) == 1)
 		return rf__thr_file_copy(c, run, &fs, b, slot);
 	if (n != 0) {
@@ -165,12 +168,14 @@ static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t bloc
 	rf__thr_until u = {wk, wq, e->base + v};
 	/* Rather than wait idle for the copy of `block`, take pieces of it (base/piece.h). */
 	rf__piece_help(&e->job, block, &e->value, u.v);
-	/* A lane with reads in flight sleeps in its reader, woken by a read landing or by its bell. */
+	/* A lane with reads in flight sleeps in its reader at once, woken by a read landing or by its bell;
+	 * a thread waiting for a lane whose reads are in flight spins only briefly: either wait is the
+	 * device's latency, which a spin would spend burning a core. */
 	rf__tlane *l = wk->lane;
 	while (l != NULL && rf__flight_busy(&l->flight) && !rf__thr_reached(&u))
-		rf__ec_wait_bell(&t->ec, rf__thr_reached, &u, t->run_spin_ns, l->flight.bell_slot, rf__flight_sleep,
-				 &l->flight);
-	rf__ec_wait(&t->ec, rf__thr_reached, &u, t->run_spin_ns);
+		rf__ec_wait_bell(&t->ec, rf__thr_reached, &u, 0, l->flight.bell_slot, rf__flight_sleep, &l->flight);
+	int io = wq > 0 && atomic_load_explicit(&t->lane[wq - 1].flight.inflight, memory_order_relaxed) != 0;
+	rf__ec_wait(&t->ec, rf__thr_reached, &u, io ? 0 : t->run_spin_ns);
 	return atomic_load_explicit(&e->value, memory_order_acquire) >= u.v ? 0 : RF_ECANCELED;
 }
 
@@ -191,8 +196,7 @@ static void rf__thr_walk(rf__threads *t, rf__run *run, unsigned q, rf__tlane *la
 		rf__thr_fail(&wk, rc);
 	/* The walk is over, its reads may not be: they write the ring and read the caller's files. */
 	while (lane != NULL && !rf__thr_drained(&wk))
-		rf__ec_wait_bell(&t->ec, rf__thr_drained, &wk, t->run_spin_ns, lane->flight.bell_slot, rf__flight_sleep,
-				 &lane->flight);
+		rf__ec_wait_bell(&t->ec, rf__thr_drained, &wk, 0, lane->flight.bell_slot, rf__flight_sleep, &lane->flight);
 }
 
 /* A lane's item: the walk of its queue in the run in progress. */

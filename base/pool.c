@@ -73,10 +73,12 @@ static void *rf__lane_main(void *arg)
 		int async = p->ops != NULL && p->ops->idle != NULL && p->ops->idle(l->ctx);
 		if (!async && atomic_load_explicit(&p->quit, memory_order_acquire))
 			break;
-		/* Spin only after work: an idle lane that never worked (right after create) sleeps at once. */
+		/* Spin only after work: an idle lane that never worked (right after create) sleeps at once, and
+		 * one waiting for its reads sleeps in the kernel until they land (a spin would burn a core for
+		 * the device's latency). */
 		int64_t spin = worked && p->spin_ns > 0 ? p->spin_ns : 0;
 		if (async)
-			rf__ec_wait_bell(p->ec, rf__lane_has_progress, l, spin, l->bell, rf__lane_sleep, l);
+			rf__ec_wait_bell(p->ec, rf__lane_has_progress, l, 0, l->bell, rf__lane_sleep, l);
 		else
 			rf__ec_wait(p->ec, rf__lane_has_work, l, spin);
 		worked = async;

@@ -18,6 +18,7 @@ void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int6
 	f->bell_slot = bell_slot;
 	f->value = value;
 	atomic_init(&f->bytes, 0);
+	atomic_init(&f->inflight, 0);
 }
 
 /* The reader, as its own lane sees it (the owner published it before posting the work that uses it). */
@@ -107,6 +108,7 @@ static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc)
 		rf__file_unhold(r->unhold);
 	while (f->upto < f->started && f->rec[f->upto % RF__FLIGHT_MAX].done)
 		f->upto++;
+	atomic_store_explicit(&f->inflight, (unsigned)(f->started - f->upto), memory_order_relaxed);
 }
 
 int rf__flight_progress(rf__flight *f)
@@ -145,10 +147,30 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 			rf__reader_wait(rd);
 	}
 	f->rec[tag % RF__FLIGHT_MAX] = *rec;
+	f->rec[tag % RF__FLIGHT_MAX].dst = dst;
+	f->rec[tag % RF__FLIGHT_MAX].len = n > cap ? n : cap;
 	f->rec[tag % RF__FLIGHT_MAX].done = 0;
 	f->started++;
+	atomic_store_explicit(&f->inflight, (unsigned)(f->started - f->upto), memory_order_relaxed);
 	atomic_fetch_add_explicit(&f->bytes, n, memory_order_relaxed);
 	return RF_OK;
+}
+
+static int rf__flight_writes(const rf__flight *f, const unsigned char *dst, size_t len)
+{
+	for (uint64_t i = f->upto; i < f->started; i++) {
+		const rf__flight_rec *r = &f->rec[i % RF__FLIGHT_MAX];
+		if (!r->done && r->dst < dst + len && dst < r->dst + r->len)
+			return 1;
+	}
+	return 0;
+}
+
+void rf__flight_wait_dst(rf__flight *f, const unsigned char *dst, size_t len)
+{
+	while (rf__flight_busy(f) && rf__flight_writes(f, dst, len))
+		if (rf__flight_progress(f) && rf__flight_writes(f, dst, len))
+			rf__reader_wait(rf__flight_rd(f));
 }
 
 void rf__flight_signal(rf__flight *f, int64_t v)

@@ -38,6 +38,8 @@ typedef struct rf__flight_rec {
 	rf_file *unhold;           /* let go of this file once landed (NULL: the caller holds it) */
 	_Atomic int64_t *fail_at;  /* keyed: set to fail_value when the copy fails */
 	int64_t fail_value;
+	unsigned char *dst;        /* where it writes (set by rf__flight_start) */
+	size_t len;
 	uint8_t done;
 	int rc;
 } rf__flight_rec;
@@ -60,6 +62,7 @@ typedef struct rf__flight {
 	char last[240];      /* the sentence of the last failed copy (a blocking read's) */
 	struct rf__trace *trace; /* the run's, while a run is in progress */
 	_Atomic uint64_t bytes; /* bytes read since create (stats, describe) */
+	atomic_uint inflight;   /* copies in flight, for other threads deciding how to wait */
 	char why[240];       /* how the reader reads (describe), once open */
 } rf__flight;
 
@@ -75,6 +78,10 @@ void rf__flight_fini(rf__flight *f);
  * reader's limit) are in flight. RF_OK; RF_EINVAL (the reader refused the range). */
 int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
 		     const rf__flight_rec *rec);
+/* Before a copy into [dst, dst + len) starts on the lane: wait until no read in flight writes there.
+ * Queue order orders a lane's copies into one slot (write after write), but a read in flight has not
+ * written yet: a later copy into the same bytes must not overtake it. */
+void rf__flight_wait_dst(rf__flight *f, const unsigned char *dst, size_t len);
 /* Store v into the queue's value once every copy started so far has landed (at once when none is in
  * flight), then notify. */
 void rf__flight_signal(rf__flight *f, int64_t v);
@@ -82,7 +89,7 @@ void rf__flight_signal(rf__flight *f, int64_t v);
 int rf__flight_progress(rf__flight *f);
 /* Sleep until a copy may have landed or the bell rang (rf__ec_wait_bell's sleep). */
 void rf__flight_sleep(void *f);
-/* Copies in flight. */
+/* Copies in flight (the lane's own view). */
 static inline int rf__flight_busy(const rf__flight *f)
 {
 	return f->started != f->upto;

@@ -621,6 +621,22 @@ Test(keyed, held_back_hint_is_overtaken_by_acquire)
 	open_gate(p);
 }
 
+/* A hint queued but not started, then withdrawn (evict), never took bytes_copied up and down: a
+ * counter read from another thread must never go down. */
+Test(keyed, withdrawn_hint_never_moves_bytes_copied_down)
+{
+	rf_pipeline *p = mk_gated(8);
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK);
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, g_src[2], 300, 0), RF_OK);
+	rf_keyed_stats s0 = stats(p);
+	cr_assert_eq(rf_pipeline_evict(p, 2), RF_OK); /* queued behind the gated one: withdrawn */
+	rf_keyed_stats s1 = stats(p);
+	cr_assert_geq(s1.bytes_copied, s0.bytes_copied, "bytes_copied went from %llu down to %llu",
+		      (unsigned long long)s0.bytes_copied, (unsigned long long)s1.bytes_copied);
+	cr_assert_eq(s1.dropped, s0.dropped + 1, "the withdrawn hint counts as dropped");
+	open_gate(p);
+}
+
 Test(keyed, late_hit_waits_for_its_started_hint)
 {
 	rf_pipeline *p = mk_gated(4);
