@@ -151,7 +151,7 @@ static int rf__thr_signal(void *c, unsigned q, int64_t v, size_t block)
 	rf__walker *wk = c;
 	rf__threads *t = wk->t;
 	if (wk->lane != NULL) { /* after the lane's copies in flight, in order */
-		rf__flight_signal(&wk->lane->flight, t->q[q].base + v);
+		rf__flight_signal(&wk->lane->flight, NULL, t->q[q].base + v);
 		return 0;
 	}
 	atomic_store_explicit(&t->q[q].value, t->q[q].base + v, memory_order_release);
@@ -245,6 +245,12 @@ static int rf__thr_run(void *ctx, rf__run *run)
 		 * walk of every queue in issue order on the caller saves two thread hops per block and the
 		 * cross-thread signalling (measured: 0.91x of cpu's speed at 1 KiB blocks with it). */
 		return rf__cpu_walk_inline(run);
+	}
+	if (run->files_only) {
+		/* Every copy is a file read: nothing for a copy lane's CPU to do. The caller keeps the reads in
+		 * flight itself while it computes, with no hand-off between threads on the critical path
+		 * (measured: more than twice the throughput of lanes at depth 2, 1 MiB blocks, same run). */
+		return rf__cpu_walk_overlapped(run);
 	}
 	rf__thr_follow(t); /* placement: lanes off the caller's core (threads_place.c) */
 	for (unsigned i = 0; i < t->pool.n; i++) {

@@ -58,7 +58,7 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 			}
 		}
 	}
-	rf__flight_signal(&l->flight, v);
+	rf__flight_signal(&l->flight, NULL, v);
 }
 
 int rf__tk_test(void *ctx, rf__kticket tk)

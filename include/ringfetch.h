@@ -135,7 +135,9 @@ typedef struct rf_block {
 	void *stream;     /* cudaStream_t for cuda (enqueue work there and return), NULL otherwise */
 } rf_block;
 
-/** The compute of one block. Return 0 on success; any other value fails the run (RF_ECALLBACK). */
+/** The compute of one block. Return 0 on success; any other value fails the run (RF_ECALLBACK).
+ * It must return: leaving it by longjmp, or by a C++ exception thrown through the library's C frames,
+ * is not allowed — the pipeline stays marked running (every later call RF_EBUSY) and destroy leaks it. */
 typedef int (*rf_compute_fn)(void *user, const rf_block *block);
 
 /** Where block->data points (params.memory), for every use of a pipeline. */
@@ -343,14 +345,20 @@ RF_EXTERN int rf_pipeline_cancel_clear(rf_pipeline *p);
  * each) and writes them.
  * \return RF_OK; RF_EINVAL (p NULL, path ""); RF_EBUSY (the pipeline is running); RF_ENOMEM.
  * A traced run whose work succeeded but whose file could not be written (not a regular file, not a
- * trace-event array, a write error) returns RF_EBACKEND.
+ * trace-event array, a write error) returns RF_EBACKEND. A trace-event array is a blank file or one
+ * that parses whole as a JSON array of objects (checked once per process while only it writes the
+ * file); anything else is left untouched. A write that fails half-way (a full disk, RLIMIT_FSIZE)
+ * leaves the file as it was.
  */
 RF_EXTERN int rf_pipeline_trace(rf_pipeline *p, const char *path);
 
 /**
- * Release the pipeline, its ring memory and its backend queues. NULL is a no-op. Must not be called
- * while another thread runs the pipeline. Called from inside one of its own compute callbacks, the
- * release is deferred until that run returns (which then reports RF_ECANCELED for the blocks left).
+ * Release the pipeline, its ring memory and its backend queues. NULL is a no-op. Nothing else may use
+ * p while destroy runs or after it: no run on another thread, and none of the "any thread, any time"
+ * calls either (stats, describe, cancel, lookup, keyed_stats) — their "any time" ends where destroy
+ * begins, and such a call during or after it is a use-after-free; stop monitoring and timeout threads
+ * from using p first. Called from inside one of its own compute callbacks, the release is deferred
+ * until that run returns (which then reports RF_ECANCELED for the blocks left).
  * In a child of fork() it returns without waiting for the parent's worker threads (freeing what the
  * child's copy of the memory holds).
  */
@@ -449,7 +457,8 @@ typedef enum rf_key_state { RF_KEY_ABSENT = 0, RF_KEY_COPYING = 1, RF_KEY_READY 
 
 /**
  * Where key stands, without waiting and without changing LRU order or stats (slot may be NULL; it is
- * set for COPYING and READY). Lets a caller take hits first and misses after. Any thread.
+ * set for COPYING and READY). Lets a caller take hits first and misses after. Any thread, until
+ * rf_pipeline_destroy begins (never during or after it).
  * \return RF_OK; RF_EINVAL (p or state NULL).
  */
 RF_EXTERN int rf_pipeline_lookup(const rf_pipeline *p, uint64_t key, rf_key_state *state, unsigned *slot);
@@ -466,8 +475,8 @@ typedef struct rf_keyed_stats {
 } rf_keyed_stats;
 
 /**
- * The keyed counters since create. Any thread, any time. Each field is read atomically; together they
- * are not one snapshot.
+ * The keyed counters since create. Any thread, any time until rf_pipeline_destroy begins (never during
+ * or after it). Each field is read atomically; together they are not one snapshot.
  * \return RF_OK; RF_EINVAL (p or out NULL).
  */
 RF_EXTERN int rf_pipeline_keyed_stats(const rf_pipeline *p, rf_keyed_stats *out);

@@ -69,10 +69,11 @@ void rf__flight_fini(rf__flight *f)
 	f->bell = -1;
 }
 
-static void rf__flight_store(rf__flight *f, int64_t v)
+static void rf__flight_store(rf__flight *f, _Atomic int64_t *q, int64_t v)
 {
-	atomic_store_explicit(f->value, v, memory_order_release);
-	rf__ec_notify(f->ec);
+	atomic_store_explicit(q, v, memory_order_release);
+	if (f->ec != NULL)
+		rf__ec_notify(f->ec);
 }
 
 /* Fire the queued signals whose copies have all landed. */
@@ -80,7 +81,7 @@ static void rf__flight_fire(rf__flight *f)
 {
 	while (f->sh != f->st && f->siga[f->sh] <= f->upto) {
 		if (!f->failed)
-			rf__flight_store(f, f->sigv[f->sh]);
+			rf__flight_store(f, f->sigq[f->sh], f->sigv[f->sh]);
 		f->sh = (f->sh + 1) % (RF__FLIGHT_MAX + 1);
 	}
 	if (f->failed) /* a run's copy failed: nothing behind it may be announced */
@@ -173,14 +174,16 @@ void rf__flight_wait_dst(rf__flight *f, const unsigned char *dst, size_t len)
 			rf__reader_wait(rf__flight_rd(f));
 }
 
-void rf__flight_signal(rf__flight *f, int64_t v)
+void rf__flight_signal(rf__flight *f, _Atomic int64_t *q, int64_t v)
 {
+	q = q != NULL ? q : f->value;
 	if (f->sh == f->st && !rf__flight_busy(f)) {
-		rf__flight_store(f, v);
+		rf__flight_store(f, q, v);
 		return;
 	}
 	/* At most one signal per copy in flight and one more: the ring never overflows. */
 	f->sigv[f->st] = v;
+	f->sigq[f->st] = q;
 	f->siga[f->st] = f->started;
 	f->st = (f->st + 1) % (RF__FLIGHT_MAX + 1);
 	rf__flight_fire(f);

@@ -54,7 +54,8 @@ typedef struct rf__flight {
 	_Atomic int64_t *value; /* the queue's value */
 	uint64_t started, upto; /* copies started; the oldest not yet landed */
 	rf__flight_rec rec[RF__FLIGHT_MAX];
-	int64_t sigv[RF__FLIGHT_MAX + 1]; /* queued signals: value, and the copies that must land first */
+	int64_t sigv[RF__FLIGHT_MAX + 1]; /* queued signals: value, where, and the copies that land first */
+	_Atomic int64_t *sigq[RF__FLIGHT_MAX + 1];
 	uint64_t siga[RF__FLIGHT_MAX + 1];
 	unsigned sh, st;
 	int failed;          /* a run's copy failed: drop the signals behind it */
@@ -82,9 +83,9 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
  * Queue order orders a lane's copies into one slot (write after write), but a read in flight has not
  * written yet: a later copy into the same bytes must not overtake it. */
 void rf__flight_wait_dst(rf__flight *f, const unsigned char *dst, size_t len);
-/* Store v into the queue's value once every copy started so far has landed (at once when none is in
- * flight), then notify. */
-void rf__flight_signal(rf__flight *f, int64_t v);
+/* Store v into *q (NULL: the lane's queue value) once every copy started so far has landed (at once when
+ * none is in flight), then notify the eventcount (if any). */
+void rf__flight_signal(rf__flight *f, _Atomic int64_t *q, int64_t v);
 /* Reap landed copies and fire the signals they free. 1 while copies are still in flight. */
 int rf__flight_progress(rf__flight *f);
 /* Sleep until a copy may have landed or the bell rang (rf__ec_wait_bell's sleep). */
