@@ -9,7 +9,9 @@
  * interpreter (runtime/walk.h):
  *   STAGE b into t:  a source DMA can read directly (pinned, registered, device memory) is not copied:
  *                    slot t's state says "read the source" and its copy reads it; a pageable one is
- *                    copied into pinned slot t by the lane and its helpers (pieces, base/piece.h).
+ *                    copied into pinned slot t by the lane and its helpers (pieces, base/piece.h); a
+ *                    file's range is read into it (io/reader.h: its aligned window, the state saying
+ *                    where the bytes begin, so that the H2D starts there).
  *   lane waits for a stream (the staging slot's WAR): until the walker has recorded that signal, then
  *                    for its event (cudaEventSynchronize; the lane makes no other CUDA calls but
  *                    pointer queries and, once, the pinned ring's registration).
