@@ -62,6 +62,7 @@ struct rf_program {
 	int64_t period;                    /* blocks per iteration; 0 = not periodic */
 	int64_t iter_begin;
 	size_t nblocks_min; /* a run must stream at least this many blocks (largest block used + 1) */
+	int computes_on_q0; /* every compute is on queue 0 (the caller's, on the threads backend) */
 };
 
 /* Named constructors: each kind of op with the fields it uses (the table above). */
