@@ -9,7 +9,10 @@
 #define RFB_MAX_SIZE ((size_t)1 << 30) /* 1 GiB per block */
 #define RFB_DEPTH_AUTO 0u                /* --depth auto */
 
-typedef enum rfb_compute_kind { RFB_SUM, RFB_SPIN, RFB_RATIO } rfb_compute_kind;
+typedef enum rfb_compute_kind { RFB_SUM, RFB_SPIN, RFB_RATIO, RFB_DSUM } rfb_compute_kind;
+
+/* The model's name as --compute spells it ("sum", "dsum", "spin", "ratio"). */
+const char *rfb_compute_name(rfb_compute_kind k);
 
 enum { RFB_BASE_SEQUENTIAL = 1, RFB_BASE_HAND = 2, RFB_BASE_STARPU = 4 };
 

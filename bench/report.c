@@ -109,7 +109,7 @@ int rfb_write_json(const rfb_results *res, const rfb_opts *o, const char *machin
 	fprintf(f, "{\n  \"machine\": %s,\n  \"options\": {\"reps\": %u, \"seed\": %llu, \"jitter\": %g, "
 		   "\"compute\": \"%s\", \"compute_arg\": %g, \"copy_queues\": %u},\n  \"records\": [\n",
 		machine_json, o->reps, o->seed, o->jitter,
-		o->compute == RFB_SUM ? "sum" : o->compute == RFB_SPIN ? "spin" : "ratio", o->compute_arg, o->copy_queues);
+		rfb_compute_name(o->compute), o->compute_arg, o->copy_queues);
 	for (size_t i = 0; i < res->n; i++) {
 		const rfb_record *x = &res->r[i];
 		fprintf(f, "    {\"method\": \"%s\", \"backend\": \"%s\", \"depth\": %u, \"auto_depth\": %u, "
