@@ -212,22 +212,9 @@ static int rf__thr_all_done(void *arg)
 	return atomic_load_explicit(&((rf__threads *)arg)->active, memory_order_acquire) == 0;
 }
 
-static int rf__thr_run(void *ctx, rf__run *run)
+/* The run on the lanes: each lane walks its queue, the caller walks queue 0. */
+static int rf__thr_lanes(rf__threads *t, rf__run *run)
 {
-	rf__threads *t = ctx;
-	if (!rf__pool_owned(&t->pool))
-		return rf__err(RF_EBACKEND, "threads: the pipeline's worker threads do not survive fork(): run it in "
-					    "the process that created it");
-	for (unsigned i = 0; i < t->nq; i++)
-		t->q[i].base = atomic_load_explicit(&t->q[i].value, memory_order_relaxed);
-	atomic_store(&t->stop, 0);
-	atomic_store(&t->first_rc, 0);
-	if (run->prog->nslots <= 1) {
-		/* Depth 1: the copy and the compute wait for each other, nothing overlaps; the cpu backend's
-		 * walk of every queue in issue order on the caller saves two thread hops per block and the
-		 * cross-thread signalling (measured: 0.91x of cpu's speed at 1 KiB blocks with it). */
-		return rf__cpu_walk_inline(run);
-	}
 	rf__thr_follow(t); /* placement: lanes off the caller's core (threads_place.c) */
 	for (unsigned i = 0; i < t->pool.n; i++) {
 		rf__tlane *l = &t->lane[i];
@@ -254,6 +241,65 @@ static int rf__thr_run(void *ctx, rf__run *run)
 	}
 	if (rc == RF_EIO)
 		return rf__err(RF_EIO, "%s", t->fail_msg);
+	return rc;
+}
+
+/* After a comparison of the arms (threads_sched.h): what rf_pipeline_describe says about this shape. */
+static void rf__thr_note(rf__threads *t, const rf__sch_class *c, rf__run *run)
+{
+	uint64_t n = run->nblocks ? run->nblocks : 1, mean = run->bytes / n;
+	int len = snprintf(t->note, sizeof t->note, "; schedule for %llu %s blocks x %zu: %s (", (unsigned long long)
+			   (mean >= 1024 ? mean >> 10 : mean), mean >= 1024 ? "KiB" : "B", run->nblocks,
+			   rf__sch_name(c->choice));
+	for (unsigned i = 0; i < t->sch.narms && len > 0 && (size_t)len < sizeof t->note; i++)
+		len += snprintf(t->note + len, sizeof t->note - (size_t)len, "%s%s %.1f us", i ? ", " : "",
+				rf__sch_name(t->sch.arms[i]), c->med[i] * (double)run->bytes / 1e3);
+	if (len > 0 && (size_t)len < sizeof t->note)
+		snprintf(t->note + len, sizeof t->note - (size_t)len, " per run, medians of %u; again in %u runs)",
+			 RF__SCH_ROUNDS, c->interval);
+	run->note = t->note;
+}
+
+static int rf__thr_run(void *ctx, rf__run *run)
+{
+	rf__threads *t = ctx;
+	if (!rf__pool_owned(&t->pool))
+		return rf__err(RF_EBACKEND, "threads: the pipeline's worker threads do not survive fork(): run it in "
+					    "the process that created it");
+	for (unsigned i = 0; i < t->nq; i++)
+		t->q[i].base = atomic_load_explicit(&t->q[i].value, memory_order_relaxed);
+	atomic_store(&t->stop, 0);
+	atomic_store(&t->first_rc, 0);
+	if (run->prog->nslots <= 1) {
+		/* Depth 1: the copy and the compute wait for each other, nothing overlaps; the cpu backend's
+		 * walk of every queue in issue order on the caller saves two thread hops per block and the
+		 * cross-thread signalling (measured: 0.91x of cpu's speed at 1 KiB blocks with it). */
+		run->sched = RF_SCHEDULE_INLINE;
+		return rf__cpu_walk_inline(run);
+	}
+	/* Which arm (threads_sched.h): chosen from this pipeline's own runs of the same shape, unless the
+	 * owner compares runs itself (depth = auto settling) or the run reads files (the lanes keep several
+	 * reads in flight: waiting on the device is what overlap always hides). */
+	rf__sch_class *c = NULL;
+	unsigned arm = t->overlap_mode == RF__HO_OFF ? RF__SCH_INLINE : RF__SCH_LANES;
+	if (run->vary && run->nfile == 0)
+		arm = rf__sch_pick(&t->sch, rf__sch_shape(run->bytes, run->nblocks), &c);
+	t->handoff = arm == RF__SCH_HANDOFF || (arm == RF__SCH_LANES && t->handoff_fixed);
+	int64_t t0 = c != NULL ? rf__now_ns() : 0;
+	int rc;
+	if (arm == RF__SCH_INLINE) {
+		run->sched = RF_SCHEDULE_INLINE;
+		rc = rf__cpu_walk_inline(run);
+	} else {
+		run->sched = RF_SCHEDULE_RING;
+		run->handoff = t->handoff;
+		rc = rf__thr_lanes(t, run);
+	}
+	if (c != NULL && rc == RF_OK) {
+		double x = (double)(rf__now_ns() - t0) / (double)(run->bytes ? run->bytes : run->nblocks);
+		if (rf__sch_note(&t->sch, c, arm, x))
+			rf__thr_note(t, c, run);
+	}
 	return rc;
 }
 
@@ -285,6 +331,30 @@ static void rf__thr_lane_sleep(void *ctx)
 
 static const rf__lane_ops rf__thr_lane_ops = {rf__thr_lane_idle, rf__thr_lane_sleep};
 
+/* The arms a pipeline's runs compare (threads_sched.h), and the policy for describe. */
+static void rf__thr_arms(rf__threads *t)
+{
+	unsigned arms[RF__SCH_NARMS], n = 0;
+	int ho = rf__ho_pipeline(t->handoff_mode, t->nq, t->nslots, &t->handoff_fixed, t->handoff_why,
+				 sizeof t->handoff_why);
+	if (t->overlap_mode != RF__HO_ON)
+		arms[n++] = RF__SCH_INLINE;
+	if (t->overlap_mode != RF__HO_OFF) {
+		arms[n++] = RF__SCH_LANES;
+		if (ho)
+			arms[n++] = RF__SCH_HANDOFF;
+	}
+	rf__sch_init(&t->sch, arms, n);
+	size_t len = strlen(t->handoff_why);
+	if (t->nq < 2 || t->nslots < 2)
+		return;
+	snprintf(t->handoff_why + len, sizeof t->handoff_why - len, "; overlap %s",
+		 t->overlap_mode == RF__HO_OFF  ? "off (forced by configuration: every run inline on the caller)"
+		 : t->overlap_mode == RF__HO_ON ? "on (forced by configuration)"
+						: "auto (each run shape's first runs compare the lanes with running inline "
+						  "on the caller; the faster is kept and checked again now and then)");
+}
+
 static int rf__thr_describe(void *ctx, char *buf, size_t cap)
 {
 	rf__threads *t = ctx;
@@ -304,6 +374,8 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	t->slot_bytes = args->slot_bytes;
 	t->nslots = args->nslots;
 	int rc = rf__config_handoff(&t->handoff_mode);
+	if (rc == RF_OK)
+		rc = rf__config_overlap(&t->overlap_mode);
 	if (rc == RF_OK)
 		rc = rf__config_worker_cpus(t->worker_cpus, sizeof t->worker_cpus);
 	if (rc != RF_OK) {
@@ -342,7 +414,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	atomic_init(&t->first_rc, 0);
 	t->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
 	t->run_spin_ns = t->spin_ns > RF__RUN_SPIN_NS ? t->spin_ns : RF__RUN_SPIN_NS;
-	rf__ho_pipeline(t->handoff_mode, t->nq, t->nslots, &t->handoff, t->handoff_why, sizeof t->handoff_why);
+	rf__thr_arms(t);
 	rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__thr_lane_ops, lctx, 0);
 	free(lctx);
 	if (rc != RF_OK) {

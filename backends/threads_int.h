@@ -10,6 +10,7 @@
 
 #include "base/piece.h"
 #include "backends/threads_handoff.h"
+#include "backends/threads_sched.h"
 #include "base/pool.h"
 #include "base/wait.h"
 #include "memory/staging.h"
@@ -77,9 +78,14 @@ struct rf__threads {
 	int fail_value;
 	char fail_msg[240]; /* RF_EIO: the failed read's sentence */
 	_Atomic int64_t *kfail; /* per slot: the keyed ticket whose file copy failed there (0: none) */
-	/* the copy path (threads_copy.h) */
+	/* the copy path (base/piece.h, threads_handoff.h) */
 	int handoff_mode, handoff;
-	char handoff_why[200];
+	int handoff_fixed;   /* the handoff of runs on the lanes when it is not one of the compared arms */
+	char handoff_why[320]; /* the handoff and overlap policies, for describe */
+	/* the schedule of each run (threads_sched.h): the arms compared, the last comparison's note */
+	int overlap_mode;
+	rf__sch sch;
+	char note[256];
 	size_t slot_bytes;
 	unsigned nslots;
 	/* placement (threads_place.c) */

@@ -118,6 +118,12 @@ static inline bool rf__ring_depth_is_valid(unsigned depth, unsigned copy_queues)
  * block b's copy, queue 0 the computes): one iteration per copy_queues blocks. */
 int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **out);
 
+/* The ring with locality (RF_LOCALITY_COPIER): W = copy_queues + 1 queues (queue 0 the caller) take
+ * blocks in turn, block b on queue b % W, each copying its block and then computing it after the
+ * compute of block b - 1 (computes stay in block order, one at a time). depth >= W (RF_EINVAL
+ * otherwise): a slot is then free again by the time its queue copies into it. One iteration per W blocks. */
+int rf__ring_program_local(unsigned depth, unsigned copy_queues, struct rf_program **out);
+
 /* Test-only negative control: remove every wait of a non-compute queue (q != 0) on queue 0 — in a
  * ring, exactly the WAR waits — and reindex. Defined only in the testing build (RF_TESTING); the one
  * call in the library sits behind RF__TEST_HOOK(drop_war_wait), a constant 0 in the shipped build. */

@@ -26,8 +26,13 @@ _Static_assert(offsetof(rf_pipeline_params, staging) == 40, "staging moved");
 _Static_assert(offsetof(rf_pipeline_params, memory) == 48, "memory moved");
 _Static_assert(offsetof(rf_pipeline_params, depth_auto) == 52, "depth_auto moved");
 _Static_assert(offsetof(rf_pipeline_params, wait) == 56, "wait moved");
-_Static_assert(offsetof(rf_pipeline_params, reserved) == 64, "reserved moved");
-_Static_assert(sizeof(((rf_pipeline_params *)0)->reserved) == 8 * sizeof(uint64_t), "reserved is 8 words");
+_Static_assert(offsetof(rf_pipeline_params, locality) == 64, "locality moved (it took reserved[0])");
+_Static_assert(offsetof(rf_pipeline_params, reserved) == 72, "reserved moved");
+_Static_assert(sizeof(((rf_pipeline_params *)0)->reserved) == 7 * sizeof(uint64_t), "reserved is 7 words");
+/* rf_stats: appended fields take reserved words at its end, its size never changes. */
+_Static_assert(sizeof(rf_stats) == 2288, "rf_stats must keep its size");
+_Static_assert(offsetof(rf_stats, schedule) == offsetof(rf_stats, total_file_bytes) + 8, "schedule took reserved[0]");
+_Static_assert(offsetof(rf_stats, reserved) == offsetof(rf_stats, schedule) + 24, "reserved moved");
 _Static_assert(sizeof(rf_memory) == sizeof(int), "rf_memory is an int-sized enum");
 #endif
 
@@ -36,6 +41,9 @@ _Static_assert(offsetof(rf_pipeline_params, reserved) + sizeof(((rf_pipeline_par
                    sizeof(rf_pipeline_params),
                "reserved[] must be the last member");
 _Static_assert(RF_DEPTH_AUTO == 1u, "RF_DEPTH_AUTO is part of the ABI");
+_Static_assert(RF_LOCALITY_CALLER == 0u && RF_LOCALITY_COPIER == 1u, "RF_LOCALITY_* are part of the ABI");
+_Static_assert(RF_SCHEDULE_RING == 0u && RF_SCHEDULE_INLINE == 1u && RF_SCHEDULE_LOCAL == 2u,
+               "RF_SCHEDULE_* are part of the ABI");
 
 Test(abi, params_layout)
 {
