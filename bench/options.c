@@ -26,6 +26,8 @@ const char *rfb_usage(void)
 	       "  --seed S             seed for jitter (default 1)\n"
 	       "  --baselines LIST     sequential,hand,starpu or none (default sequential,hand,starpu)\n"
 	       "  --starpu-ncpu N      StarPU CPU workers (default cores-1, at least 1)\n"
+	       "  --locality LIST      caller,copier: ringfetch computing on the caller (\"ringfetch\", default) and/or\n"
+	       "                       each block on the thread that copied it (\"rf-local\", RF_LOCALITY_COPIER)\n"
 	       "  --json FILE  --csv FILE  --plot FILE.png  --trace FILE.json  --dot FILE.dot\n"
 	       "  --quiet              no progress line on stderr\n";
 }
@@ -137,6 +139,18 @@ static int one_baseline(const char *s, void *ctx, char *err, size_t cap)
 	return 0;
 }
 
+static int one_locality(const char *s, void *ctx, char *err, size_t cap)
+{
+	rfb_opts *o = ctx;
+	if (!strcmp(s, "caller"))
+		o->locality |= RFB_LOC_CALLER;
+	else if (!strcmp(s, "copier"))
+		o->locality |= RFB_LOC_COPIER;
+	else
+		return fail(err, cap, "--locality: unknown locality \"%s\" (caller, copier)", s);
+	return 0;
+}
+
 static int parse_compute(rfb_opts *o, const char *v, char *err, size_t cap)
 {
 	char *end;
@@ -192,6 +206,7 @@ static void defaults(rfb_opts *o)
 	o->reps = 5;
 	o->seed = 1;
 	o->baselines = RFB_BASE_SEQUENTIAL | RFB_BASE_HAND | RFB_BASE_STARPU;
+	o->locality = RFB_LOC_CALLER;
 }
 
 /* One option with its value; returns 0, or 2 with err set. */
@@ -207,6 +222,8 @@ static int option(rfb_opts *o, const char *a, const char *v, char *err, size_t c
 		o->nsizes = 0, rc = each_item(v, a, err, cap, one_size, o);
 	else if (!strcmp(a, "--baselines"))
 		o->baselines = 0, rc = each_item(v, a, err, cap, one_baseline, o);
+	else if (!strcmp(a, "--locality"))
+		o->locality = 0, rc = each_item(v, a, err, cap, one_locality, o);
 	else if (!strcmp(a, "--compute"))
 		rc = parse_compute(o, v, err, cap);
 	else if (!strcmp(a, "--blocks"))

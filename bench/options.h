@@ -15,6 +15,9 @@ typedef enum rfb_compute_kind { RFB_SUM, RFB_SPIN, RFB_RATIO, RFB_DSUM } rfb_com
 const char *rfb_compute_name(rfb_compute_kind k);
 
 enum { RFB_BASE_SEQUENTIAL = 1, RFB_BASE_HAND = 2, RFB_BASE_STARPU = 4 };
+/* --locality: "ringfetch" computes on the caller (the default contract); "rf-local" with
+ * RF_LOCALITY_COPIER (each block computed by the thread that copied it). */
+enum { RFB_LOC_CALLER = 1, RFB_LOC_COPIER = 2 };
 
 typedef struct rfb_opts {
 	const char *backends[RFB_MAX_LIST];
@@ -32,6 +35,7 @@ typedef struct rfb_opts {
 	unsigned reps;
 	unsigned long long seed;
 	unsigned baselines; /* RFB_BASE_* */
+	unsigned locality;  /* RFB_LOC_*: which ringfetch contestants (RF_LOCALITY_CALLER, _COPIER) */
 	unsigned starpu_ncpu;
 	const char *json, *csv, *plot, *trace, *dot;
 	int quiet;
