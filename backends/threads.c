@@ -98,8 +98,75 @@ static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, s
 	return rc == RF_OK ? RF__WALK_ASYNC : rc;
 }
 
+/* ---- copies the caller takes over --------------------------------------------------------------------
+ *
+ * In a ring (rf_program.ring) the caller, about to compute block b, waits for the lane that copies it. If
+ * that lane has not started the copy yet — it is busy with an earlier one, or not running at all (its
+ * core is shared with other work, it was preempted) — the caller claims the copy and makes it itself:
+ * it would only have waited, and the block then lies in the cache of the core that computes it. The
+ * lane, reaching that copy later, finds it claimed and skips it (after the caller's copy has ended, so
+ * that its signal still means "copied"). Both claim through one monotone word per lane: whoever raises
+ * it to b owns copy b. A copy the lane has started is helped with instead (base/piece.h). */
+
+/* Raise tq->claimed to b: 1 when this thread now owns copy b, 0 when the other side had it. */
+static int rf__thr_claim(rf__tq *tq, size_t b)
+{
+	int64_t x = atomic_load_explicit(&tq->claimed, memory_order_relaxed);
+	while (x < (int64_t)b)
+		if (atomic_compare_exchange_weak_explicit(&tq->claimed, &x, (int64_t)b, memory_order_relaxed,
+							  memory_order_relaxed))
+			return 1;
+	return 0;
+}
+
+/* The caller's side: copy block b for lane queue tq (its slice goes on the caller's own track: queue 0's
+ * trace has room for a ring's copies, runtime/trace.c). */
+static void rf__thr_steal(rf__walker *wk, rf__tq *tq, size_t b)
+{
+	rf__run *run = &wk->run;
+	unsigned slot = (unsigned)(b % run->prog->nslots);
+	if (RF__TEST_HOOK(before_copy) != NULL)
+		RF__TEST_HOOK(before_copy)(b);
+	int64_t t0 = run->trace ? rf__trace_now() : 0;
+	uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
+	if (run->sizes[b] != 0)
+		memcpy(rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b]);
+	if (run->trace)
+		rf__trace_add(run->trace, 0, RF_OP_COPY, (int64_t)b, slot, 0, t0, rf__trace_now(), s0);
+	if (run->stats) /* counted, but not as the caller's busy time: it computed nothing meanwhile */
+		run->stats[0].copies++;
+	atomic_store_explicit(&tq->stolen, (int64_t)b, memory_order_release);
+	rf__ec_notify(&wk->t->ec);
+}
+
+typedef struct rf__thr_steal_wait {
+	rf__tq *tq;
+	int64_t b;
+} rf__thr_steal_wait;
+
+static int rf__thr_stolen_done(void *arg)
+{
+	const rf__thr_steal_wait *w = arg;
+	return atomic_load_explicit(&w->tq->stolen, memory_order_acquire) >= w->b;
+}
+
+/* The lane's side: copy b was the caller's (it claims the blocks it waits for in order, so `stolen`
+ * reaching b means that copy has ended). */
+static int rf__thr_skip(rf__walker *wk, size_t b)
+{
+	rf__threads *t = wk->t;
+	rf__thr_steal_wait w = {&t->q[wk->lane->q], (int64_t)b};
+	rf__ec_wait(&t->ec, rf__thr_stolen_done, &w, t->run_spin_ns);
+	return RF__WALK_ELSEWHERE;
+}
+
 static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
+	rf__walker *wk = c;
+	/* Claimed first: a copy the caller made is done whatever happens next (a cancel after the last
+	 * compute started must not fail the run on a lane that lags behind). */
+	if (wk->lane != NULL && wk->t->steal && !rf__thr_claim(&wk->t->q[queue], b))
+		return rf__thr_skip(wk, b);
 	if (rf__thr_stopped(c))
 		return RF_ECANCELED;
 	size_t n = run->sizes[b];
@@ -108,7 +175,7 @@ static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 		return rf__thr_file_copy(c, run, &fs, b, slot);
 	if (n != 0) {
 		unsigned char *dst = rf__slot_ptr(run, slot);
-		rf__threads *t = ((rf__walker *)c)->t;
+		rf__threads *t = wk->t;
 		/* The piece copier and the handoff only at depth >= 2: at depth 1 nothing overlaps and the
 		 * whole copy runs on one thread (the demotes would only lengthen the critical path). */
 		if (run->prog->nslots >= 2)
@@ -163,7 +230,13 @@ static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t bloc
 	rf__threads *t = wk->t;
 	rf__tq *e = &t->q[wq];
 	rf__thr_until u = {wk, wq, e->base + v};
-	/* Rather than wait idle for the copy of `block`, take pieces of it (base/piece.h). */
+	/* Rather than wait idle for the copy of `block`: make it, when the lane has not started it (a ring's
+	 * RAW wait, above), or take pieces of it (base/piece.h). */
+	if (t->steal && wk->lane == NULL && wq > 0 && atomic_load_explicit(&e->value, memory_order_acquire) < u.v &&
+	    !atomic_load_explicit(&t->stop, memory_order_relaxed) && rf__thr_claim(e, block)) {
+		rf__thr_steal(wk, e, block);
+		return 0;
+	}
 	rf__piece_help(&e->job, block, &e->value, u.v);
 	/* A lane with reads in flight sleeps in its reader at once, woken by a read landing or by its bell;
 	 * a thread waiting for a lane whose reads are in flight spins only briefly: either wait is the
@@ -225,6 +298,11 @@ static int rf__thr_lanes(rf__threads *t, rf__run *run)
 		l->flight.trace = run->trace;
 	}
 	t->run = run;
+	t->steal = run->prog->ring && run->nfile == 0;
+	for (unsigned i = 0; i < t->nq; i++) {
+		atomic_store_explicit(&t->q[i].claimed, -1, memory_order_relaxed);
+		atomic_store_explicit(&t->q[i].stolen, -1, memory_order_relaxed);
+	}
 	atomic_store(&t->active, t->pool.n);
 	for (unsigned i = 0; i < t->pool.n; i++)
 		if (rf__pool_post(&t->pool, i, &t->lane[i].walk) != RF_OK) /* keyed copies were quiesced */
@@ -397,6 +475,8 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	}
 	for (unsigned i = 0; i < t->nq; i++) {
 		atomic_init(&t->q[i].value, 0);
+		atomic_init(&t->q[i].claimed, -1);
+		atomic_init(&t->q[i].stolen, -1);
 		t->q[i].base = 0;
 		rf__piece_init(&t->q[i].job);
 	}

@@ -31,6 +31,10 @@ typedef struct rf__tq {
 	_Alignas(64) _Atomic int64_t value; /* what this queue has done (monotone) */
 	int64_t base;                   /* value at the start of the current run */
 	rf__piece_job job;                 /* its current copy, open to helpers (threads_copy.h) */
+	/* A ring run's copies that the caller takes over (threads.c, rf__thr_steal): the last block whose
+	 * copy was claimed, by this lane or by the caller, and the last block the caller copied for it. */
+	_Alignas(64) _Atomic int64_t claimed;
+	_Atomic int64_t stolen;
 } rf__tq;
 
 typedef struct rf__threads rf__threads;
@@ -71,6 +75,7 @@ struct rf__threads {
 	int64_t run_spin_ns; /* within a run */
 	/* the run in progress */
 	rf__run *run;
+	int steal; /* the caller may take over copies it would wait for (a ring program, no file source) */
 	atomic_uint active; /* lanes still walking it */
 	atomic_int stop;
 	atomic_int first_rc;

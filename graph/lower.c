@@ -255,6 +255,7 @@ int rf__ring_program(unsigned depth, unsigned copy_queues, struct rf_program **o
 	 * from iterations with negative (skipped) computes. */
 	p->iter_begin = -(int64_t)((depth + copy_queues - 2) / copy_queues);
 	p->nblocks_min = 0;
+	p->ring = 1;
 	rf__prog_index(p);
 	*out = p;
 	return RF_OK;

@@ -58,6 +58,10 @@ struct rf_program {
 	int64_t period;                    /* blocks per iteration; 0 = not periodic */
 	int64_t iter_begin;
 	size_t nblocks_min; /* a run must stream at least this many blocks (largest block used + 1) */
+	/* 1 for rf__ring_program's rings: queue 0 computes block b in slot b % nslots after a RAW wait for
+	 * value b + 1 of the queue that copies it, whose copy of b waits only for computes queue 0 has
+	 * finished by then — so queue 0 may make that copy itself (backends/threads.c). */
+	int ring;
 };
 
 /* Named constructors: each kind of op with the fields it uses (the table above). */
