@@ -18,6 +18,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* overlap = auto | off | on (RINGFETCH_OVERLAP; rf__parse_overlap's values): compare the lanes with
+ * running inline, run inline always, run on the lanes always. */
+enum { RF__OV_AUTO = 0, RF__OV_OFF = 1, RF__OV_ON = 2 };
+
 /* The arms. Listed in preference order: on a tie the earlier one is kept (inline uses one core). */
 enum { RF__SCH_INLINE = 0, RF__SCH_LANES = 1, RF__SCH_HANDOFF = 2, RF__SCH_NARMS = 3 };
 

@@ -238,7 +238,10 @@ typedef struct rf_pipeline_params {
  * RINGFETCH_TRACE / `trace` make every run of the pipeline append a Chrome trace (rf_pipeline_trace);
  * RINGFETCH_MEMORY_BUDGET / `memory_budget` (bytes, K/M/G suffixes) caps depth * slot_bytes.
  * The threads backend's copy path (docs/deployment.md): RINGFETCH_HANDOFF / `handoff` ("auto", "off",
- * "on": demote copied blocks to the shared cache; auto measures it at create) and RINGFETCH_WORKER_CPUS
+ * "on": demote copied blocks to the shared cache; auto compares it on the first runs where the CPU has
+ * cldemote), RINGFETCH_OVERLAP / `overlap` ("auto": each run shape's first runs compare overlapping on
+ * the copy lanes with running inline on the caller and keep the faster, checking again now and then;
+ * "on": always the lanes; "off": always inline; rf_stats.inline_runs counts) and RINGFETCH_WORKER_CPUS
  * / `worker_cpus` (the copy workers' CPUs, e.g. "2-3,6"); malformed: RF_ECONFIG naming them.
  * RINGFETCH_ORACLE=1 (debugging; "0" or "1") records every run's execution log and checks it with an
  * independent hazard oracle (each block copied and computed once, computes in order, RAW and WAR on

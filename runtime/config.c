@@ -601,7 +601,7 @@ int rf__config_handoff(int *mode)
 
 int rf__parse_overlap(const char *s)
 {
-	return rf__parse_handoff(s); /* the same three words, the same numbers */
+	return rf__parse_handoff(s); /* the same three words and numbers: RF__OV_AUTO, _OFF, _ON */
 }
 
 int rf__config_overlap(int *mode)
