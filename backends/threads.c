@@ -106,7 +106,10 @@ static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, s
  * it would only have waited, and the block then lies in the cache of the core that computes it. The
  * lane, reaching that copy later, finds it claimed and skips it (after the caller's copy has ended, so
  * that its signal still means "copied"). Both claim through one monotone word per lane: whoever raises
- * it to b owns copy b. A copy the lane has started is helped with instead (base/piece.h). */
+ * it to b owns copy b. Either side helps with the other's copy in pieces (base/piece.h): the caller with
+ * one the lane has started, the lane — arriving late — with the caller's; and the caller first gives
+ * the lane the few microseconds its help waits for a copy to appear, so a lane that was just about to
+ * start (woken for the run) shares the copy rather than leaving all of it to the caller. */
 
 /* Raise tq->claimed to b: 1 when this thread now owns copy b, 0 when the other side had it. */
 static int rf__thr_claim(rf__tq *tq, size_t b)
@@ -130,7 +133,7 @@ static void rf__thr_steal(rf__walker *wk, rf__tq *tq, size_t b)
 	int64_t t0 = run->trace ? rf__trace_now() : 0;
 	uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
 	if (run->sizes[b] != 0)
-		memcpy(rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b]);
+		rf__piece_copy(&tq->sjob, rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b], b, 0);
 	if (run->trace)
 		rf__trace_add(run->trace, 0, RF_OP_COPY, (int64_t)b, slot, 0, t0, rf__trace_now(), s0);
 	if (run->stats) /* counted, but not as the caller's busy time: it computed nothing meanwhile */
@@ -150,12 +153,15 @@ static int rf__thr_stolen_done(void *arg)
 	return atomic_load_explicit(&w->tq->stolen, memory_order_acquire) >= w->b;
 }
 
-/* The lane's side: copy b was the caller's (it claims the blocks it waits for in order, so `stolen`
- * reaching b means that copy has ended). */
+/* The lane's side: copy b was the caller's. Help with its pieces (a lane that arrives while the caller
+ * copies halves that copy), then wait for its end (the caller claims the blocks it waits for in order,
+ * so `stolen` reaching b means copy b has ended). */
 static int rf__thr_skip(rf__walker *wk, size_t b)
 {
 	rf__threads *t = wk->t;
-	rf__thr_steal_wait w = {&t->q[wk->lane->q], (int64_t)b};
+	rf__tq *tq = &t->q[wk->lane->q];
+	rf__piece_help(&tq->sjob, b, &tq->stolen, (int64_t)b);
+	rf__thr_steal_wait w = {tq, (int64_t)b};
 	rf__ec_wait(&t->ec, rf__thr_stolen_done, &w, t->run_spin_ns);
 	return RF__WALK_ELSEWHERE;
 }
@@ -230,14 +236,16 @@ static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t bloc
 	rf__threads *t = wk->t;
 	rf__tq *e = &t->q[wq];
 	rf__thr_until u = {wk, wq, e->base + v};
-	/* Rather than wait idle for the copy of `block`: make it, when the lane has not started it (a ring's
-	 * RAW wait, above), or take pieces of it (base/piece.h). */
+	/* Rather than wait idle for the copy of `block`, take pieces of it (base/piece.h): the help waits a
+	 * few microseconds for the lane to publish it. A ring's RAW wait whose lane has not even claimed the
+	 * copy by then makes it instead (above): a lane that was about to start gets the copy shared, and
+	 * one that is busy with an earlier copy or not running costs only that short look. */
+	rf__piece_help(&e->job, block, &e->value, u.v);
 	if (t->steal && wk->lane == NULL && wq > 0 && atomic_load_explicit(&e->value, memory_order_acquire) < u.v &&
 	    !atomic_load_explicit(&t->stop, memory_order_relaxed) && rf__thr_claim(e, block)) {
 		rf__thr_steal(wk, e, block);
 		return 0;
 	}
-	rf__piece_help(&e->job, block, &e->value, u.v);
 	/* A lane with reads in flight sleeps in its reader at once, woken by a read landing or by its bell;
 	 * a thread waiting for a lane whose reads are in flight spins only briefly: either wait is the
 	 * device's latency, which a spin would spend burning a core. */
@@ -331,9 +339,9 @@ static void rf__thr_note(rf__threads *t, const rf__sch_class *c, rf__run *run)
 			   rf__sch_name(c->choice));
 	for (unsigned i = 0; i < t->sch.narms && len > 0 && (size_t)len < sizeof t->note; i++)
 		len += snprintf(t->note + len, sizeof t->note - (size_t)len, "%s%s %.1f us", i ? ", " : "",
-				rf__sch_name(t->sch.arms[i]), c->med[i] * (double)run->bytes / 1e3);
+				rf__sch_name(t->sch.arms[i]), c->fig[i] * (double)run->bytes / 1e3);
 	if (len > 0 && (size_t)len < sizeof t->note)
-		snprintf(t->note + len, sizeof t->note - (size_t)len, " per run, medians of %u; again in %u runs)",
+		snprintf(t->note + len, sizeof t->note - (size_t)len, " per run, means of %u; again in %u runs)",
 			 RF__SCH_ROUNDS, c->interval);
 	run->note = t->note;
 }
@@ -479,6 +487,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 		atomic_init(&t->q[i].stolen, -1);
 		t->q[i].base = 0;
 		rf__piece_init(&t->q[i].job);
+		rf__piece_init(&t->q[i].sjob);
 	}
 	for (unsigned i = 0; i < nl; i++) {
 		t->lane[i].t = t;

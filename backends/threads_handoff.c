@@ -29,15 +29,15 @@ int rf__ho_decide(const int64_t *on, const int64_t *off, unsigned n)
 {
 	if (n == 0)
 		return 0;
-	double x[2][16], med[2];
+	double x[2][16], fig[2];
 	n = n > 16 ? 16 : n;
 	for (unsigned i = 0; i < n; i++) {
 		x[0][i] = (double)off[i];
 		x[1][i] = (double)on[i];
 	}
-	med[0] = rf__sch_median(x[0], n);
-	med[1] = rf__sch_median(x[1], n);
-	return rf__sch_best(med, 2) == 1; /* "off" first: on must win by the margin */
+	fig[0] = rf__sch_mean(x[0], n);
+	fig[1] = rf__sch_mean(x[1], n);
+	return rf__sch_best(fig, 2) == 1; /* "off" first: on must win by the margin */
 }
 
 /* ---- a pipeline's handoff ------------------------------------------------------------------------ */

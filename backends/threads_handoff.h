@@ -10,7 +10,7 @@
 enum { RF__HO_AUTO = 0, RF__HO_OFF = 1, RF__HO_ON = 2 };
 
 /* The decision rule, a pure function of measured samples (time per run, alternating runs with and
- * without the handoff): on iff the median with it is below the median without it by more than 3 %
+ * without the handoff): on iff the mean with it is below the mean without it by more than 3 %
  * (RF__SCH_MARGIN: noise on a quiet machine; a loaded one mostly says off, the safe side) — the rule
  * rf__sch_best applies to every arm. n: 1..16 (0: off). */
 int rf__ho_decide(const int64_t *on, const int64_t *off, unsigned n);

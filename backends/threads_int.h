@@ -32,9 +32,11 @@ typedef struct rf__tq {
 	int64_t base;                   /* value at the start of the current run */
 	rf__piece_job job;                 /* its current copy, open to helpers (threads_copy.h) */
 	/* A ring run's copies that the caller takes over (threads.c, rf__thr_steal): the last block whose
-	 * copy was claimed, by this lane or by the caller, and the last block the caller copied for it. */
+	 * copy was claimed, by this lane or by the caller, the last block the caller copied for it, and
+	 * the caller's copy in progress, open to the lane's help. */
 	_Alignas(64) _Atomic int64_t claimed;
 	_Atomic int64_t stolen;
+	rf__piece_job sjob;
 } rf__tq;
 
 typedef struct rf__threads rf__threads;

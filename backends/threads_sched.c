@@ -21,25 +21,19 @@ uint32_t rf__sch_shape(uint64_t bytes, size_t nblocks)
 	return 1u << 16 | (uint32_t)b << 8 | (k > 12 ? 12 : k);
 }
 
-double rf__sch_median(const double *v, unsigned n)
+double rf__sch_mean(const double *v, unsigned n)
 {
-	double s[16];
-	n = n > 16 ? 16 : n;
-	memcpy(s, v, n * sizeof *s);
-	for (unsigned i = 1; i < n; i++)
-		for (unsigned k = i; k > 0 && s[k - 1] > s[k]; k--) {
-			double x = s[k];
-			s[k] = s[k - 1];
-			s[k - 1] = x;
-		}
-	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+	double sum = 0;
+	for (unsigned i = 0; i < n; i++)
+		sum += v[i];
+	return sum / (double)(n ? n : 1);
 }
 
-unsigned rf__sch_best(const double *med, unsigned n)
+unsigned rf__sch_best(const double *fig, unsigned n)
 {
 	unsigned w = 0;
 	for (unsigned i = 1; i < n; i++)
-		if (med[i] < med[w] * RF__SCH_MARGIN)
+		if (fig[i] < fig[w] * RF__SCH_MARGIN)
 			w = i;
 	return w;
 }
@@ -115,9 +109,9 @@ int rf__sch_note(rf__sch *s, rf__sch_class *c, unsigned arm, double x)
 	if (++c->probes < s->narms * RF__SCH_ROUNDS)
 		return 0;
 	for (unsigned i = 0; i < s->narms; i++)
-		c->med[i] = rf__sch_median(c->x[i], RF__SCH_ROUNDS);
+		c->fig[i] = rf__sch_mean(c->x[i], RF__SCH_ROUNDS);
 	unsigned was = c->choice;
-	c->choice = s->arms[rf__sch_best(c->med, s->narms)];
+	c->choice = s->arms[rf__sch_best(c->fig, s->narms)];
 	/* The same choice again: look less often; a new one (or the first): look again soon (the machine or
 	 * the workload changed, or one of the two comparisons was disturbed). */
 	if (c->compared++ == 0 || c->choice != was)

@@ -6,7 +6,9 @@
  * only where the CPU has it). Which is fastest depends on the machine (how much a block read from
  * another core's cache costs, whether the cores are shared with other work) and on the workload (the
  * compute's cost per byte, the block size, the blocks per run), so it is measured on the pipeline's own
- * runs: the first runs of each run shape alternate between the arms, and the fastest by median is kept;
+ * runs: the first runs of each run shape alternate between the arms, and the fastest over all its runs
+ * (the mean time per byte: a schedule often held up on a busy machine loses even when its typical run
+ * is fast, since what the caller waits for is the sum) is kept;
  * the arms are compared again now and then (after 16 runs, then 32, 64, ... up to 1024 while the choice
  * holds; 16 again when it changes), so a choice follows a machine or a workload that changes.
  *
@@ -25,11 +27,11 @@ enum { RF__OV_AUTO = 0, RF__OV_OFF = 1, RF__OV_ON = 2 };
 /* The arms. Listed in preference order: on a tie the earlier one is kept (inline uses one core). */
 enum { RF__SCH_INLINE = 0, RF__SCH_LANES = 1, RF__SCH_HANDOFF = 2, RF__SCH_NARMS = 3 };
 
-#define RF__SCH_ROUNDS 3u      /* runs of each arm per comparison, alternating; the median decides */
+#define RF__SCH_ROUNDS 3u      /* runs of each arm per comparison, alternating; their mean decides */
 #define RF__SCH_CLASSES 8u     /* run shapes remembered at once (least recently used replaced) */
 #define RF__SCH_RECHECK 16u    /* runs of the kept arm before the first comparison again */
 #define RF__SCH_RECHECK_MAX 1024u
-/* A later arm is kept only when its median beats every earlier arm's by more than this (3 %: run to run
+/* A later arm is kept only when its mean beats every earlier arm's by more than this (3 %: run to run
  * noise on a quiet machine). */
 #define RF__SCH_MARGIN 0.97
 
@@ -37,12 +39,12 @@ enum { RF__SCH_INLINE = 0, RF__SCH_LANES = 1, RF__SCH_HANDOFF = 2, RF__SCH_NARMS
  * count (capped at 2^12), so that runs compared with each other move similar blocks. Never 0. */
 uint32_t rf__sch_shape(uint64_t bytes, size_t nblocks);
 
-/* The winner among n arms (in preference order) given each one's median time (lower is better): arm i
- * replaces the current winner w only when med[i] < med[w] * RF__SCH_MARGIN. n >= 1. */
-unsigned rf__sch_best(const double *med, unsigned n);
+/* The winner among n arms (in preference order) given each one's figure (mean time; lower is better):
+ * arm i replaces the current winner w only when fig[i] < fig[w] * RF__SCH_MARGIN. n >= 1. */
+unsigned rf__sch_best(const double *fig, unsigned n);
 
-/* The median of v[0..n) (n in 1..16; v unchanged). */
-double rf__sch_median(const double *v, unsigned n);
+/* The mean of v[0..n) (n >= 1). */
+double rf__sch_mean(const double *v, unsigned n);
 
 typedef struct rf__sch_class {
 	uint32_t shape;    /* 0: free */
@@ -54,7 +56,7 @@ typedef struct rf__sch_class {
 	unsigned compared; /* comparisons made */
 	uint64_t used;     /* last use, for replacement */
 	double x[RF__SCH_NARMS][RF__SCH_ROUNDS]; /* the comparison's samples, by arm slot */
-	double med[RF__SCH_NARMS];               /* the last comparison's medians, by arm slot */
+	double fig[RF__SCH_NARMS];               /* the last comparison's means, by arm slot */
 } rf__sch_class;
 
 typedef struct rf__sch {
@@ -73,11 +75,11 @@ void rf__sch_init(rf__sch *s, const unsigned *arms, unsigned narms);
 unsigned rf__sch_pick(rf__sch *s, uint32_t shape, rf__sch_class **c);
 
 /* That run succeeded and took x (time per byte, or per block for empty blocks; any unit, the same for
- * every run). Returns 1 when it ended a comparison (c->choice and c->med are then the new figures,
+ * every run). Returns 1 when it ended a comparison (c->choice and c->fig are then the new figures,
  * worth describing), else 0. */
 int rf__sch_note(rf__sch *s, rf__sch_class *c, unsigned arm, double x);
 
-/* The slot of arm `arm` in s->arms (its index in c->med), or s->narms when it is not compared. */
+/* The slot of arm `arm` in s->arms (its index in c->fig), or s->narms when it is not compared. */
 unsigned rf__sch_slot(const rf__sch *s, unsigned arm);
 
 /* "inline", "lanes", "lanes + handoff". */

@@ -1,32 +1,48 @@
 #!/usr/bin/env bash
 # The arithmetic-bound ring, before and after the threads backend chose its schedule from its own runs,
 # measured side by side (docs/PERFORMANCE.md, "The arithmetic-bound ring"):
-#   before = RINGFETCH_OVERLAP=on (every run on the lanes: what each threads run did before),
+#   before = with BEFORE_LIB=DIR, this bench binary on the libringfetch.so.1 in DIR (built from the
+#            commit before the change: its ringfetch rows only, no locality), else RINGFETCH_OVERLAP=on
+#            (every run on the lanes, the caller still taking over copies it would wait for);
 #   after  = the default (overlap auto: lanes or inline per run shape, the caller taking over copies).
 # Each round runs ringfetch-bench once each way (the order alternating from round to round), every run
 # holding /tmp/rf-bench.lock; within a run every contestant alternates with the sequential baseline.
+# With LOAD=N, N busy loops run beside each benchmark run (started and stopped inside the lock): cores
+# shared with other work, reproducibly.
 # Prints, per row, the medians over the rounds of time per block and of the ratios measured inside each
 # run (ringfetch / sequential, ringfetch / hand, StarPU / ringfetch), and the machine's load.
-# usage: bench/overlap-ab.sh BUILD_DIR ROUNDS OUTDIR [ringfetch-bench options]
+# usage: [BEFORE_LIB=DIR] [LOAD=N] bench/overlap-ab.sh BUILD_DIR ROUNDS OUTDIR [ringfetch-bench options]
 set -eu
 build=$1 rounds=$2 out=$3
 shift 3
 args=("$@")
 [ ${#args[@]} -gt 0 ] || args=(--backend threads --compute dsum --depth 2,3,4 --size 64K,1M --locality caller,copier
-	--baselines sequential,hand,starpu --reps 9)
+	--baselines sequential,hand,starpu --starpu-ncpu 2 --reps 9)
 mkdir -p "$out"
+# One benchmark run under the lock, with LOAD busy loops beside it.
+bench() {
+	flock /tmp/rf-bench.lock bash -c '
+		n=${LOAD:-0}; pids=""
+		for i in $(seq 1 "$n"); do (while :; do :; done) & pids="$pids $!"; done
+		"$@"; rc=$?
+		[ -n "$pids" ] && kill $pids
+		exit $rc' bench "$@"
+}
 lscpu | grep -E '^(Model name|L1d|L2|L3|CPU\(s\))' > "$out/machine.txt" || true
 for r in $(seq 1 "$rounds"); do
 	order="before after"
 	[ $((r % 2)) -eq 0 ] && order="after before"
 	for w in $order; do
-		echo "round $r $w: $(uptime)" | tee -a "$out/load.txt"
-		if [ "$w" = before ]; then
-			RINGFETCH_OVERLAP=on flock /tmp/rf-bench.lock "$build/bench/ringfetch-bench" "${args[@]}" --quiet \
+		echo "round $r $w (LOAD=${LOAD:-0}): $(uptime)" | tee -a "$out/load.txt"
+		if [ "$w" = before ] && [ -n "${BEFORE_LIB:-}" ]; then
+			LD_LIBRARY_PATH=$BEFORE_LIB bench "$build/bench/ringfetch-bench" "${args[@]}" --locality caller \
+				--quiet --json "$out/$w-$r.json" > "$out/$w-$r.txt" 2>/dev/null
+		elif [ "$w" = before ]; then
+			RINGFETCH_OVERLAP=on bench "$build/bench/ringfetch-bench" "${args[@]}" --quiet \
 				--json "$out/$w-$r.json" > "$out/$w-$r.txt" 2>/dev/null
 		else
-			flock /tmp/rf-bench.lock "$build/bench/ringfetch-bench" "${args[@]}" --quiet \
-				--json "$out/$w-$r.json" > "$out/$w-$r.txt" 2>/dev/null
+			bench "$build/bench/ringfetch-bench" "${args[@]}" --quiet --json "$out/$w-$r.json" \
+				> "$out/$w-$r.txt" 2>/dev/null
 		fi
 	done
 done
