@@ -8,17 +8,18 @@ JOBS ?= $(shell nproc 2>/dev/null || echo 2)
 # Debian packages the build, tests and benchmark need: cmake, a C compiler, pkg-config, hwloc, Criterion;
 # gnuplot (the sweep's plot) and StarPU 1.3 (the sweep's peer baseline);
 # g++, the host compiler nvcc needs for the GPU benchmark's kernel when the CUDA toolkit is there;
-# dpkg-dev (dpkg-source unpacks jemalloc's source package) and python3 (the ctypes embedding test);
+# dpkg-dev (dpkg-source unpacks jemalloc's source package), python3 (the ctypes embedding test),
+# python3-venv and python3-dev (the Python package: a fresh venv, CPython's headers for its extension);
 # liburing-dev (file reads through io_uring) and fio (the device's own figure in the file benchmark).
 DEB_PACKAGES := cmake make gcc g++ pkg-config libhwloc-dev libcriterion-dev gnuplot-nox libstarpu-dev \
-	dpkg-dev python3 liburing-dev fio
+	dpkg-dev python3 python3-venv python3-dev liburing-dev fio
 # ringfetch's private jemalloc (prefixed, static, no initial-exec TLS: docs/api.md, "Embedding"), built once
 # from Debian's jemalloc source package by cmake/jemalloc.sh. Outside the build trees: `make clean` keeps
 # it, `make distclean` removes it.
 JEMALLOC_PREFIX ?= $(CURDIR)/.cache/jemalloc
 RESULTS := $(BUILD)/results
 
-.PHONY: all deps configure build run test sanitize tsan valgrind clean distclean
+.PHONY: all deps configure build run test pytest sanitize tsan valgrind clean distclean
 
 all: build
 
@@ -77,19 +78,33 @@ run: build
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	$(if $(PYTEST),$(MAKE) pytest)
+
+# The Python package as a user gets it: `pip install .` into a fresh venv (PyPI brings scikit-build-core,
+# and numpy, pytest and safetensors for the suite), then its pytest suite, tests/python. The extension's
+# CMake build is kept in $(BUILD)/python between runs; jemalloc is the one above.
+PYTEST ?= 1
+PYVENV ?= $(BUILD)/pyvenv
+pytest: deps
+	rm -rf $(PYVENV)
+	python3 -m venv $(PYVENV)
+	$(PYVENV)/bin/pip install -q --disable-pip-version-check ".[test]" -C build-dir=$(abspath $(BUILD))/python \
+		-C cmake.define.RINGFETCH_JEMALLOC_ROOT=$(JEMALLOC_PREFIX)
+	$(PYVENV)/bin/python -m pytest -q -p no:cacheprovider tests/python
 
 # The suite again under AddressSanitizer + UndefinedBehaviorSanitizer.
 sanitize: deps
 	LSAN_OPTIONS="suppressions=$(CURDIR)/tests/lsan.supp$${LSAN_OPTIONS:+:$$LSAN_OPTIONS}" \
-	$(MAKE) test BUILD=$(BUILD)-asan BUILD_TYPE=Debug CMAKE_FLAGS="-DRINGFETCH_SANITIZE=address,undefined $(CMAKE_FLAGS)"
+	$(MAKE) test BUILD=$(BUILD)-asan BUILD_TYPE=Debug PYTEST= CMAKE_FLAGS="-DRINGFETCH_SANITIZE=address,undefined $(CMAKE_FLAGS)"
 
 # The race and stress tests (label tsan) under ThreadSanitizer. Criterion cannot run under TSan, so the
-# threaded checks live in plain programs: tests/race.c, race_copy.c, race_keyed.c, race_control.c and
-# race_cuda.c (the cuda backend's staging threads, against the simulated CUDA) and race_reader.c (the file
-# reader, its doorbell rung from another thread).
+# threaded checks live in plain programs: tests/race.c, race_copy.c, race_keyed.c, race_control.c,
+# race_cuda.c (the cuda backend's staging threads, against the simulated CUDA), race_reader.c (the file
+# reader, its doorbell rung from another thread), race_files.c and unload.c.
 tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DRINGFETCH_WERROR=ON -DRINGFETCH_SANITIZE=thread $(CMAKE_FLAGS)
-	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_race race_copy race_cuda test_race_keyed test_race_control race_reader
+	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_race race_copy race_cuda test_race_keyed test_race_control \
+		race_reader race_files test_unload
 	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L tsan
 
 # A valgrind memcheck pass over a subset: the seeded stress on both CPU backends, the demo and a tiny

@@ -1,11 +1,19 @@
 /* backends/cpu.c — the synchronous backend: the caller's thread walks the program's ops in their
- * global (topological) order and executes each at once. Copies are memcpy; signals and waits need no
- * synchronisation, but each wait is still checked against the signals seen so far, so that an issue
- * order that could deadlock (a lowering bug) is reported instead of computing on stale slots. */
+ * global (topological) order and executes each at once. Copies are memcpy (a file's: a blocking read);
+ * signals and waits need no synchronisation, but each wait is still checked against the signals seen
+ * so far, so that an issue order that could deadlock (a lowering bug) is reported instead of
+ * computing on stale slots.
+ *
+ * The same walk, overlapped (rf__cpu_walk_overlapped, used by "threads" for runs whose copies are all
+ * file reads): a file copy only starts its reads on the caller's reader and its queue's signal waits
+ * for them to land; a wait reaps the reads until the value it needs is there. The issue order puts a
+ * ring's prefetches of blocks n+1 .. n+depth-1 before the compute of n, so those reads are in flight
+ * while block n computes — from one thread, with no hand-off between threads on the critical path. */
 #include "base/error.h"
 #include "io/file.h"
 #include "memory/staging.h"
 #include "runtime/flight.h"
+#include "runtime/trace.h"
 #include "runtime/walk.h"
 
 #include <stdio.h>
@@ -13,21 +21,55 @@
 #include <string.h>
 
 typedef struct rf__cpu_walk {
-	int64_t seen[RF_MAX_QUEUES]; /* last value signalled per queue */
+	_Atomic int64_t seen[RF_MAX_QUEUES]; /* last value signalled per queue */
+	int overlapped;                      /* file copies are started, not waited for */
+	rf__run *run;
+	rf__flight *run_io;
 } rf__cpu_walk;
+
+static int rf__cpu_seen(rf__cpu_walk *w, unsigned q, int64_t v)
+{
+	return atomic_load_explicit(&w->seen[q], memory_order_relaxed) >= v;
+}
+
+/* Reap the caller's reads until queue q has signalled v (or nothing is left in flight). */
+static int rf__cpu_reap(rf__cpu_walk *w, rf__run *run, unsigned q, int64_t v)
+{
+	rf__flight *f = run->io;
+	while (!rf__cpu_seen(w, q, v) && rf__flight_progress(f) && !f->failed && !rf__cpu_seen(w, q, v))
+		rf__flight_sleep(f);
+	if (f->failed)
+		return rf__err(RF_EIO, "%s", f->msg);
+	return RF_OK;
+}
 
 static int rf__cpu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
-	(void)queue;
-	(void)c;
+	rf__cpu_walk *w = c;
 	size_t n = run->sizes[b];
 	rf__fsrc fs;
+	unsigned char *dst = rf__slot_ptr(run, slot);
 	if (n == 0)
 		return 0;
-	if (run->nfile > 0 && rf__file_classify("", "", run->srcs[b], n, 0, &fs) == 1)
-		return rf__flight_read(run->io, &fs, n, rf__slot_ptr(run, slot), run->slot_stride);
-	memcpy(rf__slot_ptr(run, slot), run->srcs[b], n);
-	return 0;
+	if (w->overlapped) /* write after write: an earlier read into this slot lands first */
+		rf__flight_wait_dst(run->io, dst, run->slot_stride);
+	if (run->nfile == 0 || rf__file_classify("", "", run->srcs[b], n, 0, &fs) != 1) {
+		memcpy(dst, run->srcs[b], n);
+		return 0;
+	}
+	if (!w->overlapped)
+		return rf__flight_read(run->io, &fs, n, dst, run->slot_stride);
+	rf__flight_rec rec = {0};
+	rec.block = (int64_t)b;
+	rec.slot = slot;
+	rec.queue = (uint8_t)queue;
+	rec.traced = run->trace != NULL;
+	if (rec.traced) {
+		rec.t0 = rf__trace_now();
+		rec.s0 = rf__trace_seq(run->trace);
+	}
+	int rc = rf__flight_start(run->io, &fs, n, dst, run->slot_stride, &rec);
+	return rc == RF_OK ? RF__WALK_ASYNC : rc;
 }
 
 static int rf__cpu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
@@ -40,14 +82,24 @@ static int rf__cpu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsi
 static int rf__cpu_signal(void *c, unsigned q, int64_t v, size_t block)
 {
 	(void)block;
-	((rf__cpu_walk *)c)->seen[q] = v;
+	rf__cpu_walk *w = c;
+	if (w->overlapped) /* after the reads in flight */
+		rf__flight_signal(w->run_io, &w->seen[q], v);
+	else
+		atomic_store_explicit(&w->seen[q], v, memory_order_relaxed);
 	return 0;
 }
 
 static int rf__cpu_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
 {
 	(void)block;
-	if (((rf__cpu_walk *)c)->seen[wq] >= v)
+	rf__cpu_walk *w = c;
+	if (w->overlapped) {
+		int rc = rf__cpu_reap(w, w->run, wq, v);
+		if (rc != RF_OK)
+			return rc;
+	}
+	if (rf__cpu_seen(w, wq, v))
 		return 0;
 	return rf__err(RF_EBACKEND, "queue %u would wait forever for q%u >= %lld", q, wq, (long long)v);
 }
@@ -56,8 +108,25 @@ static const rf__walk_ops rf__cpu_ops = {rf__cpu_copy, rf__cpu_compute, rf__cpu_
 
 int rf__cpu_walk_inline(rf__run *run)
 {
-	rf__cpu_walk w = {{0}};
+	rf__cpu_walk w = {{0}, 0, NULL, NULL};
 	return rf__walk(run, -1, &rf__cpu_ops, &w);
+}
+
+int rf__cpu_walk_overlapped(rf__run *run)
+{
+	rf__cpu_walk w = {{0}, 1, run, run->io};
+	rf__flight *f = run->io;
+	f->failed = 0;
+	f->trace = run->trace;
+	int rc = rf__walk(run, -1, &rf__cpu_ops, &w);
+	/* Whatever happened, nothing may still write the ring or read the caller's files on return. */
+	while (rf__flight_progress(f))
+		rf__flight_sleep(f);
+	f->trace = NULL;
+	if (rc == RF_OK && f->failed)
+		rc = rf__err(RF_EIO, "%s", f->msg);
+	f->failed = 0;
+	return rc;
 }
 
 static int rf__cpu_run(void *ctx, rf__run *run)

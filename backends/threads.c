@@ -177,6 +177,8 @@ static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 		return RF_ECANCELED;
 	size_t n = run->sizes[b];
 	rf__fsrc fs;
+	if (n != 0 && wk->lane != NULL && rf__flight_busy(&wk->lane->flight)) /* write after write */
+		rf__flight_wait_dst(&wk->lane->flight, rf__slot_ptr(run, slot), run->slot_stride);
 	if (n != 0 && run->nfile > 0 && rf__file_classify("", "", run->srcs[b], n, 0, &fs) == 1)
 		return rf__thr_file_copy(c, run, &fs, b, slot);
 	if (n != 0) {
@@ -206,7 +208,7 @@ static int rf__thr_signal(void *c, unsigned q, int64_t v, size_t block)
 	rf__walker *wk = c;
 	rf__threads *t = wk->t;
 	if (wk->lane != NULL) { /* after the lane's copies in flight, in order */
-		rf__flight_signal(&wk->lane->flight, t->q[q].base + v);
+		rf__flight_signal(&wk->lane->flight, NULL, t->q[q].base + v);
 		return 0;
 	}
 	atomic_store_explicit(&t->q[q].value, t->q[q].base + v, memory_order_release);
@@ -362,6 +364,13 @@ static int rf__thr_run(void *ctx, rf__run *run)
 		 * cross-thread signalling (measured: 0.91x of cpu's speed at 1 KiB blocks with it). */
 		run->sched = RF_SCHEDULE_INLINE;
 		return rf__cpu_walk_inline(run);
+	}
+	if (run->files_only) {
+		/* Every copy is a file read: nothing for a copy lane's CPU to do. The caller keeps the reads in
+		 * flight itself while it computes, with no hand-off between threads on the critical path
+		 * (measured: more than twice the throughput of lanes at depth 2, 1 MiB blocks, same run). The
+		 * copies still overlap the computes: RF_SCHEDULE_RING. */
+		return rf__cpu_walk_overlapped(run);
 	}
 	/* Which arm (threads_sched.h): chosen from this pipeline's own runs of the same shape, unless the
 	 * owner compares runs itself (depth = auto settling) or the run reads files (the lanes keep several

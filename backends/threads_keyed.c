@@ -42,6 +42,8 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 			RF__TEST_HOOK(keyed_before_copy)(1);
 		/* Counted when the copy starts: the counter never goes down (a withdrawn hint never copied). */
 		atomic_fetch_add_explicit(it->counter, it->bytes, memory_order_relaxed);
+		/* The lane orders its copies into one slot, but an earlier read may not have landed yet. */
+		rf__flight_wait_dst(&l->flight, it->dst, it->cap);
 		if (it->fs.f == NULL) {
 			memcpy(it->dst, it->src, it->bytes);
 		} else {
@@ -56,7 +58,7 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 			}
 		}
 	}
-	rf__flight_signal(&l->flight, v);
+	rf__flight_signal(&l->flight, NULL, v);
 }
 
 int rf__tk_test(void *ctx, rf__kticket tk)

@@ -1,4 +1,4 @@
-/* base/parse.c — strict decimal numbers (see parse.h). Loose parsing (strtoul's sign, space and base
+/* base/parse.c — strict decimal numbers and CPU lists (see parse.h). Loose parsing (strtoul's sign, space and base
  * prefixes, its silent wrap-around) turns typos into other numbers; a deployment wants to hear about them. */
 #include "base/parse.h"
 
@@ -29,4 +29,21 @@ int rf__parse_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
 		return -1;
 	*out = v;
 	return 0;
+}
+
+int rf__parse_cpu_list(const char *s)
+{
+	if (s == NULL)
+		return -1;
+	for (;;) {
+		uint64_t lo, hi;
+		if (rf__parse_decimal(s, RF__CPU_LIST_MAX, &lo, &s) != 0)
+			return -1;
+		if (*s == '-' && (rf__parse_decimal(s + 1, RF__CPU_LIST_MAX, &hi, &s) != 0 || hi < lo))
+			return -1;
+		if (*s == '\0')
+			return 0;
+		if (*s++ != ',')
+			return -1;
+	}
 }

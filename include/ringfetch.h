@@ -135,7 +135,9 @@ typedef struct rf_block {
 	void *stream;     /* cudaStream_t for cuda (enqueue work there and return), NULL otherwise */
 } rf_block;
 
-/** The compute of one block. Return 0 on success; any other value fails the run (RF_ECALLBACK). */
+/** The compute of one block. Return 0 on success; any other value fails the run (RF_ECALLBACK).
+ * It must return: leaving it by longjmp, or by a C++ exception thrown through the library's C frames,
+ * is not allowed — the pipeline stays marked running (every later call RF_EBUSY) and destroy leaks it. */
 typedef int (*rf_compute_fn)(void *user, const rf_block *block);
 
 /** Where block->data points (params.memory), for every use of a pipeline. */
@@ -176,84 +178,43 @@ typedef struct rf_pipeline_params {
 	rf_memory memory;     /* RF_MEMORY_HOST (0) or RF_MEMORY_DEVICE; never read from the environment or
 	                         the config file */
 	unsigned depth_auto;  /* 0, or RF_DEPTH_AUTO (depth must be 0 then): choose the depth by measuring */
-	const char *wait;     /* how the threads backend's threads wait for each other (docs/serving.md):
-	                         "auto" (spin up to 2 ms, then sleep), "sleep" (sleep at once between runs
-	                         and hint copies), "spin:N" (spin up to N us, 0..10000000; spin:0 = sleep).
-	                         A spinning wait (pause, then sched_yield) keeps a loop that calls every
-	                         few us..ms off the futex path, at the price of up to N us of one core per
-	                         idle worker after each run or hint; after that the worker sleeps (no CPU).
-	                         NULL = RINGFETCH_WAIT, else the config file's `wait`, else "auto".
-	                         Malformed: RF_EINVAL (here), RF_ECONFIG (environment, file). cpu: unused */
+	const char *wait;     /* how the threads backend's threads wait (docs/serving.md): "auto" (spin up to
+	                         2 ms after work, then sleep), "sleep", or "spin:N" (N us, 0..10000000);
+	                         NULL = RINGFETCH_WAIT, else the file's `wait`, else "auto" */
 	uint64_t locality;    /* RF_LOCALITY_CALLER (0) or RF_LOCALITY_COPIER (above); never read from the
 	                         environment or the config file (it changes which thread calls compute) */
 	uint64_t reserved[7]; /* must be zero */
 } rf_pipeline_params;
 
 /**
- * Create a pipeline: resolve depth and backend (explicit value, else environment, else default),
- * allocate depth * slot_bytes of ring memory and the backend's queues. The ring program is built once
- * here; its size depends on depth and copy_queues only, never on how many blocks a run streams.
+ * Create a pipeline: resolve depth, backend and the other settings, allocate depth * slot_bytes of ring
+ * memory and the backend's queues and threads. Runs and keyed calls then allocate nothing in steady
+ * state (a traced run, and the first run or keyed call naming a file, set up what they need).
  *
- * Backends: "cpu" runs everything inline on the caller's thread (correct, no overlap). "threads" runs
- * the computes on the caller's thread and each copy queue on a worker thread of its own, created here
- * once and pinned (when the machine has two cores or more) to a core other than the caller's. "cuda"
- * streams into device memory with CUDA streams and events (<ringfetch/cuda.h>: data is a device
- * pointer, stream the stream to enqueue on). Which kind a pipeline gets is params.memory's choice,
- * never the machine's: "auto" picks the best usable host backend ("threads", else "cpu") for
- * RF_MEMORY_HOST and "cuda" for RF_MEMORY_DEVICE (RF_ENODEV when params.device is not a usable GPU);
- * a backend of the other kind is RF_EINVAL when params names it and RF_ECONFIG naming the variable or
- * file:line when RINGFETCH_BACKEND or the config file does.
- *
- * Ring memory (CPU backends) comes from the staging layer: bound to the NUMA node `staging` asks for
- * ("auto": the node of the calling thread, where the computes run), touched here, and reported by
- * rf_pipeline_placement() — including why it is not bound, when the kernel refuses binding.
+ * Settings: explicit params > environment (RINGFETCH_*) > the INI file named by RINGFETCH_CONFIG >
+ * defaults; a value left at 0 / NULL in params is taken from the configuration (docs/deployment.md
+ * lists every variable and key; depth = auto: docs/tuning.md; the hazard oracle, RINGFETCH_ORACLE=1:
+ * docs/api.md). Backends: "cpu" runs everything on the caller's thread (no overlap); "threads" runs
+ * computes on the caller's thread and each copy queue on a worker thread of the pipeline; "cuda"
+ * streams into device memory (<ringfetch/cuda.h>). params.memory, never the machine, picks the kind:
+ * "auto" is "threads" (else "cpu") for RF_MEMORY_HOST and "cuda" for RF_MEMORY_DEVICE. CPU rings are
+ * NUMA-placed by the staging layer as params.staging says (rf_pipeline_placement tells where, or why
+ * not).
  *
  * \return RF_OK and *out;
  *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, depth_auto other
  *                   than 0 and RF_DEPTH_AUTO or with a depth, flags or a reserved word != 0,
- *                   copy_queues >= RF_MAX_QUEUES,
- *                   copy_queues > depth - 1 when copy_queues > 1, depth * slot_bytes overflowing,
- *                   or a malformed staging policy or one naming a NUMA node this process cannot use,
- *                   memory other than RF_MEMORY_HOST / RF_MEMORY_DEVICE, a backend of the other kind
- *                   named in params;
+ *                   copy_queues >= RF_MAX_QUEUES, copy_queues > depth - 1 when copy_queues > 1,
+ *                   depth * slot_bytes overflowing, a malformed staging policy or one naming a NUMA
+ *                   node this process cannot use, a malformed wait policy, memory other than
+ *                   RF_MEMORY_HOST / RF_MEMORY_DEVICE, a backend of the other kind named in params;
  *         RF_ENODEV for an unknown backend name, or a backend not usable here (rf_errmsg says why),
  *                   RF_MEMORY_DEVICE without a usable GPU;
- *         RF_ECONFIG for a malformed RINGFETCH_DEPTH or RINGFETCH_BACKEND (when consulted), naming
- *                    the variable and its value; a configured backend of the other kind, naming the
- *                    variable or file:line;
+ *         RF_ECONFIG for a malformed configured value (rf_errmsg names the variable, or file:line, and
+ *                    the value), a configured backend of the other kind, a ring over the configured
+ *                    memory budget;
  *         RF_EBACKEND if the hwloc topology (needed to place the ring) cannot be loaded;
  *         RF_ENOMEM when memory runs out. On failure *out is untouched and nothing is leaked.
- * Configuration: built-in defaults < config file < environment < explicit params. A value left at
- * zero / NULL in params is taken from the environment — RINGFETCH_DEPTH (1 .. RF_MAX_DEPTH, decimal
- * digits only), RINGFETCH_BACKEND ("cpu", "threads", "cuda", "auto"), RINGFETCH_COPY_QUEUES (1..63),
- * RINGFETCH_STAGING (a staging policy) — else from the INI file named by RINGFETCH_CONFIG (section
- * [ringfetch], keys depth, backend, copy_queues, staging, trace, memory_budget), else the default.
- * params.depth_auto = RF_DEPTH_AUTO, or RINGFETCH_DEPTH / `depth` = "auto": the ring starts at 2 (K+1 with
- * K copy queues), slots are allocated for up to 16 (or what memory_budget allows), and the first
- * successful run samples copy and compute times (about 4096 blocks, whatever nblocks: its memory does
- * not grow with the run) and picks the depth for later runs (docs/tuning.md; rf_pipeline_describe
- * says what). On cuda, where the host only enqueues, there is no measuring run: slots for 4 x the
- * starting depth (or what memory_budget allows), and the ladder of 1, 2 and 4 x the starting depth is
- * probed by run time from the first run on.
- * RINGFETCH_TRACE / `trace` make every run of the pipeline append a Chrome trace (rf_pipeline_trace);
- * RINGFETCH_MEMORY_BUDGET / `memory_budget` (bytes, K/M/G suffixes) caps depth * slot_bytes.
- * The threads backend's copy path (docs/deployment.md): RINGFETCH_HANDOFF / `handoff` ("auto", "off",
- * "on": demote copied blocks to the shared cache; auto compares it on the first runs where the CPU has
- * cldemote), RINGFETCH_OVERLAP / `overlap` ("auto": each run shape's first runs compare overlapping on
- * the copy lanes with running inline on the caller and keep the faster, checking again now and then;
- * "on": always the lanes; "off": always inline; rf_stats.inline_runs counts) and RINGFETCH_WORKER_CPUS
- * / `worker_cpus` (the copy workers' CPUs, e.g. "2-3,6"); malformed: RF_ECONFIG naming them.
- * RINGFETCH_ORACLE=1 (debugging; "0" or "1") records every run's execution log and checks it with an
- * independent hazard oracle (each block copied and computed once, computes in order, RAW and WAR on
- * every slot): a violation turns an RF_OK run into RF_EHAZARD naming the blocks. It costs the trace's
- * memory and clock reads.
- * With the oracle on, keyed use is checked too: no keyed copy may be issued into a held slot (WAR,
- * refused before it is issued) and every acquire's slot must hold the key's bytes when it returns (RAW,
- * compared with src on host backends): a violation is RF_EHAZARD from the keyed call.
- * RINGFETCH_WAIT / `wait`: the wait policy (params.wait).
- * An environment variable is checked when consulted (an empty value is malformed); the file is checked
- * whole whenever RINGFETCH_CONFIG is set: syntax errors, unknown sections or keys and malformed values
- * are RF_ECONFIG naming the file, the line and the value. A ring over the budget is RF_ECONFIG too.
  */
 RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out);
 
@@ -411,14 +372,20 @@ RF_EXTERN int rf_pipeline_cancel_clear(rf_pipeline *p);
  * each) and writes them.
  * \return RF_OK; RF_EINVAL (p NULL, path ""); RF_EBUSY (the pipeline is running); RF_ENOMEM.
  * A traced run whose work succeeded but whose file could not be written (not a regular file, not a
- * trace-event array, a write error) returns RF_EBACKEND.
+ * trace-event array, a write error) returns RF_EBACKEND. A trace-event array is a blank file or one
+ * that parses whole as a JSON array of objects (checked once per process while only it writes the
+ * file); anything else is left untouched. A write that fails half-way (a full disk, RLIMIT_FSIZE)
+ * leaves the file as it was.
  */
 RF_EXTERN int rf_pipeline_trace(rf_pipeline *p, const char *path);
 
 /**
- * Release the pipeline, its ring memory and its backend queues. NULL is a no-op. Must not be called
- * while another thread runs the pipeline. Called from inside one of its own compute callbacks, the
- * release is deferred until that run returns (which then reports RF_ECANCELED for the blocks left).
+ * Release the pipeline, its ring memory and its backend queues. NULL is a no-op. Nothing else may use
+ * p while destroy runs or after it: no run on another thread, and none of the "any thread, any time"
+ * calls either (stats, describe, cancel, lookup, keyed_stats) — their "any time" ends where destroy
+ * begins, and such a call during or after it is a use-after-free; stop monitoring and timeout threads
+ * from using p first. Called from inside one of its own compute callbacks, the release is deferred
+ * until that run returns (which then reports RF_ECANCELED for the blocks left).
  * In a child of fork() it returns without waiting for the parent's worker threads (freeing what the
  * child's copy of the memory holds).
  */
@@ -517,7 +484,8 @@ typedef enum rf_key_state { RF_KEY_ABSENT = 0, RF_KEY_COPYING = 1, RF_KEY_READY 
 
 /**
  * Where key stands, without waiting and without changing LRU order or stats (slot may be NULL; it is
- * set for COPYING and READY). Lets a caller take hits first and misses after. Any thread.
+ * set for COPYING and READY). Lets a caller take hits first and misses after. Any thread, until
+ * rf_pipeline_destroy begins (never during or after it).
  * \return RF_OK; RF_EINVAL (p or state NULL).
  */
 RF_EXTERN int rf_pipeline_lookup(const rf_pipeline *p, uint64_t key, rf_key_state *state, unsigned *slot);
@@ -534,8 +502,8 @@ typedef struct rf_keyed_stats {
 } rf_keyed_stats;
 
 /**
- * The keyed counters since create. Any thread, any time. Each field is read atomically; together they
- * are not one snapshot.
+ * The keyed counters since create. Any thread, any time until rf_pipeline_destroy begins (never during
+ * or after it). Each field is read atomically; together they are not one snapshot.
  * \return RF_OK; RF_EINVAL (p or out NULL).
  */
 RF_EXTERN int rf_pipeline_keyed_stats(const rf_pipeline *p, rf_keyed_stats *out);

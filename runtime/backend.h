@@ -52,6 +52,7 @@ typedef struct rf__run {
 	 * the engine when nfile > 0). A copy handler classifies its source (rf__file_classify, no hold). */
 	size_t nfile;
 	struct rf__flight *io;
+	int files_only; /* every non-empty block is a file range: no copy needs a CPU */
 	/* The run's bytes (the sum of sizes[]), and whether the backend may choose how to run it from its
 	 * own measurements (backends/threads_sched.h): 0 while the owner compares runs itself (depth =
 	 * auto measuring or probing) or runs a graph of its own (rf_exec), which the backend then runs as
@@ -248,6 +249,9 @@ extern const rf__backend_ops rf__backend_threads;
 /* The cpu backend's walk of a whole program, in issue order, on the calling thread (backends/cpu.c):
  * what "threads" runs at depth 1, where nothing can overlap, so that it costs what "cpu" costs. */
 int rf__cpu_walk_inline(rf__run *run);
+/* The same walk with file copies overlapped (reads in flight from the calling thread, signals after
+ * they land): what "threads" runs when every copy of a run is a file read (run->io open). */
+int rf__cpu_walk_overlapped(rf__run *run);
 /* CUDA streams and events (backends/cuda.c). Always compiled, registered as a built-in only when the
  * toolkit was found (RF_HAVE_CUDA); tests drive it through a simulated CUDA (backends/cuda_api.h). */
 extern const rf__backend_ops rf__backend_cuda;

@@ -192,15 +192,13 @@ static int rf__set_overlap(rf__config *c, const char *v, const char *from)
 	return 0;
 }
 
-/* A CPU list: digits, ',' and '-' only, starting with a digit (hwloc parses it later). */
+/* A CPU list (base/parse.h: "2-3,6"), checked here so that a typo is RF_ECONFIG, not whatever hwloc
+ * makes of it later. */
 static int rf__set_worker_cpus(rf__config *c, const char *v, const char *from)
 {
 	(void)from;
-	if (*v < '0' || *v > '9')
+	if (rf__parse_cpu_list(v) != 0)
 		return -1;
-	for (const char *p = v; *p; p++)
-		if ((*p < '0' || *p > '9') && *p != ',' && *p != '-')
-			return -1;
 	return rf__set_string(c->worker_cpus, sizeof c->worker_cpus, v);
 }
 
@@ -230,7 +228,7 @@ static const rf__cfg_key rf__cfg_keys[] = {
 	{"wait", "RINGFETCH_WAIT", RF__WANT_WAIT, "auto, sleep or spin:N (N us, 0..10000000)", rf__set_wait},
 	{"handoff", "RINGFETCH_HANDOFF", 0, "auto, off or on", rf__set_handoff},
 	{"overlap", "RINGFETCH_OVERLAP", 0, "auto, off or on", rf__set_overlap},
-	{"worker_cpus", "RINGFETCH_WORKER_CPUS", 0, "a CPU list like 2-3,6", rf__set_worker_cpus},
+	{"worker_cpus", "RINGFETCH_WORKER_CPUS", 0, "a CPU list like 2-3,6 (CPUs and ranges lo-hi, lo <= hi)", rf__set_worker_cpus},
 	{NULL, "RINGFETCH_ORACLE", 0, "0 or 1", rf__set_oracle},
 };
 #define RF__NKEYS (sizeof rf__cfg_keys / sizeof rf__cfg_keys[0])

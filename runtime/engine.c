@@ -206,7 +206,7 @@ static void rf__unhold_files(size_t nblocks, const void *const *srcs, const size
 
 static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 			    const size_t *sizes, rf_compute_fn compute, uint64_t *bytes, size_t *nfile,
-			    uint64_t *file_bytes)
+			    uint64_t *file_bytes, size_t *nonempty)
 {
 	if (srcs == NULL || sizes == NULL || compute == NULL)
 		return rf__err(RF_EINVAL, "%s: %s is NULL with nblocks %zu", who,
@@ -226,6 +226,7 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 			return rf__err(RF_EINVAL, "%s: block %zu's source lies in the pipeline's own ring (copy it out "
 						  "first: a slot is refilled while later blocks are copied)", who, i);
 		*bytes += sizes[i];
+		*nonempty += sizes[i] != 0;
 		if (sizes[i] != 0 && rf__file_any()) {
 			rf__fsrc fs;
 			char what[48];
@@ -241,10 +242,10 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 }
 
 static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
-			   const size_t *sizes, rf_compute_fn compute, void *user, size_t nfile)
+			   const size_t *sizes, rf_compute_fn compute, void *user, size_t nfile, int files_only)
 {
 	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_stride, &e->cancel, 0, 0, NULL,
-		       NULL, 0, nfile, nfile ? &e->io : NULL, e->last.bytes, e->vary,
+		       NULL, 0, nfile, nfile ? &e->io : NULL, files_only, e->last.bytes, e->vary,
 		       (e->be->caps & RF__CAP_OVERLAP) ? RF_SCHEDULE_RING : RF_SCHEDULE_INLINE, 0, NULL};
 	if (e->collect_stats) {
 		memset(e->qstats, 0, sizeof e->qstats);
@@ -388,8 +389,8 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	if (nblocks == 0)
 		return RF_OK;
 	uint64_t bytes = 0, file_bytes = 0;
-	size_t nfile = 0;
-	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute, &bytes, &nfile, &file_bytes);
+	size_t nfile = 0, nonempty = 0;
+	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute, &bytes, &nfile, &file_bytes, &nonempty);
 	if (rc == RF_OK)
 		rc = rf__engine_forked(e, who);
 	if (rc == RF_OK)
@@ -413,7 +414,7 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	e->last.blocks = nblocks;
 	e->last.bytes = bytes;
 	e->last.file_bytes = file_bytes;
-	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile);
+	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile, nfile > 0 && nfile == nonempty);
 	rf__unhold_files(nblocks, srcs, sizes, nfile);
 	if (e->collect_stats)
 		rf__stats_summarise(e);

@@ -69,10 +69,11 @@ void rf__flight_fini(rf__flight *f)
 	f->bell = -1;
 }
 
-static void rf__flight_store(rf__flight *f, int64_t v)
+static void rf__flight_store(rf__flight *f, _Atomic int64_t *q, int64_t v)
 {
-	atomic_store_explicit(f->value, v, memory_order_release);
-	rf__ec_notify(f->ec);
+	atomic_store_explicit(q, v, memory_order_release);
+	if (f->ec != NULL)
+		rf__ec_notify(f->ec);
 }
 
 /* Fire the queued signals whose copies have all landed. */
@@ -80,7 +81,7 @@ static void rf__flight_fire(rf__flight *f)
 {
 	while (f->sh != f->st && f->siga[f->sh] <= f->upto) {
 		if (!f->failed)
-			rf__flight_store(f, f->sigv[f->sh]);
+			rf__flight_store(f, f->sigq[f->sh], f->sigv[f->sh]);
 		f->sh = (f->sh + 1) % (RF__FLIGHT_MAX + 1);
 	}
 	if (f->failed) /* a run's copy failed: nothing behind it may be announced */
@@ -147,6 +148,8 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 			rf__reader_wait(rd);
 	}
 	f->rec[tag % RF__FLIGHT_MAX] = *rec;
+	f->rec[tag % RF__FLIGHT_MAX].dst = dst;
+	f->rec[tag % RF__FLIGHT_MAX].len = n > cap ? n : cap;
 	f->rec[tag % RF__FLIGHT_MAX].done = 0;
 	f->started++;
 	atomic_store_explicit(&f->inflight, (unsigned)(f->started - f->upto), memory_order_relaxed);
@@ -154,14 +157,33 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 	return RF_OK;
 }
 
-void rf__flight_signal(rf__flight *f, int64_t v)
+static int rf__flight_writes(const rf__flight *f, const unsigned char *dst, size_t len)
 {
+	for (uint64_t i = f->upto; i < f->started; i++) {
+		const rf__flight_rec *r = &f->rec[i % RF__FLIGHT_MAX];
+		if (!r->done && r->dst < dst + len && dst < r->dst + r->len)
+			return 1;
+	}
+	return 0;
+}
+
+void rf__flight_wait_dst(rf__flight *f, const unsigned char *dst, size_t len)
+{
+	while (rf__flight_busy(f) && rf__flight_writes(f, dst, len))
+		if (rf__flight_progress(f) && rf__flight_writes(f, dst, len))
+			rf__reader_wait(rf__flight_rd(f));
+}
+
+void rf__flight_signal(rf__flight *f, _Atomic int64_t *q, int64_t v)
+{
+	q = q != NULL ? q : f->value;
 	if (f->sh == f->st && !rf__flight_busy(f)) {
-		rf__flight_store(f, v);
+		rf__flight_store(f, q, v);
 		return;
 	}
 	/* At most one signal per copy in flight and one more: the ring never overflows. */
 	f->sigv[f->st] = v;
+	f->sigq[f->st] = q;
 	f->siga[f->st] = f->started;
 	f->st = (f->st + 1) % (RF__FLIGHT_MAX + 1);
 	rf__flight_fire(f);

@@ -38,6 +38,8 @@ typedef struct rf__flight_rec {
 	rf_file *unhold;           /* let go of this file once landed (NULL: the caller holds it) */
 	_Atomic int64_t *fail_at;  /* keyed: set to fail_value when the copy fails */
 	int64_t fail_value;
+	unsigned char *dst;        /* where it writes (set by rf__flight_start) */
+	size_t len;
 	uint8_t done;
 	int rc;
 } rf__flight_rec;
@@ -52,7 +54,8 @@ typedef struct rf__flight {
 	_Atomic int64_t *value; /* the queue's value */
 	uint64_t started, upto; /* copies started; the oldest not yet landed */
 	rf__flight_rec rec[RF__FLIGHT_MAX];
-	int64_t sigv[RF__FLIGHT_MAX + 1]; /* queued signals: value, and the copies that must land first */
+	int64_t sigv[RF__FLIGHT_MAX + 1]; /* queued signals: value, where, and the copies that land first */
+	_Atomic int64_t *sigq[RF__FLIGHT_MAX + 1];
 	uint64_t siga[RF__FLIGHT_MAX + 1];
 	unsigned sh, st;
 	int failed;          /* a run's copy failed: drop the signals behind it */
@@ -76,9 +79,13 @@ void rf__flight_fini(rf__flight *f);
  * reader's limit) are in flight. RF_OK; RF_EINVAL (the reader refused the range). */
 int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
 		     const rf__flight_rec *rec);
-/* Store v into the queue's value once every copy started so far has landed (at once when none is in
- * flight), then notify. */
-void rf__flight_signal(rf__flight *f, int64_t v);
+/* Before a copy into [dst, dst + len) starts on the lane: wait until no read in flight writes there.
+ * Queue order orders a lane's copies into one slot (write after write), but a read in flight has not
+ * written yet: a later copy into the same bytes must not overtake it. */
+void rf__flight_wait_dst(rf__flight *f, const unsigned char *dst, size_t len);
+/* Store v into *q (NULL: the lane's queue value) once every copy started so far has landed (at once when
+ * none is in flight), then notify the eventcount (if any). */
+void rf__flight_signal(rf__flight *f, _Atomic int64_t *q, int64_t v);
 /* Reap landed copies and fire the signals they free. 1 while copies are still in flight. */
 int rf__flight_progress(rf__flight *f);
 /* Sleep until a copy may have landed or the bell rang (rf__ec_wait_bell's sleep). */

@@ -3,10 +3,14 @@
  * per copy and compute.
  *
  * The file is a JSON array that is closed ("]") whenever no run is writing it, so JSON tools read it
- * as well as Perfetto does; each run reopens it: under an exclusive flock it finds the closing bracket
- * and writes ",", its events and a new "]" there. Runs of many pipelines (threads or processes) may
- * trace to one path: the lock makes each run's events one whole write, never interleaved. Only regular
- * files are written: a FIFO, device or directory is refused (opened non-blocking, so it never hangs). */
+ * as well as Perfetto does; each run reopens it: under an exclusive flock it checks that the file is
+ * a trace-event array (a JSON syntax check of the whole file; skipped while the file is exactly as this
+ * process left it), then writes ",", its events and a new "]" over the closing bracket. A write that
+ * fails half-way (a full disk, RLIMIT_FSIZE) puts the file back as it was. Runs of many pipelines
+ * (threads or processes) may trace to one path: the lock makes each run's events one whole write,
+ * never interleaved. Only regular files are written: a FIFO, device or directory is refused (opened
+ * non-blocking, so it never hangs). Anything else — a source file, a config file, a JSON object — is
+ * left untouched. */
 #define _DEFAULT_SOURCE /* flock */
 #include "base/alloc.h"
 #include "runtime/trace.h"
@@ -14,6 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,41 +99,344 @@ static int rf__write_at(int fd, const char *buf, size_t len, off_t *off)
 	return 0;
 }
 
-/* Where this run's events go in a file of `size` bytes, and what precedes them there: after "[" of an
- * empty array, over the "]" that closes a non-empty one (or over the trailing "," of a file left open
- * by an older version). -1: the file does not end like a trace-event array. */
-static int rf__trace_splice(int fd, off_t size, off_t *at, const char **sep)
+/* ---- the check: is the file a trace-event array? -------------------------------------------------
+ *
+ * A whole-file JSON syntax check (RFC 8259, UTF-8 included), read 64 KiB at a time: the file must be
+ * blank, or an array of objects — values inside them of any JSON kind, nested at most RF__JSON_DEPTH
+ * deep — with nothing but whitespace after it. An array left open by an older version ("[" or a
+ * trailing "," after an object, then the end of the file) is accepted too. Memory is bounded; time is
+ * linear in the file's size (rf__trace_memo spares a process the re-checking of a file it wrote). */
+#define RF__JSON_DEPTH 64
+
+typedef struct rf__jrd {
+	int fd;
+	off_t size, off; /* file size; file offset of buf[0] */
+	size_t pos, len;
+	const char *why; /* the first error, at offset `bad` */
+	off_t bad;
+	unsigned char buf[65536];
+} rf__jrd;
+
+/* The buffer is used up: read the next part of the file. The next byte, or -1 at the end of the file
+ * (or a read error: why is set). */
+static int rf__jrefill(rf__jrd *r)
 {
-	char tail[4096];
-	off_t from = size > (off_t)sizeof tail ? size - (off_t)sizeof tail : 0;
-	ssize_t n = pread(fd, tail, (size_t)(size - from), from);
-	if (n != size - from)
+	r->off += (off_t)r->len;
+	r->pos = r->len = 0;
+	if (r->off >= r->size)
 		return -1;
-	ssize_t i = n;
-	while (i > 0 && strchr(" \t\r\n", tail[i - 1]) != NULL)
-		i--;
-	if (i == 0 && from == 0) { /* empty or blank: a new array */
-		*at = 0;
-		*sep = "[\n";
-		return 0;
+	size_t want = r->size - r->off < (off_t)sizeof r->buf ? (size_t)(r->size - r->off) : sizeof r->buf;
+	ssize_t n;
+	while ((n = pread(r->fd, r->buf, want, r->off)) < 0 && errno == EINTR)
+		;
+	if (n <= 0) {
+		r->why = r->why ? r->why : "cannot be read to the end";
+		r->bad = r->off;
+		return -1;
 	}
-	char c = i > 0 ? tail[i - 1] : 0;
-	ssize_t j = i - 1;
-	while (c == ']' && j > 0 && strchr(" \t\r\n", tail[j - 1]) != NULL)
-		j--;
-	*at = from + (c == '[' || c == '}' ? i : i - 1);
-	if (c == ']' && j > 0 && tail[j - 1] == '[')
-		*sep = "\n";
-	else if (c == '[')
-		*sep = "\n";
-	else if (c == ']' || c == ',' || c == '}')
-		*sep = ",\n";
-	else
-		return -1;
+	r->len = (size_t)n;
+	return r->buf[0];
+}
+
+/* The next byte without taking it; -1 at the end of the file. */
+static inline int rf__jpeek(rf__jrd *r)
+{
+	return r->pos < r->len ? r->buf[r->pos] : rf__jrefill(r);
+}
+
+static off_t rf__jat(const rf__jrd *r)
+{
+	return r->off + (off_t)r->pos;
+}
+
+static int rf__jfail(rf__jrd *r, const char *why)
+{
+	if (r->why == NULL) {
+		r->why = why;
+		r->bad = rf__jat(r);
+	}
+	return -1;
+}
+
+/* Take the next byte if it is c. */
+static int rf__jtake(rf__jrd *r, int c)
+{
+	if (rf__jpeek(r) != c)
+		return 0;
+	r->pos++;
+	return 1;
+}
+
+static int rf__jskip_ws(rf__jrd *r)
+{
+	int c;
+	while ((c = rf__jpeek(r)) == ' ' || c == '\t' || c == '\n' || c == '\r')
+		r->pos++;
+	return c;
+}
+
+static int rf__jdigits(rf__jrd *r)
+{
+	int c, n = 0;
+	while ((c = rf__jpeek(r)) >= '0' && c <= '9') {
+		r->pos++;
+		n++;
+	}
+	return n;
+}
+
+static int rf__jnumber(rf__jrd *r)
+{
+	rf__jtake(r, '-');
+	if (rf__jtake(r, '0')) {
+		/* a leading zero stands alone */
+	} else if (rf__jdigits(r) == 0) {
+		return rf__jfail(r, "a malformed number");
+	}
+	if (rf__jtake(r, '.') && rf__jdigits(r) == 0)
+		return rf__jfail(r, "a malformed number");
+	if (rf__jtake(r, 'e') || rf__jtake(r, 'E')) {
+		if (!rf__jtake(r, '+'))
+			rf__jtake(r, '-');
+		if (rf__jdigits(r) == 0)
+			return rf__jfail(r, "a malformed number");
+	}
 	return 0;
 }
 
-/* Append body (array elements) to the trace file at path, leaving it a closed array. */
+static int rf__jliteral(rf__jrd *r, const char *word)
+{
+	for (; *word; word++)
+		if (!rf__jtake(r, (unsigned char)*word))
+			return rf__jfail(r, "an unknown word");
+	return 0;
+}
+
+/* One UTF-8 sequence whose lead byte c was taken (RFC 3629: no overlong forms, no surrogates). */
+static int rf__jutf8(rf__jrd *r, int c)
+{
+	/* The bytes that follow the lead, and the range of the first of them. */
+	int more = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : 1;
+	int lo = c == 0xe0 ? 0xa0 : c == 0xf0 ? 0x90 : 0x80;
+	int hi = c == 0xed ? 0x9f : c == 0xf4 ? 0x8f : 0xbf;
+	if (c < 0xc2 || c > 0xf4)
+		return rf__jfail(r, "a byte that is not UTF-8");
+	for (int k = 0; k < more; k++, lo = 0x80, hi = 0xbf) {
+		int d = rf__jpeek(r);
+		if (d < lo || d > hi)
+			return rf__jfail(r, "a byte that is not UTF-8");
+		r->pos++;
+	}
+	return 0;
+}
+
+static int rf__jstring(rf__jrd *r)
+{
+	if (!rf__jtake(r, '"'))
+		return rf__jfail(r, "a string expected");
+	for (;;) {
+		/* Plain ASCII, the bulk of a trace, in one pass over the buffer. */
+		while (r->pos < r->len && r->buf[r->pos] >= 0x20 && r->buf[r->pos] < 0x80 && r->buf[r->pos] != '"' &&
+		       r->buf[r->pos] != '\\')
+			r->pos++;
+		int c = rf__jpeek(r);
+		if (c < 0)
+			return rf__jfail(r, "an unterminated string");
+		r->pos++;
+		if (c == '"')
+			return 0;
+		if (c < 0x20)
+			return rf__jfail(r, "a control character in a string");
+		if (c == '\\') {
+			c = rf__jpeek(r);
+			r->pos += c >= 0;
+			if (c == 'u') {
+				for (int k = 0; k < 4; k++) {
+					int h = rf__jpeek(r);
+					if (h <= 0 || strchr("0123456789abcdefABCDEF", h) == NULL)
+						return rf__jfail(r, "a malformed \\u escape");
+					r->pos++;
+				}
+			} else if (c <= 0 || strchr("\"\\/bfnrt", c) == NULL) { /* (strchr finds a NUL too) */
+				return rf__jfail(r, "a malformed escape");
+			}
+		} else if (c >= 0x80 && rf__jutf8(r, c) != 0) {
+			return -1;
+		}
+	}
+}
+
+static int rf__jvalue(rf__jrd *r, int depth);
+
+/* An object or an array (open is '{' or '['), members or elements separated by commas. */
+static int rf__jcompound(rf__jrd *r, int open, int depth)
+{
+	int close = open == '{' ? '}' : ']';
+	if (depth > RF__JSON_DEPTH)
+		return rf__jfail(r, "nesting deeper than 64");
+	r->pos++; /* open */
+	if (rf__jskip_ws(r) == close) {
+		r->pos++;
+		return 0;
+	}
+	for (;;) {
+		if (open == '{') {
+			if (rf__jstring(r) != 0)
+				return -1;
+			rf__jskip_ws(r);
+			if (!rf__jtake(r, ':'))
+				return rf__jfail(r, "':' expected");
+			rf__jskip_ws(r);
+		}
+		if (rf__jvalue(r, depth + 1) != 0)
+			return -1;
+		int c = rf__jskip_ws(r);
+		r->pos += c == ',' || c == close;
+		if (c == close)
+			return 0;
+		if (c != ',')
+			return rf__jfail(r, open == '{' ? "',' or '}' expected" : "',' or ']' expected");
+		rf__jskip_ws(r);
+	}
+}
+
+static int rf__jvalue(rf__jrd *r, int depth)
+{
+	int c = rf__jpeek(r);
+	switch (c) {
+	case '{':
+	case '[':
+		return rf__jcompound(r, c, depth);
+	case '"':
+		return rf__jstring(r);
+	case 't':
+		return rf__jliteral(r, "true");
+	case 'f':
+		return rf__jliteral(r, "false");
+	case 'n':
+		return rf__jliteral(r, "null");
+	default:
+		if (c == '-' || (c >= '0' && c <= '9'))
+			return rf__jnumber(r);
+		return rf__jfail(r, c < 0 ? "the file ends inside the array" : "a value expected");
+	}
+}
+
+/* Check the whole file and find where this run's events go, and what precedes them there: after "["
+ * of an empty array, over the "]" that closes a non-empty one, over the trailing "," of an array left
+ * open by an older version, at 0 in a blank file (a new array). -1 with r->why when the file is not a
+ * trace-event array. */
+static int rf__trace_check(rf__jrd *r, off_t *at, const char **sep)
+{
+	int c = rf__jskip_ws(r);
+	if (c < 0) {
+		*at = 0;
+		*sep = "[\n";
+		return r->why ? -1 : 0;
+	}
+	if (!rf__jtake(r, '['))
+		return rf__jfail(r, "it does not start with '['");
+	*at = rf__jat(r);
+	*sep = "\n";
+	if ((c = rf__jskip_ws(r)) == ']') {
+		*at = rf__jat(r);
+		r->pos++;
+	} else if (c >= 0) {
+		for (;;) {
+			if (rf__jpeek(r) != '{')
+				return rf__jfail(r, "an element that is not an object");
+			if (rf__jcompound(r, '{', 1) != 0)
+				return -1;
+			c = rf__jskip_ws(r);
+			if (c == ']' || c == ',') {
+				*at = rf__jat(r);
+				*sep = ",\n";
+				r->pos++;
+				if (c == ']')
+					break;
+				if (rf__jskip_ws(r) < 0)
+					break; /* "[ {...}, {...}," of an older version */
+				continue;
+			}
+			return rf__jfail(r, c < 0 ? "the file ends inside the array" : "',' or ']' expected");
+		}
+	}
+	if (rf__jskip_ws(r) >= 0)
+		return rf__jfail(r, "text after the array");
+	return r->why ? -1 : 0;
+}
+
+/* What this process last left in a trace file: if the file is still exactly that (same file, size,
+ * modification and change times), it is a trace-event array closed at `at`, and is not checked again
+ * — so a process tracing run after run to one path checks it once. Any other writer (another process,
+ * an editor) changes the size or the change time (to the kernel's clock tick), and the next run checks
+ * the whole file. Best effort: a thread that cannot take the lock at once checks the file (so a
+ * fork() while another thread holds it never blocks the child). */
+typedef struct rf__trace_memo {
+	dev_t dev;
+	ino_t ino;
+	off_t size, at;
+	struct timespec mtim, ctim;
+} rf__trace_memo;
+
+static pthread_mutex_t rf__memo_lock = PTHREAD_MUTEX_INITIALIZER;
+static rf__trace_memo rf__memo[8];
+static unsigned rf__memo_next;
+
+static int rf__same_time(struct timespec a, struct timespec b)
+{
+	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
+}
+
+static rf__trace_memo *rf__memo_find_locked(const struct stat *st)
+{
+	for (unsigned i = 0; i < sizeof rf__memo / sizeof rf__memo[0]; i++) {
+		rf__trace_memo *m = &rf__memo[i];
+		if (m->size > 0 && m->dev == st->st_dev && m->ino == st->st_ino && m->size == st->st_size &&
+		    rf__same_time(m->mtim, st->st_mtim) && rf__same_time(m->ctim, st->st_ctim))
+			return m;
+	}
+	return NULL;
+}
+
+/* 1 and *at if the file is as this process left it; 0: check it. */
+static int rf__memo_find(const struct stat *st, off_t *at)
+{
+	if (pthread_mutex_trylock(&rf__memo_lock) != 0)
+		return 0;
+	const rf__trace_memo *m = rf__memo_find_locked(st);
+	if (m != NULL)
+		*at = m->at;
+	pthread_mutex_unlock(&rf__memo_lock);
+	return m != NULL;
+}
+
+/* Remember the file as this run left it (st: after the write), closed at `at`. */
+static void rf__memo_keep(const struct stat *before, const struct stat *st, off_t at)
+{
+	if (pthread_mutex_trylock(&rf__memo_lock) != 0)
+		return;
+	rf__trace_memo *m = rf__memo_find_locked(before);
+	if (m == NULL) {
+		m = &rf__memo[rf__memo_next];
+		rf__memo_next = (rf__memo_next + 1) % (sizeof rf__memo / sizeof rf__memo[0]);
+	}
+	*m = (rf__trace_memo){st->st_dev, st->st_ino, st->st_size, at, st->st_mtim, st->st_ctim};
+	pthread_mutex_unlock(&rf__memo_lock);
+}
+
+/* Undo a failed append: the old length back, then the bytes from `at` on that the append overwrote
+ * (the closing bracket and what followed it). 0, or -1 with errno. */
+static int rf__trace_restore(int fd, off_t size, off_t at, const char *tail)
+{
+	off_t off = at;
+	if (ftruncate(fd, size) != 0)
+		return -1;
+	return rf__write_at(fd, tail, (size_t)(size - at), &off);
+}
+
+/* Append body (array elements) to the trace file at path, leaving it a closed array; a failed write
+ * leaves the file as it was. */
 static int rf__trace_append(const char *path, const char *body, size_t len)
 {
 	int fd = open(path, O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
@@ -136,6 +444,7 @@ static int rf__trace_append(const char *path, const char *body, size_t len)
 		return rf__err(RF_EBACKEND, "trace: cannot open %s: %s", path, strerror(errno));
 	struct stat st;
 	int rc = RF_OK;
+	char small[256], *tail = small;
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		rc = rf__err(RF_EBACKEND, "trace: %s is not a regular file", path);
 		goto out;
@@ -145,17 +454,55 @@ static int rf__trace_append(const char *path, const char *body, size_t len)
 			rc = rf__err(RF_EBACKEND, "trace: cannot lock %s: %s", path, strerror(errno));
 			goto out;
 		}
-	off_t at;
-	const char *sep;
-	if (fstat(fd, &st) != 0 || rf__trace_splice(fd, st.st_size, &at, &sep) != 0) {
-		rc = rf__err(RF_EBACKEND, "trace: %s does not end like a trace-event JSON array", path);
+	off_t at = 0;
+	const char *sep = ",\n";
+	if (fstat(fd, &st) != 0) {
+		rc = rf__err(RF_EBACKEND, "trace: cannot stat %s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (!rf__memo_find(&st, &at)) {
+		rf__jrd *r = rf__malloc(sizeof *r);
+		if (r == NULL) {
+			rc = rf__err(RF_ENOMEM, "trace: out of memory checking %s", path);
+			goto out;
+		}
+		*r = (rf__jrd){.fd = fd, .size = st.st_size};
+		if (rf__trace_check(r, &at, &sep) != 0)
+			rc = rf__err(RF_EBACKEND, "trace: %s is not a trace-event JSON array (byte %lld: %s)", path,
+				     (long long)r->bad, r->why);
+		free(r);
+		if (rc != RF_OK)
+			goto out;
+	}
+	/* Keep what the append overwrites, to put it back if the write fails half-way (a full disk,
+	 * RLIMIT_FSIZE): a closing bracket and trailing whitespace, or a blank file. */
+	size_t keep = (size_t)(st.st_size - at);
+	if (keep > sizeof small && (tail = rf__malloc(keep)) == NULL) {
+		rc = rf__err(RF_ENOMEM, "trace: out of memory appending to %s", path);
+		goto out;
+	}
+	if (keep > 0 && pread(fd, tail, keep, at) != (ssize_t)keep) {
+		rc = rf__err(RF_EBACKEND, "trace: cannot read %s: %s", path, strerror(errno));
 		goto out;
 	}
 	off_t end = at;
 	if (rf__write_at(fd, sep, strlen(sep), &end) != 0 || rf__write_at(fd, body, len, &end) != 0 ||
-	    rf__write_at(fd, "\n]\n", 3, &end) != 0 || (end < st.st_size && ftruncate(fd, end) != 0))
-		rc = rf__err(RF_EBACKEND, "trace: writing %s failed: %s", path, strerror(errno));
+	    rf__write_at(fd, "\n]\n", 3, &end) != 0 || (end < st.st_size && ftruncate(fd, end) != 0)) {
+		int err = errno;
+		if (rf__trace_restore(fd, st.st_size, at, tail) == 0)
+			rc = rf__err(RF_EBACKEND, "trace: writing %s failed: %s (the file is as it was)", path,
+				     strerror(err));
+		else
+			rc = rf__err(RF_EBACKEND, "trace: writing %s failed: %s, and restoring it too: %s", path,
+				     strerror(err), strerror(errno));
+		goto out;
+	}
+	struct stat now;
+	if (fstat(fd, &now) == 0)
+		rf__memo_keep(&st, &now, end - 2); /* the "]" of "\n]\n" */
 out:
+	if (tail != small)
+		free(tail);
 	close(fd); /* releases the lock */
 	return rc;
 }

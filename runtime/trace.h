@@ -70,7 +70,9 @@ int rf__trace_begin(rf__trace *t, const struct rf_program *prog, size_t nblocks,
 		    size_t samples);
 /* Append the run's events to the file at path (a JSON array, created if needed and closed again after
  * them: one whole write under an exclusive flock) and release the arrays. `label` names the process
- * track. RF_OK; RF_EBACKEND (not a regular file, not a trace array, or the write failed); RF_ENOMEM. */
+ * track. Only a blank file or one that parses as a JSON array of objects (or such an array left open
+ * by an older version) is written; a write that fails leaves the file as it was. RF_OK; RF_EBACKEND
+ * (not a regular file, not a trace-event array, or the write failed); RF_ENOMEM. */
 int rf__trace_end(rf__trace *t, const char *path, const char *label);
 /* Release the arrays without writing. */
 void rf__trace_drop(rf__trace *t);

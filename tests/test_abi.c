@@ -14,7 +14,7 @@
 
 #if UINTPTR_MAX == 0xFFFFFFFFFFFFFFFFu && UINT_MAX == 0xFFFFFFFFu
 #define RF_ABI_LP64 1
-/* The major-0 layout. Offsets in bytes. */
+/* The layout of this major. Offsets in bytes. */
 _Static_assert(sizeof(rf_pipeline_params) == 128, "rf_pipeline_params must stay 128 bytes");
 _Static_assert(offsetof(rf_pipeline_params, depth) == 0, "depth moved");
 _Static_assert(offsetof(rf_pipeline_params, slot_bytes) == 8, "slot_bytes moved");
@@ -29,12 +29,20 @@ _Static_assert(offsetof(rf_pipeline_params, wait) == 56, "wait moved");
 _Static_assert(offsetof(rf_pipeline_params, locality) == 64, "locality moved (it took reserved[0])");
 _Static_assert(offsetof(rf_pipeline_params, reserved) == 72, "reserved moved");
 _Static_assert(sizeof(((rf_pipeline_params *)0)->reserved) == 7 * sizeof(uint64_t), "reserved is 7 words");
-/* rf_stats: appended fields take reserved words at its end, its size never changes. */
-_Static_assert(sizeof(rf_stats) == 2288, "rf_stats must keep its size");
-_Static_assert(offsetof(rf_stats, schedule) == offsetof(rf_stats, total_file_bytes) + 8, "schedule took reserved[0]");
-_Static_assert(offsetof(rf_stats, reserved) == offsetof(rf_stats, schedule) + 24, "reserved moved");
 _Static_assert(sizeof(rf_memory) == sizeof(int), "rf_memory is an int-sized enum");
+/* rf_stats of major 1: every queue, the file bytes, and reserved words that end it. */
+_Static_assert(RF_STATS_QUEUES == 64u, "rf_stats reports 64 queues");
+_Static_assert(offsetof(rf_stats, queue) == 32, "rf_stats.queue moved");
+_Static_assert(offsetof(rf_stats, copy_ns) == 32 + 64 * 32, "rf_stats.copy_ns moved");
+_Static_assert(offsetof(rf_stats, file_bytes) == 32 + 64 * 32 + 80, "rf_stats.file_bytes moved");
+_Static_assert(sizeof(rf_stats) == 32 + 64 * 32 + 96 + 14 * 8, "rf_stats must stay this size");
+/* Appended in 1.1 from its first reserved words: schedule, inline_runs, handoff_runs. */
+_Static_assert(offsetof(rf_stats, schedule) == 32 + 64 * 32 + 96, "rf_stats.schedule took reserved[0]");
+_Static_assert(offsetof(rf_stats, handoff_runs) == 32 + 64 * 32 + 96 + 16, "rf_stats.handoff_runs moved");
+_Static_assert(offsetof(rf_stats, reserved) == 32 + 64 * 32 + 96 + 24, "rf_stats.reserved moved");
 #endif
+_Static_assert(offsetof(rf_stats, reserved) + sizeof(((rf_stats *)0)->reserved) == sizeof(rf_stats),
+               "rf_stats: reserved[] must be the last member");
 
 /* The reserved words end the struct: appended fields come out of them, the size never changes. */
 _Static_assert(offsetof(rf_pipeline_params, reserved) + sizeof(((rf_pipeline_params *)0)->reserved) ==

@@ -1,6 +1,6 @@
 /*
- * tests/test_base.c — base/parse.h (the library's one decimal grammar) and base/align.h (the one
- * alignment rule, slot strides included). White-box (static library).
+ * tests/test_base.c — base/parse.h (the library's one decimal grammar, and CPU lists) and base/align.h
+ * (the one alignment rule, slot strides included). White-box (static library).
  */
 #include <criterion/criterion.h>
 
@@ -48,4 +48,24 @@ Test(base, align_up_and_slot_stride)
 	cr_assert_eq(rf__slot_stride(4097, RF__ALIGN_PINNED), 8192);
 	cr_assert_eq(rf__slot_stride(1u << 20, RF__ALIGN_PINNED), 1u << 20);
 	cr_assert_eq(rf__slot_stride(SIZE_MAX, RF__ALIGN_CPU), 0, "overflow");
+}
+
+/* CPU lists (worker_cpus): hwloc's list syntax, strictly. */
+static const char *const cpu_lists_good[] = {
+	"0", "7", "0,1", "2-3,6", "0-0", "1-1", "0-3,8-11", "3,1,2", "1048575", "0-1048575", "0007",
+	"1,1", "0-3,2-5",
+};
+static const char *const cpu_lists_bad[] = {
+	"", "-", ",", "0,", ",0", "0,,1", "0--1", "-1", "1-", "0-", "1-0", "5-3", "1-1-1", "0-1-2",
+	"0 ,1", " 0", "0 ", "0-1 ", "0x3", "a", "two", "1.5", "+1", "0;1", "1048576", "0-1048576",
+	"99999999999999999999999",
+};
+
+Test(base, parse_cpu_list_is_strict)
+{
+	for (size_t i = 0; i < sizeof cpu_lists_good / sizeof cpu_lists_good[0]; i++)
+		cr_assert_eq(rf__parse_cpu_list(cpu_lists_good[i]), 0, "\"%s\" refused", cpu_lists_good[i]);
+	for (size_t i = 0; i < sizeof cpu_lists_bad / sizeof cpu_lists_bad[0]; i++)
+		cr_assert_eq(rf__parse_cpu_list(cpu_lists_bad[i]), -1, "\"%s\" accepted", cpu_lists_bad[i]);
+	cr_assert_eq(rf__parse_cpu_list(NULL), -1);
 }

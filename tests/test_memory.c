@@ -1,4 +1,4 @@
-/* tests/test_memory.c — params.memory (DESIGN.md, "Keyed use"; review defect 1): "auto" never hands
+/* tests/test_memory.c — params.memory (DESIGN.md, "Keyed use"): "auto" never hands
  * device pointers to a host compute, a backend of the other kind is RF_EINVAL from params and
  * RF_ECONFIG naming the variable or file:line from the configuration, a bad value is RF_EINVAL, and
  * device memory without a usable GPU is RF_ENODEV. Runs on every machine (cuda built or not, GPU or

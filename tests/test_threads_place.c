@@ -126,15 +126,12 @@ Test(threads_place, explicit_cpu_set_is_used_and_described)
 Test(threads_place, malformed_cpu_set_is_econfig)
 {
 	int rc;
-	const char *bad[] = {"", "a", "0-", "-1", "1 2", "0x3"};
+	const char *bad[] = {"", "a", "0-", "-1", "1 2", "0x3", "0--1", "0,,1", "1-1-1", "0,", "1-0"};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		setenv("RINGFETCH_WORKER_CPUS", bad[i], 1);
 		rf_pipeline *p = make(&rc);
-		if (!strcmp(bad[i], "0-")) { /* digits, ',' and '-': accepted by the config, hwloc decides */
-			rf_pipeline_destroy(p);
-			continue;
-		}
 		cr_assert_eq(rc, RF_ECONFIG, "\"%s\": %s", bad[i], rf_err_name(rc));
+		cr_assert_null(p);
 		cr_assert(strstr(rf_errmsg(), "RINGFETCH_WORKER_CPUS") != NULL, "%s", rf_errmsg());
 	}
 	unsetenv("RINGFETCH_WORKER_CPUS");
@@ -196,4 +193,50 @@ Test(threads_place, worker_leaves_the_core_the_caller_moved_to)
 	hwloc_set_cpubind(topo, mine, HWLOC_CPUBIND_THREAD);
 	hwloc_bitmap_free(mine);
 	hwloc_topology_destroy(topo);
+}
+
+/* The list grammar through both ways of configuring it: the variable and the file's key. */
+static void write_config(const char *path, const char *value)
+{
+	FILE *f = fopen(path, "w");
+	cr_assert_not_null(f);
+	fprintf(f, "[ringfetch]\nworker_cpus = %s\n", value);
+	fclose(f);
+}
+
+Test(threads_place, cpu_lists_are_parsed_strictly_from_the_environment_and_the_file)
+{
+	static const char *const good[] = {"0", "2-3,6", "0-0", "1-1", "0-3,8-11", "3,1,2", "100000"};
+	static const char *const bad[] = {"0--1", "0,,1", "1-1-1", "0,", "1-0", ",0", "0-", "5-3,1", "0-1-2",
+					  "1048576", "0,1,"};
+	char path[] = "/tmp/rf_place_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	char out[128];
+	for (int via_file = 0; via_file <= 1; via_file++) {
+		for (size_t i = 0; i < sizeof good / sizeof good[0] + sizeof bad / sizeof bad[0]; i++) {
+			int ok = i < sizeof good / sizeof good[0];
+			const char *v = ok ? good[i] : bad[i - sizeof good / sizeof good[0]];
+			if (via_file) {
+				write_config(path, v);
+				setenv("RINGFETCH_CONFIG", path, 1);
+			} else {
+				setenv("RINGFETCH_WORKER_CPUS", v, 1);
+			}
+			out[0] = '\0';
+			int rc = rf__config_worker_cpus(out, sizeof out);
+			if (ok) {
+				cr_assert_eq(rc, RF_OK, "\"%s\" (%s): %s", v, via_file ? "file" : "variable", rf_errmsg());
+				cr_assert_str_eq(out, v);
+			} else {
+				cr_assert_eq(rc, RF_ECONFIG, "\"%s\" (%s) accepted", v, via_file ? "file" : "variable");
+				cr_assert(strstr(rf_errmsg(), via_file ? "worker_cpus" : "RINGFETCH_WORKER_CPUS") != NULL,
+					  "%s", rf_errmsg());
+			}
+			unsetenv("RINGFETCH_CONFIG");
+			unsetenv("RINGFETCH_WORKER_CPUS");
+		}
+	}
+	unlink(path);
 }

@@ -14,12 +14,14 @@
  *   depth    decimal digits only (leading zeros allowed), value 1 .. RF_MAX_DEPTH;
  *   backend  exactly "cpu", "threads", "cuda" or "auto";
  *   RINGFETCH_DEPTH also takes "auto" (depth measured on the first run, starting at 2);
- *   staging  exactly "auto", "none", "interleave" or "node:" + decimal digits fitting an int.
+ *   staging  exactly "auto", "none", "interleave" or "node:" + decimal digits fitting an int;
+ *   CPU list items N or N-M separated by single commas (decimal, 0 .. RF__CPU_LIST_MAX, N <= M).
  * abort() on a disagreement, an unknown return code, or an empty rf_errmsg after a failure.
  */
 #include "options.h"
 #include "runtime/config.h"
 #include "memory/staging.h"
+#include "base/parse.h"
 
 #include <ringfetch.h>
 
@@ -117,6 +119,39 @@ static int ref_staging(const char *s, rf__stg_kind *kind, int *node)
 	return 1;
 }
 
+/* 1 if s is a CPU list: comma-separated items, each N or N-M (decimal digits, leading zeros allowed,
+ * values 0 .. RF__CPU_LIST_MAX, N <= M); no empty item, nothing else. */
+static int ref_cpu_number(const char *s, size_t n, unsigned long *v)
+{
+	if (n == 0 || strspn(s, "0123456789") < n)
+		return 0;
+	while (n > 1 && *s == '0')
+		s++, n--;
+	if (n > 7)
+		return 0;
+	char d[8];
+	memcpy(d, s, n);
+	d[n] = '\0';
+	*v = strtoul(d, NULL, 10);
+	return *v <= RF__CPU_LIST_MAX;
+}
+
+static int ref_cpu_list(const char *s)
+{
+	for (;;) {
+		size_t n = strcspn(s, ","); /* one item: [s, s + n) */
+		const char *dash = memchr(s, '-', n);
+		unsigned long lo, hi;
+		if (dash == NULL ? !ref_cpu_number(s, n, &lo)
+				 : !ref_cpu_number(s, (size_t)(dash - s), &lo) ||
+					   !ref_cpu_number(dash + 1, n - (size_t)(dash - s) - 1, &hi) || hi < lo)
+			return 0;
+		if (s[n] == '\0')
+			return 1;
+		s += n + 1;
+	}
+}
+
 /* ---- the checks ------------------------------------------------------------------------------- */
 
 static void check_parsers(const char *s)
@@ -127,6 +162,8 @@ static void check_parsers(const char *s)
 	CHECK(rc == 0 || rc == -1);
 	CHECK((rc == 0) == ok);
 	CHECK(ok ? got_d == want_d : got_d == 12345); /* *out untouched on failure */
+
+	CHECK((rf__parse_cpu_list(s) == 0) == ref_cpu_list(s));
 
 	const char *b = rf__parse_backend(s);
 	CHECK(b == NULL ? ref_backend(s) == NULL : ref_backend(s) != NULL && !strcmp(b, ref_backend(s)));
@@ -397,8 +434,7 @@ static void check_file(const uint8_t *data, size_t size)
 		CHECK(c.staging[0] == '\0' || ref_staging(c.staging, &kind, &node) == 1);
 		CHECK(!c.wait_set || c.wait_ns == -1 || (c.wait_ns >= 0 && c.wait_ns <= 10000000000LL));
 		CHECK(c.handoff >= 0 && c.handoff <= 3); /* unset, or 1 + auto / off / on */
-		CHECK(strlen(c.worker_cpus) < sizeof c.worker_cpus &&
-		      strspn(c.worker_cpus, "0123456789,-") == strlen(c.worker_cpus));
+		CHECK(strlen(c.worker_cpus) < sizeof c.worker_cpus && (c.worker_cpus[0] == '\0' || ref_cpu_list(c.worker_cpus)));
 	} else {
 		unsigned line = msg_line(rf_errmsg(), path);
 		CHECK(rc == RF_ECONFIG && line >= 1 && line <= nlines);

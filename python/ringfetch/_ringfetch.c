@@ -1,0 +1,1809 @@
+/*
+ * python/ringfetch/_ringfetch.c — the CPython extension behind the `ringfetch` package (docs/python.md).
+ *
+ * A thin layer over the public C API (<ringfetch.h>), in CPython's limited API 3.11 (one abi3 binary for
+ * every CPython >= 3.11). What it adds to the C contract is only what Python needs:
+ *  - the GIL is released wherever the library may wait or copy (rf_pipeline_run, acquires and hints
+ *    that copy, evict, destroy, file open and close), and taken again inside the compute trampoline,
+ *    which runs on the calling thread;
+ *  - a busy mark per pipeline, set and tested under the GIL, so that two Python threads can never be
+ *    inside the library on one pipeline at once (the C rule "one thread at a time"): the second gets
+ *    rf.Busy;
+ *  - the sources of keyed calls are kept alive (their buffers held) until no copy can read them: until
+ *    evict(key), a run that emptied the cache, or close — the C rule "src stays valid until evict";
+ *  - Blocks are views of a slot that know when they stop being valid (after their compute returned,
+ *    after release), count the buffer and DLPack views they handed out, and refuse to release or close
+ *    while one is alive, so that no Python object ever points into a slot that was given back.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+#include <ringfetch.h>
+#if defined(RF_HAVE_CUDA) && RF_HAVE_CUDA
+#include <ringfetch/cuda.h>
+#define RFPY_CUDA 1
+#else
+#define RFPY_CUDA 0
+#endif
+
+#include <limits.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+PyMODINIT_FUNC PyInit__ringfetch(void);
+
+/* ---- errors ----------------------------------------------------------------------------------------- */
+
+/* rf.Error and one subclass per RF_E* code, indexed by -code (index 0: rf.Error itself). */
+#define RFPY_NCODES 13
+static PyObject *rfpy_err[RFPY_NCODES];
+
+static const struct {
+	int code;
+	const char *name; /* the Python class name */
+	PyObject **builtin;
+} rfpy_errdefs[] = {
+	{RF_EINVAL, "InvalidArgument", &PyExc_ValueError},
+	{RF_ENOMEM, "OutOfMemory", &PyExc_MemoryError},
+	{RF_ENOSPC, "NoSpace", NULL},
+	{RF_ENODEV, "NoDevice", NULL},
+	{RF_ENOTSUP, "NotSupported", NULL},
+	{RF_EBUSY, "Busy", NULL},
+	{RF_ECANCELED, "Canceled", NULL},
+	{RF_ECALLBACK, "CallbackError", NULL},
+	{RF_EBACKEND, "BackendError", NULL},
+	{RF_EHAZARD, "HazardError", NULL},
+	{RF_ECONFIG, "ConfigError", NULL},
+	{RF_EIO, "IOError", &PyExc_OSError},
+};
+
+/* Raise the class of `code` with `msg` as str(), and .code / .name on the instance. */
+static PyObject *rfpy_raise_obj(int code, PyObject *msg)
+{
+	PyObject *cls = code < 0 && -code < RFPY_NCODES && rfpy_err[-code] ? rfpy_err[-code] : rfpy_err[0];
+	PyObject *exc = msg ? PyObject_CallFunctionObjArgs(cls, msg, NULL) : NULL;
+	Py_XDECREF(msg);
+	if (exc == NULL)
+		return NULL;
+	PyObject *c = PyLong_FromLong(code);
+	PyObject *n = PyUnicode_FromString(rf_err_name(code));
+	if (c == NULL || n == NULL || PyObject_SetAttrString(exc, "code", c) < 0 ||
+	    PyObject_SetAttrString(exc, "name", n) < 0) {
+		Py_XDECREF(c);
+		Py_XDECREF(n);
+		Py_DECREF(exc);
+		return NULL;
+	}
+	Py_DECREF(c);
+	Py_DECREF(n);
+	PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+	Py_DECREF(exc);
+	return NULL;
+}
+
+/* Raise for a failed rf_ call: its code, and rf_errmsg()'s sentence (this thread's, so the call must have
+ * been made on this thread, which it always is: releasing the GIL does not change threads). */
+static PyObject *rfpy_raise(int code)
+{
+	const char *m = rf_errmsg();
+	return rfpy_raise_obj(code, PyUnicode_FromString(m && *m ? m : rf_strerror(code)));
+}
+
+/* Raise the class of `code` with a message of our own (checks made before calling the library). */
+static PyObject *rfpy_raisef(int code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	PyObject *msg = PyUnicode_FromFormatV(fmt, ap);
+	va_end(ap);
+	return rfpy_raise_obj(code, msg);
+}
+
+/* The type name of o, for TypeError messages ("?" if it cannot be had). */
+static PyObject *rfpy_tname(PyObject *o)
+{
+	PyObject *n = PyType_GetName(Py_TYPE(o));
+	if (n == NULL) {
+		PyErr_Clear();
+		n = PyUnicode_FromString("?");
+	}
+	return n;
+}
+
+static PyObject *rfpy_type_error(const char *what, const char *want, PyObject *o)
+{
+	PyObject *n = rfpy_tname(o);
+	if (n == NULL)
+		return NULL;
+	PyErr_Format(PyExc_TypeError, "%s must be %s, not '%U'", what, want, n);
+	Py_DECREF(n);
+	return NULL;
+}
+
+/* An int argument in [0, max]: TypeError for a non-int, rf.InvalidArgument for a value out of range. */
+static int rfpy_uint(PyObject *o, const char *what, unsigned long long max, unsigned long long *out)
+{
+	if (PyLong_CheckExact(o)) {
+		unsigned long long v = PyLong_AsUnsignedLongLong(o);
+		if (!(v == (unsigned long long)-1 && PyErr_Occurred()) && v <= max) {
+			*out = v;
+			return 0;
+		}
+		PyErr_Clear();
+	}
+	/* Anything with __index__ (numpy integers too) is an int here. */
+	if (!PyLong_Check(o) && !PyIndex_Check(o)) {
+		rfpy_type_error(what, "an int", o);
+		return -1;
+	}
+	PyObject *i = PyNumber_Index(o);
+	if (i == NULL)
+		return -1;
+	unsigned long long v = PyLong_AsUnsignedLongLong(i);
+	Py_DECREF(i);
+	if (v == (unsigned long long)-1 && PyErr_Occurred()) {
+		if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+			return -1;
+		PyErr_Clear();
+		rfpy_raisef(RF_EINVAL, "%s must be in 0 .. %llu, got %R", what, max, o);
+		return -1;
+	}
+	if (v > max) {
+		rfpy_raisef(RF_EINVAL, "%s must be in 0 .. %llu, got %R", what, max, o);
+		return -1;
+	}
+	*out = v;
+	return 0;
+}
+
+/* None or a str, as a C string borrowed from o (valid while o lives). */
+static int rfpy_optstr(PyObject *o, const char *what, const char **out)
+{
+	if (o == Py_None) {
+		*out = NULL;
+		return 0;
+	}
+	if (!PyUnicode_Check(o)) {
+		rfpy_type_error(what, "a str or None", o);
+		return -1;
+	}
+	*out = PyUnicode_AsUTF8AndSize(o, NULL);
+	return *out ? 0 : -1;
+}
+
+/* A source: any object with the buffer protocol whose bytes are contiguous (C or Fortran order: either
+ * way one range of bytes). The buffer is held until rfpy_src_release. */
+static int rfpy_src_get(PyObject *o, Py_buffer *view, const char *what, Py_ssize_t index)
+{
+	if (!PyObject_CheckBuffer(o)) {
+		PyObject *n = rfpy_tname(o);
+		if (n == NULL)
+			return -1;
+		if (index >= 0)
+			PyErr_Format(PyExc_TypeError, "%s %zd must be a bytes-like object (the buffer protocol), not '%U'",
+				     what, index, n);
+		else
+			PyErr_Format(PyExc_TypeError, "%s must be a bytes-like object (the buffer protocol), not '%U'",
+				     what, n);
+		Py_DECREF(n);
+		return -1;
+	}
+	if (PyObject_GetBuffer(o, view, PyBUF_ANY_CONTIGUOUS) < 0) {
+		if (!PyErr_ExceptionMatches(PyExc_BufferError) && !PyErr_ExceptionMatches(PyExc_ValueError))
+			return -1;
+		PyObject *t, *v, *tb;
+		PyErr_Fetch(&t, &v, &tb);
+		if (index >= 0)
+			rfpy_raisef(RF_EINVAL, "%s %zd: its bytes are not one contiguous range (%S)", what, index, v);
+		else
+			rfpy_raisef(RF_EINVAL, "%s: its bytes are not one contiguous range (%S)", what, v);
+		Py_XDECREF(t);
+		Py_XDECREF(v);
+		Py_XDECREF(tb);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- DLPack (the ABI of dlpack.h 1.0, mirrored: the header is a spec, not a library) ---------------- */
+
+typedef struct {
+	int32_t device_type;
+	int32_t device_id;
+} rfpy_DLDevice;
+typedef struct {
+	uint8_t code;
+	uint8_t bits;
+	uint16_t lanes;
+} rfpy_DLDataType;
+typedef struct {
+	void *data;
+	rfpy_DLDevice device;
+	int32_t ndim;
+	rfpy_DLDataType dtype;
+	int64_t *shape;
+	int64_t *strides;
+	uint64_t byte_offset;
+} rfpy_DLTensor;
+typedef struct rfpy_DLManagedTensor {
+	rfpy_DLTensor dl_tensor;
+	void *manager_ctx;
+	void (*deleter)(struct rfpy_DLManagedTensor *self);
+} rfpy_DLManagedTensor;
+typedef struct {
+	uint32_t major, minor;
+} rfpy_DLPackVersion;
+typedef struct rfpy_DLManagedTensorVersioned {
+	rfpy_DLPackVersion version;
+	void *manager_ctx;
+	void (*deleter)(struct rfpy_DLManagedTensorVersioned *self);
+	uint64_t flags;
+	rfpy_DLTensor dl_tensor;
+} rfpy_DLManagedTensorVersioned;
+enum { RFPY_kDLCPU = 1, RFPY_kDLCUDA = 2, RFPY_kDLUInt = 1 };
+#define RFPY_DLPACK_FLAG_READ_ONLY 1ull
+
+/* ---- types ------------------------------------------------------------------------------------------- */
+
+static PyTypeObject *Pipeline_Type, *Block_Type, *File_Type, *Pin_Type;
+
+typedef struct {
+	PyObject_HEAD
+	rf_pipeline *p;          /* NULL once closed */
+	int busy;                /* a thread is inside the library on p (read and written under the GIL) */
+	unsigned long owner;     /* that thread's ident while busy */
+	Py_ssize_t exports;      /* live buffer and DLPack views of its blocks */
+	PyObject *pins;          /* dict: key -> Pin, the source of each key a copy may read */
+	int device;              /* params.device */
+	int memory;              /* params.memory */
+	int inline_copies;       /* backend "cpu": hints copy on the caller */
+	PyObject *weakrefs;
+} PipelineObject;
+
+enum { BLOCK_RUN, BLOCK_HELD, BLOCK_DONE };
+
+typedef struct {
+	PyObject_HEAD
+	PipelineObject *pipe; /* strong: the slot's memory lives as long as a Block of it */
+	rf_block b;
+	int state;
+	Py_ssize_t exports;
+} BlockObject;
+
+typedef struct {
+	PyObject_HEAD
+	Py_buffer view; /* held: a keyed source's bytes */
+} PinObject;
+
+typedef struct {
+	PyObject_HEAD
+	rf_file *f; /* NULL once closed */
+	Py_ssize_t exports;
+	PyObject *weakrefs;
+} FileObject;
+
+/* ---- the per-pipeline busy mark ----------------------------------------------------------------------------- */
+
+static int pipe_open(PipelineObject *self, const char *who)
+{
+	if (self->p == NULL) {
+		rfpy_raisef(RF_EINVAL, "%s: the pipeline is closed", who);
+		return -1;
+	}
+	return 0;
+}
+
+/* Enter the library on self->p from this thread, or raise rf.Busy: from a compute callback of its own run
+ * (the library would answer RF_EBUSY too), or while another Python thread is inside it. */
+static int pipe_enter(PipelineObject *self, const char *who)
+{
+	if (pipe_open(self, who) < 0)
+		return -1;
+	unsigned long me = PyThread_get_thread_ident();
+	if (self->owner == me) {
+		rfpy_raisef(RF_EBUSY, "%s: called from a compute callback of this pipeline's run", who);
+		return -1;
+	}
+	if (self->busy) {
+		rfpy_raisef(RF_EBUSY, "%s: another thread is using this pipeline (a run or a keyed call)", who);
+		return -1;
+	}
+	self->busy = 1;
+	self->owner = me;
+	return 0;
+}
+
+static void pipe_leave(PipelineObject *self)
+{
+	self->busy = 0;
+	self->owner = 0;
+}
+
+/* ---- Pin: a keyed source kept alive --------------------------------------------------------------------- */
+
+static void Pin_dealloc(PinObject *self)
+{
+	PyTypeObject *tp = Py_TYPE((PyObject *)self);
+	PyBuffer_Release(&self->view);
+	PyObject_Free(self);
+	Py_DECREF(tp);
+}
+
+static PyType_Slot Pin_slots[] = {
+	{Py_tp_dealloc, Pin_dealloc},
+	{0, NULL},
+};
+static PyType_Spec Pin_spec = {"ringfetch._Pin", sizeof(PinObject), 0,
+				Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, Pin_slots};
+
+/* A Pin taking over *view (which the caller must not release afterwards). */
+static PyObject *pin_new(Py_buffer *view)
+{
+	PinObject *pin = PyObject_New(PinObject, Pin_Type);
+	if (pin == NULL) {
+		PyBuffer_Release(view);
+		return NULL;
+	}
+	pin->view = *view;
+	return (PyObject *)pin;
+}
+
+/*
+ * Keyed calls name a source for `key`: decide what must be kept alive. The library may read a key's src
+ * until evict(key), so the first src of a key is pinned; a later call naming the same bytes pins nothing
+ * more; a call naming other bytes for a key that is resident is a hit (no src read: nothing to pin); for
+ * an absent key the old source is let go only after evict(key) has returned (no copy reads it any more).
+ * On return *newpin is the Pin to store once the call succeeded (NULL: none), and *src / *bytes what to
+ * pass to the library. Called with the pipeline entered.
+ */
+static int pin_prepare(PipelineObject *self, PyObject *key_obj, uint64_t key, Py_buffer *view, PyObject **newpin)
+{
+	*newpin = NULL;
+	PinObject *old = (PinObject *)PyDict_GetItemWithError(self->pins, key_obj);
+	if (old == NULL && PyErr_Occurred())
+		return -1;
+	if (old != NULL && old->view.buf == view->buf && old->view.len == view->len)
+		return 0;
+	if (old != NULL) {
+		rf_key_state st = RF_KEY_ABSENT;
+		(void)rf_pipeline_lookup(self->p, key, &st, NULL);
+		if (st != RF_KEY_ABSENT)
+			return 0;
+		int rc;
+		Py_BEGIN_ALLOW_THREADS
+		rc = rf_pipeline_evict(self->p, key);
+		Py_END_ALLOW_THREADS
+		if (rc != RF_OK) {
+			rfpy_raise(rc);
+			return -1;
+		}
+		if (PyDict_DelItem(self->pins, key_obj) < 0)
+			return -1;
+	}
+	Py_buffer copy = *view;
+	if (PyObject_GetBuffer(view->obj, &copy, PyBUF_ANY_CONTIGUOUS) < 0)
+		return -1;
+	*newpin = pin_new(&copy);
+	return *newpin ? 0 : -1;
+}
+
+/* After a run (or anything that may have emptied the cache): let go of the sources of absent keys. */
+static int pins_drop_absent(PipelineObject *self)
+{
+	if (PyDict_Size(self->pins) == 0)
+		return 0;
+	PyObject *gone = PyList_New(0);
+	if (gone == NULL)
+		return -1;
+	Py_ssize_t pos = 0;
+	PyObject *k, *v;
+	while (PyDict_Next(self->pins, &pos, &k, &v)) {
+		unsigned long long key = PyLong_AsUnsignedLongLong(k);
+		rf_key_state st = RF_KEY_ABSENT;
+		if (!PyErr_Occurred())
+			(void)rf_pipeline_lookup(self->p, (uint64_t)key, &st, NULL);
+		PyErr_Clear();
+		if (st == RF_KEY_ABSENT && PyList_Append(gone, k) < 0) {
+			Py_DECREF(gone);
+			return -1;
+		}
+	}
+	for (Py_ssize_t i = 0; i < PyList_Size(gone); i++)
+		if (PyDict_DelItem(self->pins, PyList_GetItem(gone, i)) < 0)
+			PyErr_Clear();
+	Py_DECREF(gone);
+	return 0;
+}
+
+/* ---- Block ------------------------------------------------------------------------------------------- */
+
+/* Dead Blocks kept for reuse (under the GIL): allocation is a good part of an acquire's cost. */
+#define BLOCK_FREE_MAX 16
+static BlockObject *block_free[BLOCK_FREE_MAX];
+static int block_nfree;
+
+static PyObject *block_new(PipelineObject *pipe, const rf_block *b, int state)
+{
+	BlockObject *self;
+	if (block_nfree > 0) {
+		self = block_free[--block_nfree];
+		PyObject_Init((PyObject *)self, Block_Type);
+	} else {
+		self = PyObject_New(BlockObject, Block_Type);
+		if (self == NULL)
+			return NULL;
+	}
+	Py_INCREF((PyObject *)pipe);
+	self->pipe = pipe;
+	self->b = *b;
+	self->state = state;
+	self->exports = 0;
+	return (PyObject *)self;
+}
+
+static int block_valid(BlockObject *self, const char *who)
+{
+	if (self->state == BLOCK_DONE || self->pipe->p == NULL) {
+		rfpy_raisef(RF_EINVAL, "%s: block %zu is no longer valid (its compute returned, it was released, or "
+				       "its pipeline was closed)",
+			    who, self->b.index);
+		return -1;
+	}
+	return 0;
+}
+
+static void block_dealloc(BlockObject *self)
+{
+	PyTypeObject *tp = Py_TYPE((PyObject *)self);
+	PipelineObject *pipe = self->pipe;
+	/* A held block dropped without release: release it here (a destructor never leaks a hold). Another
+	 * thread may be inside the library on this pipeline: wait for it, without the GIL. */
+	if (self->state == BLOCK_HELD && pipe->owner != PyThread_get_thread_ident()) {
+		while (pipe->busy) {
+			Py_BEGIN_ALLOW_THREADS
+			sched_yield();
+			Py_END_ALLOW_THREADS
+		}
+		/* Under the GIL from here to the end of the call: no other thread can enter. */
+		if (pipe->p != NULL)
+			(void)rf_pipeline_release(pipe->p, &self->b);
+	}
+	Py_DECREF((PyObject *)pipe);
+	/* Keep a few for the next blocks: the serving loop makes one per acquire. */
+	if (block_nfree < BLOCK_FREE_MAX) {
+		block_free[block_nfree++] = self;
+	} else {
+		PyObject_Free(self);
+	}
+	Py_DECREF(tp);
+}
+
+static PyObject *Block_index(BlockObject *self, void *c)
+{
+	(void)c;
+	if (block_valid(self, "Block.index") < 0)
+		return NULL;
+	return PyLong_FromSize_t(self->b.index);
+}
+
+static PyObject *Block_slot(BlockObject *self, void *c)
+{
+	(void)c;
+	if (block_valid(self, "Block.slot") < 0)
+		return NULL;
+	return PyLong_FromUnsignedLong(self->b.slot);
+}
+
+static PyObject *Block_nbytes(BlockObject *self, void *c)
+{
+	(void)c;
+	if (block_valid(self, "Block.nbytes") < 0)
+		return NULL;
+	return PyLong_FromSize_t(self->b.bytes);
+}
+
+static PyObject *Block_stream(BlockObject *self, void *c)
+{
+	(void)c;
+	if (block_valid(self, "Block.stream") < 0)
+		return NULL;
+	if (self->pipe->memory != RF_MEMORY_DEVICE)
+		Py_RETURN_NONE;
+	return PyLong_FromVoidPtr(self->b.stream);
+}
+
+static PyObject *Block_repr(BlockObject *self)
+{
+	if (self->state == BLOCK_DONE || self->pipe->p == NULL)
+		return PyUnicode_FromFormat("<ringfetch.Block %zu (no longer valid)>", self->b.index);
+	return PyUnicode_FromFormat("<ringfetch.Block index=%zu slot=%u nbytes=%zu%s>", self->b.index, self->b.slot,
+				    self->b.bytes, self->state == BLOCK_HELD ? " held" : "");
+}
+
+static int Block_getbuffer(BlockObject *self, Py_buffer *view, int flags)
+{
+	if (block_valid(self, "Block buffer") < 0)
+		return -1;
+	if (self->pipe->memory == RF_MEMORY_DEVICE) {
+		PyErr_SetString(PyExc_BufferError,
+				"the block is device memory: use DLPack (__dlpack__, e.g. torch.from_dlpack)");
+		return -1;
+	}
+	if (PyBuffer_FillInfo(view, (PyObject *)self, (void *)self->b.data, (Py_ssize_t)self->b.bytes, 1, flags) < 0)
+		return -1;
+	self->exports++;
+	self->pipe->exports++;
+	return 0;
+}
+
+static void Block_releasebuffer(BlockObject *self, Py_buffer *view)
+{
+	(void)view;
+	self->exports--;
+	self->pipe->exports--;
+}
+
+/* DLPack: the capsule's tensor keeps the Block (and so the slot) alive and counts as a view. */
+static void dl_done(BlockObject *blk)
+{
+	PyGILState_STATE g = PyGILState_Ensure();
+	blk->exports--;
+	blk->pipe->exports--;
+	Py_DECREF((PyObject *)blk);
+	PyGILState_Release(g);
+}
+
+static void dl_deleter(rfpy_DLManagedTensor *t)
+{
+	BlockObject *blk = t->manager_ctx;
+	free(t);
+	dl_done(blk);
+}
+
+static void dl_deleter_v(rfpy_DLManagedTensorVersioned *t)
+{
+	BlockObject *blk = t->manager_ctx;
+	free(t);
+	dl_done(blk);
+}
+
+static void dl_capsule_free(PyObject *cap)
+{
+	/* A consumer renames the capsule ("used_dltensor") when it takes the tensor over; one never consumed
+	 * is freed here. Keep any exception being raised while we run the deleter. */
+	PyObject *t, *v, *tb;
+	PyErr_Fetch(&t, &v, &tb);
+	if (PyCapsule_IsValid(cap, "dltensor")) {
+		rfpy_DLManagedTensor *m = PyCapsule_GetPointer(cap, "dltensor");
+		if (m && m->deleter)
+			m->deleter(m);
+	} else if (PyCapsule_IsValid(cap, "dltensor_versioned")) {
+		rfpy_DLManagedTensorVersioned *m = PyCapsule_GetPointer(cap, "dltensor_versioned");
+		if (m && m->deleter)
+			m->deleter(m);
+	}
+	PyErr_Clear();
+	PyErr_Restore(t, v, tb);
+}
+
+#if RFPY_CUDA
+/* DLPack's stream argument on CUDA: None = the legacy default stream (1), 1 legacy default, 2 per-thread
+ * default, -1 no synchronisation, anything else a cudaStream_t; 0 is disallowed by the protocol. */
+static int dl_cuda_sync(BlockObject *self, PyObject *stream)
+{
+	cudaStream_t consumer;
+	if (stream == Py_None) {
+		consumer = cudaStreamLegacy;
+	} else {
+		long long s = PyLong_AsLongLong(stream);
+		if (s == -1 && PyErr_Occurred())
+			return -1;
+		if (s == -1)
+			return 0;
+		if (s == 0) {
+			rfpy_raisef(RF_EINVAL, "__dlpack__: stream 0 is ambiguous in DLPack (use 1 for the legacy default "
+					       "stream, 2 for the per-thread default stream)");
+			return -1;
+		}
+		consumer = s == 1 ? cudaStreamLegacy : s == 2 ? cudaStreamPerThread : (cudaStream_t)(intptr_t)s;
+	}
+	cudaStream_t producer = self->b.stream ? (cudaStream_t)self->b.stream : cudaStreamLegacy;
+	if (consumer == producer)
+		return 0;
+	/* The consumer's stream waits, on the device, for the work ordered before now on the block's stream
+	 * (its copy, and the compute enqueued so far). */
+	int prev = 0, ok;
+	cudaEvent_t ev = NULL;
+	Py_BEGIN_ALLOW_THREADS
+	ok = cudaGetDevice(&prev) == cudaSuccess && cudaSetDevice(self->pipe->device) == cudaSuccess &&
+	     cudaEventCreateWithFlags(&ev, cudaEventDisableTiming) == cudaSuccess &&
+	     cudaEventRecord(ev, producer) == cudaSuccess && cudaStreamWaitEvent(consumer, ev, 0) == cudaSuccess;
+	if (ev)
+		cudaEventDestroy(ev);
+	cudaSetDevice(prev);
+	Py_END_ALLOW_THREADS
+	if (!ok) {
+		cudaError_t e = cudaGetLastError();
+		rfpy_raisef(RF_EBACKEND, "__dlpack__: ordering stream %R after the block's stream failed: %s", stream,
+			    cudaGetErrorString(e));
+		return -1;
+	}
+	return 0;
+}
+#endif
+
+static PyObject *Block_dlpack(BlockObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
+	PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOOO:__dlpack__", kwlist, &stream, &max_version, &dl_device,
+					 &copy))
+		return NULL;
+	if (block_valid(self, "__dlpack__") < 0)
+		return NULL;
+	int dev_type = self->pipe->memory == RF_MEMORY_DEVICE ? RFPY_kDLCUDA : RFPY_kDLCPU;
+	int dev_id = dev_type == RFPY_kDLCUDA ? self->pipe->device : 0;
+	if (stream != Py_None && !PyLong_Check(stream))
+		return rfpy_type_error("__dlpack__: stream", "an int or None", stream);
+	if (copy != Py_None && PyObject_IsTrue(copy)) {
+		PyErr_SetString(PyExc_BufferError, "__dlpack__: copy=True: a block is exported without copying only");
+		return NULL;
+	}
+	if (dl_device != Py_None) {
+		long t = -1, i = -1;
+		if (!PyTuple_Check(dl_device) || PyTuple_Size(dl_device) != 2)
+			return rfpy_type_error("__dlpack__: dl_device", "a (device_type, device_id) tuple", dl_device);
+		t = PyLong_AsLong(PyTuple_GetItem(dl_device, 0));
+		i = PyLong_AsLong(PyTuple_GetItem(dl_device, 1));
+		if (PyErr_Occurred())
+			return NULL;
+		if (t != dev_type || i != dev_id) {
+			PyErr_Format(PyExc_BufferError, "__dlpack__: the block lives on device (%d, %d), not (%ld, %ld)",
+				     dev_type, dev_id, t, i);
+			return NULL;
+		}
+	}
+	if (dev_type == RFPY_kDLCPU) {
+		/* Host memory: nothing to order. The protocol passes None for CPU; -1 means "no sync". */
+		if (stream != Py_None) {
+			long s = PyLong_AsLong(stream);
+			if (s == -1 && PyErr_Occurred())
+				return NULL;
+			if (s != -1)
+				return rfpy_raisef(RF_EINVAL, "__dlpack__: stream must be None for a host block, got %R",
+						   stream);
+		}
+	} else {
+#if RFPY_CUDA
+		if (dl_cuda_sync(self, stream) < 0)
+			return NULL;
+#endif
+	}
+	int versioned = 0;
+	if (max_version != Py_None) {
+		if (!PyTuple_Check(max_version) || PyTuple_Size(max_version) < 1)
+			return rfpy_type_error("__dlpack__: max_version", "a (major, minor) tuple", max_version);
+		long major = PyLong_AsLong(PyTuple_GetItem(max_version, 0));
+		if (major == -1 && PyErr_Occurred())
+			return NULL;
+		versioned = major >= 1;
+	}
+	rfpy_DLTensor t = {
+		.data = (void *)self->b.data,
+		.device = {dev_type, dev_id},
+		.ndim = 1,
+		.dtype = {RFPY_kDLUInt, 8, 1},
+		.shape = NULL,
+		.strides = NULL,
+		.byte_offset = 0,
+	};
+	PyObject *cap;
+	if (versioned) {
+		rfpy_DLManagedTensorVersioned *m = calloc(1, sizeof *m + sizeof(int64_t));
+		if (m == NULL)
+			return PyErr_NoMemory();
+		m->version.major = 1;
+		m->version.minor = 0;
+		m->manager_ctx = self;
+		m->deleter = dl_deleter_v;
+		m->flags = RFPY_DLPACK_FLAG_READ_ONLY;
+		m->dl_tensor = t;
+		m->dl_tensor.shape = (int64_t *)(m + 1);
+		m->dl_tensor.shape[0] = (int64_t)self->b.bytes;
+		cap = PyCapsule_New(m, "dltensor_versioned", dl_capsule_free);
+		if (cap == NULL) {
+			free(m);
+			return NULL;
+		}
+	} else {
+		rfpy_DLManagedTensor *m = calloc(1, sizeof *m + sizeof(int64_t));
+		if (m == NULL)
+			return PyErr_NoMemory();
+		m->manager_ctx = self;
+		m->deleter = dl_deleter;
+		m->dl_tensor = t;
+		m->dl_tensor.shape = (int64_t *)(m + 1);
+		m->dl_tensor.shape[0] = (int64_t)self->b.bytes;
+		cap = PyCapsule_New(m, "dltensor", dl_capsule_free);
+		if (cap == NULL) {
+			free(m);
+			return NULL;
+		}
+	}
+	/* The tensor's reference and view count, given back by its deleter. */
+	Py_INCREF((PyObject *)self);
+	self->exports++;
+	self->pipe->exports++;
+	return cap;
+}
+
+static PyObject *Block_dlpack_device(BlockObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (block_valid(self, "__dlpack_device__") < 0)
+		return NULL;
+	if (self->pipe->memory == RF_MEMORY_DEVICE)
+		return Py_BuildValue("(ii)", RFPY_kDLCUDA, self->pipe->device);
+	return Py_BuildValue("(ii)", RFPY_kDLCPU, 0);
+}
+
+static PyObject *pipe_release_block(PipelineObject *self, BlockObject *b);
+
+static PyObject *Block_enter(BlockObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (block_valid(self, "Block.__enter__") < 0)
+		return NULL;
+	Py_INCREF((PyObject *)self);
+	return (PyObject *)self;
+}
+
+static PyObject *Block_exit(BlockObject *self, PyObject *args)
+{
+	(void)args;
+	if (self->state != BLOCK_HELD)
+		Py_RETURN_FALSE; /* a run's block: valid until its compute returns, nothing to give back */
+	PyObject *r = pipe_release_block(self->pipe, self);
+	if (r == NULL)
+		return NULL;
+	Py_DECREF(r);
+	Py_RETURN_FALSE;
+}
+
+static PyGetSetDef Block_getset[] = {
+	{"index", (getter)Block_index, NULL, "The block's number in its run, or its key (acquire).", NULL},
+	{"slot", (getter)Block_slot, NULL, "The ring slot that holds the bytes.", NULL},
+	{"nbytes", (getter)Block_nbytes, NULL, "How many bytes the block has.", NULL},
+	{"stream", (getter)Block_stream, NULL,
+	 "The cudaStream_t to order work on (an int) on a device pipeline; None on a host pipeline.", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Block_methods[] = {
+	{"__dlpack__", (PyCFunction)(void (*)(void))Block_dlpack, METH_VARARGS | METH_KEYWORDS,
+	 "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+	 "The block as a DLPack capsule: a 1-D uint8 tensor of nbytes, read-only (versioned capsules carry the "
+	 "read-only flag). Host blocks: kDLCPU, stream None. Device blocks: kDLCUDA on the pipeline's device; "
+	 "stream is the consumer's cudaStream_t (None or 1: legacy default, 2: per-thread default, -1: no "
+	 "ordering), made to wait on the device for the block's work."},
+	{"__dlpack_device__", (PyCFunction)Block_dlpack_device, METH_NOARGS,
+	 "(kDLCPU=1, 0) for a host block, (kDLCUDA=2, device) for a device block."},
+	{"__enter__", (PyCFunction)Block_enter, METH_NOARGS, NULL},
+	{"__exit__", (PyCFunction)Block_exit, METH_VARARGS, "Release a held block (acquire)."},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot Block_slots[] = {
+	{Py_tp_dealloc, block_dealloc},
+	{Py_tp_repr, Block_repr},
+	{Py_tp_getset, Block_getset},
+	{Py_tp_methods, Block_methods},
+	{Py_bf_getbuffer, Block_getbuffer},
+	{Py_bf_releasebuffer, Block_releasebuffer},
+	{Py_tp_doc,
+	 "One block in its slot: what compute() is given and acquire() returns.\n\n"
+	 "Its bytes: the read-only buffer protocol (host memory: numpy.frombuffer(block, dtype), memoryview) and "
+	 "DLPack (numpy.from_dlpack, torch.from_dlpack), all zero-copy. A view may be used only while the "
+	 "block is valid: in compute() until it returns; after acquire() until release(). release() while a "
+	 "view is alive raises BufferError and keeps the hold; using a block after its run or release raises "
+	 "rf.InvalidArgument. A held block is a context manager that releases it."},
+	{0, NULL},
+};
+static PyType_Spec Block_spec = {"ringfetch.Block", sizeof(BlockObject), 0,
+				  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, Block_slots};
+
+/* ---- Pipeline ---------------------------------------------------------------------------------------- */
+
+static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"slot_bytes", "depth",	  "backend", "memory", "copy_queues",
+				 "staging",    "wait",	  "device",  NULL};
+	PyObject *slot_o, *depth_o = NULL, *backend_o = Py_None, *memory_o = NULL, *cq_o = NULL, *staging_o = Py_None,
+			  *wait_o = Py_None, *device_o = NULL;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$OOOOOOO:Pipeline", kwlist, &slot_o, &depth_o, &backend_o,
+					 &memory_o, &cq_o, &staging_o, &wait_o, &device_o))
+		return NULL;
+	rf_pipeline_params pp;
+	memset(&pp, 0, sizeof pp);
+	unsigned long long v;
+	if (rfpy_uint(slot_o, "slot_bytes", SIZE_MAX, &v) < 0)
+		return NULL;
+	pp.slot_bytes = (size_t)v;
+	if (depth_o != NULL) {
+		if (PyUnicode_Check(depth_o)) {
+			if (PyUnicode_CompareWithASCIIString(depth_o, "auto") != 0)
+				return rfpy_raisef(RF_EINVAL, "depth must be an int or \"auto\", got %R", depth_o);
+			pp.depth_auto = RF_DEPTH_AUTO;
+		} else if (PyLong_Check(depth_o) || PyIndex_Check(depth_o)) {
+			if (rfpy_uint(depth_o, "depth", UINT_MAX, &v) < 0)
+				return NULL;
+			pp.depth = (unsigned)v;
+		} else {
+			return rfpy_type_error("depth", "an int or \"auto\"", depth_o);
+		}
+	}
+	if (rfpy_optstr(backend_o, "backend", &pp.backend) < 0 || rfpy_optstr(staging_o, "staging", &pp.staging) < 0 ||
+	    rfpy_optstr(wait_o, "wait", &pp.wait) < 0)
+		return NULL;
+	if (memory_o != NULL) {
+		if (!PyUnicode_Check(memory_o))
+			return rfpy_type_error("memory", "\"host\" or \"device\"", memory_o);
+		if (PyUnicode_CompareWithASCIIString(memory_o, "host") == 0)
+			pp.memory = RF_MEMORY_HOST;
+		else if (PyUnicode_CompareWithASCIIString(memory_o, "device") == 0)
+			pp.memory = RF_MEMORY_DEVICE;
+		else
+			return rfpy_raisef(RF_EINVAL, "memory must be \"host\" or \"device\", got %R", memory_o);
+	}
+	if (cq_o != NULL) {
+		if (rfpy_uint(cq_o, "copy_queues", UINT_MAX, &v) < 0)
+			return NULL;
+		pp.copy_queues = (unsigned)v;
+	}
+	if (device_o != NULL) {
+		if (rfpy_uint(device_o, "device", INT_MAX, &v) < 0)
+			return NULL;
+		pp.device = (int)v;
+	}
+
+	PipelineObject *self = (PipelineObject *)PyType_GenericAlloc(type, 0);
+	if (self == NULL)
+		return NULL;
+	self->device = pp.device;
+	self->memory = (int)pp.memory;
+	self->pins = PyDict_New();
+	if (self->pins == NULL) {
+		Py_DECREF((PyObject *)self);
+		return PyErr_NoMemory();
+	}
+	rf_pipeline *p = NULL;
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = rf_pipeline_create(&pp, &p);
+	Py_END_ALLOW_THREADS
+	if (rc != RF_OK) {
+		rfpy_raise(rc);
+		Py_DECREF((PyObject *)self);
+		return NULL;
+	}
+	self->p = p;
+	self->inline_copies = strcmp(rf_pipeline_backend(p), "cpu") == 0;
+	return (PyObject *)self;
+}
+
+/* Destroy (GIL released: it joins workers, synchronises a device), then let go of the pinned sources.
+ * self->p is cleared first, under the GIL, so that no call on another thread can reach it. */
+static void pipe_destroy(PipelineObject *self)
+{
+	rf_pipeline *p = self->p;
+	self->p = NULL;
+	if (p != NULL) {
+		Py_BEGIN_ALLOW_THREADS
+		rf_pipeline_destroy(p);
+		Py_END_ALLOW_THREADS
+	}
+	if (self->pins)
+		PyDict_Clear(self->pins);
+}
+
+static void Pipeline_dealloc(PipelineObject *self)
+{
+	PyTypeObject *tp = Py_TYPE((PyObject *)self);
+	if (self->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)self);
+	/* Any Block of it would hold a reference, so none is left: no view, no hold of a Block object. Holds
+	 * are dropped by destroy, as in C. */
+	pipe_destroy(self);
+	Py_CLEAR(self->pins);
+	PyObject_Free(self);
+	Py_DECREF(tp);
+}
+
+static PyObject *Pipeline_close(PipelineObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (self->p == NULL)
+		Py_RETURN_NONE;
+	if (pipe_enter(self, "close") < 0)
+		return NULL;
+	if (self->exports > 0) {
+		pipe_leave(self);
+		PyErr_Format(PyExc_BufferError, "close: %zd view(s) of the pipeline's blocks are still alive",
+			     self->exports);
+		return NULL;
+	}
+	pipe_destroy(self);
+	pipe_leave(self);
+	Py_RETURN_NONE;
+}
+
+static PyObject *Pipeline_enter(PipelineObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (pipe_open(self, "Pipeline.__enter__") < 0)
+		return NULL;
+	Py_INCREF((PyObject *)self);
+	return (PyObject *)self;
+}
+
+static PyObject *Pipeline_exit(PipelineObject *self, PyObject *args)
+{
+	(void)args;
+	PyObject *r = Pipeline_close(self, NULL);
+	if (r == NULL)
+		return NULL;
+	Py_DECREF(r);
+	Py_RETURN_FALSE;
+}
+
+struct run_ctx {
+	PipelineObject *self;
+	PyObject *compute;
+	PyObject *et, *ev, *etb; /* the exception compute raised */
+};
+
+/* The compute trampoline: on the thread that called run() (every backend computes there), which released
+ * the GIL around rf_pipeline_run; take it back for the Python call. */
+static int run_compute(void *user, const rf_block *b)
+{
+	struct run_ctx *ctx = user;
+	PyGILState_STATE g = PyGILState_Ensure();
+	int fail = 1;
+	BlockObject *blk = (BlockObject *)block_new(ctx->self, b, BLOCK_RUN);
+	if (blk != NULL) {
+		PyObject *r = PyObject_CallFunctionObjArgs(ctx->compute, (PyObject *)blk, NULL);
+		blk->state = BLOCK_DONE;
+		Py_DECREF((PyObject *)blk);
+		if (r != NULL) {
+			Py_DECREF(r);
+			fail = 0;
+		}
+	}
+	if (fail)
+		PyErr_Fetch(&ctx->et, &ctx->ev, &ctx->etb);
+	PyGILState_Release(g);
+	return fail;
+}
+
+static PyObject *Pipeline_run(PipelineObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"sources", "compute", NULL};
+	PyObject *sources, *compute;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:run", kwlist, &sources, &compute))
+		return NULL;
+	if (pipe_open(self, "run") < 0)
+		return NULL;
+	if (!PyCallable_Check(compute))
+		return rfpy_type_error("compute", "callable", compute);
+	if (PyUnicode_Check(sources) || PyObject_CheckBuffer(sources) || !PySequence_Check(sources))
+		return rfpy_type_error("sources", "a sequence of bytes-like objects", sources);
+	PyObject *list = PySequence_List(sources);
+	if (list == NULL)
+		return NULL;
+	Py_ssize_t n = PyList_Size(list);
+	Py_buffer *views = PyMem_Calloc(n ? (size_t)n : 1, sizeof *views);
+	const void **srcs = PyMem_Calloc(n ? (size_t)n : 1, sizeof *srcs);
+	size_t *sizes = PyMem_Calloc(n ? (size_t)n : 1, sizeof *sizes);
+	PyObject *ret = NULL;
+	Py_ssize_t got = 0;
+	if (views == NULL || srcs == NULL || sizes == NULL) {
+		PyErr_NoMemory();
+		goto out;
+	}
+	for (; got < n; got++) {
+		if (rfpy_src_get(PyList_GetItem(list, got), &views[got], "source", got) < 0)
+			goto out;
+		srcs[got] = views[got].buf;
+		sizes[got] = (size_t)views[got].len;
+	}
+	if (pipe_enter(self, "run") < 0)
+		goto out;
+	struct run_ctx ctx = {self, compute, NULL, NULL, NULL};
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = rf_pipeline_run(self->p, (size_t)n, srcs, sizes, run_compute, &ctx);
+	Py_END_ALLOW_THREADS
+	/* A run that started work emptied the keyed cache: the sources of its keys are free. */
+	if (n > 0 && rc != RF_EINVAL && rc != RF_EBUSY)
+		(void)pins_drop_absent(self);
+	pipe_leave(self);
+	if (ctx.et != NULL) {
+		/* compute raised: that exception, of its own type, is run()'s. */
+		PyErr_Restore(ctx.et, ctx.ev, ctx.etb);
+		goto out;
+	}
+	if (rc != RF_OK) {
+		rfpy_raise(rc);
+		goto out;
+	}
+	ret = Py_None;
+	Py_INCREF(ret);
+out:
+	for (Py_ssize_t i = 0; i < got; i++)
+		PyBuffer_Release(&views[i]);
+	PyMem_Free(views);
+	PyMem_Free(srcs);
+	PyMem_Free(sizes);
+	Py_DECREF(list);
+	return ret;
+}
+
+/* The key as a uint64 and as the int that names it in self->pins (a new reference; numpy integers
+ * become ints, so that every spelling of a key is one dict entry). NULL on error. */
+static PyObject *key_arg(PyObject *o, uint64_t *key)
+{
+	unsigned long long v;
+	if (rfpy_uint(o, "key", UINT64_MAX, &v) < 0)
+		return NULL;
+	*key = (uint64_t)v;
+	if (PyLong_CheckExact(o)) {
+		Py_INCREF(o);
+		return o;
+	}
+	return PyNumber_Index(o);
+}
+
+/* The source of a keyed call. When it is the very object pinned for the key, its pinned buffer serves (no
+ * new buffer request: the serving loop's hit path; a pinned object cannot change its memory, its buffer
+ * being held); else a new buffer, and what to pin (pin_prepare). Called with the pipeline entered. */
+struct ksrc {
+	Py_buffer view;
+	int own; /* view is ours to release */
+	const void *buf;
+	size_t len;
+	PyObject *pin; /* to store once the call succeeded */
+};
+
+static int ksrc_get(PipelineObject *self, PyObject *key_o, uint64_t key, PyObject *src, struct ksrc *ks)
+{
+	ks->own = 0;
+	ks->pin = NULL;
+	PinObject *old = (PinObject *)PyDict_GetItemWithError(self->pins, key_o);
+	if (old == NULL && PyErr_Occurred())
+		return -1;
+	if (old != NULL && old->view.obj == src) {
+		ks->buf = old->view.buf;
+		ks->len = (size_t)old->view.len;
+		return 0;
+	}
+	if (rfpy_src_get(src, &ks->view, "src", -1) < 0)
+		return -1;
+	ks->own = 1;
+	ks->buf = ks->view.buf;
+	ks->len = (size_t)ks->view.len;
+	if (pin_prepare(self, key_o, key, &ks->view, &ks->pin) < 0) {
+		PyBuffer_Release(&ks->view);
+		ks->own = 0;
+		return -1;
+	}
+	return 0;
+}
+
+static void ksrc_done(struct ksrc *ks)
+{
+	Py_XDECREF(ks->pin);
+	if (ks->own)
+		PyBuffer_Release(&ks->view);
+}
+
+/* acquire(key, src, *, stream=None) — vectorcall-style: the serving loop's hot path. */
+static PyObject *Pipeline_acquire(PipelineObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+	PyObject *stream_o = Py_None;
+	Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
+	if (nargs != 2) {
+		PyErr_Format(PyExc_TypeError, "acquire() takes 2 positional arguments (key, src), %zd given", nargs);
+		return NULL;
+	}
+	for (Py_ssize_t i = 0; i < nkw; i++) {
+		PyObject *name = PyTuple_GetItem(kwnames, i);
+		if (PyUnicode_CompareWithASCIIString(name, "stream") != 0) {
+			PyErr_Format(PyExc_TypeError, "acquire() got an unexpected keyword argument '%U'", name);
+			return NULL;
+		}
+		stream_o = args[nargs + i];
+	}
+	void *stream = NULL;
+	if (stream_o != Py_None) {
+		unsigned long long s;
+		if (rfpy_uint(stream_o, "stream", UINTPTR_MAX, &s) < 0)
+			return NULL;
+		stream = (void *)(uintptr_t)s;
+	}
+	uint64_t key;
+	PyObject *key_o = key_arg(args[0], &key);
+	if (key_o == NULL)
+		return NULL;
+	if (pipe_enter(self, "acquire") < 0) {
+		Py_DECREF(key_o);
+		return NULL;
+	}
+	PyObject *ret = NULL;
+	struct ksrc ks;
+	if (ksrc_get(self, key_o, key, args[1], &ks) < 0)
+		goto out;
+	rf_block b;
+	rf_key_state st = RF_KEY_ABSENT;
+	(void)rf_pipeline_lookup(self->p, key, &st, NULL);
+	int rc;
+	if (st == RF_KEY_READY) {
+		/* A hit on a finished copy: no wait, keep the GIL (this is the path that must cost well under a
+		 * microsecond). */
+		rc = rf_pipeline_acquire(self->p, key, ks.buf, ks.len, stream, 0, &b);
+	} else {
+		Py_BEGIN_ALLOW_THREADS
+		rc = rf_pipeline_acquire(self->p, key, ks.buf, ks.len, stream, 0, &b);
+		Py_END_ALLOW_THREADS
+	}
+	if (rc != RF_OK) {
+		rfpy_raise(rc);
+		goto done;
+	}
+	if (ks.pin != NULL && PyDict_SetItem(self->pins, key_o, ks.pin) < 0)
+		goto undo;
+	ret = block_new(self, &b, BLOCK_HELD);
+	if (ret == NULL)
+		goto undo;
+	goto done;
+undo:
+	(void)rf_pipeline_release(self->p, &b);
+done:
+	ksrc_done(&ks);
+out:
+	pipe_leave(self);
+	Py_DECREF(key_o);
+	return ret;
+}
+
+static PyObject *Pipeline_prefetch(PipelineObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+	if (nargs != 2 || (kwnames && PyTuple_Size(kwnames) > 0)) {
+		PyErr_SetString(PyExc_TypeError, "prefetch() takes exactly 2 positional arguments (key, src)");
+		return NULL;
+	}
+	uint64_t key;
+	PyObject *key_o = key_arg(args[0], &key);
+	if (key_o == NULL)
+		return NULL;
+	if (pipe_enter(self, "prefetch") < 0) {
+		Py_DECREF(key_o);
+		return NULL;
+	}
+	PyObject *ret = NULL;
+	struct ksrc ks;
+	if (ksrc_get(self, key_o, key, args[1], &ks) < 0)
+		goto out;
+	rf_key_state st = RF_KEY_ABSENT;
+	(void)rf_pipeline_lookup(self->p, key, &st, NULL);
+	int rc;
+	if (st != RF_KEY_ABSENT || !self->inline_copies) {
+		/* A refresh, or a hint handed to a copy lane: nothing waits. */
+		rc = rf_pipeline_prefetch(self->p, key, ks.buf, ks.len, 0);
+	} else {
+		Py_BEGIN_ALLOW_THREADS
+		rc = rf_pipeline_prefetch(self->p, key, ks.buf, ks.len, 0);
+		Py_END_ALLOW_THREADS
+	}
+	if (rc != RF_OK) {
+		rfpy_raise(rc);
+		goto done;
+	}
+	/* The hint succeeded: its copy may read src from now on, so src is pinned even if the Python call
+	 * fails from here (it is let go at evict, a run, or close). */
+	if (ks.pin != NULL && PyDict_SetItem(self->pins, key_o, ks.pin) < 0)
+		goto done;
+	ret = Py_None;
+	Py_INCREF(ret);
+done:
+	ksrc_done(&ks);
+out:
+	pipe_leave(self);
+	Py_DECREF(key_o);
+	return ret;
+}
+
+static PyObject *pipe_release_block(PipelineObject *self, BlockObject *b)
+{
+	if (b->pipe != self)
+		return rfpy_raisef(RF_EINVAL, "release: block %zu belongs to another pipeline", b->b.index);
+	if (block_valid(b, "release") < 0)
+		return NULL;
+	if (b->state != BLOCK_HELD)
+		return rfpy_raisef(RF_EINVAL, "release: block %zu is a run's block, not a held one (acquire)",
+				   b->b.index);
+	if (b->exports > 0) {
+		PyErr_Format(PyExc_BufferError,
+			     "release: %zd view(s) of block %zu are still alive; the block stays held (drop the views "
+			     "first)",
+			     b->exports, b->b.index);
+		return NULL;
+	}
+	if (pipe_enter(self, "release") < 0)
+		return NULL;
+	int rc = rf_pipeline_release(self->p, &b->b);
+	pipe_leave(self);
+	if (rc != RF_OK)
+		return rfpy_raise(rc);
+	b->state = BLOCK_DONE;
+	Py_RETURN_NONE;
+}
+
+static PyObject *Pipeline_release(PipelineObject *self, PyObject *b)
+{
+	if (!PyObject_TypeCheck(b, Block_Type))
+		return rfpy_type_error("release: block", "a ringfetch.Block", b);
+	return pipe_release_block(self, (BlockObject *)b);
+}
+
+static PyObject *Pipeline_evict(PipelineObject *self, PyObject *arg)
+{
+	uint64_t key;
+	PyObject *key_o = key_arg(arg, &key);
+	if (key_o == NULL)
+		return NULL;
+	if (pipe_enter(self, "evict") < 0) {
+		Py_DECREF(key_o);
+		return NULL;
+	}
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = rf_pipeline_evict(self->p, key);
+	Py_END_ALLOW_THREADS
+	PyObject *ret = NULL;
+	if (rc != RF_OK) {
+		rfpy_raise(rc);
+	} else if (PyDict_DelItem(self->pins, key_o) < 0 && !PyErr_ExceptionMatches(PyExc_KeyError)) {
+		/* nothing more: ret stays NULL */
+	} else {
+		PyErr_Clear();
+		ret = Py_None;
+		Py_INCREF(ret);
+	}
+	pipe_leave(self);
+	Py_DECREF(key_o);
+	return ret;
+}
+
+static PyObject *Pipeline_lookup(PipelineObject *self, PyObject *arg)
+{
+	uint64_t key;
+	PyObject *key_o = key_arg(arg, &key);
+	if (key_o == NULL)
+		return NULL;
+	Py_DECREF(key_o);
+	if (pipe_open(self, "lookup") < 0)
+		return NULL;
+	rf_key_state st;
+	unsigned slot = 0;
+	int rc = rf_pipeline_lookup(self->p, key, &st, &slot);
+	if (rc != RF_OK)
+		return rfpy_raise(rc);
+	if (st == RF_KEY_ABSENT)
+		return Py_BuildValue("(sO)", "absent", Py_None);
+	return Py_BuildValue("(sI)", st == RF_KEY_READY ? "ready" : "copying", slot);
+}
+
+static PyObject *Pipeline_cancel(PipelineObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (pipe_open(self, "cancel") < 0)
+		return NULL;
+	int rc = rf_pipeline_cancel(self->p);
+	if (rc != RF_OK)
+		return rfpy_raise(rc);
+	Py_RETURN_NONE;
+}
+
+static PyObject *Pipeline_collect_stats(PipelineObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"on", NULL};
+	int on = 1;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|p:collect_stats", kwlist, &on))
+		return NULL;
+	if (pipe_enter(self, "collect_stats") < 0)
+		return NULL;
+	int rc = rf_pipeline_collect_stats(self->p, on);
+	pipe_leave(self);
+	if (rc != RF_OK)
+		return rfpy_raise(rc);
+	Py_RETURN_NONE;
+}
+
+static PyObject *Pipeline_describe(PipelineObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (pipe_open(self, "describe") < 0)
+		return NULL;
+	return PyUnicode_FromString(rf_pipeline_describe(self->p));
+}
+
+static PyObject *Pipeline_stats(PipelineObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (pipe_open(self, "stats") < 0)
+		return NULL;
+	rf_stats st;
+	int rc = rf_pipeline_stats(self->p, &st);
+	if (rc != RF_OK)
+		return rfpy_raise(rc);
+	unsigned nq = st.nqueues < RF_STATS_QUEUES ? st.nqueues : RF_STATS_QUEUES;
+	PyObject *queues = PyList_New(nq);
+	if (queues == NULL)
+		return NULL;
+	for (unsigned i = 0; i < nq; i++) {
+		PyObject *q = Py_BuildValue("{sKsKsKsK}", "busy_ns", (unsigned long long)st.queue[i].busy_ns, "wait_ns",
+					    (unsigned long long)st.queue[i].wait_ns, "copies",
+					    (unsigned long long)st.queue[i].copies, "computes",
+					    (unsigned long long)st.queue[i].computes);
+		if (q == NULL) {
+			Py_DECREF(queues);
+			return NULL;
+		}
+		PyList_SetItem(queues, i, q);
+	}
+	PyObject *d = Py_BuildValue(
+		"{snsKsKsOsIsNsKsKsdsKsKsKsKsKsKsKsKsK}", "blocks", (Py_ssize_t)st.blocks, "bytes",
+		(unsigned long long)st.bytes, "wall_ns", (unsigned long long)st.wall_ns, "timed",
+		st.timed ? Py_True : Py_False, "nqueues", st.nqueues, "queue", queues, "copy_ns",
+		(unsigned long long)st.copy_ns, "exposed_ns", (unsigned long long)st.exposed_ns, "overlap_efficiency",
+		st.overlap_efficiency, "runs", (unsigned long long)st.runs, "total_blocks",
+		(unsigned long long)st.total_blocks, "total_bytes", (unsigned long long)st.total_bytes, "total_wall_ns",
+		(unsigned long long)st.total_wall_ns, "timed_runs", (unsigned long long)st.timed_runs,
+		"total_exposed_ns", (unsigned long long)st.total_exposed_ns, "total_wait_ns",
+		(unsigned long long)st.total_wait_ns, "file_bytes", (unsigned long long)st.file_bytes,
+		"total_file_bytes", (unsigned long long)st.total_file_bytes);
+	return d;
+}
+
+static PyObject *Pipeline_keyed_stats(PipelineObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (pipe_open(self, "keyed_stats") < 0)
+		return NULL;
+	rf_keyed_stats ks;
+	int rc = rf_pipeline_keyed_stats(self->p, &ks);
+	if (rc != RF_OK)
+		return rfpy_raise(rc);
+	return Py_BuildValue("{sKsKsKsKsKsKsK}", "acquires", (unsigned long long)ks.acquires, "hits",
+			     (unsigned long long)ks.hits, "late", (unsigned long long)ks.late, "prefetches",
+			     (unsigned long long)ks.prefetches, "dropped", (unsigned long long)ks.dropped, "wasted",
+			     (unsigned long long)ks.wasted, "bytes_copied", (unsigned long long)ks.bytes_copied);
+}
+
+static PyObject *Pipeline_depth(PipelineObject *self, void *c)
+{
+	(void)c;
+	if (pipe_open(self, "Pipeline.depth") < 0)
+		return NULL;
+	return PyLong_FromUnsignedLong(rf_pipeline_depth(self->p));
+}
+
+static PyObject *Pipeline_backend(PipelineObject *self, void *c)
+{
+	(void)c;
+	if (pipe_open(self, "Pipeline.backend") < 0)
+		return NULL;
+	return PyUnicode_FromString(rf_pipeline_backend(self->p));
+}
+
+static PyObject *Pipeline_slot_bytes(PipelineObject *self, void *c)
+{
+	(void)c;
+	if (pipe_open(self, "Pipeline.slot_bytes") < 0)
+		return NULL;
+	return PyLong_FromSize_t(rf_pipeline_slot_bytes(self->p));
+}
+
+static PyObject *Pipeline_copy_queues(PipelineObject *self, void *c)
+{
+	(void)c;
+	if (pipe_open(self, "Pipeline.copy_queues") < 0)
+		return NULL;
+	return PyLong_FromUnsignedLong(rf_pipeline_copy_queues(self->p));
+}
+
+static PyObject *Pipeline_closed(PipelineObject *self, void *c)
+{
+	(void)c;
+	return PyBool_FromLong(self->p == NULL);
+}
+
+static PyObject *Pipeline_repr(PipelineObject *self)
+{
+	if (self->p == NULL)
+		return PyUnicode_FromString("<ringfetch.Pipeline (closed)>");
+	return PyUnicode_FromFormat("<ringfetch.Pipeline backend=%s depth=%u slot_bytes=%zu>",
+				    rf_pipeline_backend(self->p), rf_pipeline_depth(self->p),
+				    rf_pipeline_slot_bytes(self->p));
+}
+
+static PyGetSetDef Pipeline_getset[] = {
+	{"depth", (getter)Pipeline_depth, NULL, "The ring depth runs use now (with depth=\"auto\": the chosen one).",
+	 NULL},
+	{"backend", (getter)Pipeline_backend, NULL, "The resolved backend: \"cpu\", \"threads\" or \"cuda\".", NULL},
+	{"slot_bytes", (getter)Pipeline_slot_bytes, NULL, "The capacity of each slot, in bytes.", NULL},
+	{"copy_queues", (getter)Pipeline_copy_queues, NULL, "The copy lanes (>= 1).", NULL},
+	{"closed", (getter)Pipeline_closed, NULL, "True once close() has run.", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Pipeline_methods[] = {
+	{"run", (PyCFunction)(void (*)(void))Pipeline_run, METH_VARARGS | METH_KEYWORDS,
+	 "run($self, /, sources, compute)\n--\n\n"
+	 "Stream sources (a sequence of bytes-like objects: bytes, bytearray, numpy arrays, memoryview slices "
+	 "of an rf.File, mixed) through the ring: compute(block) is called once per block, in order, on this "
+	 "thread, while the next blocks are copied. The GIL is released while the library waits and copies. "
+	 "An exception in compute stops the run (no compute after it, copies drained) and run() raises that "
+	 "exception. Raises rf.Busy with a block held."},
+	{"acquire", (PyCFunction)(void (*)(void))Pipeline_acquire, METH_FASTCALL | METH_KEYWORDS,
+	 "acquire($self, key, src, /, *, stream=None)\n--\n\n"
+	 "Hold key (an int in 0 .. 2**64-1) in its slot, copying src first unless the key is resident or on its "
+	 "way; returns a Block (a context manager that releases it). stream: a cudaStream_t as an int on a "
+	 "device pipeline (None or 0: the legacy default stream); None on a host pipeline. src is kept alive "
+	 "until evict(key), a run, or close()."},
+	{"prefetch", (PyCFunction)(void (*)(void))Pipeline_prefetch, METH_FASTCALL | METH_KEYWORDS,
+	 "prefetch($self, key, src, /)\n--\n\n"
+	 "A hint that key will be acquired soon: its copy starts now or when a copy lane frees; returns without "
+	 "waiting (backend \"cpu\" copies inline). rf.NoSpace when every slot is held."},
+	{"release", (PyCFunction)Pipeline_release, METH_O,
+	 "release($self, block, /)\n--\n\n"
+	 "Let go of one hold (the key stays resident until its slot is needed). BufferError, and the block "
+	 "stays held, while a view of it (memoryview, numpy array, DLPack tensor) is alive."},
+	{"evict", (PyCFunction)Pipeline_evict, METH_O,
+	 "evict($self, key, /)\n--\n\n"
+	 "Forget key (its source will change): the next acquire copies it again. Returns when no copy reads its "
+	 "source any more, and lets go of that source. rf.Busy while the key is held."},
+	{"lookup", (PyCFunction)Pipeline_lookup, METH_O,
+	 "lookup($self, key, /)\n--\n\n"
+	 "(state, slot): where key stands, without waiting; state \"absent\" (slot None), \"copying\" or "
+	 "\"ready\". Any thread."},
+	{"cancel", (PyCFunction)Pipeline_cancel, METH_NOARGS,
+	 "cancel($self, /)\n--\n\nStop the run in progress, or else the next run (rf.Canceled). Any thread."},
+	{"collect_stats", (PyCFunction)(void (*)(void))Pipeline_collect_stats, METH_VARARGS | METH_KEYWORDS,
+	 "collect_stats($self, /, on=True)\n--\n\nCollect per-queue times (stats()['queue'], exposed_ns, ...) in later runs."},
+	{"describe", (PyCFunction)Pipeline_describe, METH_NOARGS,
+	 "describe($self, /)\n--\n\nOne line on how the pipeline runs (queues, workers and their cores, depth)."},
+	{"stats", (PyCFunction)Pipeline_stats, METH_NOARGS,
+	 "stats($self, /)\n--\n\nThe last finished run and totals since create (rf_stats' fields). Any thread."},
+	{"keyed_stats", (PyCFunction)Pipeline_keyed_stats, METH_NOARGS,
+	 "keyed_stats($self, /)\n--\n\nThe keyed counters since create (rf_keyed_stats' fields). Any thread."},
+	{"close", (PyCFunction)Pipeline_close, METH_NOARGS,
+	 "close($self, /)\n--\n\n"
+	 "Destroy the pipeline (held blocks are dropped). rf.Busy while a run or keyed call is in progress; "
+	 "BufferError while a view of one of its blocks is alive. Closing twice is a no-op."},
+	{"__enter__", (PyCFunction)Pipeline_enter, METH_NOARGS, NULL},
+	{"__exit__", (PyCFunction)Pipeline_exit, METH_VARARGS, NULL},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef Pipeline_members[] = {
+	{"__weaklistoffset__", T_PYSSIZET, offsetof(PipelineObject, weakrefs), READONLY, NULL},
+	{NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot Pipeline_slots[] = {
+	{Py_tp_new, Pipeline_new},
+	{Py_tp_dealloc, Pipeline_dealloc},
+	{Py_tp_repr, Pipeline_repr},
+	{Py_tp_methods, Pipeline_methods},
+	{Py_tp_getset, Pipeline_getset},
+	{Py_tp_members, Pipeline_members},
+	{Py_tp_doc,
+	 "Pipeline(slot_bytes, *, depth=0, backend=None, memory=\"host\", copy_queues=0, staging=None, "
+	 "wait=None, device=0)\n--\n\n"
+	 "A ring of depth slots of slot_bytes each, with its backend's queues (rf_pipeline_create; the keywords "
+	 "are rf_pipeline_params' fields, 0 / None meaning the configured default). depth: an int or \"auto\". "
+	 "memory: \"host\" (backends cpu, threads) or \"device\" (cuda, on GPU `device`). A context manager "
+	 "(close() on exit). Wrong types raise TypeError, wrong values rf.InvalidArgument."},
+	{0, NULL},
+};
+static PyType_Spec Pipeline_spec = {"ringfetch.Pipeline", sizeof(PipelineObject), 0, Py_TPFLAGS_DEFAULT,
+				    Pipeline_slots};
+
+/* ---- File -------------------------------------------------------------------------------------------- */
+
+static PyObject *File_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"path", "buffered", NULL};
+	PyObject *path_b = NULL;
+	int buffered = 0;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O&|$p:File", kwlist, PyUnicode_FSConverter, &path_b, &buffered))
+		return NULL;
+	FileObject *self = (FileObject *)PyType_GenericAlloc(type, 0);
+	if (self == NULL) {
+		Py_DECREF(path_b);
+		return NULL;
+	}
+	const char *path = PyBytes_AsString(path_b);
+	rf_file *f = NULL;
+	int rc = RF_EINVAL;
+	if (path != NULL) {
+		Py_BEGIN_ALLOW_THREADS
+		rc = rf_file_open(path, buffered ? RF_FILE_BUFFERED : 0, &f);
+		Py_END_ALLOW_THREADS
+		if (rc != RF_OK)
+			rfpy_raise(rc);
+	}
+	Py_DECREF(path_b);
+	if (rc != RF_OK) {
+		Py_DECREF((PyObject *)self);
+		return NULL;
+	}
+	self->f = f;
+	return (PyObject *)self;
+}
+
+static void File_dealloc(FileObject *self)
+{
+	PyTypeObject *tp = Py_TYPE((PyObject *)self);
+	if (self->weakrefs)
+		PyObject_ClearWeakRefs((PyObject *)self);
+	/* Views hold a reference: none is left. A pipeline that may still copy from the file holds a view
+	 * of it (its keyed source), so no copy reads it either. */
+	if (self->f != NULL) {
+		rf_file *f = self->f;
+		self->f = NULL;
+		Py_BEGIN_ALLOW_THREADS
+		(void)rf_file_close(f);
+		Py_END_ALLOW_THREADS
+	}
+	PyObject_Free(self);
+	Py_DECREF(tp);
+}
+
+static PyObject *File_close(FileObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (self->f == NULL)
+		Py_RETURN_NONE;
+	if (self->exports > 0) {
+		PyErr_Format(PyExc_BufferError,
+			     "close: %zd view(s) of the file are still alive (memoryview slices, pipelines' keyed "
+			     "sources: evict those keys or close those pipelines first)",
+			     self->exports);
+		return NULL;
+	}
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = rf_file_close(self->f);
+	Py_END_ALLOW_THREADS
+	if (rc != RF_OK)
+		return rfpy_raise(rc);
+	self->f = NULL;
+	Py_RETURN_NONE;
+}
+
+static int File_getbuffer(FileObject *self, Py_buffer *view, int flags)
+{
+	if (self->f == NULL) {
+		rfpy_raisef(RF_EINVAL, "File: the file is closed");
+		return -1;
+	}
+	if (PyBuffer_FillInfo(view, (PyObject *)self, (void *)rf_file_data(self->f), (Py_ssize_t)rf_file_size(self->f),
+			      1, flags) < 0)
+		return -1;
+	self->exports++;
+	return 0;
+}
+
+static void File_releasebuffer(FileObject *self, Py_buffer *view)
+{
+	(void)view;
+	self->exports--;
+}
+
+static PyObject *File_size(FileObject *self, void *c)
+{
+	(void)c;
+	if (self->f == NULL)
+		return rfpy_raisef(RF_EINVAL, "File.size: the file is closed");
+	return PyLong_FromUnsignedLongLong(rf_file_size(self->f));
+}
+
+static PyObject *File_closed(FileObject *self, void *c)
+{
+	(void)c;
+	return PyBool_FromLong(self->f == NULL);
+}
+
+static PyObject *File_enter(FileObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (self->f == NULL)
+		return rfpy_raisef(RF_EINVAL, "File.__enter__: the file is closed");
+	Py_INCREF((PyObject *)self);
+	return (PyObject *)self;
+}
+
+static PyObject *File_exit(FileObject *self, PyObject *args)
+{
+	(void)args;
+	PyObject *r = File_close(self, NULL);
+	if (r == NULL)
+		return NULL;
+	Py_DECREF(r);
+	Py_RETURN_FALSE;
+}
+
+static PyGetSetDef File_getset[] = {
+	{"size", (getter)File_size, NULL, "The file's size in bytes when it was opened.", NULL},
+	{"closed", (getter)File_closed, NULL, "True once close() has run.", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef File_methods[] = {
+	{"close", (PyCFunction)File_close, METH_NOARGS,
+	 "close($self, /)\n--\n\n"
+	 "Unmap and close. BufferError while a view of the file is alive (a memoryview, or a pipeline's keyed "
+	 "source: evict the key or close the pipeline first); rf.Busy while a copy reads it."},
+	{"__enter__", (PyCFunction)File_enter, METH_NOARGS, NULL},
+	{"__exit__", (PyCFunction)File_exit, METH_VARARGS, NULL},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyMemberDef File_members[] = {
+	{"__weaklistoffset__", T_PYSSIZET, offsetof(FileObject, weakrefs), READONLY, NULL},
+	{NULL, 0, 0, 0, NULL},
+};
+
+static PyType_Slot File_slots[] = {
+	{Py_tp_new, File_new},
+	{Py_tp_dealloc, File_dealloc},
+	{Py_tp_methods, File_methods},
+	{Py_tp_getset, File_getset},
+	{Py_tp_members, File_members},
+	{Py_bf_getbuffer, File_getbuffer},
+	{Py_bf_releasebuffer, File_releasebuffer},
+	{Py_tp_doc,
+	 "File(path, *, buffered=False)\n--\n\n"
+	 "A regular file opened read-only as a source of blocks (rf_file_open). It exports the read-only "
+	 "buffer protocol over its mapping: memoryview(f)[a:b] is a file source, which ringfetch reads from "
+	 "the file (O_DIRECT unless buffered, several reads in flight) instead of faulting the mapping in. "
+	 "A context manager (close() on exit)."},
+	{0, NULL},
+};
+static PyType_Spec File_spec = {"ringfetch.File", sizeof(FileObject), 0, Py_TPFLAGS_DEFAULT, File_slots};
+
+/* ---- module functions ---------------------------------------------------------------------------------- */
+
+static PyObject *rfpy_plan_ring(PyObject *mod, PyObject *args, PyObject *kwds)
+{
+	(void)mod;
+	static char *kwlist[] = {"nblocks", "depth", NULL};
+	PyObject *n_o, *d_o;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:plan_ring", kwlist, &n_o, &d_o))
+		return NULL;
+	unsigned long long n, d;
+	if (rfpy_uint(n_o, "nblocks", SIZE_MAX, &n) < 0 || rfpy_uint(d_o, "depth", UINT_MAX, &d) < 0)
+		return NULL;
+	size_t len = 0;
+	int rc = rf_plan_ring((size_t)n, (unsigned)d, NULL, 0, &len);
+	if (rc != RF_OK && rc != RF_ENOSPC)
+		return rfpy_raise(rc);
+	if (len > (size_t)PY_SSIZE_T_MAX / sizeof(rf_step))
+		return rfpy_raisef(RF_ENOMEM, "plan_ring: %llu blocks need more steps than memory holds", n);
+	rf_step *steps = PyMem_Malloc(len ? len * sizeof *steps : 1);
+	if (steps == NULL)
+		return rfpy_raisef(RF_ENOMEM, "plan_ring: no memory for the %zu steps of %llu blocks", len, n);
+	rc = rf_plan_ring((size_t)n, (unsigned)d, steps, len, &len);
+	if (rc != RF_OK) {
+		PyMem_Free(steps);
+		return rfpy_raise(rc);
+	}
+	static const char *const kinds[] = {"prefetch", "await", "compute"};
+	PyObject *list = PyList_New((Py_ssize_t)len);
+	for (size_t i = 0; list != NULL && i < len; i++) {
+		PyObject *t = Py_BuildValue("(snI)", kinds[steps[i].kind], (Py_ssize_t)steps[i].block, steps[i].slot);
+		if (t == NULL)
+			Py_CLEAR(list);
+		else
+			PyList_SetItem(list, (Py_ssize_t)i, t);
+	}
+	PyMem_Free(steps);
+	return list;
+}
+
+static PyMethodDef module_methods[] = {
+	{"plan_ring", (PyCFunction)(void (*)(void))rfpy_plan_ring, METH_VARARGS | METH_KEYWORDS,
+	 "plan_ring($module, /, nblocks, depth)\n--\n\n"
+	 "The ring's schedule: 3*nblocks steps (kind, block, slot), kind in \"prefetch\", \"await\", "
+	 "\"compute\", slot = block % depth (rf_plan_ring)."},
+	{NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module_def = {
+	PyModuleDef_HEAD_INIT, "ringfetch._ringfetch",
+	"The C extension behind the ringfetch package (import ringfetch, not this).", -1, module_methods,
+	NULL, NULL, NULL, NULL,
+};
+
+static int add_errors(PyObject *m)
+{
+	PyObject *dict = Py_BuildValue("{ss}", "__module__", "ringfetch");
+	if (dict == NULL)
+		return -1;
+	rfpy_err[0] = PyErr_NewExceptionWithDoc(
+		"ringfetch.Error",
+		"Every failure of ringfetch: .code is the negative RF_E* code, .name its name (\"RF_EINVAL\"), "
+		"str() the library's sentence (rf_errmsg).",
+		PyExc_Exception, dict);
+	if (rfpy_err[0] == NULL || PyModule_AddObjectRef(m, "Error", rfpy_err[0]) < 0)
+		goto fail;
+	for (size_t i = 0; i < sizeof rfpy_errdefs / sizeof rfpy_errdefs[0]; i++) {
+		char qual[64];
+		snprintf(qual, sizeof qual, "ringfetch.%s", rfpy_errdefs[i].name);
+		PyObject *bases = rfpy_errdefs[i].builtin ? PyTuple_Pack(2, rfpy_err[0], *rfpy_errdefs[i].builtin)
+							  : PyTuple_Pack(1, rfpy_err[0]);
+		if (bases == NULL)
+			goto fail;
+		int code = rfpy_errdefs[i].code;
+		PyObject *cls = PyErr_NewExceptionWithDoc(qual, rf_strerror(code), bases, dict);
+		Py_DECREF(bases);
+		if (cls == NULL)
+			goto fail;
+		rfpy_err[-code] = cls;
+		PyObject *c = PyLong_FromLong(code), *n = PyUnicode_FromString(rf_err_name(code));
+		int bad = c == NULL || n == NULL || PyObject_SetAttrString(cls, "code", c) < 0 ||
+			  PyObject_SetAttrString(cls, "name", n) < 0;
+		Py_XDECREF(c);
+		Py_XDECREF(n);
+		if (bad || PyModule_AddObjectRef(m, rfpy_errdefs[i].name, cls) < 0)
+			goto fail;
+	}
+	Py_DECREF(dict);
+	return 0;
+fail:
+	Py_DECREF(dict);
+	return -1;
+}
+
+static PyTypeObject *add_type(PyObject *m, PyType_Spec *spec, const char *name)
+{
+	PyTypeObject *t = (PyTypeObject *)PyType_FromSpec(spec);
+	if (t == NULL)
+		return NULL;
+	if (name != NULL && PyModule_AddObjectRef(m, name, (PyObject *)t) < 0) {
+		Py_DECREF(t);
+		return NULL;
+	}
+	return t;
+}
+
+PyMODINIT_FUNC PyInit__ringfetch(void)
+{
+	PyObject *m = PyModule_Create(&module_def);
+	if (m == NULL)
+		return NULL;
+	if ((Pipeline_Type = add_type(m, &Pipeline_spec, "Pipeline")) == NULL ||
+	    (Block_Type = add_type(m, &Block_spec, "Block")) == NULL ||
+	    (File_Type = add_type(m, &File_spec, "File")) == NULL || (Pin_Type = add_type(m, &Pin_spec, NULL)) == NULL ||
+	    add_errors(m) < 0 || PyModule_AddStringConstant(m, "__version__", rf_version_string()) < 0 ||
+	    PyModule_AddIntConstant(m, "HAVE_CUDA", RFPY_CUDA) < 0) {
+		Py_DECREF(m);
+		return NULL;
+	}
+	return m;
+}

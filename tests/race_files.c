@@ -1,0 +1,217 @@
+/* tests/race_files.c — seeded stress of file sources through pipelines, as a plain program so that it
+ * runs under ThreadSanitizer. Each iteration creates a pipeline (random backend cpu/threads, depth
+ * 1..6, copy queues, wait policy) and alternates runs whose blocks mix ranges of two open files
+ * (one O_DIRECT, one RF_FILE_BUFFERED; aligned and unaligned offsets, random lengths) with memory
+ * blocks, and keyed phases of hints and acquires over file ranges; every compute and every acquire
+ * checks the payload. Another thread polls rf_pipeline_stats, keyed_stats and lookup all the time.
+ *
+ * usage: race_files [--seed S] [--iterations N]
+ * Output ends with the plain line "N passed, N failed"; a failure prints the line that replays it. */
+#include "ringfetch.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FSIZE (4u << 20)
+#define MAXB (256u << 10)
+#define NB 24
+
+static unsigned char *g_ref;
+static const unsigned char *g_map[2];
+static unsigned char g_mem[NB][4096];
+static atomic_int g_stop, g_bad;
+static rf_pipeline *_Atomic g_p;
+static atomic_int g_busy;
+
+static unsigned long long splitmix(unsigned long long *s)
+{
+	unsigned long long z = (*s += 0x9e3779b97f4a7c15ull);
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+static unsigned long long rnd(unsigned long long *s, unsigned long long n)
+{
+	return n ? splitmix(s) % n : 0;
+}
+
+typedef struct blocks {
+	const void *srcs[NB];
+	const unsigned char *want[NB];
+	size_t sizes[NB];
+} blocks;
+
+static int check_cb(void *user, const rf_block *b)
+{
+	const blocks *bl = user;
+	if (memcmp(b->data, bl->want[b->index], b->bytes) != 0) {
+		fprintf(stderr, "block %zu: wrong payload\n", b->index);
+		atomic_store(&g_bad, 1);
+		return 1;
+	}
+	return 0;
+}
+
+/* A source: a range of file 0 or 1, or memory; its expected bytes. */
+static void pick(unsigned long long *s, size_t cap, const void **src, const unsigned char **want, size_t *n)
+{
+	unsigned kind = (unsigned)rnd(s, 3);
+	size_t len = 1 + (size_t)rnd(s, cap);
+	if (kind == 2) {
+		unsigned k = (unsigned)rnd(s, NB);
+		len = 1 + len % sizeof g_mem[k];
+		*src = g_mem[k], *want = g_mem[k];
+	} else {
+		size_t off = rnd(s, 4) == 0 ? (size_t)rnd(s, FSIZE / 4096) * 4096 : (size_t)rnd(s, FSIZE);
+		if (off + len > FSIZE)
+			off = FSIZE - len;
+		*src = g_map[kind] + off, *want = g_ref + off;
+	}
+	*n = len;
+}
+
+static void *observer(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&g_stop)) {
+		atomic_store(&g_busy, 1);
+		rf_pipeline *p = atomic_load(&g_p);
+		if (p != NULL) {
+			rf_stats st;
+			rf_keyed_stats ks;
+			rf_key_state k;
+			rf_pipeline_stats(p, &st);
+			rf_pipeline_keyed_stats(p, &ks);
+			rf_pipeline_lookup(p, 3, &k, NULL);
+			(void)rf_pipeline_describe(p);
+		}
+		atomic_store(&g_busy, 0);
+		sched_yield();
+	}
+	return NULL;
+}
+
+static int iteration(unsigned long long seed)
+{
+	unsigned long long s = seed;
+	static const char *waits[] = {"auto", "sleep", "spin:20"};
+	rf_pipeline_params pp = {0};
+	pp.depth = 1 + (unsigned)rnd(&s, 6);
+	pp.copy_queues = pp.depth >= 3 ? 1 + (unsigned)rnd(&s, 2) : 1;
+	pp.slot_bytes = 4096 + (size_t)rnd(&s, MAXB);
+	pp.backend = rnd(&s, 3) ? "threads" : "cpu";
+	pp.wait = waits[rnd(&s, 3)];
+	rf_pipeline *p;
+	if (rf_pipeline_create(&pp, &p) != RF_OK) {
+		fprintf(stderr, "create: %s\n", rf_errmsg());
+		return -1;
+	}
+	atomic_store(&g_p, p);
+	int rc = 0;
+	for (int phase = 0; phase < 6 && rc == 0; phase++) {
+		if (phase % 2 == 0) {
+			blocks bl;
+			size_t n = 1 + (size_t)rnd(&s, NB);
+			for (size_t i = 0; i < n; i++)
+				pick(&s, pp.slot_bytes, &bl.srcs[i], &bl.want[i], &bl.sizes[i]);
+			int r = rf_pipeline_run(p, n, bl.srcs, bl.sizes, check_cb, &bl);
+			if (r != RF_OK) {
+				fprintf(stderr, "run: %s: %s\n", rf_err_name(r), rf_errmsg());
+				rc = -1;
+			}
+			continue;
+		}
+		/* Keyed: keys 0..7 name fixed file ranges of this phase. */
+		const void *ks[8];
+		const unsigned char *kw[8];
+		size_t kn[8];
+		for (int k = 0; k < 8; k++)
+			pick(&s, pp.slot_bytes, &ks[k], &kw[k], &kn[k]);
+		for (int op = 0; op < 40 && rc == 0; op++) {
+			unsigned k = (unsigned)rnd(&s, 8);
+			if (rnd(&s, 2)) {
+				(void)rf_pipeline_prefetch(p, k, ks[k], kn[k], 0);
+				continue;
+			}
+			rf_block b;
+			int r = rf_pipeline_acquire(p, k, ks[k], kn[k], NULL, 0, &b);
+			if (r == RF_ENOSPC)
+				continue;
+			if (r != RF_OK || memcmp(b.data, kw[k], kn[k]) != 0) {
+				fprintf(stderr, "acquire %u: %s %s\n", k, rf_err_name(r), r == RF_OK ? "wrong payload" : rf_errmsg());
+				rc = -1;
+			}
+			if (r == RF_OK)
+				rf_pipeline_release(p, &b);
+		}
+		for (unsigned k = 0; k < 8; k++) /* the next phase names other ranges under the same keys */
+			rf_pipeline_evict(p, k);
+	}
+	atomic_store(&g_p, NULL);
+	while (atomic_load(&g_busy))
+		sched_yield();
+	rf_pipeline_destroy(p);
+	return rc || atomic_load(&g_bad) ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned long long seed = 1, iters = 100;
+	for (int i = 1; i + 1 < argc; i += 2) {
+		if (strcmp(argv[i], "--seed") == 0)
+			seed = strtoull(argv[i + 1], NULL, 0);
+		else if (strcmp(argv[i], "--iterations") == 0)
+			iters = strtoull(argv[i + 1], NULL, 0);
+	}
+	char path[] = "rf_race_files_XXXXXX";
+	int fd = mkstemp(path);
+	if (fd < 0)
+		return 2;
+	g_ref = malloc(FSIZE);
+	unsigned long long s = 42;
+	for (size_t i = 0; i < FSIZE; i++)
+		g_ref[i] = (unsigned char)splitmix(&s);
+	for (size_t i = 0; i < NB; i++)
+		memset(g_mem[i], (int)(i * 11), sizeof g_mem[i]);
+	if (write(fd, g_ref, FSIZE) != (ssize_t)FSIZE)
+		return 2;
+	fsync(fd);
+	close(fd);
+	rf_file *f[2];
+	if (rf_file_open(path, 0, &f[0]) != RF_OK || rf_file_open(path, RF_FILE_BUFFERED, &f[1]) != RF_OK) {
+		fprintf(stderr, "rf_file_open: %s\n", rf_errmsg());
+		return 2;
+	}
+	g_map[0] = rf_file_data(f[0]);
+	g_map[1] = rf_file_data(f[1]);
+	pthread_t th;
+	pthread_create(&th, NULL, observer, NULL);
+	unsigned long long passed = 0, failed = 0;
+	for (unsigned long long i = 0; i < iters; i++) {
+		unsigned long long it_seed = seed + i;
+		if (iteration(it_seed) == 0) {
+			passed++;
+		} else {
+			failed++;
+			printf("FAILED: replay with race_files --seed %llu --iterations 1\n", it_seed);
+		}
+	}
+	atomic_store(&g_stop, 1);
+	pthread_join(th, NULL);
+	int closed = rf_file_close(f[0]) == RF_OK && rf_file_close(f[1]) == RF_OK;
+	unlink(path);
+	free(g_ref);
+	if (!closed) {
+		printf("a file could not be closed after every pipeline was destroyed: %s\n", rf_errmsg());
+		failed++;
+	}
+	printf("%llu passed, %llu failed\n", passed, failed);
+	return failed ? 1 : 0;
+}
