@@ -108,8 +108,11 @@ int rf__sch_note(rf__sch *s, rf__sch_class *c, unsigned arm, double x)
 	c->x[(1 + c->probes) % s->narms][c->probes / s->narms] = x;
 	if (++c->probes < s->narms * RF__SCH_ROUNDS)
 		return 0;
-	for (unsigned i = 0; i < s->narms; i++)
-		c->fig[i] = rf__sch_mean(c->x[i], RF__SCH_ROUNDS);
+	c->weight = c->weight / 2 + RF__SCH_ROUNDS;
+	for (unsigned i = 0; i < s->narms; i++) {
+		c->sum[i] = c->sum[i] / 2 + rf__sch_mean(c->x[i], RF__SCH_ROUNDS) * RF__SCH_ROUNDS;
+		c->fig[i] = c->sum[i] / c->weight;
+	}
 	unsigned was = c->choice;
 	c->choice = s->arms[rf__sch_best(c->fig, s->narms)];
 	/* The same choice again: look less often; a new one (or the first): look again soon (the machine or

@@ -8,7 +8,9 @@
  * compute's cost per byte, the block size, the blocks per run), so it is measured on the pipeline's own
  * runs: the first runs of each run shape alternate between the arms, and the fastest over all its runs
  * (the mean time per byte: a schedule often held up on a busy machine loses even when its typical run
- * is fast, since what the caller waits for is the sum) is kept;
+ * is fast, since what the caller waits for is the sum) is kept; each later comparison adds its runs to
+ * the earlier ones, which count half as much each time (so that a few noisy runs do not decide alone,
+ * and a machine that changes still shows within two comparisons);
  * the arms are compared again now and then (after 16 runs, then 32, 64, ... up to 1024 while the choice
  * holds; 16 again when it changes), so a choice follows a machine or a workload that changes.
  *
@@ -27,7 +29,7 @@ enum { RF__OV_AUTO = 0, RF__OV_OFF = 1, RF__OV_ON = 2 };
 /* The arms. Listed in preference order: on a tie the earlier one is kept (inline uses one core). */
 enum { RF__SCH_INLINE = 0, RF__SCH_LANES = 1, RF__SCH_HANDOFF = 2, RF__SCH_NARMS = 3 };
 
-#define RF__SCH_ROUNDS 3u      /* runs of each arm per comparison, alternating; their mean decides */
+#define RF__SCH_ROUNDS 5u      /* runs of each arm per comparison, alternating; their mean decides */
 #define RF__SCH_CLASSES 8u     /* run shapes remembered at once (least recently used replaced) */
 #define RF__SCH_RECHECK 16u    /* runs of the kept arm before the first comparison again */
 #define RF__SCH_RECHECK_MAX 1024u
@@ -56,7 +58,8 @@ typedef struct rf__sch_class {
 	unsigned compared; /* comparisons made */
 	uint64_t used;     /* last use, for replacement */
 	double x[RF__SCH_NARMS][RF__SCH_ROUNDS]; /* the comparison's samples, by arm slot */
-	double fig[RF__SCH_NARMS];               /* the last comparison's means, by arm slot */
+	double sum[RF__SCH_NARMS], weight;       /* every comparison's samples, halved at each new one */
+	double fig[RF__SCH_NARMS];               /* sum / weight after the last comparison, by arm slot */
 } rf__sch_class;
 
 typedef struct rf__sch {
@@ -76,7 +79,8 @@ unsigned rf__sch_pick(rf__sch *s, uint32_t shape, rf__sch_class **c);
 
 /* That run succeeded and took x (time per byte, or per block for empty blocks; any unit, the same for
  * every run). Returns 1 when it ended a comparison (c->choice and c->fig are then the new figures,
- * worth describing), else 0. */
+ * worth describing), else 0. A comparison's figure for an arm: (its samples' sum + half the previous
+ * sum) / (their count + half the previous count) — the mean, with older comparisons fading. */
 int rf__sch_note(rf__sch *s, rf__sch_class *c, unsigned arm, double x);
 
 /* The slot of arm `arm` in s->arms (its index in c->fig), or s->narms when it is not compared. */

@@ -39,10 +39,10 @@ static void progress(sweep *s, const char *backend, size_t size, unsigned rep)
 /* Runs a depth = auto pipeline makes before its depth is fixed: 1 (the rule) + 3 rounds of 3 probes
  * (runtime/pipeline.c: RF__AUTO_ROUNDS x RF__AUTO_NCAND). */
 #define RFB_AUTO_SETTLE_RUNS 10
-/* Runs a threads pipeline makes before its schedule is chosen for a run shape: 3 rounds of up to 3
+/* Runs a threads pipeline makes before its schedule is chosen for a run shape: 5 rounds of up to 3
  * arms, lanes, inline, lanes + handoff (backends/threads_sched.h; 2 arms without cldemote). The bench
  * measures what a long-lived pipeline does after them; the next comparison comes 16 runs later. */
-#define RFB_SCHED_SETTLE_RUNS 9
+#define RFB_SCHED_SETTLE_RUNS 15
 
 /* Time one contestant over the whole workload; seconds per block, or -1 on failure (message printed). */
 static double timed(const char *what, const rfb_work *w, int (*fn)(void *ctx, rfb_sink *k), void *ctx, int nocheck)

@@ -86,13 +86,13 @@ Test(sched, comparisons_alternate_from_the_lanes_and_keep_the_faster)
 	rf__sch s;
 	rf__sch_init(&s, two, 2);
 	uint32_t shape = rf__sch_shape(64u << 16, 64);
-	unsigned seen[6];
-	for (unsigned k = 0; k < 6; k++) {
+	unsigned seen[2 * RF__SCH_ROUNDS], want[2 * RF__SCH_ROUNDS];
+	for (unsigned k = 0; k < 2 * RF__SCH_ROUNDS; k++) {
 		rf__sch_class *c;
 		seen[k] = rf__sch_pick(&s, shape, &c);
+		want[k] = k % 2 ? RF__SCH_INLINE : RF__SCH_LANES;
 		rf__sch_note(&s, c, seen[k], seen[k] == RF__SCH_INLINE ? 100 : 150);
 	}
-	unsigned want[6] = {RF__SCH_LANES, RF__SCH_INLINE, RF__SCH_LANES, RF__SCH_INLINE, RF__SCH_LANES, RF__SCH_INLINE};
 	cr_assert_arr_eq(seen, want, sizeof want, "lanes first, then in turn");
 	rf__sch_class *c;
 	for (unsigned k = 0; k < RF__SCH_RECHECK; k++)
@@ -105,6 +105,41 @@ Test(sched, comparisons_alternate_from_the_lanes_and_keep_the_faster)
 	cr_assert(compare(&s, shape, x));
 	cr_assert_eq(c->choice, RF__SCH_LANES);
 	cr_assert_eq(c->interval, RF__SCH_RECHECK, "a changed choice is checked again soon");
+}
+
+/* Run the kept arm until the next comparison is due. */
+static void settle(rf__sch *s, uint32_t shape)
+{
+	rf__sch_class *c;
+	while (rf__sch_pick(s, shape, &c), !c->probing)
+		;
+	c->probes = 0; /* that pick opened the comparison: let compare() take its turns from the start */
+}
+
+Test(sched, earlier_comparisons_count_half_each_time)
+{
+	rf__sch s;
+	rf__sch_init(&s, two, 2);
+	uint32_t shape = rf__sch_shape(1u << 20, 64);
+	double x[2];
+	x[RF__SCH_INLINE] = 100, x[RF__SCH_LANES] = 80;
+	cr_assert(compare(&s, shape, x));
+	rf__sch_class *c = &s.c[0];
+	cr_assert_eq(c->choice, RF__SCH_LANES);
+	/* one comparison that says the lanes are 5 % slower does not undo a 20 % gain seen before:
+	 * lanes (80 R / 2 + 105 R) / (R / 2 + R) = 96.7 against inline 100 */
+	const double R = RF__SCH_ROUNDS;
+	settle(&s, shape);
+	x[RF__SCH_LANES] = 105;
+	cr_assert(compare(&s, shape, x));
+	cr_assert_float_eq(c->fig[1], (80 * R / 2 + 105 * R) / (R / 2 + R), 1e-9);
+	cr_assert_eq(c->choice, RF__SCH_LANES);
+	/* a second one that says so (lanes now 20 % slower) does: 110 */
+	settle(&s, shape);
+	x[RF__SCH_LANES] = 120;
+	cr_assert(compare(&s, shape, x));
+	cr_assert_float_eq(c->fig[1], ((80 * R / 2 + 105 * R) / 2 + 120 * R) / ((R / 2 + R) / 2 + R), 1e-9);
+	cr_assert_eq(c->choice, RF__SCH_INLINE);
 }
 
 Test(sched, the_interval_doubles_up_to_its_cap)
@@ -133,13 +168,15 @@ Test(sched, the_interval_doubles_up_to_its_cap)
 /* The figure is the mean: what the caller waits for is the sum of its runs. A schedule whose typical
  * run is faster but which is often held up (its lane not running on a busy machine) loses; noise of a
  * few per cent around a real difference does not decide. */
+_Static_assert(RF__SCH_ROUNDS == 5, "the samples below are five runs per arm");
+
 static unsigned decide(const double *lanes, const double *inl)
 {
 	rf__sch s;
 	rf__sch_init(&s, two, 2);
 	uint32_t shape = rf__sch_shape(1u << 16, 512);
 	rf__sch_class *c = NULL;
-	for (unsigned k = 0; k < 6; k++) {
+	for (unsigned k = 0; k < 2 * RF__SCH_ROUNDS; k++) {
 		unsigned arm = rf__sch_pick(&s, shape, &c);
 		rf__sch_note(&s, c, arm, arm == RF__SCH_LANES ? lanes[k / 2] : inl[k / 2]);
 	}
@@ -148,11 +185,11 @@ static unsigned decide(const double *lanes, const double *inl)
 
 Test(sched, the_mean_of_the_runs_decides)
 {
-	double held_up[3] = {70, 400, 71}, steady[3] = {100, 102, 101};
-	cr_assert_eq(decide(held_up, steady), RF__SCH_INLINE, "lanes: typical 71, mean 180");
-	double fast[3] = {70, 75, 71}, noisy[3] = {100, 60, 140};
+	double held_up[5] = {70, 400, 71, 72, 300}, steady[5] = {100, 102, 101, 99, 100};
+	cr_assert_eq(decide(held_up, steady), RF__SCH_INLINE, "lanes: typical 72, mean 183");
+	double fast[5] = {70, 75, 71, 73, 72}, noisy[5] = {100, 60, 140, 90, 110};
 	cr_assert_eq(decide(fast, noisy), RF__SCH_LANES, "72 vs 100");
-	double close[3] = {98, 99, 97};
+	double close[5] = {98, 99, 97, 98, 98};
 	cr_assert_eq(decide(close, steady), RF__SCH_INLINE, "2 %: within the margin");
 }
 
@@ -177,7 +214,7 @@ Test(sched, shapes_are_chosen_for_separately)
 	uint32_t small = rf__sch_shape(4u << 10, 2), big = rf__sch_shape(64u << 20, 64);
 	rf__sch_class *c;
 	/* interleaved: small runs inline faster, big runs lanes faster */
-	for (unsigned k = 0; k < 12; k++) {
+	for (unsigned k = 0; k < 4 * RF__SCH_ROUNDS; k++) {
 		uint32_t sh = k % 2 ? big : small;
 		unsigned arm = rf__sch_pick(&s, sh, &c);
 		double x = sh == small ? (arm == RF__SCH_INLINE ? 1 : 3) : (arm == RF__SCH_INLINE ? 10 : 6);
@@ -335,28 +372,27 @@ Test(sched, overlap_on_always_uses_the_lanes)
 	rf_pipeline_destroy(p);
 }
 
-/* The comparison's turns do not depend on timing: after 6 runs of one shape, 3 ran inline and 3 on the
- * lanes, and describe has the comparison's figures and its choice. */
+/* The comparison's turns do not depend on timing: after 2 x RF__SCH_ROUNDS runs of one shape, half ran
+ * inline and half on the lanes, and describe has the comparison's figures and its choice. */
 Test(sched, auto_compares_on_the_first_runs_and_describes_it)
 {
 	rf_pipeline *p = make("threads", 2, NULL, 0);
 	cr_assert(strstr(rf_pipeline_describe(p), "overlap auto"), "%s", rf_pipeline_describe(p));
 	seen s;
-	unsigned sched[6];
-	for (int i = 0; i < 6; i++) {
+	unsigned sched[2 * RF__SCH_ROUNDS], want[2 * RF__SCH_ROUNDS];
+	for (unsigned i = 0; i < 2 * RF__SCH_ROUNDS; i++) {
 		run(p, &s);
 		rf_stats st;
 		rf_pipeline_stats(p, &st);
 		sched[i] = (unsigned)st.schedule;
+		want[i] = i % 2 ? RF_SCHEDULE_INLINE : RF_SCHEDULE_RING;
 	}
-	unsigned want[6] = {RF_SCHEDULE_RING, RF_SCHEDULE_INLINE, RF_SCHEDULE_RING, RF_SCHEDULE_INLINE,
-			    RF_SCHEDULE_RING, RF_SCHEDULE_INLINE};
 	cr_assert_arr_eq(sched, want, sizeof want);
 	rf_stats st;
 	rf_pipeline_stats(p, &st);
-	cr_assert_eq(st.inline_runs, 3u);
+	cr_assert_eq(st.inline_runs, RF__SCH_ROUNDS);
 	const char *d = rf_pipeline_describe(p);
-	cr_assert(strstr(d, "schedule for 4 KiB blocks x 32: ") && strstr(d, "means of 3; again in 16 runs"), "%s", d);
+	cr_assert(strstr(d, "schedule for 4 KiB blocks x 32: ") && strstr(d, "means of 5; again in 16 runs"), "%s", d);
 	cr_assert(strstr(d, ": inline (") || strstr(d, ": lanes ("), "%s", d);
 	rf_pipeline_destroy(p);
 }
@@ -531,7 +567,7 @@ Test(sched_timing, slow_lanes_fall_back_to_inline)
 	rf_pipeline *t = NULL, *c = NULL;
 	cr_assert_eq(rf_pipeline_create(&pt, &t), RF_OK, "%s", rf_errmsg());
 	cr_assert_eq(rf_pipeline_create(&pc, &c), RF_OK, "%s", rf_errmsg());
-	for (int i = 0; i < 8; i++)
+	for (unsigned i = 0; i < 2 * RF__SCH_ROUNDS + 2; i++)
 		run_ms(t, 16, busy_300us);
 	double tt[9], tc[9];
 	for (int i = 0; i < 9; i++) {
@@ -558,7 +594,7 @@ Test(sched_timing, a_ring_that_pays_is_kept)
 	atomic_store(&g_mode, 2);
 	rf__test_hooks.before_copy = mark_copy;
 	rf_pipeline *t = make("threads", 2, NULL, 0);
-	for (int i = 0; i < 8; i++)
+	for (unsigned i = 0; i < 2 * RF__SCH_ROUNDS + 2; i++)
 		run_ms(t, 16, busy_300us);
 	rf_stats a, b;
 	rf_pipeline_stats(t, &a);
