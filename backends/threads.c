@@ -285,7 +285,12 @@ static void rf__thr_walk_item(rf__work *w, void *ctx)
 	(void)w;
 	rf__tlane *l = ctx;
 	rf__threads *t = l->t;
+	/* The lane's own flight state, set on the lane's thread (it reaps between items too). */
+	l->flight.failed = 0;
+	l->reported = 0;
+	l->flight.trace = t->run->trace;
 	rf__thr_walk(t, t->run, l->q, l);
+	l->flight.trace = NULL;
 	atomic_fetch_sub_explicit(&t->active, 1, memory_order_release);
 	rf__ec_notify(&t->ec);
 }
@@ -303,9 +308,6 @@ static int rf__thr_lanes(rf__threads *t, rf__run *run)
 		rf__tlane *l = &t->lane[i];
 		if (run->nfile > 0 && rf__flight_open(&l->flight, t->ring, t->ring_len) != RF_OK)
 			return rf__err(RF_ENOMEM, "threads: file reads of lane %u: %s", i, rf__errmsg_peek());
-		l->flight.failed = 0;
-		l->reported = 0;
-		l->flight.trace = run->trace;
 	}
 	t->run = run;
 	t->steal = run->prog->ring && run->nfile == 0;
@@ -320,8 +322,6 @@ static int rf__thr_lanes(rf__threads *t, rf__run *run)
 	rf__thr_walk(t, run, 0, NULL);
 	rf__ec_wait(&t->ec, rf__thr_all_done, t, t->run_spin_ns);
 	rf__tk_after_run(t);
-	for (unsigned i = 0; i < t->pool.n; i++)
-		t->lane[i].flight.trace = NULL;
 	int rc = atomic_load(&t->first_rc);
 	if (rc == RF_ECALLBACK) {
 		run->failed_block = t->fail_block;
@@ -365,11 +365,13 @@ static int rf__thr_run(void *ctx, rf__run *run)
 		run->sched = RF_SCHEDULE_INLINE;
 		return rf__cpu_walk_inline(run);
 	}
-	if (run->files_only) {
+	if (run->files_only && run->prog->computes_on_q0) {
 		/* Every copy is a file read: nothing for a copy lane's CPU to do. The caller keeps the reads in
 		 * flight itself while it computes, with no hand-off between threads on the critical path
-		 * (measured: more than twice the throughput of lanes at depth 2, 1 MiB blocks, same run). The
-		 * copies still overlap the computes: RF_SCHEDULE_RING. */
+		 * (measured: more than twice the throughput of lanes at depth 2, 1 MiB blocks, same run).
+		 * Only where every compute is the caller's anyway (a graph's computes on other queues run on
+		 * those queues' lanes, as rf_exec_run promises). The copies still overlap the computes:
+		 * RF_SCHEDULE_RING. */
 		return rf__cpu_walk_overlapped(run);
 	}
 	/* Which arm (threads_sched.h): chosen from this pipeline's own runs of the same shape, unless the

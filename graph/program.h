@@ -62,6 +62,7 @@ struct rf_program {
 	 * value b + 1 of the queue that copies it, whose copy of b waits only for computes queue 0 has
 	 * finished by then — so queue 0 may make that copy itself (backends/threads.c). */
 	int ring;
+	int computes_on_q0; /* every compute is on queue 0 (the caller's, on the threads backend) */
 };
 
 /* Named constructors: each kind of op with the fields it uses (the table above). */
