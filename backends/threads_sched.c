@@ -46,14 +46,6 @@ void rf__sch_init(rf__sch *s, const unsigned *arms, unsigned narms)
 		s->arms[i] = narms ? arms[i] : RF__SCH_LANES;
 }
 
-unsigned rf__sch_slot(const rf__sch *s, unsigned arm)
-{
-	unsigned i = 0;
-	while (i < s->narms && s->arms[i] != arm)
-		i++;
-	return i;
-}
-
 const char *rf__sch_name(unsigned arm)
 {
 	return arm == RF__SCH_INLINE ? "inline" : arm == RF__SCH_HANDOFF ? "lanes + handoff" : "lanes";

@@ -83,9 +83,6 @@ unsigned rf__sch_pick(rf__sch *s, uint32_t shape, rf__sch_class **c);
  * sum) / (their count + half the previous count) — the mean, with older comparisons fading. */
 int rf__sch_note(rf__sch *s, rf__sch_class *c, unsigned arm, double x);
 
-/* The slot of arm `arm` in s->arms (its index in c->fig), or s->narms when it is not compared. */
-unsigned rf__sch_slot(const rf__sch *s, unsigned arm);
-
 /* "inline", "lanes", "lanes + handoff". */
 const char *rf__sch_name(unsigned arm);
 
