@@ -48,7 +48,9 @@ build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
 # The default sweep: depth 1,2,3,4,8 x block size 64K..4M on the default backend, against the sequential
-# ring, a hand-written two-thread ring and StarPU. Then the serving benchmark (docs/serving.md): a MoE
+# ring, a hand-written two-thread ring and StarPU. Then the arithmetic-bound compute (dsum: the floats
+# summed as doubles, one dependency chain), where a ring is hardest to win, with both localities
+# (docs/PERFORMANCE.md). Then the serving benchmark (docs/serving.md): a MoE
 # decode loop, 32 layers x 8 experts of 512 KiB, top-2, on threads, against sequential, direct and a
 # spinning hand-written ring. Then the file benchmarks (docs/files.md): a 512 MiB file streamed cold at
 # 64K, 1M and 4M blocks (mmap, pread, a hand io_uring loop, the reader, ringfetch, fio), and the decode
@@ -57,6 +59,9 @@ run: build
 	@mkdir -p $(RESULTS)
 	$(BUILD)/bench/ringfetch-bench --json $(RESULTS)/sweep.json --csv $(RESULTS)/sweep.csv \
 		--plot $(RESULTS)/sweep.png --trace $(RESULTS)/trace.json --dot $(RESULTS)/graph.dot
+	@echo
+	$(BUILD)/bench/ringfetch-bench --compute dsum --depth 1,2,3,4 --size 64K,1M --locality caller,copier \
+		--json $(RESULTS)/sweep-dsum.json --csv $(RESULTS)/sweep-dsum.csv
 	@echo
 	$(BUILD)/bench/ringfetch-serve-bench --json $(RESULTS)/serving.json --csv $(RESULTS)/serving.csv \
 		--plot $(RESULTS)/serving.png
@@ -67,6 +72,7 @@ run: build
 	$(BUILD)/bench/ringfetch-serve-file-bench --file $(RESULTS)/serve-file.dat --reps 2 --json $(RESULTS)/serve-file.json
 	@echo
 	@echo "Results in $(RESULTS)/: sweep.json, sweep.csv, sweep.png (efficiency per depth), trace.json (Perfetto), graph.dot;"
+	@echo "sweep-dsum.json, sweep-dsum.csv (the arithmetic-bound compute, computes on the caller and where copied);"
 	@echo "serving.json, serving.csv, serving.png (MoE decode loop: time per step per contestant);"
 	@echo "file.json (a file streamed cold from disk), serve-file.json (the decode loop served from a file over budget)"
 

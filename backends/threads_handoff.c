@@ -1,9 +1,10 @@
 /* backends/threads_handoff.c — whether the threads backend demotes copied blocks to the shared cache
  * (CLDEMOTE). A synthetic probe at create measured something other than what the pipeline does (a
- * copy and one read on an idle machine, not the ring's copies and computes): it is off unless the
- * configuration forces it, and the decision rule (rf__ho_decide) is a pure function of samples taken
- * by alternating on the pipeline's own runs. */
+ * copy and one read on an idle machine, not the ring's copies and computes): where the CPU has
+ * cldemote and the configuration does not force it, the handoff is one arm of the schedules a pipeline
+ * compares on its own runs (backends/threads_sched.h), by the same rule as rf__ho_decide. */
 #include "backends/threads_handoff.h"
+#include "backends/threads_sched.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -11,9 +12,6 @@
 #if defined(__x86_64__)
 #include <cpuid.h>
 #endif
-
-#define RF__HO_CLASSES 48
-#define RF__HO_MAX_BYTES ((size_t)8 << 20) /* blocks above this are measured at this size */
 
 int rf__ho_cpu_has_cldemote(void)
 {
@@ -27,46 +25,39 @@ int rf__ho_cpu_has_cldemote(void)
 #endif
 }
 
-static void rf__ho_sort(int64_t *v, unsigned n)
-{
-	for (unsigned i = 1; i < n; i++)
-		for (unsigned k = i; k > 0 && v[k - 1] > v[k]; k--) {
-			int64_t x = v[k];
-			v[k] = v[k - 1];
-			v[k - 1] = x;
-		}
-}
-
-static int64_t rf__ho_median(const int64_t *v, unsigned n)
-{
-	int64_t s[16];
-	n = n > 16 ? 16 : n;
-	memcpy(s, v, n * sizeof *s);
-	rf__ho_sort(s, n);
-	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
-}
-
 int rf__ho_decide(const int64_t *on, const int64_t *off, unsigned n)
 {
 	if (n == 0)
 		return 0;
-	int64_t mon = rf__ho_median(on, n), moff = rf__ho_median(off, n);
-	return mon * 100 < moff * 97;
+	double x[2][16], fig[2];
+	n = n > 16 ? 16 : n;
+	for (unsigned i = 0; i < n; i++) {
+		x[0][i] = (double)off[i];
+		x[1][i] = (double)on[i];
+	}
+	fig[0] = rf__sch_mean(x[0], n);
+	fig[1] = rf__sch_mean(x[1], n);
+	return rf__sch_best(fig, 2) == 1; /* "off" first: on must win by the margin */
 }
 
-/* ---- the measurement ------------------------------------------------------------------------------ */
+/* ---- a pipeline's handoff ------------------------------------------------------------------------ */
 
-void rf__ho_pipeline(int mode, unsigned nq, unsigned nslots, int *on, char *why, size_t cap)
+int rf__ho_pipeline(int mode, unsigned nq, unsigned nslots, int *on, char *why, size_t cap)
 {
 	*on = 0;
 	if (nq < 2 || nslots < 2) {
 		snprintf(why, cap, "cache handoff off (%s)", nq < 2 ? "no copy queue" : "depth 1");
-		return;
+		return 0;
 	}
 	if (mode != RF__HO_AUTO) {
 		*on = mode == RF__HO_ON;
 		snprintf(why, cap, "cache handoff %s (forced by configuration)", *on ? "on" : "off");
-		return;
+		return 0;
 	}
-	snprintf(why, cap, "cache handoff off (auto%s)", rf__ho_cpu_has_cldemote() ? "" : ": this CPU has no cldemote");
+	if (!rf__ho_cpu_has_cldemote()) {
+		snprintf(why, cap, "cache handoff off (auto: this CPU has no cldemote)");
+		return 0;
+	}
+	snprintf(why, cap, "cache handoff auto (compared with the lanes without it on the first runs)");
+	return 1;
 }

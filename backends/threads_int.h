@@ -10,6 +10,7 @@
 
 #include "base/piece.h"
 #include "backends/threads_handoff.h"
+#include "backends/threads_sched.h"
 #include "base/pool.h"
 #include "base/wait.h"
 #include "memory/staging.h"
@@ -30,6 +31,12 @@ typedef struct rf__tq {
 	_Alignas(64) _Atomic int64_t value; /* what this queue has done (monotone) */
 	int64_t base;                   /* value at the start of the current run */
 	rf__piece_job job;                 /* its current copy, open to helpers (threads_copy.h) */
+	/* A ring run's copies that the caller takes over (threads.c, rf__thr_steal): the last block whose
+	 * copy was claimed, by this lane or by the caller, the last block the caller copied for it, and
+	 * the caller's copy in progress, open to the lane's help. */
+	_Alignas(64) _Atomic int64_t claimed;
+	_Atomic int64_t stolen;
+	rf__piece_job sjob;
 } rf__tq;
 
 typedef struct rf__threads rf__threads;
@@ -70,6 +77,7 @@ struct rf__threads {
 	int64_t run_spin_ns; /* within a run */
 	/* the run in progress */
 	rf__run *run;
+	int steal; /* the caller may take over copies it would wait for (a ring program, no file source) */
 	atomic_uint active; /* lanes still walking it */
 	atomic_int stop;
 	atomic_int first_rc;
@@ -77,9 +85,14 @@ struct rf__threads {
 	int fail_value;
 	char fail_msg[240]; /* RF_EIO: the failed read's sentence */
 	_Atomic int64_t *kfail; /* per slot: the keyed ticket whose file copy failed there (0: none) */
-	/* the copy path (threads_copy.h) */
+	/* the copy path (base/piece.h, threads_handoff.h) */
 	int handoff_mode, handoff;
-	char handoff_why[200];
+	int handoff_fixed;   /* the handoff of runs on the lanes when it is not one of the compared arms */
+	char handoff_why[320]; /* the handoff and overlap policies, for describe */
+	/* the schedule of each run (threads_sched.h): the arms compared, the last comparison's note */
+	int overlap_mode;
+	rf__sch sch;
+	char note[256];
 	size_t slot_bytes;
 	unsigned nslots;
 	/* placement (threads_place.c) */

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 enum { T_COPY, T_COMPUTE, T_SEQ, T_FIRST_DEPTH };
-enum { M_RF, M_HAND, M_STARPU, NM };
+enum { M_RF, M_HAND, M_STARPU, M_LOCAL, NM };
 
 typedef struct sweep {
 	const rfb_opts *o;
@@ -39,6 +39,10 @@ static void progress(sweep *s, const char *backend, size_t size, unsigned rep)
 /* Runs a depth = auto pipeline makes before its depth is fixed: 1 (the rule) + 3 rounds of 3 probes
  * (runtime/pipeline.c: RF__AUTO_ROUNDS x RF__AUTO_NCAND). */
 #define RFB_AUTO_SETTLE_RUNS 10
+/* Runs a threads pipeline makes before its schedule is chosen for a run shape: 5 rounds of up to 3
+ * arms, lanes, inline, lanes + handoff (backends/threads_sched.h; 2 arms without cldemote). The bench
+ * measures what a long-lived pipeline does after them; the next comparison comes 16 runs later. */
+#define RFB_SCHED_SETTLE_RUNS 15
 
 /* Time one contestant over the whole workload; seconds per block, or -1 on failure (message printed). */
 static double timed(const char *what, const rfb_work *w, int (*fn)(void *ctx, rfb_sink *k), void *ctx, int nocheck)
@@ -120,17 +124,33 @@ static rfb_record *add(sweep *s, const char *method, const char *backend, unsign
 	return r;
 }
 
+/* How a pipeline's measured runs ran, from its stats before and after them. */
+static void ran(rfb_record *r, const rf_stats *before, const rf_pipeline *p)
+{
+	rf_stats a;
+	rf_pipeline_stats(p, &a);
+	uint64_t n = a.runs - before->runs, k = a.inline_runs - before->inline_runs;
+	const char *last = a.schedule == RF_SCHEDULE_INLINE ? "inline" : a.schedule == RF_SCHEDULE_LOCAL ? "local" : "ring";
+	if (k == 0 || k == n)
+		snprintf(r->ran, sizeof r->ran, "%s", last);
+	else
+		snprintf(r->ran, sizeof r->ran, "inline %llu/%llu", (unsigned long long)k, (unsigned long long)n);
+}
+
 typedef struct size_run {
 	rfb_work w;
 	unsigned char *ring;
-	rf_pipeline *p[RFB_MAX_LIST], *seq;
+	rf_pipeline *p[RFB_MAX_LIST], *lp[RFB_MAX_LIST], *seq; /* lp: RF_LOCALITY_COPIER */
+	rf_stats before[RFB_MAX_LIST][2];                      /* ringfetch, rf-local: before the reps */
 	double *t; /* [(T_FIRST_DEPTH + ndepths * NM) * reps] */
 } size_run;
 
 static void size_run_free(size_run *z, const rfb_opts *o)
 {
-	for (unsigned d = 0; d < o->ndepths; d++)
+	for (unsigned d = 0; d < o->ndepths; d++) {
 		rf_pipeline_destroy(z->p[d]);
+		rf_pipeline_destroy(z->lp[d]);
+	}
 	rf_pipeline_destroy(z->seq);
 	free(z->ring);
 	free(z->t);
@@ -158,7 +178,11 @@ static int size_run_init(size_run *z, const rfb_opts *o, const char *backend, si
 		rf_pipeline_params pp = {.depth = autod ? 0 : o->depths[d], .depth_auto = autod ? RF_DEPTH_AUTO : 0,
 					 .slot_bytes = size, .backend = backend, .copy_queues = o->copy_queues,
 					 .memory = rfb_memory_of(backend)};
-		rc = rf_pipeline_create(&pp, &z->p[d]);
+		if (o->locality & RFB_LOC_CALLER)
+			rc = rf_pipeline_create(&pp, &z->p[d]);
+		pp.locality = RF_LOCALITY_COPIER;
+		if (rc == RF_OK && (o->locality & RFB_LOC_COPIER))
+			rc = rf_pipeline_create(&pp, &z->lp[d]);
 	}
 	if (rc != RF_OK) {
 		fprintf(stderr, "backend %s: rf_pipeline_create: %s: %s\n", backend, rf_strerror(rc), rf_errmsg());
@@ -180,9 +204,11 @@ static int one_rep(sweep *s, size_run *z, unsigned r, int with_baselines)
 	    (z->t[T_SEQ * R + r] = timed("sequential", &z->w, run_pipeline, &a, 0)) < 0)
 		return -1;
 	for (unsigned d = 0; d < o->ndepths; d++) {
-		arm x = {&z->w, z->ring, z->p[d], o->depths[d]};
+		arm x = {&z->w, z->ring, z->p[d], o->depths[d]}, xl = {&z->w, z->ring, z->lp[d], o->depths[d]};
 		double *t = z->t + (T_FIRST_DEPTH + d * NM) * R;
-		if ((t[M_RF * R + r] = timed("ringfetch", &z->w, run_pipeline, &x, 0)) < 0)
+		if (z->p[d] != NULL && (t[M_RF * R + r] = timed("ringfetch", &z->w, run_pipeline, &x, 0)) < 0)
+			return -1;
+		if (z->lp[d] != NULL && (t[M_LOCAL * R + r] = timed("rf-local", &z->w, run_pipeline, &xl, 0)) < 0)
 			return -1;
 		if (o->depths[d] == RFB_DEPTH_AUTO) /* the baselines have no auto depth */
 			continue;
@@ -203,14 +229,24 @@ static int record_size(sweep *s, size_run *z, const char *backend, int with_base
 	int ok = 1;
 	if (with_baselines && (o->baselines & RFB_BASE_SEQUENTIAL))
 		ok &= add(s, "sequential", "cpu", 1, &z->w, z->t + T_SEQ * R, copy, compute) != NULL;
+	if (with_baselines && (o->baselines & RFB_BASE_SEQUENTIAL) && s->res.n > 0)
+		snprintf(s->res.r[s->res.n - 1].ran, sizeof s->res.r[0].ran, "inline");
 	for (unsigned d = 0; d < o->ndepths; d++) {
 		double *t = z->t + (T_FIRST_DEPTH + d * NM) * R;
-		rfb_record *rf = add(s, "ringfetch", backend, o->depths[d], &z->w, t + M_RF * R, copy, compute);
-		ok &= rf != NULL;
-		if (rf != NULL && o->depths[d] == RFB_DEPTH_AUTO) {
-			rf->auto_depth = rf_pipeline_depth(z->p[d]);
-			continue;
+		for (int k = 0; k < 2; k++) {
+			rf_pipeline *p = k ? z->lp[d] : z->p[d];
+			rfb_record *rf = p ? add(s, k ? "rf-local" : "ringfetch", backend, o->depths[d], &z->w,
+						 t + (k ? M_LOCAL : M_RF) * R, copy, compute)
+					   : NULL;
+			ok &= p == NULL || rf != NULL;
+			if (rf == NULL)
+				continue;
+			ran(rf, &z->before[d][k], p);
+			if (o->depths[d] == RFB_DEPTH_AUTO)
+				rf->auto_depth = rf_pipeline_depth(p);
 		}
+		if (o->depths[d] == RFB_DEPTH_AUTO)
+			continue;
 		if (with_baselines && (o->baselines & RFB_BASE_HAND))
 			ok &= add(s, "hand", "-", o->depths[d], &z->w, t + M_HAND * R, copy, compute) != NULL;
 		if (with_baselines && s->have_starpu)
@@ -224,21 +260,25 @@ static int bench_size(sweep *s, const char *backend, size_t size, int with_basel
 	size_run z;
 	int rc = size_run_init(&z, s->o, backend, size);
 	if (rc == 0) {
-		*resolved = rf_pipeline_backend(z.p[0]);
+		*resolved = rf_pipeline_backend(z.p[0] ? z.p[0] : z.lp[0]);
 		if (s->o->compute == RFB_RATIO) { /* compute time = R x this size's measured copy time */
 			arm a = {&z.w, z.ring, NULL, 1};
 			double c = timed("copy-only", &z.w, run_copy_only, &a, 1);
 			rfb_work_set_ratio(&z.w, s->o, c * 1e9); /* c: seconds per block */
 		}
 	}
-	/* depth = auto settles over its first runs (RFB_AUTO_SETTLE_RUNS): what a long-lived pipeline does
-	 * once. Those runs are not measured. */
+	/* A pipeline settles over its first runs (depth = auto: RFB_AUTO_SETTLE_RUNS; the schedule of
+	 * threads: RFB_SCHED_SETTLE_RUNS): what a long-lived pipeline does once. Those runs are not
+	 * measured; the stats after them tell how the measured runs ran. */
 	for (unsigned d = 0; d < s->o->ndepths && rc == 0; d++) {
-		if (s->o->depths[d] != RFB_DEPTH_AUTO)
-			continue;
-		arm x = {&z.w, z.ring, z.p[d], s->o->depths[d]};
-		for (int k = 0; k < RFB_AUTO_SETTLE_RUNS && rc == 0; k++)
-			rc = timed("ringfetch", &z.w, run_pipeline, &x, 0) < 0 ? -1 : 0;
+		int settle = RFB_SCHED_SETTLE_RUNS + (s->o->depths[d] == RFB_DEPTH_AUTO ? RFB_AUTO_SETTLE_RUNS : 0);
+		for (int k = 0; k < 2; k++) {
+			arm x = {&z.w, z.ring, k ? z.lp[d] : z.p[d], s->o->depths[d]};
+			for (int i = 0; x.p != NULL && i < settle && rc == 0; i++)
+				rc = timed("ringfetch", &z.w, run_pipeline, &x, 0) < 0 ? -1 : 0;
+			if (x.p != NULL)
+				rf_pipeline_stats(x.p, &z.before[d][k]);
+		}
 	}
 	for (unsigned r = 0; r < s->o->reps && rc == 0; r++) {
 		progress(s, *resolved, size, r);

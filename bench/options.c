@@ -19,12 +19,15 @@ const char *rfb_usage(void)
 	       "  --blocks N           blocks per run (default: about --bytes-per-rep of data, 64..100000)\n"
 	       "  --bytes-per-rep B    data per measured run when --blocks is not given (default 32M)\n"
 	       "  --copy-queues K      copy queues (default 1; needs depth >= K+1)\n"
-	       "  --compute MODEL      sum | spin:NS_PER_KIB | ratio:R (default sum)\n"
+	       "  --compute MODEL      sum | dsum | spin:NS_PER_KIB | ratio:R (default sum); dsum: the floats summed\n"
+	       "                       as doubles, one dependency chain (arithmetic-bound: where a ring is hardest to win)\n"
 	       "  --jitter J           0..1: block sizes vary in [size*(1-J), size], spin computes by +-J (default 0)\n"
 	       "  --reps R             alternating repetitions, median reported (default 5)\n"
 	       "  --seed S             seed for jitter (default 1)\n"
 	       "  --baselines LIST     sequential,hand,starpu or none (default sequential,hand,starpu)\n"
 	       "  --starpu-ncpu N      StarPU CPU workers (default cores-1, at least 1)\n"
+	       "  --locality LIST      caller,copier: ringfetch computing on the caller (\"ringfetch\", default) and/or\n"
+	       "                       each block on the thread that copied it (\"rf-local\", RF_LOCALITY_COPIER)\n"
 	       "  --json FILE  --csv FILE  --plot FILE.png  --trace FILE.json  --dot FILE.dot\n"
 	       "  --quiet              no progress line on stderr\n";
 }
@@ -37,6 +40,11 @@ static int fail(char *err, size_t cap, const char *fmt, ...)
 	vsnprintf(err, cap, fmt, ap);
 	va_end(ap);
 	return 2;
+}
+
+const char *rfb_compute_name(rfb_compute_kind k)
+{
+	return k == RFB_SUM ? "sum" : k == RFB_DSUM ? "dsum" : k == RFB_SPIN ? "spin" : "ratio";
 }
 
 size_t rfb_parse_size(const char *s)
@@ -131,11 +139,23 @@ static int one_baseline(const char *s, void *ctx, char *err, size_t cap)
 	return 0;
 }
 
+static int one_locality(const char *s, void *ctx, char *err, size_t cap)
+{
+	rfb_opts *o = ctx;
+	if (!strcmp(s, "caller"))
+		o->locality |= RFB_LOC_CALLER;
+	else if (!strcmp(s, "copier"))
+		o->locality |= RFB_LOC_COPIER;
+	else
+		return fail(err, cap, "--locality: unknown locality \"%s\" (caller, copier)", s);
+	return 0;
+}
+
 static int parse_compute(rfb_opts *o, const char *v, char *err, size_t cap)
 {
 	char *end;
-	if (!strcmp(v, "sum")) {
-		o->compute = RFB_SUM;
+	if (!strcmp(v, "sum") || !strcmp(v, "dsum")) {
+		o->compute = v[0] == 'd' ? RFB_DSUM : RFB_SUM;
 		return 0;
 	}
 	int spin = !strncmp(v, "spin:", 5), ratio = !strncmp(v, "ratio:", 6);
@@ -149,7 +169,7 @@ static int parse_compute(rfb_opts *o, const char *v, char *err, size_t cap)
 			return 0;
 		}
 	}
-	return fail(err, cap, "--compute: \"%s\" is not sum, spin:NS_PER_KIB (0..1e9) or ratio:R (0..1000)", v);
+	return fail(err, cap, "--compute: \"%s\" is not sum, dsum, spin:NS_PER_KIB (0..1e9) or ratio:R (0..1000)", v);
 }
 
 int rfb_parse_count(const char *s, unsigned long long lo, unsigned long long hi, unsigned long long *out)
@@ -186,6 +206,7 @@ static void defaults(rfb_opts *o)
 	o->reps = 5;
 	o->seed = 1;
 	o->baselines = RFB_BASE_SEQUENTIAL | RFB_BASE_HAND | RFB_BASE_STARPU;
+	o->locality = RFB_LOC_CALLER;
 }
 
 /* One option with its value; returns 0, or 2 with err set. */
@@ -201,6 +222,8 @@ static int option(rfb_opts *o, const char *a, const char *v, char *err, size_t c
 		o->nsizes = 0, rc = each_item(v, a, err, cap, one_size, o);
 	else if (!strcmp(a, "--baselines"))
 		o->baselines = 0, rc = each_item(v, a, err, cap, one_baseline, o);
+	else if (!strcmp(a, "--locality"))
+		o->locality = 0, rc = each_item(v, a, err, cap, one_locality, o);
 	else if (!strcmp(a, "--compute"))
 		rc = parse_compute(o, v, err, cap);
 	else if (!strcmp(a, "--blocks"))

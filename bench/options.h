@@ -9,9 +9,15 @@
 #define RFB_MAX_SIZE ((size_t)1 << 30) /* 1 GiB per block */
 #define RFB_DEPTH_AUTO 0u                /* --depth auto */
 
-typedef enum rfb_compute_kind { RFB_SUM, RFB_SPIN, RFB_RATIO } rfb_compute_kind;
+typedef enum rfb_compute_kind { RFB_SUM, RFB_SPIN, RFB_RATIO, RFB_DSUM } rfb_compute_kind;
+
+/* The model's name as --compute spells it ("sum", "dsum", "spin", "ratio"). */
+const char *rfb_compute_name(rfb_compute_kind k);
 
 enum { RFB_BASE_SEQUENTIAL = 1, RFB_BASE_HAND = 2, RFB_BASE_STARPU = 4 };
+/* --locality: "ringfetch" computes on the caller (the default contract); "rf-local" with
+ * RF_LOCALITY_COPIER (each block computed by the thread that copied it). */
+enum { RFB_LOC_CALLER = 1, RFB_LOC_COPIER = 2 };
 
 typedef struct rfb_opts {
 	const char *backends[RFB_MAX_LIST];
@@ -29,6 +35,7 @@ typedef struct rfb_opts {
 	unsigned reps;
 	unsigned long long seed;
 	unsigned baselines; /* RFB_BASE_* */
+	unsigned locality;  /* RFB_LOC_*: which ringfetch contestants (RF_LOCALITY_CALLER, _COPIER) */
 	unsigned starpu_ncpu;
 	const char *json, *csv, *plot, *trace, *dot;
 	int quiet;

@@ -63,8 +63,8 @@ static void rfb_ratio(FILE *f, int width, double v)
 
 void rfb_print_table(const rfb_results *res, FILE *f)
 {
-	fprintf(f, "%-10s %-10s %5s %9s %7s %11s %8s %7s %8s %8s %9s\n", "method", "backend", "depth", "size",
-		"blocks", "us/block", "GB/s", "effic.", "speedup", "vs hand", "vs starpu");
+	fprintf(f, "%-10s %-10s %5s %9s %7s %11s %8s %7s %8s %8s %9s  %s\n", "method", "backend", "depth", "size",
+		"blocks", "us/block", "GB/s", "effic.", "speedup", "vs hand", "vs starpu", "ran");
 	size_t last = 0;
 	for (size_t i = 0; i < res->n; i++) {
 		const rfb_record *x = &res->r[i];
@@ -88,7 +88,7 @@ void rfb_print_table(const rfb_results *res, FILE *f)
 		rfb_ratio(f, 7, x->speedup);
 		rfb_ratio(f, 8, x->vs_hand);
 		rfb_ratio(f, 9, x->vs_starpu);
-		fputc('\n', f);
+		fprintf(f, "  %s\n", x->ran);
 	}
 }
 
@@ -109,12 +109,12 @@ int rfb_write_json(const rfb_results *res, const rfb_opts *o, const char *machin
 	fprintf(f, "{\n  \"machine\": %s,\n  \"options\": {\"reps\": %u, \"seed\": %llu, \"jitter\": %g, "
 		   "\"compute\": \"%s\", \"compute_arg\": %g, \"copy_queues\": %u},\n  \"records\": [\n",
 		machine_json, o->reps, o->seed, o->jitter,
-		o->compute == RFB_SUM ? "sum" : o->compute == RFB_SPIN ? "spin" : "ratio", o->compute_arg, o->copy_queues);
+		rfb_compute_name(o->compute), o->compute_arg, o->copy_queues);
 	for (size_t i = 0; i < res->n; i++) {
 		const rfb_record *x = &res->r[i];
 		fprintf(f, "    {\"method\": \"%s\", \"backend\": \"%s\", \"depth\": %u, \"auto_depth\": %u, "
-			   "\"copy_queues\": %u, \"size\": %zu, \"blocks\": %zu, ",
-			x->method, x->backend, x->depth, x->auto_depth, x->copy_queues, x->size, x->blocks);
+			   "\"copy_queues\": %u, \"size\": %zu, \"blocks\": %zu, \"ran\": \"%s\", ",
+			x->method, x->backend, x->depth, x->auto_depth, x->copy_queues, x->size, x->blocks, x->ran);
 		rfb_jnum(f, "us_per_block", x->us_per_block, 0);
 		rfb_jnum(f, "gb_per_s", (double)x->size / (x->us_per_block * 1e3), 0);
 		rfb_jnum(f, "copy_us", x->copy_us, 0);
@@ -135,7 +135,7 @@ int rfb_write_csv(const rfb_results *res, const char *path)
 	if (f == NULL)
 		return -1;
 	fprintf(f, "method,backend,depth,auto_depth,copy_queues,size,blocks,us_per_block,gb_per_s,copy_us,compute_us,"
-		   "efficiency,speedup_vs_sequential,ratio_vs_hand,ratio_vs_starpu\n");
+		   "efficiency,speedup_vs_sequential,ratio_vs_hand,ratio_vs_starpu,ran\n");
 	for (size_t i = 0; i < res->n; i++) {
 		const rfb_record *x = &res->r[i];
 		fprintf(f, "%s,%s,%u,%u,%u,%zu,%zu,%.4f,%.4f,%.4f,%.4f,%.4f,", x->method, x->backend, x->depth,
@@ -145,8 +145,9 @@ int rfb_write_csv(const rfb_results *res, const char *path)
 		for (int j = 0; j < 3; j++) {
 			if (!isnan(v[j]))
 				fprintf(f, "%.4f", v[j]);
-			fputs(j < 2 ? "," : "\n", f);
+			fputc(',', f);
 		}
+		fprintf(f, "%s\n", x->ran);
 	}
 	return fclose(f) == 0 ? 0 : -1;
 }
@@ -202,12 +203,12 @@ int rfb_write_plot(const rfb_results *res, const char *path, char *why, size_t c
 	fprintf(g, "set logscale x 2\nset xlabel 'block size (KiB)'\nset ylabel 'overlap efficiency (%%)'\n"
 		   "set title 'overlap efficiency = max(copy, compute) / measured time per block'\n"
 		   "set key outside right\nset grid\n");
-	static const char *const base[] = {"sequential", "hand", "starpu"};
-	size_t npts[64 + 3];
+	static const char *const base[] = {"sequential", "hand", "starpu", "rf-local"};
+	size_t npts[64 + 4];
 	int idx = 0;
 	for (unsigned k = 0; k < nd; k++, idx++)
 		npts[idx] = rfb_plot_block(g, res, "ringfetch", depths[k], idx);
-	for (int b = 0; b < 3; b++, idx++)
+	for (int b = 0; b < 4; b++, idx++)
 		npts[idx] = rfb_plot_block(g, res, base[b], b == 0 ? 0 : bdepth, idx);
 	fprintf(g, "plot ");
 	int first = 1;

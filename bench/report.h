@@ -9,7 +9,7 @@
 
 typedef struct rfb_record {
 	const char *backend; /* the resolved backend ("threads", "cpu") or "-" for baselines */
-	const char *method;  /* "ringfetch", "sequential", "hand", "starpu" */
+	const char *method;  /* "ringfetch", "rf-local", "sequential", "hand", "starpu" */
 	unsigned depth, copy_queues; /* depth 0: auto (the depth it chose is auto_depth) */
 	unsigned auto_depth;
 	size_t size, blocks;
@@ -18,6 +18,8 @@ typedef struct rfb_record {
 	double efficiency;          /* max(copy, compute) / us_per_block */
 	double speedup;             /* sequential / this; NAN when no sequential baseline */
 	double vs_hand, vs_starpu;  /* this / hand, this / starpu (same depth); NAN when not measured */
+	char ran[48];               /* ringfetch: how its measured runs ran (rf_stats.schedule): "ring",
+	                               "inline", "local", or "inline k/n" when mixed; "" for baselines */
 } rfb_record;
 
 typedef struct rfb_results {

@@ -27,6 +27,18 @@ __attribute__((noinline)) static float rfb_sum(const void *p, size_t bytes)
 	return s;
 }
 
+/* The arithmetic-bound model: every element converted and added to one double, a dependency chain of
+ * one add per 4 bytes (3-4 cycles each), so the compute outweighs copying the block; cross-core reads
+ * of the block (a ring computing what another core copied) slow it where the chain waits on them. */
+__attribute__((noinline)) static double rfb_dsum(const void *p, size_t bytes)
+{
+	const float *f = p;
+	double s = 0;
+	for (size_t i = 0; i < bytes / sizeof(float); i++)
+		s += (double)f[i];
+	return s;
+}
+
 static void rfb_spin(double ns)
 {
 	double end = rfb_now() + ns * 1e-9;
@@ -53,7 +65,7 @@ static int rfb_compute_device(rfb_sink *k, const rf_block *b)
 	const rfb_work *w = k->w;
 	if (rfb_gpu_init() != 0)
 		return 2;
-	if (rfb_gpu_check_launch(b->stream, b->data, b->bytes, (unsigned)(b->index % w->nsrc), w->model == RFB_SUM,
+	if (rfb_gpu_check_launch(b->stream, b->data, b->bytes, (unsigned)(b->index % w->nsrc), w->model == RFB_SUM || w->model == RFB_DSUM,
 				 w->compute_ns[b->index]) != 0)
 		return 3;
 	if (!k->nocheck && b->index + 1 == w->n && rfb_gpu_fold_launch(b->stream, &k->bad) != 0)
@@ -77,6 +89,12 @@ __attribute__((noinline)) int rfb_compute(void *user, const rf_block *b)
 		k->total += s;
 		return 0;
 	}
+	if (w->model == RFB_DSUM) {
+		double s = rfb_dsum(b->data, b->bytes);
+		k->bad += !k->nocheck && s != w->dexpect[b->index];
+		k->total += s;
+		return 0;
+	}
 	/* Tag check: the first float of each source is its index (a stale slot shows). */
 	if (b->bytes >= sizeof(float)) {
 		float tag;
@@ -94,8 +112,9 @@ int rfb_work_init(rfb_work *w, const rfb_opts *o, size_t size, size_t n)
 	size_t nsrc = ((size_t)256 << 20) / size;
 	nsrc = nsrc < 4 ? 4 : nsrc > 4096 ? 4096 : nsrc;
 	*w = (rfb_work){n, size, nsrc, malloc(n * sizeof(void *)), malloc(n * sizeof(size_t)),
-			malloc(n * sizeof(float)), calloc(n, sizeof(double)), malloc(nsrc * size), o->compute};
-	if (!w->srcs || !w->sizes || !w->expect || !w->compute_ns || !w->pool) {
+			malloc(n * sizeof(float)), calloc(n, sizeof(double)), malloc(nsrc * size), o->compute,
+			o->compute == RFB_DSUM ? malloc(n * sizeof(double)) : NULL};
+	if (!w->srcs || !w->sizes || !w->expect || !w->compute_ns || !w->pool || (o->compute == RFB_DSUM && !w->dexpect)) {
 		rfb_work_free(w);
 		return -1;
 	}
@@ -113,6 +132,8 @@ int rfb_work_init(rfb_work *w, const rfb_opts *o, size_t size, size_t n)
 		w->srcs[i] = w->pool + (i % nsrc) * size;
 		w->sizes[i] = bytes;
 		w->expect[i] = rfb_sum(w->srcs[i], bytes);
+		if (w->dexpect != NULL)
+			w->dexpect[i] = rfb_dsum(w->srcs[i], bytes);
 		if (o->compute == RFB_SPIN)
 			w->compute_ns[i] = o->compute_arg * (double)bytes / 1024 * (1 + o->jitter * (2 * rfb_unit(&seed) - 1));
 	}
@@ -135,5 +156,6 @@ void rfb_work_free(rfb_work *w)
 	free(w->expect);
 	free(w->compute_ns);
 	free(w->pool);
+	free(w->dexpect);
 	memset(w, 0, sizeof *w);
 }

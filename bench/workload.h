@@ -1,6 +1,7 @@
 /* bench/workload.h — what every contestant streams and computes: block i is a copy of source
  * i % nsrc (sizes possibly jittered), and the compute either sums the block's floats and checks the
- * sum against the source's (model "sum"), or spins for a modelled time after checking the block's tag
+ * sum against the source's (model "sum"; "dsum" sums them as doubles, an arithmetic-bound dependency
+ * chain), or spins for a modelled time after checking the block's tag
  * (models "spin" and "ratio"). A wrong or torn slot fails the run in every model. */
 #ifndef RFB_WORKLOAD_H
 #define RFB_WORKLOAD_H
@@ -17,6 +18,7 @@ typedef struct rfb_work {
 	double *compute_ns;  /* per block: modelled compute time (spin, ratio), 0 for sum */
 	unsigned char *pool; /* nsrc sources of `size` bytes */
 	rfb_compute_kind model;
+	double *dexpect;     /* dsum: per block, the sum of its floats as doubles (NULL for other models) */
 } rfb_work;
 
 typedef struct rfb_sink {

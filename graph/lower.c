@@ -282,6 +282,39 @@ int rf__ring_program(unsigned depth, unsigned copy_queues, unsigned pins, struct
 	int64_t lead = depth - 1 + (t.sdepth ? t.sdepth - 1 : 0);
 	p->iter_begin = -((lead + copy_queues - 1) / copy_queues);
 	p->nblocks_min = 0;
+	p->ring = 1;
+	rf__prog_index(p);
+	*out = p;
+	return RF_OK;
+}
+
+/* Block b's ops, on queue w = b % W: copy b into its slot; wait for compute(b - 1), on the queue before;
+ * compute b; signal "b + 1" for compute(b + 1). Relative to the iteration (blocks 0 .. W-1). A slot's
+ * previous reader, compute(b - D), is done before copy b starts without a wait of its own: the queue's
+ * compute(b - W) came before it, and that waited for every earlier compute (D >= W). */
+int rf__ring_program_local(unsigned depth, unsigned copy_queues, struct rf_program **out)
+{
+	unsigned w = copy_queues + 1;
+	if (copy_queues == 0 || copy_queues >= RF_MAX_QUEUES || depth < w)
+		return rf__err(RF_EINVAL, "local ring program: depth %u, copy queues %u", depth, copy_queues);
+	struct rf_program *p = rf__prog_alloc(4 * (size_t)w);
+	if (p == NULL)
+		return rf__err(RF_ENOMEM, "local ring program: out of memory");
+	rf__op *o = p->ops;
+	for (unsigned q = 0; q < w; q++) {
+		int64_t b = q;
+		size_t node = (size_t)(o - p->ops);
+		*o++ = rf__op_copy(q, q, RF__NO_STAGE, b, node);
+		*o++ = rf__op_wait(q, (q + w - 1) % w, b, b, b - 1, node);
+		*o++ = rf__op_compute(q, q, b, node);
+		*o++ = rf__op_signal(q, b + 1, b, b + 1, node);
+	}
+	p->nops = (size_t)(o - p->ops);
+	p->nqueues = w;
+	p->nslots = depth;
+	p->period = w;
+	p->iter_begin = 0;
+	p->nblocks_min = 0;
 	rf__prog_index(p);
 	*out = p;
 	return RF_OK;

@@ -62,6 +62,10 @@ struct rf_program {
 	int64_t period;                    /* blocks per iteration; 0 = not periodic */
 	int64_t iter_begin;
 	size_t nblocks_min; /* a run must stream at least this many blocks (largest block used + 1) */
+	/* 1 for rf__ring_program's rings: queue 0 computes block b in slot b % nslots after a RAW wait for
+	 * value b + 1 of the queue that copies it, whose copy of b waits only for computes queue 0 has
+	 * finished by then — so queue 0 may make that copy itself (backends/threads.c). */
+	int ring;
 	int computes_on_q0; /* every compute is on queue 0 (the caller's, on the threads backend) */
 };
 
@@ -130,6 +134,12 @@ static inline bool rf__ring_depth_is_valid(unsigned depth, unsigned copy_queues)
  * ring is staged: block b is first copied into staging slot b % (K * pins) on host queue 1 + K + b % K,
  * and the staging slots are a ring of their own whose consumer is the copy (rf__plan_staged). */
 int rf__ring_program(unsigned depth, unsigned copy_queues, unsigned pins, struct rf_program **out);
+
+/* The ring with locality (RF_LOCALITY_COPIER): W = copy_queues + 1 queues (queue 0 the caller) take
+ * blocks in turn, block b on queue b % W, each copying its block and then computing it after the
+ * compute of block b - 1 (computes stay in block order, one at a time). depth >= W (RF_EINVAL
+ * otherwise): a slot is then free again by the time its queue copies into it. One iteration per W blocks. */
+int rf__ring_program_local(unsigned depth, unsigned copy_queues, struct rf_program **out);
 
 /* Test-only negative controls: remove every wait of a non-compute queue (q != 0) on queue 0 — in a
  * ring, exactly the WAR waits of its slots — or, with `staging`, every wait of a queue that stages —

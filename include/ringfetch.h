@@ -151,6 +151,18 @@ typedef enum rf_memory {
  * every depth over RF_MAX_DEPTH stays RF_EINVAL. */
 #define RF_DEPTH_AUTO 1u
 
+/** params.locality: where a threads pipeline's computes may run (docs/tuning.md, "Locality").
+ * RF_LOCALITY_CALLER (0, the default): every compute on the thread that called rf_pipeline_run.
+ * RF_LOCALITY_COPIER: each block's compute on the thread that copied it — the caller and the copy
+ * lanes take blocks in turn, each copying its block and then computing it — so that a compute reads
+ * what its own core has just written (as StarPU schedules a ring). Computes still run one at a time,
+ * in block order, each after the previous one returned, and every guarantee of rf_pipeline_run holds;
+ * but the callback then also runs on the library's threads: it must not rely on thread-local state or
+ * thread-affine APIs. The cost: a thread hop between consecutive computes. "cpu" (everything on the
+ * caller) and "cuda" (computes only enqueue) ignore it. */
+#define RF_LOCALITY_CALLER 0u
+#define RF_LOCALITY_COPIER 1u
+
 /* ABI: fields are only ever appended, by taking the place of reserved[] words (docs/api.md, "ABI
  * policy"); the struct's size never changes within a major version. Zero always means "default". */
 typedef struct rf_pipeline_params {
@@ -169,7 +181,9 @@ typedef struct rf_pipeline_params {
 	const char *wait;     /* how the threads backend's threads wait (docs/serving.md): "auto" (spin up to
 	                         2 ms after work, then sleep), "sleep", or "spin:N" (N us, 0..10000000);
 	                         NULL = RINGFETCH_WAIT, else the file's `wait`, else "auto" */
-	uint64_t reserved[8]; /* must be zero */
+	uint64_t locality;    /* RF_LOCALITY_CALLER (0) or RF_LOCALITY_COPIER (above); never read from the
+	                         environment or the config file (it changes which thread calls compute) */
+	uint64_t reserved[7]; /* must be zero */
 } rf_pipeline_params;
 
 /**
@@ -264,6 +278,14 @@ typedef struct rf_queue_stats {
 /** How many queues rf_stats reports: every queue a pipeline or exec can have (RF_MAX_QUEUES). */
 #define RF_STATS_QUEUES 64u
 
+/** rf_stats.schedule: how a run placed its copies and computes. */
+#define RF_SCHEDULE_RING 0u   /* copies on the copy lanes (or CUDA streams), computes on the caller */
+#define RF_SCHEDULE_INLINE 1u /* every copy and compute on the caller, in block order, nothing overlapping:
+                                 "cpu", and "threads" at depth 1, with overlap = off, or when its own
+                                 runs showed that overlapping did not pay (docs/tuning.md) */
+#define RF_SCHEDULE_LOCAL 2u  /* RF_LOCALITY_COPIER on "threads": each block copied and computed by one
+                                 thread, the caller and the lanes taking blocks in turn */
+
 /** What the last finished run of a pipeline did, and totals since create (rf_pipeline_stats). */
 typedef struct rf_stats {
 	size_t blocks;     /* nblocks of the last finished run that started work, whatever its result */
@@ -290,7 +312,12 @@ typedef struct rf_stats {
 	/* Blocks read from files (<ringfetch/file.h>): bytes of the last run's file blocks, and the sum. */
 	uint64_t file_bytes;
 	uint64_t total_file_bytes;
-	uint64_t reserved[14];     /* written as 0; fields are appended here within a major version */
+	/* How runs placed their work (appended in 1.1): the last run's RF_SCHEDULE_*, and of `runs`, how
+	 * many ran RF_SCHEDULE_INLINE and how many copied with the cache handoff (cldemote) on. */
+	uint64_t schedule;
+	uint64_t inline_runs;
+	uint64_t handoff_runs;
+	uint64_t reserved[11];     /* written as 0; fields are appended here within a major version */
 } rf_stats;
 
 /**

@@ -52,6 +52,18 @@ typedef struct rf__run {
 	size_t nfile;
 	struct rf__flight *io;
 	int files_only; /* every non-empty block is a file range: no copy needs a CPU */
+	/* The run's bytes (the sum of sizes[]), and whether the backend may choose how to run it from its
+	 * own measurements (backends/threads_sched.h): 0 while the owner compares runs itself (depth =
+	 * auto measuring or probing) or runs a graph of its own (rf_exec), which the backend then runs as
+	 * built. */
+	uint64_t bytes;
+	int vary;
+	/* out: how the run placed its work (RF_SCHEDULE_INLINE, or RF_SCHEDULE_RING: as programmed), whether
+	 * its copies demoted what they wrote (the cache handoff), and a note for rf_pipeline_describe when
+	 * the backend's choice changed (NULL: none; valid until the backend's next run). */
+	unsigned sched;
+	int handoff;
+	const char *note;
 } rf__run;
 
 typedef struct rf__open_args {

@@ -182,6 +182,16 @@ static int rf__set_handoff(rf__config *c, const char *v, const char *from)
 	return 0;
 }
 
+static int rf__set_overlap(rf__config *c, const char *v, const char *from)
+{
+	(void)from;
+	int m = rf__parse_overlap(v);
+	if (m < 0)
+		return -1;
+	c->overlap = m + 1;
+	return 0;
+}
+
 /* A CPU list (base/parse.h: "2-3,6"), checked here so that a typo is RF_ECONFIG, not whatever hwloc
  * makes of it later. */
 static int rf__set_worker_cpus(rf__config *c, const char *v, const char *from)
@@ -217,6 +227,7 @@ static const rf__cfg_key rf__cfg_keys[] = {
 	{"memory_budget", "RINGFETCH_MEMORY_BUDGET", 0, "a size in bytes (K, M, G suffixes)", rf__set_budget},
 	{"wait", "RINGFETCH_WAIT", RF__WANT_WAIT, "auto, sleep or spin:N (N us, 0..10000000)", rf__set_wait},
 	{"handoff", "RINGFETCH_HANDOFF", 0, "auto, off or on", rf__set_handoff},
+	{"overlap", "RINGFETCH_OVERLAP", 0, "auto, off or on", rf__set_overlap},
 	{"worker_cpus", "RINGFETCH_WORKER_CPUS", 0, "a CPU list like 2-3,6 (CPUs and ranges lo-hi, lo <= hi)", rf__set_worker_cpus},
 	{NULL, "RINGFETCH_ORACLE", 0, "0 or 1", rf__set_oracle},
 };
@@ -570,7 +581,7 @@ int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *n
 	return RF_OK;
 }
 
-/* ---- the threads backend's cache handoff and worker CPUs ------------------------------------------ */
+/* ---- the threads backend's cache handoff, overlap and worker CPUs --------------------------------- */
 
 int rf__parse_handoff(const char *s)
 {
@@ -583,6 +594,20 @@ int rf__config_handoff(int *mode)
 	int rc = rf__config_load(&c, 0, 0, 0, 0);
 	if (rc == RF_OK)
 		*mode = c.handoff ? c.handoff - 1 : 0;
+	return rc;
+}
+
+int rf__parse_overlap(const char *s)
+{
+	return rf__parse_handoff(s); /* the same three words and numbers: RF__OV_AUTO, _OFF, _ON */
+}
+
+int rf__config_overlap(int *mode)
+{
+	rf__config c;
+	int rc = rf__config_load(&c, 0, 0, 0, 0);
+	if (rc == RF_OK)
+		*mode = c.overlap ? c.overlap - 1 : 0;
 	return rc;
 }
 

@@ -30,6 +30,7 @@ typedef struct rf__config {
 	unsigned copy_queues;
 	char staging[64];
 	int handoff; /* `handoff` of the file: 0 unset, else 1 + rf__parse_handoff's value */
+	int overlap; /* `overlap` of the file: 0 unset, else 1 + rf__parse_overlap's value */
 	char worker_cpus[128]; /* `worker_cpus` of the file ("" unset) */
 	char trace[1024];
 	unsigned long long memory_budget;
@@ -51,6 +52,14 @@ int rf__parse_handoff(const char *s);
 /* The threads backend's cache handoff mode: RINGFETCH_HANDOFF (env) wins over `handoff` (file) over
  * auto. RF_OK, or RF_ECONFIG naming the malformed variable or line. */
 int rf__config_handoff(int *mode);
+
+/* Parse an overlap mode (backends/threads_sched.h): "auto" 0 (runs compare the lanes with running
+ * inline and keep the faster), "off" 1 (every run inline on the caller), "on" 2 (every run on the
+ * lanes); -1 if malformed. */
+int rf__parse_overlap(const char *s);
+/* The threads backend's overlap mode: RINGFETCH_OVERLAP (env) wins over `overlap` (file) over auto.
+ * RF_OK, or RF_ECONFIG naming the malformed variable or line. */
+int rf__config_overlap(int *mode);
 
 /* The threads backend's copy workers' CPU set: RINGFETCH_WORKER_CPUS (env) wins over `worker_cpus`
  * (file) over "" (the caller's binding). A list of OS CPU numbers and ranges ("2-3,6"): digits, ','

@@ -76,7 +76,9 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	}
 	if (rc != RF_OK)
 		goto fail_prog;
-	rf__be_describe(e->be, e->ctx, e->describe[0], sizeof e->describe[0]);
+	rf__be_describe(e->be, e->ctx, e->desc_core, sizeof e->desc_core);
+	memcpy(e->describe[0], e->desc_core, sizeof e->describe[0]);
+	e->desc_note[0] = '\0';
 	atomic_init(&e->desc_cur, 0);
 	if (why[0] != '\0')
 		rf__engine_describe_append(e, "; auto: cuda not used: %s", why);
@@ -109,22 +111,40 @@ const char *rf__engine_describe(const rf__engine *e)
 	return e->describe[atomic_load_explicit(&e->desc_cur, memory_order_acquire)];
 }
 
-void rf__engine_describe_append(rf__engine *e, const char *fmt, ...)
+/* Publish core + note as the next version, if one is left. */
+static void rf__engine_describe_publish(rf__engine *e)
 {
 	unsigned k = atomic_load_explicit(&e->desc_cur, memory_order_relaxed);
 	if (k + 1 >= RF__DESCRIBE_VERSIONS)
 		return;
 	char *d = e->describe[k + 1];
-	size_t cap = sizeof e->describe[0];
-	memcpy(d, e->describe[k], cap);
-	size_t len = strlen(d);
+	size_t cap = sizeof e->describe[0], a = strlen(e->desc_core), b = strlen(e->desc_note);
+	a = a < cap - 1 ? a : cap - 1;
+	b = b < cap - 1 - a ? b : cap - 1 - a; /* a long line loses the end of its note */
+	memcpy(d, e->desc_core, a);
+	memcpy(d + a, e->desc_note, b);
+	d[a + b] = '\0';
+	atomic_store_explicit(&e->desc_cur, k + 1, memory_order_release);
+}
+
+void rf__engine_describe_append(rf__engine *e, const char *fmt, ...)
+{
+	if (atomic_load_explicit(&e->desc_cur, memory_order_relaxed) + 1 >= RF__DESCRIBE_VERSIONS)
+		return;
+	size_t len = strlen(e->desc_core), cap = sizeof e->desc_core;
 	if (len < cap) {
 		va_list ap;
 		va_start(ap, fmt);
-		vsnprintf(d + len, cap - len, fmt, ap);
+		vsnprintf(e->desc_core + len, cap - len, fmt, ap);
 		va_end(ap);
 	}
-	atomic_store_explicit(&e->desc_cur, k + 1, memory_order_release);
+	rf__engine_describe_publish(e);
+}
+
+void rf__engine_describe_note(rf__engine *e, const char *note)
+{
+	snprintf(e->desc_note, sizeof e->desc_note, "%s", note);
+	rf__engine_describe_publish(e);
 }
 
 int rf__engine_io(rf__engine *e, const char *who)
@@ -236,7 +256,8 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 			   const size_t *sizes, rf_compute_fn compute, void *user, size_t nfile, int files_only)
 {
 	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_stride, e->stage, &e->cancel, 0, 0,
-		       NULL, NULL, nfile, nfile ? &e->io : NULL, files_only};
+		       NULL, NULL, nfile, nfile ? &e->io : NULL, files_only, e->last.bytes, e->vary,
+		       (e->be->caps & RF__CAP_OVERLAP) ? RF_SCHEDULE_RING : RF_SCHEDULE_INLINE, 0, NULL};
 	if (e->collect_stats) {
 		memset(e->qstats, 0, sizeof e->qstats);
 		run.stats = e->qstats;
@@ -254,6 +275,10 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	int64_t t0 = rf__trace_now();
 	int rc = rf__be_run(e->be, e->ctx, &run);
 	e->last.wall_ns = (uint64_t)(rf__trace_now() - t0);
+	e->last.schedule = run.sched == RF_SCHEDULE_RING && e->local ? RF_SCHEDULE_LOCAL : run.sched;
+	e->last.handoff_runs = run.handoff != 0; /* this run's share of the total (rf__stats_publish) */
+	if (run.note != NULL)
+		rf__engine_describe_note(e, run.note);
 	if (run.trace != NULL) {
 		int orc = e->oracle != NULL && rc == RF_OK ? e->oracle(e->owner, &trace, nblocks) : RF_OK;
 		if (orc != RF_OK) { /* RF_EHAZARD, or RF_ENOMEM for the oracle's own tables */
@@ -329,6 +354,8 @@ static void rf__stats_publish(rf__engine *e)
 	t->total_exposed_ns = totals.total_exposed_ns + (s->timed ? s->exposed_ns : 0);
 	t->total_wait_ns = totals.total_wait_ns + wait;
 	t->total_file_bytes = totals.total_file_bytes + s->file_bytes;
+	t->inline_runs = totals.inline_runs + (s->schedule == RF_SCHEDULE_INLINE);
+	t->handoff_runs = totals.handoff_runs + s->handoff_runs;
 	pthread_mutex_unlock(&e->stats_mu);
 }
 

@@ -10,8 +10,9 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-/* How many times rf_pipeline_describe's line may grow after create (depth = auto adds two notes). */
-#define RF__DESCRIBE_VERSIONS 4
+/* How many times rf_pipeline_describe's line may change after create (depth = auto adds two notes, files
+ * one, the threads backend one per change of its schedule; later changes show in rf_stats only). */
+#define RF__DESCRIBE_VERSIONS 16
 
 /* The engine's one state word: a run and a keyed call each take it (IDLE -> RUNNING / KEYED) for their
  * whole duration, so that any of them meeting another in progress returns RF_EBUSY and changes
@@ -33,6 +34,8 @@ typedef struct rf__engine {
 	 * (release), so that a reader on another thread never sees one being written. */
 	char describe[RF__DESCRIBE_VERSIONS][512];
 	atomic_uint desc_cur;
+	char desc_core[512]; /* what the versions are made of: the notes appended, then the backend's latest */
+	char desc_note[256]; /* schedule note (rf__run.note), replaced rather than appended */
 	int collect_stats;  /* rf_pipeline_collect_stats */
 	rf__qstats qstats[RF_MAX_QUEUES];
 	rf_stats last;      /* the run in progress (or the last one): the run thread's working copy */
@@ -63,6 +66,11 @@ typedef struct rf__engine {
 	void (*after)(void *owner);
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
 	void *owner;
+	/* The backend may choose how to run each run from its own measurements (rf__run.vary): set by the
+	 * owner (a pipeline, once depth = auto has settled); 0 for rf_exec. */
+	int vary;
+	/* The program computes on every queue (RF_LOCALITY_COPIER): runs as programmed are RF_SCHEDULE_LOCAL. */
+	int local;
 } rf__engine;
 
 /* Resolve `backend` (already through config), open it, allocate prog->nslots * slot_bytes of slots
@@ -98,6 +106,8 @@ int rf__engine_cancel_clear(rf__engine *e, const char *who);
  * or before the engine is shared; dropped once RF__DESCRIBE_VERSIONS versions exist). */
 const char *rf__engine_describe(const rf__engine *e);
 void rf__engine_describe_append(rf__engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* A new version with the backend's schedule note replaced by `note` (the run thread). */
+void rf__engine_describe_note(rf__engine *e, const char *note);
 
 /* A keyed call's entry and exit: RF_OK with the state taken (then rf__engine_keyed_end), or RF_EBUSY
  * (a run or another keyed call is in progress, or called from a compute callback) / RF_EBACKEND (a

@@ -18,6 +18,7 @@ struct rf_pipeline {
 	unsigned copy_queues;
 	unsigned pins;     /* staging slots per copy queue: the backend's staged ring (0: the plain ring) */
 	unsigned auto_max; /* depth = auto: the deepest ring the slots allow; 0 when depth is fixed */
+	int local;         /* RF_LOCALITY_COPIER on a backend that honours it: rings from rf__ring_program_local */
 	/* depth = auto, probing (probe.n > 1, runtime/autodepth.h): a program per candidate depth (built
 	 * when the rule ran, so that switching allocates nothing); cprog[probe.cur] is the one the engine
 	 * runs, the others are ours until probing ends. skip: the next run is not a probe run. */
@@ -50,6 +51,9 @@ static int rf__pipeline_params_check(const rf_pipeline_params *pp, rf_pipeline *
 					(int)pp->memory, &be);
 	if (rc != RF_OK)
 		return rc;
+	if (pp->locality != RF_LOCALITY_CALLER && pp->locality != RF_LOCALITY_COPIER)
+		return rf__err(RF_EINVAL, "rf_pipeline_create: locality %llu is neither RF_LOCALITY_CALLER (0) nor "
+					  "RF_LOCALITY_COPIER (1)", (unsigned long long)pp->locality);
 	if (pp->copy_queues >= RF_MAX_QUEUES)
 		return rf__err(RF_EINVAL, "rf_pipeline_create: copy_queues %u is over %u", pp->copy_queues,
 			       RF_MAX_QUEUES - 1);
@@ -130,9 +134,19 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 	return RF_OK;
 }
 
-/* A ring program for depth d, as rf_pipeline_create builds them (test hooks included). */
-static int rf__auto_program(unsigned d, unsigned kq, unsigned pins, struct rf_program **out)
+/* Whether a ring of depth d is built with locality: asked for, on the one backend that honours it
+ * (threads: cpu runs everything on the caller anyway, cuda's computes only enqueue), and deep enough
+ * that every queue has a slot of its own (shallower: the ring as planned). */
+static int rf__ring_is_local(int local, unsigned d, unsigned kq)
 {
+	return local && d >= kq + 1;
+}
+
+/* A ring program for depth d, as rf_pipeline_create builds them (test hooks included). */
+static int rf__pipeline_program(int local, unsigned d, unsigned kq, unsigned pins, struct rf_program **out)
+{
+	if (rf__ring_is_local(local, d, kq))
+		return rf__ring_program_local(d, kq, out);
 	int rc = rf__ring_program(d, kq, pins, out);
 	if (rc == RF_OK && RF__TEST_HOOK(drop_war_wait))
 		rf__prog_drop_war(*out, 0);
@@ -150,11 +164,24 @@ static unsigned rf__pipeline_pins(const rf__resolved *r, const rf_pipeline_param
 	return be->stage_slots(pp->slot_bytes);
 }
 
+static int rf__auto_program(const rf_pipeline *p, unsigned d, struct rf_program **out)
+{
+	return rf__pipeline_program(p->local, d, p->copy_queues, p->pins, out);
+}
+
+/* The backend may choose how to run runs (rf__run.vary) unless depth = auto is still comparing runs of
+ * its own: measuring (the first run) or probing depths. */
+static void rf__pipeline_vary(rf_pipeline *p)
+{
+	p->eng.vary = p->eng.measure == NULL && p->probe.n < 2;
+}
+
 /* Make cprog[i] the program the engine runs (the previous one stays in cprog[]). */
 static void rf__auto_install(rf_pipeline *p, unsigned i)
 {
 	p->probe.cur = i;
 	p->eng.prog = p->cprog[i];
+	p->eng.local = rf__ring_is_local(p->local, p->probe.cand[i], p->copy_queues);
 	atomic_store_explicit(&p->depth, p->probe.cand[i], memory_order_relaxed);
 }
 
@@ -170,7 +197,7 @@ static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d, int measured)
 	for (; built < n; built++)
 		if (cand[built] == depth)
 			p->cprog[built] = start;
-		else if (rf__auto_program(cand[built], p->copy_queues, p->pins, &p->cprog[built]) != RF_OK)
+		else if (rf__auto_program(p, cand[built], &p->cprog[built]) != RF_OK)
 			break;
 	if (built == 0)
 		return 0; /* keep the starting ring */
@@ -225,6 +252,8 @@ static void rf__auto_after(void *owner)
 	p->cprog[0] = p->cprog[win];
 	p->probe.n = 0;
 	p->probe.cur = 0;
+	p->eng.local = rf__ring_is_local(p->local, p->probe.cand[win], p->copy_queues);
+	rf__pipeline_vary(p);
 }
 
 /* After the first successful run of a depth = auto pipeline: pick the depth from its samples. */
@@ -241,6 +270,7 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 		return; /* nothing to learn from (no copies or computes, or no memory): the next run tries again */
 	rf__auto_begin_probing(p, d, 1);
 	p->eng.measure = NULL;
+	rf__pipeline_vary(p);
 	rf__engine_describe_append(&p->eng,
 				   "; depth auto: rule %u (copy mean %.1f us, p90 %.1f us; refill p90 %.1f us; compute "
 				   "mean %.1f us; at most %u)",
@@ -284,8 +314,10 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		return rf__err(RF_ENOMEM, "rf_pipeline_create: out of memory");
 	struct rf_program *prog;
 	p->pins = rf__pipeline_pins(&r, params);
-	if ((rc = rf__auto_program(r.depth, r.kq, p->pins, &prog)) != RF_OK)
+	p->local = params->locality == RF_LOCALITY_COPIER && strcmp(r.backend, "threads") == 0;
+	if ((rc = rf__pipeline_program(p->local, r.depth, r.kq, p->pins, &prog)) != RF_OK)
 		goto fail;
+	p->eng.local = rf__ring_is_local(p->local, r.depth, r.kq);
 	p->eng.staging = r.staging;
 	p->eng.wait_spin_ns = r.wait_ns;
 	p->eng.min_slots = r.auto_max;
@@ -313,6 +345,11 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	p->copy_queues = r.kq;
 	if (r.auto_max != 0 && r.device)
 		rf__auto_device(p);
+	rf__pipeline_vary(p);
+	if (p->local)
+		rf__engine_describe_append(&p->eng, "; locality: each block computed by the thread that copied it "
+						    "(RF_LOCALITY_COPIER)%s",
+					   p->eng.local ? "" : ", from depth 2 (copy queues + 1) on");
 	if (r.cfg.trace[0] != '\0' && (rc = rf__engine_trace(&p->eng, "rf_pipeline_create", r.cfg.trace)) != RF_OK) {
 		rf__pipeline_free(p);
 		return rc;

@@ -41,9 +41,11 @@ int rf__trace_begin(rf__trace *t, const struct rf_program *p, size_t nblocks, in
 		iters = (int64_t)(samples + 2 * t->group);
 	for (unsigned q = 0; q < p->nqueues; q++) {
 		size_t per_iter = 0;
-		for (size_t i = p->qstart[q]; i < p->qstart[q + 1]; i++) {
-			uint8_t k = p->ops[p->qidx[i]].kind;
-			per_iter += k == RF_OP_COPY || k == RF_OP_COMPUTE || k == RF_OP_STAGE;
+		for (size_t i = 0; i < p->nops; i++) {
+			const rf__op *o = &p->ops[i];
+			int timed = o->kind == RF_OP_COPY || o->kind == RF_OP_COMPUTE || o->kind == RF_OP_STAGE;
+			/* queue 0 also records a ring's copies that its caller takes over (backends/threads.c) */
+			per_iter += timed && (o->queue == q || (q == 0 && p->ring && o->kind == RF_OP_COPY));
 		}
 		size_t cap = per_iter * (size_t)(iters > 0 ? iters : 0);
 		t->cap[q] = cap;

@@ -62,7 +62,8 @@ static inline void rf__trace_add(rf__trace *t, unsigned q, uint8_t kind, int64_t
 	t->ev[q][t->n[q]++] = e;
 }
 
-/* Size the per-queue arrays for a run of prog over nblocks: every event (sampled 0), or only those of
+/* Size the per-queue arrays for a run of prog over nblocks (a ring's queue 0 with room for every copy
+ * too: the threads backend's caller takes over copies it would wait for): every event (sampled 0), or only those of
  * about `samples` blocks in groups of `group` (sampled 1: memory independent of nblocks). The sampling
  * is set in both cases (rf__trace_keeps). RF_OK or RF_ENOMEM. */
 int rf__trace_begin(rf__trace *t, const struct rf_program *prog, size_t nblocks, int sampled, unsigned group,

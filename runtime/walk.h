@@ -12,6 +12,9 @@
 /* A copy handler's return when the copy has only started (a file read in flight): the backend records
  * its trace slice and accounts it when it lands. */
 #define RF__WALK_ASYNC 1
+/* A copy handler's return when another thread made the copy and traced and accounted it (the threads
+ * backend's caller takes over copies it would wait for): nothing to record here. */
+#define RF__WALK_ELSEWHERE 2
 
 typedef struct rf__walk_ops {
 	/* stage: the staging slot the copy reads (rf__copy_src), RF__NO_STAGE when the block is not staged */
@@ -85,6 +88,8 @@ static inline int rf__walk(rf__run *run, int queue, uint64_t skip, const rf__wal
 					rc = 0;
 					if (run->stats)
 						run->stats[o->queue].copies++;
+				} else if (rc == RF__WALK_ELSEWHERE) {
+					rc = 0;
 				} else if (timed && rc != RF_ECANCELED) { /* canceled: the copy never ran */
 					rf__walk_timed(run, o, b, slot, t0, s0);
 				}

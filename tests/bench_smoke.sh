@@ -9,7 +9,7 @@ check() { if eval "$2"; then passes=$((passes + 1)); else echo "FAIL: $1"; fails
 
 for bad in "--depth 0" "--depth 1,,2" "--depth 2000" "--size 0" "--size 3" "--size 2G" "--size 64Q" \
            "--backend gpu" "--compute spin" "--compute ratio:x" "--jitter 2" "--reps 0" "--bogus 1" \
-           "--copy-queues 2 --depth 2" "--blocks"; do
+           "--copy-queues 2 --depth 2" "--blocks" "--locality anywhere" "--compute dsum:2"; do
 	msg=$("$bench" $bad 2>&1 >/dev/null); rc=$?
 	check "'$bad' exits 2 (got $rc)" "[ $rc -eq 2 ]"
 	check "'$bad' says why" "[ -n \"\$msg\" ]"
@@ -33,5 +33,13 @@ if command -v python3 >/dev/null; then
 	check "JSON parses" "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' \"$out/s.json\""
 	check "trace is a valid JSON document (python3 -m json.tool)" "python3 -m json.tool \"$out/t.json\" >/dev/null"
 fi
+# The arithmetic-bound model and both localities: every block's payload checked, a "ran" column.
+"$bench" --backend threads --depth 2,3 --size 64K --blocks 16 --reps 2 --compute dsum --locality caller,copier \
+	--baselines sequential --quiet --json "$out/d.json" > "$out/dsum.txt"
+rc=$?
+check "dsum sweep with both localities exits 0 (got $rc)" "[ $rc -eq 0 ]"
+check "dsum: ringfetch and rf-local records (1 + 2 x 2)" "[ \$(grep -c '\"method\"' \"$out/d.json\") -eq 5 ] && grep -q '\"method\": \"rf-local\"' \"$out/d.json\""
+check "dsum: the model is named" "grep -q '\"compute\": \"dsum\"' \"$out/d.json\""
+check "the table says how runs ran" "grep -q ' ran\$' \"$out/dsum.txt\" && grep -Eq '(ring|inline|local)' \"$out/dsum.txt\""
 echo "$passes passed, $fails failed"
 [ $fails -eq 0 ]

@@ -6,8 +6,9 @@
  *     job (WAR: a helper still writing a piece of an old job would corrupt the check);
  *  2. whole pipelines on the threads backend with blocks big enough to be copied in pieces (32 KiB ..
  *     1 MiB, depth 2..4, 1..3 copy queues), every byte checked in the compute; run with
- *     RINGFETCH_ORACLE=1 (ctest does) so that the hazard oracle checks every run's order too; the
- *     cache handoff is measured at create for each size class (even without cldemote).
+ *     RINGFETCH_ORACLE=1 (ctest does) so that the hazard oracle checks every run's order too, and with
+ *     RINGFETCH_OVERLAP=on (ctest does) so that every run uses the lanes, where the caller also takes
+ *     over copies the lane has not started.
  * Usage: race_copy [--iterations N] [--seed S]. Exit 0 when every check passed.
  */
 #include "ringfetch.h"

@@ -26,8 +26,9 @@ _Static_assert(offsetof(rf_pipeline_params, staging) == 40, "staging moved");
 _Static_assert(offsetof(rf_pipeline_params, memory) == 48, "memory moved");
 _Static_assert(offsetof(rf_pipeline_params, depth_auto) == 52, "depth_auto moved");
 _Static_assert(offsetof(rf_pipeline_params, wait) == 56, "wait moved");
-_Static_assert(offsetof(rf_pipeline_params, reserved) == 64, "reserved moved");
-_Static_assert(sizeof(((rf_pipeline_params *)0)->reserved) == 8 * sizeof(uint64_t), "reserved is 8 words");
+_Static_assert(offsetof(rf_pipeline_params, locality) == 64, "locality moved (it took reserved[0])");
+_Static_assert(offsetof(rf_pipeline_params, reserved) == 72, "reserved moved");
+_Static_assert(sizeof(((rf_pipeline_params *)0)->reserved) == 7 * sizeof(uint64_t), "reserved is 7 words");
 _Static_assert(sizeof(rf_memory) == sizeof(int), "rf_memory is an int-sized enum");
 /* rf_stats of major 1: every queue, the file bytes, and reserved words that end it. */
 _Static_assert(RF_STATS_QUEUES == 64u, "rf_stats reports 64 queues");
@@ -35,6 +36,10 @@ _Static_assert(offsetof(rf_stats, queue) == 32, "rf_stats.queue moved");
 _Static_assert(offsetof(rf_stats, copy_ns) == 32 + 64 * 32, "rf_stats.copy_ns moved");
 _Static_assert(offsetof(rf_stats, file_bytes) == 32 + 64 * 32 + 80, "rf_stats.file_bytes moved");
 _Static_assert(sizeof(rf_stats) == 32 + 64 * 32 + 96 + 14 * 8, "rf_stats must stay this size");
+/* Appended in 1.1 from its first reserved words: schedule, inline_runs, handoff_runs. */
+_Static_assert(offsetof(rf_stats, schedule) == 32 + 64 * 32 + 96, "rf_stats.schedule took reserved[0]");
+_Static_assert(offsetof(rf_stats, handoff_runs) == 32 + 64 * 32 + 96 + 16, "rf_stats.handoff_runs moved");
+_Static_assert(offsetof(rf_stats, reserved) == 32 + 64 * 32 + 96 + 24, "rf_stats.reserved moved");
 #endif
 _Static_assert(offsetof(rf_stats, reserved) + sizeof(((rf_stats *)0)->reserved) == sizeof(rf_stats),
                "rf_stats: reserved[] must be the last member");
@@ -44,6 +49,9 @@ _Static_assert(offsetof(rf_pipeline_params, reserved) + sizeof(((rf_pipeline_par
                    sizeof(rf_pipeline_params),
                "reserved[] must be the last member");
 _Static_assert(RF_DEPTH_AUTO == 1u, "RF_DEPTH_AUTO is part of the ABI");
+_Static_assert(RF_LOCALITY_CALLER == 0u && RF_LOCALITY_COPIER == 1u, "RF_LOCALITY_* are part of the ABI");
+_Static_assert(RF_SCHEDULE_RING == 0u && RF_SCHEDULE_INLINE == 1u && RF_SCHEDULE_LOCAL == 2u,
+               "RF_SCHEDULE_* are part of the ABI");
 
 Test(abi, params_layout)
 {

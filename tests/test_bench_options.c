@@ -46,6 +46,9 @@ Test(bench_options, lists_and_models)
 	cr_assert_eq(o.compute, RFB_SPIN);
 	cr_assert_float_eq(o.compute_arg, 250, 1e-9);
 	cr_assert_float_eq(o.jitter, 0.5, 1e-9);
+	cr_assert_eq(parse(&o, err, "--compute", "dsum", NULL, NULL), 0, "%s", err);
+	cr_assert_eq(o.compute, RFB_DSUM);
+	cr_assert_str_eq(rfb_compute_name(o.compute), "dsum");
 	cr_assert_eq(parse(&o, err, "--compute", "ratio:1.5", "--baselines", "none"), 0, "%s", err);
 	cr_assert_eq(o.compute, RFB_RATIO);
 	cr_assert_eq(o.baselines, 0);
@@ -60,7 +63,7 @@ Test(bench_options, refusals_say_why)
 		{"--depth", "2,"},      {"--depth", "x"},        {"--depth", "-1"},       {"--size", "0"},
 		{"--size", "6"},        {"--size", "2G"},        {"--size", "1K5"},       {"--size", ""},
 		{"--backend", "gpu"},   {"--backend", "cpu,"},   {"--compute", "spin"},   {"--compute", "ratio:-1"},
-		{"--compute", "fast"},  {"--jitter", "1.5"},     {"--jitter", "nan"},     {"--reps", "0"},
+		{"--compute", "fast"},  {"--compute", "dsum:1"},  {"--jitter", "1.5"},     {"--jitter", "nan"},     {"--reps", "0"},
 		{"--blocks", "0"},      {"--seed", "-3"},        {"--baselines", "mpi"},  {"--bogus", "1"},
 		{"--depth", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17"},
 	};

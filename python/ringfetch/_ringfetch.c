@@ -1365,7 +1365,7 @@ static PyObject *Pipeline_stats(PipelineObject *self, PyObject *unused)
 		PyList_SetItem(queues, i, q);
 	}
 	PyObject *d = Py_BuildValue(
-		"{snsKsKsOsIsNsKsKsdsKsKsKsKsKsKsKsKsK}", "blocks", (Py_ssize_t)st.blocks, "bytes",
+		"{snsKsKsOsIsNsKsKsdsKsKsKsKsKsKsKsKsKsKsKsK}", "blocks", (Py_ssize_t)st.blocks, "bytes",
 		(unsigned long long)st.bytes, "wall_ns", (unsigned long long)st.wall_ns, "timed",
 		st.timed ? Py_True : Py_False, "nqueues", st.nqueues, "queue", queues, "copy_ns",
 		(unsigned long long)st.copy_ns, "exposed_ns", (unsigned long long)st.exposed_ns, "overlap_efficiency",
@@ -1374,7 +1374,8 @@ static PyObject *Pipeline_stats(PipelineObject *self, PyObject *unused)
 		(unsigned long long)st.total_wall_ns, "timed_runs", (unsigned long long)st.timed_runs,
 		"total_exposed_ns", (unsigned long long)st.total_exposed_ns, "total_wait_ns",
 		(unsigned long long)st.total_wait_ns, "file_bytes", (unsigned long long)st.file_bytes,
-		"total_file_bytes", (unsigned long long)st.total_file_bytes);
+		"total_file_bytes", (unsigned long long)st.total_file_bytes, "schedule", (unsigned long long)st.schedule,
+		"inline_runs", (unsigned long long)st.inline_runs, "handoff_runs", (unsigned long long)st.handoff_runs);
 	return d;
 }
 

@@ -26,7 +26,8 @@ class Params(ctypes.Structure):  # rf_pipeline_params
         ("staging", ctypes.c_char_p),
         ("memory", ctypes.c_int),
         ("wait", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint64 * 8),
+        ("locality", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 7),
     ]
 
 
@@ -57,7 +58,8 @@ class Stats(ctypes.Structure):  # rf_stats
         ("overlap_efficiency", ctypes.c_double),
     ] + [(n, ctypes.c_uint64) for n in (
         "runs", "total_blocks", "total_bytes", "total_wall_ns", "timed_runs", "total_exposed_ns",
-        "total_wait_ns", "file_bytes", "total_file_bytes")] + [("reserved", ctypes.c_uint64 * 14)]
+        "total_wait_ns", "file_bytes", "total_file_bytes", "schedule", "inline_runs",
+        "handoff_runs")] + [("reserved", ctypes.c_uint64 * 11)]
 
 
 COMPUTE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(Block))
@@ -148,6 +150,8 @@ def main():
               "run %d: stats say %d blocks, %d bytes" % (run, st.blocks, st.bytes))
         check(st.timed == 1 and st.nqueues >= 1 and st.queue[0].computes == n and st.wall_ns > 0,
               "run %d: timed %d, nqueues %d, computes %d" % (run, st.timed, st.nqueues, st.queue[0].computes))
+        check(st.schedule in (0, 1, 2) and st.inline_runs <= st.runs and st.reserved[0] == 0,
+              "run %d: schedule %d, inline_runs %d of %d" % (run, st.schedule, st.inline_runs, st.runs))
 
     # A callback that fails stops the run with RF_ECALLBACK; the pipeline stays usable.
     cb = COMPUTE(lambda user, bp: 7 if bp.contents.index == 5 else 0)

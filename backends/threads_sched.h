@@ -1,0 +1,89 @@
+/* backends/threads_sched.h — which schedule a threads pipeline runs, chosen from its own runs.
+ *
+ * A ring on threads may be run three ways (arms): on the lanes (copies on the copy lanes, computes on
+ * the caller: the ring as planned), inline (the cpu backend's walk on the caller: no thread hop, every
+ * block read where it was copied), or on the lanes with the cache handoff (CLDEMOTE after each copy:
+ * only where the CPU has it). Which is fastest depends on the machine (how much a block read from
+ * another core's cache costs, whether the cores are shared with other work) and on the workload (the
+ * compute's cost per byte, the block size, the blocks per run), so it is measured on the pipeline's own
+ * runs: the first runs of each run shape alternate between the arms, and the fastest over all its runs
+ * (the mean time per byte: a schedule often held up on a busy machine loses even when its typical run
+ * is fast, since what the caller waits for is the sum) is kept; each later comparison adds its runs to
+ * the earlier ones, which count half as much each time (so that a few noisy runs do not decide alone,
+ * and a machine that changes still shows within two comparisons);
+ * the arms are compared again now and then (after 16 runs, then 32, 64, ... up to 1024 while the choice
+ * holds; 16 again when it changes), so a choice follows a machine or a workload that changes.
+ *
+ * Everything here is a pure function of the samples it is given: no clock, no threads. The shell in
+ * backends/threads.c times the runs; tests drive these rules with synthetic samples. */
+#ifndef RF_BACKENDS_THREADS_SCHED_H
+#define RF_BACKENDS_THREADS_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* overlap = auto | off | on (RINGFETCH_OVERLAP; rf__parse_overlap's values): compare the lanes with
+ * running inline, run inline always, run on the lanes always. */
+enum { RF__OV_AUTO = 0, RF__OV_OFF = 1, RF__OV_ON = 2 };
+
+/* The arms. Listed in preference order: on a tie the earlier one is kept (inline uses one core). */
+enum { RF__SCH_INLINE = 0, RF__SCH_LANES = 1, RF__SCH_HANDOFF = 2, RF__SCH_NARMS = 3 };
+
+#define RF__SCH_ROUNDS 5u      /* runs of each arm per comparison, alternating; their mean decides */
+#define RF__SCH_CLASSES 8u     /* run shapes remembered at once (least recently used replaced) */
+#define RF__SCH_RECHECK 16u    /* runs of the kept arm before the first comparison again */
+#define RF__SCH_RECHECK_MAX 1024u
+/* A later arm is kept only when its mean beats every earlier arm's by more than this (3 %: run to run
+ * noise on a quiet machine). */
+#define RF__SCH_MARGIN 0.97
+
+/* The shape of a run, the key its samples are kept under: log2 of the mean block size and of the block
+ * count (capped at 2^12), so that runs compared with each other move similar blocks. Never 0. */
+uint32_t rf__sch_shape(uint64_t bytes, size_t nblocks);
+
+/* The winner among n arms (in preference order) given each one's figure (mean time; lower is better):
+ * arm i replaces the current winner w only when fig[i] < fig[w] * RF__SCH_MARGIN. n >= 1. */
+unsigned rf__sch_best(const double *fig, unsigned n);
+
+/* The mean of v[0..n) (n >= 1). */
+double rf__sch_mean(const double *v, unsigned n);
+
+typedef struct rf__sch_class {
+	uint32_t shape;    /* 0: free */
+	int probing;       /* 1 while the arms are being compared */
+	unsigned probes;   /* runs noted in the current comparison */
+	unsigned choice;   /* the kept arm (an RF__SCH_* value) while not probing */
+	unsigned left;     /* runs of the kept arm before the next comparison */
+	unsigned interval; /* the current distance between comparisons */
+	unsigned compared; /* comparisons made */
+	uint64_t used;     /* last use, for replacement */
+	double x[RF__SCH_NARMS][RF__SCH_ROUNDS]; /* the comparison's samples, by arm slot */
+	double sum[RF__SCH_NARMS], weight;       /* every comparison's samples, halved at each new one */
+	double fig[RF__SCH_NARMS];               /* sum / weight after the last comparison, by arm slot */
+} rf__sch_class;
+
+typedef struct rf__sch {
+	unsigned narms;
+	unsigned arms[RF__SCH_NARMS]; /* RF__SCH_* values, in preference order */
+	uint64_t clock;
+	rf__sch_class c[RF__SCH_CLASSES];
+} rf__sch;
+
+/* Compare these arms (RF__SCH_* values in preference order, 1..RF__SCH_NARMS of them; with one there
+ * is nothing to choose: rf__sch_pick always returns it). */
+void rf__sch_init(rf__sch *s, const unsigned *arms, unsigned narms);
+
+/* The arm the next run of this shape uses, and its class (for rf__sch_note). A comparison runs the arms
+ * in turn starting with the second in preference order (the lanes: the ring as planned goes first). */
+unsigned rf__sch_pick(rf__sch *s, uint32_t shape, rf__sch_class **c);
+
+/* That run succeeded and took x (time per byte, or per block for empty blocks; any unit, the same for
+ * every run). Returns 1 when it ended a comparison (c->choice and c->fig are then the new figures,
+ * worth describing), else 0. A comparison's figure for an arm: (its samples' sum + half the previous
+ * sum) / (their count + half the previous count) — the mean, with older comparisons fading. */
+int rf__sch_note(rf__sch *s, rf__sch_class *c, unsigned arm, double x);
+
+/* "inline", "lanes", "lanes + handoff". */
+const char *rf__sch_name(unsigned arm);
+
+#endif
