@@ -105,7 +105,7 @@ tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DRINGFETCH_WERROR=ON -DRINGFETCH_SANITIZE=thread $(CMAKE_FLAGS)
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_race race_copy race_cuda test_race_keyed test_race_control \
 		race_reader race_files test_unload
-	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -L tsan
+	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -j $(JOBS) -L tsan
 
 # A valgrind memcheck pass over a subset: the seeded stress on both CPU backends, the demo and a tiny
 # sweep (plain programs, so a memcheck error or a definite leak fails the target through its exit code).

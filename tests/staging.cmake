@@ -3,7 +3,7 @@
 rf_test(test_staging SOURCES test_staging.c)
 rf_add_ctest(staging test_staging)
 
-# Growth over 150 create/destroy and alloc/free cycles at 1 .. 65 MiB (RSS from /proc/self/statm), and the
+# Growth over 48 create/destroy and alloc/free cycles at 1 .. 65 MiB (RSS from /proc/self/statm), and the
 # memory budget as a cap on what a ring maps. Heavy on page faults: a few seconds per size.
 rf_test(test_staging_leak SOURCES test_staging_leak.c)
 rf_add_ctest(staging_leak test_staging_leak)
