@@ -45,9 +45,11 @@ static int rf__cpu_reap(rf__cpu_walk *w, rf__run *run, unsigned q, int64_t v)
 }
 
 /* Block b's bytes into dst: from src (its staging slot), else from its source — a file's read, at once,
- * or started when overlapped (a stage's at once: its copy reads the staging slot right after). */
+ * or started when overlapped. A stage's is read at once (its copy reads the staging slot right after),
+ * and so is a copy on queue 0, the queue that computes (overlapped walks run only programs whose
+ * computes are all there): on one queue a compute may follow its copy with no wait between them. */
 static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned char *dst,
-			const unsigned char *src)
+			const unsigned char *src, uint32_t node)
 {
 	size_t n = run->sizes[b];
 	rf__fsrc fs;
@@ -59,11 +61,12 @@ static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b,
 		memcpy(dst, src != NULL ? src : run->srcs[b], n);
 		return 0;
 	}
-	if (!w->overlapped || slot == RF__NO_STAGE)
+	if (!w->overlapped || slot == RF__NO_STAGE || queue == 0)
 		return rf__flight_read(run->io, &fs, n, dst, run->slot_stride);
 	rf__flight_rec rec = {0};
 	rec.block = (int64_t)b;
 	rec.slot = slot;
+	rec.node = node;
 	rec.queue = (uint8_t)queue;
 	rec.traced = run->trace != NULL;
 	if (rec.traced) {
@@ -74,15 +77,15 @@ static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b,
 	return rc == RF_OK ? RF__WALK_ASYNC : rc;
 }
 
-static int rf__cpu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage)
+static int rf__cpu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
 {
 	const unsigned char *src = stage == RF__NO_STAGE ? NULL : rf__stage_ptr(run, stage);
-	return rf__cpu_move(c, run, queue, b, slot, rf__slot_ptr(run, slot), src);
+	return rf__cpu_move(c, run, queue, b, slot, rf__slot_ptr(run, slot), src, node);
 }
 
 static int rf__cpu_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
 {
-	return rf__cpu_move(c, run, queue, b, RF__NO_STAGE, rf__stage_ptr(run, stage), NULL);
+	return rf__cpu_move(c, run, queue, b, RF__NO_STAGE, rf__stage_ptr(run, stage), NULL, 0);
 }
 
 static int rf__cpu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)

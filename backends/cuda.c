@@ -296,8 +296,9 @@ static int rf__cu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsig
 
 /* A staged block's copy reads what its STAGE left in the staging slot: the pinned slot, or the source
  * itself when DMA can read it. */
-static int rf__cu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage)
+static int rf__cu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
 {
+	(void)node;
 	rf__cu *cx = c;
 	size_t n = run->sizes[b];
 	if (n == 0)

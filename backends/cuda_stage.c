@@ -326,9 +326,10 @@ static int rf__cu_lane_none(void *c, rf__run *run, unsigned queue, size_t b, uns
 	return rf__err(RF_EBACKEND, "cuda: host queue %u has a copy or compute", queue);
 }
 
-static int rf__cu_lane_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage)
+static int rf__cu_lane_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
 {
 	(void)stage;
+	(void)node;
 	return rf__cu_lane_none(c, run, queue, b, slot);
 }
 

@@ -78,7 +78,7 @@ static void rf__thr_progress(rf__walker *wk)
 
 /* A file copy: a lane starts its reads and walks on (the slice is recorded when it lands); the caller
  * reads it through before it goes on. */
-static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, size_t b, unsigned slot)
+static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, size_t b, unsigned slot, uint32_t node)
 {
 	size_t n = run->sizes[b];
 	unsigned char *dst = rf__slot_ptr(run, slot);
@@ -87,6 +87,7 @@ static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, s
 	rf__flight_rec rec = {0};
 	rec.block = (int64_t)b;
 	rec.slot = slot;
+	rec.node = node;
 	rec.queue = (uint8_t)wk->lane->q;
 	rec.traced = run->trace != NULL;
 	if (rec.traced) {
@@ -99,9 +100,11 @@ static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, s
 }
 
 /* Block b's bytes into dst: from src (its staging slot), else from its source, a file's being read —
- * by a lane asynchronously into ring slot `slot`, or into a staging slot (slot RF__NO_STAGE) at once. */
+ * by a lane asynchronously into ring slot `slot`; at once into a staging slot (slot RF__NO_STAGE), by
+ * the caller, or on a queue that also computes (the locality ring's, a graph's): on one queue a compute
+ * may follow its copy with no wait between them. */
 static int rf__thr_move(void *c, rf__run *run, unsigned queue, size_t b, unsigned char *dst, const unsigned char *src,
-			unsigned slot)
+			unsigned slot, uint32_t node)
 {
 	rf__walker *wk = c;
 	if (rf__thr_stopped(c))
@@ -111,8 +114,9 @@ static int rf__thr_move(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 	if (n != 0 && wk->lane != NULL && rf__flight_busy(&wk->lane->flight)) /* write after write */
 		rf__flight_wait_dst(&wk->lane->flight, dst, run->slot_stride);
 	if (n != 0 && src == NULL && run->nfile > 0 && rf__file_classify("", "", run->srcs[b], n, 0, &fs) == 1)
-		return slot != RF__NO_STAGE ? rf__thr_file_copy(c, run, &fs, b, slot)
-					    : rf__flight_read(wk->lane ? &wk->lane->flight : run->io, &fs, n, dst, run->slot_stride);
+		return slot != RF__NO_STAGE && !((wk->t->computes >> queue) & 1)
+			       ? rf__thr_file_copy(c, run, &fs, b, slot, node)
+			       : rf__flight_read(wk->lane ? &wk->lane->flight : run->io, &fs, n, dst, run->slot_stride);
 	src = src != NULL ? src : run->srcs[b];
 	if (n != 0) {
 		rf__threads *t = wk->t;
@@ -195,7 +199,7 @@ static int rf__thr_skip(rf__walker *wk, size_t b)
 }
 
 
-static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage)
+static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
 {
 	rf__walker *wk = c;
 	/* Claimed first: a copy the caller made is done whatever happens next (a cancel after the last
@@ -203,18 +207,19 @@ static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 	if (wk->lane != NULL && wk->t->steal && !rf__thr_claim(&wk->t->q[queue], b))
 		return rf__thr_skip(wk, b);
 	const unsigned char *src = stage == RF__NO_STAGE ? NULL : rf__stage_ptr(run, stage);
-	return rf__thr_move(c, run, queue, b, rf__slot_ptr(run, slot), src, slot);
+	return rf__thr_move(c, run, queue, b, rf__slot_ptr(run, slot), src, slot, node);
 }
 
 static int rf__thr_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
 {
-	return rf__thr_move(c, run, queue, b, rf__stage_ptr(run, stage), NULL, RF__NO_STAGE);
+	return rf__thr_move(c, run, queue, b, rf__stage_ptr(run, stage), NULL, RF__NO_STAGE, 0);
 }
 
 static int rf__thr_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
 	(void)queue;
-	if (atomic_load_explicit(&((rf__walker *)c)->t->stop, memory_order_relaxed))
+	rf__walker *wk = c;
+	if (atomic_load_explicit(&wk->t->stop, memory_order_relaxed))
 		return RF_ECANCELED;
 	return rf__call_compute(run, b, slot, NULL);
 }
@@ -328,6 +333,10 @@ static int rf__thr_lanes(rf__threads *t, rf__run *run)
 	}
 	t->run = run;
 	t->steal = run->prog->ring && run->prog->nstage == 0 && run->nfile == 0;
+	t->computes = 0;
+	for (size_t i = 0; i < run->prog->nops; i++)
+		if (run->prog->ops[i].kind == RF_OP_COMPUTE)
+			t->computes |= (uint64_t)1 << run->prog->ops[i].queue;
 	for (unsigned i = 0; i < t->nq; i++) {
 		atomic_store_explicit(&t->q[i].claimed, -1, memory_order_relaxed);
 		atomic_store_explicit(&t->q[i].stolen, -1, memory_order_relaxed);

@@ -17,8 +17,9 @@
 #define RF__WALK_ELSEWHERE 2
 
 typedef struct rf__walk_ops {
-	/* stage: the staging slot the copy reads (rf__copy_src), RF__NO_STAGE when the block is not staged */
-	int (*copy)(void *c, rf__run *run, unsigned queue, size_t block, unsigned slot, unsigned stage);
+	/* stage: the staging slot the copy reads (rf__copy_src), RF__NO_STAGE when the block is not staged;
+	 * node: the op's node (the trace names it; a copy that lands later records its own slice) */
+	int (*copy)(void *c, rf__run *run, unsigned queue, size_t block, unsigned slot, unsigned stage, uint32_t node);
 	int (*compute)(void *c, rf__run *run, unsigned queue, size_t block, unsigned slot);
 	/* block: SIGNAL, the producer's block; WAIT, the block of the node it precedes (for logs, traces). */
 	int (*signal)(void *c, unsigned queue, int64_t value, size_t block);
@@ -83,7 +84,7 @@ static inline int rf__walk(rf__run *run, int queue, uint64_t skip, const rf__wal
 				if (o->kind == RF_OP_STAGE)
 					rc = h->stage(c, run, o->queue, (size_t)b, slot = st);
 				else
-					rc = h->copy(c, run, o->queue, (size_t)b, slot, st);
+					rc = h->copy(c, run, o->queue, (size_t)b, slot, st, (uint32_t)o->node);
 				if (rc == RF__WALK_ASYNC) {
 					rc = 0;
 					if (run->stats)

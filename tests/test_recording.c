@@ -28,9 +28,10 @@ static void log_op(rec r)
 	g_log[g_len++] = r;
 }
 
-static int rec_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage)
+static int rec_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
 {
 	(void)c;
+	(void)node;
 	log_op((rec){RF_OP_COPY, queue, 0, slot, b, 0});
 	memcpy(rf__slot_ptr(run, slot), rf__copy_src(run, b, stage), run->sizes[b]);
 	return 0;
