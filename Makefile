@@ -110,8 +110,10 @@ tsan: deps
 # A valgrind memcheck pass over a subset: the seeded stress on both CPU backends, the demo and a tiny
 # sweep (plain programs, so a memcheck error or a definite leak fails the target through its exit code).
 # jemalloc is private and static inside libringfetch (it serves only the staging arenas, from mmap'ed
-# memory): malloc is libc's, which memcheck replaces as usual.
-VALGRIND := valgrind -q --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
+# memory): malloc is libc's, which memcheck replaces as usual. valgrind runs one thread at a time;
+# --fair-sched hands the lock round in turn, so a thread that spins waiting for another (the wait
+# policy's spin) does not keep it from running (without it one keyed stress iteration took minutes).
+VALGRIND := valgrind -q --fair-sched=yes --error-exitcode=99 --leak-check=full --errors-for-leak-kinds=definite
 valgrind: build
 	@command -v valgrind >/dev/null || $(MAKE) deps DEB_PACKAGES="$(DEB_PACKAGES) valgrind"
 	$(VALGRIND) $(BUILD)/tests/test_race --backend cpu --iterations 300 --seed 1
