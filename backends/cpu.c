@@ -24,6 +24,7 @@
 typedef struct rf__cpu_walk {
 	_Atomic int64_t seen[RF_MAX_QUEUES]; /* last value signalled per queue */
 	int overlapped;                      /* file copies are started, not waited for */
+	uint64_t after[RF_MAX_QUEUES];       /* overlapped: copies started up to each queue's last one */
 	rf__run *run;
 	rf__flight *run_io;
 } rf__cpu_walk;
@@ -74,11 +75,19 @@ static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b,
 		rec.s0 = rf__trace_seq(run->trace);
 	}
 	int rc = rf__flight_start(run->io, &fs, n, dst, run->slot_stride, &rec);
-	return rc == RF_OK ? RF__WALK_ASYNC : rc;
+	if (rc != RF_OK)
+		return rc;
+	w->after[queue] = run->io->started;
+	return RF__WALK_ASYNC;
 }
 
-static int rf__cpu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
+static inline __attribute__((always_inline)) int rf__cpu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
 {
+	/* The hot path, kept small enough to be inlined into the walk: a block in memory, not staged. */
+	if (run->nfile == 0 && stage == RF__NO_STAGE) {
+		memcpy(rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b]);
+		return 0;
+	}
 	const unsigned char *src = stage == RF__NO_STAGE ? NULL : rf__stage_ptr(run, stage);
 	return rf__cpu_move(c, run, queue, b, slot, rf__slot_ptr(run, slot), src, node);
 }
@@ -88,49 +97,56 @@ static int rf__cpu_stage(void *c, rf__run *run, unsigned queue, size_t b, unsign
 	return rf__cpu_move(c, run, queue, b, RF__NO_STAGE, rf__stage_ptr(run, stage), NULL, 0);
 }
 
-static int rf__cpu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
+static inline __attribute__((always_inline)) int rf__cpu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
 	(void)queue;
 	(void)c;
 	return rf__call_compute(run, b, slot, NULL);
 }
 
-static int rf__cpu_signal(void *c, unsigned q, int64_t v, size_t block)
+static inline __attribute__((always_inline)) int rf__cpu_signal(void *c, unsigned q, int64_t v, size_t block)
 {
 	(void)block;
 	rf__cpu_walk *w = c;
-	if (w->overlapped) /* after the reads in flight */
-		rf__flight_signal(w->run_io, &w->seen[q], v);
+	if (w->overlapped) /* after the queue's own reads in flight: a compute's at once */
+		rf__flight_signal_after(w->run_io, &w->seen[q], v, w->after[q]);
 	else
 		atomic_store_explicit(&w->seen[q], v, memory_order_relaxed);
 	return 0;
 }
 
-static int rf__cpu_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
+static int rf__cpu_never(unsigned q, unsigned wq, int64_t v)
+{
+	return rf__err(RF_EBACKEND, "queue %u would wait forever for q%u >= %lld", q, wq, (long long)v);
+}
+
+static inline __attribute__((always_inline)) int rf__cpu_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
 {
 	(void)block;
 	rf__cpu_walk *w = c;
+	if (rf__cpu_seen(w, wq, v))
+		return 0;
 	if (w->overlapped) {
 		int rc = rf__cpu_reap(w, w->run, wq, v);
 		if (rc != RF_OK)
 			return rc;
+		if (rf__cpu_seen(w, wq, v))
+			return 0;
 	}
-	if (rf__cpu_seen(w, wq, v))
-		return 0;
-	return rf__err(RF_EBACKEND, "queue %u would wait forever for q%u >= %lld", q, wq, (long long)v);
+	return rf__cpu_never(q, wq, v);
 }
 
 static const rf__walk_ops rf__cpu_ops = {rf__cpu_copy, rf__cpu_compute, rf__cpu_signal, rf__cpu_wait, rf__cpu_stage};
 
 int rf__cpu_walk_inline(rf__run *run)
 {
-	rf__cpu_walk w = {{0}, 0, NULL, NULL};
+	rf__cpu_walk w = {{0}, 0, {0}, NULL, NULL};
 	return rf__walk(run, -1, 0, &rf__cpu_ops, &w);
 }
 
 int rf__cpu_walk_overlapped(rf__run *run)
 {
-	rf__cpu_walk w = {{0}, 1, run, run->io};
+	rf__cpu_walk w = {{0}, 1, {0}, run, run->io};
 	rf__flight *f = run->io;
 	f->failed = 0;
 	f->trace = run->trace;

@@ -33,6 +33,9 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 	rf__tlane *l = ctx;
 	rf__threads *t = l->t;
 	int64_t v = atomic_load_explicit(&it->value, memory_order_relaxed);
+	/* A run's failed copy (reported by that run, which has ended: keyed calls and runs exclude each
+	 * other) must not hold back the signals of keyed copies, whose failures are marked per ticket. */
+	l->flight.failed = 0;
 	if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 		RF__TEST_HOOK(keyed_before_copy)(0);
 	if (!rf__work_claim(w)) {

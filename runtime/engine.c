@@ -183,8 +183,7 @@ static int rf__aliases(uintptr_t s, size_t n, const void *mem, size_t len)
 
 static int rf__aliases_ring(const rf__engine *e, const void *src, size_t n)
 {
-	return !(e->be->caps & RF__CAP_DEVICE) &&
-	       (rf__aliases((uintptr_t)src, n, e->slots, e->slots_len) || rf__aliases((uintptr_t)src, n, e->stage, e->stage_len));
+	return rf__aliases((uintptr_t)src, n, e->slots, e->slots_len) || rf__aliases((uintptr_t)src, n, e->stage, e->stage_len);
 }
 
 /* The file blocks of a run: held for its duration (rf_file_close is then RF_EBUSY), let go after it. */
@@ -227,18 +226,20 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 			       e->prog->nblocks_min - 1, nblocks);
 	if (!rf__nblocks_ok(nblocks))
 		return rf__err(RF_EINVAL, "%s: nblocks %zu is over %zu", who, nblocks, RF__MAX_NBLOCKS);
+	/* Per run, not per block: a file opened while the run is checked cannot hold its sources. */
+	const int any_file = rf__file_any(), host = !(e->be->caps & RF__CAP_DEVICE);
 	for (size_t i = 0; i < nblocks; i++) {
 		if (sizes[i] > e->slot_bytes)
 			return rf__err(RF_EINVAL, "%s: block %zu is %zu bytes, over slot_bytes %zu", who, i,
 				       sizes[i], e->slot_bytes);
 		if (srcs[i] == NULL && sizes[i] != 0)
 			return rf__err(RF_EINVAL, "%s: block %zu has a NULL source and %zu bytes", who, i, sizes[i]);
-		if (rf__aliases_ring(e, srcs[i], sizes[i]))
+		if (host && rf__aliases_ring(e, srcs[i], sizes[i]))
 			return rf__err(RF_EINVAL, "%s: block %zu's source lies in the pipeline's own ring (copy it out "
 						  "first: a slot is refilled while later blocks are copied)", who, i);
 		*bytes += sizes[i];
 		*nonempty += sizes[i] != 0;
-		if (sizes[i] != 0 && rf__file_any()) {
+		if (sizes[i] != 0 && any_file) {
 			rf__fsrc fs;
 			char what[48];
 			snprintf(what, sizeof what, "block %zu", i);

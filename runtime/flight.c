@@ -76,16 +76,24 @@ static void rf__flight_store(rf__flight *f, _Atomic int64_t *q, int64_t v)
 		rf__ec_notify(f->ec);
 }
 
-/* Fire the queued signals whose copies have all landed. */
+/* Fire the queued signals whose copies have all landed, oldest first; the others stay queued in order. */
 static void rf__flight_fire(rf__flight *f)
 {
-	while (f->sh != f->st && f->siga[f->sh] <= f->upto) {
-		if (!f->failed)
-			rf__flight_store(f, f->sigq[f->sh], f->sigv[f->sh]);
-		f->sh = (f->sh + 1) % (RF__FLIGHT_MAX + 1);
+	if (f->failed) { /* a run's copy failed: nothing behind it may be announced */
+		f->sn = 0;
+		return;
 	}
-	if (f->failed) /* a run's copy failed: nothing behind it may be announced */
-		f->sh = f->st;
+	unsigned k = 0;
+	for (unsigned i = 0; i < f->sn; i++) {
+		if (f->siga[i] <= f->upto) {
+			rf__flight_store(f, f->sigq[i], f->sigv[i]);
+			continue;
+		}
+		f->sigv[k] = f->sigv[i];
+		f->sigq[k] = f->sigq[i];
+		f->siga[k++] = f->siga[i];
+	}
+	f->sn = k;
 }
 
 /* Copy `tag` landed with rc. */
@@ -174,19 +182,30 @@ void rf__flight_wait_dst(rf__flight *f, const unsigned char *dst, size_t len)
 			rf__reader_wait(rf__flight_rd(f));
 }
 
-void rf__flight_signal(rf__flight *f, _Atomic int64_t *q, int64_t v)
+void rf__flight_signal_after(rf__flight *f, _Atomic int64_t *q, int64_t v, uint64_t after)
 {
 	q = q != NULL ? q : f->value;
-	if (f->sh == f->st && !rf__flight_busy(f)) {
-		rf__flight_store(f, q, v);
+	/* Its copies have landed: at once. Nothing queued for q can be older (it would wait for no more
+	 * copies than this one, and the queued ones wait for some still in flight). */
+	if (after <= f->upto) {
+		if (!f->failed)
+			rf__flight_store(f, q, v);
 		return;
 	}
-	/* At most one signal per copy in flight and one more: the ring never overflows. */
-	f->sigv[f->st] = v;
-	f->sigq[f->st] = q;
-	f->siga[f->st] = f->started;
-	f->st = (f->st + 1) % (RF__FLIGHT_MAX + 1);
+	/* A queued signal waits for a copy in flight, and a place gets at most one signal per copy of its
+	 * own plus one: room is made only in a program that signals a place twice between its copies. */
+	while (f->sn == RF__FLIGHT_MAX + 1)
+		if (rf__flight_progress(f) && f->sn == RF__FLIGHT_MAX + 1)
+			rf__reader_wait(rf__flight_rd(f));
+	f->sigv[f->sn] = v;
+	f->sigq[f->sn] = q;
+	f->siga[f->sn++] = after;
 	rf__flight_fire(f);
+}
+
+void rf__flight_signal(rf__flight *f, _Atomic int64_t *q, int64_t v)
+{
+	rf__flight_signal_after(f, q, v, f->started);
 }
 
 int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap)

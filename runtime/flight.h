@@ -54,10 +54,12 @@ typedef struct rf__flight {
 	_Atomic int64_t *value; /* the queue's value */
 	uint64_t started, upto; /* copies started; the oldest not yet landed */
 	rf__flight_rec rec[RF__FLIGHT_MAX];
-	int64_t sigv[RF__FLIGHT_MAX + 1]; /* queued signals: value, where, and the copies that land first */
+	/* queued signals, oldest first: value, where, and how many copies (counted from the first) land
+	 * first; signals to one place queue with growing siga, so firing in order per place keeps its order */
+	int64_t sigv[RF__FLIGHT_MAX + 1];
 	_Atomic int64_t *sigq[RF__FLIGHT_MAX + 1];
 	uint64_t siga[RF__FLIGHT_MAX + 1];
-	unsigned sh, st;
+	unsigned sn;
 	int failed;          /* a run's copy failed: drop the signals behind it */
 	char msg[240];       /* its sentence */
 	char last[240];      /* the sentence of the last failed copy (a blocking read's) */
@@ -86,6 +88,10 @@ void rf__flight_wait_dst(rf__flight *f, const unsigned char *dst, size_t len);
 /* Store v into *q (NULL: the lane's queue value) once every copy started so far has landed (at once when
  * none is in flight), then notify the eventcount (if any). */
 void rf__flight_signal(rf__flight *f, _Atomic int64_t *q, int64_t v);
+/* The same, once the copies started before the `after`-th (a value of f->started) have landed: a
+ * flight that carries several queues' copies (the caller's, walking every queue) holds a queue's signal
+ * back only behind that queue's own copies. `after` never decreases from one call to the next for one q. */
+void rf__flight_signal_after(rf__flight *f, _Atomic int64_t *q, int64_t v, uint64_t after);
 /* Reap landed copies and fire the signals they free. 1 while copies are still in flight. */
 int rf__flight_progress(rf__flight *f);
 /* Sleep until a copy may have landed or the bell rang (rf__ec_wait_bell's sleep). */

@@ -2,11 +2,12 @@
  * not, shifted and not, into registered and unregistered memory; many copies in flight; a file that
  * shrinks; the pread fallback under a seccomp filter that refuses io_uring; a refused registration; the
  * doorbell; O_DIRECT leaving the page cache cold (mincore); the unaligned-range rule on synthetic
- * samples. Files live in the working directory (the build tree: a disk that takes O_DIRECT). */
+ * samples; the signals a flight of copies holds back (runtime/flight.h). Files live in the working directory (the build tree: a disk that takes O_DIRECT). */
 #define _GNU_SOURCE
 #include "io/file.h"
 #include "io/reader.h"
 #include "ringfetch.h"
+#include "runtime/flight.h"
 
 #include <criterion/criterion.h>
 #include <errno.h>
@@ -662,4 +663,52 @@ Test(reader_rule, classes_and_pieces)
 	cr_assert_eq(rf__reader_piece(64u << 20, 4096, 1u << 30), RF__RD_PIECE_MAX);
 	/* A limit that is not a multiple of the alignment (254 segments of 4 KiB) stays aligned. */
 	cr_assert_eq(rf__reader_piece(64u << 20, 4096, 254u * 4096) % 4096, 0u);
+}
+
+/* A flight carrying two queues' copies holds a signal back only behind the copies it names: a signal
+ * after none goes out while reads are in flight; one place's signals go out in order, each once the
+ * copies before it have landed, whatever another place's signals wait for. */
+Test(flight, signals_wait_only_for_the_copies_they_follow)
+{
+	enum { SZ = 1 << 20 };
+	char *path = make_file(2 * SZ, 3);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	unsigned char *buf = aligned_alloc(4096, 2 * SZ);
+	rf__flight fl;
+	_Atomic int64_t x = 0, y = 0, z = 0;
+	rf__flight_init(&fl, NULL, 0, &x);
+	cr_assert_eq(rf__flight_open(&fl, buf, 2 * SZ), RF_OK, "%s", rf_errmsg());
+	int fd = open(path, O_RDONLY); /* cold, so that the reads are still in flight below */
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+	rf__flight_rec rec = {0};
+	rf__fsrc a = {f, 0}, b = {f, SZ};
+	uint64_t before = fl.started;
+	cr_assert_eq(rf__flight_start(&fl, &a, SZ, buf, SZ, &rec), RF_OK, "%s", rf_errmsg());
+	rf__flight_signal_after(&fl, &x, 1, fl.started); /* x: behind copy a */
+	cr_assert_eq(rf__flight_start(&fl, &b, SZ, buf + SZ, SZ, &rec), RF_OK, "%s", rf_errmsg());
+	rf__flight_signal_after(&fl, &y, 7, before); /* y: behind nothing: at once */
+	int in_flight = rf__flight_busy(&fl);
+	cr_assert_eq(atomic_load(&y), 7, "a signal behind no copy waited for another queue's reads");
+	rf__flight_signal_after(&fl, &x, 2, fl.started); /* x: behind copy b */
+	rf__flight_signal(&fl, &z, 9);                   /* z: behind every copy */
+	int64_t seen_x = 0;
+	while (rf__flight_progress(&fl)) {
+		int64_t v = atomic_load(&x);
+		cr_assert_geq(v, seen_x, "x went back from %lld to %lld", (long long)seen_x, (long long)v);
+		seen_x = v;
+		if (atomic_load(&z) != 0)
+			cr_assert_eq(v, 2, "z went out before x's last signal");
+		rf__flight_sleep(&fl);
+	}
+	cr_assert_eq(atomic_load(&x), 2);
+	cr_assert_eq(atomic_load(&z), 9);
+	cr_log_info("reads still in flight when y went out: %s", in_flight ? "yes" : "no");
+	for (size_t i = 0; i < 2 * SZ; i += 4093)
+		cr_assert_eq(buf[i], byte_at(i, 3));
+	rf__flight_fini(&fl);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	free(buf);
+	drop(path);
 }
