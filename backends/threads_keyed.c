@@ -88,7 +88,13 @@ int rf__tk_sync(void *ctx, rf__kticket tk)
 {
 	rf__threads *t = ctx;
 	rf__kticket x[2] = {tk, (rf__kticket)(uintptr_t)t};
-	rf__ec_wait(&t->ec, rf__tk_done, x, t->spin_ns);
+	/* A lane whose file reads are in flight signals when the device is done: its latency, which a
+	 * spin would spend burning a core the lanes may need. */
+	unsigned lane;
+	int64_t v;
+	int io = rf__tk_lane_of(t, tk, &lane, &v) &&
+		 atomic_load_explicit(&t->lane[lane].flight.inflight, memory_order_relaxed) != 0;
+	rf__ec_wait(&t->ec, rf__tk_done, x, io ? 0 : t->spin_ns);
 	return RF_OK;
 }
 
