@@ -80,7 +80,7 @@ def build_ref(builddir):
 
 
 def c_runs(ref, nblocks, size, reps):
-    """reps C-driven runs in one process (after a warm-up run): [(wall seconds, median compute ns)]."""
+    """reps C-driven runs in one process (after 15 settling runs): [(wall seconds, median compute ns)]."""
     out = subprocess.run([ref, str(nblocks), str(size), "2", str(reps)], check=True, capture_output=True,
                          text=True)
     return [(int(w) * 1e-9, int(s)) for w, s in (line.split() for line in out.stdout.splitlines())]
@@ -93,7 +93,8 @@ def run_vs_c(ref, reps, nblocks=64, size=1 << 20):
     srcs = [rng.standard_normal(size // 4).astype(np.float32) for _ in range(nblocks)]
     py, c, spent, cspent = [], [], [], []
     with rf.Pipeline(size, depth=2, backend="threads") as p:
-        python_run(p, srcs, [])
+        for _ in range(15):  # settling runs: the pipeline's schedule comparison, as on the C side
+            python_run(p, srcs, [])
         for _ in range(3):  # alternating batches of runs: Python, then C
             for _ in range(reps):
                 py.append(python_run(p, srcs, spent))
