@@ -85,7 +85,9 @@ static inline __attribute__((always_inline)) int rf__cpu_copy(void *c, rf__run *
 {
 	/* The hot path, kept small enough to be inlined into the walk: a block in memory, not staged. */
 	if (run->nfile == 0 && stage == RF__NO_STAGE) {
-		memcpy(rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b]);
+		size_t n = run->sizes[b];
+		if (n != 0) /* an empty block's source may be NULL */
+			memcpy(rf__slot_ptr(run, slot), run->srcs[b], n);
 		return 0;
 	}
 	const unsigned char *src = stage == RF__NO_STAGE ? NULL : rf__stage_ptr(run, stage);
