@@ -171,20 +171,6 @@ void rf__engine_fini(rf__engine *e)
 	rf_program_destroy(e->prog);
 }
 
-/* Does [src, src + n) overlap the ring or its staging slots? A copy from a slot into another races with
- * the refill of the first (the ring's RAW/WAR edges only cover the slots' own blocks). Device rings are
- * another address space: host sources never alias them. Compared as integers: the pointers are
- * unrelated objects. */
-static int rf__aliases(uintptr_t s, size_t n, const void *mem, size_t len)
-{
-	uintptr_t lo = (uintptr_t)mem, hi = lo + len;
-	return n > 0 && len > 0 && s < hi && s + n > lo;
-}
-
-static int rf__aliases_ring(const rf__engine *e, const void *src, size_t n)
-{
-	return rf__aliases((uintptr_t)src, n, e->slots, e->slots_len) || rf__aliases((uintptr_t)src, n, e->stage, e->stage_len);
-}
 
 /* The file blocks of a run: held for its duration (rf_file_close is then RF_EBUSY), let go after it. */
 static void rf__unhold_files(size_t nblocks, const void *const *srcs, const size_t *sizes, size_t nfile);
@@ -226,19 +212,28 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 			       e->prog->nblocks_min - 1, nblocks);
 	if (!rf__nblocks_ok(nblocks))
 		return rf__err(RF_EINVAL, "%s: nblocks %zu is over %zu", who, nblocks, RF__MAX_NBLOCKS);
-	/* Per run, not per block: a file opened while the run is checked cannot hold its sources. */
+	/* Per run, not per block: a file opened while the run is checked cannot hold its sources. A source
+	 * must not overlap the ring or its staging slots: a copy from a slot into another races with the
+	 * refill of the first (the ring's RAW/WAR edges only cover the slots' own blocks). A device
+	 * backend's are another address space (empty ranges here). Compared as integers: the pointers are
+	 * unrelated objects. */
 	const int any_file = rf__file_any(), host = !(e->be->caps & RF__CAP_DEVICE);
+	const uintptr_t rlo = (uintptr_t)e->slots, rhi = host ? rlo + e->slots_len : rlo;
+	const uintptr_t slo = (uintptr_t)e->stage, shi = host ? slo + e->stage_len : slo;
+	uint64_t sum = *bytes; /* in registers: the outputs may alias sizes[] as far as the compiler knows */
+	size_t nz = *nonempty;
 	for (size_t i = 0; i < nblocks; i++) {
 		if (sizes[i] > e->slot_bytes)
 			return rf__err(RF_EINVAL, "%s: block %zu is %zu bytes, over slot_bytes %zu", who, i,
 				       sizes[i], e->slot_bytes);
 		if (srcs[i] == NULL && sizes[i] != 0)
 			return rf__err(RF_EINVAL, "%s: block %zu has a NULL source and %zu bytes", who, i, sizes[i]);
-		if (host && rf__aliases_ring(e, srcs[i], sizes[i]))
+		uintptr_t s = (uintptr_t)srcs[i], t = s + sizes[i];
+		if (sizes[i] != 0 && ((s < rhi && t > rlo) || (s < shi && t > slo)))
 			return rf__err(RF_EINVAL, "%s: block %zu's source lies in the pipeline's own ring (copy it out "
 						  "first: a slot is refilled while later blocks are copied)", who, i);
-		*bytes += sizes[i];
-		*nonempty += sizes[i] != 0;
+		sum += sizes[i];
+		nz += sizes[i] != 0;
 		if (sizes[i] != 0 && any_file) {
 			rf__fsrc fs;
 			char what[48];
@@ -250,6 +245,8 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 			*file_bytes += rc ? sizes[i] : 0;
 		}
 	}
+	*bytes = sum;
+	*nonempty = nz;
 	return RF_OK;
 }
 
