@@ -106,14 +106,13 @@ static inline __attribute__((always_inline)) int rf__cpu_compute(void *c, rf__ru
 	return rf__call_compute(run, b, slot, NULL);
 }
 
-static inline __attribute__((always_inline)) int rf__cpu_signal(void *c, unsigned q, int64_t v, size_t block)
+/* The overlapped walk's signal and wait: a signal goes out after its queue's own reads in flight (a
+ * compute's at once); a wait reaps reads until the value it needs is there. */
+static int rf__cpu_signal(void *c, unsigned q, int64_t v, size_t block)
 {
 	(void)block;
 	rf__cpu_walk *w = c;
-	if (w->overlapped) /* after the queue's own reads in flight: a compute's at once */
-		rf__flight_signal_after(w->run_io, &w->seen[q], v, w->after[q]);
-	else
-		atomic_store_explicit(&w->seen[q], v, memory_order_relaxed);
+	rf__flight_signal_after(w->run_io, &w->seen[q], v, w->after[q]);
 	return 0;
 }
 
@@ -122,28 +121,42 @@ static int rf__cpu_never(unsigned q, unsigned wq, int64_t v)
 	return rf__err(RF_EBACKEND, "queue %u would wait forever for q%u >= %lld", q, wq, (long long)v);
 }
 
-static inline __attribute__((always_inline)) int rf__cpu_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
+static int rf__cpu_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
 {
 	(void)block;
 	rf__cpu_walk *w = c;
 	if (rf__cpu_seen(w, wq, v))
 		return 0;
-	if (w->overlapped) {
-		int rc = rf__cpu_reap(w, w->run, wq, v);
-		if (rc != RF_OK)
-			return rc;
-		if (rf__cpu_seen(w, wq, v))
-			return 0;
-	}
-	return rf__cpu_never(q, wq, v);
+	int rc = rf__cpu_reap(w, w->run, wq, v);
+	if (rc != RF_OK)
+		return rc;
+	return rf__cpu_seen(w, wq, v) ? 0 : rf__cpu_never(q, wq, v);
 }
 
-static const rf__walk_ops rf__cpu_ops = {rf__cpu_copy, rf__cpu_compute, rf__cpu_signal, rf__cpu_wait, rf__cpu_stage};
+static const rf__walk_ops rf__cpu_overlapped_ops = {rf__cpu_copy, rf__cpu_compute, rf__cpu_signal, rf__cpu_wait,
+						    rf__cpu_stage};
+
+/* The plain walk's signal and wait: nothing is ever in flight (the hot loop of the cpu backend). */
+static inline __attribute__((always_inline)) int rf__cpu_signal_now(void *c, unsigned q, int64_t v, size_t block)
+{
+	(void)block;
+	atomic_store_explicit(&((rf__cpu_walk *)c)->seen[q], v, memory_order_relaxed);
+	return 0;
+}
+
+static inline __attribute__((always_inline)) int rf__cpu_wait_seen(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
+{
+	(void)block;
+	return rf__cpu_seen(c, wq, v) ? 0 : rf__cpu_never(q, wq, v);
+}
+
+static const rf__walk_ops rf__cpu_plain_ops = {rf__cpu_copy, rf__cpu_compute, rf__cpu_signal_now, rf__cpu_wait_seen,
+					       rf__cpu_stage};
 
 int rf__cpu_walk_inline(rf__run *run)
 {
 	rf__cpu_walk w = {{0}, 0, {0}, NULL, NULL};
-	return rf__walk(run, -1, 0, &rf__cpu_ops, &w);
+	return rf__walk(run, -1, 0, &rf__cpu_plain_ops, &w);
 }
 
 int rf__cpu_walk_overlapped(rf__run *run)
@@ -152,7 +165,7 @@ int rf__cpu_walk_overlapped(rf__run *run)
 	rf__flight *f = run->io;
 	f->failed = 0;
 	f->trace = run->trace;
-	int rc = rf__walk(run, -1, 0, &rf__cpu_ops, &w);
+	int rc = rf__walk(run, -1, 0, &rf__cpu_overlapped_ops, &w);
 	/* Whatever happened, nothing may still write the ring or read the caller's files on return. */
 	while (rf__flight_progress(f))
 		rf__flight_sleep(f);
