@@ -149,6 +149,35 @@ Test(files, mixed_with_memory_and_several_files)
 	leak_check();
 }
 
+/* The file's pages out of the page cache, so that its reads take a while to land. */
+static void drop_cache(void)
+{
+	int fd = open(g_path, O_RDONLY);
+	cr_assert(fd >= 0);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+}
+
+/* Instantiate g (destroyed here) and run it `reps` times, every block checked (cold: the file dropped
+ * from the page cache before each run). */
+static void exec_checked(rf_graph *g, size_t slot_bytes, size_t n, const void **srcs, const size_t *sizes,
+			 const unsigned char **want, int reps, int cold)
+{
+	rf_exec_params ep = {test_backend(), slot_bytes, 0, 0};
+	rf_exec *e;
+	cr_assert_eq(rf_exec_create(g, &ep, &e), RF_OK, "%s", rf_errmsg());
+	rf_graph_destroy(g);
+	for (int r = 0; r < reps; r++) {
+		if (cold)
+			drop_cache();
+		expect x = {want, n, 0, 0, 0};
+		cr_assert_eq(rf_exec_run(e, n, srcs, sizes, file_check_cb, &x), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(x.computed, n);
+		cr_assert(!x.bad, "block %zu does not hold its bytes", x.bad_block);
+	}
+	rf_exec_destroy(e);
+}
+
 /* A graph that stages its blocks (STAGE nodes: two-hop staging) reads a file's range into the staging
  * slot, and the copy moves it on from there: the same bytes, on every backend. */
 Test(files, staged_graph_reads_files_into_its_staging_slots)
@@ -173,10 +202,6 @@ Test(files, staged_graph_reads_files_into_its_staging_slots)
 		if (b >= S)
 			cr_assert_eq(rf_graph_add_edge(g, cp[b - S], st[b]), RF_OK);
 	}
-	rf_exec_params ep = {test_backend(), SZ, 0, 0};
-	rf_exec *e;
-	cr_assert_eq(rf_exec_create(g, &ep, &e), RF_OK, "%s", rf_errmsg());
-	rf_graph_destroy(g);
 	const void *srcs[N];
 	const unsigned char *want[N];
 	size_t sizes[N];
@@ -184,24 +209,9 @@ Test(files, staged_graph_reads_files_into_its_staging_slots)
 		size_t off = i * 99991 + (i % 2 ? 0 : 4096 - i * 3);
 		srcs[i] = d + off, want[i] = g_ref + off, sizes[i] = SZ - i * 7;
 	}
-	for (int r = 0; r < 2; r++) {
-		expect x = {want, N, 0, 0, 0};
-		cr_assert_eq(rf_exec_run(e, N, srcs, sizes, file_check_cb, &x), RF_OK, "%s", rf_errmsg());
-		cr_assert_eq(x.computed, N);
-		cr_assert(!x.bad, "block %zu does not hold its bytes", x.bad_block);
-	}
-	rf_exec_destroy(e);
+	exec_checked(g, SZ, N, srcs, sizes, want, 2, 0);
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	leak_check();
-}
-
-/* The file's pages out of the page cache, so that its reads take a while to land. */
-static void drop_cache(void)
-{
-	int fd = open(g_path, O_RDONLY);
-	cr_assert(fd >= 0);
-	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-	close(fd);
 }
 
 /* A queue that copies a file's range and then computes it itself (a graph's queue; the locality ring's
@@ -229,23 +239,12 @@ static void same_queue_graph(unsigned kq, int split)
 		if (b >= D)
 			cr_assert_eq(rf_graph_add_edge(g, cm[b - D], cp[b]), RF_OK);
 	}
-	rf_exec_params ep = {test_backend(), SZ, 0, 0};
-	rf_exec *e;
-	cr_assert_eq(rf_exec_create(g, &ep, &e), RF_OK, "%s", rf_errmsg());
-	rf_graph_destroy(g);
 	const void *srcs[N];
 	const unsigned char *want[N];
 	size_t sizes[N];
 	for (size_t i = 0; i < N; i++) /* aligned, so that the reads are O_DIRECT and slow to land */
 		srcs[i] = d + i * SZ, want[i] = g_ref + i * SZ, sizes[i] = SZ;
-	for (int r = 0; r < 4; r++) {
-		drop_cache();
-		expect x = {want, N, 0, 0, 0};
-		cr_assert_eq(rf_exec_run(e, N, srcs, sizes, file_check_cb, &x), RF_OK, "%s", rf_errmsg());
-		cr_assert_eq(x.computed, N);
-		cr_assert(!x.bad, "block %zu does not hold its bytes", x.bad_block);
-	}
-	rf_exec_destroy(e);
+	exec_checked(g, SZ, N, srcs, sizes, want, 4, 1);
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	leak_check();
 }
