@@ -47,8 +47,7 @@ static int rf__cpu_reap(rf__cpu_walk *w, rf__run *run, unsigned q, int64_t v)
 
 /* Block b's bytes into dst: from src (its staging slot), else from its source — a file's read, at once,
  * or started when overlapped. A stage's is read at once (its copy reads the staging slot right after),
- * and so is a copy on queue 0, the queue that computes (overlapped walks run only programs whose
- * computes are all there): on one queue a compute may follow its copy with no wait between them. */
+ * and so is a copy on a queue that computes (rf_program.compute_queues). */
 static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned char *dst,
 			const unsigned char *src, uint32_t node)
 {
@@ -62,7 +61,7 @@ static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b,
 		memcpy(dst, src != NULL ? src : run->srcs[b], n);
 		return 0;
 	}
-	if (!w->overlapped || slot == RF__NO_STAGE || queue == 0)
+	if (!w->overlapped || slot == RF__NO_STAGE || ((run->prog->compute_queues >> queue) & 1))
 		return rf__flight_read(run->io, &fs, n, dst, run->slot_stride);
 	rf__flight_rec rec = {0};
 	rec.block = (int64_t)b;

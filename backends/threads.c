@@ -114,7 +114,7 @@ static int rf__thr_move(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 	if (n != 0 && wk->lane != NULL && rf__flight_busy(&wk->lane->flight)) /* write after write */
 		rf__flight_wait_dst(&wk->lane->flight, dst, run->slot_stride);
 	if (n != 0 && src == NULL && run->nfile > 0 && rf__file_classify("", "", run->srcs[b], n, 0, &fs) == 1)
-		return slot != RF__NO_STAGE && !((wk->t->computes >> queue) & 1)
+		return slot != RF__NO_STAGE && !((run->prog->compute_queues >> queue) & 1)
 			       ? rf__thr_file_copy(c, run, &fs, b, slot, node)
 			       : rf__flight_read(wk->lane ? &wk->lane->flight : run->io, &fs, n, dst, run->slot_stride);
 	src = src != NULL ? src : run->srcs[b];
@@ -333,10 +333,6 @@ static int rf__thr_lanes(rf__threads *t, rf__run *run)
 	}
 	t->run = run;
 	t->steal = run->prog->ring && run->prog->nstage == 0 && run->nfile == 0;
-	t->computes = 0;
-	for (size_t i = 0; i < run->prog->nops; i++)
-		if (run->prog->ops[i].kind == RF_OP_COMPUTE)
-			t->computes |= (uint64_t)1 << run->prog->ops[i].queue;
 	for (unsigned i = 0; i < t->nq; i++) {
 		atomic_store_explicit(&t->q[i].claimed, -1, memory_order_relaxed);
 		atomic_store_explicit(&t->q[i].stolen, -1, memory_order_relaxed);
@@ -391,7 +387,7 @@ static int rf__thr_run(void *ctx, rf__run *run)
 		run->sched = RF_SCHEDULE_INLINE;
 		return rf__cpu_walk_inline(run);
 	}
-	if (run->files_only && run->prog->computes_on_q0) {
+	if (run->files_only && run->prog->compute_queues <= 1) { /* computes on queue 0 only (or none) */
 		/* Every copy is a file read: nothing for a copy lane's CPU to do. The caller keeps the reads in
 		 * flight itself while it computes, with no hand-off between threads on the critical path
 		 * (measured: more than twice the throughput of lanes at depth 2, 1 MiB blocks, same run).

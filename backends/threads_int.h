@@ -78,7 +78,6 @@ struct rf__threads {
 	/* the run in progress */
 	rf__run *run;
 	int steal; /* the caller may take over copies it would wait for (a ring program, no file source) */
-	uint64_t computes; /* this run's queues that compute (bit q): their file copies are read at once */
 	atomic_uint active; /* lanes still walking it */
 	atomic_int stop;
 	atomic_int first_rc;

@@ -36,10 +36,10 @@ void rf__prog_index(struct rf_program *p)
 {
 	size_t count[RF_MAX_QUEUES] = {0};
 	unsigned nq = 0;
-	p->computes_on_q0 = 1;
+	p->compute_queues = 0;
 	for (size_t i = 0; i < p->nops; i++) {
 		count[p->ops[i].queue]++;
-		p->computes_on_q0 &= p->ops[i].kind != RF_OP_COMPUTE || p->ops[i].queue == 0;
+		p->compute_queues |= (uint64_t)(p->ops[i].kind == RF_OP_COMPUTE) << p->ops[i].queue;
 		if (p->ops[i].queue + 1u > nq)
 			nq = p->ops[i].queue + 1u;
 	}

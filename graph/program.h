@@ -66,7 +66,9 @@ struct rf_program {
 	 * value b + 1 of the queue that copies it, whose copy of b waits only for computes queue 0 has
 	 * finished by then — so queue 0 may make that copy itself (backends/threads.c). */
 	int ring;
-	int computes_on_q0; /* every compute is on queue 0 (the caller's, on the threads backend) */
+	/* The queues that compute (bit q). A queue that also copies may compute a block right after its
+	 * copy with no wait between them, so its file copies are read through, never left in flight. */
+	uint64_t compute_queues;
 };
 
 /* Named constructors: each kind of op with the fields it uses (the table above). */
