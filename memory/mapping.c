@@ -21,6 +21,8 @@
 #include "base/test_hooks.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -66,6 +68,35 @@ size_t rf__stg_page(void)
 {
 	long v = sysconf(_SC_PAGESIZE);
 	return v > 0 ? (size_t)v : 4096;
+}
+
+/* The transparent huge page size when the kernel backs mappings that ask for huge pages (THP
+ * "madvise" or "always"), else 0 ("never", or no THP in this kernel). Read once. */
+size_t rf__stg_huge_page(void)
+{
+	static _Atomic size_t cached = 1; /* 1: not read yet */
+	size_t v = atomic_load_explicit(&cached, memory_order_relaxed);
+	if (v != 1)
+		return v;
+	v = 0;
+	char mode[128] = "";
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+	if (f != NULL) {
+		if (fgets(mode, sizeof mode, f) == NULL)
+			mode[0] = '\0';
+		fclose(f);
+	}
+	unsigned long long sz = 0;
+	if (mode[0] != '\0' && strstr(mode, "[never]") == NULL &&
+	    (f = fopen("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "r")) != NULL) {
+		if (fscanf(f, "%llu", &sz) != 1)
+			sz = 0;
+		fclose(f);
+	}
+	if (sz > rf__stg_page() && (sz & (sz - 1)) == 0)
+		v = (size_t)sz;
+	atomic_store_explicit(&cached, v, memory_order_relaxed);
+	return v;
 }
 
 /* ---- the region table (one per arena, under its mutex) ----------------------------------------- */
@@ -214,7 +245,7 @@ static int rf__stg_binds(const rf__stg_arena *a, int *why)
 /* Map len bytes at alignment align (a power of two), bound as the arena's policy asks; *why says whether
  * they are bound, and if not, why. jemalloc may ask for more than page alignment (its metadata wants
  * 2 MiB): the excess is mapped and the head and tail given back before binding. */
-static void *rf__stg_map(rf__stg_arena *a, size_t size, size_t align, int *why)
+static void *rf__stg_map(rf__stg_arena *a, size_t size, size_t align, int huge, int *why)
 {
 	size_t page = rf__stg_page(), extra = align > page ? align - page : 0;
 	if (size + extra < size) {
@@ -230,6 +261,11 @@ static void *rf__stg_map(rf__stg_arena *a, size_t size, size_t align, int *why)
 		rf__stg_os_unmap(raw, p - r);
 	if (p + size < r + size + extra)
 		rf__stg_os_unmap((void *)(p + size), r + extra - p);
+	/* Before binding and touching, so that first touch faults huge pages in. An O_DIRECT read into a
+	 * huge page is one physically contiguous segment instead of one per 4 KiB page: on a virtio disk
+	 * that is what its throughput depends on (docs/files.md). A refusal changes nothing but speed. */
+	if (huge)
+		(void)madvise((void *)p, size, MADV_HUGEPAGE);
 	if (!bind)
 		return (void *)p;
 	if (rf__stg_bind(a, (void *)p, size) == 0) {
@@ -330,7 +366,7 @@ static int rf__stg_pin_release(rf__stg_arena *a, void *p, size_t len)
 void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direct)
 {
 	int why;
-	void *p = rf__stg_map(a, size, align, &why);
+	void *p = rf__stg_map(a, size, align, direct == RF__STG_DIRECT_HUGE, &why);
 	if (p == NULL)
 		return NULL;
 	rf__stg_touch(p, size);
@@ -363,7 +399,7 @@ static void *rf__stg_hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, 
 	(void)ind;
 	if (new_addr != NULL) /* growing in place at a given address: decline, jemalloc maps elsewhere */
 		return NULL;
-	void *p = rf__stg_new_mapping((rf__stg_arena *)h, size, align, 0);
+	void *p = rf__stg_new_mapping((rf__stg_arena *)h, size, align, RF__STG_CARVED);
 	if (p == NULL)
 		return NULL;
 	*zero = true; /* fresh mappings are zero, and touching wrote zeros */

@@ -162,15 +162,18 @@ static void *rf__stg_mallocx(const rf__stg_arena *a, size_t bytes, size_t align)
 
 /* Page-aligned and large blocks (every ring) are mappings of their own: exactly the bytes asked for,
  * rounded up to a page, bound and touched like the arena's, and unmapped whole when freed — nothing
- * retained, nothing rounded to a size class. */
+ * retained, nothing rounded to a size class. A block of at least one huge page is aligned to one and
+ * asks for huge pages: nothing is rounded up to get them, so a smaller ring stays on small pages. */
 static void *rf__stg_direct_alloc(rf__stg_arena *a, size_t bytes)
 {
-	size_t page = rf__stg_page(), len = rf__align_up(bytes, page);
+	size_t page = rf__stg_page(), len = rf__align_up(bytes, page), huge = rf__stg_huge_page();
 	if (len == 0) {
 		rf__stg_hook_fail("mapping memory (size overflows)", ENOMEM);
 		return NULL;
 	}
-	return rf__stg_new_mapping(a, len, page, 1);
+	if (huge != 0 && len >= huge)
+		return rf__stg_new_mapping(a, len, huge, RF__STG_DIRECT_HUGE);
+	return rf__stg_new_mapping(a, len, page, RF__STG_DIRECT);
 }
 
 /* If p starts a direct block: forget it, unmap it (unregistering it first if pinned), return 1. */
@@ -305,6 +308,16 @@ int rf__staging_placement(const void *p, rf_placement *out)
 	else
 		out->numa_node = rf__stg_where(a->topo, p);
 	return RF_OK;
+}
+
+/* Every copy lands in a ring and every compute reads it: on huge pages an O_DIRECT read into a slot
+ * is one physically contiguous segment instead of one per 4 KiB page (on a virtio disk that decides its
+ * speed: docs/files.md), and the TLB covers the ring. A ring smaller than a huge page is rounded up to
+ * one: the rest of it is never used, but it costs less than reading into 4 KiB pages. */
+size_t rf__staging_ring_len(size_t bytes, size_t cap)
+{
+	size_t huge = rf__stg_huge_page(), len = huge != 0 ? rf__align_up(bytes, huge) : bytes;
+	return len >= bytes && (cap == 0 || len <= cap) ? len : bytes;
 }
 
 /* ---- the public embedder API ----------------------------------------------------------------- */

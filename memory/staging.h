@@ -49,6 +49,10 @@ int rf__staging_parse(const char *who, const char *text, rf__staging_policy *out
 /* Allocate bytes (> 0) aligned to align (a power of two <= 4096) under pol (NULL = auto).
  * RF_OK, RF_EINVAL (no such node), RF_ENOMEM, RF_EBACKEND (topology); see rf_staging_alloc. */
 int rf__staging_alloc(const rf__staging_policy *pol, size_t bytes, size_t align, void **out);
+/* How many bytes to map for a ring of `bytes`: rounded up to whole huge pages where the kernel gives
+ * them and the result stays within cap (0: no cap); else bytes. Blocks of a huge page or more are
+ * backed by huge pages (rf__staging_alloc). */
+size_t rf__staging_ring_len(size_t bytes, size_t cap);
 /* Release what rf__staging_alloc returned (NULL is a no-op). */
 void rf__staging_free(void *p);
 /* Placement of staging memory at p; RF_EINVAL if p is not inside staging memory. */

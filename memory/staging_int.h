@@ -78,11 +78,16 @@ int rf__stg_fault(const char *step);
 void rf__stg_hook_fail(const char *step, int err);
 /* The page size: the granularity of mapping, binding and touching. */
 size_t rf__stg_page(void);
+/* The transparent huge page size, or 0 when the kernel gives no huge pages to mappings that ask. */
+size_t rf__stg_huge_page(void);
 /* The region of arena a holding address x, or NULL (a->mu held). */
 rf__stg_region *rf__stg_find_region(rf__stg_arena *a, uintptr_t x);
+/* How rf__stg_new_mapping's block is used: carved by jemalloc (0), a block of its own, or a block of its
+ * own backed by transparent huge pages where the kernel has them. */
+enum { RF__STG_CARVED = 0, RF__STG_DIRECT = 1, RF__STG_DIRECT_HUGE = 2 };
 /* A new mapping of size bytes at alignment align: bound as a's policy asks (or unbound, recorded why),
- * touched, page-locked for pinned arenas, recorded as a region (direct: a block of its own). NULL with
- * the failure note set. */
+ * touched, page-locked for pinned arenas, recorded as a region (direct: one of RF__STG_DIRECT*). NULL
+ * with the failure note set. */
 void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direct);
 /* Remove a mapping made by rf__stg_new_mapping (its region already forgotten): unregister it if it is
  * a whole pinned mapping, and unmap it. */

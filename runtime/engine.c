@@ -24,6 +24,8 @@ static int rf__engine_layout(rf__engine *e, const char *who, rf__open_args *args
 		return rf__err(RF_EINVAL, "%s: %zu slots of %zu bytes overflow size_t", who, n, e->slot_bytes);
 	e->slot_stride = stride;
 	e->slots_len = n * e->slot_stride;
+	if (!(e->be->caps & RF__CAP_DEVICE)) /* a host ring: on whole huge pages when the budget allows */
+		e->slots_len = rf__staging_ring_len(e->slots_len, e->ring_cap);
 	args->slot_stride = e->slot_stride;
 	return RF_OK;
 }

@@ -67,6 +67,7 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 	/* The oracle first: the backend is told at open whether it is on. */
 	if (cfg.oracle && (rc = rf__oracle_graph_build(g, &e->oracle)) == RF_OK)
 		e->eng.oracle = rf__exec_oracle;
+	e->eng.ring_cap = (size_t)cfg.memory_budget;
 	if (rc != RF_OK)
 		rf_program_destroy(prog); /* rf__engine_init takes it in every case */
 	else

@@ -321,6 +321,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	p->eng.staging = r.staging;
 	p->eng.wait_spin_ns = r.wait_ns;
 	p->eng.min_slots = r.auto_max;
+	p->eng.ring_cap = (size_t)r.cfg.memory_budget;
 	if (r.cfg.oracle)
 		p->eng.oracle = rf__pipeline_oracle;
 	p->auto_max = r.auto_max;

@@ -14,6 +14,7 @@
 
 #include <criterion/criterion.h>
 #include <ringfetch.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -171,6 +172,88 @@ Test(staging_leak, a_ring_stays_within_the_budget)
 			    cases[i].budget, grew);
 		cr_assert_leq(grew, (cases[i].budget_bytes + page - 1) / page * page, "ring %u x %zu: %zu bytes mapped "
 			      "for a budget of %zu", cases[i].depth, cases[i].slot_bytes, grew, cases[i].budget_bytes);
+		rf_pipeline_destroy(p);
+	}
+	unsetenv("RINGFETCH_MEMORY_BUDGET");
+	rf_staging_free(warm);
+}
+
+/* ---- huge pages ------------------------------------------------------------------------------------ */
+
+static int keep_data(void *user, const rf_block *b)
+{
+	*(const void **)user = b->data;
+	return 0;
+}
+
+/* The smaps line `key` of the mapping holding p, as a number; -1 when not found. */
+static long smaps_field(const void *p, const char *key)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	cr_assert_not_null(f);
+	char line[512];
+	int inside = 0;
+	long v = -1;
+	size_t klen = strlen(key);
+	while (v < 0 && fgets(line, sizeof line, f) != NULL) {
+		unsigned long lo, hi;
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, ':') > strchr(line, ' '))
+			inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
+		else if (inside && strncmp(line, key, klen) == 0 && line[klen] == ':')
+			v = strtol(line + klen + 1, NULL, 10);
+	}
+	fclose(f);
+	return v;
+}
+
+/* Where the kernel has transparent huge pages, a ring is a whole number of them and asks for them, so
+ * that an O_DIRECT read into a slot is one segment (docs/files.md). */
+Test(staging_leak, a_ring_asks_for_huge_pages)
+{
+	if (rf__staging_ring_len(1, 0) == 1)
+		cr_skip_test("this kernel gives no transparent huge pages to mappings that ask (THP \"never\")");
+	const void *data = NULL;
+	static char src[2][4096];
+	const void *srcs[2] = {src[0], src[1]};
+	size_t sizes[2] = {4096, 4096};
+	rf_pipeline_params pp = {.depth = 2, .slot_bytes = MiB, .backend = "cpu"};
+	rf_pipeline *p;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_run(p, 1, srcs, sizes, keep_data, &data), RF_OK, "%s", rf_errmsg());
+	long eligible = smaps_field(data, "THPeligible"), huge = smaps_field(data, "AnonHugePages");
+	cr_log_info("ring of 2 x 1 MiB: THPeligible %ld, AnonHugePages %ld kB", eligible, huge);
+	cr_expect_eq(eligible, 1, "the ring's mapping is not eligible for huge pages");
+	cr_expect_eq((uintptr_t)data % rf__staging_ring_len(1, 0), 0, "the ring is not aligned to a huge page");
+	rf_pipeline_destroy(p);
+}
+
+/* A ring smaller than a huge page takes a whole one, unless that would exceed the memory budget. */
+Test(staging_leak, a_small_ring_rounds_up_to_a_huge_page_within_the_budget)
+{
+	size_t huge = rf__staging_ring_len(1, 0);
+	if (huge == 1)
+		cr_skip_test("this kernel gives no transparent huge pages to mappings that ask (THP \"never\")");
+	void *warm;
+	cr_assert_eq(rf_staging_alloc(64, "auto", &warm), RF_OK, "%s", rf_errmsg());
+	static const struct {
+		const char *budget;
+		size_t want;
+	} cases[] = {{NULL, 0}, {"1M", 128 << 10}};
+	for (size_t i = 0; i < 2; i++) {
+		if (cases[i].budget != NULL)
+			setenv("RINGFETCH_MEMORY_BUDGET", cases[i].budget, 1);
+		else
+			unsetenv("RINGFETCH_MEMORY_BUDGET");
+		rf__staging_stats s0, s1;
+		rf__staging_get_stats(&s0);
+		rf_pipeline_params pp = {.depth = 2, .slot_bytes = 64 << 10, .backend = "cpu"};
+		rf_pipeline *p;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+		rf__staging_get_stats(&s1);
+		size_t grew = s1.mapped_bytes - s0.mapped_bytes, want = cases[i].want ? cases[i].want : huge;
+		cr_expect_eq(grew, want, "budget %s: a ring of 2 x 64 KiB mapped %zu bytes, not %zu",
+			     cases[i].budget ? cases[i].budget : "none",
+			     grew, want);
 		rf_pipeline_destroy(p);
 	}
 	unsetenv("RINGFETCH_MEMORY_BUDGET");
