@@ -1,7 +1,9 @@
 """examples/moe_safetensors.py at a small size: the safetensors header read by hand matches the
 safetensors package, and the ringfetch loop (rf.File slices as keyed sources, hints, acquire/release)
-computes exactly what the numpy.memmap loop does, cold or warm."""
+computes exactly what the numpy.memmap loop does, cold or warm, in one process or each loop in a child
+process in a memory cgroup."""
 import importlib.util
+import os
 import pathlib
 
 import numpy as np
@@ -50,3 +52,20 @@ def test_loops_agree(moe, model_path, backend, cold):
     if not cold:
         assert r["slots"] == 18
         assert ks["hits"] > 0   # experts that come back step after step stay in their slots
+
+
+def test_loops_agree_in_memory_groups(moe, model_path):
+    # Each loop in a child process, in a fresh memory cgroup where this process may make one (root),
+    # else unlimited: either way the loops agree, the results say which, and no group is left behind.
+    r = moe.run_isolated(str(model_path), memory_mib=96, steps=2, k=2, hints=2)
+    assert r["agree"]
+    assert r["keyed_stats"]["acquires"] == 2 * 3 * 2
+    mem = r["memory"]
+    assert mem["budget_mib"] == 96
+    if mem["enforced"] is None:
+        assert mem["why_not"]
+        return
+    assert set(mem["peak_mib"]) == {"ringfetch", "memmap"}
+    assert all(p is None or 0 < p <= 96 for p in mem["peak_mib"].values())
+    _, parent = moe.MemoryGroup.parent()
+    assert not [g for g in os.listdir(parent) if g.startswith("ringfetch-moe-%d-" % os.getpid())]
