@@ -134,9 +134,7 @@ size_t rf__reader_piece(size_t n, size_t align, size_t io_max)
 	hi = hi > RF__RD_PIECE_MAX ? RF__RD_PIECE_MAX : hi;
 	hi = hi / align * align;
 	hi = hi < align ? align : hi;
-	size_t p = (n + RF__RD_SPLIT - 1) / RF__RD_SPLIT;
-	p = p < RF__RD_MIN_PIECE ? RF__RD_MIN_PIECE : p;
-	p = (p + align - 1) / align * align;
+	size_t p = (n + align - 1) / align * align;
 	return p > hi ? hi : p;
 }
 

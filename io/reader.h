@@ -20,9 +20,10 @@
  *    that a range starting off the boundary without RF__RD_SHIFT_OK may be read as its window with
  *    O_DIRECT and moved down in place — whichever of the two the reader measured faster for copies of
  *    that size on this machine (rf__reader_rule).
- *  - Pieces: the copy's bytes / RF__RD_SPLIT, rounded up to the alignment, no smaller than
- *    RF__RD_MIN_PIECE and no larger than the largest request the file's device takes in one piece
- *    (rf__file_io_max: sysfs queue/max_sectors_kb, where the block layer would split anyway).
+ *  - Pieces: a copy is one read, cut only where the block layer would cut it anyway: at the largest
+ *    request the file's device takes in one piece (rf__file_io_max: sysfs queue/max_sectors_kb). The
+ *    device works on one large request in parallel; cutting it smaller costs a request each (on a
+ *    virtual disk, an exit to the host) and buys nothing the reads of the next blocks do not.
  *  - A read that fails, or a short read that does not cover the range (the file shrank after open),
  *    fails that copy with RF_EIO; rf__reader_error names the path, the offset and errno's text. Bytes
  *    of a failed copy are never reported as read. The reader stays usable.
@@ -44,8 +45,6 @@ typedef struct rf__reader rf__reader;
 #define RF__RD_SHIFT_OK 1u /* the data may start at dst + *shift (the aligned window fills dst) */
 
 #define RF__RD_QD 32u                           /* reads in flight, at most (io_uring) */
-#define RF__RD_SPLIT 4u                         /* pieces a copy is cut into, when the sizes allow */
-#define RF__RD_MIN_PIECE ((size_t)16 << 10)     /* no piece smaller (but a copy smaller than this) */
 #define RF__RD_PIECE_UNKNOWN ((size_t)1 << 20)  /* the largest piece when sysfs does not say */
 #define RF__RD_PIECE_MAX ((size_t)4 << 20)      /* and the largest piece whatever it says */
 

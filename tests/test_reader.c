@@ -184,7 +184,8 @@ Test(reader, buffered_file_and_tiny_destination)
 	drop(path);
 }
 
-/* Many copies in flight at once, each to its own destination, more pieces than the ring takes. */
+/* Many copies in flight at once, each to its own destination, more than the ring takes: the rest wait
+ * in the pending FIFO and start as reads come back. */
 Test(reader, many_in_flight)
 {
 	char *path = make_file(FSIZE, 11);
@@ -225,7 +226,7 @@ Test(reader, many_in_flight)
 	rf__reader_counters c;
 	rf__reader_counters_get(r, &c);
 	cr_assert_eq(c.copies, 4u * N);
-	cr_assert(c.reads >= 4u * N * 4, "pieces: %llu reads for %llu copies", (unsigned long long)c.reads,
+	cr_assert(N > RF__RD_QD && c.reads >= 4u * N, "%llu reads for %llu copies", (unsigned long long)c.reads,
 		  (unsigned long long)c.copies);
 	rf__reader_destroy(r);
 	free(dst);
@@ -650,14 +651,14 @@ Test(reader_rule, classes_and_pieces)
 	cr_assert_eq(rf__reader_class(65536), 4u);
 	cr_assert_eq(rf__reader_class(1u << 20), 8u);
 	cr_assert_eq(rf__reader_class((size_t)1 << 40), RF__RD_CLASSES - 1);
-	/* A 1 MiB copy on a device that takes 4 MiB requests: four pieces of 256 KiB. */
-	cr_assert_eq(rf__reader_piece(1u << 20, 4096, 4u << 20), 256u << 10);
+	/* A 1 MiB copy on a device that takes 4 MiB requests: one read. */
+	cr_assert_eq(rf__reader_piece(1u << 20, 4096, 4u << 20), 1u << 20);
 	/* ... and on one whose requests are split at 128 KiB: pieces of 128 KiB. */
 	cr_assert_eq(rf__reader_piece(1u << 20, 4096, 128u << 10), 128u << 10);
-	/* Small copies: no piece under RF__RD_MIN_PIECE, rounded to the alignment. */
-	cr_assert_eq(rf__reader_piece(65536, 4096, 4u << 20), 16u << 10);
-	cr_assert_eq(rf__reader_piece(4096, 512, 4u << 20), RF__RD_MIN_PIECE);
-	cr_assert_eq(rf__reader_piece(100000, 4096, 0), 28672u); /* 25000 rounded up to 4 KiB */
+	/* Small copies: one read, rounded up to the alignment. */
+	cr_assert_eq(rf__reader_piece(65536, 4096, 4u << 20), 64u << 10);
+	cr_assert_eq(rf__reader_piece(100, 512, 4u << 20), 512u);
+	cr_assert_eq(rf__reader_piece(100000, 4096, 0), 102400u); /* rounded up to 4 KiB */
 	/* Unknown device: at most RF__RD_PIECE_UNKNOWN; a huge reported limit: at most RF__RD_PIECE_MAX. */
 	cr_assert_eq(rf__reader_piece(64u << 20, 4096, 0), RF__RD_PIECE_UNKNOWN);
 	cr_assert_eq(rf__reader_piece(64u << 20, 4096, 1u << 30), RF__RD_PIECE_MAX);
