@@ -5,8 +5,11 @@
      perf_counter_ns; p50 and p99, and the mean over batches, which has no timer in it);
   2. a run of 64 blocks of 1 MiB (threads, depth 2) with a numpy compute (the float32 sum of the
      block), against the same run driven from C (bench/python_ref.c, compiled here against
-     BUILD/libringfetch.so: the same blocks and pipeline, the same float32 sum in C). Medians of
-     three alternating batches of R runs; the median compute time of each side is printed too;
+     BUILD/libringfetch.so: the same blocks and pipeline), its compute numpy's own sum called through
+     an embedded interpreter (the same compute: the runs differ only in who drives the pipeline) and
+     numpy's summation order written in C (what a C program would run), both checked to give numpy's
+     sum bit for bit. Medians of three alternating batches of R runs; each side's median compute time
+     is printed too;
   3. what a block costs the Python layer itself: runs of 64 blocks of 64 bytes, next to no compute,
      Python against C (ns per block).
 
@@ -17,10 +20,16 @@ import argparse
 import json
 import os
 import subprocess
+import sys
+import sysconfig
 import tempfile
 import time
 
-import numpy as np
+# OpenBLAS (numpy's BLAS) keeps a pool of threads that spin for work after numpy is imported; on a small
+# machine they take CPU from the pipeline's lanes on both sides, and nothing here uses BLAS.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 import ringfetch as rf
 
@@ -70,43 +79,69 @@ def python_run(p, srcs, spent):
 
 
 def build_ref(builddir):
-    """bench/python_ref.c, compiled against the C library of a build tree (-O2, as the build)."""
+    """bench/python_ref.c, compiled against the C library of a build tree (-O2, as the build), with this
+    interpreter embedded for its numpy compute where it has a shared libpython; (path, numpy?)."""
     here = os.path.dirname(os.path.abspath(__file__))
     exe = os.path.join(builddir, "python_ref")
-    subprocess.run(["cc", "-O2", "-std=c11", "-o", exe, os.path.join(here, "python_ref.c"),
-                    "-I", os.path.join(here, "..", "include"), "-I", os.path.join(builddir, "include"),
-                    "-L", builddir, "-lringfetch", "-Wl,-rpath," + os.path.abspath(builddir)], check=True)
-    return exe
+    cmd = ["cc", "-O2", "-std=c11", "-o", exe, os.path.join(here, "python_ref.c"),
+           "-I", os.path.join(here, "..", "include"), "-I", os.path.join(builddir, "include"),
+           "-L", builddir, "-lringfetch", "-Wl,-rpath," + os.path.abspath(builddir), "-lm"]
+    libdir, ld = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDVERSION")
+    if sysconfig.get_config_var("Py_ENABLE_SHARED") and libdir and ld:
+        embed = ["-DRF_PYREF_NUMPY", "-I", sysconfig.get_paths()["include"], "-L", libdir, "-lpython" + ld,
+                 "-Wl,-rpath," + libdir]
+        if subprocess.run(cmd + embed, capture_output=True).returncode == 0:
+            return exe, True
+    subprocess.run(cmd, check=True)
+    return exe, False
 
 
-def c_runs(ref, nblocks, size, reps):
-    """reps C-driven runs in one process (after 15 settling runs): [(wall seconds, median compute ns)]."""
-    out = subprocess.run([ref, str(nblocks), str(size), "2", str(reps)], check=True, capture_output=True,
-                         text=True)
-    return [(int(w) * 1e-9, int(s)) for w, s in (line.split() for line in out.stdout.splitlines())]
+def c_runs(ref, nblocks, size, reps, compute="c"):
+    """reps C-driven runs in one process (after 15 settling runs): [(wall seconds, median compute ns)].
+    compute: "c" (numpy's summation order written in C) or "numpy" (numpy's own sum, through an
+    embedded interpreter). Checks that the C side computes what numpy does: its sum of block 0, bit for
+    bit, is numpy's sum of the same floats (python_ref.c makes them; sums that round, so that the order
+    of the additions shows)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = subprocess.run([ref, str(nblocks), str(size), "2", str(reps), compute], check=True,
+                         capture_output=True, text=True, env=env)
+    lines = out.stdout.splitlines()
+    c_sum = float.fromhex(lines[-1].split()[1])
+    block0 = (np.arange(size // 4) % 97).astype(np.float32) * np.float32(0.37) - np.float32(17.9)
+    if c_sum != float(block0.sum()):
+        raise SystemExit("python_ref's sum of block 0 is %r, numpy's %r: not the same compute"
+                         % (c_sum, float(block0.sum())))
+    return [(int(w) * 1e-9, int(s)) for w, s in (line.split() for line in lines[:-1])]
 
 
 def run_vs_c(ref, reps, nblocks=64, size=1 << 20):
-    """The Python run and the C run (bench/python_ref.c: the same blocks and pipeline, its compute the same
-    float32 sum in C), alternating; medians."""
-    rng = np.random.default_rng(1)
-    srcs = [rng.standard_normal(size // 4).astype(np.float32) for _ in range(nblocks)]
-    py, c, spent, cspent = [], [], [], []
+    """The Python run and the C-driven runs (bench/python_ref.c: the same blocks and pipeline), alternating;
+    medians. The C side computes the block's sum twice over: with numpy's own sum called through an
+    embedded interpreter (the same compute as the Python side: the two runs differ only in who drives
+    the pipeline), where this interpreter can be embedded, and with numpy's summation order written in
+    C (what a C program would run)."""
+    # The blocks are views of one array, as python_ref.c's are pieces of one allocation: the sources are
+    # placed alike on both sides, so that the copies cost both the same (separate arrays from numpy's
+    # allocator land wherever malloc puts them, and a run's copies were measured 5-20 % slower from them).
+    whole = np.random.default_rng(1).standard_normal(nblocks * size // 4).astype(np.float32)
+    srcs = [whole[i * size // 4:(i + 1) * size // 4] for i in range(nblocks)]
+    py, spent = [], []
+    c = {"numpy": ([], []), "c": ([], [])} if ref and ref[1] else {"c": ([], [])} if ref else {}
     with rf.Pipeline(size, depth=2, backend="threads") as p:
         for _ in range(15):  # settling runs: the pipeline's schedule comparison, as on the C side
             python_run(p, srcs, [])
         for _ in range(3):  # alternating batches of runs: Python, then C
             for _ in range(reps):
                 py.append(python_run(p, srcs, spent))
-            if ref:
-                for wall, ns in c_runs(ref, nblocks, size, reps):
-                    c.append(wall)
-                    cspent.append(ns)
+            for how, (walls, ns) in c.items():
+                for wall, n in c_runs(ref[0], nblocks, size, reps, how):
+                    walls.append(wall)
+                    ns.append(n)
     r = {"numpy_compute_us": float(np.median(spent)) / 1e3, "python_run_ms": float(np.median(py)) * 1e3}
-    if c:
-        r["c_compute_us"] = float(np.median(cspent)) / 1e3
-        r["c_run_ms"] = float(np.median(c)) * 1e3
-        r["python_over_c"] = r["python_run_ms"] / r["c_run_ms"]
+    for how, (walls, ns) in c.items():
+        r["c_%s_compute_us" % how] = float(np.median(ns)) / 1e3
+        r["c_%s_run_ms" % how] = float(np.median(walls)) * 1e3
+        r["python_over_c_%s" % how] = r["python_run_ms"] / r["c_%s_run_ms" % how]
     return r
 
 
@@ -122,7 +157,7 @@ def per_block_overhead(ref, reps, nblocks=64, size=64):
                 p.run(srcs, lambda b: b.nbytes)
                 py.append(time.perf_counter_ns() - t)
             if ref:
-                c += [w * 1e9 for w, _ in c_runs(ref, nblocks, size, reps * 10)]
+                c += [w * 1e9 for w, _ in c_runs(ref[0], nblocks, size, reps * 10)]
     r = {"python_ns_per_block": float(np.median(py)) / nblocks}
     if c:
         r["c_ns_per_block"] = float(np.median(c)) / nblocks
@@ -146,9 +181,10 @@ def main():
     rr = run_vs_c(ref, a.reps)
     line = "run of 64 x 1 MiB, threads, depth 2, float32 sum: Python (numpy, %.0f us a block) %.2f ms" % (
         rr["numpy_compute_us"], rr["python_run_ms"])
-    if "c_run_ms" in rr:
-        line += "; C (%.0f us a block) %.2f ms; Python/C = %.3f" % (rr["c_compute_us"], rr["c_run_ms"],
-                                                                   rr["python_over_c"])
+    for how, what in (("numpy", "numpy's sum, embedded"), ("c", "the same sum in C")):
+        if "c_%s_run_ms" % how in rr:
+            line += "; C with %s (%.0f us a block) %.2f ms: Python/C = %.3f" % (
+                what, rr["c_%s_compute_us" % how], rr["c_%s_run_ms" % how], rr["python_over_c_%s" % how])
     print(line)
     ov = per_block_overhead(ref, a.reps)
     line = "runs of 64 x 64 B, next to no compute: Python %.0f ns a block" % ov["python_ns_per_block"]
