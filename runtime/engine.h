@@ -46,7 +46,6 @@ typedef struct rf__engine {
 	rf__staging_policy staging; /* where CPU backends put the slots; set by the owner before init
 	                               (zero: "auto") */
 	unsigned min_slots; /* allocate at least this many slots (set before init; 0 = the program's) */
-	size_t ring_cap;    /* the memory budget a host ring may round up to (set before init; 0 = none) */
 	unsigned nslots;    /* slots allocated (set by init) */
 	int64_t wait_spin_ns; /* the wait policy, passed to the backend (set before init; rf__open_args) */
 	/* The calling thread's reader for the file copies it makes itself (cpu backend, keyed demand
@@ -72,6 +71,7 @@ typedef struct rf__engine {
 	int vary;
 	/* The program computes on every queue (RF_LOCALITY_COPIER): runs as programmed are RF_SCHEDULE_LOCAL. */
 	int local;
+	size_t ring_cap; /* the memory budget a host ring may round up to (set before init; 0 = none) */
 } rf__engine;
 
 /* Resolve `backend` (already through config), open it, allocate prog->nslots * slot_bytes of slots
