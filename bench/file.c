@@ -735,7 +735,7 @@ static int write_json(const ctx *c, const result *r, size_t n)
 	FILE *f = fopen(c->o->json, "w");
 	if (f == NULL)
 		return -1;
-	char machine[512], b1[32], b2[32];
+	char machine[512], b1[32], b2[32], b3[32];
 	rfb_machine_json(machine, sizeof machine, "");
 	fprintf(f, "{\"machine\": %s, \"file_mib\": %zu, \"reps\": %u,\n \"ringfetch\": \"%s\",\n \"reader\": \"%s\",\n "
 		   "\"results\": [\n",
@@ -743,9 +743,9 @@ static int write_json(const ctx *c, const result *r, size_t n)
 	for (size_t i = 0; i < n; i++)
 		fprintf(f,
 			"  {\"size\": %zu, \"method\": \"%s\", \"param\": %u, \"compute\": %s, \"gbs\": %.4f, "
-			"\"cpu_s_per_gb\": %s, \"overlap\": %s, \"cached_fraction\": %.4f}%s\n",
+			"\"cpu_s_per_gb\": %s, \"overlap\": %s, \"cached_fraction\": %s}%s\n",
 			r[i].size, kind_name[r[i].kind], r[i].param, r[i].compute ? "true" : "false", r[i].gbs,
-			num(b1, r[i].cpu_gb), num(b2, r[i].overlap), r[i].resident, i + 1 < n ? "," : "");
+			num(b1, r[i].cpu_gb), num(b2, r[i].overlap), num(b3, r[i].resident), i + 1 < n ? "," : "");
 	fprintf(f, "]}\n");
 	return fclose(f);
 }

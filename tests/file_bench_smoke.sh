@@ -25,6 +25,9 @@ rc=$?
 check "file bench exits 0 (got $rc)" "[ $rc -eq 0 ]"
 # Per size: 5 contestants (mmap, pread, hand, reader, ringfetch) x 2 (with and without compute) + compute alone.
 check "file bench JSON has 22 records" "[ \$(grep -c '\"method\"' \"$out/f.json\") -eq 22 ]"
+if command -v python3 >/dev/null; then
+	check "file bench JSON parses" "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' \"$out/f.json\""
+fi
 check "file bench removed its file" "[ ! -e \"$out/f.dat\" ]"
 check "file bench says how ringfetch reads" "grep -q '^ringfetch on threads: ' \"$out/f.txt\""
 
@@ -32,6 +35,9 @@ check "file bench says how ringfetch reads" "grep -q '^ringfetch on threads: ' \
 	--quiet --json "$out/s.json" > "$out/s.txt"
 rc=$?
 check "serve-file bench exits 0 (got $rc)" "[ $rc -eq 0 ]"
+if command -v python3 >/dev/null; then
+	check "serve-file bench JSON parses" "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' \"$out/s.json\""
+fi
 check "serve-file bench JSON has 4 records" "[ \$(grep -c '\"contestant\"' \"$out/s.json\") -eq 4 ]"
 check "serve-file bench says whether the budget holds" "grep -qE 'budget [0-9]+ MiB \((enforced|NOT enforced)' \"$out/s.txt\""
 
