@@ -163,7 +163,8 @@ static void *rf__stg_mallocx(const rf__stg_arena *a, size_t bytes, size_t align)
 /* Page-aligned and large blocks (every ring) are mappings of their own: exactly the bytes asked for,
  * rounded up to a page, bound and touched like the arena's, and unmapped whole when freed — nothing
  * retained, nothing rounded to a size class. A block of at least one huge page is aligned to one and
- * asks for huge pages: nothing is rounded up to get them, so a smaller ring stays on small pages. */
+ * asks for huge pages; a smaller block stays on small pages (the engine rounds a ring up to whole huge
+ * pages itself, within the budget: rf__staging_ring_len). */
 static void *rf__stg_direct_alloc(rf__stg_arena *a, size_t bytes)
 {
 	size_t page = rf__stg_page(), len = rf__align_up(bytes, page), huge = rf__stg_huge_page();
