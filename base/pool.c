@@ -59,7 +59,7 @@ static void *rf__lane_main(void *arg)
 {
 	rf__lane *l = arg;
 	rf__pool *p = l->pool;
-	int worked = 0;
+	int worked = 0, io = 0;
 	for (;;) {
 		uint64_t t = atomic_load_explicit(&l->tail, memory_order_relaxed);
 		if (atomic_load_explicit(&l->head, memory_order_acquire) > t) {
@@ -68,19 +68,24 @@ static void *rf__lane_main(void *arg)
 			atomic_store_explicit(&l->tail, t + 1, memory_order_release);
 			rf__ec_notify(p->ec); /* for waiters on the item's consumption (a reuse of it, quiesce) */
 			worked = 1;
+			io = 0;
 			continue;
 		}
 		int async = p->ops != NULL && p->ops->idle != NULL && p->ops->idle(l->ctx);
 		if (!async && atomic_load_explicit(&p->quit, memory_order_acquire))
 			break;
-		/* Spin only after work: an idle lane that never worked (right after create) sleeps at once, and
-		 * one waiting for its reads sleeps in the kernel until they land (a spin would burn a core for
-		 * the device's latency). */
-		int64_t spin = worked && p->spin_ns > 0 ? p->spin_ns : 0;
-		if (async)
+		/* Spin only after work, and only after work that did not wait for a device: an idle lane that
+		 * never worked (right after create) sleeps at once; one waiting for its reads sleeps in the
+		 * kernel until they land (a spin would burn a core for the device's latency); and one whose last
+		 * item waited for reads sleeps for the next item too, which is most likely reads again (a keyed
+		 * hint, a run's file copies), whose latency a wake-up does not add to noticeably. */
+		int64_t spin = worked && !io && p->spin_ns > 0 ? p->spin_ns : 0;
+		if (async) {
 			rf__ec_wait_bell(p->ec, rf__lane_has_progress, l, 0, l->bell, rf__lane_sleep, l);
-		else
+			io = 1;
+		} else {
 			rf__ec_wait(p->ec, rf__lane_has_work, l, spin);
+		}
 		worked = async;
 	}
 	return NULL;

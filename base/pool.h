@@ -4,8 +4,9 @@
  * the threads backend, a host staging queue of the cuda backend). Items are posted by one thread at a
  * time (the pool's owner: the thread that runs the pipeline) and carry their own function, so a run's
  * walk of a queue, a keyed copy and a file read are all just items. A lane with nothing to do spins for
- * the wait policy's budget — only after it has done some work, never right after it starts — and then
- * sleeps on the owner's eventcount (base/wait.h).
+ * the wait policy's budget — only after it has done some work, never right after it starts, and never
+ * after work that waited for a device (file reads) — and then sleeps on the owner's eventcount
+ * (base/wait.h).
  *
  * Threads are named rf-<role>-<n> (pthread_setname_np: top -H, gdb and perf show them by role), block
  * every signal, and never touch a thread they did not create. A pool inherited by a child of fork()

@@ -179,7 +179,8 @@ typedef struct rf_pipeline_params {
 	                         the config file */
 	unsigned depth_auto;  /* 0, or RF_DEPTH_AUTO (depth must be 0 then): choose the depth by measuring */
 	const char *wait;     /* how the threads backend's threads wait (docs/serving.md): "auto" (spin up to
-	                         2 ms after work, then sleep), "sleep", or "spin:N" (N us, 0..10000000);
+	                         2 ms after work, then sleep; a lane whose work waited for file reads sleeps
+	                         at once), "sleep", or "spin:N" (N us, 0..10000000);
 	                         NULL = RINGFETCH_WAIT, else the file's `wait`, else "auto" */
 	uint64_t locality;    /* RF_LOCALITY_CALLER (0) or RF_LOCALITY_COPIER (above); never read from the
 	                         environment or the config file (it changes which thread calls compute) */
