@@ -193,36 +193,16 @@ static float block_sum(const void *p, size_t bytes)
 	return (float)k.total;
 }
 
-/* A contestant's buffer: a fresh mapping, 2 MiB-aligned and whole 2 MiB pages, that asks for transparent
- * huge pages before it is first touched, as ringfetch's rings do (memory/mapping.c). Fresh, because
- * memory malloc hands back may already be faulted in as 4 KiB pages, which madvise does not change: an
- * O_DIRECT read's segments are its physically contiguous runs, and on a virtio disk they decide its
- * speed, so a loop on 4 KiB pages would be measured against one on huge pages. */
-#define BENCH_HUGE ((size_t)2 << 20)
-
-static size_t bench_buffer_len(size_t n)
-{
-	return (n + BENCH_HUGE - 1) / BENCH_HUGE * BENCH_HUGE;
-}
-
+/* A contestant's buffer: staging memory, as ringfetch's ring is, rounded up to whole 2 MiB pages as the
+ * ring is (memory/staging.c: a block of a huge page or more is a fresh mapping on huge pages). Not
+ * malloc's: memory it hands back may already be faulted in as 4 KiB pages, and an O_DIRECT read's
+ * segments are its physically contiguous runs, which on a virtio disk decide its speed, so a loop on
+ * 4 KiB pages would be measured against one on huge pages. */
 static void *bench_buffer(size_t n)
 {
-	size_t len = bench_buffer_len(n);
-	unsigned char *raw = mmap(NULL, len + BENCH_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (raw == MAP_FAILED)
-		return NULL;
-	uintptr_t r = (uintptr_t)raw, p = (r + BENCH_HUGE - 1) & ~(uintptr_t)(BENCH_HUGE - 1);
-	if (p > r)
-		munmap(raw, p - r);
-	munmap((void *)(p + len), r + BENCH_HUGE - p);
-	(void)madvise((void *)p, len, MADV_HUGEPAGE);
-	return (void *)p;
-}
-
-static void bench_buffer_free(void *p, size_t n)
-{
-	if (p != NULL)
-		munmap(p, bench_buffer_len(n));
+	size_t huge = (size_t)2 << 20;
+	void *p = NULL;
+	return rf_staging_alloc((n + huge - 1) / huge * huge, "auto", &p) == RF_OK ? p : NULL;
 }
 
 /* Write the file in 4 MiB chunks of distinct floats, and every block's expected sum for every size. */
@@ -338,7 +318,7 @@ static int run_pread(ctx *c, int compute, unsigned param, rfb_sink *k)
 		if (rc == 0)
 			sink_compute(k, compute, i, buf, c->size);
 	}
-	bench_buffer_free(buf, c->size);
+	rf_staging_free(buf);
 	return rc;
 }
 
@@ -396,7 +376,7 @@ static int run_hand(ctx *c, int compute, unsigned qd, rfb_sink *k)
 		}
 	}
 	io_uring_queue_exit(&ring); /* on failure: only after the reads in flight are cancelled */
-	bench_buffer_free(buf, (size_t)qd * sz);
+	rf_staging_free(buf);
 	free(iov);
 	free(ready);
 	return rc;
@@ -451,7 +431,7 @@ static int run_reader(ctx *c, int compute, unsigned depth, rfb_sink *k)
 		rf__reader_describe(r, c->reader_describe, sizeof c->reader_describe);
 	rf__reader_destroy(r);
 	rf_file_close(f);
-	bench_buffer_free(slots, (size_t)depth * sz);
+	rf_staging_free(slots);
 	free(shift);
 	free(ready);
 	return rc;
@@ -577,7 +557,7 @@ static double compute_alone(ctx *c)
 {
 	unsigned char *buf = bench_buffer(c->size);
 	if (pread(c->fd, buf, c->size, 0) != (ssize_t)c->size) {
-		bench_buffer_free(buf, c->size);
+		rf_staging_free(buf);
 		return NAN;
 	}
 	rfb_sink k = {&c->w, 0, 0, 1};
@@ -587,7 +567,7 @@ static double compute_alone(ctx *c)
 		rfb_compute(&k, &b);
 	}
 	double t = rfb_now() - t0;
-	bench_buffer_free(buf, c->size);
+	rf_staging_free(buf);
 	return t;
 }
 
