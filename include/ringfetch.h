@@ -1,26 +1,20 @@
 /*
  * ringfetch.h — stream blocks of bytes through a ring of N staging slots so that the transfer of the
  * next blocks overlaps the compute of the current one (the double buffer, generalised to any depth).
+ * The core contract: errors, the ring plan, the pipeline, keyed use, the version; it includes
+ * <ringfetch/file.h>, <ringfetch/graph.h> (custom graphs) and <ringfetch/staging.h> (placement).
  *
- * This umbrella header carries the core contract: errors, the ring plan, the pipeline and the version.
- * The job-graph API (build, validate, lower, instantiate custom graphs) is in <ringfetch/graph.h>,
- * staging memory and ring placement in <ringfetch/staging.h>; this header includes both.
- *
- * Conventions, for every function below:
- *  - int-returning functions return 0 (RF_OK) on success or a negative RF_E* code; rf_errmsg() then
- *    holds a sentence naming what was wrong (which argument, block, node or variable).
- *  - Handles are opaque; every create has a destroy; destroy(NULL) is a no-op.
- *  - Reserved fields and flags must be zero; anything else is RF_EINVAL.
- *  - The library never prints, never calls exit(), and never returns memory the caller must free().
- *  - It never changes the affinity, signal mask or scheduling of a thread it did not create.
+ * For every function: int results are 0 (RF_OK) or a negative RF_E* code, with rf_errmsg() naming what
+ * was wrong; handles are opaque, destroy(NULL) is a no-op; reserved fields and flags must be zero
+ * (RF_EINVAL). The library never prints, never exits, never returns memory the caller must free(), and
+ * never changes the affinity, signal mask or scheduling of a thread it did not create.
  */
 #ifndef RINGFETCH_H
 #define RINGFETCH_H
 
 #include <stddef.h>
 #include <stdint.h>
-/* How the library was built (RF_HAVE_CUDA): generated at build time and installed with the headers;
- * absent from a source tree that was never configured, which then reads as "no CUDA". */
+/* RF_HAVE_CUDA, generated at build time; absent in an unconfigured source tree ("no CUDA"). */
 #if defined(__has_include)
 #if __has_include("ringfetch/config.h")
 #include "ringfetch/config.h"
@@ -79,11 +73,8 @@ typedef enum rf_errno {
 RF_EXTERN const char *rf_strerror(int err);
 /** The symbolic name of err ("RF_EINVAL", "RF_OK", "RF_UNKNOWN"). Never NULL. */
 RF_EXTERN const char *rf_err_name(int err);
-/**
- * Detail of the calling thread's most recent failed rf_ call ("" if none failed yet). Thread-local: a
- * failure on another thread does not change it, nor does a successful call. The pointer is valid until
- * this thread's next failing rf_ call; copy it to keep it. Never NULL.
- */
+/** Detail of the calling thread's most recent failed rf_ call ("" if none yet); successful calls and
+ * other threads leave it alone. Valid until this thread's next failing call. Never NULL. */
 RF_EXTERN const char *rf_errmsg(void);
 
 /* ---- the ring plan ----------------------------------------------------------------------------- */
@@ -104,17 +95,11 @@ typedef struct rf_step {
 } rf_step;
 
 /**
- * The schedule of a ring of `depth` slots over `nblocks` blocks: a pure function of its two inputs.
- *
- *   prime:  PREFETCH b for b = 0 .. min(depth-1, nblocks)-1
- *   for n in 0 .. nblocks-1:
- *       PREFETCH n+depth-1 (if < nblocks);  AWAIT n;  COMPUTE n
- *
- * so the lookahead is depth-1 blocks: depth 2 is the classic double buffer, depth 1 the sequential,
- * no-overlap schedule. Writes the 3*nblocks steps into steps[0 .. 3*nblocks) and sets *len to
- * 3*nblocks (len may be NULL).
- *
- * Two-call sizing: call with cap 0 (steps may be NULL) to learn the size.
+ * The schedule of a ring of `depth` slots over `nblocks` blocks (a pure function):
+ *   PREFETCH b for b = 0 .. min(depth-1, nblocks)-1; then for n in 0 .. nblocks-1:
+ *   PREFETCH n+depth-1 (if < nblocks); AWAIT n; COMPUTE n
+ * Depth 2 is the double buffer, depth 1 the sequential schedule. Writes 3*nblocks steps and sets *len
+ * (len may be NULL); call with cap 0 (steps may be NULL) to learn the size.
  * \return RF_OK;
  *         RF_EINVAL if depth is 0 or > RF_MAX_DEPTH, steps is NULL with cap > 0, or 3*nblocks
  *                   overflows size_t;
@@ -135,9 +120,8 @@ typedef struct rf_block {
 	void *stream;     /* cudaStream_t for cuda (enqueue work there and return), NULL otherwise */
 } rf_block;
 
-/** The compute of one block. Return 0 on success; any other value fails the run (RF_ECALLBACK).
- * It must return: leaving it by longjmp, or by a C++ exception thrown through the library's C frames,
- * is not allowed — the pipeline stays marked running (every later call RF_EBUSY) and destroy leaks it. */
+/** The compute of one block: 0 on success, anything else fails the run (RF_ECALLBACK). It must return:
+ * a longjmp or C++ exception out of it leaves the pipeline busy for good (docs/api.md). */
 typedef int (*rf_compute_fn)(void *user, const rf_block *block);
 
 /** Where block->data points (params.memory), for every use of a pipeline. */
@@ -146,20 +130,15 @@ typedef enum rf_memory {
 	RF_MEMORY_DEVICE = 1 /* device memory: backend "cuda"; "auto" picks it; no usable GPU: RF_ENODEV */
 } rf_memory;
 
-/** params.depth_auto = RF_DEPTH_AUTO (with params.depth 0): measure and choose the depth
- * (docs/tuning.md), as "auto" in RINGFETCH_DEPTH or the config file does. A field of its own, so that
- * every depth over RF_MAX_DEPTH stays RF_EINVAL. */
+/** params.depth_auto (with depth 0): measure and choose the depth, as RINGFETCH_DEPTH=auto does
+ * (docs/tuning.md). */
 #define RF_DEPTH_AUTO 1u
 
-/** params.locality: where a threads pipeline's computes may run (docs/tuning.md, "Locality").
- * RF_LOCALITY_CALLER (0, the default): every compute on the thread that called rf_pipeline_run.
- * RF_LOCALITY_COPIER: each block's compute on the thread that copied it — the caller and the copy
- * lanes take blocks in turn, each copying its block and then computing it — so that a compute reads
- * what its own core has just written (as StarPU schedules a ring). Computes still run one at a time,
- * in block order, each after the previous one returned, and every guarantee of rf_pipeline_run holds;
- * but the callback then also runs on the library's threads: it must not rely on thread-local state or
- * thread-affine APIs. The cost: a thread hop between consecutive computes. "cpu" (everything on the
- * caller) and "cuda" (computes only enqueue) ignore it. */
+/** params.locality, on "threads" (others ignore it; docs/tuning.md, "Locality"). CALLER (default):
+ * every compute on the thread that called rf_pipeline_run. COPIER: each block computed by the thread
+ * that copied it (caller and lanes take blocks in turn); computes stay one at a time, in block order,
+ * every guarantee of rf_pipeline_run holds, but the callback also runs on library threads: it must not
+ * rely on thread-local state or thread-affine APIs. */
 #define RF_LOCALITY_CALLER 0u
 #define RF_LOCALITY_COPIER 1u
 
@@ -178,29 +157,20 @@ typedef struct rf_pipeline_params {
 	rf_memory memory;     /* RF_MEMORY_HOST (0) or RF_MEMORY_DEVICE; never read from the environment or
 	                         the config file */
 	unsigned depth_auto;  /* 0, or RF_DEPTH_AUTO (depth must be 0 then): choose the depth by measuring */
-	const char *wait;     /* how the threads backend's threads wait (docs/serving.md): "auto" (spin up to
-	                         2 ms after work, then sleep; a lane whose work waited for file reads sleeps
-	                         at once), "sleep", or "spin:N" (N us, 0..10000000);
-	                         NULL = RINGFETCH_WAIT, else the file's `wait`, else "auto" */
+	const char *wait;     /* how library threads wait (docs/serving.md): "auto", "sleep", "spin:N" (N us,
+	                         0..10000000); NULL = RINGFETCH_WAIT, else the file's `wait`, else "auto" */
 	uint64_t locality;    /* RF_LOCALITY_CALLER (0) or RF_LOCALITY_COPIER (above); never read from the
 	                         environment or the config file (it changes which thread calls compute) */
 	uint64_t reserved[7]; /* must be zero */
 } rf_pipeline_params;
 
 /**
- * Create a pipeline: resolve depth, backend and the other settings, allocate depth * slot_bytes of ring
- * memory and the backend's queues and threads. Runs and keyed calls then allocate nothing in steady
- * state (a traced run, and the first run or keyed call naming a file, set up what they need).
- *
- * Settings: explicit params > environment (RINGFETCH_*) > the INI file named by RINGFETCH_CONFIG >
- * defaults; a value left at 0 / NULL in params is taken from the configuration (docs/deployment.md
- * lists every variable and key; depth = auto: docs/tuning.md; the hazard oracle, RINGFETCH_ORACLE=1:
- * docs/api.md). Backends: "cpu" runs everything on the caller's thread (no overlap); "threads" runs
- * computes on the caller's thread and each copy queue on a worker thread of the pipeline; "cuda"
- * streams into device memory (<ringfetch/cuda.h>). params.memory, never the machine, picks the kind:
- * "auto" is "threads" (else "cpu") for RF_MEMORY_HOST and "cuda" for RF_MEMORY_DEVICE. CPU rings are
- * NUMA-placed by the staging layer as params.staging says (rf_pipeline_placement tells where, or why
- * not).
+ * Create a pipeline: resolve the settings (params > RINGFETCH_* > the file named by RINGFETCH_CONFIG >
+ * defaults; docs/deployment.md), allocate depth * slot_bytes of ring memory (placed as params.staging
+ * says) and the backend's queues and threads. Runs and keyed calls then allocate nothing in steady
+ * state (a traced run, and the first use of a file, set up what they need). "cpu" runs everything on
+ * the caller; "threads" copies on worker threads; "cuda" streams into device memory (<ringfetch/cuda.h>).
+ * params.memory picks the kind: "auto" is "threads" (else "cpu") for host, "cuda" for device memory.
  *
  * \return RF_OK and *out;
  *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, depth_auto other
@@ -221,15 +191,10 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
 
 /**
  * Stream blocks 0 .. nblocks-1 through the ring: block i (sizes[i] bytes at srcs[i]) is copied into
- * slot i % depth, then compute(user, &block) is called for it, in block order, exactly once each.
- * When compute runs, block->data holds exactly the sizes[i] bytes of srcs[i] and no copy writes that
- * slot until compute has returned. Returns when all work has finished; the caller may then reuse or
- * free srcs. srcs and sizes are read during the call only.
- *
- * Threads: computes run on the calling thread with every backend; copies run on the calling thread
- * ("cpu"), on the pipeline's copy workers ("threads"), or on CUDA streams ("cuda": the callback only
- * enqueues its kernels on block->stream, see <ringfetch/cuda.h>). Everything the copies and callbacks
- * wrote (or enqueued) is done and visible to the caller when this returns.
+ * slot i % depth, then compute(user, &block) is called for it, in block order, exactly once each, on
+ * the calling thread (cuda: it only enqueues on block->stream). When compute runs, block->data holds
+ * exactly the bytes of srcs[i], and no copy writes that slot until it has returned. Returns when all
+ * work has finished and is visible to the caller; srcs and sizes are read during the call only.
  *
  * \return RF_OK (also for nblocks 0, where nothing else is looked at);
  *         RF_EINVAL, before any work, for NULL p, srcs, sizes or compute with nblocks > 0, a size over
@@ -250,10 +215,8 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
 RF_EXTERN int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const *srcs,
                               const size_t *sizes, rf_compute_fn compute, void *user);
 
-/** The ring depth (1 .. RF_MAX_DEPTH): the one runs use now; 0 for NULL. With depth = auto: the starting
- * depth until the first run has finished, then the rule's choice d; the next 9 successful runs try d,
- * 2d and 4d (within the slots) in turn, and from then on the fastest of them is kept (docs/tuning.md).
- * On cuda the first 9 successful runs try the ladder lo, 2lo, 4lo (lo = the starting depth) instead. */
+/** The ring depth runs use now (1 .. RF_MAX_DEPTH); 0 for NULL. With depth = auto it changes over the
+ * first runs as the pipeline measures (docs/tuning.md). */
 RF_EXTERN unsigned rf_pipeline_depth(const rf_pipeline *p);
 /** The resolved backend name, e.g. "cpu" (never "auto"); a static string. "" for NULL. */
 RF_EXTERN const char *rf_pipeline_backend(const rf_pipeline *p);
@@ -261,12 +224,9 @@ RF_EXTERN const char *rf_pipeline_backend(const rf_pipeline *p);
 RF_EXTERN size_t rf_pipeline_slot_bytes(const rf_pipeline *p);
 /** Copy lanes the pipeline was created with (>= 1); 0 for NULL. */
 RF_EXTERN unsigned rf_pipeline_copy_queues(const rf_pipeline *p);
-/**
- * One line on how the pipeline runs: its backend's queues, worker threads, and the core each worker is
- * pinned to — or why it is not (one core, hwloc failed, binding refused); with depth = auto, what it
- * measured and chose. Any thread, any time: the string a call returns never changes (a later note
- * makes a new string, returned by later calls). Valid until the pipeline is destroyed; "" for NULL.
- */
+/** One line on how the pipeline runs: queues, worker threads and their cores (or why unpinned), and
+ * what depth = auto chose. Any thread, any time; a returned string never changes (a later note makes a
+ * new one) and stays valid until the pipeline is destroyed. "" for NULL. */
 RF_EXTERN const char *rf_pipeline_describe(const rf_pipeline *p);
 
 /** Time spent by one queue in the last run (collected only with rf_pipeline_collect_stats on). */
@@ -322,8 +282,8 @@ typedef struct rf_stats {
 } rf_stats;
 
 /**
- * Collect per-queue times in every following run (on != 0) or stop (0). Costs two clock reads per
- * copy, compute and wait (about 40 ns a block here); the always-on fields of rf_stats cost nothing.
+ * Collect per-queue times in every following run (on != 0) or stop (0): two clock reads per copy,
+ * compute and wait; the always-on fields of rf_stats cost nothing.
  * \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (the pipeline is running).
  */
 RF_EXTERN int rf_pipeline_collect_stats(rf_pipeline *p, int on);
@@ -337,17 +297,12 @@ RF_EXTERN int rf_pipeline_collect_stats(rf_pipeline *p, int on);
 RF_EXTERN int rf_pipeline_stats(const rf_pipeline *p, rf_stats *out);
 
 /**
- * Stop the run in progress on p, or, when none is, the next run to start: a cancel stays pending until
- * a run returns RF_ECANCELED because of it, so a request timeout that fires between two runs of a
- * serving loop is never lost. A run in progress stops issuing work (no compute starts after the one
- * running, copies in flight finish) and returns RF_ECANCELED; a run that starts with a cancel pending
- * returns RF_ECANCELED at once, calling no compute. Each pending cancel is consumed by exactly one run
- * returning RF_ECANCELED; cancels made before it was consumed are merged into it. A cancel that
- * arrives after the last compute of a run has started does not change that run's result (RF_OK, or
- * its failure) and stays pending for the next run; so does one that arrives after a run ended.
- * A serving loop that arms a timeout per request therefore disarms it when the request ends and then
- * calls rf_pipeline_cancel_clear, so that a timeout that fired late cannot stop the next request.
- * The pipeline stays usable. Callable from any thread at any time, including a compute callback of p.
+ * Stop the run in progress on p, or else the next run to start. A run in progress stops issuing work
+ * (no compute starts after the one running; copies in flight finish) and returns RF_ECANCELED; a run
+ * that starts with a cancel pending returns RF_ECANCELED at once. The cancel stays pending until
+ * exactly one run returns RF_ECANCELED for it (later cancels merge into it); one that arrives after a
+ * run's last compute started leaves that run's result alone and waits for the next run (withdraw it
+ * with rf_pipeline_cancel_clear). Any thread, any time, also from a compute callback of p.
  * \return RF_OK; RF_EINVAL (p NULL).
  */
 RF_EXTERN int rf_pipeline_cancel(rf_pipeline *p);
@@ -360,78 +315,52 @@ RF_EXTERN int rf_pipeline_cancel(rf_pipeline *p);
 RF_EXTERN int rf_pipeline_cancel_clear(rf_pipeline *p);
 
 /**
- * Record a Chrome trace (trace-event JSON, opens in Perfetto or chrome://tracing) of every following
- * run: one track per queue, one slice per copy, stage (two-hop staging) and compute that ran (one
- * skipped by a cancel has none), named by block. Each run adds its events to the file at `path`, one file across
- * runs: the file is a JSON array that is closed whenever no run is writing it (any JSON tool reads
- * it), and each run reopens it, inserts its events before the closing "]" and closes it again, in one
- * write under an exclusive flock(2) — so runs of several pipelines, threads or processes may trace to
- * one path and the file stays valid JSON. path is copied; it must name a regular file (or none yet): a
- * FIFO, device or directory fails the run's trace (opened non-blocking, never waiting for a reader).
- * NULL stops tracing. While tracing, a run allocates 56 bytes per copy and compute before it starts
- * (nothing during it), and after its work has finished formats its events in memory (about 150 bytes
- * each) and writes them.
+ * Append a Chrome trace (trace-event JSON, for Perfetto) of every following run to the file at path
+ * (copied; NULL stops): one track per queue, one slice per copy, stage and compute that ran. The file
+ * stays a closed JSON array between runs; each run inserts its events in one write under flock(2), so
+ * pipelines, threads and processes may share a path. Only a blank file or a JSON array of objects is
+ * appended to; a FIFO, device, directory or any other file is left untouched, and a write that fails
+ * half-way puts the file back as it was — the run then returns RF_EBACKEND. A traced run allocates its
+ * event arrays before it starts, and formats and writes its events after its work.
  * \return RF_OK; RF_EINVAL (p NULL, path ""); RF_EBUSY (the pipeline is running); RF_ENOMEM.
- * A traced run whose work succeeded but whose file could not be written (not a regular file, not a
- * trace-event array, a write error) returns RF_EBACKEND. A trace-event array is a blank file or one
- * that parses whole as a JSON array of objects (checked once per process while only it writes the
- * file); anything else is left untouched. A write that fails half-way (a full disk, RLIMIT_FSIZE)
- * leaves the file as it was.
  */
 RF_EXTERN int rf_pipeline_trace(rf_pipeline *p, const char *path);
 
 /**
- * Release the pipeline, its ring memory and its backend queues. NULL is a no-op. Nothing else may use
- * p while destroy runs or after it: no run on another thread, and none of the "any thread, any time"
- * calls either (stats, describe, cancel, lookup, keyed_stats) — their "any time" ends where destroy
- * begins, and such a call during or after it is a use-after-free; stop monitoring and timeout threads
- * from using p first. Called from inside one of its own compute callbacks, the release is deferred
- * until that run returns (which then reports RF_ECANCELED for the blocks left).
- * In a child of fork() it returns without waiting for the parent's worker threads (freeing what the
- * child's copy of the memory holds).
+ * Release the pipeline, its ring memory and its backend queues; NULL is a no-op. Nothing may use p
+ * during or after it: the "any thread, any time" calls (stats, describe, cancel, lookup, keyed_stats)
+ * end where destroy begins. From inside one of its own compute callbacks the release is deferred until
+ * that run returns (RF_ECANCELED for the blocks left). In a child of fork() it returns without waiting
+ * for the parent's worker threads.
  */
 RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
 
-/* ---- keyed use: serving loops ------------------------------------------------------------------
+/* ---- keyed use: serving loops (docs/serving.md) --------------------------------------------------
  *
- * A serving loop does not know its blocks in advance: the router of layer l picks the experts of layer
- * l, some experts come back step after step, and the next layer's likely experts can be hinted early.
- * Keyed use serves it on the same pipeline (same slots, backends, staging, copy queues): the slots form
- * a cache of blocks named by the caller's 64-bit keys, filled just in time, evicted least-recently-used.
- *
- * Rules (docs/serving.md):
- *  - Keyed calls on one pipeline come from one thread at a time, like runs (keyed_stats, lookup and
- *    cancel from any thread, compute callbacks included; lookup reports ABSENT while a run is in
- *    progress). Any other keyed call from a compute callback of a run is RF_EBUSY. NULL p (or a NULL
- *    out/state pointer) is RF_EINVAL everywhere.
- *  - An acquire of a key whose hint is still held back issues the copy itself: it is not a hit, and the
- *    hint counts as dropped. An unacquired hint removed by evict or a run counts as wasted if its copy
- *    was issued, else as dropped. On "threads" a hint copy queued on its lane but not started yet is
- *    still withdrawable and counts as held back: an acquire (or a new key for its slot, or an evict)
- *    withdraws it, it counts as dropped, and its bytes leave bytes_copied (they were never copied). A prefetch refused with RF_ENOSPC counts nowhere.
- *  - Slot choice: the lowest-numbered empty slot, else the least recently used slot that is not held;
- *    "used" = its last acquire, release or prefetch. Keyed use uses every allocated slot (with depth =
- *    auto too). Keyed copies go on copy lanes the library chooses.
- *  - The bytes at src must stay valid and unchanged until rf_pipeline_evict(key) or rf_pipeline_destroy
- *    has returned (on cuda a copy may still read them after acquire returned). A hit reads no src and
- *    does not compare it. Change a key's bytes only after evicting it.
- *  - A failed call changes nothing: no slot, no LRU order, no stats; *out untouched.
- *  - rf_pipeline_run with a block held: RF_EBUSY. A run that starts work leaves no key resident; one
- *    that fails its checks or has nblocks 0 changes nothing. Cancel, rf_pipeline_stats and traces cover
- *    runs, not keyed use.
- *  - rf_pipeline_destroy with blocks held drops the holds (cuda: it synchronises params.device first).
- *  - Every RAW and WAR rule of runs holds for keyed use, on every backend; no keyed call allocates
- *    memory after create. On "threads" a miss with nothing in flight may be copied by the caller itself.
- *  - The library's own CUDA queries run in thread-local capture mode, so they never disturb another
- *    thread's stream capture.
+ * The pipeline's slots as a cache of blocks named by the caller's 64-bit keys, filled just in time,
+ * evicted least-recently-used, on the same slots, backends and copy queues as runs. Rules:
+ *  - One thread at a time per pipeline, like runs; keyed_stats, lookup and cancel from any thread
+ *    (lookup reports ABSENT during a run). Other keyed calls from a compute callback: RF_EBUSY. NULL p
+ *    or out/state: RF_EINVAL everywhere. A failed call changes nothing (slots, LRU order, stats, *out).
+ *  - Slot choice: the lowest-numbered empty slot, else the least recently used one not held ("used":
+ *    its last acquire, release or prefetch). Every allocated slot is used; the library picks the lanes.
+ *  - The bytes at src must stay valid and unchanged until rf_pipeline_evict(key) or destroy returned
+ *    (on cuda a copy may read them after acquire returned). A hit neither reads nor compares src.
+ *  - Hints: an acquire of a key whose hint is held back (on "threads" also one queued but not started)
+ *    issues the copy itself: not a hit, and the hint counts as dropped (its bytes never counted). An
+ *    unacquired hint removed by evict or a run counts as wasted if its copy started, else dropped.
+ *  - rf_pipeline_run with a block held: RF_EBUSY; a run that starts work leaves no key resident.
+ *    Cancel, rf_pipeline_stats and traces cover runs only. Destroy drops the holds (cuda: after a
+ *    device synchronise).
+ *  - Every RAW and WAR rule of runs holds; no keyed call allocates after create. The library's CUDA
+ *    queries run in thread-local capture mode (another thread's stream capture is never disturbed).
  */
 
 /**
  * A hint that `key` (bytes at src) will be acquired soon; returns without waiting (except on "cpu",
- * which copies inline). If the key is absent its slot is chosen now; its copy is issued now or held
- * back (the library bounds the hint copies in flight per copy lane); a held-back hint is issued when a
- * lane frees, and dropped (no copy) if its slot is chosen again first. A key that is resident, held or
- * on its way: no copy, and its use is refreshed. flags must be 0.
+ * which copies inline). An absent key gets its slot now and its copy now or, when its lane is busy,
+ * once the lane frees (dropped if the slot is chosen again first); a present one only its use
+ * refreshed. flags must be 0.
  * \return RF_OK;
  *         RF_EINVAL (p or src NULL, bytes 0 or > slot_bytes, a different bytes count than the resident
  *                   or incoming copy of key, flags != 0);
@@ -441,15 +370,12 @@ RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
 RF_EXTERN int rf_pipeline_prefetch(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, unsigned flags);
 
 /**
- * Hold `key` in its slot, copying it first unless it is resident or on its way. An acquire's copy is
- * issued ahead of every held-back hint and never waits behind a hint copy that has not started.
- * *out: index = key, slot, data (the slot; the same address for a slot for the pipeline's lifetime),
- * bytes, stream. CPU backends: returns when the bytes are in the slot; stream must be NULL.
- * cuda: returns without waiting on the host; `stream` is a cudaStream_t of params.device with CUDA's
- * meaning (NULL = the legacy default stream; cudaStreamPerThread allowed); it is made to wait, on the
- * device, for the key's copy, and out->stream = stream; only work ordered after this call on that
- * stream may read out->data. Acquiring a held key again returns the same slot (held twice, released
- * twice), also when every slot is held. The slot is never refilled while held. flags must be 0.
+ * Hold `key` in its slot, copying it first unless it is resident or on its way; the copy never waits
+ * behind a hint's. *out: index = key, slot, data (fixed per slot), bytes, stream. CPU backends: returns
+ * when the bytes are in the slot; stream must be NULL. cuda: returns without a host wait; `stream` (a
+ * cudaStream_t of params.device, NULL = legacy default) is made to wait for the copy, and only work
+ * ordered after this call on it may read out->data. A held key acquired again is held twice (released
+ * twice). A held slot is never refilled. flags must be 0.
  * \return RF_OK;
  *         RF_EINVAL (p, src or out NULL, bytes 0 or > slot_bytes, a different bytes count than the
  *                   resident or incoming copy, non-NULL stream on a CPU backend, flags != 0);
@@ -462,13 +388,10 @@ RF_EXTERN int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src,
                                   unsigned flags, rf_block *out);
 
 /**
- * Let go of one hold of block->index, which must be held in p in block->slot (RF_EINVAL otherwise;
- * data and bytes are not checked). The block stays resident (acquiring its key again copies nothing)
- * until its slot is chosen for another key. cuda: records an event on block->stream (the caller may set
- * it to the stream of params.device that carries its last work on the slot; work on other streams must
- * be joined into it first). The slot's next copy waits, on the device, for the work enqueued before each
- * release since the slot was filled, on each releasing stream, and for the slot's previous copy — and
- * for nothing else.
+ * Let go of one hold of block->index, which must be held in block->slot (RF_EINVAL otherwise; data and
+ * bytes are not checked). The block stays resident until its slot is chosen for another key. cuda:
+ * records an event on block->stream (set it to the stream carrying the last work on the slot); the
+ * slot's next copy waits, on the device, for the work before each release and for nothing else.
  * \return RF_OK; RF_EINVAL.
  */
 RF_EXTERN int rf_pipeline_release(rf_pipeline *p, const rf_block *block);
