@@ -1,20 +1,12 @@
 /* backends/cuda.c — the CUDA backend: a lowered program becomes streams, events and stream waits.
  *
- * One stream per queue. The caller's thread walks the program in its global issue order (a
- * topological order) and only enqueues: copy -> cudaMemcpyAsync on the queue's stream, signal ->
- * cudaEventRecord, wait -> cudaStreamWaitEvent, compute -> the user's callback with the queue's stream
- * (it enqueues kernels and returns). The host runs at most a window of computes ahead of the device
- * (cuda_event.c) and rf_pipeline_run synchronises once at the end. Because the walk is topological,
- * every wait is enqueued after the record it needs — cudaStreamWaitEvent captures the event's latest
- * record at the time of the call, so a wait enqueued first would wait for nothing.
- *
- * Queues with STAGE ops (two-hop staging of pageable sources, the cuda pipeline's staged ring) are host
- * queues: lanes of the backend's pool walk them (cuda_stage.c), and the walker skips their ops but
- * waits, on the host, for their signals. No host functions. Every entry point makes params.device
- * current and puts the caller's context back afterwards, "no context" included.
- *
- * All CUDA calls go through rf__cuda (backends/cuda_api.h): this file includes no CUDA header, builds
- * without the toolkit, and its lowering is tested on machines without a GPU against a simulator. */
+ * One stream per queue. The caller's thread walks the program in its global (topological) order and only
+ * enqueues: copy -> cudaMemcpyAsync, signal -> cudaEventRecord, wait -> cudaStreamWaitEvent, compute ->
+ * the user's callback with the queue's stream; rf_pipeline_run synchronises once at the end. The walk
+ * must be topological: cudaStreamWaitEvent captures the event's latest record at the call, so a wait
+ * enqueued before its record would wait for nothing. Host queues (STAGE ops) are walked by lanes
+ * (cuda_stage.c); the walker waits for their signals on the host. Every entry point makes params.device
+ * current and puts the caller's context back afterwards, "no context" included. */
 #include "backends/cuda_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -35,20 +27,15 @@ int rf__cu_fail(const rf__cuda_api *api, const char *call, int err)
 	return rf__err(RF_EBACKEND, "cuda: %s failed: %s (%s)", call, api->error_string(err), api->error_name(err));
 }
 
-/* Make `device` current for the duration of a call, and put the caller's context back afterwards: an
- * embedder may drive several GPUs from one thread, or none from this one (a thread without a context
- * must not be left with one, least of all device 0's). */
+/* An embedder may drive several GPUs from one thread, or none from this one: a thread without a
+ * context must not be left with one, least of all device 0's. */
 int rf__cu_enter(const rf__cuda_api *api, int device, rf__cu_saved *saved)
 {
 	saved->ctx = NULL;
-	saved->valid = api->ctx_get(&saved->ctx) == 0;
-	if (!saved->valid)
-		(void)api->get_last_error();
+	saved->valid = rf__cu_clear(api, api->ctx_get(&saved->ctx)) == 0;
 	int cur = -1;
-	if (saved->valid && saved->ctx != NULL && api->get_device(&cur) != 0) {
-		(void)api->get_last_error();
+	if (saved->valid && saved->ctx != NULL && rf__cu_clear(api, api->get_device(&cur)) != 0)
 		cur = -1;
-	}
 	if (cur != device)
 		RF__CU_TRY(api, "cudaSetDevice", api->set_device(device));
 	return RF_OK;
@@ -56,11 +43,9 @@ int rf__cu_enter(const rf__cuda_api *api, int device, rf__cu_saved *saved)
 
 void rf__cu_leave(const rf__cuda_api *api, const rf__cu_saved *saved)
 {
-	if (saved->valid && api->ctx_set(saved->ctx) != 0)
-		(void)api->get_last_error();
+	if (saved->valid)
+		rf__cu_clear(api, api->ctx_set(saved->ctx));
 }
-
-/* ---- probe -------------------------------------------------------------------------------------- */
 
 static void rf__cu_version(int v, char *buf, size_t cap)
 {
@@ -77,10 +62,8 @@ int rf__cu_probe(int device)
 		(void)api->get_last_error();
 		/* A driver that is there but older than the runtime is not "no GPU": say both. */
 		int drv = 0, rt = api->runtime_version();
-		if (api->driver_version(&drv) != 0) {
-			(void)api->get_last_error();
+		if (rf__cu_clear(api, api->driver_version(&drv)) != 0)
 			drv = 0;
-		}
 		if (drv > 0 && drv < rt) {
 			char d[16], r[16];
 			rf__cu_version(drv, d, sizeof d);
@@ -101,8 +84,6 @@ int rf__cu_probe(int device)
 	return RF_OK;
 }
 
-/* ---- open / close ------------------------------------------------------------------------------- */
-
 static int rf__cu_queue_open(rf__cu *cx, rf__cu_queue *q)
 {
 	const rf__cuda_api *api = cx->api;
@@ -112,35 +93,54 @@ static int rf__cu_queue_open(rf__cu *cx, rf__cu_queue *q)
 	if ((q->ev = rf__calloc(q->nev, sizeof *q->ev)) == NULL ||
 	    (q->ev_val = rf__calloc(q->nev, sizeof *q->ev_val)) == NULL)
 		return rf__err(RF_ENOMEM, "cuda: out of memory");
-	for (unsigned i = 0; i < q->nev; i++)
-		RF__CU_TRY(api, "cudaEventCreateWithFlags", api->event_create(&q->ev[i]));
+	return rf__cu_events_make(api, q->ev, q->nev, "cudaEventCreateWithFlags");
+}
+
+int rf__cu_events_make(const rf__cuda_api *api, void **ev, size_t n, const char *call)
+{
+	for (size_t i = 0; i < n; i++)
+		RF__CU_TRY(api, call, api->event_create(&ev[i]));
 	return RF_OK;
+}
+
+void rf__cu_events_free(const rf__cuda_api *api, void **ev, size_t n)
+{
+	for (size_t i = 0; ev != NULL && i < n; i++)
+		if (ev[i] != NULL)
+			rf__cu_clear(api, api->event_destroy(ev[i]));
+}
+
+/* Wait for everything enqueued on every stream; the first error wins. */
+static int rf__cu_drain(rf__cu *cx, const char **call)
+{
+	int first = 0;
+	for (unsigned i = 0; cx->q != NULL && i < cx->nq; i++) {
+		int e = cx->q[i].stream != NULL ? cx->api->stream_synchronize(cx->q[i].stream) : 0;
+		if (e != 0 && first == 0) {
+			first = e;
+			*call = "cudaStreamSynchronize";
+		}
+	}
+	return first;
 }
 
 /* Tear down whatever open built (partially built state included). Clears only errors it caused. */
 static void rf__cu_free(rf__cu *cx)
 {
 	const rf__cuda_api *api = cx->api;
-	for (unsigned i = 0; cx->q != NULL && i < cx->nq; i++) {
-		rf__cu_queue *q = &cx->q[i];
-		if (q->stream != NULL && api->stream_synchronize(q->stream) != 0)
-			(void)api->get_last_error();
-	}
+	const char *call = NULL;
+	rf__cu_clear(api, rf__cu_drain(cx, &call));
 	rf__cu_pool_close(cx); /* first: a lane's queued item may still name keyed state */
 	rf__cu_keyed_free(cx);
 	for (unsigned i = 0; cx->q != NULL && i < cx->nq; i++) {
 		rf__cu_queue *q = &cx->q[i];
-		for (unsigned j = 0; q->ev != NULL && j < q->nev; j++)
-			if (q->ev[j] != NULL && api->event_destroy(q->ev[j]) != 0)
-				(void)api->get_last_error();
-		if (q->stream != NULL && api->stream_destroy(q->stream) != 0)
-			(void)api->get_last_error();
+		rf__cu_events_free(api, q->ev, q->nev);
+		if (q->stream != NULL)
+			rf__cu_clear(api, api->stream_destroy(q->stream));
 		free(q->ev);
 		free((void *)q->ev_val);
 	}
-	for (unsigned i = 0; cx->win != NULL && i < cx->nwin; i++)
-		if (cx->win[i] != NULL && api->event_destroy(cx->win[i]) != 0)
-			(void)api->get_last_error();
+	rf__cu_events_free(api, cx->win, cx->nwin);
 	rf__staging_free(atomic_load(&cx->pin));
 	pthread_mutex_destroy(&cx->pin_mu);
 	free(cx->win);
@@ -165,9 +165,7 @@ static int rf__cu_streams_open(rf__cu *cx)
 		if (cx->q[i].nev && (rc = rf__cu_queue_open(cx, &cx->q[i])) != RF_OK)
 			return rc;
 	}
-	for (unsigned i = 0; i < cx->nwin; i++)
-		RF__CU_TRY(cx->api, "cudaEventCreateWithFlags (enqueue window)", cx->api->event_create(&cx->win[i]));
-	return RF_OK;
+	return rf__cu_events_make(cx->api, cx->win, cx->nwin, "cudaEventCreateWithFlags (enqueue window)");
 }
 
 static int rf__cu_open(const rf__open_args *args, void **ctx)
@@ -198,10 +196,8 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 		free(cx);
 		return rc;
 	}
-	if (api->device_name(cx->device, cx->name, sizeof cx->name) != 0) {
-		(void)api->get_last_error();
+	if (rf__cu_clear(api, api->device_name(cx->device, cx->name, sizeof cx->name)) != 0)
 		snprintf(cx->name, sizeof cx->name, "?");
-	}
 	rf__cu_policy(api, cx->device, args->staging, &cx->pinned_policy, &cx->numa_node);
 	/* "auto" turned into the GPU's node: a refusal of that node may fall back (rf__cu_pinned_alloc). */
 	if ((args->staging == NULL || args->staging->kind == RF__STG_AUTO) && cx->pinned_policy.kind == RF__STG_NODE)
@@ -229,8 +225,6 @@ static void rf__cu_close(void *ctx)
 	if (entered)
 		rf__cu_leave(api, &saved);
 }
-
-/* ---- slots: the device ring ---------------------------------------------------------------------- */
 
 /* The first stream queue's stream (NULL: the legacy default stream, for a program without one). */
 static void *rf__cu_stream0(const rf__cu *cx)
@@ -274,14 +268,11 @@ static void rf__cu_slots_free(void *ctx, void *mem, size_t bytes)
 	rf__cu_saved saved;
 	if (rf__cu_enter(cx->api, cx->device, &saved) != RF_OK)
 		return;
-	if (rf__cu_keyed_settle(cx) != 0)
-		(void)cx->api->get_last_error();
+	rf__cu_clear(cx->api, rf__cu_keyed_settle(cx));
 	if (cx->api->free_device(mem, rf__cu_stream0(cx)) != 0 || cx->api->stream_synchronize(rf__cu_stream0(cx)) != 0)
 		(void)cx->api->get_last_error();
 	rf__cu_leave(cx->api, &saved);
 }
-
-/* ---- the walk: ops become CUDA calls ----------------------------------------------------------- */
 
 static int rf__cu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
@@ -323,28 +314,13 @@ static int rf__cu_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 
 static const rf__walk_ops rf__cu_ops = {rf__cu_copy, rf__cu_compute, rf__cu_signal, rf__cu_wait, rf__cu_stage};
 
-/* Wait for everything enqueued on every stream. The first error wins. */
-static int rf__cu_drain(rf__cu *cx, const char **call)
-{
-	int first = 0;
-	for (unsigned i = 0; i < cx->nq; i++) {
-		rf__cu_queue *q = &cx->q[i];
-		int e = q->stream != NULL ? cx->api->stream_synchronize(q->stream) : 0;
-		if (e != 0 && first == 0) {
-			first = e;
-			*call = "cudaStreamSynchronize";
-		}
-	}
-	return first;
-}
-
 static int rf__cu_lanes_done(void *arg)
 {
 	return atomic_load_explicit(&((rf__cu *)arg)->active, memory_order_acquire) == 0;
 }
 
-/* Start every lane on its host queue, walk the streams' ops, wait for the lanes. The first failure of
- * any of them is the run's (its message said again here, on the caller's thread). */
+/* Start the lanes, walk the streams' ops, wait for the lanes. The first failure of any is the run's
+ * (its message said again here, on the caller's thread). */
 static int rf__cu_walk_all(rf__cu *cx, rf__run *run)
 {
 	int rc = rf__cu_pool_prepare(cx, run->prog);
@@ -381,13 +357,12 @@ static int rf__cu_run(void *ctx, rf__run *run)
 	if (rc != RF_OK)
 		return rc;
 	rc = rf__cu_walk_all(cx, run);
-	/* Drain even on failure: nothing we enqueued may still run (or read the caller's sources) once
-	 * rf_pipeline_run has returned. */
+	/* Drain even on failure: nothing enqueued may still read the caller's sources after the return. */
 	const char *call = NULL;
 	int e = rf__cu_drain(cx, &call);
 	if (e != 0) {
-		/* An error surfacing at synchronisation is asynchronous (a kernel fault, a bad address):
-		 * CUDA keeps such errors sticky, so the context — and every pipeline on it — is unusable. */
+		/* An asynchronous error (a kernel fault, a bad address) is sticky in CUDA: the context, and
+		 * every pipeline on it, is unusable. */
 		rf__cu_fail(api, call, e);
 		snprintf(cx->broken_msg, sizeof cx->broken_msg, "%s", rf__errmsg_peek());
 		cx->broken = 1;

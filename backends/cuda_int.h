@@ -1,14 +1,9 @@
-/* backends/cuda_int.h — what the cuda backend's files share: cuda.c (probe, open/close, the device
- * ring, the walker, runs), cuda_event.c (event pools, waits, the enqueue window), cuda_stage.c (the host
- * staging queues: lanes of a pool, the pinned ring, DMA ranges), cuda_keyed.c (keyed use), cuda_embed.c
- * (the embedder API). None of them includes a CUDA header: every call goes through rf__cuda.
+/* backends/cuda_int.h — what the cuda backend's files share; none includes a CUDA header.
  *
- * Queues of a program are of two kinds. A stream queue (copies, computes) has a CUDA stream and a pool
- * of events; the walker, on the caller's thread, enqueues its ops in the program's global order. A host
- * queue (the STAGE nodes of two-hop staging) is walked by a lane of the backend's pool (base/pool.h,
- * threads rf-stage-N): the lane copies pageable sources into pinned staging slots. Each queue's progress
- * is one monotone value: the last signal a host lane published, the last signal the walker recorded on a
- * stream. Whoever waits for a queue waits for its value, on the backend's one eventcount; a host lane
+ * A stream queue (copies, computes) has a CUDA stream and a pool of events; the walker enqueues its ops
+ * on the caller's thread. A host queue (STAGE nodes) is walked by a lane of the backend's pool
+ * (rf-stage-N), which copies pageable sources into pinned slots. Each queue's progress is one monotone
+ * value (the last signal published or recorded), waited for on the backend's one eventcount; a lane
  * that waits for a stream then waits for the event that signal recorded. */
 #ifndef RF_BACKENDS_CUDA_INT_H
 #define RF_BACKENDS_CUDA_INT_H
@@ -40,8 +35,8 @@ typedef struct rf__cu_range {
 	size_t len;
 } rf__cu_range;
 
-/* A lane of the staging pool: it walks one host queue's ops in runs and stages keyed hints (index <
- * nhost), or it helps one such lane with the pieces of its copies (a helper). */
+/* A lane of the staging pool (index < nhost: walks host queue q and stages keyed hints), or a helper
+ * taking pieces of lane q's copies. */
 typedef struct rf__cu_lane {
 	struct rf__cu *cx;
 	unsigned index, q;         /* q: the host queue it walks (lanes), or its owner lane (helpers) */
@@ -79,7 +74,6 @@ typedef struct rf__cu {
 	rf__cu_queue *q;
 	uint64_t hostq;        /* queues walked by lanes (the program's STAGE queues) */
 	const struct rf_program *seen; /* the program hostq and the deferrals were derived from */
-	/* the staging pool */
 	rf__pool pool;
 	rf__ec ec;
 	rf__cu_lane *lane;     /* pool.n: nhost lanes, then the helpers */
@@ -89,11 +83,9 @@ typedef struct rf__cu {
 	/* the pinned ring: nstage slots of pin_stride, allocated on the first block that needs staging */
 	_Atomic(unsigned char *) pin;
 	pthread_mutex_t pin_mu;
-	const void **sslot;    /* per staging slot: where its block's copy reads (the pinned slot, at the
-	                          offset a file read landed at, or the source itself) */
+	const void **sslot;    /* per staging slot: where its block's copy reads (pinned slot or source) */
 	rf__reader *krd;       /* keyed use's file reads on the owner's thread (made on the first) */
-	/* the run in progress */
-	rf__run *run;
+	rf__run *run;          /* the run in progress */
 	atomic_int stop, first_rc;
 	atomic_uint active;    /* lanes still walking */
 	char fail_msg[240];    /* a lane's failure, said again on the caller's thread */
@@ -104,8 +96,7 @@ typedef struct rf__cu {
 	const char *placement_note; /* static: why the pinned ring is not where "auto" wanted it */
 	rf__staging_policy pinned_policy;
 	int oracle;
-	/* The enqueue window: the host waits for compute c - nwin before enqueueing compute c. */
-	void **win;
+	void **win;     /* the enqueue window: compute c waits for compute c - nwin */
 	unsigned nwin;
 	uint64_t ncomp; /* computes enqueued this run */
 	rf__cu_keyed *keyed;
@@ -113,6 +104,18 @@ typedef struct rf__cu {
 
 /* RF_EBACKEND naming the call and CUDA's words for the error (clears the error we caused). */
 int rf__cu_fail(const rf__cuda_api *api, const char *call, int err);
+
+/* Clear the error a call of ours left (e != 0): it must not reach the application's next check. */
+static inline int rf__cu_clear(const rf__cuda_api *api, int e)
+{
+	if (e != 0)
+		(void)api->get_last_error();
+	return e;
+}
+
+/* n events into ev (RF_EBACKEND naming `call`); destroy those made (NULL entries skipped). */
+int rf__cu_events_make(const rf__cuda_api *api, void **ev, size_t n, const char *call);
+void rf__cu_events_free(const rf__cuda_api *api, void **ev, size_t n);
 
 #define RF__CU_TRY(api, call, expr)                                                                         \
 	do {                                                                                                \
@@ -137,10 +140,11 @@ void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy
 int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out);
 int rf__cu_pin_ring(rf__cu *cx, unsigned char **out); /* the pinned ring, allocated on first need */
 int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n);
-/* Read a file range into the pinned ring at dst (pin_stride usable) with *rd (made on first use, the
- * ring registered), on the calling thread; *data: where the bytes landed (the aligned window may start
- * earlier). RF_OK; RF_EIO with rf_errmsg naming path and offset; RF_EINVAL, RF_ENOMEM. */
-int rf__cu_read(rf__cu *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsigned char *dst, const unsigned char **data);
+/* Read a file range into the pinned ring at dst with *rd (made on first use); *data: where the bytes
+ * landed (the aligned window may start earlier). RF_OK; RF_EIO naming path and offset; RF_EINVAL,
+ * RF_ENOMEM. */
+int rf__cu_read(rf__cu *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsigned char *dst,
+		const unsigned char **data);
 unsigned rf__cu_stage_slots(size_t slot_bytes);
 int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p); /* host queues, lanes, helpers */
 void rf__cu_pool_close(rf__cu *cx);

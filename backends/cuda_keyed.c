@@ -1,29 +1,17 @@
-/* backends/cuda_keyed.c — keyed use (DESIGN.md "Keyed use", runtime/backend.h) on cuda. A keyed copy is
- * the staged ring's block in small — stage if the source needs it, copy on a lane's stream, signal — run
- * by the same host lanes, streams and events as runs.
+/* backends/cuda_keyed.c — keyed use (DESIGN.md "Keyed use") on cuda: a keyed copy is the staged ring's
+ * block in small (stage if needed, copy on a lane's stream, signal), on the same lanes, streams, events.
  *
- * Lane l is the staged ring's copy queue l with its host lane and its pinned slots (t = l + K i). Hints
- * go on the copy queue's stream, an acquire's copy on a demand stream of the lane's own, so that a demand
- * copy never queues behind a hint that has not started. A copy is a ticket: an event recorded after its
- * H2D, from a ring of entries (one is re-used only once its ticket is known finished; the ring is
- * 2 * slots + lanes * hints + 8 deep, so that is all but never a host wait). By source:
- *   DMA can read it (pinned, registered, device): the H2D from the source, at once;
- *   pageable, a hint: a stage item on the host lane copies it into a free pinned slot of the lane (after
- *     waiting, on the lane, for the H2D that last read that slot); the H2D is enqueued by the first
- *     keyed call that finds the stage done (every call looks first, rf__cu_kprogress), in the lane's
- *     order — lookup reports the key as copying until then;
- *   pageable, an acquire's: the caller copies it into a free pinned slot itself (the one host wait an
- *     acquire makes, for a source that needs staging on the host) and enqueues the H2D.
- * Ordering of the H2D:
- *   WAW  its stream waits on the slot's previous ticket (req->after; one still staging is finished
- *        first, on the host — only when the slot's previous hint was mid-stage as it was chosen again);
- *   WAR  release(slot, stream) records an event on the releasing stream — one per releasing stream per
- *        slot, the latest replacing an earlier one of the same stream (RF__CU_KREL of them; beyond that
- *        the new stream first waits on the oldest, whose place it takes) — and the slot's next H2D
- *        waits on each of them, then forgets them (later copies are ordered after this one);
- *   RAW  acquire makes the caller's stream (NULL: the legacy default stream; cudaStreamPerThread too)
- *        wait on the copy's event.
- * A hint not yet started (its stage item pending) can be withdrawn. A stream being captured is refused
+ * Lane l is copy queue l with its host lane and pinned slots (t = l + K i). Hints go on the copy queue's
+ * stream, an acquire's copy on the lane's demand stream (never behind a hint not yet started). A copy's
+ * ticket is an event recorded after its H2D, from a ring re-used only once known finished. By source:
+ *   DMA-capable: the H2D from the source, at once;
+ *   pageable, a hint: a stage item on the host lane copies it into a free pinned slot (after the H2D that
+ *     last read it); the first keyed call that finds the stage done enqueues the H2D, in lane order;
+ *   pageable, an acquire's: the caller stages it itself into the lane's slot 0, then the H2D.
+ * Ordering of the H2D: WAW, its stream waits on the slot's previous ticket (req->after); WAR, on the
+ * release events of the slot (one per releasing stream, RF__CU_KREL at most: a further stream first
+ * waits on the oldest and takes its place), forgotten after; RAW, acquire makes the caller's stream
+ * wait on the copy's event. A hint not yet started can be withdrawn. A stream being captured is refused
  * (RF_ENOTSUP) before anything is issued, and every CUDA call runs in thread-local capture mode. */
 #include "backends/cuda_int.h"
 #include "base/alloc.h"
@@ -35,8 +23,8 @@
 
 #define RF__CU_KREL 4u /* release events kept per slot */
 
-/* A ticket's state. EIO: a hint's file read failed (finished, no H2D: kresult says so); FAILED: its
- * lane's event wait failed (a device error). */
+/* A ticket's state. EIO: a hint's file read failed (no H2D; kresult says so); FAILED: its lane's event
+ * wait failed (a device error). */
 enum { RF__CK_STAGING = 1, RF__CK_STAGED, RF__CK_ISSUED, RF__CK_WITHDRAWN, RF__CK_EIO, RF__CK_FAILED };
 
 typedef struct rf__cu_krel {
@@ -60,8 +48,7 @@ typedef struct rf__cu_kt {
 	_Atomic uint64_t *counter;
 } rf__cu_kt;
 
-/* A pinned slot's stage item (a hint's), the last ticket that staged into the slot, and the last one
- * whose H2D read it (a withdrawn hint's successor must still wait for that one). */
+/* A pinned slot's stage item, the last ticket staged into it and the last whose H2D read it. */
 typedef struct rf__cu_kst {
 	rf__work w;
 	rf__cu_kt *kt;
@@ -78,6 +65,7 @@ struct rf__cu_keyed {
 	void **demand;           /* per lane */
 	void **hint;             /* per lane: its copy queue's stream */
 	rf__cu_kt *kt;           /* nt */
+	void **ev;               /* the tickets' events, then the releases' */
 	rf__cu_kst *kst;         /* per staging slot */
 	rf__kticket *fifo;       /* per lane, pins entries: its hints waiting for their stage, in issue order */
 	unsigned *fhead, *fn, *next_pin;
@@ -103,6 +91,7 @@ int rf__cu_keyed_open(rf__cu *cx)
 	if ((k->hint = rf__calloc(k->nlanes, sizeof *k->hint)) == NULL ||
 	    (k->demand = rf__calloc(k->nlanes, sizeof *k->demand)) == NULL ||
 	    (k->kt = rf__calloc(k->nt, sizeof *k->kt)) == NULL ||
+	    (k->ev = rf__calloc(k->nt + (size_t)k->nslots * RF__CU_KREL, sizeof *k->ev)) == NULL ||
 	    (k->kst = rf__calloc(cx->nstage ? cx->nstage : 1, sizeof *k->kst)) == NULL ||
 	    (k->fifo = rf__calloc((size_t)k->nlanes * (k->pins ? k->pins : 1), sizeof *k->fifo)) == NULL ||
 	    (k->fhead = rf__calloc(3 * (size_t)k->nlanes, sizeof *k->fhead)) == NULL ||
@@ -117,13 +106,15 @@ int rf__cu_keyed_open(rf__cu *cx)
 		RF__CU_TRY(api, "cudaStreamCreateWithFlags (keyed demand)", api->stream_create(&k->demand[i]));
 		k->hint[i] = j < cx->nq ? cx->q[j++].stream : k->demand[i];
 	}
+	int rc = rf__cu_events_make(api, k->ev, k->nt + (size_t)k->nslots * RF__CU_KREL,
+				    "cudaEventCreateWithFlags (keyed)");
 	for (unsigned i = 0; i < k->nt; i++)
-		RF__CU_TRY(api, "cudaEventCreateWithFlags (keyed copy)", api->event_create(&k->kt[i].ev));
+		k->kt[i].ev = k->ev[i];
 	for (size_t i = 0; i < (size_t)k->nslots * RF__CU_KREL; i++)
-		RF__CU_TRY(api, "cudaEventCreateWithFlags (keyed release)", api->event_create(&k->rel[i].ev));
+		k->rel[i].ev = k->ev[k->nt + i];
 	for (unsigned t = 0; t < cx->nstage; t++)
 		k->kst[t].seq = UINT64_MAX;
-	return RF_OK;
+	return rc;
 }
 
 void rf__cu_keyed_free(rf__cu *cx)
@@ -133,17 +124,13 @@ void rf__cu_keyed_free(rf__cu *cx)
 	if (k == NULL)
 		return;
 	for (unsigned i = 0; k->demand != NULL && i < k->nlanes; i++)
-		if (k->demand[i] != NULL && api->stream_destroy(k->demand[i]) != 0)
-			(void)api->get_last_error();
-	for (unsigned i = 0; k->kt != NULL && i < k->nt; i++)
-		if (k->kt[i].ev != NULL && api->event_destroy(k->kt[i].ev) != 0)
-			(void)api->get_last_error();
-	for (size_t i = 0; k->rel != NULL && i < (size_t)k->nslots * RF__CU_KREL; i++)
-		if (k->rel[i].ev != NULL && api->event_destroy(k->rel[i].ev) != 0)
-			(void)api->get_last_error();
+		if (k->demand[i] != NULL)
+			rf__cu_clear(api, api->stream_destroy(k->demand[i]));
+	rf__cu_events_free(api, k->ev, k->nt + (size_t)k->nslots * RF__CU_KREL);
 	free(k->hint);
 	free(k->demand);
 	free(k->kt);
+	free(k->ev);
 	free(k->kst);
 	free(k->fifo);
 	free(k->fhead);
@@ -153,12 +140,32 @@ void rf__cu_keyed_free(rf__cu *cx)
 	cx->keyed = NULL;
 }
 
-/* ---- tickets -------------------------------------------------------------------------------------- */
-
 static rf__cu_kt *rf__cu_kt_of(rf__cu_keyed *k, rf__kticket t)
 {
 	rf__cu_kt *e = &k->kt[t % k->nt];
 	return atomic_load_explicit(&e->num, memory_order_acquire) == t ? e : NULL;
+}
+
+/* Around every keyed CUDA call: params.device current (a thread without a context would get device
+ * 0's), thread-local capture mode. */
+typedef struct rf__cu_kscope {
+	rf__cu_saved saved;
+	int mode, moded;
+} rf__cu_kscope;
+
+static int rf__cu_kbegin(rf__cu *cx, rf__cu_kscope *sc)
+{
+	int rc = rf__cu_enter(cx->api, cx->device, &sc->saved);
+	if (rc == RF_OK)
+		sc->moded = rf__cu_clear(cx->api, cx->api->capture_mode_local(&sc->mode)) == 0;
+	return rc;
+}
+
+static void rf__cu_kleave(rf__cu *cx, rf__cu_kscope *sc)
+{
+	if (sc->moded)
+		rf__cu_clear(cx->api, cx->api->capture_mode_restore(sc->mode));
+	rf__cu_leave(cx->api, &sc->saved);
 }
 
 /* Any thread (lookup): an event query only. */
@@ -171,15 +178,11 @@ int rf__cu_ktest(void *ctx, rf__kticket t)
 		return 1;
 	if (st != RF__CK_ISSUED)
 		return 0;
-	/* params.device current (a thread without a context would get device 0's), capture mode local */
-	rf__cu_saved saved;
-	if (rf__cu_enter(cx->api, cx->device, &saved) != RF_OK)
+	rf__cu_kscope sc;
+	if (rf__cu_kbegin(cx, &sc) != RF_OK)
 		return 0; /* cannot ask: not known finished (a later wait reports the error) */
-	int mode = 0, moded = cx->api->capture_mode_local(&mode) == 0;
 	int q = cx->api->event_query(e->ev);
-	if (moded)
-		(void)cx->api->capture_mode_restore(mode);
-	rf__cu_leave(cx->api, &saved);
+	rf__cu_kleave(cx, &sc);
 	if (q != 0 && cx->api->error_kind(q) == RF__CUE_NOT_READY) {
 		(void)cx->api->get_last_error(); /* ours (cudaEventQuery leaves cudaErrorNotReady) */
 		return 0;
@@ -189,9 +192,8 @@ int rf__cu_ktest(void *ctx, rf__kticket t)
 	return 1;
 }
 
-/* The H2D of ticket entry e from `src` on stream s, ordered after the slot's previous copy (issued by
- * now: earlier in the lane's order, or waited for by the caller) and its releases; then its event.
- * Counted in bytes_copied now: the copy has started. */
+/* The H2D of ticket entry e from `src` on stream s after the slot's previous copy (issued by now) and
+ * its releases, then its event; counted in bytes_copied now. */
 static int rf__cu_kh2d(rf__cu *cx, rf__cu_kt *e, const void *src, void *s)
 {
 	rf__cu_keyed *k = cx->keyed;
@@ -222,7 +224,7 @@ static int rf__cu_kh2d(rf__cu *cx, rf__cu_kt *e, const void *src, void *s)
 }
 
 /* Enqueue the H2D of every hint whose stage is done, in each lane's order (they may write the same
- * device slot). The owner's thread, first in every keyed call. */
+ * device slot). On the owner's thread, first in every keyed call. */
 static int rf__cu_kprogress(rf__cu *cx)
 {
 	rf__cu_keyed *k = cx->keyed;
@@ -262,10 +264,7 @@ static int rf__cu_kready(rf__cu *cx, rf__kticket t)
 	return rf__cu_kprogress(cx);
 }
 
-/* ---- staging ---------------------------------------------------------------------------------------- */
-
-/* On the host lane: copy (or read) a hint's source into its pinned slot, once the slot's previous H2D
- * has run. */
+/* On the host lane: copy (or read) a hint's source into its pinned slot after the slot's previous H2D. */
 static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 {
 	rf__cu_kst *s = (rf__cu_kst *)w;
@@ -298,10 +297,8 @@ static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 	rf__ec_notify(&cx->ec);
 }
 
-/* A pinned slot of lane l and the event of the H2D that last read it (NULL: none, or known finished).
- * An acquire's copy has slot 0 of its lane to itself (it never waits for a hint's stage to free one);
- * a hint takes one of the others that nothing stages into and no H2D waits to read: RF__NO_STAGE when
- * none is free. */
+/* A pinned slot of lane l and the event of the H2D that last read it (NULL: none). An acquire has slot 0
+ * to itself (never waiting for a hint's stage); a hint takes a free other one, else RF__NO_STAGE. */
 static unsigned rf__cu_kpin(rf__cu *cx, unsigned l, int demand, void **war)
 {
 	rf__cu_keyed *k = cx->keyed;
@@ -320,10 +317,8 @@ static unsigned rf__cu_kpin(rf__cu *cx, unsigned l, int demand, void **war)
 	return RF__NO_STAGE;
 }
 
-/* Stage req's source (a file's range when fs->f: held, and let go here or by the stage item) for ticket
- * entry e: a hint on the host lane (RF_ENOSPC when the lane has no free pinned slot: the core holds it
- * back), an acquire's here (a host wait for the H2D that last read its slot, if still running), then its
- * H2D. */
+/* Stage req's source for entry e (a file's range when fs->f, held until the read), then its H2D: a hint's
+ * on the host lane (RF_ENOSPC when no pinned slot is free), an acquire's here. */
 static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kticket t, void *s, rf__fsrc *fs)
 {
 	rf__cu_keyed *k = cx->keyed;
@@ -363,33 +358,13 @@ static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kti
 	return RF_OK;
 }
 
-/* ---- the k* methods ----------------------------------------------------------------------------------- */
-
-/* Around every keyed entry point: params.device current, thread-local capture mode; finished stages'
- * H2Ds enqueued. */
-typedef struct rf__cu_kscope {
-	rf__cu_saved saved;
-	int mode, moded;
-} rf__cu_kscope;
-
-static void rf__cu_kleave(rf__cu *cx, rf__cu_kscope *sc)
-{
-	if (sc->moded && cx->api->capture_mode_restore(sc->mode) != 0)
-		(void)cx->api->get_last_error();
-	rf__cu_leave(cx->api, &sc->saved);
-}
-
+/* Every owner-thread entry point: the scope, and finished stages' H2Ds enqueued. */
 static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc)
 {
 	if (cx->broken)
 		return rf__err(RF_EBACKEND, "cuda: pipeline unusable after a device error: %s", cx->broken_msg);
-	int rc = rf__cu_enter(cx->api, cx->device, &sc->saved);
-	if (rc != RF_OK)
-		return rc;
-	sc->moded = cx->api->capture_mode_local(&sc->mode) == 0;
-	if (!sc->moded)
-		(void)cx->api->get_last_error();
-	if ((rc = rf__cu_kprogress(cx)) != RF_OK)
+	int rc = rf__cu_kbegin(cx, sc);
+	if (rc == RF_OK && (rc = rf__cu_kprogress(cx)) != RF_OK)
 		rf__cu_kleave(cx, sc);
 	return rc;
 }
@@ -405,8 +380,7 @@ static int rf__cu_kcapture(rf__cu *cx, void *stream, const char *what)
 	return RF_OK;
 }
 
-/* Before the device ring goes: callers' kernels may still read slots they held when they destroyed the
- * pipeline (DESIGN.md: "destroy with blocks held ... cuda: it synchronises params.device first"). */
+/* Before the device ring goes: callers' kernels may still read slots held at destroy. */
 int rf__cu_keyed_settle(rf__cu *cx)
 {
 	if (cx->keyed == NULL || !cx->keyed->used)
@@ -425,7 +399,7 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 		return rc;
 	if (req->demand && (rc = rf__cu_kcapture(cx, req->stream, "rf_pipeline_acquire")) != RF_OK)
 		goto out;
-	/* A file's range is read into the pinned ring, never faulted in: held until the read landed. */
+	/* A file's range is read into the pinned ring, never faulted in. */
 	int file = rf__file_classify("cuda", "a keyed source", req->src, req->bytes, 1, &fs);
 	if (file < 0 || (file == 1 && k->pins == 0)) {
 		rc = file < 0 ? file : rf__err(RF_ENOTSUP, "cuda: a keyed source in a file needs staging queues");
@@ -486,38 +460,35 @@ int rf__cu_kcancel(void *ctx, rf__kticket t)
 	return 1;
 }
 
-int rf__cu_kwait(void *ctx, rf__kticket t, void *stream)
+/* Once ticket t is issued, `stream` waits on its event (kwait), or the host does (ksync). */
+static int rf__cu_kafter(rf__cu *cx, rf__kticket t, void *stream, int host)
 {
-	rf__cu *cx = ctx;
 	rf__cu_kscope sc;
 	int rc = rf__cu_kenter(cx, &sc);
 	if (rc != RF_OK)
 		return rc;
-	if ((rc = rf__cu_kcapture(cx, stream, "rf_pipeline_acquire")) == RF_OK && (rc = rf__cu_kready(cx, t)) == RF_OK) {
+	if ((host || (rc = rf__cu_kcapture(cx, stream, "rf_pipeline_acquire")) == RF_OK) &&
+	    (rc = rf__cu_kready(cx, t)) == RF_OK) {
 		rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
-		int err = e != NULL && atomic_load(&e->state) == RF__CK_ISSUED ? cx->api->stream_wait_event(stream, e->ev) : 0;
+		int err = 0;
+		if (e != NULL && atomic_load(&e->state) == RF__CK_ISSUED)
+			err = host ? cx->api->event_synchronize(e->ev) : cx->api->stream_wait_event(stream, e->ev);
 		if (err != 0)
-			rc = rf__cu_fail(cx->api, "cudaStreamWaitEvent (acquire)", err);
+			rc = rf__cu_fail(cx->api, host ? "cudaEventSynchronize (keyed copy)" : "cudaStreamWaitEvent (acquire)",
+					 err);
 	}
 	rf__cu_kleave(cx, &sc);
 	return rc;
 }
 
+int rf__cu_kwait(void *ctx, rf__kticket t, void *stream)
+{
+	return rf__cu_kafter(ctx, t, stream, 0);
+}
+
 int rf__cu_ksync(void *ctx, rf__kticket t)
 {
-	rf__cu *cx = ctx;
-	rf__cu_kscope sc;
-	int rc = rf__cu_kenter(cx, &sc);
-	if (rc != RF_OK)
-		return rc;
-	if ((rc = rf__cu_kready(cx, t)) == RF_OK) {
-		rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
-		int err = e != NULL && atomic_load(&e->state) == RF__CK_ISSUED ? cx->api->event_synchronize(e->ev) : 0;
-		if (err != 0)
-			rc = rf__cu_fail(cx->api, "cudaEventSynchronize (keyed copy)", err);
-	}
-	rf__cu_kleave(cx, &sc);
-	return rc;
+	return rf__cu_kafter(ctx, t, NULL, 1);
 }
 
 int rf__cu_krelease(void *ctx, unsigned slot, void *stream)

@@ -1,6 +1,5 @@
-/* backends/cuda_rt.c — the real rf__cuda_api: thin forwards to the CUDA runtime (linked statically,
- * CUDA::cudart_static, so a binary needs only the driver). Built only when CMake finds CUDAToolkit;
- * the one translation unit of the library that includes a CUDA header besides <ringfetch/cuda.h>. */
+/* backends/cuda_rt.c — the real rf__cuda_api: forwards to the CUDA runtime, linked statically (a binary
+ * needs only the driver). Built only with CUDAToolkit; the one library file including a CUDA header. */
 #include "backends/cuda_api.h"
 #include "memory/topology.h"
 
@@ -11,23 +10,34 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* Forwards that only cast between the table's CUDA-free types and CUDA's. */
+#define RT_FWD(name, params, call)                                                                          \
+	static int rt_##name params                                                                         \
+	{                                                                                                   \
+		return (int)call;                                                                           \
+	}
+
+RT_FWD(get_device, (int *dev), cudaGetDevice(dev))
+RT_FWD(set_device, (int dev), cudaSetDevice(dev))
+RT_FWD(stream_destroy, (void *s), cudaStreamDestroy((cudaStream_t)s))
+RT_FWD(stream_synchronize, (void *s), cudaStreamSynchronize((cudaStream_t)s))
+RT_FWD(device_synchronize, (void), cudaDeviceSynchronize())
+RT_FWD(event_destroy, (void *e), cudaEventDestroy((cudaEvent_t)e))
+RT_FWD(event_record, (void *e, void *s), cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s))
+RT_FWD(event_synchronize, (void *e), cudaEventSynchronize((cudaEvent_t)e))
+RT_FWD(event_query, (void *e), cudaEventQuery((cudaEvent_t)e))
+RT_FWD(stream_wait_event, (void *s, void *e), cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0))
+RT_FWD(memcpy_async, (void *dst, const void *src, size_t n, void *s),
+       cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, (cudaStream_t)s))
+RT_FWD(host_unregister, (void *p), cudaHostUnregister(p))
+RT_FWD(get_last_error, (void), cudaGetLastError())
+RT_FWD(init_context, (void), cudaFree(NULL))
+
 static int rt_get_device_count(int *n)
 {
 	*n = 0; /* cudaGetDeviceCount leaves it unchanged on cudaErrorInsufficientDriver */
 	return (int)cudaGetDeviceCount(n);
 }
-
-static int rt_get_device(int *dev)
-{
-	return (int)cudaGetDevice(dev);
-}
-
-static int rt_set_device(int dev)
-{
-	return (int)cudaSetDevice(dev);
-}
-
-/* ---- the driver entry points the runtime does not cover -------------------------------------------- */
 
 typedef CUresult (*rt_ctx_get_fn)(CUcontext *);
 typedef CUresult (*rt_ctx_set_fn)(CUcontext);
@@ -92,9 +102,8 @@ static int rt_device_name(int dev, char *buf, size_t cap)
 	return 0;
 }
 
-/* cudaDevAttrHostNumaId first (the driver knows); else the device's local CPUs from sysfs
- * (hwloc_cudart_get_device_cpuset, which returns the full cpuset when it cannot tell) and the one
- * node those CPUs cover. -1 when neither gives exactly one node. */
+/* cudaDevAttrHostNumaId; else the one node the device's local CPUs cover (hwloc, from sysfs: the full
+ * cpuset when it cannot tell). -1 when neither gives exactly one node. */
 static int rt_device_numa_node(int dev, int *node)
 {
 	*node = -1;
@@ -131,52 +140,12 @@ static int rt_stream_create(void **s)
 	return (int)e;
 }
 
-static int rt_stream_destroy(void *s)
-{
-	return (int)cudaStreamDestroy((cudaStream_t)s);
-}
-
-static int rt_stream_synchronize(void *s)
-{
-	return (int)cudaStreamSynchronize((cudaStream_t)s);
-}
-
-static int rt_device_synchronize(void)
-{
-	return (int)cudaDeviceSynchronize();
-}
-
-static int rt_stream_query(void *s)
-{
-	return (int)cudaStreamQuery((cudaStream_t)s);
-}
-
 static int rt_event_create(void **ev)
 {
 	cudaEvent_t e;
 	cudaError_t rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
 	*ev = rc == cudaSuccess ? (void *)e : NULL;
 	return (int)rc;
-}
-
-static int rt_event_destroy(void *e)
-{
-	return (int)cudaEventDestroy((cudaEvent_t)e);
-}
-
-static int rt_event_record(void *e, void *s)
-{
-	return (int)cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s);
-}
-
-static int rt_event_synchronize(void *e)
-{
-	return (int)cudaEventSynchronize((cudaEvent_t)e);
-}
-
-static int rt_event_query(void *e)
-{
-	return (int)cudaEventQuery((cudaEvent_t)e);
 }
 
 static int rt_stream_capturing(void *s, int *yes)
@@ -201,21 +170,6 @@ static int rt_capture_mode_restore(int saved)
 	return (int)cudaThreadExchangeStreamCaptureMode(&m);
 }
 
-static int rt_stream_wait_event(void *s, void *e)
-{
-	return (int)cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0);
-}
-
-static int rt_memcpy_async(void *dst, const void *src, size_t n, void *s)
-{
-	return (int)cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, (cudaStream_t)s);
-}
-
-static int rt_launch_host_func(void *s, rf__cuda_host_fn fn, void *arg)
-{
-	return (int)cudaLaunchHostFunc((cudaStream_t)s, fn, arg);
-}
-
 /* Stream-ordered where the device has memory pools: cudaFree would synchronise the whole device. */
 static int rt_pools(void)
 {
@@ -230,16 +184,12 @@ static int rt_pools(void)
 
 static int rt_malloc_device(void **p, size_t n, void *s)
 {
-	if (rt_pools())
-		return (int)cudaMallocAsync(p, n, (cudaStream_t)s);
-	return (int)cudaMalloc(p, n);
+	return (int)(rt_pools() ? cudaMallocAsync(p, n, (cudaStream_t)s) : cudaMalloc(p, n));
 }
 
 static int rt_free_device(void *p, void *s)
 {
-	if (rt_pools())
-		return (int)cudaFreeAsync(p, (cudaStream_t)s);
-	return (int)cudaFree(p);
+	return (int)(rt_pools() ? cudaFreeAsync(p, (cudaStream_t)s) : cudaFree(p));
 }
 
 /* Portable; a read-only mapping (PROT_READ, e.g. an mmap'ed weight file) cannot be registered for
@@ -253,21 +203,14 @@ static int rt_host_register(void *p, size_t n)
 	if (cudaGetDevice(&dev) == cudaSuccess &&
 	    cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, dev) == cudaSuccess && ro) {
 		(void)cudaGetLastError(); /* the first attempt's, ours */
-		cudaError_t e2 = cudaHostRegister(p, n, cudaHostRegisterPortable | cudaHostRegisterReadOnly);
-		if (e2 == cudaSuccess)
+		if (cudaHostRegister(p, n, cudaHostRegisterPortable | cudaHostRegisterReadOnly) == 0)
 			return 0;
 	}
 	return (int)e;
 }
 
-static int rt_host_unregister(void *p)
-{
-	return (int)cudaHostUnregister(p);
-}
-
-/* The allocation or registration containing p, from the driver (whole ranges, not the first and last
- * byte). When the driver cannot give the range, only p's page is vouched for: the caller walks
- * on page by page. */
+/* The whole allocation or registration containing p, from the driver; else only p's page is vouched
+ * for and the caller walks on page by page. */
 static int rt_dma_range(const void *p, const void **start, size_t *len)
 {
 	static rt_ptr_attr_fn attr;
@@ -328,18 +271,7 @@ static int rt_error_kind(int err)
 	}
 }
 
-static int rt_get_last_error(void)
-{
-	return (int)cudaGetLastError();
-}
-
-static int rt_init_context(void)
-{
-	return (int)cudaFree(NULL);
-}
-
 const rf__cuda_api rf__cuda_api_real = {
-	.what = "cudart",
 	.get_device_count = rt_get_device_count,
 	.get_device = rt_get_device,
 	.set_device = rt_set_device,
@@ -353,7 +285,6 @@ const rf__cuda_api rf__cuda_api_real = {
 	.stream_destroy = rt_stream_destroy,
 	.stream_synchronize = rt_stream_synchronize,
 	.device_synchronize = rt_device_synchronize,
-	.stream_query = rt_stream_query,
 	.event_create = rt_event_create,
 	.event_destroy = rt_event_destroy,
 	.event_record = rt_event_record,
@@ -364,7 +295,6 @@ const rf__cuda_api rf__cuda_api_real = {
 	.capture_mode_restore = rt_capture_mode_restore,
 	.stream_wait_event = rt_stream_wait_event,
 	.memcpy_async = rt_memcpy_async,
-	.launch_host_func = rt_launch_host_func,
 	.malloc_device = rt_malloc_device,
 	.free_device = rt_free_device,
 	.host_register = rt_host_register,
@@ -379,8 +309,7 @@ const rf__cuda_api rf__cuda_api_real = {
 
 const rf__cuda_api *rf__cuda = &rf__cuda_api_real;
 
-/* ---- <ringfetch/cuda.h>: the public names, type-checked against the header --------------------- */
-
+/* <ringfetch/cuda.h>: the public names, type-checked against the header. */
 #include "ringfetch/cuda.h"
 
 int rf_cuda_host_register(const void *p, size_t bytes)

@@ -1,36 +1,20 @@
-/* backends/cuda_stage.c — two-hop staging on cuda: the host queues of a program (its STAGE nodes) as
- * lanes of one pool, the pinned ring they fill, and which sources need it.
+/* backends/cuda_stage.c — two-hop staging on cuda: the host queues (STAGE nodes) as lanes of one pool,
+ * the pinned ring they fill, and which sources need it.
  *
- * A pageable source cannot be DMA'd asynchronously (cudaMemcpyAsync would copy it synchronously through
- * a driver bounce buffer), so the cuda pipeline's program is the staged ring (graph/lower.c): block b is
- * staged on host queue 1 + K + b % K into staging slot b % (K * pins), copied from there on its copy
- * stream, computed on queue 0. Each host queue is a lane (rf-stage-N) that walks its own queue's ops
- * while the walker, on the caller's thread, enqueues the streams' ops — one walk of each op, by the one
- * interpreter (runtime/walk.h):
- *   STAGE b into t:  a source DMA can read directly (pinned, registered, device memory) is not copied:
- *                    slot t's state says "read the source" and its copy reads it; a pageable one is
- *                    copied into pinned slot t by the lane and its helpers (pieces, base/piece.h); a
- *                    file's range is read into it (io/reader.h: its aligned window, the state saying
- *                    where the bytes begin, so that the H2D starts there).
- *   lane waits for a stream (the staging slot's WAR): until the walker has recorded that signal, then
- *                    for its event (cudaEventSynchronize; the lane makes no other CUDA calls but
- *                    pointer queries and, once, the pinned ring's registration).
- *   stream waits for a lane (the copy's RAW): the walker waits on the host for the lane's signal,
- *                    taking pieces of that block's copy meanwhile, before it enqueues the copy.
- * A lane whose program lets it (its waits and its consumers are the one stream it feeds) waits for the
- * walker's record at once (the copy has read the slot's state by then) but defers the event wait until
- * a STAGE that writes a pinned slot: a stage that copies nothing needs no slot free, and the stream
- * that reads its signal is the one it would have waited for, ordered after that work already. So runs
- * of pinned sources wait on no event on the host.
+ * cudaMemcpyAsync from pageable memory copies synchronously through a driver bounce buffer, so the
+ * cuda program is the staged ring (graph/lower.c). Each host queue is a lane (rf-stage-N) walking its
+ * own ops with the one interpreter (runtime/walk.h) while the walker enqueues the streams' ops:
+ *   STAGE b into t:  a source DMA can read is not copied (slot t's state says "read the source"); a
+ *                    pageable one is copied into pinned slot t by the lane and its helpers (base/piece.h);
+ *                    a file's range is read into it (its aligned window; the state says where bytes begin).
+ *   lane waits for a stream (the slot's WAR): until the walker recorded that signal, then its event.
+ *   stream waits for a lane (the copy's RAW): the walker waits on the host, taking pieces meanwhile.
+ * A lane whose waits and consumers are the one stream it feeds defers the event wait until a STAGE that
+ * writes a pinned slot: runs of pinned sources then wait on no event on the host.
  *
- * The pinned ring is allocated on the first block that needs it, not at create: pipelines fed only
- * pinned or device memory never page-lock a ring, and where page-locking is refused only runs with
- * pageable blocks fail, with the reason. It is placed on the GPU's NUMA node when the process may use
- * it, its slots start on page boundaries, and the lanes run on that node's CPUs.
- *
- * Which sources are DMA-capable: whole ranges, not the first and last byte (two registrations with a
- * hole between them are pageable in the hole), remembered per classifying thread so that a source seen
- * before costs no driver call. */
+ * The pinned ring is allocated on the first block that needs it (pipelines fed pinned or device memory
+ * never page-lock one), on the GPU's NUMA node when allowed, slots on page boundaries. DMA-capable
+ * sources are judged by whole ranges (a hole between two registrations is pageable), cached per thread. */
 #include "backends/cuda_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -42,38 +26,30 @@
 #include <string.h>
 #include <unistd.h>
 
-/* ---- pinned memory ------------------------------------------------------------------------------ */
-
 /* The pinner the staging layer page-locks pinned arenas with. */
 static int rf__cu_pin(void *p, size_t len, const char **why)
 {
-	int e = rf__cuda->host_register(p, len);
-	if (e != 0) {
+	int e = rf__cu_clear(rf__cuda, rf__cuda->host_register(p, len));
+	if (e != 0)
 		*why = rf__cuda->error_string(e);
-		(void)rf__cuda->get_last_error();
-	}
 	return e;
 }
 
 static void rf__cu_unpin(void *p)
 {
-	if (rf__cuda->host_unregister(p) != 0)
-		(void)rf__cuda->get_last_error();
+	rf__cu_clear(rf__cuda, rf__cuda->host_unregister(p));
 }
 
 static const rf__staging_pinner rf__cu_pinner = {rf__cu_pin, rf__cu_unpin};
 
-/* A pinned staging policy for `device`: "auto" becomes the NUMA node nearest the GPU when the driver
- * or sysfs knows it (else the caller's node, as for CPU pipelines). */
+/* A pinned staging policy for `device`: "auto" becomes the GPU's NUMA node when known. */
 void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy *in, rf__staging_policy *out,
 		   int *numa_node)
 {
 	*out = in != NULL ? *in : (rf__staging_policy){RF__STG_AUTO, -1, 0};
 	*numa_node = -1;
-	if (api->device_numa_node(device, numa_node) != 0) {
-		(void)api->get_last_error();
+	if (rf__cu_clear(api, api->device_numa_node(device, numa_node)) != 0)
 		*numa_node = -1;
-	}
 	if (out->kind == RF__STG_AUTO && *numa_node >= 0) {
 		out->kind = RF__STG_NODE;
 		out->node = *numa_node;
@@ -82,8 +58,8 @@ void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy
 	rf__staging_set_pinner(&rf__cu_pinner);
 }
 
-/* Pinned memory under cx's policy. When "auto" chose the GPU's node and this process may not use it
- * (a container's cpuset/mems), fall back to the caller's node and say so in placement. */
+/* Pinned memory under cx's policy; when "auto" chose a GPU node the process may not use (cpuset/mems),
+ * the caller's node instead, said in placement. */
 int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out)
 {
 	int rc = rf__staging_alloc(&cx->pinned_policy, bytes, align, out);
@@ -119,9 +95,7 @@ int rf__cu_pin_ring(rf__cu *cx, unsigned char **out)
 	return rc;
 }
 
-/* Threads that stage (lanes and helpers): half the online CPUs (a pageable source's pages are read once;
- * more threads only contend for memory bandwidth), at least one, at most RF__CU_STAGE_MAX. Tests may fix
- * it (a deterministic ring size). */
+/* Staging threads: half the online CPUs (more only contend for memory bandwidth), 1..RF__CU_STAGE_MAX. */
 static unsigned rf__cu_stage_threads(void)
 {
 	if (RF__TEST_HOOK(cuda_copy_threads) != 0)
@@ -131,18 +105,14 @@ static unsigned rf__cu_stage_threads(void)
 	return want > RF__CU_STAGE_MAX ? RF__CU_STAGE_MAX : want;
 }
 
-/* Pinned slots per copy queue: two (one filling while the other drains to the device), plus enough that
- * the staging threads have RF__CU_PIECE pieces of that many more blocks in flight, at most
- * RF__CU_NPIN_MAX. Independent of the ring's depth (depth = auto's deep rings of big slots would
- * page-lock gigabytes): 3 slots for blocks of 2 MiB or more with 8 threads. */
+/* Pinned slots per copy queue: two (one filling, one draining) plus enough for every staging thread to
+ * have a piece in flight, at most RF__CU_NPIN_MAX; independent of depth (deep rings would page-lock GBs). */
 unsigned rf__cu_stage_slots(size_t slot_bytes)
 {
 	size_t pieces = (slot_bytes + RF__CU_PIECE - 1) / RF__CU_PIECE, threads = rf__cu_stage_threads();
 	size_t n = 2 + (threads + pieces - 1) / (pieces ? pieces : 1);
 	return n > RF__CU_NPIN_MAX ? RF__CU_NPIN_MAX : (unsigned)n;
 }
-
-/* ---- which sources DMA can read ------------------------------------------------------------------- */
 
 static int rf__cu_known(const rf__cu_range *cache, uintptr_t p, uintptr_t *end)
 {
@@ -156,8 +126,7 @@ static int rf__cu_known(const rf__cu_range *cache, uintptr_t p, uintptr_t *end)
 	return 0;
 }
 
-/* 1 when every byte of [p, p + n) is DMA-capable: walk the range by the ranges containing it. `cache`
- * is the calling thread's (a lane's, or keyed use's). */
+/* 1 when every byte of [p, p + n) is DMA-capable; `cache` is the calling thread's. */
 int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n)
 {
 	uintptr_t at = (uintptr_t)p, end = at + n;
@@ -195,8 +164,6 @@ int rf__cu_read(rf__cu *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsig
 	return RF_OK;
 }
 
-/* ---- waits between lanes and the walker ------------------------------------------------------------ */
-
 typedef struct rf__cu_until {
 	rf__cu *cx;
 	const rf__cu_queue *w;
@@ -222,7 +189,6 @@ int rf__cu_host_wait(rf__cu *cx, unsigned wq, int64_t v, size_t block)
 	rf__cu_queue *w = &cx->q[wq];
 	if (atomic_load_explicit(&w->value, memory_order_acquire) >= v)
 		return RF_OK;
-	/* Rather than wait idle for the stage of `block`, take pieces of it. */
 	rf__piece_help(&cx->lane[w->lane].job, block, &w->value, v);
 	return rf__cu_await(cx, w, v);
 }
@@ -236,8 +202,7 @@ static int rf__cu_event_wait(rf__cu *cx, unsigned wq, int64_t v)
 void rf__cu_run_fail(rf__cu *cx, int rc)
 {
 	int prev = 0;
-	/* A compute's failure outranks a cancel seen first by a lane (a callback that destroys its pipeline
-	 * and then fails): the caller must hear about the block that failed. */
+	/* A compute's failure outranks a cancel a lane saw first: the caller must hear of that block. */
 	if (rc != RF__CU_STOP && (atomic_compare_exchange_strong(&cx->first_rc, &prev, rc) ||
 				  (rc == RF_ECALLBACK && prev == RF_ECANCELED &&
 				   atomic_compare_exchange_strong(&cx->first_rc, &prev, rc))))
@@ -246,10 +211,7 @@ void rf__cu_run_fail(rf__cu *cx, int rc)
 	rf__ec_notify(&cx->ec);
 }
 
-/* ---- a lane's walk of its host queue ------------------------------------------------------------------ */
-
-/* Copy n bytes into a pinned slot: the lane publishes the copy's pieces (base/piece.h) and wakes its
- * helpers, which take pieces as the walker does while it waits for the block. */
+/* Copy n bytes into a pinned slot in pieces shared with the lane's helpers (and a waiting walker). */
 void rf__cu_stage_copy(rf__cu_lane *l, unsigned char *dst, const void *src, size_t n, size_t block)
 {
 	rf__cu *cx = l->cx;
@@ -301,7 +263,7 @@ static int rf__cu_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, siz
 	rf__cu_lane *l = c;
 	if (l->cx->q[wq].stream == NULL)
 		return rf__cu_host_wait(l->cx, wq, v, block);
-	/* The record first, always: the walker's copy has read the staging slot's state by then. */
+	/* The record first: the walker's copy has read the slot's state by then. */
 	int rc = rf__cu_await(l->cx, &l->cx->q[wq], v);
 	if (rc != RF_OK || !l->defer)
 		return rc != RF_OK ? rc : rf__cu_event_wait(l->cx, wq, v);
@@ -336,16 +298,14 @@ static int rf__cu_lane_copy(void *c, rf__run *run, unsigned queue, size_t b, uns
 const rf__walk_ops rf__cu_lane_ops = {rf__cu_lane_copy, rf__cu_lane_none, rf__cu_lane_signal, rf__cu_lane_wait,
 				      rf__cu_lane_stage};
 
-/* ---- the pool ----------------------------------------------------------------------------------------- */
-
-/* Our own thread: the pipeline's device stays current on it, and another thread's global-mode stream
- * capture must not turn its event waits into capture errors. */
+/* Once per lane thread: the device current, and thread-local capture mode (another thread's global
+ * capture must not turn its event waits into errors). */
 void rf__cu_lane_enter(rf__cu_lane *l)
 {
 	const rf__cuda_api *api = l->cx->api;
 	int mode;
-	if (!l->entered && (api->set_device(l->cx->device) != 0 || api->capture_mode_local(&mode) != 0))
-		(void)api->get_last_error();
+	if (!l->entered)
+		rf__cu_clear(api, api->set_device(l->cx->device) != 0 || api->capture_mode_local(&mode) != 0);
 	l->entered = 1;
 }
 
@@ -371,9 +331,7 @@ static void rf__cu_help_item(rf__work *w, void *ctx)
 	rf__piece_help(&h->cx->lane[h->q].job, h->help_block, &never, 1);
 }
 
-/* The lanes run on the CPUs of the GPU's NUMA node (the copies read the caller's pages and write the
- * pinned ring there), when the process may use some of them; else they keep the affinity they were
- * created with, and describe says why. No topology at all is an error, as it is for the ring's memory. */
+/* The lanes run on the CPUs of the GPU's NUMA node when allowed (else as created; describe says why). */
 static int rf__cu_place(rf__cu *cx)
 {
 	hwloc_topology_t topo = rf__topo_acquire();

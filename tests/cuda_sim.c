@@ -579,15 +579,6 @@ static int s_event_synchronize(void *e)
 	return 0;
 }
 
-static int s_stream_query(void *sp)
-{
-	sim_stream *s = sp;
-	if (g_sticky)
-		return failed(g_sticky);
-	(void)step();
-	return s->head == s->len ? 0 : SIM_NOT_READY;
-}
-
 static int s_event_create(void **out)
 {
 	need_ctx();
@@ -828,7 +819,6 @@ SIM_LOCKED(stream_create, (void **out), (out))
 SIM_LOCKED(stream_destroy, (void *sp), (sp))
 SIM_LOCKED(stream_synchronize, (void *sp), (sp))
 SIM_LOCKED(device_synchronize, (void), ())
-SIM_LOCKED(stream_query, (void *sp), (sp))
 SIM_LOCKED(event_create, (void **out), (out))
 SIM_LOCKED(event_destroy, (void *e), (e))
 SIM_LOCKED(event_record, (void *e, void *sp), (e, sp))
@@ -856,7 +846,6 @@ int sim_launch(void *stream, rf__cuda_host_fn fn, void *arg)
 }
 
 const rf__cuda_api sim_api = {
-	.what = "cuda_sim",
 	.get_device_count = l_get_device_count,
 	.get_device = l_get_device,
 	.set_device = l_set_device,
@@ -870,7 +859,6 @@ const rf__cuda_api sim_api = {
 	.stream_destroy = l_stream_destroy,
 	.stream_synchronize = l_stream_synchronize,
 	.device_synchronize = l_device_synchronize,
-	.stream_query = l_stream_query,
 	.event_create = l_event_create,
 	.event_destroy = l_event_destroy,
 	.event_record = l_event_record,
@@ -881,7 +869,6 @@ const rf__cuda_api sim_api = {
 	.capture_mode_restore = l_capture_mode_restore,
 	.stream_wait_event = l_stream_wait_event,
 	.memcpy_async = l_memcpy_async,
-	.launch_host_func = l_launch_host_func,
 	.malloc_device = l_malloc_device,
 	.free_device = l_free_device,
 	.host_register = l_host_register,
