@@ -28,7 +28,7 @@ int rf__cu_fail(const rf__cuda_api *api, const char *call, int err)
 }
 
 /* An embedder may drive several GPUs from one thread, or none from this one: a thread without a
- * context must not be left with one, least of all device 0's. */
+ * context must not be left with one, least of all device 0's. device < 0: the current one, else 0. */
 int rf__cu_enter(const rf__cuda_api *api, int device, rf__cu_saved *saved)
 {
 	saved->ctx = NULL;
@@ -36,6 +36,8 @@ int rf__cu_enter(const rf__cuda_api *api, int device, rf__cu_saved *saved)
 	int cur = -1;
 	if (saved->valid && saved->ctx != NULL && rf__cu_clear(api, api->get_device(&cur)) != 0)
 		cur = -1;
+	if (device < 0)
+		device = cur < 0 ? 0 : cur;
 	if (cur != device)
 		RF__CU_TRY(api, "cudaSetDevice", api->set_device(device));
 	return RF_OK;
@@ -181,7 +183,6 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 	cx->api = api;
 	cx->device = args->device;
 	cx->nq = args->nqueues;
-	cx->slot_bytes = args->slot_bytes;
 	cx->oracle = args->oracle;
 	cx->seen = args->prog;
 	cx->nslots = args->nslots ? args->nslots : 1; /* depth = auto may deepen the ring up to this */
@@ -272,17 +273,6 @@ static void rf__cu_slots_free(void *ctx, void *mem, size_t bytes)
 	if (cx->api->free_device(mem, rf__cu_stream0(cx)) != 0 || cx->api->stream_synchronize(rf__cu_stream0(cx)) != 0)
 		(void)cx->api->get_last_error();
 	rf__cu_leave(cx->api, &saved);
-}
-
-static int rf__cu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
-{
-	rf__cu *cx = c;
-	int rc = rf__cu_window_enter(cx, run->cancel);
-	if (rc == 0)
-		rc = rf__call_compute(run, b, slot, cx->q[queue].stream);
-	if (rc == 0)
-		rc = rf__cu_window_leave(cx, queue);
-	return rc;
 }
 
 /* A staged block's copy reads what its STAGE left in the staging slot: the pinned slot, or the source

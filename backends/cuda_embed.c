@@ -11,24 +11,16 @@ int rf__cuda_host_register(const void *p, size_t bytes)
 	int rc = rf__cu_probe(0);
 	if (rc != RF_OK)
 		return rf__err(rc, "rf_cuda_host_register: %s", rf__errmsg_peek());
-	/* A registration belongs to no device (Portable) but needs a context: device 0's when the thread
-	 * has none, given back afterwards. */
+	/* A registration belongs to no device (Portable) but needs a context: the current one, else
+	 * device 0's, given back afterwards. */
 	rf__cu_saved saved;
-	int cur = 0;
-	void *ctx = NULL;
-	if (rf__cuda->ctx_get(&ctx) == 0 && ctx != NULL && rf__cuda->get_device(&cur) != 0) {
-		(void)rf__cuda->get_last_error();
-		cur = 0;
-	}
-	if ((rc = rf__cu_enter(rf__cuda, cur, &saved)) != RF_OK)
+	if ((rc = rf__cu_enter(rf__cuda, -1, &saved)) != RF_OK)
 		return rf__err(rc, "rf_cuda_host_register: %s", rf__errmsg_peek());
-	int e = rf__cuda->host_register((void *)p, bytes);
+	int e = rf__cu_clear(rf__cuda, rf__cuda->host_register((void *)p, bytes));
 	rf__cu_leave(rf__cuda, &saved);
-	if (e != 0) {
-		(void)rf__cuda->get_last_error();
+	if (e != 0)
 		return rf__err(RF_EBACKEND, "rf_cuda_host_register: cudaHostRegister(%p, %zu) failed: %s (%s)", p, bytes,
 			       rf__cuda->error_string(e), rf__cuda->error_name(e));
-	}
 	return RF_OK;
 }
 
@@ -39,12 +31,10 @@ int rf__cuda_host_unregister(const void *p)
 	int rc = rf__cu_probe(0);
 	if (rc != RF_OK)
 		return rf__err(rc, "rf_cuda_host_unregister: %s", rf__errmsg_peek());
-	int e = rf__cuda->host_unregister((void *)p);
-	if (e != 0) {
-		(void)rf__cuda->get_last_error();
+	int e = rf__cu_clear(rf__cuda, rf__cuda->host_unregister((void *)p));
+	if (e != 0)
 		return rf__err(RF_EINVAL, "rf_cuda_host_unregister: cudaHostUnregister(%p) failed: %s (%s)", p,
 			       rf__cuda->error_string(e), rf__cuda->error_name(e));
-	}
 	return RF_OK;
 }
 

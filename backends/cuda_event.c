@@ -1,16 +1,10 @@
 /* backends/cuda_event.c — which event a signal records and a wait waits on, and the enqueue window.
  *
- * Events come from a pool per stream queue, reused round-robin. A wait for "queue W reached value v"
- * uses the oldest record still in W's pool whose value is >= v: the exact record when it is still
- * there, a later one (a stronger wait, never a weaker one) when the pool has moved on. The pool holds
- * 2 * slots + 8 records (never fewer than the ring is deep), so the exact record is there whenever the
- * ring's own edges ask for it. A signal on a stream that a host lane waits for is also published as the
- * queue's value (cuda_stage.c): the lane looks the event up the same way, from its own thread.
- *
- * The enqueue window: the host would otherwise enqueue a whole run in N x ~8 us and then sit in
- * cudaStreamSynchronize, deaf to rf_pipeline_cancel. Before enqueueing compute c it waits for compute
- * c - nwin to have run on the device (an event recorded after each compute) and checks cancel there, so
- * a cancel stops the run within nwin blocks of the device's progress. */
+ * Events come from a pool per stream queue (2 * slots + 8, never shallower than the ring), reused
+ * round-robin. A wait for "queue W reached v" uses the oldest record still in the pool with value >= v:
+ * the exact one, or a later (stronger) one once the pool moved on. The enqueue window keeps the host at
+ * most nwin computes ahead of the device, checking cancel there: otherwise it would enqueue a whole run
+ * and sit in cudaStreamSynchronize, deaf to rf_pipeline_cancel. */
 #include "backends/cuda_int.h"
 #include "base/error.h"
 
@@ -33,8 +27,7 @@ int rf__cu_signal(void *c, unsigned queue, int64_t v, size_t block)
 
 void *rf__cu_event_for(rf__cu_queue *w, int64_t v)
 {
-	/* Newest to oldest while still >= v: the weakest record that satisfies the wait. A record the walker
-	 * makes meanwhile only replaces an entry by a later one. */
+	/* Newest to oldest while still >= v. A record made meanwhile only replaces an entry by a later one. */
 	uint64_t n = atomic_load_explicit(&w->nrec, memory_order_acquire), i = n - 1;
 	uint64_t oldest = n > w->nev ? n - w->nev : 0;
 	while (i > oldest && atomic_load_explicit(&w->ev_val[(i - 1) % w->nev], memory_order_relaxed) >= v)
@@ -60,22 +53,20 @@ int rf__cu_wait(void *c, unsigned queue, unsigned wqueue, int64_t v, size_t bloc
 	return 0;
 }
 
-/* Before enqueueing a compute: wait for the one nwin computes back, then honour a cancel. */
-int rf__cu_window_enter(rf__cu *cx, const atomic_int *cancel)
+/* Wait for the compute nwin back, honour a cancel, call the user, then record compute c's event. */
+int rf__cu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
+	rf__cu *cx = c;
 	if (cx->ncomp >= cx->nwin) {
 		int e = cx->api->event_synchronize(cx->win[(cx->ncomp - cx->nwin) % cx->nwin]);
 		if (e != 0)
 			return rf__cu_fail(cx->api, "cudaEventSynchronize (enqueue window)", e);
 	}
-	if (atomic_load_explicit(cancel, memory_order_relaxed) || atomic_load_explicit(&cx->stop, memory_order_relaxed))
+	if (atomic_load_explicit(run->cancel, memory_order_relaxed) || atomic_load_explicit(&cx->stop, memory_order_relaxed))
 		return RF_ECANCELED;
-	return 0;
-}
-
-/* After enqueueing a compute on `queue`: mark it in the window. */
-int rf__cu_window_leave(rf__cu *cx, unsigned queue)
-{
+	int rc = rf__call_compute(run, b, slot, cx->q[queue].stream);
+	if (rc != 0)
+		return rc;
 	void *ev = cx->win[cx->ncomp % cx->nwin];
 	RF__CU_TRY(cx->api, "cudaEventRecord (enqueue window)", cx->api->event_record(ev, cx->q[queue].stream));
 	cx->ncomp++;

@@ -69,8 +69,8 @@ typedef struct rf__cu_keyed rf__cu_keyed; /* cuda_keyed.c */
 typedef struct rf__cu {
 	const rf__cuda_api *api;
 	int device;
-	unsigned nq, nslots, ncopyq, nstage, pins; /* pins: staging slots per copy queue */
-	size_t slot_bytes, pin_stride;
+	unsigned nq, nslots, ncopyq, nstage;
+	size_t pin_stride;
 	rf__cu_queue *q;
 	uint64_t hostq;        /* queues walked by lanes (the program's STAGE queues) */
 	const struct rf_program *seen; /* the program hostq and the deferrals were derived from */
@@ -80,8 +80,7 @@ typedef struct rf__cu {
 	unsigned nhost, nhelp;
 	int64_t spin_ns;
 	char placed[120];      /* where the lanes run (describe) */
-	/* the pinned ring: nstage slots of pin_stride, allocated on the first block that needs staging */
-	_Atomic(unsigned char *) pin;
+	_Atomic(unsigned char *) pin; /* the pinned ring: nstage slots of pin_stride, made on first need */
 	pthread_mutex_t pin_mu;
 	const void **sslot;    /* per staging slot: where its block's copy reads (pinned slot or source) */
 	rf__reader *krd;       /* keyed use's file reads on the owner's thread (made on the first) */
@@ -137,7 +136,6 @@ int rf__cu_probe(int device);
 /* cuda_stage.c: pinned memory, DMA ranges, the staging pool */
 void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy *in, rf__staging_policy *out,
 		   int *numa_node);
-int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out);
 int rf__cu_pin_ring(rf__cu *cx, unsigned char **out); /* the pinned ring, allocated on first need */
 int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n);
 /* Read a file range into the pinned ring at dst with *rd (made on first use); *data: where the bytes
@@ -153,14 +151,12 @@ void rf__cu_lane_enter(rf__cu_lane *l); /* once per lane thread */
 void rf__cu_stage_copy(rf__cu_lane *l, unsigned char *dst, const void *src, size_t n, size_t block);
 void rf__cu_run_fail(rf__cu *cx, int rc); /* a walk failed: the first failure wins, everyone stops */
 int rf__cu_host_wait(rf__cu *cx, unsigned wq, int64_t v, size_t block); /* the walker waits for a lane */
-extern const rf__walk_ops rf__cu_lane_ops;
 
 /* cuda_event.c */
 int rf__cu_signal(void *c, unsigned queue, int64_t v, size_t block);
 int rf__cu_wait(void *c, unsigned queue, unsigned wqueue, int64_t v, size_t block);
 void *rf__cu_event_for(rf__cu_queue *w, int64_t v); /* the oldest record in w's pool with value >= v */
-int rf__cu_window_enter(rf__cu *cx, const atomic_int *cancel);
-int rf__cu_window_leave(rf__cu *cx, unsigned queue);
+int rf__cu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot); /* in the window */
 
 /* cuda_keyed.c: keyed use (runtime/backend.h), stream-ordered; streams and events made in open. */
 int rf__cu_keyed_open(rf__cu *cx);

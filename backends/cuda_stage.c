@@ -60,7 +60,7 @@ void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy
 
 /* Pinned memory under cx's policy; when "auto" chose a GPU node the process may not use (cpuset/mems),
  * the caller's node instead, said in placement. */
-int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out)
+static int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out)
 {
 	int rc = rf__staging_alloc(&cx->pinned_policy, bytes, align, out);
 	int from_auto = cx->pinned_policy.kind == RF__STG_NODE && cx->numa_node >= 0 &&
@@ -295,7 +295,7 @@ static int rf__cu_lane_copy(void *c, rf__run *run, unsigned queue, size_t b, uns
 	return rf__cu_lane_none(c, run, queue, b, slot);
 }
 
-const rf__walk_ops rf__cu_lane_ops = {rf__cu_lane_copy, rf__cu_lane_none, rf__cu_lane_signal, rf__cu_lane_wait,
+static const rf__walk_ops rf__cu_lane_ops = {rf__cu_lane_copy, rf__cu_lane_none, rf__cu_lane_signal, rf__cu_lane_wait,
 				      rf__cu_lane_stage};
 
 /* Once per lane thread: the device current, and thread-local capture mode (another thread's global
