@@ -62,8 +62,8 @@ typedef struct rf__cu_kst {
 
 struct rf__cu_keyed {
 	unsigned nlanes, nslots, nt, pins;
-	void **demand;           /* per lane */
-	void **hint;             /* per lane: its copy queue's stream */
+	void **hint;             /* per lane: its copy queue's stream; then demand, its own */
+	void **demand;
 	rf__cu_kt *kt;           /* nt */
 	void **ev;               /* the tickets' events, then the releases' */
 	rf__cu_kst *kst;         /* per staging slot */
@@ -88,8 +88,7 @@ int rf__cu_keyed_open(rf__cu *cx)
 	k->nslots = cx->nslots;
 	k->nt = 2 * cx->nslots + 2 * k->nlanes * 2 + 8;
 	k->pins = cx->nhost ? cx->nstage / k->nlanes : 0;
-	if ((k->hint = rf__calloc(k->nlanes, sizeof *k->hint)) == NULL ||
-	    (k->demand = rf__calloc(k->nlanes, sizeof *k->demand)) == NULL ||
+	if ((k->hint = rf__calloc(2 * (size_t)k->nlanes, sizeof *k->hint)) == NULL ||
 	    (k->kt = rf__calloc(k->nt, sizeof *k->kt)) == NULL ||
 	    (k->ev = rf__calloc(k->nt + (size_t)k->nslots * RF__CU_KREL, sizeof *k->ev)) == NULL ||
 	    (k->kst = rf__calloc(cx->nstage ? cx->nstage : 1, sizeof *k->kst)) == NULL ||
@@ -98,6 +97,7 @@ int rf__cu_keyed_open(rf__cu *cx)
 	    (k->rel = rf__calloc((size_t)k->nslots * RF__CU_KREL, sizeof *k->rel)) == NULL ||
 	    (k->kfail = rf__calloc(k->nslots, sizeof *k->kfail)) == NULL)
 		return rf__err(RF_ENOMEM, "cuda: out of memory for keyed use");
+	k->demand = k->hint + k->nlanes;
 	k->fn = k->fhead + k->nlanes;
 	k->next_pin = k->fn + k->nlanes;
 	for (unsigned i = 0, j = 0; i < k->nlanes; i++) {
@@ -128,7 +128,6 @@ void rf__cu_keyed_free(rf__cu *cx)
 			rf__cu_clear(api, api->stream_destroy(k->demand[i]));
 	rf__cu_events_free(api, k->ev, k->nt + (size_t)k->nslots * RF__CU_KREL);
 	free(k->hint);
-	free(k->demand);
 	free(k->kt);
 	free(k->ev);
 	free(k->kst);
@@ -183,13 +182,10 @@ int rf__cu_ktest(void *ctx, rf__kticket t)
 		return 0; /* cannot ask: not known finished (a later wait reports the error) */
 	int q = cx->api->event_query(e->ev);
 	rf__cu_kleave(cx, &sc);
-	if (q != 0 && cx->api->error_kind(q) == RF__CUE_NOT_READY) {
-		(void)cx->api->get_last_error(); /* ours (cudaEventQuery leaves cudaErrorNotReady) */
-		return 0;
-	}
-	if (q != 0) /* a device error: the copy will never finish; the next call that waits reports it */
-		(void)cx->api->get_last_error();
-	return 1;
+	/* Not ready (an error cudaEventQuery leaves), or a device error: the copy will never finish and the
+	 * next call that waits reports it. */
+	rf__cu_clear(cx->api, q);
+	return q == 0 || cx->api->error_kind(q) != RF__CUE_NOT_READY;
 }
 
 /* The H2D of ticket entry e from `src` on stream s after the slot's previous copy (issued by now) and
@@ -280,8 +276,7 @@ static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 		unsigned char *dst = atomic_load(&cx->pin) + t * cx->pin_stride;
 		const unsigned char *data = dst;
 		int e = s->war != NULL ? cx->api->event_synchronize(s->war) : 0, st = RF__CK_STAGING, to = RF__CK_STAGED;
-		if (e != 0) {
-			(void)cx->api->get_last_error();
+		if (rf__cu_clear(cx->api, e) != 0) {
 			to = RF__CK_FAILED;
 		} else if (s->fs.f != NULL && rf__cu_read(cx, &l->rd, &s->fs, s->n, dst, &data) != RF_OK) {
 			atomic_store_explicit(&cx->keyed->kfail[s->kt->slot], s->kt->t, memory_order_release);
@@ -358,6 +353,18 @@ static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kti
 	return RF_OK;
 }
 
+/* When entry e's copy was issued: `stream` waits on its event, or (host) the calling thread does. */
+static int rf__cu_kon(rf__cu *cx, rf__cu_kt *e, void *stream, int host)
+{
+	int err = 0;
+	if (e != NULL && atomic_load(&e->state) == RF__CK_ISSUED)
+		err = host ? cx->api->event_synchronize(e->ev) : cx->api->stream_wait_event(stream, e->ev);
+	if (err != 0)
+		return rf__cu_fail(cx->api, host ? "cudaEventSynchronize (keyed copy)" : "cudaStreamWaitEvent (acquire)",
+				   err);
+	return RF_OK;
+}
+
 /* Every owner-thread entry point: the scope, and finished stages' H2Ds enqueued. */
 static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc)
 {
@@ -412,11 +419,8 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	rf__kticket old = atomic_load_explicit(&e->num, memory_order_acquire);
 	if (old != 0 && (rc = rf__cu_kready(cx, old)) != RF_OK) /* the ring came round to an unfinished one (rare) */
 		goto out;
-	int err = old != 0 && atomic_load(&e->state) == RF__CK_ISSUED ? cx->api->event_synchronize(e->ev) : 0;
-	if (err != 0) {
-		rc = rf__cu_fail(cx->api, "cudaEventSynchronize (keyed copy)", err);
+	if (old != 0 && (rc = rf__cu_kon(cx, e, NULL, 1)) != RF_OK)
 		goto out;
-	}
 	atomic_store_explicit(&e->num, 0, memory_order_release);
 	e->t = t, e->lane = l, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src, e->dst = req->dst;
 	e->bytes = req->bytes, e->after = req->after, e->counter = req->counter;
@@ -468,15 +472,8 @@ static int rf__cu_kafter(rf__cu *cx, rf__kticket t, void *stream, int host)
 	if (rc != RF_OK)
 		return rc;
 	if ((host || (rc = rf__cu_kcapture(cx, stream, "rf_pipeline_acquire")) == RF_OK) &&
-	    (rc = rf__cu_kready(cx, t)) == RF_OK) {
-		rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
-		int err = 0;
-		if (e != NULL && atomic_load(&e->state) == RF__CK_ISSUED)
-			err = host ? cx->api->event_synchronize(e->ev) : cx->api->stream_wait_event(stream, e->ev);
-		if (err != 0)
-			rc = rf__cu_fail(cx->api, host ? "cudaEventSynchronize (keyed copy)" : "cudaStreamWaitEvent (acquire)",
-					 err);
-	}
+	    (rc = rf__cu_kready(cx, t)) == RF_OK)
+		rc = rf__cu_kon(cx, rf__cu_kt_of(cx->keyed, t), stream, host);
 	rf__cu_kleave(cx, &sc);
 	return rc;
 }
@@ -508,12 +505,9 @@ int rf__cu_krelease(void *ctx, unsigned slot, void *stream)
 		if (!rel[j].live && free_j == RF__CU_KREL)
 			free_j = j;
 	int e = 0;
-	if (j == RF__CU_KREL) { /* a new releasing stream */
-		j = free_j;
-		if (j == RF__CU_KREL) { /* full: this stream takes over the oldest's wait */
-			j = 0;
-			e = api->stream_wait_event(stream, rel[0].ev);
-		}
+	if (j == RF__CU_KREL && (j = free_j) == RF__CU_KREL) { /* a new stream, no room: it takes over the oldest */
+		j = 0;
+		e = api->stream_wait_event(stream, rel[0].ev);
 	}
 	if (e == 0)
 		e = api->event_record(rel[j].ev, stream);
@@ -555,10 +549,8 @@ int rf__cu_kquiesce(void *ctx)
 		while (k->fn[l] > 0 && rc == RF_OK)
 			rc = rf__cu_kready(cx, k->fifo[(size_t)l * k->pins + k->fhead[l]]);
 	rf__ec_wait(&cx->ec, rf__cu_kitems_done, cx, cx->spin_ns); /* withdrawn items read nothing after this */
-	for (unsigned i = 0; i < k->nlanes; i++) {
+	for (unsigned i = 0; i < 2 * k->nlanes; i++) { /* hint and demand streams */
 		int e = api->stream_synchronize(k->hint[i]);
-		first = first ? first : e;
-		e = api->stream_synchronize(k->demand[i]);
 		first = first ? first : e;
 	}
 	for (size_t i = 0; i < (size_t)k->nslots * RF__CU_KREL; i++)
