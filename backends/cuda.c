@@ -193,8 +193,7 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 	pthread_mutex_init(&cx->pin_mu, NULL);
 	rf__ec_init(&cx->ec);
 	if ((rc = rf__cu_enter(api, cx->device, &saved)) != RF_OK) {
-		pthread_mutex_destroy(&cx->pin_mu);
-		free(cx);
+		rf__cu_free(cx); /* nothing made yet: no CUDA call */
 		return rc;
 	}
 	if (rf__cu_clear(api, api->device_name(cx->device, cx->name, sizeof cx->name)) != 0)
