@@ -27,7 +27,7 @@ int rf__cu_signal(void *c, unsigned queue, int64_t v, size_t block)
 
 void *rf__cu_event_for(rf__cu_queue *w, int64_t v)
 {
-	/* Newest to oldest while still >= v. A record made meanwhile only replaces an entry by a later one. */
+	/* Newest to oldest while still >= v; a record made meanwhile only puts a later one in. */
 	uint64_t n = atomic_load_explicit(&w->nrec, memory_order_acquire), i = n - 1;
 	uint64_t oldest = n > w->nev ? n - w->nev : 0;
 	while (i > oldest && atomic_load_explicit(&w->ev_val[(i - 1) % w->nev], memory_order_relaxed) >= v)

@@ -359,10 +359,8 @@ static int rf__cu_kon(rf__cu *cx, rf__cu_kt *e, void *stream, int host)
 	int err = 0;
 	if (e != NULL && atomic_load(&e->state) == RF__CK_ISSUED)
 		err = host ? cx->api->event_synchronize(e->ev) : cx->api->stream_wait_event(stream, e->ev);
-	if (err != 0)
-		return rf__cu_fail(cx->api, host ? "cudaEventSynchronize (keyed copy)" : "cudaStreamWaitEvent (acquire)",
-				   err);
-	return RF_OK;
+	const char *call = host ? "cudaEventSynchronize (keyed copy)" : "cudaStreamWaitEvent (acquire)";
+	return err != 0 ? rf__cu_fail(cx->api, call, err) : RF_OK;
 }
 
 /* Every owner-thread entry point: the scope, and finished stages' H2Ds enqueued. */
@@ -505,7 +503,7 @@ int rf__cu_krelease(void *ctx, unsigned slot, void *stream)
 		if (!rel[j].live && free_j == RF__CU_KREL)
 			free_j = j;
 	int e = 0;
-	if (j == RF__CU_KREL && (j = free_j) == RF__CU_KREL) { /* a new stream, no room: it takes over the oldest */
+	if (j == RF__CU_KREL && (j = free_j) == RF__CU_KREL) { /* a new stream, no room: take the oldest's */
 		j = 0;
 		e = api->stream_wait_event(stream, rel[0].ev);
 	}
