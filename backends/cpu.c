@@ -1,15 +1,11 @@
-/* backends/cpu.c — the synchronous backend: the caller's thread walks the program's ops in their
- * global (topological) order and executes each at once. Copies and stages (into host staging slots the
- * engine allocates beside the ring) are memcpy (a file's: a blocking read);
- * signals and waits need no synchronisation, but each wait is still checked against the signals seen
- * so far, so that an issue order that could deadlock (a lowering bug) is reported instead of
- * computing on stale slots.
+/* backends/cpu.c — the synchronous backend: the caller's thread walks the program's ops in their global
+ * (topological) order and executes each at once: copies and stages are memcpy (a file's: a blocking
+ * read). Each wait is still checked against the signals seen so far, so that an issue order that could
+ * deadlock (a lowering bug) is reported instead of computing on stale slots.
  *
- * The same walk, overlapped (rf__cpu_walk_overlapped, used by "threads" for runs whose copies are all
- * file reads): a file copy only starts its reads on the caller's reader and its queue's signal waits
- * for them to land; a wait reaps the reads until the value it needs is there. The issue order puts a
- * ring's prefetches of blocks n+1 .. n+depth-1 before the compute of n, so those reads are in flight
- * while block n computes — from one thread, with no hand-off between threads on the critical path. */
+ * The same walk, overlapped (for "threads" runs whose copies are all file reads): a file copy only
+ * starts its reads and its queue's signal waits for them to land; a wait reaps reads until its value is
+ * there. A ring's prefetches come before the compute of n, so they are in flight while n computes. */
 #include "base/error.h"
 #include "io/file.h"
 #include "memory/staging.h"
@@ -45,9 +41,8 @@ static int rf__cpu_reap(rf__cpu_walk *w, rf__run *run, unsigned q, int64_t v)
 	return RF_OK;
 }
 
-/* Block b's bytes into dst: from src (its staging slot), else from its source — a file's read, at once,
- * or started when overlapped. A stage's is read at once (its copy reads the staging slot right after),
- * and so is a copy on a queue that computes (rf_program.compute_queues). */
+/* Block b's bytes into dst: from src (its staging slot), else from its source — a file's read at once,
+ * or started when overlapped, unless a stage's (its copy reads it right after) or on a computing queue. */
 static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned char *dst,
 			const unsigned char *src, uint32_t node)
 {
@@ -82,7 +77,7 @@ static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b,
 
 static inline __attribute__((always_inline)) int rf__cpu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
 {
-	/* The hot path, kept small enough to be inlined into the walk: a block in memory, not staged. */
+	/* The hot path, small enough to inline into the walk: a block in memory, not staged. */
 	if (run->nfile == 0 && stage == RF__NO_STAGE) {
 		size_t n = run->sizes[b];
 		if (n != 0) /* an empty block's source may be NULL */
@@ -105,8 +100,7 @@ static inline __attribute__((always_inline)) int rf__cpu_compute(void *c, rf__ru
 	return rf__call_compute(run, b, slot, NULL);
 }
 
-/* The overlapped walk's signal and wait: a signal goes out after its queue's own reads in flight (a
- * compute's at once); a wait reaps reads until the value it needs is there. */
+/* The overlapped walk's signal goes out after its queue's own reads in flight (a compute's at once). */
 static int rf__cpu_signal(void *c, unsigned q, int64_t v, size_t block)
 {
 	(void)block;
@@ -135,7 +129,7 @@ static int rf__cpu_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t bloc
 static const rf__walk_ops rf__cpu_overlapped_ops = {rf__cpu_copy, rf__cpu_compute, rf__cpu_signal, rf__cpu_wait,
 						    rf__cpu_stage};
 
-/* The plain walk's signal and wait: nothing is ever in flight (the hot loop of the cpu backend). */
+/* The plain walk's signal and wait: nothing is ever in flight. */
 static inline __attribute__((always_inline)) int rf__cpu_signal_now(void *c, unsigned q, int64_t v, size_t block)
 {
 	(void)block;
@@ -165,7 +159,7 @@ int rf__cpu_walk_overlapped(rf__run *run)
 	f->failed = 0;
 	f->trace = run->trace;
 	int rc = rf__walk(run, -1, 0, &rf__cpu_overlapped_ops, &w);
-	/* Whatever happened, nothing may still write the ring or read the caller's files on return. */
+	/* Nothing may still write the ring or read the caller's files on return. */
 	while (rf__flight_progress(f))
 		rf__flight_sleep(f);
 	f->trace = NULL;
@@ -189,8 +183,7 @@ static int rf__cpu_probe(int device)
 
 static int rf__cpu_open(const rf__open_args *args, void **ctx)
 {
-	/* No state of our own: everything lives in the run. The context is the staging policy (owned by
-	 * the engine, outliving us), which is all slots_alloc needs. */
+	/* The context is the staging policy (the engine's, outliving us): all slots_alloc needs. */
 	*ctx = (void *)args->staging;
 	return RF_OK;
 }
@@ -209,8 +202,7 @@ static int rf__cpu_describe(void *ctx, char *buf, size_t cap)
 
 int rf__host_slots_alloc(void *ctx, size_t bytes, void **mem)
 {
-	(void)ctx;
-	/* Page aligned and NUMA placed like every CPU pipeline's ring, under the default policy. */
+	(void)ctx; /* under the default policy */
 	return rf__staging_alloc(NULL, bytes, RF__STAGING_SLOT_ALIGN, mem);
 }
 
@@ -221,13 +213,13 @@ void rf__host_slots_free(void *ctx, void *mem, size_t bytes)
 	rf__staging_free(mem);
 }
 
-/* The ring comes from the staging layer under the pipeline's policy (ctx, see rf__cpu_open). */
+/* The ring, under the pipeline's staging policy (ctx). */
 static int rf__cpu_slots_alloc(void *ctx, size_t bytes, void **mem)
 {
 	return rf__staging_alloc(ctx, bytes, RF__STAGING_SLOT_ALIGN, mem);
 }
 
-/* Keyed copies: inline, so every ticket is finished on return (and orders after everything before). */
+/* Keyed copies: inline, so every ticket is finished on return. */
 static int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	(void)ctx;

@@ -1,16 +1,11 @@
-/* backends/threads.c — queues with CUDA-stream semantics on a pool of lanes: each queue runs its own ops
- * in order; a signal publishes "this queue has done everything up to value v"; a wait holds its queue
- * until the other queue has published at least v.
+/* backends/threads.c — queues with CUDA-stream semantics on a pool of lanes: each queue runs its ops in
+ * order; a signal publishes "this queue has done everything up to v"; a wait holds its queue until the
+ * other has published at least v. Queue 0 runs on the caller (one thread hop less, and an embedder keeps
+ * its thread-local state in the callback); queues 1 .. n-1 are lanes of one pool, each posted the walk
+ * of its queue per run. Every wait is on the backend's one eventcount.
  *
- * Queue 0 runs on the calling thread (in a ring it holds the computes): one thread hop less than a
- * dedicated compute lane, and an embedder keeps its thread-local state in the callback. Queues
- * 1 .. n-1 are lanes of one pool (base/pool.h), started once per pipeline; a run posts each lane the
- * walk of its queue, and keyed copies are items on the same lanes (threads_keyed.c). Every wait — a
- * queue for another, the caller for the lanes, a lane for work — is the backend's one eventcount.
- *
- * Failure: the first failing op (a compute returning non-zero, a cancel) wins a CAS on `first_rc`, then
- * sets `stop` and wakes everyone; every walker stops at its next op or wait, copies in progress finish,
- * and the run returns once every lane has left its walk. */
+ * Failure: the first failing op wins a CAS on `first_rc`, then sets `stop` and wakes everyone; every
+ * walker stops at its next op or wait, and the run returns once every lane has left its walk. */
 #include "backends/threads_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -23,23 +18,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Within a run a waiter spins at least this long whatever the policy: waking a sleeper takes a futex
- * call on the signalling side and several microseconds of scheduling on the sleeper's, during which the
- * signaller itself waits for the sleeper's next value; a shorter spin turns that into a chain of sleeps
- * (measured: 10-30 us per 1 KiB block instead of well under 1 us). */
+/* Within a run a waiter spins at least this long whatever the policy: a wake-up costs microseconds,
+ * during which the signaller waits for the sleeper's next value; a shorter spin chains sleeps. */
 #define RF__RUN_SPIN_NS 50000
 
-/* Per-walker state: a private copy of the run (its failure fields are written by this walker only), and
- * the lane it walks on (NULL: the caller, queue 0), whose file copies may be in flight. */
+/* A private copy of the run (its failure fields are this walker's), and its lane (NULL: the caller). */
 typedef struct rf__walker {
 	rf__threads *t;
 	rf__run run;
 	rf__tlane *lane;
 } rf__walker;
 
-/* Record the first failure of the run and stop every queue. A compute's failure outranks a cancel seen
- * first by another queue (a callback that destroys its pipeline and then fails): the caller must hear
- * about the block that failed, as on the cpu backend. */
+/* Record the run's first failure and stop every queue. A compute's failure outranks a cancel seen first
+ * by another queue (a callback that destroys its pipeline, then fails): the caller hears of the block. */
 static void rf__thr_fail(rf__walker *wk, int rc)
 {
 	rf__threads *t = wk->t;
@@ -61,8 +52,6 @@ static int rf__thr_stopped(const rf__walker *wk)
 	       atomic_load_explicit(wk->run.cancel, memory_order_relaxed);
 }
 
-/* ---- the walk's ops ------------------------------------------------------------------------------- */
-
 /* Reap the lane's landed file copies (their signals go out in order); a failed one fails the run. */
 static void rf__thr_progress(rf__walker *wk)
 {
@@ -76,8 +65,7 @@ static void rf__thr_progress(rf__walker *wk)
 	}
 }
 
-/* A file copy: a lane starts its reads and walks on (the slice is recorded when it lands); the caller
- * reads it through before it goes on. */
+/* A file copy: a lane starts its reads and walks on; the caller reads it through. */
 static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, size_t b, unsigned slot, uint32_t node)
 {
 	size_t n = run->sizes[b];
@@ -99,10 +87,9 @@ static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, s
 	return rc == RF_OK ? RF__WALK_ASYNC : rc;
 }
 
-/* Block b's bytes into dst: from src (its staging slot), else from its source, a file's being read —
- * by a lane asynchronously into ring slot `slot`; at once into a staging slot (slot RF__NO_STAGE), by
- * the caller, or on a queue that also computes (the locality ring's, a graph's): on one queue a compute
- * may follow its copy with no wait between them. */
+/* Block b's bytes into dst: from src (its staging slot), else from its source. A file is read by a lane
+ * asynchronously into ring slot `slot`; at once into a staging slot, by the caller, or on a queue that
+ * also computes (a compute may follow its copy there with no wait between them). */
 static int rf__thr_move(void *c, rf__run *run, unsigned queue, size_t b, unsigned char *dst, const unsigned char *src,
 			unsigned slot, uint32_t node)
 {
@@ -120,8 +107,7 @@ static int rf__thr_move(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 	src = src != NULL ? src : run->srcs[b];
 	if (n != 0) {
 		rf__threads *t = wk->t;
-		/* The piece copier and the handoff only at depth >= 2: at depth 1 nothing overlaps and the
-		 * whole copy runs on one thread (the demotes would only lengthen the critical path). */
+		/* At depth 1 nothing overlaps: pieces and demotes would only lengthen the critical path. */
 		if (run->prog->nslots >= 2)
 			rf__piece_copy(&t->q[queue].job, dst, src, n, b, t->handoff);
 		else
@@ -130,18 +116,12 @@ static int rf__thr_move(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 	return 0;
 }
 
-/* ---- copies the caller takes over --------------------------------------------------------------------
- *
- * In a ring (rf_program.ring) the caller, about to compute block b, waits for the lane that copies it. If
- * that lane has not started the copy yet — it is busy with an earlier one, or not running at all (its
- * core is shared with other work, it was preempted) — the caller claims the copy and makes it itself:
- * it would only have waited, and the block then lies in the cache of the core that computes it. The
- * lane, reaching that copy later, finds it claimed and skips it (after the caller's copy has ended, so
- * that its signal still means "copied"). Both claim through one monotone word per lane: whoever raises
- * it to b owns copy b. Either side helps with the other's copy in pieces (base/piece.h): the caller with
- * one the lane has started, the lane — arriving late — with the caller's; and the caller first gives
- * the lane the few microseconds its help waits for a copy to appear, so a lane that was just about to
- * start (woken for the run) shares the copy rather than leaving all of it to the caller. */
+/* Copies the caller takes over. In a ring the caller, about to compute block b, waits for the lane that
+ * copies it; if that lane has not started the copy (busy, preempted), the caller claims it and copies it
+ * itself: it would only have waited, and the block lands in the computing core's cache. The lane, later,
+ * skips a claimed copy once the caller's has ended, so its signal still means "copied". Both claim
+ * through one monotone word per lane: whoever raises it to b owns copy b. Either side helps with the
+ * other's copy in pieces (base/piece.h). */
 
 /* Raise tq->claimed to b: 1 when this thread now owns copy b, 0 when the other side had it. */
 static int rf__thr_claim(rf__tq *tq, size_t b)
@@ -154,8 +134,7 @@ static int rf__thr_claim(rf__tq *tq, size_t b)
 	return 0;
 }
 
-/* The caller's side: copy block b for lane queue tq (its slice goes on the caller's own track: queue 0's
- * trace has room for a ring's copies, runtime/trace.c). */
+/* The caller's side: copy block b for lane queue tq (traced on queue 0's track, which has room). */
 static void rf__thr_steal(rf__walker *wk, rf__tq *tq, size_t b)
 {
 	rf__run *run = &wk->run;
@@ -185,9 +164,8 @@ static int rf__thr_stolen_done(void *arg)
 	return atomic_load_explicit(&w->tq->stolen, memory_order_acquire) >= w->b;
 }
 
-/* The lane's side: copy b was the caller's. Help with its pieces (a lane that arrives while the caller
- * copies halves that copy), then wait for its end (the caller claims the blocks it waits for in order,
- * so `stolen` reaching b means copy b has ended). */
+/* The lane's side: copy b was the caller's. Help with its pieces, then wait for its end (the caller
+ * claims in order, so `stolen` reaching b means copy b has ended). */
 static int rf__thr_skip(rf__walker *wk, size_t b)
 {
 	rf__threads *t = wk->t;
@@ -198,12 +176,11 @@ static int rf__thr_skip(rf__walker *wk, size_t b)
 	return RF__WALK_ELSEWHERE;
 }
 
-
 static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
 {
 	rf__walker *wk = c;
-	/* Claimed first: a copy the caller made is done whatever happens next (a cancel after the last
-	 * compute started must not fail the run on a lane that lags behind). */
+	/* Claimed first: a copy the caller made is done whatever happens next (a late cancel must not fail
+	 * the run on a lagging lane). */
 	if (wk->lane != NULL && wk->t->steal && !rf__thr_claim(&wk->t->q[queue], b))
 		return rf__thr_skip(wk, b);
 	const unsigned char *src = stage == RF__NO_STAGE ? NULL : rf__stage_ptr(run, stage);
@@ -260,19 +237,16 @@ static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t bloc
 	rf__threads *t = wk->t;
 	rf__tq *e = &t->q[wq];
 	rf__thr_until u = {wk, wq, e->base + v};
-	/* Rather than wait idle for the copy of `block`, take pieces of it (base/piece.h): the help waits a
-	 * few microseconds for the lane to publish it. A ring's RAW wait whose lane has not even claimed the
-	 * copy by then makes it instead (above): a lane that was about to start gets the copy shared, and
-	 * one that is busy with an earlier copy or not running costs only that short look. */
+	/* Rather than wait idle, take pieces of the copy of `block`; a ring's RAW wait whose lane has not
+	 * claimed the copy by then makes it instead. */
 	rf__piece_help(&e->job, block, &e->value, u.v);
 	if (t->steal && wk->lane == NULL && wq > 0 && atomic_load_explicit(&e->value, memory_order_acquire) < u.v &&
 	    !atomic_load_explicit(&t->stop, memory_order_relaxed) && rf__thr_claim(e, block)) {
 		rf__thr_steal(wk, e, block);
 		return 0;
 	}
-	/* A lane with reads in flight sleeps in its reader at once, woken by a read landing or by its bell;
-	 * a thread waiting for a lane whose reads are in flight spins only briefly: either wait is the
-	 * device's latency, which a spin would spend burning a core. */
+	/* A wait involving reads in flight is the device's latency: no long spin. A lane with reads sleeps
+	 * in its reader, woken by a read landing or by its bell. */
 	rf__tlane *l = wk->lane;
 	while (l != NULL && rf__flight_busy(&l->flight) && !rf__thr_reached(&u))
 		rf__ec_wait_bell(&t->ec, rf__thr_reached, &u, 0, l->flight.bell_slot, rf__flight_sleep, &l->flight);
@@ -296,18 +270,18 @@ static void rf__thr_walk(rf__threads *t, rf__run *run, unsigned q, rf__tlane *la
 	int rc = rf__walk(&wk.run, (int)q, 0, &rf__thr_ops, &wk);
 	if (rc != 0)
 		rf__thr_fail(&wk, rc);
-	/* The walk is over, its reads may not be: they write the ring and read the caller's files. */
+	/* The walk is over, its reads may not be (they write the ring and read the caller's files). */
 	while (lane != NULL && !rf__thr_drained(&wk))
 		rf__ec_wait_bell(&t->ec, rf__thr_drained, &wk, 0, lane->flight.bell_slot, rf__flight_sleep, &lane->flight);
 }
 
-/* A lane's item: the walk of its queue in the run in progress. */
+/* A lane's item: the walk of its queue in the run in progress. Its flight state is set here, on the
+ * lane's thread (which reaps between items too). */
 static void rf__thr_walk_item(rf__work *w, void *ctx)
 {
 	(void)w;
 	rf__tlane *l = ctx;
 	rf__threads *t = l->t;
-	/* The lane's own flight state, set on the lane's thread (it reaps between items too). */
 	l->flight.failed = 0;
 	l->reported = 0;
 	l->flight.trace = t->run->trace;
@@ -325,7 +299,7 @@ static int rf__thr_all_done(void *arg)
 /* The run on the lanes: each lane walks its queue, the caller walks queue 0. */
 static int rf__thr_lanes(rf__threads *t, rf__run *run)
 {
-	rf__thr_follow(t); /* placement: lanes off the caller's core (threads_place.c) */
+	rf__thr_follow(t);
 	for (unsigned i = 0; i < t->pool.n; i++) {
 		rf__tlane *l = &t->lane[i];
 		if (run->nfile > 0 && rf__flight_open(&l->flight, t->ring, t->ring_len) != RF_OK)
@@ -354,7 +328,7 @@ static int rf__thr_lanes(rf__threads *t, rf__run *run)
 	return rc;
 }
 
-/* After a comparison of the arms (threads_sched.h): what rf_pipeline_describe says about this shape. */
+/* After a comparison of the arms: what rf_pipeline_describe says about this shape. */
 static void rf__thr_note(rf__threads *t, const rf__sch_class *c, rf__run *run)
 {
 	uint64_t n = run->nblocks ? run->nblocks : 1, mean = run->bytes / n;
@@ -381,24 +355,16 @@ static int rf__thr_run(void *ctx, rf__run *run)
 	atomic_store(&t->stop, 0);
 	atomic_store(&t->first_rc, 0);
 	if (run->prog->nslots <= 1) {
-		/* Depth 1: the copy and the compute wait for each other, nothing overlaps; the cpu backend's
-		 * walk of every queue in issue order on the caller saves two thread hops per block and the
-		 * cross-thread signalling (measured: 0.91x of cpu's speed at 1 KiB blocks with it). */
+		/* Depth 1: nothing overlaps; the cpu backend's walk saves two thread hops per block. */
 		run->sched = RF_SCHEDULE_INLINE;
 		return rf__cpu_walk_inline(run);
 	}
-	if (run->files_only && run->prog->compute_queues <= 1) { /* computes on queue 0 only (or none) */
-		/* Every copy is a file read: nothing for a copy lane's CPU to do. The caller keeps the reads in
-		 * flight itself while it computes, with no hand-off between threads on the critical path
-		 * (measured: more than twice the throughput of lanes at depth 2, 1 MiB blocks, same run).
-		 * Only where every compute is the caller's anyway (a graph's computes on other queues run on
-		 * those queues' lanes, as rf_exec_run promises). The copies still overlap the computes:
-		 * RF_SCHEDULE_RING. */
+	/* Every copy a file read and every compute the caller's (a graph's computes on other queues run on
+	 * their lanes): the caller keeps the reads in flight itself, no hand-off on the critical path. */
+	if (run->files_only && run->prog->compute_queues <= 1)
 		return rf__cpu_walk_overlapped(run);
-	}
-	/* Which arm (threads_sched.h): chosen from this pipeline's own runs of the same shape, unless the
-	 * owner compares runs itself (depth = auto settling) or the run reads files (the lanes keep several
-	 * reads in flight: waiting on the device is what overlap always hides). */
+	/* The arm: from this pipeline's own runs of this shape, unless the owner compares runs itself
+	 * (depth = auto) or the run reads files (overlap always hides the device's wait). */
 	rf__sch_class *c = NULL;
 	unsigned arm = t->overlap_mode == RF__OV_OFF ? RF__SCH_INLINE : RF__SCH_LANES;
 	if (run->vary && run->nfile == 0)
@@ -422,10 +388,9 @@ static int rf__thr_run(void *ctx, rf__run *run)
 	return rc;
 }
 
-/* ---- open / close ----------------------------------------------------------------------------------- */
-
-static void rf__thr_free(rf__threads *t)
+static void rf__thr_close(void *ctx)
 {
+	rf__threads *t = ctx;
 	int owned = rf__pool_owned(&t->pool);
 	rf__pool_stop(&t->pool);
 	rf__thr_unpin(t, owned);
@@ -450,7 +415,7 @@ static void rf__thr_lane_sleep(void *ctx)
 
 static const rf__lane_ops rf__thr_lane_ops = {rf__thr_lane_idle, rf__thr_lane_sleep};
 
-/* The arms a pipeline's runs compare (threads_sched.h), and the policy for describe. */
+/* The arms a pipeline's runs compare, and the policy for describe. */
 static void rf__thr_arms(rf__threads *t)
 {
 	unsigned arms[RF__SCH_NARMS], n = 0;
@@ -490,29 +455,23 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 		return rf__err(RF_ENOMEM, "threads: out of memory");
 	t->nq = args->nqueues;
 	t->staging = args->staging;
-	t->slot_bytes = args->slot_bytes;
 	t->nslots = args->nslots;
+	void **lctx = NULL;
 	int rc = rf__config_handoff(&t->handoff_mode);
 	if (rc == RF_OK)
 		rc = rf__config_overlap(&t->overlap_mode);
 	if (rc == RF_OK)
 		rc = rf__config_worker_cpus(t->worker_cpus, sizeof t->worker_cpus);
-	if (rc != RF_OK) {
-		free(t);
-		return rc;
-	}
+	if (rc != RF_OK)
+		goto fail;
 	unsigned nl = t->nq > 1 ? t->nq - 1 : 0;
 	t->q = rf__aligned_alloc(64, t->nq * sizeof *t->q);
 	t->lane = rf__calloc(nl ? nl : 1, sizeof *t->lane);
 	t->kfail = rf__calloc(t->nslots ? t->nslots : 1, sizeof *t->kfail);
-	void **lctx = rf__calloc(nl ? nl : 1, sizeof *lctx);
+	lctx = rf__calloc(nl ? nl : 1, sizeof *lctx);
 	if (t->q == NULL || t->lane == NULL || t->kfail == NULL || lctx == NULL) {
-		free(t->q);
-		free(t->lane);
-		free(t->kfail);
-		free(lctx);
-		free(t);
-		return rf__err(RF_ENOMEM, "threads: out of memory");
+		rc = rf__err(RF_ENOMEM, "threads: out of memory");
+		goto fail;
 	}
 	for (unsigned i = 0; i < t->nq; i++) {
 		atomic_init(&t->q[i].value, 0);
@@ -540,21 +499,22 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__thr_lane_ops, lctx, 0);
 	free(lctx);
 	if (rc != RF_OK) {
-		rf__thr_free(t);
+		rf__thr_close(t);
 		return rf__err(rc, "threads: %s", rf__errmsg_peek());
 	}
 	rf__thr_pin(t);
 	*ctx = t;
 	return RF_OK;
+fail:
+	free(t->q);
+	free(t->lane);
+	free(t->kfail);
+	free(lctx);
+	free(t);
+	return rc;
 }
 
-static void rf__thr_close(void *ctx)
-{
-	rf__thr_free(ctx);
-}
-
-/* The ring comes from the staging layer under the pipeline's policy. "auto" resolves on the calling
- * thread, which is the compute thread (queue 0): the ring is placed next to its reader. */
+/* The ring, under the pipeline's staging policy: "auto" resolves on the calling thread, queue 0's. */
 static int rf__thr_slots_alloc(void *ctx, size_t bytes, void **mem)
 {
 	rf__threads *t = ctx;

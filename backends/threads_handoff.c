@@ -1,8 +1,6 @@
 /* backends/threads_handoff.c — whether the threads backend demotes copied blocks to the shared cache
- * (CLDEMOTE). A synthetic probe at create measured something other than what the pipeline does (a
- * copy and one read on an idle machine, not the ring's copies and computes): where the CPU has
- * cldemote and the configuration does not force it, the handoff is one arm of the schedules a pipeline
- * compares on its own runs (backends/threads_sched.h), by the same rule as rf__ho_decide. */
+ * (CLDEMOTE). Unless forced, it is one arm of the schedules a pipeline compares on its own runs
+ * (threads_sched.h): a synthetic probe measures something other than the pipeline's work. */
 #include "backends/threads_handoff.h"
 #include "backends/threads_sched.h"
 
@@ -39,8 +37,6 @@ int rf__ho_decide(const int64_t *on, const int64_t *off, unsigned n)
 	fig[1] = rf__sch_mean(x[1], n);
 	return rf__sch_best(fig, 2) == 1; /* "off" first: on must win by the margin */
 }
-
-/* ---- a pipeline's handoff ------------------------------------------------------------------------ */
 
 int rf__ho_pipeline(int mode, unsigned nq, unsigned nslots, int *on, char *why, size_t cap)
 {

@@ -1,10 +1,7 @@
-/* backends/threads_int.h — what the threads backend's files share: threads.c (queues, runs, the walk),
- * threads_keyed.c (keyed copies as items on the same lanes), threads_place.c (where lanes run).
- *
- * Queue 0 is the calling thread; queues 1 .. nq-1 are the lanes of one pool (base/pool.h), lane i
- * serving queue i + 1. A queue's progress is one monotone counter, `value`: a run's signal v stores
- * base + v (base: the value when the run started), a keyed copy stores its ticket. Whoever waits for a
- * queue waits for its value to reach a number, on the backend's one eventcount. */
+/* backends/threads_int.h — what threads.c (runs), threads_keyed.c (keyed copies) and threads_place.c
+ * (where lanes run) share. Queue 0 is the caller; lane i of the pool serves queue i + 1. A queue's
+ * progress is one monotone counter, `value`: a run's signal v stores base + v (base: the value when the
+ * run started), a keyed copy stores its ticket. */
 #ifndef RF_BACKENDS_THREADS_INT_H
 #define RF_BACKENDS_THREADS_INT_H
 
@@ -29,11 +26,10 @@
 
 typedef struct rf__tq {
 	_Alignas(64) _Atomic int64_t value; /* what this queue has done (monotone) */
-	int64_t base;                   /* value at the start of the current run */
-	rf__piece_job job;                 /* its current copy, open to helpers (threads_copy.h) */
-	/* A ring run's copies that the caller takes over (threads.c, rf__thr_steal): the last block whose
-	 * copy was claimed, by this lane or by the caller, the last block the caller copied for it, and
-	 * the caller's copy in progress, open to the lane's help. */
+	int64_t base;                       /* value at the start of the current run */
+	rf__piece_job job;                  /* its current copy, open to helpers */
+	/* Copies the caller takes over (rf__thr_steal): the last block claimed by either side, the last
+	 * one the caller copied, and the caller's copy in progress, open to the lane's help. */
 	_Alignas(64) _Atomic int64_t claimed;
 	_Atomic int64_t stolen;
 	rf__piece_job sjob;
@@ -55,14 +51,13 @@ typedef struct rf__tk_item {
 	_Atomic uint64_t *counter; /* bytes counted here when the copy starts */
 } rf__tk_item;
 
-/* One lane's context. */
 typedef struct rf__tlane {
 	rf__threads *t;
 	unsigned q;          /* the queue it serves */
 	rf__work walk;       /* the current run's walk of queue q */
 	rf__tk_item kitem[RF__TK_RING];
 	int64_t kposted;     /* the value of the last keyed copy posted (owner) */
-	int core;            /* logical index of the core it is counted on (threads_place.c), -1: none */
+	int core;            /* logical index of the core it is counted on, -1: none */
 	rf__flight flight;   /* its file copies in flight and the signals behind them */
 	int reported;        /* its failed file copy has failed the run */
 } rf__tlane;
@@ -75,8 +70,7 @@ struct rf__threads {
 	rf__ec ec;
 	int64_t spin_ns;     /* the wait policy after runs and keyed copies (0: sleep at once) */
 	int64_t run_spin_ns; /* within a run */
-	/* the run in progress */
-	rf__run *run;
+	rf__run *run;        /* the run in progress */
 	int steal; /* the caller may take over copies it would wait for (a ring program, no file source) */
 	atomic_uint active; /* lanes still walking it */
 	atomic_int stop;
@@ -85,15 +79,12 @@ struct rf__threads {
 	int fail_value;
 	char fail_msg[240]; /* RF_EIO: the failed read's sentence */
 	_Atomic int64_t *kfail; /* per slot: the keyed ticket whose file copy failed there (0: none) */
-	/* the copy path (base/piece.h, threads_handoff.h) */
 	int handoff_mode, handoff;
 	int handoff_fixed;   /* the handoff of runs on the lanes when it is not one of the compared arms */
 	char handoff_why[320]; /* the handoff and overlap policies, for describe */
-	/* the schedule of each run (threads_sched.h): the arms compared, the last comparison's note */
 	int overlap_mode;
-	rf__sch sch;
-	char note[256];
-	size_t slot_bytes;
+	rf__sch sch;     /* the schedules compared (threads_sched.h) */
+	char note[256];  /* the last comparison, for describe */
 	unsigned nslots;
 	/* placement (threads_place.c) */
 	char worker_cpus[128];
@@ -115,7 +106,7 @@ void rf__thr_pin(rf__threads *t);
 void rf__thr_follow(rf__threads *t);
 void rf__thr_unpin(rf__threads *t, int owned);
 
-/* Keyed use (threads_keyed.c): the backend's k* methods. */
+/* The backend's k* methods (threads_keyed.c). */
 int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out);
 int rf__tk_test(void *ctx, rf__kticket t);
 int rf__tk_cancel(void *ctx, rf__kticket t);

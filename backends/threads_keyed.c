@@ -1,13 +1,10 @@
 /* backends/threads_keyed.c — keyed copies on the threads backend (runtime/backend.h, "keyed use").
  *
- * A hint's copy is a small program — copy, then signal its ticket — posted as a work item on a copy
- * lane, the same lane that walks the copy queue in runs (a run starts only once keyed copies are
- * quiesced, so the two never share a lane at once). Items run in order; one withdrawn before it
- * started (rf__work_cancel) still signals its ticket, in order, without copying. A ticket is finished
- * when its lane's value has reached it, or when it was withdrawn.
- *
- * Demand copies (an acquire's miss) run inline on the caller: the caller waits for them anyway, the
- * bytes land in the cache of the core that computes on them, and they never queue behind a hint. */
+ * A hint's copy — copy, then signal its ticket — is a work item on a copy lane (a run starts only once
+ * keyed copies are quiesced, so the two never share a lane). Items run in order; one withdrawn before it
+ * started still signals its ticket, in order, without copying. A ticket is finished when its lane's
+ * value has reached it, or when it was withdrawn. Demand copies run inline on the caller, who waits for
+ * them anyway: the bytes land in the computing core's cache and never queue behind a hint. */
 #include "backends/threads_int.h"
 #include "base/error.h"
 #include "base/test_hooks.h"
@@ -25,27 +22,24 @@ static int rf__tk_lane_of(const rf__threads *t, rf__kticket tk, unsigned *lane, 
 	return 1;
 }
 
-/* The item: copy (a file's reads stay in flight: the lane goes on to the next hint), then the ticket's
- * signal, in order behind every copy the lane has in flight. */
+/* The item: copy (a file's reads stay in flight), then the ticket's signal, in order behind every copy
+ * the lane has in flight. */
 static void rf__tk_item_fn(rf__work *w, void *ctx)
 {
 	rf__tk_item *it = (rf__tk_item *)w;
 	rf__tlane *l = ctx;
 	rf__threads *t = l->t;
 	int64_t v = atomic_load_explicit(&it->value, memory_order_relaxed);
-	/* A run's failed copy (reported by that run, which has ended: keyed calls and runs exclude each
-	 * other) must not hold back the signals of keyed copies, whose failures are marked per ticket. */
+	/* A run's failed copy (reported by that run, now ended) must not hold back keyed signals. */
 	l->flight.failed = 0;
 	if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 		RF__TEST_HOOK(keyed_before_copy)(0);
-	if (!rf__work_claim(w)) {
-		/* withdrawn: the owner let go of its file when it withdrew it */
-	} else {
+	if (rf__work_claim(w)) { /* else withdrawn: the owner let go of its file then */
 		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 			RF__TEST_HOOK(keyed_before_copy)(1);
-		/* Counted when the copy starts: the counter never goes down (a withdrawn hint never copied). */
+		/* Counted when the copy starts: a withdrawn hint never counts. */
 		atomic_fetch_add_explicit(it->counter, it->bytes, memory_order_relaxed);
-		/* The lane orders its copies into one slot, but an earlier read may not have landed yet. */
+		/* An earlier read into this slot may not have landed yet. */
 		rf__flight_wait_dst(&l->flight, it->dst, it->cap);
 		if (it->fs.f == NULL) {
 			memcpy(it->dst, it->src, it->bytes);
@@ -88,8 +82,7 @@ int rf__tk_sync(void *ctx, rf__kticket tk)
 {
 	rf__threads *t = ctx;
 	rf__kticket x[2] = {tk, (rf__kticket)(uintptr_t)t};
-	/* A lane whose file reads are in flight signals when the device is done: its latency, which a
-	 * spin would spend burning a core the lanes may need. */
+	/* A lane with file reads in flight waits for the device: no spin. */
 	unsigned lane;
 	int64_t v;
 	int io = rf__tk_lane_of(t, tk, &lane, &v) &&
@@ -148,8 +141,7 @@ int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 		*out = 1;
 		return rc;
 	}
-	/* A hint: after `after` by construction, since the core sends every hint into a slot down the same
-	 * lane, and earlier demand copies finished inline. */
+	/* A hint: after `after` by construction (every hint into a slot goes down one lane). */
 	rf__tlane *l = &t->lane[req->lane];
 	int64_t v = l->kposted + 1;
 	rf__tk_item *it = &l->kitem[(uint64_t)v % RF__TK_RING];

@@ -1,6 +1,4 @@
-/* backends/threads_place.c — copy workers' cores (see threads_place.h). Before, each pipeline pinned
- * its workers round robin from the first core other than the caller's, so with 4 pipelines in one
- * process 3 of 4 copy workers shared one core. */
+/* backends/threads_place.c — copy workers' cores (see threads_place.h). */
 #define _GNU_SOURCE /* pthread_setaffinity_np, cpu_set_t: a re-pin that allocates nothing */
 #include "backends/threads_place.h"
 #include "backends/threads_int.h"
@@ -10,11 +8,10 @@
 
 #include <errno.h>
 #include <hwloc/glibc-sched.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-#include <pthread.h>
 #include <string.h>
 
 #define RF__TP_MAX_CORES 4096
@@ -22,34 +19,10 @@
 static pthread_mutex_t rf__tp_mu = PTHREAD_MUTEX_INITIALIZER;
 static unsigned rf__tp_count[RF__TP_MAX_CORES];
 
-hwloc_obj_t rf__tp_caller_core(hwloc_topology_t topo)
-{
-	hwloc_obj_t core = NULL;
-	hwloc_bitmap_t set = hwloc_bitmap_alloc();
-	if (set != NULL && hwloc_get_last_cpu_location(topo, set, HWLOC_CPUBIND_THREAD) == 0) {
-		hwloc_obj_t pu = hwloc_get_pu_obj_by_os_index(topo, (unsigned)hwloc_bitmap_first(set));
-		core = pu ? hwloc_get_ancestor_obj_by_type(topo, HWLOC_OBJ_CORE, pu) : NULL;
-	}
-	hwloc_bitmap_free(set);
-	return core;
-}
-
-int rf__tp_valid(const char *cpus)
-{
-	if (cpus == NULL || *cpus == '\0')
-		return 0;
-	for (const char *c = cpus; *c; c++) /* hwloc's parser is lenient: digits, ',' and '-' only */
-		if (!(*c >= '0' && *c <= '9') && *c != ',' && *c != '-')
-			return 0;
-	hwloc_bitmap_t set = hwloc_bitmap_alloc();
-	int ok = set != NULL && hwloc_bitmap_list_sscanf(set, cpus) == 0 && !hwloc_bitmap_iszero(set);
-	hwloc_bitmap_free(set);
-	return ok;
-}
-
-/* The process's cores, not the machine's: the caller's binding (taskset, cgroups, MPI binding). An
- * explicit set is the deployer's choice: a core counts when any of its CPUs is in it. */
-unsigned rf__tp_cores(hwloc_topology_t topo, const char *cpus, hwloc_obj_t *out, unsigned cap)
+/* The cores a worker may take, the caller's own included: the process's (its caller's binding:
+ * taskset, cgroups, MPI), or those with any CPU in the deployer's explicit set `cpus`. 0: none, or the
+ * binding cannot be read. */
+static unsigned rf__tp_cores(hwloc_topology_t topo, const char *cpus, hwloc_obj_t *out, unsigned cap)
 {
 	unsigned n = 0;
 	int explicit = cpus != NULL && *cpus != '\0';
@@ -85,7 +58,8 @@ hwloc_obj_t rf__tp_pick(hwloc_obj_t *cores, unsigned n, hwloc_obj_t avoid)
 	return best;
 }
 
-hwloc_obj_t rf__tp_core_now(hwloc_topology_t topo, hwloc_bitmap_t scratch)
+/* The core the calling thread last ran on, or NULL; `scratch` is preallocated (called per run). */
+static hwloc_obj_t rf__tp_core_now(hwloc_topology_t topo, hwloc_bitmap_t scratch)
 {
 	if (topo == NULL || scratch == NULL || hwloc_get_last_cpu_location(topo, scratch, HWLOC_CPUBIND_THREAD) != 0)
 		return NULL;
@@ -110,7 +84,9 @@ unsigned rf__tp_load(unsigned logical_index)
 	return v;
 }
 
-void *rf__tp_sets(hwloc_topology_t topo, hwloc_obj_t *cores, unsigned n)
+/* The CPU sets of cores[0 .. n-1], for re-pinning without allocating (hwloc's cpubind allocates). NULL:
+ * out of memory, or CPUs beyond the C library's cpu_set_t (the lanes then do not follow the caller). */
+static cpu_set_t *rf__tp_sets(hwloc_topology_t topo, hwloc_obj_t *cores, unsigned n)
 {
 	cpu_set_t *sets = n ? rf__malloc(n * sizeof *sets) : NULL;
 	for (unsigned i = 0; sets != NULL && i < n; i++)
@@ -122,30 +98,17 @@ void *rf__tp_sets(hwloc_topology_t topo, hwloc_obj_t *cores, unsigned n)
 	return sets;
 }
 
-int rf__tp_move(pthread_t tid, const void *sets, unsigned i)
+/* Pin each lane (never the caller's thread); returns the length of t->placement. */
+static int rf__thr_place(rf__threads *t, int n)
 {
-	const cpu_set_t *s = sets;
-	return pthread_setaffinity_np(tid, sizeof s[i], &s[i]) == 0;
-}
-
-/* ---- the threads backend's lanes ------------------------------------------------------------------ */
-
-/* Pin each lane to the core of the caller's binding (or of the configured set) other than the caller's
- * own that holds the fewest lanes of the process. The caller's thread is not ours: we never bind it.
- * What happened is recorded in t->placement, which rf_pipeline_describe shows; failing to pin is not
- * an error (the run is still correct), but it is never silent. */
-void rf__thr_pin(rf__threads *t)
-{
-	int n = snprintf(t->placement, sizeof t->placement, "compute: caller's thread (not pinned by ringfetch)");
-	if (t->pool.n == 0) {
-		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
-		return;
-	}
 	/* A topology failure is not the caller's failure (create still succeeds): keep its rf_errmsg. */
 	char saved[256];
 	snprintf(saved, sizeof saved, "%s", rf__errmsg_peek());
-	if ((t->topo = rf__topo_acquire()) != NULL && (t->home = rf__tp_caller_core(t->topo)) != NULL)
-		t->ncand = rf__tp_cores(t->topo, t->worker_cpus, t->cand, RF_MAX_QUEUES);
+	if ((t->topo = rf__topo_acquire()) != NULL) {
+		t->scratch = hwloc_bitmap_alloc();
+		if ((t->home = rf__tp_core_now(t->topo, t->scratch)) != NULL)
+			t->ncand = rf__tp_cores(t->topo, t->worker_cpus, t->cand, RF_MAX_QUEUES);
+	}
 	unsigned others = 0;
 	for (unsigned i = 0; i < t->ncand; i++)
 		others += t->cand[i] != t->home;
@@ -159,12 +122,8 @@ void rf__thr_pin(rf__threads *t)
 					   : "no core besides the caller's in its CPU binding");
 		t->ncand = 0;
 		rf__err(RF_OK, "%s", saved);
-		n = (int)strlen(t->placement);
-		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
-		return;
+		return (int)strlen(t->placement);
 	}
-	/* For rf__thr_follow; either NULL: the lanes just do not follow the caller. */
-	t->scratch = hwloc_bitmap_alloc();
 	t->cand_sets = rf__tp_sets(t->topo, t->cand, t->ncand);
 	if (*t->worker_cpus)
 		n += snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; copy workers on CPUs %s (configured)",
@@ -185,13 +144,23 @@ void rf__thr_pin(rf__threads *t)
 		else
 			n += snprintf(t->placement + n, room, "; q%u: not pinned (%s)", i + 1, strerror(e));
 	}
+	return n;
+}
+
+/* Pin each lane to the core of the caller's binding (or of the configured set), other than the caller's,
+ * that holds the fewest lanes of the process. Recorded in t->placement for describe: failing to pin is
+ * not an error (the run is still correct), but never silent. */
+void rf__thr_pin(rf__threads *t)
+{
+	int n = snprintf(t->placement, sizeof t->placement, "compute: caller's thread (not pinned by ringfetch)");
+	if (t->pool.n > 0)
+		n = rf__thr_place(t, n);
 	if (n >= 0 && (size_t)n < sizeof t->placement)
 		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
 }
 
-/* Per run: when the caller now runs on a lane's core (an unpinned caller migrates there: 4196 of 4992
- * computes in one measured run), move that lane to the least loaded other core. One sched_getcpu-backed
- * look per run when nothing changed; no allocation. */
+/* Per run: when the caller now runs on a lane's core (an unpinned caller migrates), move that lane to
+ * the least loaded other core. One look per run when nothing changed; no allocation. */
 void rf__thr_follow(rf__threads *t)
 {
 	if (t->scratch == NULL || t->cand_sets == NULL || !t->avoid_home)
@@ -207,7 +176,8 @@ void rf__thr_follow(rf__threads *t)
 		unsigned k = 0;
 		while (c != NULL && t->cand[k] != c)
 			k++;
-		if (c != NULL && rf__tp_move(t->pool.lane[i].tid, t->cand_sets, k)) {
+		if (c != NULL && pthread_setaffinity_np(t->pool.lane[i].tid, sizeof(cpu_set_t),
+						      (cpu_set_t *)t->cand_sets + k) == 0) {
 			rf__tp_unpick(now->logical_index);
 			t->lane[i].core = (int)c->logical_index;
 		} else if (c != NULL) {

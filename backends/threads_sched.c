@@ -1,17 +1,11 @@
-/* backends/threads_sched.c — the threads backend's choice of schedule (backends/threads_sched.h): pure
- * rules over samples of the pipeline's own runs. */
+/* backends/threads_sched.c — the threads backend's choice of schedule (backends/threads_sched.h). */
 #include "backends/threads_sched.h"
 
 #include <string.h>
 
 static unsigned rf__sch_log2(uint64_t x)
 {
-	unsigned k = 0;
-	while (x > 1) {
-		x >>= 1;
-		k++;
-	}
-	return k;
+	return 63u - (unsigned)__builtin_clzll(x | 1);
 }
 
 uint32_t rf__sch_shape(uint64_t bytes, size_t nblocks)
@@ -107,8 +101,7 @@ int rf__sch_note(rf__sch *s, rf__sch_class *c, unsigned arm, double x)
 	}
 	unsigned was = c->choice;
 	c->choice = s->arms[rf__sch_best(c->fig, s->narms)];
-	/* The same choice again: look less often; a new one (or the first): look again soon (the machine or
-	 * the workload changed, or one of the two comparisons was disturbed). */
+	/* The same choice again: look less often; a new one (or the first): look again soon. */
 	if (c->compared++ == 0 || c->choice != was)
 		c->interval = RF__SCH_RECHECK;
 	else if (c->interval < RF__SCH_RECHECK_MAX)

@@ -1,29 +1,21 @@
 /* backends/threads_sched.h — which schedule a threads pipeline runs, chosen from its own runs.
  *
- * A ring on threads may be run three ways (arms): on the lanes (copies on the copy lanes, computes on
- * the caller: the ring as planned), inline (the cpu backend's walk on the caller: no thread hop, every
- * block read where it was copied), or on the lanes with the cache handoff (CLDEMOTE after each copy:
- * only where the CPU has it). Which is fastest depends on the machine (how much a block read from
- * another core's cache costs, whether the cores are shared with other work) and on the workload (the
- * compute's cost per byte, the block size, the blocks per run), so it is measured on the pipeline's own
- * runs: the first runs of each run shape alternate between the arms, and the fastest over all its runs
- * (the mean time per byte: a schedule often held up on a busy machine loses even when its typical run
- * is fast, since what the caller waits for is the sum) is kept; each later comparison adds its runs to
- * the earlier ones, which count half as much each time (so that a few noisy runs do not decide alone,
- * and a machine that changes still shows within two comparisons);
- * the arms are compared again now and then (after 16 runs, then 32, 64, ... up to 1024 while the choice
- * holds; 16 again when it changes), so a choice follows a machine or a workload that changes.
+ * A ring on threads runs one of three ways (arms): on the lanes (the ring as planned), inline (the cpu
+ * backend's walk on the caller: no thread hop), or on the lanes with the cache handoff (CLDEMOTE after
+ * each copy, where the CPU has it). The fastest depends on the machine and the workload, so the first
+ * runs of each run shape alternate between the arms and the one with the lowest mean time per byte is
+ * kept (the mean, not the typical run: the caller waits for the sum). Each later comparison adds its
+ * runs to the earlier ones, which count half as much each time; the arms are compared again after 16
+ * runs, then 32, 64, ... up to 1024 while the choice holds, 16 again when it changes.
  *
- * Everything here is a pure function of the samples it is given: no clock, no threads. The shell in
- * backends/threads.c times the runs; tests drive these rules with synthetic samples. */
+ * Pure functions of the samples given: no clock, no threads (threads.c times the runs). */
 #ifndef RF_BACKENDS_THREADS_SCHED_H
 #define RF_BACKENDS_THREADS_SCHED_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/* overlap = auto | off | on (RINGFETCH_OVERLAP; rf__parse_overlap's values): compare the lanes with
- * running inline, run inline always, run on the lanes always. */
+/* overlap = auto | off | on (RINGFETCH_OVERLAP, rf__parse_overlap): compare, always inline, always lanes. */
 enum { RF__OV_AUTO = 0, RF__OV_OFF = 1, RF__OV_ON = 2 };
 
 /* The arms. Listed in preference order: on a tie the earlier one is kept (inline uses one core). */
@@ -33,16 +25,15 @@ enum { RF__SCH_INLINE = 0, RF__SCH_LANES = 1, RF__SCH_HANDOFF = 2, RF__SCH_NARMS
 #define RF__SCH_CLASSES 8u     /* run shapes remembered at once (least recently used replaced) */
 #define RF__SCH_RECHECK 16u    /* runs of the kept arm before the first comparison again */
 #define RF__SCH_RECHECK_MAX 1024u
-/* A later arm is kept only when its mean beats every earlier arm's by more than this (3 %: run to run
- * noise on a quiet machine). */
+/* A later arm wins only when it beats every earlier one by more than this (3 %: a quiet machine's noise). */
 #define RF__SCH_MARGIN 0.97
 
-/* The shape of a run, the key its samples are kept under: log2 of the mean block size and of the block
- * count (capped at 2^12), so that runs compared with each other move similar blocks. Never 0. */
+/* A run's shape, the key its samples are kept under: log2 of the mean block size and of the block count
+ * (capped at 2^12), so that runs compared with each other move similar blocks. Never 0. */
 uint32_t rf__sch_shape(uint64_t bytes, size_t nblocks);
 
-/* The winner among n arms (in preference order) given each one's figure (mean time; lower is better):
- * arm i replaces the current winner w only when fig[i] < fig[w] * RF__SCH_MARGIN. n >= 1. */
+/* The winner among n >= 1 arms in preference order, given each one's figure (lower is better): arm i
+ * replaces the winner w only when fig[i] < fig[w] * RF__SCH_MARGIN. */
 unsigned rf__sch_best(const double *fig, unsigned n);
 
 /* The mean of v[0..n) (n >= 1). */
@@ -69,18 +60,16 @@ typedef struct rf__sch {
 	rf__sch_class c[RF__SCH_CLASSES];
 } rf__sch;
 
-/* Compare these arms (RF__SCH_* values in preference order, 1..RF__SCH_NARMS of them; with one there
- * is nothing to choose: rf__sch_pick always returns it). */
+/* Compare these arms (RF__SCH_* values in preference order, 1..RF__SCH_NARMS of them). */
 void rf__sch_init(rf__sch *s, const unsigned *arms, unsigned narms);
 
 /* The arm the next run of this shape uses, and its class (for rf__sch_note). A comparison runs the arms
- * in turn starting with the second in preference order (the lanes: the ring as planned goes first). */
+ * in turn, the second in preference order (the lanes) first. */
 unsigned rf__sch_pick(rf__sch *s, uint32_t shape, rf__sch_class **c);
 
-/* That run succeeded and took x (time per byte, or per block for empty blocks; any unit, the same for
- * every run). Returns 1 when it ended a comparison (c->choice and c->fig are then the new figures,
- * worth describing), else 0. A comparison's figure for an arm: (its samples' sum + half the previous
- * sum) / (their count + half the previous count) — the mean, with older comparisons fading. */
+/* That run succeeded and took x (time per byte, or per block for empty blocks). Returns 1 when it ended
+ * a comparison (c->choice and c->fig are new, worth describing), else 0. An arm's figure: (its samples'
+ * sum + half the previous sum) / (their count + half the previous count). */
 int rf__sch_note(rf__sch *s, rf__sch_class *c, unsigned arm, double x);
 
 /* "inline", "lanes", "lanes + handoff". */
