@@ -116,14 +116,10 @@ static int rf__thr_move(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 	return 0;
 }
 
-/* Copies the caller takes over. In a ring the caller, about to compute block b, waits for the lane that
- * copies it; if that lane has not started the copy (busy, preempted), the caller claims it and copies it
- * itself: it would only have waited, and the block lands in the computing core's cache. The lane, later,
- * skips a claimed copy once the caller's has ended, so its signal still means "copied". Both claim
- * through one monotone word per lane: whoever raises it to b owns copy b. Either side helps with the
- * other's copy in pieces (base/piece.h). */
-
-/* Raise tq->claimed to b: 1 when this thread now owns copy b, 0 when the other side had it. */
+/* Copies the caller takes over: in a ring, a caller waiting for a copy its lane has not started claims
+ * it and makes it (it would only have waited; the block lands where it is computed); the lane skips a
+ * claimed copy once the caller's has ended, so its signal still means "copied". Whoever raises the
+ * lane's `claimed` to b owns copy b: 1 for this thread, 0 when the other side had it. */
 static int rf__thr_claim(rf__tq *tq, size_t b)
 {
 	int64_t x = atomic_load_explicit(&tq->claimed, memory_order_relaxed);
@@ -300,11 +296,9 @@ static int rf__thr_all_done(void *arg)
 static int rf__thr_lanes(rf__threads *t, rf__run *run)
 {
 	rf__thr_follow(t);
-	for (unsigned i = 0; i < t->pool.n; i++) {
-		rf__tlane *l = &t->lane[i];
-		if (run->nfile > 0 && rf__flight_open(&l->flight, t->ring, t->ring_len) != RF_OK)
+	for (unsigned i = 0; i < t->pool.n; i++)
+		if (run->nfile > 0 && rf__flight_open(&t->lane[i].flight, t->ring, t->ring_len) != RF_OK)
 			return rf__err(RF_ENOMEM, "threads: file reads of lane %u: %s", i, rf__errmsg_peek());
-	}
 	t->run = run;
 	t->steal = run->prog->ring && run->prog->nstage == 0 && run->nfile == 0;
 	for (unsigned i = 0; i < t->nq; i++) {

@@ -86,7 +86,6 @@ struct rf__threads {
 	rf__sch sch;     /* the schedules compared (threads_sched.h) */
 	char note[256];  /* the last comparison, for describe */
 	unsigned nslots;
-	/* placement (threads_place.c) */
 	char worker_cpus[128];
 	hwloc_topology_t topo;
 	char placement[512];
@@ -101,7 +100,7 @@ struct rf__threads {
 	size_t ring_len;
 };
 
-/* Placement: pin the lanes (at open), follow the caller (per run), let go (close). */
+/* Placement (threads_place.c): pin the lanes (at open), follow the caller (per run), let go (close). */
 void rf__thr_pin(rf__threads *t);
 void rf__thr_follow(rf__threads *t);
 void rf__thr_unpin(rf__threads *t, int owned);

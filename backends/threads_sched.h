@@ -35,9 +35,7 @@ uint32_t rf__sch_shape(uint64_t bytes, size_t nblocks);
 /* The winner among n >= 1 arms in preference order, given each one's figure (lower is better): arm i
  * replaces the winner w only when fig[i] < fig[w] * RF__SCH_MARGIN. */
 unsigned rf__sch_best(const double *fig, unsigned n);
-
-/* The mean of v[0..n) (n >= 1). */
-double rf__sch_mean(const double *v, unsigned n);
+double rf__sch_mean(const double *v, unsigned n); /* of v[0..n), n >= 1 */
 
 typedef struct rf__sch_class {
 	uint32_t shape;    /* 0: free */
@@ -71,8 +69,6 @@ unsigned rf__sch_pick(rf__sch *s, uint32_t shape, rf__sch_class **c);
  * a comparison (c->choice and c->fig are new, worth describing), else 0. An arm's figure: (its samples'
  * sum + half the previous sum) / (their count + half the previous count). */
 int rf__sch_note(rf__sch *s, rf__sch_class *c, unsigned arm, double x);
-
-/* "inline", "lanes", "lanes + handoff". */
-const char *rf__sch_name(unsigned arm);
+const char *rf__sch_name(unsigned arm); /* "inline", "lanes", "lanes + handoff" */
 
 #endif

@@ -1,8 +1,6 @@
-/* base/alloc.h — every heap allocation of the library goes through these, so that a test can make
- * the k-th one fail (rf__fault_arm) and sweep k over create, instantiate and run: each failure must come
- * back as a clean error with nothing leaked. rf__fault() also guards thread creation, the hwloc topology
- * and every backend call. Unarmed, the check is one relaxed load; in the shipped library (built without
- * RF_TESTING) it is a constant 0. */
+/* base/alloc.h — every heap allocation of the library goes through these, so that a test can make the
+ * k-th fallible step fail (rf__fault_arm: allocations, thread creation, the topology, backend calls)
+ * and check that each failure comes back as a clean error with nothing leaked. */
 #ifndef RF_BASE_ALLOC_H
 #define RF_BASE_ALLOC_H
 
@@ -15,15 +13,11 @@ void *rf__aligned_alloc(size_t align, size_t n);
 char *rf__strdup(const char *s);
 
 #ifdef RF_TESTING /* the testing build (base/test_hooks.h) */
-/* 1 if this fallible step must fail now (the armed k-th step), else 0. */
-int rf__fault(void);
-/* Tests: make the k-th fallible step from now fail (k >= 1), or disarm (k = 0). */
-void rf__fault_arm(long k);
-/* Tests: how many fallible steps ran since the last arm. */
-long rf__fault_steps(void);
+int rf__fault(void);       /* 1 if this fallible step is the armed k-th one, else 0 */
+void rf__fault_arm(long k); /* make the k-th fallible step from now fail (k >= 1), or disarm (k = 0) */
+long rf__fault_steps(void); /* fallible steps since the last arm */
 #else
-/* The shipped library injects no fault: a constant, so every check folds away, at -O0 too. */
-#define rf__fault() 0
+#define rf__fault() 0 /* shipped: a constant, so every check folds away */
 #endif
 
 #endif

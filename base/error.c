@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* 512 bytes holds the longest detail we compose (two node descriptions plus a CUDA error string). */
+/* Holds the longest detail composed (two node descriptions plus a CUDA error string). */
 static _Thread_local char rf__detail[512];
 
 const char *rf_strerror(int err)
@@ -39,11 +39,6 @@ const char *rf_err_name(int err)
 }
 
 const char *rf_errmsg(void)
-{
-	return rf__detail;
-}
-
-const char *rf__errmsg_peek(void)
 {
 	return rf__detail;
 }

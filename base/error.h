@@ -15,6 +15,6 @@
 int rf__err(int err, const char *fmt, ...) RF__PRINTF(2, 3);
 
 /* The current detail, for callers that prefix it with context ("while creating ...: <detail>"). */
-const char *rf__errmsg_peek(void);
+#define rf__errmsg_peek() rf_errmsg()
 
 #endif

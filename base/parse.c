@@ -1,5 +1,5 @@
-/* base/parse.c — strict decimal numbers and CPU lists (see parse.h). Loose parsing (strtoul's sign, space and base
- * prefixes, its silent wrap-around) turns typos into other numbers; a deployment wants to hear about them. */
+/* base/parse.c — strict decimal numbers and CPU lists (see parse.h). Loose parsing (strtoul's sign,
+ * space, base prefixes, silent wrap-around) turns typos into other numbers. */
 #include "base/parse.h"
 
 #include <stddef.h>

@@ -1,5 +1,4 @@
-/* base/pause.h — RF__PAUSE(): the CPU's spin-wait hint (x86 pause, Arm yield), for every spinning wait
- * of the library: it lets the sibling hyperthread run and saves power while a waiter polls a flag. */
+/* base/pause.h — RF__PAUSE(): the CPU's spin-wait hint (x86 pause, Arm yield) for every spinning wait. */
 #ifndef RF_BASE_PAUSE_H
 #define RF_BASE_PAUSE_H
 

@@ -8,8 +8,7 @@
 
 #define RF__PIECE_MIN_PIECE ((size_t)16 << 10)
 #define RF__PIECE_MAX_PIECES 4096u /* fits the 16-bit fields of rf__piece_job.state */
-/* How long a waiter looks for the job it could help (pauses, restarted after each piece) before it
- * falls back to the backend's plain wait: the order of the backend's own pause phase. */
+/* Pauses a waiter looks for a job to help (restarted after each piece) before its plain wait. */
 #define RF__PIECE_HELP_PAUSES 256u
 
 void rf__piece_init(rf__piece_job *j)
@@ -22,10 +21,8 @@ void rf__piece_init(rf__piece_job *j)
 	j->n = j->piece = 0;
 }
 
-/* At least 16 KiB (a claim is one contended CAS, ~100 ns; a 16 KiB piece is a few microseconds of
- * copying), and about 16 pieces per copy so that the last piece, which one thread copies alone, is a
- * small part of the whole. Multiples of 4 KiB: pieces never share a page or a cache line. Not tuned by
- * timing: these are the orders of magnitude that make the scheme's own overhead negligible. */
+/* At least 16 KiB (a claim is one contended CAS, a piece microseconds of copying), about 16 pieces per
+ * copy so that the last piece, copied alone, is small; multiples of 4 KiB, so pieces share no page. */
 size_t rf__piece_size(size_t n)
 {
 	if (n < 2 * RF__PIECE_MIN_PIECE)
@@ -38,8 +35,7 @@ size_t rf__piece_size(size_t n)
 	return p;
 }
 
-/* Push the lines of [p, p+n) from this core's caches to the shared cache (CLDEMOTE, a hint encoded in
- * the NOP space: a CPU without it ignores it). */
+/* Push [p, p+n) from this core's caches to the shared cache (CLDEMOTE: a NOP where not implemented). */
 static void rf__piece_demote(const unsigned char *p, size_t n)
 {
 #if defined(__x86_64__)
@@ -50,9 +46,8 @@ static void rf__piece_demote(const unsigned char *p, size_t n)
 #endif
 }
 
-/* Take the next piece of the current generation, if any. The CAS fails when another thread took a
- * piece or the worker published a new generation; an acquire CAS that succeeds reads the value of the
- * release sequence headed by the worker's publishing store, so the job's fields are visible. */
+/* Take the next piece of the current generation, if any. A successful acquire CAS reads from the release
+ * sequence headed by the worker's publishing store, so the job's fields are visible. */
 static int rf__piece_claim(rf__piece_job *j, unsigned *piece)
 {
 	uint64_t s = atomic_load_explicit(&j->state, memory_order_acquire);
@@ -88,8 +83,8 @@ void rf__piece_copy(rf__piece_job *j, unsigned char *dst, const unsigned char *s
 		return;
 	}
 	unsigned count = (unsigned)((n + piece - 1) / piece);
-	/* The previous generation is complete (every piece done, seen with acquire below): nobody reads the
-	 * fields now, and no claim of the old generation can succeed (its cursor is at its count). */
+	/* The previous generation is complete (seen with acquire below): nobody reads the fields now, and no
+	 * claim of it can succeed (its cursor is at its count). */
 	j->dst = dst;
 	j->src = src;
 	j->n = n;
@@ -116,9 +111,7 @@ void rf__piece_copy(rf__piece_job *j, unsigned char *dst, const unsigned char *s
 unsigned rf__piece_help(rf__piece_job *j, size_t block, const _Atomic int64_t *value, int64_t v)
 {
 	unsigned helped = 0, i;
-	/* Spin a little for the job of `block` to appear (in a copy-bound ring the caller arrives just as
-	 * the worker starts it); then take pieces until none is left. Only that copy: helping a later
-	 * block would delay this waiter's own next step (in a ring, the compute of `block`). */
+	/* Only the copy of `block`: helping a later one would delay this waiter's own next step. */
 	for (unsigned spins = 0; spins < RF__PIECE_HELP_PAUSES; spins++) {
 		if (atomic_load_explicit(value, memory_order_acquire) >= v)
 			break;

@@ -33,8 +33,6 @@ int rf__pool_owned(const rf__pool *p)
 	return p->forks == rf__fork_count();
 }
 
-/* ---- a lane -------------------------------------------------------------------------------------- */
-
 static int rf__lane_has_work(void *arg)
 {
 	rf__lane *l = arg;
@@ -74,11 +72,9 @@ static void *rf__lane_main(void *arg)
 		int async = p->ops != NULL && p->ops->idle != NULL && p->ops->idle(l->ctx);
 		if (!async && atomic_load_explicit(&p->quit, memory_order_acquire))
 			break;
-		/* Spin only after work, and only after work that did not wait for a device: an idle lane that
-		 * never worked (right after create) sleeps at once; one waiting for its reads sleeps in the
-		 * kernel until they land (a spin would burn a core for the device's latency); and one whose last
-		 * item waited for reads sleeps for the next item too, which is most likely reads again (a keyed
-		 * hint, a run's file copies), whose latency a wake-up does not add to noticeably. */
+		/* Spin only after work that did not wait for a device: a lane that never worked sleeps at once;
+		 * one waiting for reads sleeps until they land, and for the next item too (most likely reads
+		 * again, whose latency a wake-up hardly adds to). */
 		int64_t spin = worked && !io && p->spin_ns > 0 ? p->spin_ns : 0;
 		if (async) {
 			rf__ec_wait_bell(p->ec, rf__lane_has_progress, l, 0, l->bell, rf__lane_sleep, l);
@@ -91,11 +87,8 @@ static void *rf__lane_main(void *arg)
 	return NULL;
 }
 
-/* ---- the pool ------------------------------------------------------------------------------------ */
-
-/* The one pthread_create of the library: every thread it starts blocks every signal (process-directed
- * signals are the application's) and is named rf-<role>-<n>. The mask is set around the create, so the
- * new thread never runs a moment with the caller's. */
+/* The one pthread_create of the library. Its threads block every signal (process-directed signals are
+ * the application's): the mask is set around the create, so they never run with the caller's. */
 static int rf__thread_start(pthread_t *t, const char *role, unsigned n, void *(*fn)(void *), void *arg)
 {
 	if (rf__fault())
@@ -134,7 +127,6 @@ int rf__pool_start(rf__pool *p, unsigned n, const char *role, rf__ec *ec, int64_
 		atomic_init(&l->tail, 0);
 		l->pool = p;
 		l->ctx = ctx != NULL ? ctx[i] : NULL;
-		l->index = i;
 		l->bell = bell0 + i;
 	}
 	for (unsigned i = 0; i < n; i++) {
@@ -143,7 +135,6 @@ int rf__pool_start(rf__pool *p, unsigned n, const char *role, rf__ec *ec, int64_
 			rf__pool_stop(p);
 			return rf__err(RF_ENOMEM, "cannot start worker thread rf-%s-%u: %s", role, i, strerror(err));
 		}
-		p->lane[i].started = 1;
 		p->n = i + 1;
 	}
 	return RF_OK;
@@ -155,8 +146,7 @@ void rf__pool_stop(rf__pool *p)
 		atomic_store_explicit(&p->quit, 1, memory_order_release);
 		rf__ec_notify(p->ec);
 		for (unsigned i = 0; i < p->n; i++)
-			if (p->lane[i].started)
-				pthread_join(p->lane[i].tid, NULL);
+			pthread_join(p->lane[i].tid, NULL);
 	}
 	free(p->lane);
 	p->lane = NULL;

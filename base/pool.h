@@ -1,16 +1,12 @@
 /* base/pool.h — the library's worker threads, and the only place it creates any.
  *
- * A pool is a set of lanes; a lane is one thread serving a FIFO of work items in order (a copy queue of
- * the threads backend, a host staging queue of the cuda backend). Items are posted by one thread at a
- * time (the pool's owner: the thread that runs the pipeline) and carry their own function, so a run's
- * walk of a queue, a keyed copy and a file read are all just items. A lane with nothing to do spins for
- * the wait policy's budget — only after it has done some work, never right after it starts, and never
- * after work that waited for a device (file reads) — and then sleeps on the owner's eventcount
- * (base/wait.h).
+ * A pool is a set of lanes; a lane is one thread serving a FIFO of work items in order. Items are posted
+ * by one thread at a time (the pool's owner) and carry their own function: a run's walk of a queue, a
+ * keyed copy and a file read are all items. An idle lane spins for the wait policy's budget (only after
+ * work that did not wait for a device), then sleeps on the owner's eventcount (base/wait.h).
  *
- * Threads are named rf-<role>-<n> (pthread_setname_np: top -H, gdb and perf show them by role), block
- * every signal, and never touch a thread they did not create. A pool inherited by a child of fork()
- * has no threads there: rf__pool_stop only frees what the child's memory holds. */
+ * Threads are named rf-<role>-<n> and block every signal. A pool inherited by a child of fork() has no
+ * threads there: rf__pool_stop only frees what the child's memory holds. */
 #ifndef RF_BASE_POOL_H
 #define RF_BASE_POOL_H
 
@@ -22,18 +18,17 @@
 
 enum { RF__WORK_PENDING = 0, RF__WORK_RUNNING = 1, RF__WORK_CANCELED = 2 };
 
-/* A work item. `fn` runs on the lane's thread; an item that may be withdrawn (rf__work_cancel) starts
- * its real work only if rf__work_claim succeeds, and otherwise does only its bookkeeping. The poster
- * owns the item; the lane is done with it once its tail has passed it (rf__lane_consumed). */
+/* A work item. `fn` runs on the lane's thread; one that may be withdrawn (rf__work_cancel) does its real
+ * work only if rf__work_claim succeeds. The poster owns the item; the lane is done with it once its tail
+ * has passed it (rf__lane_consumed). */
 typedef struct rf__work {
 	void (*fn)(struct rf__work *w, void *lane_ctx);
 	atomic_int state;
 } rf__work;
 
-/* What a lane does between items, for asynchronous work an item left behind (file reads in flight):
- * idle() makes progress on it and returns 1 while some remains; the lane then sleeps in sleep(), which
- * must return when that work may have progressed or the lane's bell (an eventfd in the eventcount's
- * bell slot `bell`) is written. NULL idle: items finish within fn. */
+/* Between items, for asynchronous work an item left behind (file reads in flight): idle() progresses it
+ * and returns 1 while some remains; the lane then sleeps in sleep(), which must return when that work
+ * may have progressed or the lane's bell is written. NULL idle: items finish within fn. */
 typedef struct rf__lane_ops {
 	int (*idle)(void *ctx);
 	void (*sleep)(void *ctx);
@@ -47,9 +42,8 @@ typedef struct rf__lane {
 	rf__work *items[RF__LANE_ITEMS];
 	struct rf__pool *pool;
 	void *ctx;
-	unsigned index, bell;
+	unsigned bell;
 	pthread_t tid;
-	int started;
 } rf__lane;
 
 typedef struct rf__pool {
@@ -63,29 +57,24 @@ typedef struct rf__pool {
 } rf__pool;
 
 /* Start n lanes named rf-<role>-<i> (role: up to 7 characters), lane i with context ctx[i] (NULL: none)
- * and bell slot bell0 + i, waiting on ec with the wait policy spin_ns (< 0: sleep at once). ops may be
- * NULL. RF_OK, or RF_ENOMEM with nothing left running. */
+ * and bell slot bell0 + i, waiting on ec under the wait policy spin_ns; ops may be NULL. RF_OK, or
+ * RF_ENOMEM with nothing left running. */
 int rf__pool_start(rf__pool *p, unsigned n, const char *role, rf__ec *ec, int64_t spin_ns, const rf__lane_ops *ops,
 		   void *const *ctx, unsigned bell0);
-/* Stop and join every lane (items still queued run first); in a child of fork() only free. */
+/* Stop and join every lane (queued items run first); in a child of fork() only free. */
 void rf__pool_stop(rf__pool *p);
 
 /* Queue w on lane i and wake it. RF_OK, or RF_ENOSPC when the lane has RF__LANE_ITEMS queued. */
 int rf__pool_post(rf__pool *p, unsigned i, rf__work *w);
-/* Items of lane i posted / consumed so far. */
-uint64_t rf__lane_posted(const rf__pool *p, unsigned i);
-uint64_t rf__lane_consumed(const rf__pool *p, unsigned i);
+uint64_t rf__lane_posted(const rf__pool *p, unsigned i);   /* items of lane i posted so far */
+uint64_t rf__lane_consumed(const rf__pool *p, unsigned i); /* ... and consumed */
 
-/* Withdraw w if it has not started: 1 when withdrawn, else 0. */
-int rf__work_cancel(rf__work *w);
-/* Start w (its fn, on the lane): 1, or 0 when it was withdrawn first. */
-int rf__work_claim(rf__work *w);
+int rf__work_cancel(rf__work *w); /* withdraw w if it has not started: 1 when withdrawn, else 0 */
+int rf__work_claim(rf__work *w);  /* start w (in its fn): 1, or 0 when it was withdrawn first */
 
 /* Whether the pool's threads exist in this process (not a child of fork() that inherited it). */
 int rf__pool_owned(const rf__pool *p);
-
-/* Times this process has been the child of a fork() since the library was loaded (pthread_atfork):
- * one relaxed load, for checks on every call. */
+/* Times this process has been the child of a fork() since the library was loaded: one relaxed load. */
 uint64_t rf__fork_count(void);
 
 #endif

@@ -1,18 +1,14 @@
 /* base/wait.h — the one way the library's threads wait for each other: an eventcount.
  *
- * Whatever a thread waits for (a queue's signal, work on its lane, the end of a run, a keyed copy) is a
- * predicate over atomics that other threads change; the waiter calls rf__ec_wait with it, and every
- * thread that changes such an atomic calls rf__ec_notify afterwards. A waiter spins first — RF__EC_PAUSES
- * pause instructions, then sched_yield until `spin_ns` have passed (the wait policy: params.wait) — and
- * then sleeps: on a futex, or, for a thread that must also notice completions the kernel posts
- * elsewhere (io_uring), in its own sleep function, woken by a write to its bell (an eventfd).
+ * A waiter waits for a predicate over atomics that other threads change, and every thread that changes
+ * one calls rf__ec_notify afterwards. A waiter spins first (pauses, then sched_yield for `spin_ns`, the
+ * wait policy), then sleeps: on a futex, or in its own sleep function (a thread that must also notice
+ * io_uring completions), woken by a write to its bell (an eventfd).
  *
- * Lost wake-ups are excluded by the usual pairing: the waiter announces itself (sleepers, a sequentially
- * consistent read-modify-write), reads the sequence, re-checks the predicate, and sleeps only if the
- * sequence is unchanged; the notifier publishes its change, issues a sequentially consistent fence and
- * reads `sleepers`: either the waiter sees the change or the notifier sees the waiter and bumps the
- * sequence (which ends a futex sleep that has not begun) and rings the armed bells. When nobody sleeps,
- * rf__ec_notify costs a fence and one load. */
+ * No lost wake-up: the waiter announces itself (sleepers, a seq_cst RMW), reads the sequence, re-checks
+ * the predicate, and sleeps only if the sequence is unchanged; the notifier publishes its change, issues
+ * a seq_cst fence and reads `sleepers`: either the waiter sees the change or the notifier sees the
+ * waiter, bumps the sequence and rings the armed bells. With no sleeper a notify is a fence and a load. */
 #ifndef RF_BASE_WAIT_H
 #define RF_BASE_WAIT_H
 
@@ -33,22 +29,21 @@ typedef int (*rf__ec_pred)(void *arg);
 
 void rf__ec_init(rf__ec *ec);
 
-/* Wake every sleeper (they re-check their predicates). Call after the change they wait for is stored. */
+/* Wake every sleeper. Call after the change they wait for is stored. */
 void rf__ec_notify(rf__ec *ec);
 
 /* Return once pred(arg) is non-zero: spin (pauses, then yields for spin_ns), then sleep on the futex. */
 void rf__ec_wait(rf__ec *ec, rf__ec_pred pred, void *arg, int64_t spin_ns);
 
-/* As rf__ec_wait, but the sleep is sleep(sarg), which must return when ec->bell[bell] is written (and
- * may return earlier: the predicate is checked again). The bell must have been set with
- * rf__ec_set_bell. */
+/* As rf__ec_wait, but the sleep is sleep(sarg), which must return when ec->bell[bell] (set with
+ * rf__ec_set_bell) is written, and may return earlier. */
 void rf__ec_wait_bell(rf__ec *ec, rf__ec_pred pred, void *arg, int64_t spin_ns, unsigned bell, void (*sleep)(void *),
 		      void *sarg);
 
 /* Give bell slot i an eventfd (-1: none). Before any waiter uses slot i. */
 void rf__ec_set_bell(rf__ec *ec, unsigned i, int fd);
 
-/* Spin only (no sleep): 1 when pred became true within spin_ns (pauses, then yields), else 0. */
+/* Spin only: 1 when pred became true within spin_ns, else 0. */
 int rf__ec_spin(rf__ec_pred pred, void *arg, int64_t spin_ns);
 
 /* Monotonic nanoseconds. */
