@@ -1,11 +1,8 @@
-/* backends/cpu.c — the synchronous backend: the caller's thread walks the program's ops in their global
- * (topological) order and executes each at once: copies and stages are memcpy (a file's: a blocking
- * read). Each wait is still checked against the signals seen so far, so that an issue order that could
- * deadlock (a lowering bug) is reported instead of computing on stale slots.
- *
- * The same walk, overlapped (for "threads" runs whose copies are all file reads): a file copy only
- * starts its reads and its queue's signal waits for them to land; a wait reaps reads until its value is
- * there. A ring's prefetches come before the compute of n, so they are in flight while n computes. */
+/* backends/cpu.c — the synchronous backend: the caller walks the program's ops in global order and runs
+ * each at once. Each wait is still checked against the signals seen, so that an issue order that could
+ * deadlock (a lowering bug) is reported instead of computing on stale slots. The same walk, overlapped
+ * (threads runs whose copies are all file reads): a file copy only starts its reads, its queue's signal
+ * waits for them to land, a wait reaps reads; a ring's prefetches are in flight while n computes. */
 #include "base/error.h"
 #include "io/file.h"
 #include "memory/staging.h"

@@ -1,11 +1,8 @@
-/* backends/threads.c — queues with CUDA-stream semantics on a pool of lanes: each queue runs its ops in
- * order; a signal publishes "this queue has done everything up to v"; a wait holds its queue until the
- * other has published at least v. Queue 0 runs on the caller (one thread hop less, and an embedder keeps
- * its thread-local state in the callback); queues 1 .. n-1 are lanes of one pool, each posted the walk
- * of its queue per run. Every wait is on the backend's one eventcount.
- *
- * Failure: the first failing op wins a CAS on `first_rc`, then sets `stop` and wakes everyone; every
- * walker stops at its next op or wait, and the run returns once every lane has left its walk. */
+/* backends/threads.c — queues with CUDA-stream semantics: a signal publishes "this queue has done
+ * everything up to v", a wait holds its queue until another has published v. Queue 0 runs on the caller
+ * (one hop less; an embedder keeps its thread-locals), queues 1 .. n-1 on the lanes of one pool. The
+ * first failing op wins a CAS on `first_rc`, then sets `stop`: every walker stops at its next op or
+ * wait, and the run returns once every lane has left its walk. */
 #include "backends/threads_int.h"
 #include "base/alloc.h"
 #include "base/error.h"

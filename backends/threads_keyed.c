@@ -1,10 +1,7 @@
-/* backends/threads_keyed.c — keyed copies on the threads backend (runtime/backend.h, "keyed use").
- *
- * A hint's copy — copy, then signal its ticket — is a work item on a copy lane (a run starts only once
- * keyed copies are quiesced, so the two never share a lane). Items run in order; one withdrawn before it
- * started still signals its ticket, in order, without copying. A ticket is finished when its lane's
- * value has reached it, or when it was withdrawn. Demand copies run inline on the caller, who waits for
- * them anyway: the bytes land in the computing core's cache and never queue behind a hint. */
+/* backends/threads_keyed.c — keyed copies on the threads backend. A hint's copy-then-signal is a work
+ * item on a copy lane (runs start only once keyed copies are quiesced); a withdrawn one still signals, in
+ * order, without copying. A ticket is finished when its lane's value has reached it or it was withdrawn.
+ * Demand copies run inline: the caller waits for them anyway, and never behind a hint. */
 #include "backends/threads_int.h"
 #include "base/error.h"
 #include "base/test_hooks.h"

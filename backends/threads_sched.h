@@ -1,14 +1,9 @@
-/* backends/threads_sched.h — which schedule a threads pipeline runs, chosen from its own runs.
- *
- * A ring on threads runs one of three ways (arms): on the lanes (the ring as planned), inline (the cpu
- * backend's walk on the caller: no thread hop), or on the lanes with the cache handoff (CLDEMOTE after
- * each copy, where the CPU has it). The fastest depends on the machine and the workload, so the first
- * runs of each run shape alternate between the arms and the one with the lowest mean time per byte is
- * kept (the mean, not the typical run: the caller waits for the sum). Each later comparison adds its
- * runs to the earlier ones, which count half as much each time; the arms are compared again after 16
- * runs, then 32, 64, ... up to 1024 while the choice holds, 16 again when it changes.
- *
- * Pure functions of the samples given: no clock, no threads (threads.c times the runs). */
+/* backends/threads_sched.h — which schedule (arm) a threads pipeline runs: on the lanes, inline on the
+ * caller (no thread hop), or on the lanes with the cache handoff. The fastest depends on the machine and
+ * the workload, so each run shape's first runs alternate between the arms and the lowest mean time per
+ * byte wins (the caller waits for the sum, not the typical run); later comparisons add to the earlier,
+ * which count half each time, after 16 runs, then 32, ... 1024 while the choice holds, 16 when it
+ * changes. Pure functions of the samples given: threads.c times the runs. */
 #ifndef RF_BACKENDS_THREADS_SCHED_H
 #define RF_BACKENDS_THREADS_SCHED_H
 

@@ -1,10 +1,7 @@
-/* base/piece.h — the one piece copier: a copy split into pieces that several threads take at once.
- *
- * The thread that owns a copy publishes it as a job of pieces with one shared cursor and takes pieces;
- * so does any thread waiting for that copy, instead of spinning idle (its pieces land in its own cache).
- * The owner returns from the copy op, and signals, only once every piece is done, so every RAW/WAR
- * guarantee of the program holds (a helper copies only bytes of a copy op the owner has started). The
- * owner's pieces may be demoted (CLDEMOTE) to the shared cache as they are written. */
+/* base/piece.h — the one piece copier: the owner of a copy publishes it as pieces with one shared
+ * cursor; threads waiting for it take pieces instead of spinning idle. The owner returns (and signals)
+ * only once every piece is done, so every RAW/WAR guarantee holds: a helper copies only bytes of a copy
+ * the owner has started. */
 #ifndef RF_BASE_PIECE_H
 #define RF_BASE_PIECE_H
 

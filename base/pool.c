@@ -72,9 +72,9 @@ static void *rf__lane_main(void *arg)
 		int async = p->ops != NULL && p->ops->idle != NULL && p->ops->idle(l->ctx);
 		if (!async && atomic_load_explicit(&p->quit, memory_order_acquire))
 			break;
-		/* Spin only after work that did not wait for a device: a lane that never worked sleeps at once;
-		 * one waiting for reads sleeps until they land, and for the next item too (most likely reads
-		 * again, whose latency a wake-up hardly adds to). */
+		/* Spin only after work that did not wait for a device: a lane that never worked sleeps at
+		 * once; one waiting for reads sleeps until they land, and for the next item too (most likely
+		 * reads again, whose latency a wake-up hardly adds to). */
 		int64_t spin = worked && !io && p->spin_ns > 0 ? p->spin_ns : 0;
 		if (async) {
 			rf__ec_wait_bell(p->ec, rf__lane_has_progress, l, 0, l->bell, rf__lane_sleep, l);

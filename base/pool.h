@@ -1,12 +1,8 @@
-/* base/pool.h — the library's worker threads, and the only place it creates any.
- *
- * A pool is a set of lanes; a lane is one thread serving a FIFO of work items in order. Items are posted
- * by one thread at a time (the pool's owner) and carry their own function: a run's walk of a queue, a
- * keyed copy and a file read are all items. An idle lane spins for the wait policy's budget (only after
- * work that did not wait for a device), then sleeps on the owner's eventcount (base/wait.h).
- *
- * Threads are named rf-<role>-<n> and block every signal. A pool inherited by a child of fork() has no
- * threads there: rf__pool_stop only frees what the child's memory holds. */
+/* base/pool.h — the library's worker threads, and the only place it creates any. A pool is a set of
+ * lanes; a lane is one thread (named rf-<role>-<n>, every signal blocked) serving a FIFO of work items,
+ * posted by one thread at a time (the owner), each carrying its own function. An idle lane spins for the
+ * wait policy's budget, then sleeps on the owner's eventcount. A pool inherited by a child of fork() has
+ * no threads there. */
 #ifndef RF_BASE_POOL_H
 #define RF_BASE_POOL_H
 

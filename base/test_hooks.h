@@ -1,6 +1,5 @@
-/* base/test_hooks.h — hooks for the white-box tests (as jemalloc's JET): only the testing object set
- * (RF_TESTING, ringfetch_static) has them. In the shipped library RF__TEST_HOOK(x) is a constant 0 of
- * x's type, so a hook read on the hot loop folds away with its branch and references nothing. */
+/* base/test_hooks.h — hooks for the white-box tests, only in the RF_TESTING object set. Shipped,
+ * RF__TEST_HOOK(x) is a constant 0 of x's type: a hook read folds away and references nothing. */
 #ifndef RF_BASE_TEST_HOOKS_H
 #define RF_BASE_TEST_HOOKS_H
 
