@@ -1,16 +1,11 @@
-/* runtime/trace.c — writing a run's events as Chrome trace-event JSON: one process track per run
- * (named after the pipeline and the run number), one thread track per queue, one complete ("X") slice
- * per copy, stage and compute.
+/* runtime/trace.c — a run's events as Chrome trace-event JSON: one process track per run, one thread
+ * track per queue, one complete ("X") slice per copy, stage and compute.
  *
- * The file is a JSON array that is closed ("]") whenever no run is writing it, so JSON tools read it
- * as well as Perfetto does; each run reopens it: under an exclusive flock it checks that the file is
- * a trace-event array (a JSON syntax check of the whole file; skipped while the file is exactly as this
- * process left it), then writes ",", its events and a new "]" over the closing bracket. A write that
- * fails half-way (a full disk, RLIMIT_FSIZE) puts the file back as it was. Runs of many pipelines
- * (threads or processes) may trace to one path: the lock makes each run's events one whole write,
- * never interleaved. Only regular files are written: a FIFO, device or directory is refused (opened
- * non-blocking, so it never hangs). Anything else — a source file, a config file, a JSON object — is
- * left untouched. */
+ * The file stays a closed JSON array between runs. Each run takes an exclusive flock (so runs of many
+ * pipelines, threads or processes never interleave), checks that the file is blank or a trace-event
+ * array (skipped while it is exactly as this process left it), and writes ",", its events and "]"
+ * over the closing bracket; a write that fails half-way puts the file back as it was. Only regular
+ * files are written (opened non-blocking: a FIFO never hangs); anything else is left untouched. */
 #define _DEFAULT_SOURCE /* flock */
 #include "base/alloc.h"
 #include "runtime/trace.h"
@@ -101,12 +96,10 @@ static int rf__write_at(int fd, const char *buf, size_t len, off_t *off)
 }
 
 /* ---- the check: is the file a trace-event array? -------------------------------------------------
- *
- * A whole-file JSON syntax check (RFC 8259, UTF-8 included), read 64 KiB at a time: the file must be
- * blank, or an array of objects — values inside them of any JSON kind, nested at most RF__JSON_DEPTH
- * deep — with nothing but whitespace after it. An array left open by an older version ("[" or a
- * trailing "," after an object, then the end of the file) is accepted too. Memory is bounded; time is
- * linear in the file's size (rf__trace_memo spares a process the re-checking of a file it wrote). */
+ * A whole-file JSON syntax check (RFC 8259, UTF-8 included), read 64 KiB at a time: blank, or an array
+ * of objects (values of any kind inside, nested at most RF__JSON_DEPTH deep), then only whitespace. An
+ * array left open by an older version ("[" or a trailing "," then the end of the file) is accepted.
+ * Memory is bounded, time linear (rf__trace_memo spares re-checking a file this process wrote). */
 #define RF__JSON_DEPTH 64
 
 typedef struct rf__jrd {
@@ -117,33 +110,6 @@ typedef struct rf__jrd {
 	off_t bad;
 	unsigned char buf[65536];
 } rf__jrd;
-
-/* The buffer is used up: read the next part of the file. The next byte, or -1 at the end of the file
- * (or a read error: why is set). */
-static int rf__jrefill(rf__jrd *r)
-{
-	r->off += (off_t)r->len;
-	r->pos = r->len = 0;
-	if (r->off >= r->size)
-		return -1;
-	size_t want = r->size - r->off < (off_t)sizeof r->buf ? (size_t)(r->size - r->off) : sizeof r->buf;
-	ssize_t n;
-	while ((n = pread(r->fd, r->buf, want, r->off)) < 0 && errno == EINTR)
-		;
-	if (n <= 0) {
-		r->why = r->why ? r->why : "cannot be read to the end";
-		r->bad = r->off;
-		return -1;
-	}
-	r->len = (size_t)n;
-	return r->buf[0];
-}
-
-/* The next byte without taking it; -1 at the end of the file. */
-static inline int rf__jpeek(rf__jrd *r)
-{
-	return r->pos < r->len ? r->buf[r->pos] : rf__jrefill(r);
-}
 
 static off_t rf__jat(const rf__jrd *r)
 {
@@ -157,6 +123,26 @@ static int rf__jfail(rf__jrd *r, const char *why)
 		r->bad = rf__jat(r);
 	}
 	return -1;
+}
+
+/* The next byte without taking it (reading the next part of the file when the buffer is used up); -1
+ * at the end of the file, or on a read error (why set). */
+static int rf__jpeek(rf__jrd *r)
+{
+	if (r->pos < r->len)
+		return r->buf[r->pos];
+	r->off += (off_t)r->len;
+	r->pos = r->len = 0;
+	if (r->off >= r->size)
+		return -1;
+	size_t want = r->size - r->off < (off_t)sizeof r->buf ? (size_t)(r->size - r->off) : sizeof r->buf;
+	ssize_t n;
+	while ((n = pread(r->fd, r->buf, want, r->off)) < 0 && errno == EINTR)
+		;
+	if (n <= 0)
+		return rf__jfail(r, "cannot be read to the end");
+	r->len = (size_t)n;
+	return r->buf[0];
 }
 
 /* Take the next byte if it is c. */
@@ -179,33 +165,26 @@ static int rf__jskip_ws(rf__jrd *r)
 static int rf__jdigits(rf__jrd *r)
 {
 	int c, n = 0;
-	while ((c = rf__jpeek(r)) >= '0' && c <= '9') {
+	for (; (c = rf__jpeek(r)) >= '0' && c <= '9'; n++)
 		r->pos++;
-		n++;
-	}
 	return n;
 }
 
 static int rf__jnumber(rf__jrd *r)
 {
 	rf__jtake(r, '-');
-	if (rf__jtake(r, '0')) {
-		/* a leading zero stands alone */
-	} else if (rf__jdigits(r) == 0) {
-		return rf__jfail(r, "a malformed number");
-	}
-	if (rf__jtake(r, '.') && rf__jdigits(r) == 0)
-		return rf__jfail(r, "a malformed number");
-	if (rf__jtake(r, 'e') || rf__jtake(r, 'E')) {
+	int ok = rf__jtake(r, '0') || rf__jdigits(r) > 0; /* a leading zero stands alone */
+	if (ok && rf__jtake(r, '.'))
+		ok = rf__jdigits(r) > 0;
+	if (ok && (rf__jtake(r, 'e') || rf__jtake(r, 'E'))) {
 		if (!rf__jtake(r, '+'))
 			rf__jtake(r, '-');
-		if (rf__jdigits(r) == 0)
-			return rf__jfail(r, "a malformed number");
+		ok = rf__jdigits(r) > 0;
 	}
-	return 0;
+	return ok ? 0 : rf__jfail(r, "a malformed number");
 }
 
-static int rf__jliteral(rf__jrd *r, const char *word)
+static int rf__jword(rf__jrd *r, const char *word)
 {
 	for (; *word; word++)
 		if (!rf__jtake(r, (unsigned char)*word))
@@ -248,34 +227,37 @@ static int rf__jstring(rf__jrd *r)
 			return 0;
 		if (c < 0x20)
 			return rf__jfail(r, "a control character in a string");
-		if (c == '\\') {
-			c = rf__jpeek(r);
-			r->pos += c >= 0;
-			if (c == 'u') {
-				for (int k = 0; k < 4; k++) {
-					int h = rf__jpeek(r);
-					if (h <= 0 || strchr("0123456789abcdefABCDEF", h) == NULL)
-						return rf__jfail(r, "a malformed \\u escape");
-					r->pos++;
-				}
-			} else if (c <= 0 || strchr("\"\\/bfnrt", c) == NULL) { /* (strchr finds a NUL too) */
-				return rf__jfail(r, "a malformed escape");
-			}
-		} else if (c >= 0x80 && rf__jutf8(r, c) != 0) {
+		if (c >= 0x80 && rf__jutf8(r, c) != 0)
 			return -1;
+		if (c != '\\')
+			continue;
+		c = rf__jpeek(r);
+		r->pos += c >= 0;
+		if (c != 'u' && (c <= 0 || strchr("\"\\/bfnrt", c) == NULL)) /* (strchr finds a NUL too) */
+			return rf__jfail(r, "a malformed escape");
+		for (int k = 0; c == 'u' && k < 4; k++, r->pos++) {
+			int h = rf__jpeek(r);
+			if (h <= 0 || strchr("0123456789abcdefABCDEF", h) == NULL)
+				return rf__jfail(r, "a malformed \\u escape");
 		}
 	}
 }
 
-static int rf__jvalue(rf__jrd *r, int depth);
-
-/* An object or an array (open is '{' or '['), members or elements separated by commas. */
-static int rf__jcompound(rf__jrd *r, int open, int depth)
+/* Any value; an object or an array at nesting level `depth`. */
+static int rf__jvalue(rf__jrd *r, int depth)
 {
-	int close = open == '{' ? '}' : ']';
+	int open = rf__jpeek(r), close = open == '{' ? '}' : ']';
+	if (open == '"')
+		return rf__jstring(r);
+	if (open == 't' || open == 'f' || open == 'n')
+		return rf__jword(r, open == 't' ? "true" : open == 'f' ? "false" : "null");
+	if (open == '-' || (open >= '0' && open <= '9'))
+		return rf__jnumber(r);
+	if (open != '{' && open != '[')
+		return rf__jfail(r, open < 0 ? "the file ends inside the array" : "a value expected");
 	if (depth > RF__JSON_DEPTH)
 		return rf__jfail(r, "nesting deeper than 64");
-	r->pos++; /* open */
+	r->pos++;
 	if (rf__jskip_ws(r) == close) {
 		r->pos++;
 		return 0;
@@ -301,28 +283,6 @@ static int rf__jcompound(rf__jrd *r, int open, int depth)
 	}
 }
 
-static int rf__jvalue(rf__jrd *r, int depth)
-{
-	int c = rf__jpeek(r);
-	switch (c) {
-	case '{':
-	case '[':
-		return rf__jcompound(r, c, depth);
-	case '"':
-		return rf__jstring(r);
-	case 't':
-		return rf__jliteral(r, "true");
-	case 'f':
-		return rf__jliteral(r, "false");
-	case 'n':
-		return rf__jliteral(r, "null");
-	default:
-		if (c == '-' || (c >= '0' && c <= '9'))
-			return rf__jnumber(r);
-		return rf__jfail(r, c < 0 ? "the file ends inside the array" : "a value expected");
-	}
-}
-
 /* Check the whole file and find where this run's events go, and what precedes them there: after "["
  * of an empty array, over the "]" that closes a non-empty one, over the trailing "," of an array left
  * open by an older version, at 0 in a blank file (a new array). -1 with r->why when the file is not a
@@ -330,36 +290,28 @@ static int rf__jvalue(rf__jrd *r, int depth)
 static int rf__trace_check(rf__jrd *r, off_t *at, const char **sep)
 {
 	int c = rf__jskip_ws(r);
-	if (c < 0) {
-		*at = 0;
-		*sep = "[\n";
-		return r->why ? -1 : 0;
-	}
-	if (!rf__jtake(r, '['))
+	if (c >= 0 && !rf__jtake(r, '['))
 		return rf__jfail(r, "it does not start with '['");
-	*at = rf__jat(r);
-	*sep = "\n";
-	if ((c = rf__jskip_ws(r)) == ']') {
+	*at = c >= 0 ? rf__jat(r) : 0;
+	*sep = c >= 0 ? "\n" : "[\n";
+	if (c >= 0 && rf__jskip_ws(r) == ']') {
 		*at = rf__jat(r);
 		r->pos++;
 	} else if (c >= 0) {
-		for (;;) {
+		while (rf__jpeek(r) >= 0) { /* an element, after "[" or "," */
 			if (rf__jpeek(r) != '{')
 				return rf__jfail(r, "an element that is not an object");
-			if (rf__jcompound(r, '{', 1) != 0)
+			if (rf__jvalue(r, 1) != 0)
 				return -1;
 			c = rf__jskip_ws(r);
-			if (c == ']' || c == ',') {
-				*at = rf__jat(r);
-				*sep = ",\n";
-				r->pos++;
-				if (c == ']')
-					break;
-				if (rf__jskip_ws(r) < 0)
-					break; /* "[ {...}, {...}," of an older version */
-				continue;
-			}
-			return rf__jfail(r, c < 0 ? "the file ends inside the array" : "',' or ']' expected");
+			if (c != ']' && c != ',')
+				return rf__jfail(r, c < 0 ? "the file ends inside the array" : "',' or ']' expected");
+			*at = rf__jat(r);
+			*sep = ",\n";
+			r->pos++;
+			if (c == ']')
+				break;
+			rf__jskip_ws(r); /* the end of the file here: "[ {...}, {...}," of an older version */
 		}
 	}
 	if (rf__jskip_ws(r) >= 0)
@@ -367,12 +319,11 @@ static int rf__trace_check(rf__jrd *r, off_t *at, const char **sep)
 	return r->why ? -1 : 0;
 }
 
-/* What this process last left in a trace file: if the file is still exactly that (same file, size,
- * modification and change times), it is a trace-event array closed at `at`, and is not checked again
- * — so a process tracing run after run to one path checks it once. Any other writer (another process,
- * an editor) changes the size or the change time (to the kernel's clock tick), and the next run checks
- * the whole file. Best effort: a thread that cannot take the lock at once checks the file (so a
- * fork() while another thread holds it never blocks the child). */
+/* What this process last left in a trace file: while the file is exactly that (same file, size,
+ * modification and change times) it is a trace-event array closed at `at` and is not checked again.
+ * Any other writer changes the size or the change time (to the kernel's clock tick). Best effort: a
+ * thread that cannot take the lock at once checks the file (so a fork() while another thread holds it
+ * never blocks the child). */
 typedef struct rf__trace_memo {
 	dev_t dev;
 	ino_t ino;
@@ -426,14 +377,9 @@ static void rf__memo_keep(const struct stat *before, const struct stat *st, off_
 	pthread_mutex_unlock(&rf__memo_lock);
 }
 
-/* Undo a failed append: the old length back, then the bytes from `at` on that the append overwrote
- * (the closing bracket and what followed it). 0, or -1 with errno. */
-static int rf__trace_restore(int fd, off_t size, off_t at, const char *tail)
+static int rf__trace_fail(const char *path, const char *what)
 {
-	off_t off = at;
-	if (ftruncate(fd, size) != 0)
-		return -1;
-	return rf__write_at(fd, tail, (size_t)(size - at), &off);
+	return rf__err(RF_EBACKEND, "trace: cannot %s %s: %s", what, path, strerror(errno));
 }
 
 /* Append body (array elements) to the trace file at path, leaving it a closed array; a failed write
@@ -442,23 +388,23 @@ static int rf__trace_append(const char *path, const char *body, size_t len)
 {
 	int fd = open(path, O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
 	if (fd < 0)
-		return rf__err(RF_EBACKEND, "trace: cannot open %s: %s", path, strerror(errno));
+		return rf__trace_fail(path, "open");
 	struct stat st;
 	int rc = RF_OK;
 	char small[256], *tail = small;
+	off_t at = 0;
+	const char *sep = ",\n";
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
 		rc = rf__err(RF_EBACKEND, "trace: %s is not a regular file", path);
 		goto out;
 	}
 	while (flock(fd, LOCK_EX) != 0)
 		if (errno != EINTR) {
-			rc = rf__err(RF_EBACKEND, "trace: cannot lock %s: %s", path, strerror(errno));
+			rc = rf__trace_fail(path, "lock");
 			goto out;
 		}
-	off_t at = 0;
-	const char *sep = ",\n";
 	if (fstat(fd, &st) != 0) {
-		rc = rf__err(RF_EBACKEND, "trace: cannot stat %s: %s", path, strerror(errno));
+		rc = rf__trace_fail(path, "stat");
 		goto out;
 	}
 	if (!rf__memo_find(&st, &at)) {
@@ -475,22 +421,23 @@ static int rf__trace_append(const char *path, const char *body, size_t len)
 		if (rc != RF_OK)
 			goto out;
 	}
-	/* Keep what the append overwrites, to put it back if the write fails half-way (a full disk,
-	 * RLIMIT_FSIZE): a closing bracket and trailing whitespace, or a blank file. */
+	/* What the append overwrites (a closing bracket and trailing whitespace, or a blank file), to put
+	 * back if the write fails half-way (a full disk, RLIMIT_FSIZE). */
 	size_t keep = (size_t)(st.st_size - at);
 	if (keep > sizeof small && (tail = rf__malloc(keep)) == NULL) {
 		rc = rf__err(RF_ENOMEM, "trace: out of memory appending to %s", path);
 		goto out;
 	}
 	if (keep > 0 && pread(fd, tail, keep, at) != (ssize_t)keep) {
-		rc = rf__err(RF_EBACKEND, "trace: cannot read %s: %s", path, strerror(errno));
+		rc = rf__trace_fail(path, "read");
 		goto out;
 	}
 	off_t end = at;
 	if (rf__write_at(fd, sep, strlen(sep), &end) != 0 || rf__write_at(fd, body, len, &end) != 0 ||
 	    rf__write_at(fd, "\n]\n", 3, &end) != 0 || (end < st.st_size && ftruncate(fd, end) != 0)) {
 		int err = errno;
-		if (rf__trace_restore(fd, st.st_size, at, tail) == 0)
+		end = at;
+		if (ftruncate(fd, st.st_size) == 0 && rf__write_at(fd, tail, keep, &end) == 0)
 			rc = rf__err(RF_EBACKEND, "trace: writing %s failed: %s (the file is as it was)", path,
 				     strerror(err));
 		else

@@ -1,6 +1,6 @@
-/* runtime/trace.h — per-run event recording for Chrome traces (trace-event JSON: Perfetto,
- * chrome://tracing). Each queue's walker appends to its own array (no sharing, no locks); the arrays
- * are sized before the run from the program, so recording never allocates. */
+/* runtime/trace.h — per-run event recording for Chrome traces (Perfetto, chrome://tracing). Each
+ * queue's walker appends to its own array (no sharing, no locks), sized before the run: recording
+ * never allocates. */
 #ifndef RF_RUNTIME_TRACE_H
 #define RF_RUNTIME_TRACE_H
 
@@ -23,15 +23,14 @@ typedef struct rf__trace {
 	unsigned nq;
 	rf__tev *ev[RF_MAX_QUEUES];
 	size_t n[RF_MAX_QUEUES], cap[RF_MAX_QUEUES]; /* events beyond cap are dropped (sampled traces) */
-	/* Sampling (depth = auto's measuring run): blocks come in groups of `group` (the ring's depth);
-	 * kept are the pairs of groups g, g+1 with g % every == 0 — so the block that refilled a slot and
-	 * the block that freed it are kept together — about 2 / every of the blocks (every <= 2: all).
-	 * Only a `sampled` trace drops the others; a full one is filtered by its reader. */
+	/* Sampling (depth = auto's measuring run): of blocks in groups of `group` (the depth), kept are the
+	 * groups g, g+1 with g % every == 0, so a slot's refill and the block that freed it stay together
+	 * (every <= 2: all). Only a `sampled` trace drops the others; a full one is filtered by its reader. */
 	uint64_t group, every;
 	int sampled;
-	/* Every start and end of a copy or compute takes the next number. Relaxed increments: the counter's
-	 * modification order follows happens-before, so an op that really ran after another gets larger
-	 * numbers, and the counter adds no synchronisation that could hide a race from ThreadSanitizer. */
+	/* Every start and end of a copy or compute takes the next number. Relaxed: the modification order
+	 * follows happens-before (an op that ran after another gets larger numbers), and the counter adds
+	 * no synchronisation that could hide a race from ThreadSanitizer. */
 	atomic_ullong seq;
 } rf__trace;
 
@@ -62,17 +61,15 @@ static inline void rf__trace_add(rf__trace *t, unsigned q, uint8_t kind, int64_t
 	t->ev[q][t->n[q]++] = e;
 }
 
-/* Size the per-queue arrays for a run of prog over nblocks (a ring's queue 0 with room for every copy
- * too: the threads backend's caller takes over copies it would wait for): every event (sampled 0), or only those of
- * about `samples` blocks in groups of `group` (sampled 1: memory independent of nblocks). The sampling
- * is set in both cases (rf__trace_keeps). RF_OK or RF_ENOMEM. */
+/* Size the per-queue arrays for a run of prog over nblocks (a ring's queue 0 with room for every copy:
+ * the threads backend's caller takes over copies): every event (sampled 0), or those of about `samples`
+ * blocks in groups of `group` (sampled 1: memory independent of nblocks). RF_OK or RF_ENOMEM. */
 int rf__trace_begin(rf__trace *t, const struct rf_program *prog, size_t nblocks, int sampled, unsigned group,
 		    size_t samples);
-/* Append the run's events to the file at path (a JSON array, created if needed and closed again after
- * them: one whole write under an exclusive flock) and release the arrays. `label` names the process
- * track. Only a blank file or one that parses as a JSON array of objects (or such an array left open
- * by an older version) is written; a write that fails leaves the file as it was. RF_OK; RF_EBACKEND
- * (not a regular file, not a trace-event array, or the write failed); RF_ENOMEM. */
+/* Append the run's events to the file at path (created if needed; one write under an exclusive flock)
+ * and release the arrays; `label` names the process track. Only a blank file or a JSON array of
+ * objects (perhaps left open by an older version) is written; a failed write leaves the file as it
+ * was. RF_OK; RF_EBACKEND (not a regular file, not a trace-event array, the write failed); RF_ENOMEM. */
 int rf__trace_end(rf__trace *t, const char *path, const char *label);
 /* Release the arrays without writing. */
 void rf__trace_drop(rf__trace *t);
