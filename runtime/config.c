@@ -1,17 +1,13 @@
 /* runtime/config.c — configuration values from the config file and the environment, checked strictly: a
  * deployment that sets RINGFETCH_DEPTH=8x, or writes `depth = 8x` in its file, wants to hear about it, not
- * to run at some other depth.
+ * to run at some other depth. Every setting is one row of rf__cfg_keys; the file and the environment are
+ * both read through that table.
  *
- * Every setting is one row of rf__cfg_keys (its key in the file, its variable, what a valid value is, the
- * function that checks and stores it): the file and the environment are both read through that table, so
- * adding a setting is adding a row and a field of rf__config.
- *
- * The file is read by a small parser of our own rather than an INI library, because the guarantees are
- * about the bytes: only a regular file is read (opened with O_NONBLOCK, so a FIFO cannot block the open),
- * at most RF__CFG_MAX_BYTES of it, in one bounded read loop; a read error is an error, never an early EOF;
- * and every line is either blank, a comment, a section header or `key = value` — anything else (a NUL or
- * control byte, a line without `=`, a duplicate key, an unknown key or section) is RF_ECONFIG naming the
- * file and the line. Lines may be of any length (no buffer splits them) and nothing continues a line. */
+ * The file is read by a small parser of our own, because the guarantees are about the bytes: only a
+ * regular file (opened O_NONBLOCK: a FIFO cannot block), at most RF__CFG_MAX_BYTES, a read error never
+ * taken for EOF; every line blank, a comment, a section header or `key = value` — anything else (a NUL
+ * or control byte, no `=`, a duplicate, unknown key or section) is RF_ECONFIG naming file and line.
+ * Lines may be of any length and nothing continues a line. */
 #include "runtime/config.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -77,55 +73,20 @@ int rf__parse_bytes(const char *s, unsigned long long *out)
 	return 0;
 }
 
-/* ---- the settings: one row each ------------------------------------------------------------------- */
-
-/* Setters: 0 when value is valid (and stored), -1 when it is malformed (nothing stored). `from` says where
- * the value came from ("memory_budget in FILE", "RINGFETCH_MEMORY_BUDGET"), for later messages. */
-typedef int (*rf__cfg_set_fn)(rf__config *c, const char *value, const char *from);
-
-static int rf__set_depth(rf__config *c, const char *v, const char *from)
+static int rf__parse_wait(const char *s, long long *ns)
 {
-	(void)from;
-	if (strcmp(v, "auto") == 0) {
-		c->depth_auto = 1;
-		c->depth = 0;
+	uint64_t us;
+	if (!strcmp(s, "auto") || !strcmp(s, "sleep")) {
+		*ns = s[0] == 'a' ? 0 : -1;
 		return 0;
 	}
-	if (rf__parse_depth(v, &c->depth) != 0)
+	if (strncmp(s, "spin:", 5) != 0 || rf__parse_uint(s + 5, 0, 10000000u, &us) != 0)
 		return -1;
-	c->depth_auto = 0;
+	*ns = us == 0 ? -1 : (long long)us * 1000;
 	return 0;
 }
 
-static int rf__set_backend(rf__config *c, const char *v, const char *from)
-{
-	const char *b = rf__parse_backend(v);
-	if (b == NULL)
-		return -1;
-	c->backend = b;
-	/* A well-formed backend can still be wrong for the caller (a device backend for host memory): keep
-	 * where it came from for that message. */
-	if (strncmp(from, "RINGFETCH_", 10) == 0)
-		snprintf(c->backend_from, sizeof c->backend_from, "%s=%s", from, b);
-	else
-		snprintf(c->backend_from, sizeof c->backend_from, "%s", from);
-	return 0;
-}
-
-static int rf__set_wait(rf__config *c, const char *v, const char *from)
-{
-	(void)from;
-	if (rf__parse_wait(v, &c->wait_ns) != 0)
-		return -1;
-	c->wait_set = 1;
-	return 0;
-}
-
-static int rf__set_copy_queues(rf__config *c, const char *v, const char *from)
-{
-	(void)from;
-	return rf__parse_copy_queues(v, &c->copy_queues);
-}
+/* ---- the settings: one row each ------------------------------------------------------------------- */
 
 /* A string that fits its field, non-empty. */
 static int rf__set_string(char *dst, size_t cap, const char *v)
@@ -137,110 +98,100 @@ static int rf__set_string(char *dst, size_t cap, const char *v)
 	return 0;
 }
 
-/* The policy is checked here, where the file line or the variable is known, not first at create. */
-static int rf__set_staging(rf__config *c, const char *v, const char *from)
+/* How a row's value is checked and stored. */
+enum { RF__K_DEPTH, RF__K_BACKEND, RF__K_QUEUES, RF__K_STAGING, RF__K_TRACE, RF__K_BUDGET, RF__K_WAIT,
+       RF__K_HANDOFF, RF__K_OVERLAP, RF__K_CPUS, RF__K_ORACLE };
+
+/* Check value for a row of `kind` and store it: 0, or -1 when it is malformed (nothing stored). `from`
+ * says where it came from ("memory_budget in FILE", "RINGFETCH_BACKEND"), for later messages. */
+static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
 {
-	(void)from;
 	rf__staging_policy pol;
-	if (rf__set_string(c->staging, sizeof c->staging, v) != 0 || rf__staging_parse("config", v, &pol) != RF_OK) {
+	const char *b;
+	int m;
+	switch (kind) {
+	case RF__K_DEPTH:
+		if (strcmp(v, "auto") != 0 && rf__parse_depth(v, &c->depth) != 0)
+			return -1;
+		c->depth_auto = strcmp(v, "auto") == 0;
+		c->depth = c->depth_auto ? 0 : c->depth;
+		return 0;
+	case RF__K_BACKEND:
+		if ((b = rf__parse_backend(v)) == NULL)
+			return -1;
+		c->backend = b;
+		/* A well-formed backend can still be wrong for the caller (a device backend for host memory):
+		 * keep where it came from for that message. */
+		if (strncmp(from, "RINGFETCH_", 10) == 0)
+			snprintf(c->backend_from, sizeof c->backend_from, "%s=%s", from, b);
+		else
+			snprintf(c->backend_from, sizeof c->backend_from, "%s", from);
+		return 0;
+	case RF__K_QUEUES:
+		return rf__parse_copy_queues(v, &c->copy_queues);
+	case RF__K_STAGING: /* checked where the file line or the variable is known, not first at create */
+		if (rf__set_string(c->staging, sizeof c->staging, v) == 0 && rf__staging_parse("config", v, &pol) == RF_OK)
+			return 0;
 		c->staging[0] = '\0';
 		return -1;
+	case RF__K_TRACE:
+		return rf__set_string(c->trace, sizeof c->trace, v);
+	case RF__K_BUDGET:
+		if (rf__parse_bytes(v, &c->memory_budget) != 0)
+			return -1;
+		snprintf(c->budget_from, sizeof c->budget_from, "%s", from);
+		return 0;
+	case RF__K_WAIT:
+		if (rf__parse_wait(v, &c->wait_ns) != 0)
+			return -1;
+		c->wait_set = 1;
+		return 0;
+	case RF__K_HANDOFF:
+	case RF__K_OVERLAP: /* the same three words */
+		if ((m = rf__parse_handoff(v)) < 0)
+			return -1;
+		*(kind == RF__K_HANDOFF ? &c->handoff : &c->overlap) = m + 1;
+		return 0;
+	case RF__K_CPUS: /* checked here so that a typo is RF_ECONFIG, not whatever hwloc makes of it */
+		return rf__parse_cpu_list(v) != 0 ? -1 : rf__set_string(c->worker_cpus, sizeof c->worker_cpus, v);
+	default: /* RF__K_ORACLE */
+		if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+			return -1;
+		c->oracle = v[0] == '1';
+		return 0;
 	}
-	return 0;
-}
-
-static int rf__set_trace(rf__config *c, const char *v, const char *from)
-{
-	(void)from;
-	return rf__set_string(c->trace, sizeof c->trace, v);
-}
-
-static int rf__set_oracle(rf__config *c, const char *v, const char *from)
-{
-	(void)from;
-	if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
-		return -1;
-	c->oracle = v[0] == '1';
-	return 0;
-}
-
-static int rf__set_budget(rf__config *c, const char *v, const char *from)
-{
-	if (rf__parse_bytes(v, &c->memory_budget) != 0)
-		return -1;
-	snprintf(c->budget_from, sizeof c->budget_from, "%s", from);
-	return 0;
-}
-
-static int rf__set_handoff(rf__config *c, const char *v, const char *from)
-{
-	(void)from;
-	int m = rf__parse_handoff(v);
-	if (m < 0)
-		return -1;
-	c->handoff = m + 1;
-	return 0;
-}
-
-static int rf__set_overlap(rf__config *c, const char *v, const char *from)
-{
-	(void)from;
-	int m = rf__parse_overlap(v);
-	if (m < 0)
-		return -1;
-	c->overlap = m + 1;
-	return 0;
-}
-
-/* A CPU list (base/parse.h: "2-3,6"), checked here so that a typo is RF_ECONFIG, not whatever hwloc
- * makes of it later. */
-static int rf__set_worker_cpus(rf__config *c, const char *v, const char *from)
-{
-	(void)from;
-	if (rf__parse_cpu_list(v) != 0)
-		return -1;
-	return rf__set_string(c->worker_cpus, sizeof c->worker_cpus, v);
 }
 
 /* The RF__WANT_* bits of rf__config_load: a variable with one is read only when the caller asks for it
- * (an explicit API value wins without the variable being consulted); 0 = always read. */
-enum { RF__WANT_DEPTH = 1, RF__WANT_BACKEND = 2, RF__WANT_COPY_QUEUES = 4, RF__WANT_STAGING = 8,
-       RF__WANT_WAIT = 16 /* never asked by rf__config_load: rf__config_wait reads RINGFETCH_WAIT itself,
-                             so that an explicit params.wait wins without the variable being consulted */ };
+ * (an explicit API value wins without the variable being consulted); 0 = always read. RINGFETCH_WAIT
+ * is never asked for here: rf__config_wait reads it itself, after an explicit params.wait. */
+enum { RF__WANT_DEPTH = 1, RF__WANT_BACKEND = 2, RF__WANT_COPY_QUEUES = 4, RF__WANT_STAGING = 8, RF__WANT_WAIT = 16 };
 
 typedef struct rf__cfg_key {
 	const char *name;   /* key in [ringfetch]; NULL: environment only */
 	const char *env;    /* environment variable */
 	unsigned want;      /* RF__WANT_* bit, or 0 */
 	const char *expect; /* what a valid value is */
-	rf__cfg_set_fn set;
+	int kind;           /* RF__K_* */
 } rf__cfg_key;
 
 static const rf__cfg_key rf__cfg_keys[] = {
-	{"depth", "RINGFETCH_DEPTH", RF__WANT_DEPTH, "a depth in 1..1024 or auto", rf__set_depth},
-	{"backend", "RINGFETCH_BACKEND", RF__WANT_BACKEND, "one of cpu, threads, cuda, auto", rf__set_backend},
+	{"depth", "RINGFETCH_DEPTH", RF__WANT_DEPTH, "a depth in 1..1024 or auto", RF__K_DEPTH},
+	{"backend", "RINGFETCH_BACKEND", RF__WANT_BACKEND, "one of cpu, threads, cuda, auto", RF__K_BACKEND},
 	{"copy_queues", "RINGFETCH_COPY_QUEUES", RF__WANT_COPY_QUEUES, "a number of copy queues in 1..63",
-	 rf__set_copy_queues},
+	 RF__K_QUEUES},
 	{"staging", "RINGFETCH_STAGING", RF__WANT_STAGING, "a staging policy (auto, node:N, interleave, none)",
-	 rf__set_staging},
-	{"trace", "RINGFETCH_TRACE", 0, "a file path (1..1023 bytes)", rf__set_trace},
-	{"memory_budget", "RINGFETCH_MEMORY_BUDGET", 0, "a size in bytes (K, M, G suffixes)", rf__set_budget},
-	{"wait", "RINGFETCH_WAIT", RF__WANT_WAIT, "auto, sleep or spin:N (N us, 0..10000000)", rf__set_wait},
-	{"handoff", "RINGFETCH_HANDOFF", 0, "auto, off or on", rf__set_handoff},
-	{"overlap", "RINGFETCH_OVERLAP", 0, "auto, off or on", rf__set_overlap},
-	{"worker_cpus", "RINGFETCH_WORKER_CPUS", 0, "a CPU list like 2-3,6 (CPUs and ranges lo-hi, lo <= hi)", rf__set_worker_cpus},
-	{NULL, "RINGFETCH_ORACLE", 0, "0 or 1", rf__set_oracle},
+	 RF__K_STAGING},
+	{"trace", "RINGFETCH_TRACE", 0, "a file path (1..1023 bytes)", RF__K_TRACE},
+	{"memory_budget", "RINGFETCH_MEMORY_BUDGET", 0, "a size in bytes (K, M, G suffixes)", RF__K_BUDGET},
+	{"wait", "RINGFETCH_WAIT", RF__WANT_WAIT, "auto, sleep or spin:N (N us, 0..10000000)", RF__K_WAIT},
+	{"handoff", "RINGFETCH_HANDOFF", 0, "auto, off or on", RF__K_HANDOFF},
+	{"overlap", "RINGFETCH_OVERLAP", 0, "auto, off or on", RF__K_OVERLAP},
+	{"worker_cpus", "RINGFETCH_WORKER_CPUS", 0, "a CPU list like 2-3,6 (CPUs and ranges lo-hi, lo <= hi)",
+	 RF__K_CPUS},
+	{NULL, "RINGFETCH_ORACLE", 0, "0 or 1", RF__K_ORACLE},
 };
 #define RF__NKEYS (sizeof rf__cfg_keys / sizeof rf__cfg_keys[0])
-
-/* The row of file key `name`, or -1. */
-static int rf__cfg_find(const char *name)
-{
-	for (size_t i = 0; i < RF__NKEYS; i++)
-		if (rf__cfg_keys[i].name != NULL && strcmp(rf__cfg_keys[i].name, name) == 0)
-			return (int)i;
-	return -1;
-}
 
 /* ---- the file: reading -------------------------------------------------------------------------- */
 
@@ -253,30 +204,8 @@ static const char *rf__file_kind(mode_t m)
 	       S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
 }
 
-/* Read at most RF__CFG_MAX_BYTES of fd (a regular file) into buf (capacity RF__CFG_MAX_BYTES + 1, so
- * that one more byte tells "too large"). A read error is reported, never taken for the end of the file. */
-static int rf__cfg_read_fd(int fd, const char *path, char *buf, size_t *len)
-{
-	size_t n = 0;
-	while (n <= RF__CFG_MAX_BYTES) {
-		ssize_t r = read(fd, buf + n, RF__CFG_MAX_BYTES + 1 - n);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot read the file: %s", path,
-				       strerror(errno));
-		if (r == 0)
-			break;
-		n += (size_t)r;
-	}
-	if (n > RF__CFG_MAX_BYTES)
-		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": the file is larger than %u bytes", path,
-			       RF__CFG_MAX_BYTES);
-	*len = n;
-	return RF_OK;
-}
-
-/* The whole file in *text (rf__malloc'ed, NUL-terminated after *len bytes), or RF_ECONFIG saying why not. */
+/* The whole file in *text (rf__malloc'ed, NUL-terminated after *len bytes), or RF_ECONFIG saying why not.
+ * One more byte than RF__CFG_MAX_BYTES is read to tell "too large". */
 static int rf__cfg_read(const char *path, char **text, size_t *len)
 {
 	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
@@ -284,25 +213,36 @@ static int rf__cfg_read(const char *path, char **text, size_t *len)
 		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot open the file: %s", path, strerror(errno));
 	struct stat st;
 	int rc = RF_OK;
+	char *buf = NULL;
+	size_t n = 0;
 	if (fstat(fd, &st) != 0)
 		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot stat the file: %s", path, strerror(errno));
 	else if (!S_ISREG(st.st_mode))
 		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\" is %s: only a regular file is read", path,
 			     rf__file_kind(st.st_mode));
-	else if (st.st_size > (off_t)RF__CFG_MAX_BYTES)
+	else if (st.st_size <= (off_t)RF__CFG_MAX_BYTES && (buf = rf__malloc(RF__CFG_MAX_BYTES + 1)) == NULL)
+		rc = rf__err(RF_ENOMEM, "RINGFETCH_CONFIG: out of memory");
+	while (buf != NULL && rc == RF_OK && n <= RF__CFG_MAX_BYTES) {
+		ssize_t r = read(fd, buf + n, RF__CFG_MAX_BYTES + 1 - n);
+		if (r < 0 && errno != EINTR)
+			rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot read the file: %s", path,
+				     strerror(errno));
+		if (r == 0)
+			break;
+		n += r > 0 ? (size_t)r : 0;
+	}
+	if (rc == RF_OK && (buf == NULL || n > RF__CFG_MAX_BYTES))
 		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": the file is larger than %u bytes", path,
 			     RF__CFG_MAX_BYTES);
-	char *buf = rc == RF_OK ? rf__malloc(RF__CFG_MAX_BYTES + 1) : NULL;
-	if (rc == RF_OK && buf == NULL)
-		rc = rf__err(RF_ENOMEM, "RINGFETCH_CONFIG: out of memory");
-	if (rc == RF_OK && (rc = rf__cfg_read_fd(fd, path, buf, len)) == RF_OK)
-		buf[*len] = '\0';
 	close(fd);
-	if (rc != RF_OK)
+	if (rc != RF_OK) {
 		free(buf);
-	else
-		*text = buf;
-	return rc;
+		return rc;
+	}
+	buf[n] = '\0';
+	*text = buf;
+	*len = n;
+	return RF_OK;
 }
 
 /* ---- the file: parsing -------------------------------------------------------------------------- */
@@ -342,20 +282,6 @@ static void rf__trim(char **s, char **e)
 		(*e)--;
 }
 
-/* Every byte of a line must be text: a NUL (which would end a C string early and hide what follows) or
- * another control byte is refused. Tab is a blank; bytes from 0x80 (UTF-8) are text. */
-static int rf__cfg_check_bytes(const rf__cfg_file *f, const char *s, const char *e)
-{
-	for (const char *p = s; p < e; p++) {
-		unsigned char ch = (unsigned char)*p;
-		if (ch == '\0')
-			return rf__cfg_bad(f, "a NUL byte at column %zu", (size_t)(p - s) + 1);
-		if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
-			return rf__cfg_bad(f, "control byte 0x%02x at column %zu", ch, (size_t)(p - s) + 1);
-	}
-	return RF_OK;
-}
-
 /* A ';' or '#' after a blank starts a comment at the end of a value ("depth = 3   ; the default"). */
 static char *rf__cfg_value_end(char *v, char *e)
 {
@@ -384,77 +310,63 @@ static int rf__cfg_section(rf__cfg_file *f, char *s, char *e)
 	return RF_OK;
 }
 
-static void rf__cfg_key_names(char *buf, size_t cap)
-{
-	size_t n = 0;
-	buf[0] = '\0';
-	for (size_t i = 0; i < RF__NKEYS; i++)
-		if (rf__cfg_keys[i].name != NULL && n < cap)
-			n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", rf__cfg_keys[i].name);
-}
-
 /* "key = value", checked by the key's row; each key at most once. */
 static int rf__cfg_assign(rf__cfg_file *f, char *s, char *e)
 {
 	char *eq = memchr(s, '=', (size_t)(e - s));
 	if (eq == NULL)
 		return rf__cfg_bad(f, "syntax error: expected key = value, [section], a comment (; or #) or a blank line");
-	char *k = s, *ke = eq, *v = eq + 1, *ve = e;
+	char *k = s, *ke = eq, *v = eq + 1, *ve = rf__cfg_value_end(eq + 1, e);
 	rf__trim(&k, &ke);
-	ve = rf__cfg_value_end(v, ve);
 	rf__trim(&v, &ve);
 	*ke = '\0';
 	*ve = '\0';
 	if (!f->in_ringfetch)
 		return rf__cfg_bad(f, "key \"%.64s\" outside section [ringfetch]%s%.64s%s", k, f->section[0] ? " (in [" : "",
 				   f->section, f->section[0] ? "])" : "");
-	int i = rf__cfg_find(k);
-	if (i < 0) {
+	int i = 0;
+	while (i < (int)RF__NKEYS && (rf__cfg_keys[i].name == NULL || strcmp(rf__cfg_keys[i].name, k) != 0))
+		i++;
+	if (i == (int)RF__NKEYS) {
 		char names[160];
-		rf__cfg_key_names(names, sizeof names);
+		size_t n = 0;
+		names[0] = '\0';
+		for (size_t j = 0; j < RF__NKEYS; j++)
+			if (rf__cfg_keys[j].name != NULL && n < sizeof names)
+				n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "", rf__cfg_keys[j].name);
 		return rf__cfg_bad(f, "unknown key \"%.64s\" (%s)", k, names);
 	}
 	if (f->seen[i] != 0)
 		return rf__cfg_bad(f, "duplicate key \"%s\" (first at line %u)", k, f->seen[i]);
 	f->seen[i] = f->line;
 	char from[160];
-	if (rf__cfg_keys[i].set == rf__set_backend)
+	if (rf__cfg_keys[i].kind == RF__K_BACKEND)
 		snprintf(from, sizeof from, "%.140s:%u", f->path, f->line);
 	else
 		snprintf(from, sizeof from, "%s in %.140s", k, f->path);
-	if (rf__cfg_keys[i].set(f->c, v, from) != 0)
+	if (rf__cfg_set(f->c, rf__cfg_keys[i].kind, v, from) != 0)
 		return rf__cfg_bad(f, "%s = \"%.100s\" is malformed (expected %s)", k, v, rf__cfg_keys[i].expect);
 	return RF_OK;
 }
 
-/* One line [s, e), without its '\n' (a '\r' before it is allowed: files edited on Windows). */
+/* One line [s, e), without its '\n' (a '\r' before it is allowed: files edited on Windows). Every byte
+ * must be text: a NUL (which would end a C string early and hide what follows) or another control
+ * byte is refused; tab is a blank, bytes from 0x80 (UTF-8) are text. */
 static int rf__cfg_line(rf__cfg_file *f, char *s, char *e)
 {
 	if (e > s && e[-1] == '\r')
 		e--;
-	int rc = rf__cfg_check_bytes(f, s, e);
-	if (rc != RF_OK)
-		return rc;
+	for (const char *p = s; p < e; p++) {
+		unsigned char ch = (unsigned char)*p;
+		if (ch == '\0')
+			return rf__cfg_bad(f, "a NUL byte at column %zu", (size_t)(p - s) + 1);
+		if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+			return rf__cfg_bad(f, "control byte 0x%02x at column %zu", ch, (size_t)(p - s) + 1);
+	}
 	rf__trim(&s, &e);
 	if (s == e || *s == ';' || *s == '#')
 		return RF_OK;
-	if (*s == '[')
-		return rf__cfg_section(f, s, e);
-	return rf__cfg_assign(f, s, e);
-}
-
-static int rf__cfg_parse(rf__cfg_file *f, char *text, size_t len)
-{
-	char *s = text, *end = text + len;
-	int rc = RF_OK;
-	while (rc == RF_OK && s < end) {
-		char *nl = memchr(s, '\n', (size_t)(end - s));
-		char *e = nl != NULL ? nl : end;
-		f->line++;
-		rc = rf__cfg_line(f, s, e);
-		s = e + 1;
-	}
-	return rc;
+	return *s == '[' ? rf__cfg_section(f, s, e) : rf__cfg_assign(f, s, e);
 }
 
 static int rf__config_file(rf__config *c)
@@ -470,7 +382,12 @@ static int rf__config_file(rf__config *c)
 	if (rc != RF_OK)
 		return rc;
 	rf__cfg_file f = {.c = c, .path = path};
-	rc = rf__cfg_parse(&f, text, len);
+	for (char *s = text, *end = text + len; rc == RF_OK && s < end; s++) {
+		char *nl = memchr(s, '\n', (size_t)(end - s)), *e = nl != NULL ? nl : end;
+		f.line++;
+		rc = rf__cfg_line(&f, s, e);
+		s = e;
+	}
 	free(text);
 	return rc;
 }
@@ -484,7 +401,7 @@ static int rf__config_env(rf__config *c, unsigned want)
 		const char *v;
 		if ((k->want != 0 && (want & k->want) == 0) || (v = getenv(k->env)) == NULL)
 			continue;
-		if (k->set(c, v, k->env) != 0)
+		if (rf__cfg_set(c, k->kind, v, k->env) != 0)
 			return rf__err(RF_ECONFIG, "%s=\"%.64s\" is not %s", k->env, v, k->expect);
 	}
 	return RF_OK;
@@ -548,23 +465,6 @@ int rf__config_backend_from(const char *explicit_backend, const char **out, cons
 	return rc;
 }
 
-int rf__parse_wait(const char *s, long long *ns)
-{
-	if (!strcmp(s, "auto")) {
-		*ns = 0;
-		return 0;
-	}
-	if (!strcmp(s, "sleep")) {
-		*ns = -1;
-		return 0;
-	}
-	uint64_t us;
-	if (strncmp(s, "spin:", 5) != 0 || rf__parse_uint(s + 5, 0, 10000000u, &us) != 0)
-		return -1;
-	*ns = us == 0 ? -1 : (long long)us * 1000;
-	return 0;
-}
-
 int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *ns)
 {
 	if (explicit_wait != NULL) {
@@ -588,13 +488,20 @@ int rf__parse_handoff(const char *s)
 	return !strcmp(s, "auto") ? 0 : !strcmp(s, "off") ? 1 : !strcmp(s, "on") ? 2 : -1;
 }
 
-int rf__config_handoff(int *mode)
+/* The file's or the environment's handoff or overlap mode; auto (0) when unset. */
+static int rf__config_mode(int *mode, int overlap)
 {
 	rf__config c;
 	int rc = rf__config_load(&c, 0, 0, 0, 0);
+	int m = overlap ? c.overlap : c.handoff;
 	if (rc == RF_OK)
-		*mode = c.handoff ? c.handoff - 1 : 0;
+		*mode = m ? m - 1 : 0;
 	return rc;
+}
+
+int rf__config_handoff(int *mode)
+{
+	return rf__config_mode(mode, 0);
 }
 
 int rf__parse_overlap(const char *s)
@@ -604,11 +511,7 @@ int rf__parse_overlap(const char *s)
 
 int rf__config_overlap(int *mode)
 {
-	rf__config c;
-	int rc = rf__config_load(&c, 0, 0, 0, 0);
-	if (rc == RF_OK)
-		*mode = c.overlap ? c.overlap - 1 : 0;
-	return rc;
+	return rf__config_mode(mode, 1);
 }
 
 int rf__config_worker_cpus(char *out, size_t cap)

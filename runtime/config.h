@@ -1,25 +1,20 @@
 /* runtime/config.h — configured values: built-in defaults < config file (RINGFETCH_CONFIG=path, INI,
  * section [ringfetch]) < environment (RINGFETCH_*) < explicit API values (applied by the caller).
- *
- * The file is a deliberate deployment artifact and is checked whole whenever it is read: only a regular
- * file of at most 64 KiB is read (a directory, FIFO or device is refused without blocking); a syntax
- * error, a NUL or control byte, a duplicate or unknown key, a key outside [ringfetch], or a malformed value
- * (staging policies included) is RF_ECONFIG naming the file, the line and the value.
- * An environment variable is checked when its value is consulted (an explicit API value wins without
- * reading it), and a malformed one is RF_ECONFIG naming the variable and its value. */
+ * The file is checked whole whenever it is read (only a regular file of at most 64 KiB); anything wrong
+ * in it is RF_ECONFIG naming the file, the line and the value. A variable is checked when its value is
+ * consulted (an explicit API value wins without reading it); a malformed one is RF_ECONFIG naming it. */
 #ifndef RF_RUNTIME_CONFIG_H
 #define RF_RUNTIME_CONFIG_H
 
 #include <stddef.h>
 
-/* Parse a depth: decimal digits only, 1 .. RF_MAX_DEPTH. Returns 0 on success, -1 if malformed. */
+/* Parsers: 0 on success, -1 if malformed. A depth: decimal digits, 1 .. RF_MAX_DEPTH; a count of copy
+ * queues: 1 .. RF_MAX_QUEUES-1; bytes with an optional K, M or G suffix (powers of 1024): 1 .. 2^50. */
 int rf__parse_depth(const char *s, unsigned *out);
-/* Parse a backend name: one of cpu, threads, cuda, auto. Returns the static canonical name or NULL. */
-const char *rf__parse_backend(const char *s);
-/* Parse a count of copy queues: decimal digits, 1 .. RF_MAX_QUEUES-1. 0 on success, -1 if malformed. */
 int rf__parse_copy_queues(const char *s, unsigned *out);
-/* Parse bytes with an optional K, M or G suffix (powers of 1024): 1 .. 2^50. 0 on success, -1 if not. */
 int rf__parse_bytes(const char *s, unsigned long long *out);
+/* A backend name (cpu, threads, cuda, auto): the static canonical name, or NULL. */
+const char *rf__parse_backend(const char *s);
 
 /* The configured values (0 / NULL / "" = not configured at that level). */
 typedef struct rf__config {
@@ -37,28 +32,22 @@ typedef struct rf__config {
 	char budget_from[160]; /* where memory_budget came from, for messages */
 	int oracle;            /* RINGFETCH_ORACLE=1: check every run's execution log (slow; debugging) */
 	int wait_set;          /* the file has `wait`: */
-	long long wait_ns;     /* its value, as rf__parse_wait gives it */
+	long long wait_ns;     /* its value: 0 auto, -1 sleep, else ns of spinning */
 } rf__config;
 
-/* Parse a wait policy: "auto" (0: the default), "sleep" (-1) or "spin:N", N microseconds of spinning in
- * 0 .. 10000000 (spin:0 = sleep). 0 on success, -1 if malformed. */
-int rf__parse_wait(const char *s, long long *ns);
-/* The wait policy: explicit (params.wait, non-NULL; malformed: RF_EINVAL) wins; else RINGFETCH_WAIT
- * (malformed: RF_ECONFIG naming it); else the file's `wait`, already loaded into c; else auto (0). */
+/* The wait policy, "auto" (0), "sleep" (-1) or "spin:N" (N us in 0 .. 10000000, spin:0 = sleep):
+ * explicit (params.wait, non-NULL; malformed: RF_EINVAL) wins; else RINGFETCH_WAIT (malformed:
+ * RF_ECONFIG naming it); else the file's `wait`, already loaded into c; else auto. */
 int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *ns);
 
-/* Parse a cache handoff mode (backends/threads_handoff.h): "auto" 0, "off" 1, "on" 2; -1 if malformed. */
+/* The threads backend's cache handoff (backends/threads_handoff.h) and overlap (backends/threads_sched.h)
+ * modes: "auto" 0, "off" 1, "on" 2; -1 if malformed. Overlap auto compares runs on the lanes with runs
+ * inline and keeps the faster; off runs inline on the caller, on runs on the lanes. The configured
+ * mode: the variable (RINGFETCH_HANDOFF, RINGFETCH_OVERLAP) wins over the file over auto; RF_OK, or
+ * RF_ECONFIG naming the malformed variable or line. */
 int rf__parse_handoff(const char *s);
-/* The threads backend's cache handoff mode: RINGFETCH_HANDOFF (env) wins over `handoff` (file) over
- * auto. RF_OK, or RF_ECONFIG naming the malformed variable or line. */
 int rf__config_handoff(int *mode);
-
-/* Parse an overlap mode (backends/threads_sched.h): "auto" 0 (runs compare the lanes with running
- * inline and keep the faster), "off" 1 (every run inline on the caller), "on" 2 (every run on the
- * lanes); -1 if malformed. */
 int rf__parse_overlap(const char *s);
-/* The threads backend's overlap mode: RINGFETCH_OVERLAP (env) wins over `overlap` (file) over auto.
- * RF_OK, or RF_ECONFIG naming the malformed variable or line. */
 int rf__config_overlap(int *mode);
 
 /* The threads backend's copy workers' CPU set: RINGFETCH_WORKER_CPUS (env) wins over `worker_cpus`
@@ -71,8 +60,7 @@ int rf__config_worker_cpus(char *out, size_t cap);
 int rf__config_load(rf__config *c, int want_depth, int want_backend, int want_copy_queues, int want_staging);
 
 /* RF_OK if a ring of nslots slots of slot_bytes fits c's memory budget (none configured: always);
- * else RF_ECONFIG "<who>: a ring of N x B bytes exceeds <where the budget came from> (<budget> bytes)".
- * For every user of ring memory (rf_exec_create; rf_pipeline_create checks its own depth rule). */
+ * else RF_ECONFIG "<who>: a ring of N x B bytes exceeds <where the budget came from> (<budget> bytes)". */
 int rf__config_budget_check(const rf__config *c, const char *who, unsigned nslots, size_t slot_bytes);
 
 /* depth: explicit (non-zero) wins; else RINGFETCH_DEPTH (file, env); else 2. 0 in *out means "auto".
