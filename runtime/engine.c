@@ -1,51 +1,41 @@
 /* runtime/engine.c — the executor core shared by rf_pipeline and rf_exec. */
 #include "base/align.h"
 #include "base/alloc.h"
+#include "base/error.h"
 #include "base/pool.h"
 #include "io/file.h"
 #include "runtime/engine.h"
 #include "runtime/keyed.h"
-#include "base/error.h"
 #include "runtime/trace.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <stdint.h>
-
-/* The slot layout for backend e->be: slots start slot_align apart (slot_bytes rounded up). */
-static int rf__engine_layout(rf__engine *e, const char *who, rf__open_args *args)
+/* Lay the slots out for e->be (slot_align apart), open it and allocate them; on failure nothing is
+ * left open. */
+static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
 {
 	size_t align = e->be->slot_align ? e->be->slot_align : RF__SLOT_ALIGN_DEFAULT;
 	size_t n = args->nslots, stride = rf__slot_stride(e->slot_bytes, align);
+	int host = !(e->be->caps & RF__CAP_DEVICE);
 	if (stride == 0 || stride > SIZE_MAX / n)
 		return rf__err(RF_EINVAL, "%s: %zu slots of %zu bytes overflow size_t", who, n, e->slot_bytes);
-	e->slot_stride = stride;
-	e->slots_len = n * e->slot_stride;
-	if (!(e->be->caps & RF__CAP_DEVICE)) /* a host ring: on whole huge pages when the budget allows */
+	e->slot_stride = args->slot_stride = stride;
+	e->slots_len = n * stride;
+	if (host) /* a host ring: on whole huge pages when the budget allows */
 		e->slots_len = rf__staging_ring_len(e->slots_len, e->ring_cap);
-	args->slot_stride = e->slot_stride;
-	return RF_OK;
-}
-
-/* Open `be` and allocate the slots; on failure nothing is left open. */
-static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
-{
-	int rc = rf__engine_layout(e, who, args);
-	if (rc != RF_OK)
-		return rc;
-	rc = rf__be_open(e->be, args, &e->ctx);
+	int rc = rf__be_open(e->be, args, &e->ctx);
 	if (rc != RF_OK)
 		return rc;
 	void *mem = NULL, *stage = NULL;
-	e->stage_len = (e->be->caps & RF__CAP_DEVICE) ? 0 : (size_t)e->prog->nstage * e->slot_stride;
+	e->stage_len = host ? (size_t)e->prog->nstage * stride : 0;
 	if ((rc = rf__be_slots_alloc(e->be, e->ctx, e->slots_len, &mem)) != RF_OK ||
 	    (e->stage_len && (rc = rf__staging_alloc(&e->staging, e->stage_len, RF__STAGING_SLOT_ALIGN, &stage)) != RF_OK)) {
 		rf__err(rc, "%s: %s slots: %s", who, mem ? "staging" : "ring", rf__errmsg_peek());
-		if (mem != NULL)
-			rf__be_slots_free(e->be, e->ctx, mem, e->slots_len);
+		rf__be_slots_free(e->be, e->ctx, mem, e->slots_len);
 		rf__be_close(e->be, e->ctx);
 		return rc;
 	}
@@ -57,17 +47,16 @@ static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
 int rf__engine_init(rf__engine *e, const char *who, const char *backend, int device,
 		    struct rf_program *prog, size_t slot_bytes)
 {
-	int rc;
 	e->prog = prog;
 	e->slot_bytes = slot_bytes;
-	/* min_slots (set by the owner before init): room for a deeper program later (depth = auto). */
-	unsigned nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
-	if ((rc = rf__backend_lookup(backend, device, &e->be)) != RF_OK)
-		goto fail_prog;
+	/* min_slots: room for a deeper program later (depth = auto). */
+	e->nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
+	e->nslots += e->nslots == 0;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
-			     nslots ? nslots : 1, e->wait_spin_ns, 0, e->oracle != NULL};
-	e->nslots = nslots ? nslots : 1;
-	rc = rf__engine_start(e, who, &args);
+			     e->nslots, e->wait_spin_ns, 0, e->oracle != NULL};
+	int rc = rf__backend_lookup(backend, device, &e->be);
+	if (rc == RF_OK)
+		rc = rf__engine_start(e, who, &args);
 	/* "auto" promised a backend that works here: a GPU that probes usable but cannot host this
 	 * pipeline (device memory, pinned memory) falls back to the CPU backends, and describe says why. */
 	char why[200] = "";
@@ -76,8 +65,11 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 		if ((rc = rf__backend_lookup("threads", device, &e->be)) == RF_OK)
 			rc = rf__engine_start(e, who, &args);
 	}
-	if (rc != RF_OK)
-		goto fail_prog;
+	if (rc != RF_OK) {
+		rf_program_destroy(prog);
+		e->prog = NULL;
+		return rc;
+	}
 	rf__be_describe(e->be, e->ctx, e->desc_core, sizeof e->desc_core);
 	memcpy(e->describe[0], e->desc_core, sizeof e->describe[0]);
 	e->desc_note[0] = '\0';
@@ -90,10 +82,6 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	rf__flight_init(&e->io, NULL, 0, NULL);
 	pthread_mutex_init(&e->stats_mu, NULL);
 	return RF_OK;
-fail_prog:
-	rf_program_destroy(prog);
-	e->prog = NULL;
-	return rc;
 }
 
 int rf__engine_trace(rf__engine *e, const char *who, const char *path)
@@ -143,7 +131,8 @@ void rf__engine_describe_append(rf__engine *e, const char *fmt, ...)
 	rf__engine_describe_publish(e);
 }
 
-void rf__engine_describe_note(rf__engine *e, const char *note)
+/* A new version with the backend's schedule note replaced by `note` (the run thread). */
+static void rf__engine_describe_note(rf__engine *e, const char *note)
 {
 	snprintf(e->desc_note, sizeof e->desc_note, "%s", note);
 	rf__engine_describe_publish(e);
@@ -173,9 +162,17 @@ void rf__engine_fini(rf__engine *e)
 	rf_program_destroy(e->prog);
 }
 
-
 /* The file blocks of a run: held for its duration (rf_file_close is then RF_EBUSY), let go after it. */
-static void rf__unhold_files(size_t nblocks, const void *const *srcs, const size_t *sizes, size_t nfile);
+static void rf__unhold_files(size_t nblocks, const void *const *srcs, const size_t *sizes, size_t nfile)
+{
+	for (size_t i = 0, n = 0; i < nblocks && n < nfile; i++) {
+		rf__fsrc fs;
+		if (sizes[i] != 0 && rf__file_classify("", "", srcs[i], sizes[i], 0, &fs) == 1) {
+			rf__file_unhold(fs.f);
+			n++;
+		}
+	}
+}
 
 static int rf__hold_files(const char *who, size_t nblocks, const void *const *srcs, const size_t *sizes, size_t nfile)
 {
@@ -189,17 +186,6 @@ static int rf__hold_files(const char *who, size_t nblocks, const void *const *sr
 		return RF_OK;
 	rf__unhold_files(nblocks, srcs, sizes, held);
 	return rf__err(RF_EINVAL, "%s: a block's file was closed while the run was starting", who);
-}
-
-static void rf__unhold_files(size_t nblocks, const void *const *srcs, const size_t *sizes, size_t nfile)
-{
-	for (size_t i = 0, n = 0; i < nblocks && n < nfile; i++) {
-		rf__fsrc fs;
-		if (sizes[i] != 0 && rf__file_classify("", "", srcs[i], sizes[i], 0, &fs) == 1) {
-			rf__file_unhold(fs.f);
-			n++;
-		}
-	}
 }
 
 static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
@@ -409,15 +395,13 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	if (rc != RF_OK)
 		return rc;
 	if (nfile > 0 && ((rc = rf__engine_io(e, who)) != RF_OK ||
-			  (rc = rf__hold_files(who, nblocks, srcs, sizes, nfile)) != RF_OK)) {
-		atomic_store(&e->state, RF__IDLE);
-		return rc;
-	}
+			  (rc = rf__hold_files(who, nblocks, srcs, sizes, nfile)) != RF_OK))
+		goto idle;
 	/* Holds are read only once the run is ours: a racing run's reset of the keyed cache cannot overlap. */
 	if (e->keyed != NULL && rf__keyed_held(e->keyed)) {
 		rf__unhold_files(nblocks, srcs, sizes, nfile);
-		atomic_store(&e->state, RF__IDLE);
-		return rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
+		rc = rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
+		goto idle;
 	}
 	if (e->keyed != NULL) /* the run reuses every slot: no key stays resident */
 		rf__keyed_reset(e->keyed);
@@ -437,46 +421,12 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	if (rc == RF_ECANCELED)
 		atomic_store(&e->cancel, 0);
 	int running = RF__RUNNING;
-	if (!atomic_compare_exchange_strong(&e->state, &running, RF__IDLE)) {
-		/* Destroyed from inside the run: it is ours to release now. */
-		e->release(e->owner);
-		return rc;
-	}
+	if (!atomic_compare_exchange_strong(&e->state, &running, RF__IDLE))
+		e->release(e->owner); /* destroyed from inside the run: ours to release now */
 	return rc;
-}
-
-int rf__engine_collect_stats(rf__engine *e, const char *who, int on)
-{
-	if (atomic_load(&e->state) != RF__IDLE)
-		return rf__err(RF_EBUSY, "%s: cannot change statistics while running", who);
-	e->collect_stats = on != 0;
-	return RF_OK;
-}
-
-int rf__engine_stats(const rf__engine *e, const char *who, rf_stats *out)
-{
-	(void)who;
-	/* stats_mu guards `published` only; locking it changes nothing a reader can see. */
-	pthread_mutex_t *mu = (pthread_mutex_t *)&e->stats_mu;
-	pthread_mutex_lock(mu);
-	*out = e->published;
-	pthread_mutex_unlock(mu);
-	return RF_OK;
-}
-
-int rf__engine_cancel(rf__engine *e)
-{
-	/* Whatever the state: a cancel that finds no run waits for the next one (rf_pipeline_cancel). */
-	atomic_store(&e->cancel, 1);
-	return RF_OK;
-}
-
-int rf__engine_cancel_clear(rf__engine *e, const char *who)
-{
-	if (atomic_load(&e->state) != RF__IDLE)
-		return rf__err(RF_EBUSY, "%s: a run is in progress", who);
-	atomic_store(&e->cancel, 0);
-	return RF_OK;
+idle:
+	atomic_store(&e->state, RF__IDLE);
+	return rc;
 }
 
 int rf__engine_destroy_begin(rf__engine *e)

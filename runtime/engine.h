@@ -10,8 +10,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-/* How many times rf_pipeline_describe's line may change after create (depth = auto adds two notes, files
- * one, the threads backend one per change of its schedule; later changes show in rf_stats only). */
+/* How many times rf_pipeline_describe's line may change after create (later changes show in rf_stats). */
 #define RF__DESCRIBE_VERSIONS 16
 
 /* The engine's one state word: a run and a keyed call each take it (IDLE -> RUNNING / KEYED) for their
@@ -39,25 +38,24 @@ typedef struct rf__engine {
 	int collect_stats;  /* rf_pipeline_collect_stats */
 	rf__qstats qstats[RF_MAX_QUEUES];
 	rf_stats last;      /* the run in progress (or the last one): the run thread's working copy */
-	/* rf_pipeline_stats, readable from any thread: the last finished run and the totals, under stats_mu. */
-	pthread_mutex_t stats_mu;
+	pthread_mutex_t stats_mu; /* guards `published`: the last finished run and the totals, any thread */
 	rf_stats published;
 	char *trace_path;   /* rf_pipeline_trace: Chrome trace appended after each run, or NULL */
-	rf__staging_policy staging; /* where CPU backends put the slots; set by the owner before init
-	                               (zero: "auto") */
-	unsigned min_slots; /* allocate at least this many slots (set before init; 0 = the program's) */
+	/* Set by the owner before init: where CPU backends put the slots (zero: "auto"), at least how many
+	 * slots (0: the program's), the wait policy (rf__open_args), the budget a host ring may round up to. */
+	rf__staging_policy staging;
+	unsigned min_slots;
+	int64_t wait_spin_ns;
+	size_t ring_cap;
 	unsigned nslots;    /* slots allocated (set by init) */
-	int64_t wait_spin_ns; /* the wait policy, passed to the backend (set before init; rf__open_args) */
-	/* The calling thread's reader for the file copies it makes itself (cpu backend, keyed demand
-	 * copies, depth 1 on threads): opened at the first file source. */
-	rf__flight io;
+	rf__flight io;      /* the calling thread's reader for its own file copies, opened at the first */
 	/* Keyed use (runtime/keyed.h), or NULL: a run refuses to start while it holds a block and empties
 	 * it before the run reuses the slots. */
 	struct rf__keyed *keyed;
 	/* Non-NULL (RINGFETCH_ORACLE=1): check every successful run's execution log (runtime/oracle.h). */
 	int (*oracle)(void *owner, const struct rf__trace *t, size_t nblocks);
-	/* Called after a successful run with its recorded events (the run records them while set: only
-	 * those of about measure_samples blocks, unless tracing or the oracle needs them all). */
+	/* Called after a successful run with its events (recorded while set: only those of about
+	 * measure_samples blocks, unless tracing or the oracle needs them all). */
 	void (*measure)(void *owner, const struct rf__trace *t);
 	size_t measure_samples;
 	/* Called after every successful run, before the engine is idle again (so never concurrently with
@@ -66,25 +64,18 @@ typedef struct rf__engine {
 	void (*after)(void *owner);
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
 	void *owner;
-	/* The backend may choose how to run each run from its own measurements (rf__run.vary): set by the
-	 * owner (a pipeline, once depth = auto has settled); 0 for rf_exec. */
-	int vary;
-	/* The program computes on every queue (RF_LOCALITY_COPIER): runs as programmed are RF_SCHEDULE_LOCAL. */
-	int local;
-	size_t ring_cap; /* the memory budget a host ring may round up to (set before init; 0 = none) */
+	int vary;  /* rf__run.vary: set by a pipeline once depth = auto has settled; 0 for rf_exec */
+	int local; /* RF_LOCALITY_COPIER: runs as programmed are RF_SCHEDULE_LOCAL */
 } rf__engine;
 
-/* Resolve `backend` (already through config), open it, allocate prog->nslots * slot_bytes of slots
- * (CPU backends: from the staging layer under e->staging, which the owner sets first; zero = auto) and,
- * on CPU backends, prog->nstage staging slots the same way (a device backend stages into its own).
- * Takes ownership of prog in every case. `who` prefixes error messages. */
+/* Resolve `backend` (already through config), open it, allocate the slots (CPU backends: from the
+ * staging layer under e->staging) and, on CPU backends, prog->nstage staging slots. Takes ownership
+ * of prog in every case. `who` prefixes error messages. */
 int rf__engine_init(rf__engine *e, const char *who, const char *backend, int device,
 		    struct rf_program *prog, size_t slot_bytes);
-
 /* Check the inputs, then run the program; see rf_pipeline_run for the contract. */
 int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 		   const size_t *sizes, rf_compute_fn compute, void *user);
-
 /* Trace every following run into path (copied), or stop tracing (NULL). RF_EBUSY while running. */
 int rf__engine_trace(rf__engine *e, const char *who, const char *path);
 
@@ -93,22 +84,10 @@ int rf__engine_trace(rf__engine *e, const char *who, const char *path);
 const rf__engine *rf__pipeline_engine(const rf_pipeline *p);
 #endif
 
-/* rf_pipeline_collect_stats / rf_pipeline_stats. */
-int rf__engine_collect_stats(rf__engine *e, const char *who, int on);
-int rf__engine_stats(const rf__engine *e, const char *who, rf_stats *out);
-
-/* Ask the run in progress, or else the next run, to stop issuing work (it returns RF_ECANCELED once
- * drained); the request stays pending until a run returns RF_ECANCELED or it is cleared. */
-int rf__engine_cancel(rf__engine *e);
-/* Withdraw a pending cancel; RF_EBUSY while a run is in progress. */
-int rf__engine_cancel_clear(rf__engine *e, const char *who);
-
 /* The current describe line (any thread), and a new version of it with fmt appended (the run thread,
  * or before the engine is shared; dropped once RF__DESCRIBE_VERSIONS versions exist). */
 const char *rf__engine_describe(const rf__engine *e);
 void rf__engine_describe_append(rf__engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* A new version with the backend's schedule note replaced by `note` (the run thread). */
-void rf__engine_describe_note(rf__engine *e, const char *note);
 
 /* A keyed call's entry and exit: RF_OK with the state taken (then rf__engine_keyed_end), or RF_EBUSY
  * (a run or another keyed call is in progress, or called from a compute callback) / RF_EBACKEND (a

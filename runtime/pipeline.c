@@ -19,9 +19,9 @@ struct rf_pipeline {
 	unsigned pins;     /* staging slots per copy queue: the backend's staged ring (0: the plain ring) */
 	unsigned auto_max; /* depth = auto: the deepest ring the slots allow; 0 when depth is fixed */
 	int local;         /* RF_LOCALITY_COPIER on a backend that honours it: rings from rf__ring_program_local */
-	/* depth = auto, probing (probe.n > 1, runtime/autodepth.h): a program per candidate depth (built
-	 * when the rule ran, so that switching allocates nothing); cprog[probe.cur] is the one the engine
-	 * runs, the others are ours until probing ends. skip: the next run is not a probe run. */
+	/* depth = auto, probing (probe.n > 1): a program per candidate (built when the rule ran: switching
+	 * allocates nothing); the engine runs cprog[probe.cur], the others are ours until probing ends.
+	 * skip: the next run is not a probe run. */
 	rf__auto_probe probe;
 	unsigned skip;
 	struct rf_program *cprog[RF__AUTO_NCAND];
@@ -44,8 +44,7 @@ static int rf__pipeline_params_check(const rf_pipeline_params *pp, rf_pipeline *
 	for (size_t i = 0; i < sizeof pp->reserved / sizeof pp->reserved[0]; i++)
 		if (pp->reserved[i] != 0)
 			return rf__err(RF_EINVAL, "rf_pipeline_create: reserved[%zu] must be 0", i);
-	/* params.memory (DESIGN.md, "Keyed use"): its value, and a backend named here of the other kind
-	 * (RF_EINVAL even where that backend is not built); a configured one is checked in resolve. */
+	/* params.memory, and a backend named here of the other kind (a configured one: in resolve). */
 	const char *be;
 	int rc = rf__backend_for_memory("rf_pipeline_create", pp->backend ? pp->backend : "auto", NULL,
 					(int)pp->memory, &be);
@@ -82,9 +81,9 @@ typedef struct rf__resolved {
 	rf__config cfg;
 } rf__resolved;
 
-/* depth = auto: start at the shallowest ring that keeps every copy queue busy; the slots are allocated
- * for the deepest ring the budget allows (capped at RF__AUTO_MAX_DEPTH; on a device backend at the
- * ladder's deepest rung, all it will try), so choosing later allocates nothing. */
+/* depth = auto: start at the shallowest ring that keeps every copy queue busy; allocate slots for the
+ * deepest the budget allows (at most RF__AUTO_MAX_DEPTH, or a device backend's ladder top), so that
+ * choosing later allocates nothing. */
 static int rf__pipeline_auto(const rf_pipeline_params *pp, rf__resolved *r)
 {
 	const rf__config *c = &r->cfg;
@@ -128,15 +127,11 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 	if (!rf__ring_depth_is_valid(r->depth, r->kq))
 		return rf__err(RF_EINVAL, "rf_pipeline_create: %u copy queues need depth >= %u (depth is %u)", r->kq,
 			       rf__ring_busy_depth(r->kq), r->depth);
-	if (c->memory_budget != 0 && pp->slot_bytes > c->memory_budget / r->depth)
-		return rf__err(RF_ECONFIG, "rf_pipeline_create: a ring of %u x %zu bytes exceeds %s (%llu bytes)",
-			       r->depth, pp->slot_bytes, c->budget_from, c->memory_budget);
-	return RF_OK;
+	return rf__config_budget_check(c, "rf_pipeline_create", r->depth, pp->slot_bytes);
 }
 
-/* Whether a ring of depth d is built with locality: asked for, on the one backend that honours it
- * (threads: cpu runs everything on the caller anyway, cuda's computes only enqueue), and deep enough
- * that every queue has a slot of its own (shallower: the ring as planned). */
+/* Whether a ring of depth d is built with locality: asked for (on threads, the one backend that honours
+ * it) and deep enough that every queue has a slot of its own (shallower: the ring as planned). */
 static int rf__ring_is_local(int local, unsigned d, unsigned kq)
 {
 	return local && d >= kq + 1;
@@ -164,11 +159,6 @@ static unsigned rf__pipeline_pins(const rf__resolved *r, const rf_pipeline_param
 	return be->stage_slots(pp->slot_bytes);
 }
 
-static int rf__auto_program(const rf_pipeline *p, unsigned d, struct rf_program **out)
-{
-	return rf__pipeline_program(p->local, d, p->copy_queues, p->pins, out);
-}
-
 /* The backend may choose how to run runs (rf__run.vary) unless depth = auto is still comparing runs of
  * its own: measuring (the first run) or probing depths. */
 static void rf__pipeline_vary(rf_pipeline *p)
@@ -187,8 +177,8 @@ static void rf__auto_install(rf_pipeline *p, unsigned i)
 
 /* Probe d's candidates (rf__auto_candidates): their programs are built now and d installed; the runs
  * that follow try them in turn (rf__auto_after). `measured`: the run that just ended ran the starting
- * ring and is not a probe run. Without memory for the candidates: d alone, or the starting ring if even
- * d cannot be built. Returns how many candidates are in use (1: d alone, 0: the starting ring). */
+ * ring and is not a probe run. Out of memory: d alone, or the starting ring if even d cannot be built.
+ * Returns how many candidates are in use (1: d alone, 0: the starting ring). */
 static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d, int measured)
 {
 	unsigned cand[RF__AUTO_NCAND], n = rf__auto_candidates(d, p->auto_max, cand), built = 0;
@@ -197,7 +187,7 @@ static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d, int measured)
 	for (; built < n; built++)
 		if (cand[built] == depth)
 			p->cprog[built] = start;
-		else if (rf__auto_program(p, cand[built], &p->cprog[built]) != RF_OK)
+		else if (rf__pipeline_program(p->local, cand[built], p->copy_queues, p->pins, &p->cprog[built]) != RF_OK)
 			break;
 	if (built == 0)
 		return 0; /* keep the starting ring */
@@ -218,9 +208,8 @@ static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d, int measured)
 	return n;
 }
 
-/* After each successful run while probing: the run's speed (ns per byte, or per block for empty
- * blocks) is noted against the candidate it ran; when probing ends the fastest is kept and the other
- * programs are released. */
+/* After each successful run while probing: note its speed (ns per byte, or per block for empty blocks)
+ * against its candidate; when probing ends keep the fastest and release the other programs. */
 static void rf__auto_after(void *owner)
 {
 	rf_pipeline *p = owner;
@@ -252,7 +241,6 @@ static void rf__auto_after(void *owner)
 	p->cprog[0] = p->cprog[win];
 	p->probe.n = 0;
 	p->probe.cur = 0;
-	p->eng.local = rf__ring_is_local(p->local, p->probe.cand[win], p->copy_queues);
 	rf__pipeline_vary(p);
 }
 
@@ -278,8 +266,8 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 				   p->auto_max);
 }
 
-/* depth = auto on a device backend, at create: no measuring run (a trace times the host's enqueue, not
- * the device), the ladder lo, 2 lo, 4 lo (within the slots) is probed by run time from the first run. */
+/* depth = auto on a device backend, at create: no measuring run (a trace times the enqueue), the ladder
+ * lo, 2 lo, 4 lo (within the slots) is probed by run time from the first run. */
 static void rf__auto_device(rf_pipeline *p)
 {
 	unsigned d = atomic_load_explicit(&p->depth, memory_order_relaxed), n = rf__auto_begin_probing(p, d, 0);
@@ -391,28 +379,40 @@ int rf_pipeline_collect_stats(rf_pipeline *p, int on)
 {
 	if (p == NULL)
 		return rf__err(RF_EINVAL, "rf_pipeline_collect_stats: p is NULL");
-	return rf__engine_collect_stats(&p->eng, "rf_pipeline_collect_stats", on);
+	if (atomic_load(&p->eng.state) != RF__IDLE)
+		return rf__err(RF_EBUSY, "rf_pipeline_collect_stats: cannot change statistics while running");
+	p->eng.collect_stats = on != 0;
+	return RF_OK;
 }
 
 int rf_pipeline_stats(const rf_pipeline *p, rf_stats *out)
 {
 	if (p == NULL || out == NULL)
 		return rf__err(RF_EINVAL, "rf_pipeline_stats: %s is NULL", p == NULL ? "p" : "out");
-	return rf__engine_stats(&p->eng, "rf_pipeline_stats", out);
+	/* stats_mu guards `published` only; locking it changes nothing a reader can see. */
+	pthread_mutex_t *mu = (pthread_mutex_t *)&p->eng.stats_mu;
+	pthread_mutex_lock(mu);
+	*out = p->eng.published;
+	pthread_mutex_unlock(mu);
+	return RF_OK;
 }
 
 int rf_pipeline_cancel(rf_pipeline *p)
 {
 	if (p == NULL)
 		return rf__err(RF_EINVAL, "rf_pipeline_cancel: p is NULL");
-	return rf__engine_cancel(&p->eng);
+	atomic_store(&p->eng.cancel, 1); /* whatever the state: with no run, the next one is canceled */
+	return RF_OK;
 }
 
 int rf_pipeline_cancel_clear(rf_pipeline *p)
 {
 	if (p == NULL)
 		return rf__err(RF_EINVAL, "rf_pipeline_cancel_clear: p is NULL");
-	return rf__engine_cancel_clear(&p->eng, "rf_pipeline_cancel_clear");
+	if (atomic_load(&p->eng.state) != RF__IDLE)
+		return rf__err(RF_EBUSY, "rf_pipeline_cancel_clear: a run is in progress");
+	atomic_store(&p->eng.cancel, 0);
+	return RF_OK;
 }
 
 int rf_pipeline_trace(rf_pipeline *p, const char *path)
@@ -424,8 +424,7 @@ int rf_pipeline_trace(rf_pipeline *p, const char *path)
 	return rf__engine_trace(&p->eng, "rf_pipeline_trace", path);
 }
 
-/* Placement is a property of the ring's address: the staging layer knows every region it mapped. A
- * device ring (cuda) is not host memory: there the backend reports its pinned host ring. */
+/* The staging layer knows every region it mapped; a device backend reports its pinned host ring. */
 int rf_pipeline_placement(const rf_pipeline *p, rf_placement *out)
 {
 	if (p == NULL || out == NULL)
@@ -441,7 +440,6 @@ int rf_pipeline_placement(const rf_pipeline *p, rf_placement *out)
 }
 
 #ifdef RF_TESTING
-/* White-box tests check the ring's pages against the kernel: they need its address. */
 const rf__engine *rf__pipeline_engine(const rf_pipeline *p)
 {
 	return &p->eng;
@@ -464,10 +462,8 @@ void rf_pipeline_destroy(rf_pipeline *p)
 		rf__pipeline_free(p);
 }
 
-/* ---- keyed use: thin wrappers over runtime/keyed.c ------------------------------------------------- */
-
 /* Keyed calls take the pipeline for their duration (runtime/engine.h): a run, another keyed call or
- * a compute callback of a run meeting one gets RF_EBUSY. */
+ * a compute callback of a run meeting one gets RF_EBUSY. rf__keyed_end passes the call's result on. */
 static int rf__keyed_begin(rf_pipeline *p, const char *who)
 {
 	if (p == NULL)
@@ -477,14 +473,16 @@ static int rf__keyed_begin(rf_pipeline *p, const char *who)
 	return rf__engine_keyed_begin(&p->eng, who);
 }
 
+static int rf__keyed_end(rf_pipeline *p, int rc)
+{
+	rf__engine_keyed_end(&p->eng);
+	return rc;
+}
+
 int rf_pipeline_prefetch(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, unsigned flags)
 {
 	int rc = rf__keyed_begin(p, "rf_pipeline_prefetch");
-	if (rc != RF_OK)
-		return rc;
-	rc = rf__keyed_prefetch(p->eng.keyed, key, src, bytes, flags);
-	rf__engine_keyed_end(&p->eng);
-	return rc;
+	return rc != RF_OK ? rc : rf__keyed_end(p, rf__keyed_prefetch(p->eng.keyed, key, src, bytes, flags));
 }
 
 int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, void *stream,
@@ -493,29 +491,19 @@ int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src, size_t by
 	int rc = rf__keyed_begin(p, "rf_pipeline_acquire");
 	if (rc != RF_OK)
 		return rc;
-	rc = rf__keyed_acquire(p->eng.keyed, key, src, bytes, stream, flags, out);
-	rf__engine_keyed_end(&p->eng);
-	return rc;
+	return rf__keyed_end(p, rf__keyed_acquire(p->eng.keyed, key, src, bytes, stream, flags, out));
 }
 
 int rf_pipeline_release(rf_pipeline *p, const rf_block *block)
 {
 	int rc = rf__keyed_begin(p, "rf_pipeline_release");
-	if (rc != RF_OK)
-		return rc;
-	rc = rf__keyed_release(p->eng.keyed, block);
-	rf__engine_keyed_end(&p->eng);
-	return rc;
+	return rc != RF_OK ? rc : rf__keyed_end(p, rf__keyed_release(p->eng.keyed, block));
 }
 
 int rf_pipeline_evict(rf_pipeline *p, uint64_t key)
 {
 	int rc = rf__keyed_begin(p, "rf_pipeline_evict");
-	if (rc != RF_OK)
-		return rc;
-	rc = rf__keyed_evict(p->eng.keyed, key);
-	rf__engine_keyed_end(&p->eng);
-	return rc;
+	return rc != RF_OK ? rc : rf__keyed_end(p, rf__keyed_evict(p->eng.keyed, key));
 }
 
 int rf_pipeline_lookup(const rf_pipeline *p, uint64_t key, rf_key_state *state, unsigned *slot)
