@@ -17,9 +17,6 @@ static const rf__backend_ops *const rf__builtin[] = {
 
 #ifdef RF_TESTING
 rf__test_hooks_t rf__test_hooks;
-#endif
-
-#ifdef RF_TESTING
 static const rf__backend_ops *rf__extra[8];
 static unsigned rf__nextra;
 
@@ -70,9 +67,8 @@ int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out
 	return RF_OK;
 }
 
-/* Which memory a backend's slots are: the built-ins by name (so that a backend this library was built
- * without is still known to be a device backend), registered ones by their caps; -1 for "auto" and
- * unknown names (those are RF_ENODEV from the lookup). */
+/* Which memory a backend's slots are: built-ins by name (also when not built in), registered ones by
+ * their caps; -1 for "auto" and unknown names (the lookup refuses those). */
 static int rf__backend_kind(const char *name)
 {
 	if (strcmp(name, "cpu") == 0 || strcmp(name, "threads") == 0)
@@ -110,7 +106,7 @@ int rf__backend_for_memory(const char *who, const char *name, const char *from, 
 	}
 	int kind = rf__backend_kind(name);
 	if (kind >= 0 && kind != memory) {
-		const char *need = kind == RF_MEMORY_DEVICE ? "RF_MEMORY_DEVICE" : "RF_MEMORY_HOST";
+		const char *need = rf__memory_name(kind);
 		if (from == NULL)
 			return rf__err(RF_EINVAL, "%s: backend \"%s\" needs params.memory = %s (memory is %s)", who, name,
 				       need, rf__memory_name(memory));
@@ -129,7 +125,7 @@ bool rf__backend_is_device(const char *name)
 	return rf__backend_kind(name) == RF_MEMORY_DEVICE;
 }
 
-/* Every wrapper that can fail is a fault-injection point (base/alloc.h). */
+/* Every wrapper that can fail is a fault-injection point (base/alloc.h), asserts its arguments. */
 static int rf__be_fault(const rf__backend_ops *be, const char *call)
 {
 	return rf__err(RF_EBACKEND, "backend %s: %s: injected fault", be->name, call);

@@ -1,19 +1,16 @@
-/* runtime/walk.h — the one interpreter of lowered programs. Backends pass a const table of op
- * handlers; the walk expands the periodic template (block, value and slot per iteration), skips ops
- * outside [0, nblocks), and calls the handler of each op that runs, in program order. Everything is
- * static inline so that a backend that passes a constant table gets the handlers inlined: the cpu
- * backend's hot loop is this function with memcpy and the callback in it. */
+/* runtime/walk.h — the one interpreter of lowered programs: it expands the periodic template (block,
+ * value and slot per iteration), skips ops outside [0, nblocks) and calls a backend's handler for each
+ * op in program order. Static inline, so that a constant handler table is inlined (the cpu backend's
+ * hot loop is this function with memcpy and the callback in it). */
 #ifndef RF_RUNTIME_WALK_H
 #define RF_RUNTIME_WALK_H
 
 #include "runtime/backend.h"
 #include "runtime/trace.h"
 
-/* A copy handler's return when the copy has only started (a file read in flight): the backend records
- * its trace slice and accounts it when it lands. */
+/* A copy handler's returns: the copy only started (a file read in flight; the backend records and
+ * accounts it when it lands), or another thread made, traced and accounted it. */
 #define RF__WALK_ASYNC 1
-/* A copy handler's return when another thread made the copy and traced and accounted it (the threads
- * backend's caller takes over copies it would wait for): nothing to record here. */
 #define RF__WALK_ELSEWHERE 2
 
 typedef struct rf__walk_ops {
@@ -47,9 +44,8 @@ static inline void rf__walk_timed(rf__run *run, const rf__op *o, int64_t b, unsi
 }
 
 /* Walk the ops of `queue` (or, when queue < 0, of every queue whose bit is clear in `skip`, in global
- * issue order). Stops at the first handler that returns non-zero and returns that value. Always inlined
- * (and a backend's hot handlers with it): a backend that walks from two places would otherwise get one
- * out-of-line copy whose handlers are calls (the cpu backend's per-block cost went from 36 to 27 ns). */
+ * issue order); stops at the first handler that returns non-zero and returns that. Always inlined: a
+ * backend walking from two places would otherwise get one out-of-line copy whose handlers are calls. */
 static inline __attribute__((always_inline)) int rf__walk(rf__run *run, int queue, uint64_t skip, const rf__walk_ops *h, void *c)
 {
 	const struct rf_program *p = run->prog;
@@ -135,13 +131,12 @@ static inline __attribute__((always_inline)) int rf__walk(rf__run *run, int queu
 	return 0;
 }
 
-/* The bytes of a slot, and the call of a compute with the failure bookkeeping every backend needs. */
 static inline unsigned char *rf__slot_ptr(const rf__run *run, unsigned slot)
 {
 	return run->slots + (size_t)slot * run->slot_stride;
 }
 
-/* Host staging slots (CPU backends: the engine's), and where a copy of block b reads on them. */
+/* Host staging slots (CPU backends), and where a copy of block b reads. */
 static inline unsigned char *rf__stage_ptr(const rf__run *run, unsigned stage)
 {
 	return run->stage + (size_t)stage * run->slot_stride;
@@ -152,6 +147,7 @@ static inline const unsigned char *rf__copy_src(const rf__run *run, size_t b, un
 	return stage == RF__NO_STAGE ? (const unsigned char *)run->srcs[b] : rf__stage_ptr(run, stage);
 }
 
+/* The call of a compute with the failure bookkeeping every backend needs. */
 static inline int rf__call_compute(rf__run *run, size_t b, unsigned slot, void *stream)
 {
 	if (atomic_load_explicit(run->cancel, memory_order_relaxed))
