@@ -55,8 +55,9 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
 			     e->nslots, e->wait_spin_ns, 0, e->oracle != NULL};
 	int rc = rf__backend_lookup(backend, device, &e->be);
-	if (rc == RF_OK)
-		rc = rf__engine_start(e, who, &args);
+	if (rc != RF_OK)
+		goto fail;
+	rc = rf__engine_start(e, who, &args);
 	/* "auto" promised a backend that works here: a GPU that probes usable but cannot host this
 	 * pipeline (device memory, pinned memory) falls back to the CPU backends, and describe says why. */
 	char why[200] = "";
@@ -65,11 +66,8 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 		if ((rc = rf__backend_lookup("threads", device, &e->be)) == RF_OK)
 			rc = rf__engine_start(e, who, &args);
 	}
-	if (rc != RF_OK) {
-		rf_program_destroy(prog);
-		e->prog = NULL;
-		return rc;
-	}
+	if (rc != RF_OK)
+		goto fail;
 	rf__be_describe(e->be, e->ctx, e->desc_core, sizeof e->desc_core);
 	memcpy(e->describe[0], e->desc_core, sizeof e->describe[0]);
 	e->desc_note[0] = '\0';
@@ -82,6 +80,10 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	rf__flight_init(&e->io, NULL, 0, NULL);
 	pthread_mutex_init(&e->stats_mu, NULL);
 	return RF_OK;
+fail:
+	rf_program_destroy(prog);
+	e->prog = NULL;
+	return rc;
 }
 
 int rf__engine_trace(rf__engine *e, const char *who, const char *path)

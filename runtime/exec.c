@@ -52,17 +52,14 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 	if ((rc = rf__config_load(&cfg, 0, 0, 0, 0)) != RF_OK)
 		return rc;
 	rf_program *prog;
+	rf_exec *e = NULL;
 	if ((rc = rf_graph_lower(g, &prog)) != RF_OK)
 		return rc;
 	/* The budget caps every ring, a hand-built graph's too: checked before anything is allocated. */
-	if ((rc = rf__config_budget_check(&cfg, "rf_exec_create", prog->nslots, params->slot_bytes)) != RF_OK) {
+	if ((rc = rf__config_budget_check(&cfg, "rf_exec_create", prog->nslots, params->slot_bytes)) != RF_OK ||
+	    (e = rf__calloc(1, sizeof *e)) == NULL) {
 		rf_program_destroy(prog);
-		return rc;
-	}
-	rf_exec *e = rf__calloc(1, sizeof *e);
-	if (e == NULL) {
-		rf_program_destroy(prog);
-		return rf__err(RF_ENOMEM, "rf_exec_create: out of memory");
+		return rc != RF_OK ? rc : rf__err(RF_ENOMEM, "rf_exec_create: out of memory");
 	}
 	/* The oracle first: the backend is told at open whether it is on. */
 	if (cfg.oracle && (rc = rf__oracle_graph_build(g, &e->oracle)) == RF_OK)
