@@ -49,7 +49,7 @@ typedef struct rf__run {
 	struct rf__flight *io;
 	int files_only; /* every non-empty block is a file range: no copy needs a CPU */
 	/* The run's bytes, and whether the backend may choose how to run it from its own measurements
-	 * (backends/threads_sched.h): 0 while the owner compares runs itself (depth = auto) or for rf_exec. */
+	 * (backends/threads_sched.h): 0 while the owner compares runs (depth = auto) and for rf_exec. */
 	uint64_t bytes;
 	int vary;
 	/* out: how the run placed its work (RF_SCHEDULE_INLINE, or RF_SCHEDULE_RING: as programmed), whether

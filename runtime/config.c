@@ -130,7 +130,8 @@ static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
 	case RF__K_QUEUES:
 		return rf__parse_copy_queues(v, &c->copy_queues);
 	case RF__K_STAGING: /* checked where the file line or the variable is known, not first at create */
-		if (rf__set_string(c->staging, sizeof c->staging, v) == 0 && rf__staging_parse("config", v, &pol) == RF_OK)
+		if (rf__set_string(c->staging, sizeof c->staging, v) == 0 &&
+		    rf__staging_parse("config", v, &pol) == RF_OK)
 			return 0;
 		c->staging[0] = '\0';
 		return -1;
@@ -153,7 +154,9 @@ static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
 		*(kind == RF__K_HANDOFF ? &c->handoff : &c->overlap) = m + 1;
 		return 0;
 	case RF__K_CPUS: /* checked here so that a typo is RF_ECONFIG, not whatever hwloc makes of it */
-		return rf__parse_cpu_list(v) != 0 ? -1 : rf__set_string(c->worker_cpus, sizeof c->worker_cpus, v);
+		if (rf__parse_cpu_list(v) != 0)
+			return -1;
+		return rf__set_string(c->worker_cpus, sizeof c->worker_cpus, v);
 	default: /* RF__K_ORACLE */
 		if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
 			return -1;
@@ -165,7 +168,8 @@ static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
 /* The RF__WANT_* bits of rf__config_load: a variable with one is read only when the caller asks for it
  * (an explicit API value wins without the variable being consulted); 0 = always read. RINGFETCH_WAIT
  * is never asked for here: rf__config_wait reads it itself, after an explicit params.wait. */
-enum { RF__WANT_DEPTH = 1, RF__WANT_BACKEND = 2, RF__WANT_COPY_QUEUES = 4, RF__WANT_STAGING = 8, RF__WANT_WAIT = 16 };
+enum { RF__WANT_DEPTH = 1, RF__WANT_BACKEND = 2, RF__WANT_COPY_QUEUES = 4, RF__WANT_STAGING = 8,
+       RF__WANT_WAIT = 16 };
 
 typedef struct rf__cfg_key {
 	const char *name;   /* key in [ringfetch]; NULL: environment only */
@@ -225,8 +229,8 @@ static int rf__cfg_read(const char *path, char **text, size_t *len)
 	while (buf != NULL && rc == RF_OK && n <= RF__CFG_MAX_BYTES) {
 		ssize_t r = read(fd, buf + n, RF__CFG_MAX_BYTES + 1 - n);
 		if (r < 0 && errno != EINTR)
-			rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot read the file: %s", path,
-				     strerror(errno));
+			rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot read the file: %s",
+				     path, strerror(errno));
 		if (r == 0)
 			break;
 		n += r > 0 ? (size_t)r : 0;
@@ -310,6 +314,15 @@ static int rf__cfg_section(rf__cfg_file *f, char *s, char *e)
 	return RF_OK;
 }
 
+static void rf__cfg_key_names(char *buf, size_t cap)
+{
+	size_t n = 0;
+	buf[0] = '\0';
+	for (size_t i = 0; i < RF__NKEYS; i++)
+		if (rf__cfg_keys[i].name != NULL && n < cap)
+			n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", rf__cfg_keys[i].name);
+}
+
 /* "key = value", checked by the key's row; each key at most once. */
 static int rf__cfg_assign(rf__cfg_file *f, char *s, char *e)
 {
@@ -329,11 +342,7 @@ static int rf__cfg_assign(rf__cfg_file *f, char *s, char *e)
 		i++;
 	if (i == (int)RF__NKEYS) {
 		char names[160];
-		size_t n = 0;
-		names[0] = '\0';
-		for (size_t j = 0; j < RF__NKEYS; j++)
-			if (rf__cfg_keys[j].name != NULL && n < sizeof names)
-				n += (size_t)snprintf(names + n, sizeof names - n, "%s%s", n ? ", " : "", rf__cfg_keys[j].name);
+		rf__cfg_key_names(names, sizeof names);
 		return rf__cfg_bad(f, "unknown key \"%.64s\" (%s)", k, names);
 	}
 	if (f->seen[i] != 0)

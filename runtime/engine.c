@@ -58,8 +58,8 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	if (rc != RF_OK)
 		goto fail;
 	rc = rf__engine_start(e, who, &args);
-	/* "auto" promised a backend that works here: a GPU that probes usable but cannot host this
-	 * pipeline (device memory, pinned memory) falls back to the CPU backends, and describe says why. */
+	/* "auto" promised a backend that works here: a GPU that cannot host this pipeline (device or pinned
+	 * memory) falls back to the CPU backends, and describe says why. */
 	char why[200] = "";
 	if (rc != RF_OK && strcmp(backend, "auto") == 0 && (e->be->caps & RF__CAP_DEVICE)) {
 		snprintf(why, sizeof why, "%s", rf__errmsg_peek());
@@ -202,11 +202,9 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 			       e->prog->nblocks_min - 1, nblocks);
 	if (!rf__nblocks_ok(nblocks))
 		return rf__err(RF_EINVAL, "%s: nblocks %zu is over %zu", who, nblocks, RF__MAX_NBLOCKS);
-	/* Per run, not per block: a file opened while the run is checked cannot hold its sources. A source
-	 * must not overlap the ring or its staging slots: a copy from a slot into another races with the
-	 * refill of the first (the ring's RAW/WAR edges only cover the slots' own blocks). A device
-	 * backend's are another address space (empty ranges here). Compared as integers: the pointers are
-	 * unrelated objects. */
+	/* rf__file_any per run, not per block. A source must not overlap the ring or its staging slots: a
+	 * copy from a slot races with its refill (the ring's edges cover only the slots' own blocks). A
+	 * device backend's are another address space (empty ranges). Integers: unrelated objects. */
 	const int any_file = rf__file_any(), host = !(e->be->caps & RF__CAP_DEVICE);
 	const uintptr_t rlo = (uintptr_t)e->slots, rhi = host ? rlo + e->slots_len : rlo;
 	const uintptr_t slo = (uintptr_t)e->stage, shi = host ? slo + e->stage_len : slo;

@@ -56,8 +56,8 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 	if ((rc = rf_graph_lower(g, &prog)) != RF_OK)
 		return rc;
 	/* The budget caps every ring, a hand-built graph's too: checked before anything is allocated. */
-	if ((rc = rf__config_budget_check(&cfg, "rf_exec_create", prog->nslots, params->slot_bytes)) != RF_OK ||
-	    (e = rf__calloc(1, sizeof *e)) == NULL) {
+	rc = rf__config_budget_check(&cfg, "rf_exec_create", prog->nslots, params->slot_bytes);
+	if (rc != RF_OK || (e = rf__calloc(1, sizeof *e)) == NULL) {
 		rf_program_destroy(prog);
 		return rc != RF_OK ? rc : rf__err(RF_ENOMEM, "rf_exec_create: out of memory");
 	}

@@ -184,21 +184,23 @@ static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d, int measured)
 	unsigned cand[RF__AUTO_NCAND], n = rf__auto_candidates(d, p->auto_max, cand), built = 0;
 	struct rf_program *start = p->eng.prog;
 	unsigned depth = atomic_load_explicit(&p->depth, memory_order_relaxed);
-	for (; built < n; built++)
+	for (; built < n; built++) {
+		struct rf_program **c = &p->cprog[built];
 		if (cand[built] == depth)
-			p->cprog[built] = start;
-		else if (rf__pipeline_program(p->local, cand[built], p->copy_queues, p->pins, &p->cprog[built]) != RF_OK)
+			*c = start;
+		else if (rf__pipeline_program(p->local, cand[built], p->copy_queues, p->pins, c) != RF_OK)
 			break;
+	}
 	if (built == 0)
 		return 0; /* keep the starting ring */
-	for (unsigned i = built; i-- > 1;) /* out of memory: d alone */
-		if (built < n && p->cprog[i] != start)
+	for (unsigned i = 1; built < n && i < built; i++) /* out of memory: d alone */
+		if (p->cprog[i] != start)
 			rf_program_destroy(p->cprog[i]);
 	n = built < n ? 1 : n;
-	int start_used = 0;
-	for (unsigned i = 0; i < n; i++)
-		start_used |= p->cprog[i] == start;
-	if (!start_used)
+	unsigned used = 0;
+	while (used < n && p->cprog[used] != start)
+		used++;
+	if (used == n) /* the starting ring is not a candidate */
 		rf_program_destroy(start);
 	rf__auto_probe_start(&p->probe, cand, n);
 	p->skip = measured != 0;
@@ -313,12 +315,11 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	if (r.cfg.oracle)
 		p->eng.oracle = rf__pipeline_oracle;
 	p->auto_max = r.auto_max;
+	p->eng.after = r.auto_max != 0 ? rf__auto_after : NULL;
 	if (r.auto_max != 0 && !r.device) {
 		p->eng.measure = rf__pipeline_measure;
 		p->eng.measure_samples = RF__AUTO_SAMPLES;
 	}
-	if (r.auto_max != 0)
-		p->eng.after = rf__auto_after;
 	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", r.backend, params->device, prog,
 				  params->slot_bytes)) != RF_OK)
 		goto fail;
@@ -327,8 +328,8 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	if (p->eng.be->kissue != NULL &&
 	    (rc = rf__keyed_create(&p->eng, p->eng.be, p->eng.ctx, p->eng.slots, p->eng.nslots, p->eng.slot_bytes,
 				   p->eng.slot_stride, r.cfg.oracle, &p->eng.keyed)) != RF_OK) {
-		rf__pipeline_free(p);
-		return rf__err(rc, "rf_pipeline_create: %s", rf__errmsg_peek());
+		rc = rf__err(rc, "rf_pipeline_create: %s", rf__errmsg_peek());
+		goto fail_free;
 	}
 	atomic_init(&p->depth, r.depth);
 	p->copy_queues = r.kq;
@@ -339,12 +340,13 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		rf__engine_describe_append(&p->eng, "; locality: each block computed by the thread that copied it "
 						    "(RF_LOCALITY_COPIER)%s",
 					   p->eng.local ? "" : ", from depth 2 (copy queues + 1) on");
-	if (r.cfg.trace[0] != '\0' && (rc = rf__engine_trace(&p->eng, "rf_pipeline_create", r.cfg.trace)) != RF_OK) {
-		rf__pipeline_free(p);
-		return rc;
-	}
+	if (r.cfg.trace[0] != '\0' && (rc = rf__engine_trace(&p->eng, "rf_pipeline_create", r.cfg.trace)))
+		goto fail_free;
 	*out = p;
 	return RF_OK;
+fail_free:
+	rf__pipeline_free(p);
+	return rc;
 fail:
 	free(p);
 	return rc;

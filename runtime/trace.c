@@ -303,9 +303,10 @@ static int rf__trace_check(rf__jrd *r, off_t *at, const char **sep)
 				return rf__jfail(r, "an element that is not an object");
 			if (rf__jvalue(r, 1) != 0)
 				return -1;
-			c = rf__jskip_ws(r);
+			if ((c = rf__jskip_ws(r)) < 0)
+				return rf__jfail(r, "the file ends inside the array");
 			if (c != ']' && c != ',')
-				return rf__jfail(r, c < 0 ? "the file ends inside the array" : "',' or ']' expected");
+				return rf__jfail(r, "',' or ']' expected");
 			*at = rf__jat(r);
 			*sep = ",\n";
 			r->pos++;
@@ -462,14 +463,13 @@ int rf__trace_end(rf__trace *t, const char *path, const char *label)
 	char *body = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&body, &len);
-	if (f == NULL) {
-		rf__trace_drop(t);
-		return rf__err(RF_ENOMEM, "trace: out of memory formatting %s", path);
+	int bad = f == NULL;
+	if (f != NULL) {
+		rf__trace_events(t, f, pid, label);
+		bad = ferror(f);
+		bad |= fclose(f) != 0;
 	}
-	rf__trace_events(t, f, pid, label);
 	rf__trace_drop(t);
-	int bad = ferror(f);
-	bad |= fclose(f) != 0;
 	int rc = bad ? rf__err(RF_ENOMEM, "trace: out of memory formatting %s", path) : rf__trace_append(path, body, len);
 	free(body);
 	return rc;

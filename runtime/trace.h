@@ -25,7 +25,7 @@ typedef struct rf__trace {
 	size_t n[RF_MAX_QUEUES], cap[RF_MAX_QUEUES]; /* events beyond cap are dropped (sampled traces) */
 	/* Sampling (depth = auto's measuring run): of blocks in groups of `group` (the depth), kept are the
 	 * groups g, g+1 with g % every == 0, so a slot's refill and the block that freed it stay together
-	 * (every <= 2: all). Only a `sampled` trace drops the others; a full one is filtered by its reader. */
+	 * (every <= 2: all). Only a `sampled` trace drops the rest; a full one is filtered by its reader. */
 	uint64_t group, every;
 	int sampled;
 	/* Every start and end of a copy or compute takes the next number. Relaxed: the modification order
