@@ -1,13 +1,9 @@
-/* runtime/config.c — configuration values from the config file and the environment, checked strictly: a
- * deployment that sets RINGFETCH_DEPTH=8x, or writes `depth = 8x` in its file, wants to hear about it, not
- * to run at some other depth. Every setting is one row of rf__cfg_keys; the file and the environment are
- * both read through that table.
- *
- * The file is read by a small parser of our own, because the guarantees are about the bytes: only a
- * regular file (opened O_NONBLOCK: a FIFO cannot block), at most RF__CFG_MAX_BYTES, a read error never
- * taken for EOF; every line blank, a comment, a section header or `key = value` — anything else (a NUL
- * or control byte, no `=`, a duplicate, unknown key or section) is RF_ECONFIG naming file and line.
- * Lines may be of any length and nothing continues a line. */
+/* runtime/config.c — configuration from the file and the environment, checked strictly (`depth = 8x`
+ * is an error, not some other depth), both read through one table, rf__cfg_keys. The file's parser is
+ * our own because the guarantees are about the bytes: only a regular file (opened O_NONBLOCK: a FIFO
+ * cannot block), at most RF__CFG_MAX_BYTES, a read error never taken for EOF; every line blank, a
+ * comment, a section header or `key = value` of any length, no continuation; anything else (a NUL or
+ * control byte, no `=`, a duplicate, unknown key or section) is RF_ECONFIG naming file and line. */
 #include "runtime/config.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -24,8 +20,6 @@
 #include <unistd.h>
 
 #define RF__DEFAULT_DEPTH 2u
-
-/* ---- values --------------------------------------------------------------------------------------- */
 
 int rf__parse_depth(const char *s, unsigned *out)
 {

@@ -320,11 +320,9 @@ static int rf__trace_check(rf__jrd *r, off_t *at, const char **sep)
 	return r->why ? -1 : 0;
 }
 
-/* What this process last left in a trace file: while the file is exactly that (same file, size,
- * modification and change times) it is a trace-event array closed at `at` and is not checked again.
- * Any other writer changes the size or the change time (to the kernel's clock tick). Best effort: a
- * thread that cannot take the lock at once checks the file (so a fork() while another thread holds it
- * never blocks the child). */
+/* What this process last left in a trace file: while it is exactly that (same file, size, mtime, ctime)
+ * it is an array closed at `at`, not checked again; another writer changes the size or the ctime. Best
+ * effort: a thread that cannot take the lock at once checks the file (a fork() never blocks the child). */
 typedef struct rf__trace_memo {
 	dev_t dev;
 	ino_t ino;
