@@ -1,16 +1,9 @@
 /* runtime/keyed.c — the keyed cache over a pipeline's slots (runtime/keyed.h).
  *
- * State per slot: the key it holds (or none), whether its fill is a held-back hint, the ticket of the
- * last copy issued into it (0 once known finished), its holds. Three intrusive lists by slot index with
- * a sentinel at index n: the LRU list (slots with a key and no hold; head = least recently used), the
- * held-back hints in issue order, and nothing else — held slots are in no list, so "the least recently
- * used slot that is not held" is the LRU head. Empty slots are a bitmap, so "the lowest-numbered empty
- * slot" is a count-trailing-zeros. Keys map to slots through an open-addressing table of at least 2n
- * entries with backward-shift deletion (no tombstones: it never degrades).
- *
- * Order of every call: check everything, decide, issue the backend's copy (the one step that can fail
- * late), then commit. So a failed call changes nothing. The one exception is a backend failure after a
- * victim's pending hint copy was withdrawn: the victim is then forgotten (its bytes were never written). */
+ * Held slots are in no list, so the LRU head is the least recently used slot not held; empty slots are
+ * a bitmap (lowest-numbered empty slot: count trailing zeros). Every call checks everything, decides,
+ * issues the backend's copy (the one step that can fail late), then commits, so a failed call changes
+ * nothing, except that a victim whose pending hint copy was withdrawn is then forgotten. */
 #include "runtime/keyed_cache.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -19,9 +12,6 @@
 
 #include <stdlib.h>
 #include <string.h>
-
-
-/* ---- create / destroy ----------------------------------------------------------------------------- */
 
 int rf__keyed_create(struct rf__engine *eng, const rf__backend_ops *be, void *ctx, unsigned char *slots,
 		     unsigned nslots, size_t slot_bytes, size_t slot_stride, int oracle, rf__keyed **out)
@@ -50,8 +40,8 @@ int rf__keyed_create(struct rf__engine *eng, const rf__backend_ops *be, void *ct
 		rf__keyed_destroy(k);
 		return rf__err(RF_ENOMEM, "keyed: out of memory for %u slots", nslots);
 	}
-	k->s[nslots].prev = k->s[nslots].next = nslots;
-	k->s[nslots].hb_prev = k->s[nslots].hb_next = nslots;
+	for (int l = RF__KLRU; l <= RF__KHB; l++)
+		k->s[nslots].ln[l].prev = k->s[nslots].ln[l].next = nslots;
 	for (unsigned i = 0; i < nslots; i++)
 		rf__kempty_set(k, i, 1);
 	atomic_flag_clear(&k->lock);
@@ -79,10 +69,8 @@ int rf__keyed_held(const rf__keyed *k)
 	return k->nheld != 0;
 }
 
-/* ---- the oracle (RINGFETCH_ORACLE=1) -------------------------------------------------------------- */
-
-/* WAR: no copy may write a slot that a hold still reads. Counted from acquires and releases alone, so
- * that a slot choice that ignored a hold (the negative control) is caught before the copy is issued. */
+/* Oracle, WAR: no copy may write a held slot. Holds are counted from acquire/release alone, so that a
+ * slot choice that ignored a hold (the negative control) is caught before the copy is issued. */
 static int rf__koracle_copy(const rf__keyed *k, unsigned slot, uint64_t key)
 {
 	if (!k->oracle || k->sh_holds[slot] == 0)
@@ -91,7 +79,7 @@ static int rf__koracle_copy(const rf__keyed *k, unsigned slot, uint64_t key)
 		       (unsigned long long)key, slot, k->sh_holds[slot]);
 }
 
-/* RAW: when an acquire returns on a host backend, the slot holds exactly the key's bytes. */
+/* Oracle, RAW: when an acquire returns on a host backend, the slot holds exactly the key's bytes. */
 static int rf__koracle_acquire(const rf__keyed *k, unsigned slot, const void *src, size_t bytes, uint64_t key)
 {
 	if (!k->oracle || k->device || memcmp(k->slots + (size_t)slot * k->slot_stride, src, bytes) == 0)
@@ -100,10 +88,8 @@ static int rf__koracle_acquire(const rf__keyed *k, unsigned slot, const void *sr
 				   "its %zu bytes", (unsigned long long)key, slot, bytes);
 }
 
-/* ---- copies ----------------------------------------------------------------------------------------- */
-
-/* 1 when the slot's last copy finished, 0 while it runs, -1 when it finished but failed (a file read:
- * the slot does not hold the key's bytes; the ticket is kept, so that every look says so). */
+/* 1 when the slot's last copy finished, 0 while it runs, -1 when it failed (a file read; the ticket is
+ * kept, so that every look says so). */
 static int rf__kdone(rf__keyed *k, rf__kslot *s)
 {
 	rf__kticket t = atomic_load_explicit(&s->ticket, memory_order_relaxed);
@@ -129,7 +115,6 @@ static unsigned rf__klane_count(rf__keyed *k, unsigned lane)
 	for (unsigned i = 0; i < n; i++)
 		if (!rf__be_ktest(k->be, k->ctx, f[i].t))
 			f[m++] = f[i];
-	k->ninflight -= n - m;
 	k->nfl[lane] = m;
 	return m;
 }
@@ -148,16 +133,13 @@ static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes
 		return rc;
 	s->before = after;
 	atomic_store_explicit(&s->ticket, *t, memory_order_relaxed);
-	if (!demand && !rf__be_ktest(k->be, k->ctx, *t)) {
-		unsigned lane = req.lane;
-		k->fl[(size_t)lane * RF__KEYED_HINTS_PER_LANE + k->nfl[lane]++] = (rf__kflight){*t, key};
-		k->ninflight++;
-	}
+	if (!demand && !rf__be_ktest(k->be, k->ctx, *t)) /* a hint in flight on its lane */
+		k->fl[(size_t)req.lane * RF__KEYED_HINTS_PER_LANE + k->nfl[req.lane]++] =
+			(rf__kflight){*t, key};
 	return RF_OK;
 }
 
-/* Issue held-back hints, oldest first, on lanes with room. Housekeeping after a successful call: a
- * failure (a lane refusing, the backend failing) leaves the hint held back for the next try. */
+/* Issue held-back hints, oldest first, on lanes with room. A failure leaves the hint held back. */
 static void rf__kpump(rf__keyed *k)
 {
 	if (k->nheldback == 0)
@@ -165,12 +147,13 @@ static void rf__kpump(rf__keyed *k)
 	unsigned room = 0;
 	for (unsigned l = 0; l < k->nlanes; l++)
 		room += rf__klane_count(k, l) < RF__KEYED_HINTS_PER_LANE;
-	for (unsigned i = k->s[k->n].hb_next; i != k->n && room > 0;) {
+	for (unsigned i = k->s[k->n].ln[RF__KHB].next; i != k->n && room > 0;) {
 		rf__kslot *s = &k->s[i];
-		unsigned next = s->hb_next, lane = rf__klane(k, i);
+		unsigned next = s->ln[RF__KHB].next, lane = rf__klane(k, i);
 		rf__kticket t;
-		if (k->nfl[lane] < RF__KEYED_HINTS_PER_LANE && rf__kissue(k, i, s->src, s->bytes, 0, NULL, s->key, &t) == RF_OK) {
-			rf__khb_unlink(k, i);
+		if (k->nfl[lane] < RF__KEYED_HINTS_PER_LANE &&
+		    rf__kissue(k, i, s->src, s->bytes, 0, NULL, s->key, &t) == RF_OK) {
+			rf__kunlink(k, RF__KHB, i);
 			rf__klock(k);
 			s->state = RF__K_FILLED;
 			s->issued = 1;
@@ -182,15 +165,13 @@ static void rf__kpump(rf__keyed *k)
 	}
 }
 
-/* ---- slot choice ---------------------------------------------------------------------------------- */
-
 /* The slot for a new key: the lowest-numbered empty one, else the LRU one not held; k->n if none. */
 static unsigned rf__kchoose(const rf__keyed *k)
 {
 	for (unsigned w = 0; w < k->nwords; w++)
 		if (k->empty[w] != 0)
 			return w * 64 + (unsigned)__builtin_ctzll(k->empty[w]);
-	unsigned v = k->s[k->n].next;
+	unsigned v = k->s[k->n].ln[RF__KLRU].next;
 	if (v == k->n && RF__TEST_HOOK(keyed_refill_held))
 		for (unsigned i = 0; i < k->n; i++)
 			if (k->s[i].refs > 0)
@@ -207,18 +188,16 @@ static int rf__kwithdraw(rf__keyed *k, unsigned v)
 		return 0;
 	if (!rf__be_kcancel(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed)))
 		return 0;
-	/* The copy before the withdrawn one may have started (it could not be withdrawn then) and still be
-	 * writing the slot: the next copy must wait for it. Found by tests/race_keyed.c. */
+	/* The copy before the withdrawn one may have started and still be writing the slot: the next copy
+	 * must wait for it (tests/race_keyed.c). */
 	atomic_store_explicit(&s->ticket, s->before, memory_order_relaxed);
 	s->before = 0;
-	/* A hint copy withdrawn before it started never copied a byte (nor counted one in bytes_copied): it
-	 * counts as held back all along (dropped, not wasted, when its key goes). */
-	s->issued = 0;
+	s->issued = 0; /* it never copied a byte: dropped, not wasted, when its key goes */
 	return 1;
 }
 
-/* The key in slot v leaves: count an unacquired hint, unlink, clear (the slot stays chosen by the
- * caller; the ticket stays: the next copy is ordered after it). Under the lock. */
+/* The key in slot v leaves: count an unacquired hint, unlink, clear; the ticket stays, so the next
+ * copy is ordered after it. Under the lock. */
 static void rf__kforget(rf__keyed *k, unsigned v)
 {
 	rf__kslot *s = &k->s[v];
@@ -227,15 +206,24 @@ static void rf__kforget(rf__keyed *k, unsigned v)
 	if (s->hint)
 		rf__kst_add(k, s->issued ? ST_WASTE : ST_DROP, 1);
 	if (s->state == RF__K_HELDBACK)
-		rf__khb_unlink(k, v);
+		rf__kunlink(k, RF__KHB, v);
 	if (s->refs == 0)
-		rf__klru_unlink(k, v);
+		rf__kunlink(k, RF__KLRU, v);
 	else
 		k->nheld--; /* only under the negative-control hook, or when a run/destroy drops holds */
 	rf__ktab_remove(k, s->key);
 	s->state = RF__K_EMPTY;
 	s->hint = s->issued = 0;
 	s->refs = 0;
+}
+
+/* The key in slot v leaves and the slot is empty. */
+static void rf__kdrop(rf__keyed *k, unsigned v)
+{
+	rf__klock(k);
+	rf__kforget(k, v);
+	rf__kempty_set(k, v, 1);
+	rf__kunlock(k);
 }
 
 /* Make slot v hold `key` (state given), not held, at the LRU tail. Under the lock. */
@@ -246,10 +234,8 @@ static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const void *src
 	s->key = key, s->src = src, s->bytes = bytes, s->state = (uint8_t)state;
 	rf__kempty_set(k, v, 0);
 	rf__ktab_insert(k, v);
-	rf__klru_push(k, v);
+	rf__kpush(k, RF__KLRU, v);
 }
-
-/* ---- the calls -------------------------------------------------------------------------------------- */
 
 static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t bytes, unsigned flags)
 {
@@ -259,12 +245,11 @@ static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t byt
 		return rf__err(RF_EINVAL, "%s: bytes %zu is not in 1..slot_bytes (%zu)", who, bytes, k->slot_bytes);
 	if (flags != 0)
 		return rf__err(RF_EINVAL, "%s: flags must be 0 (got %#x)", who, flags);
-	/* A source in the ring itself would be overwritten by the copy it feeds (or by a refill while a
-	 * hint reads it). Device rings are another address space. Compared as integers: unrelated objects. */
+	/* A source in the ring would be overwritten by the copy it feeds (or a refill while a hint reads
+	 * it); device rings are another address space. Compared as integers: unrelated objects. */
 	uintptr_t s = (uintptr_t)src, lo = (uintptr_t)k->slots, hi = lo + (size_t)k->n * k->slot_stride;
 	if (!k->device && s < hi && s + bytes > lo)
 		return rf__err(RF_EINVAL, "%s: src lies in the pipeline's own ring (copy it out first)", who);
-	/* A file range must end inside its file; a file source needs this thread's reader. */
 	rf__fsrc fs;
 	int file = rf__file_classify(who, "src", src, bytes, 0, &fs);
 	if (file < 0)
@@ -272,44 +257,43 @@ static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t byt
 	return file ? rf__engine_io(k->eng, who) : RF_OK;
 }
 
-/* A slot whose last copy was a hint's file read that failed: its key leaves (a wasted hint), the slot is
- * empty. Returns 1 when that happened. */
+/* 1 when slot i's last copy was a hint's failed file read: its key then left (a wasted hint). */
 static int rf__kfailed(rf__keyed *k, unsigned i)
 {
 	if (rf__kdone(k, &k->s[i]) >= 0)
 		return 0;
-	rf__klock(k);
-	rf__kforget(k, i);
-	rf__kempty_set(k, i, 1);
+	rf__kdrop(k, i);
 	atomic_store_explicit(&k->s[i].ticket, 0, memory_order_relaxed);
 	k->s[i].before = 0;
-	rf__kunlock(k);
 	return 1;
 }
 
-static int rf__kbytes(const rf__keyed *k, const char *who, unsigned i, uint64_t key, size_t bytes)
+/* *i: the slot of key (k->n when absent, also after a failed hint read); RF_EINVAL for another size. */
+static int rf__kfind_live(rf__keyed *k, const char *who, uint64_t key, size_t bytes, unsigned *i)
 {
-	if (k->s[i].bytes == bytes)
+	unsigned j = rf__kfind(k, key);
+	if (j < k->n && k->s[j].refs == 0 && rf__kfailed(k, j))
+		j = k->n;
+	*i = j;
+	if (j == k->n || k->s[j].bytes == bytes)
 		return RF_OK;
 	return rf__err(RF_EINVAL, "%s: key %llu is %zu bytes in slot %u, not %zu", who, (unsigned long long)key,
-		       k->s[i].bytes, i, bytes);
+		       k->s[j].bytes, j, bytes);
 }
 
 int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes, unsigned flags)
 {
 	static const char who[] = "rf_pipeline_prefetch";
+	unsigned i;
 	int rc = rf__kcheck(k, who, src, bytes, flags);
+	if (rc == RF_OK)
+		rc = rf__kfind_live(k, who, key, bytes, &i);
 	if (rc != RF_OK)
 		return rc;
-	unsigned i = rf__kfind(k, key);
-	if (i < k->n && k->s[i].refs == 0 && rf__kfailed(k, i))
-		i = k->n;
 	if (i < k->n) {
-		if ((rc = rf__kbytes(k, who, i, key, bytes)) != RF_OK)
-			return rc;
 		if (k->s[i].refs == 0) { /* refresh its use */
-			rf__klru_unlink(k, i);
-			rf__klru_push(k, i);
+			rf__kunlink(k, RF__KLRU, i);
+			rf__kpush(k, RF__KLRU, i);
 		}
 		rf__kpump(k);
 		return RF_OK;
@@ -326,7 +310,7 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 		rc = rf__kissue(k, v, src, bytes, 0, NULL, key, &t);
 		if (rc == RF_OK)
 			state = RF__K_FILLED;
-		else if (rc == RF_EIO) /* a file read made on the spot failed: a wasted hint, the key absent */
+		else if (rc == RF_EIO) /* a read made on the spot failed: a wasted hint, the key absent */
 			goto failed_read;
 		else if (rc != RF_ENOSPC)
 			goto fail;
@@ -341,34 +325,26 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 		atomic_store_explicit(&k->s[v].ticket, t, memory_order_relaxed);
 	rf__kunlock(k);
 	if (state == RF__K_HELDBACK)
-		rf__khb_push(k, v);
+		rf__kpush(k, RF__KHB, v);
 	rf__kst_add(k, ST_PRE, 1);
 	rf__kpump(k);
 	return RF_OK;
 failed_read: /* the slot was written: the victim cannot stay either */
-	rf__klock(k);
-	rf__kforget(k, v);
-	rf__kempty_set(k, v, 1);
-	rf__kunlock(k);
+	rf__kdrop(k, v);
 	rf__kst_add(k, ST_PRE, 1);
 	rf__kst_add(k, ST_WASTE, 1);
 	rf__kpump(k);
 	return RF_OK;
 fail:
-	if (withdrawn) { /* its copy will never land: the victim cannot stay */
-		rf__klock(k);
-		rf__kforget(k, v);
-		rf__kempty_set(k, v, 1);
-		rf__kunlock(k);
-	}
+	if (withdrawn) /* its copy will never land: the victim cannot stay */
+		rf__kdrop(k, v);
 	return rc;
 }
 
 static void rf__kout(const rf__keyed *k, unsigned i, void *stream, rf_block *out)
 {
-	const rf__kslot *s = &k->s[i];
-	rf_block b = {(size_t)s->key, i, k->slots + (size_t)i * k->slot_stride, s->bytes, stream};
-	*out = b;
+	*out = (rf_block){(size_t)k->s[i].key, i, k->slots + (size_t)i * k->slot_stride, k->s[i].bytes,
+			  stream};
 }
 
 /* A hold on resident slot i (hit or a copy just issued). */
@@ -376,7 +352,7 @@ static void rf__khold(rf__keyed *k, unsigned i)
 {
 	rf__kslot *s = &k->s[i];
 	if (s->refs++ == 0) {
-		rf__klru_unlink(k, i);
+		rf__kunlink(k, RF__KLRU, i);
 		k->nheld++;
 	}
 	s->hint = 0;
@@ -387,6 +363,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		      rf_block *out)
 {
 	static const char who[] = "rf_pipeline_acquire";
+	unsigned i;
 	int rc = rf__kcheck(k, who, src, bytes, flags);
 	if (rc != RF_OK)
 		return rc;
@@ -394,13 +371,10 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		return rf__err(RF_EINVAL, "%s: out is NULL", who);
 	if (stream != NULL && !k->device)
 		return rf__err(RF_EINVAL, "%s: stream must be NULL on backend %s", who, k->be->name);
-	unsigned i = rf__kfind(k, key);
-	if (i < k->n && k->s[i].refs == 0 && rf__kfailed(k, i))
-		i = k->n;
-	if (i < k->n && (rc = rf__kbytes(k, who, i, key, bytes)) != RF_OK)
+	if ((rc = rf__kfind_live(k, who, key, bytes, &i)) != RF_OK)
 		return rc;
-	/* A hint whose copy has not started is overtaken (withdrawn, then copied by this acquire, as if it
-	 * were held back): waiting for it could mean waiting behind other hints on its lane. */
+	/* A hint whose copy has not started is overtaken (withdrawn, then copied here as if held back):
+	 * waiting for it could mean waiting behind other hints on its lane. */
 	int overtaken = 0;
 	if (i < k->n && k->s[i].state == RF__K_FILLED && k->s[i].hint && !rf__kdone(k, &k->s[i]))
 		overtaken = rf__kwithdraw(k, i);
@@ -432,18 +406,14 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	    (rc = rf__be_kwait(k->be, k->ctx, t, stream)) == RF_OK)
 		rc = rf__koracle_acquire(k, v, src, bytes, key);
 	if (rc != RF_OK) {
-		if (withdrawn || rc == RF_EIO) { /* nothing will land, or a failed read wrote part of the slot */
-			rf__klock(k);
-			rf__kforget(k, v);
-			rf__kempty_set(k, v, 1);
-			rf__kunlock(k);
-		}
+		if (withdrawn || rc == RF_EIO) /* nothing will land, or a failed read wrote part of the slot */
+			rf__kdrop(k, v);
 		return rc;
 	}
 	rf__klock(k);
 	if (i < k->n) { /* the held-back or withdrawn hint is overtaken: dropped */
 		if (k->s[v].state == RF__K_HELDBACK)
-			rf__khb_unlink(k, v);
+			rf__kunlink(k, RF__KHB, v);
 		rf__kst_add(k, ST_DROP, 1);
 		k->s[v].hint = 0;
 		k->s[v].state = RF__K_FILLED;
@@ -476,7 +446,7 @@ int rf__keyed_release(rf__keyed *k, const rf_block *b)
 	if (k->sh_holds[b->slot] > 0)
 		k->sh_holds[b->slot]--;
 	if (--s->refs == 0) {
-		rf__klru_push(k, b->slot);
+		rf__kpush(k, RF__KLRU, b->slot);
 		k->nheld--;
 	}
 	rf__kpump(k);
@@ -513,12 +483,8 @@ int rf__keyed_evict(rf__keyed *k, uint64_t key)
 		rc = rf__ksync_key(k, key);
 	if (rc != RF_OK)
 		return rc;
-	if (i < k->n) {
-		rf__klock(k);
-		rf__kforget(k, i);
-		rf__kempty_set(k, i, 1);
-		rf__kunlock(k);
-	}
+	if (i < k->n)
+		rf__kdrop(k, i);
 	rf__kpump(k);
 	return RF_OK;
 }
@@ -565,6 +531,5 @@ void rf__keyed_reset(rf__keyed *k)
 	rf__kunlock(k);
 	for (unsigned l = 0; l < k->nlanes; l++)
 		k->nfl[l] = 0;
-	k->ninflight = 0;
 	k->nheld = 0;
 }

@@ -1,11 +1,10 @@
 /* runtime/keyed.h — keyed use of a pipeline's slots (rf_pipeline_prefetch/acquire/release/evict/lookup/
  * keyed_stats): a cache of blocks named by 64-bit keys, LRU, with refcounted holds and bounded hints.
- * Backend-independent: it reaches the backend only through the rf__be_k* wrappers (runtime/backend.h).
- * Everything it needs is allocated by rf__keyed_create; no other function allocates.
+ * It reaches the backend only through the rf__be_k* wrappers; only rf__keyed_create allocates.
  *
- * Threading: one owner thread at a time calls everything except rf__keyed_lookup and rf__keyed_stats,
- * which any thread may call at any time (lookup takes a short spinlock that the owner takes only while
- * it changes which key is in which slot; stats are relaxed atomics). */
+ * Threading: one owner thread at a time calls everything except lookup and stats, which any thread may
+ * call (lookup takes a short spinlock that the owner takes only while it changes which key is in which
+ * slot; stats are relaxed atomics). */
 #ifndef RF_RUNTIME_KEYED_H
 #define RF_RUNTIME_KEYED_H
 
@@ -13,10 +12,9 @@
 
 typedef struct rf__keyed rf__keyed;
 
-/* A cache over the nslots slots of slot_bytes at `slots` (the backend's address space), slot_stride
- * apart (slot_bytes rounded up to the backend's slot alignment). oracle: check
- * every keyed copy and acquire (RINGFETCH_ORACLE=1; RAW by comparing the slot with src on host slots,
- * WAR by refusing a copy into a held slot), RF_EHAZARD on a violation. RF_OK or RF_ENOMEM. */
+/* A cache over nslots slots of slot_bytes at `slots` (the backend's address space), slot_stride apart.
+ * oracle (RINGFETCH_ORACLE=1): RF_EHAZARD when an acquire's host slot differs from src (RAW) or a copy
+ * would write a held slot (WAR). RF_OK or RF_ENOMEM. */
 struct rf__engine;
 int rf__keyed_create(struct rf__engine *eng, const rf__backend_ops *be, void *ctx, unsigned char *slots,
 		     unsigned nslots, size_t slot_bytes, size_t slot_stride, int oracle, rf__keyed **out);

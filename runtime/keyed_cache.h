@@ -1,7 +1,6 @@
-/* runtime/keyed_cache.h — the data structures of the keyed cache (runtime/keyed.c), private to it:
- * slots, the key table (open addressing, backward-shift deletion), the LRU and held-back lists
- * (intrusive, by slot index, sentinel at index n), the empty-slot bitmap. Static inline: every
- * acquire goes through them. */
+/* runtime/keyed_cache.h — the keyed cache's data structures (runtime/keyed.c), private to it: slots,
+ * the key table (open addressing, at least 2n entries, backward-shift deletion: no tombstones), the LRU
+ * and held-back lists (intrusive, by slot index, sentinel at index n), the empty-slot bitmap. */
 #ifndef RF_RUNTIME_KEYED_CACHE_H
 #define RF_RUNTIME_KEYED_CACHE_H
 
@@ -11,6 +10,7 @@
 #include <stdatomic.h>
 
 enum { RF__K_EMPTY = 0, RF__K_HELDBACK = 1, RF__K_FILLED = 2 };
+enum { RF__KLRU = 0, RF__KHB = 1 }; /* the lists */
 
 typedef struct rf__kslot {
 	uint64_t key;
@@ -23,8 +23,10 @@ typedef struct rf__kslot {
 	uint8_t state;
 	uint8_t hint;   /* filled by a hint that no acquire has taken yet */
 	uint8_t issued; /* that hint's copy was issued (wasted, not dropped, if it leaves unacquired) */
-	unsigned prev, next;       /* LRU list */
-	unsigned hb_prev, hb_next; /* held-back list */
+	/* RF__KLRU: unheld keys, least recently used first; RF__KHB: held-back hints, in issue order */
+	struct {
+		unsigned prev, next;
+	} ln[2];
 } rf__kslot;
 
 typedef struct rf__kflight {
@@ -43,7 +45,7 @@ struct rf__keyed {
 	rf__kslot *s;   /* n + 1: s[n] is the sentinel of both lists */
 	uint32_t *tab;  /* slot + 1, 0 = free */
 	uint64_t *empty; /* bit set: slot empty */
-	unsigned nwords, nheld, nheldback, ninflight;
+	unsigned nwords, nheld, nheldback;
 	rf__kflight *fl; /* nlanes * RF__KEYED_HINTS_PER_LANE hint copies in flight */
 	unsigned *nfl;   /* per lane */
 	unsigned *sh_holds; /* oracle: holds counted from acquire/release alone */
@@ -114,38 +116,23 @@ static inline void rf__ktab_remove(rf__keyed *k, uint64_t key)
 	k->tab[i] = 0;
 }
 
-/* ---- lists ---------------------------------------------------------------------------------------- */
-
-static inline void rf__klru_unlink(rf__keyed *k, unsigned i)
+static inline void rf__kunlink(rf__keyed *k, int l, unsigned i)
 {
-	k->s[k->s[i].prev].next = k->s[i].next;
-	k->s[k->s[i].next].prev = k->s[i].prev;
+	k->s[k->s[i].ln[l].prev].ln[l].next = k->s[i].ln[l].next;
+	k->s[k->s[i].ln[l].next].ln[l].prev = k->s[i].ln[l].prev;
+	if (l == RF__KHB)
+		k->nheldback--;
 }
 
-static inline void rf__klru_push(rf__keyed *k, unsigned i) /* most recently used: at the tail */
+static inline void rf__kpush(rf__keyed *k, int l, unsigned i) /* at the tail */
 {
-	unsigned t = k->s[k->n].prev;
-	k->s[i].prev = t;
-	k->s[i].next = k->n;
-	k->s[t].next = i;
-	k->s[k->n].prev = i;
-}
-
-static inline void rf__khb_unlink(rf__keyed *k, unsigned i)
-{
-	k->s[k->s[i].hb_prev].hb_next = k->s[i].hb_next;
-	k->s[k->s[i].hb_next].hb_prev = k->s[i].hb_prev;
-	k->nheldback--;
-}
-
-static inline void rf__khb_push(rf__keyed *k, unsigned i)
-{
-	unsigned t = k->s[k->n].hb_prev;
-	k->s[i].hb_prev = t;
-	k->s[i].hb_next = k->n;
-	k->s[t].hb_next = i;
-	k->s[k->n].hb_prev = i;
-	k->nheldback++;
+	unsigned t = k->s[k->n].ln[l].prev;
+	k->s[i].ln[l].prev = t;
+	k->s[i].ln[l].next = k->n;
+	k->s[t].ln[l].next = i;
+	k->s[k->n].ln[l].prev = i;
+	if (l == RF__KHB)
+		k->nheldback++;
 }
 
 static inline void rf__kempty_set(rf__keyed *k, unsigned i, int on)
