@@ -21,7 +21,7 @@ void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int6
 	atomic_init(&f->inflight, 0);
 }
 
-/* The reader, as its own lane sees it (the owner published it before posting the work that uses it). */
+/* The reader (the owner published it before posting the work that uses it). */
 static rf__reader *rf__flight_rd(const rf__flight *f)
 {
 	return atomic_load_explicit(&((rf__flight *)f)->rd, memory_order_acquire);
@@ -55,11 +55,9 @@ void rf__flight_fini(rf__flight *f)
 	rf__reader *rd = rf__flight_rd(f);
 	if (rd == NULL)
 		return;
-	while (rf__flight_busy(f)) {
-		rf__flight_progress(f);
-		if (rf__flight_busy(f))
+	while (rf__flight_busy(f))
+		if (rf__flight_progress(f))
 			rf__reader_wait(rd);
-	}
 	rf__reader_destroy(rd);
 	atomic_store_explicit(&f->rd, NULL, memory_order_relaxed);
 	if (f->ec != NULL)
@@ -155,10 +153,9 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 		if (rf__flight_progress(f))
 			rf__reader_wait(rd);
 	}
-	f->rec[tag % RF__FLIGHT_MAX] = *rec;
-	f->rec[tag % RF__FLIGHT_MAX].dst = dst;
-	f->rec[tag % RF__FLIGHT_MAX].len = n > cap ? n : cap;
-	f->rec[tag % RF__FLIGHT_MAX].done = 0;
+	rf__flight_rec *r = &f->rec[tag % RF__FLIGHT_MAX];
+	*r = *rec;
+	r->dst = dst, r->len = n > cap ? n : cap, r->done = 0;
 	f->started++;
 	atomic_store_explicit(&f->inflight, (unsigned)(f->started - f->upto), memory_order_relaxed);
 	atomic_fetch_add_explicit(&f->bytes, n, memory_order_relaxed);
@@ -185,15 +182,14 @@ void rf__flight_wait_dst(rf__flight *f, const unsigned char *dst, size_t len)
 void rf__flight_signal_after(rf__flight *f, _Atomic int64_t *q, int64_t v, uint64_t after)
 {
 	q = q != NULL ? q : f->value;
-	/* Its copies have landed: at once. Nothing queued for q can be older (it would wait for no more
-	 * copies than this one, and the queued ones wait for some still in flight). */
+	/* Its copies have landed: at once (nothing queued for q is older: those wait for copies in flight). */
 	if (after <= f->upto) {
 		if (!f->failed)
 			rf__flight_store(f, q, v);
 		return;
 	}
-	/* A queued signal waits for a copy in flight, and a place gets at most one signal per copy of its
-	 * own plus one: room is made only in a program that signals a place twice between its copies. */
+	/* A place gets at most one queued signal per copy of its own plus one: waiting for room happens
+	 * only in a program that signals a place twice between its copies. */
 	while (f->sn == RF__FLIGHT_MAX + 1)
 		if (rf__flight_progress(f) && f->sn == RF__FLIGHT_MAX + 1)
 			rf__reader_wait(rf__flight_rd(f));
@@ -215,14 +211,12 @@ int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *d
 	int rc = rf__flight_start(f, s, n, dst, cap, &rec);
 	if (rc != RF_OK)
 		return rc;
-	while (!f->rec[tag % RF__FLIGHT_MAX].done) {
-		if (rf__flight_progress(f) && !f->rec[tag % RF__FLIGHT_MAX].done)
+	const rf__flight_rec *r = &f->rec[tag % RF__FLIGHT_MAX];
+	while (!r->done)
+		if (rf__flight_progress(f) && !r->done)
 			rf__reader_wait(rf__flight_rd(f));
-	}
-	rc = f->rec[tag % RF__FLIGHT_MAX].rc;
-	if (rc != RF_OK) {
-		f->failed = 0; /* a blocking read reports its own failure; the flight stays usable */
-		return rf__err(rc, "%s", f->last);
-	}
-	return RF_OK;
+	if (r->rc == RF_OK)
+		return RF_OK;
+	f->failed = 0; /* a blocking read reports its own failure; the flight stays usable */
+	return rf__err(r->rc, "%s", f->last);
 }

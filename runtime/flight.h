@@ -1,17 +1,13 @@
 /* runtime/flight.h — a lane's asynchronous copies (file reads, io/reader.h) and the signals queued
  * behind them.
  *
- * A copy op whose source is a file starts its reads and returns; the lane walks on (to the next block
- * of a run, or the next keyed hint), so several copies are in flight from one thread. A signal means
- * "this queue has done everything up to here", so a signal issued while copies are in flight is queued
- * and stored (to the queue's value, then the eventcount notified) once every copy started before it
- * has landed — in order, whatever order the device finishes them in. Whoever waits on the lane's
- * thread (for another queue, or for work) calls rf__flight_progress while it waits and sleeps in the
- * reader (rf__flight_sleep), woken by the lane's bell.
- *
- * A failed copy (RF_EIO) keeps its sentence; a run's lane then stops (its later signals are dropped,
- * so no compute sees a block that did not land), while a keyed copy's failure is recorded where the
- * keyed core will look (*fail_at = fail_value) and its signal still goes out, in order. */
+ * A file copy starts its reads and returns, so one lane keeps several copies in flight. A signal
+ * ("this queue has done everything up to here") issued while copies are in flight is queued and
+ * stored (then the eventcount notified) once every copy started before it has landed, in order. A
+ * thread waiting on the lane calls rf__flight_progress and sleeps in the reader (rf__flight_sleep),
+ * woken by the lane's bell. A failed run copy (RF_EIO) stops the lane: its later signals are dropped,
+ * so no compute sees a block that did not land. A failed keyed copy sets *fail_at = fail_value and its
+ * signal still goes out, in order. */
 #ifndef RF_RUNTIME_FLIGHT_H
 #define RF_RUNTIME_FLIGHT_H
 
@@ -28,13 +24,13 @@ struct rf__trace;
 
 /* What to do when a copy lands: its trace slice, the file to let go, a keyed failure mark. */
 typedef struct rf__flight_rec {
-	int64_t t0;       /* start (trace) */
+	int64_t t0; /* start (trace) */
 	uint64_t s0;
 	int64_t block;
 	uint32_t slot, node;
 	uint8_t queue;
 	uint8_t traced;            /* record a slice in the run's trace */
-	uint8_t keyed;             /* a keyed copy: a failure is marked, the signal still goes out */
+	uint8_t keyed;             /* a failure is marked, the signal still goes out */
 	rf_file *unhold;           /* let go of this file once landed (NULL: the caller holds it) */
 	_Atomic int64_t *fail_at;  /* keyed: set to fail_value when the copy fails */
 	int64_t fail_value;
@@ -45,17 +41,15 @@ typedef struct rf__flight_rec {
 } rf__flight_rec;
 
 typedef struct rf__flight {
-	/* NULL until the first file copy (rf__flight_open, by the owner, published to the lane, which may
-	 * look at it while it waits for work) */
-	_Atomic(rf__reader *) rd;
+	_Atomic(rf__reader *) rd; /* NULL until rf__flight_open (the owner publishes it to the lane) */
 	int bell;        /* eventfd: the lane's bell slot in ec */
 	unsigned bell_slot;
 	rf__ec *ec;
 	_Atomic int64_t *value; /* the queue's value */
 	uint64_t started, upto; /* copies started; the oldest not yet landed */
 	rf__flight_rec rec[RF__FLIGHT_MAX];
-	/* queued signals, oldest first: value, where, and how many copies (counted from the first) land
-	 * first; signals to one place queue with growing siga, so firing in order per place keeps its order */
+	/* queued signals, oldest first: value, where, and the copies that land first (siga grows per place,
+	 * so firing in order keeps each place's order) */
 	int64_t sigv[RF__FLIGHT_MAX + 1];
 	_Atomic int64_t *sigq[RF__FLIGHT_MAX + 1];
 	uint64_t siga[RF__FLIGHT_MAX + 1];
@@ -69,41 +63,39 @@ typedef struct rf__flight {
 	char why[240];       /* how the reader reads (describe), once open */
 } rf__flight;
 
-/* Zero state: no reader yet. value: the queue's counter; ec/bell_slot: where the lane sleeps. */
+/* No reader yet. value: the queue's counter; ec/bell_slot: where the lane sleeps. */
 void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int64_t *value);
-/* Make the reader (and the bell) if there is none yet, registering [base, base + len) (the ring).
- * RF_OK, RF_ENOMEM. On the owner's thread, while the lane is idle. */
+/* Make the reader and the bell if not yet there, registering [base, base + len) (the ring). RF_OK,
+ * RF_ENOMEM. On the owner's thread, while the lane is idle. */
 int rf__flight_open(rf__flight *f, void *base, size_t len);
 /* Wait for every copy in flight, free the reader and the bell. */
 void rf__flight_fini(rf__flight *f);
 
-/* Start the reads of one copy (the lane's thread). Waits for room when RF__FLIGHT_MAX copies (or the
- * reader's limit) are in flight. RF_OK; RF_EINVAL (the reader refused the range). */
+/* Start the reads of one copy (the lane's thread), waiting for room when RF__FLIGHT_MAX copies are in
+ * flight. RF_OK; RF_EINVAL (the reader refused the range). */
 int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
 		     const rf__flight_rec *rec);
-/* Before a copy into [dst, dst + len) starts on the lane: wait until no read in flight writes there.
- * Queue order orders a lane's copies into one slot (write after write), but a read in flight has not
- * written yet: a later copy into the same bytes must not overtake it. */
+/* Wait until no read in flight writes [dst, dst + len): a read in flight has not written yet, and a
+ * later copy into the same bytes must not overtake it. */
 void rf__flight_wait_dst(rf__flight *f, const unsigned char *dst, size_t len);
-/* Store v into *q (NULL: the lane's queue value) once every copy started so far has landed (at once when
- * none is in flight), then notify the eventcount (if any). */
+/* Store v into *q (NULL: the lane's queue value) once every copy started so far has landed, then
+ * notify the eventcount (if any). */
 void rf__flight_signal(rf__flight *f, _Atomic int64_t *q, int64_t v);
-/* The same, once the copies started before the `after`-th (a value of f->started) have landed: a
- * flight that carries several queues' copies (the caller's, walking every queue) holds a queue's signal
- * back only behind that queue's own copies. `after` never decreases from one call to the next for one q. */
+/* The same, once the copies before the `after`-th (a value of f->started) have landed: a flight that
+ * carries several queues' copies holds a signal back only behind its own queue's. `after` never
+ * decreases from one call to the next for one q. */
 void rf__flight_signal_after(rf__flight *f, _Atomic int64_t *q, int64_t v, uint64_t after);
 /* Reap landed copies and fire the signals they free. 1 while copies are still in flight. */
 int rf__flight_progress(rf__flight *f);
 /* Sleep until a copy may have landed or the bell rang (rf__ec_wait_bell's sleep). */
 void rf__flight_sleep(void *f);
-/* Copies in flight (the lane's own view). */
+/* Copies in flight (the lane's view). */
 static inline int rf__flight_busy(const rf__flight *f)
 {
 	return f->started != f->upto;
 }
 
-/* A blocking read on the calling thread (cpu, and copies the caller makes itself): start, then
- * progress and sleep until it landed. RF_OK, or RF_EIO / RF_EINVAL with rf_errmsg set. */
+/* A blocking read on the calling thread. RF_OK, or RF_EIO / RF_EINVAL with rf_errmsg set. */
 int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap);
 
 #endif
