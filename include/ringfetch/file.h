@@ -1,28 +1,21 @@
 /*
- * ringfetch/file.h — files as sources of blocks (included by <ringfetch.h>).
+ * ringfetch/file.h — files as sources of blocks (included by <ringfetch.h>; docs/files.md).
  *
- * A file opened here gets addresses: [rf_file_data(f), rf_file_data(f) + rf_file_size(f)) is a
- * read-only shared mapping of it. Every copy ringfetch makes whose source range lies inside that
- * mapping — rf_pipeline_run's srcs[i], keyed src, rf_exec copy nodes, on every backend — reads the file
- * instead, straight into the destination slot (the pinned staging slot on cuda), with O_DIRECT where
- * the file system, offset, length and destination allow it, and with several reads in flight. The
- * library never faults the mapping's pages in; the caller may read the mapping directly (and then pays
- * the page faults itself).
- *
- * Rules (docs/files.md):
+ * [rf_file_data(f), rf_file_data(f) + rf_file_size(f)) is a read-only shared mapping of an open file.
+ * Every copy ringfetch makes from inside it (rf_pipeline_run's srcs[i], keyed src, rf_exec copy nodes,
+ * on every backend) reads the file instead, straight into the destination slot (the pinned staging
+ * slot on cuda), with O_DIRECT where file system, offset, length and destination allow, several reads
+ * in flight; the library never faults the mapping in (a caller reading it pays the faults).
  *  - A source range that starts inside a file's range must end inside it: RF_EINVAL at the call that
- *    names it, checked before any work. Sources of one run may mix memory and several files.
- *  - A read that fails or comes back short (the file shrank after open) fails that run with RF_EIO
- *    after draining (no compute sees a partial block; the pipeline stays usable), or that acquire with
- *    RF_EIO (the key stays absent). A failed hint leaves its key absent and counts as wasted. Never
- *    SIGBUS, never a block with stale bytes.
- *  - "cpu": a file copy is a blocking read on the caller. "threads": the copy worker keeps several
- *    reads in flight. "cuda": the file is read into pinned staging, then copied to the device
- *    stream-ordered (an acquire of a file source may wait on the host for its read).
- *  - The file's bytes must not change while it is open (as for memory sources); a file that shrinks
- *    is RF_EIO, never undefined behaviour.
- *  - When slot_bytes is a multiple of 4096, every slot starts on a 4 KiB boundary (host and pinned
- *    staging), so aligned file blocks are always read with O_DIRECT straight into their slot.
+ *    names it, before any work. Sources of one run may mix memory and several files.
+ *  - A failed or short read (the file shrank) fails that run with RF_EIO after draining (no compute
+ *    sees a partial block; the pipeline stays usable), or that acquire (the key stays absent). A failed
+ *    hint leaves its key absent and counts as wasted. Never SIGBUS, never a block with stale bytes.
+ *  - "cpu": a blocking read on the caller. "threads": the copy worker keeps several reads in flight.
+ *    "cuda": read into pinned staging, then copied stream-ordered (an acquire may wait on the host).
+ *  - The bytes must not change while open (as for memory); a file that shrinks is RF_EIO, never UB.
+ *  - slot_bytes a multiple of 4096: every slot starts on a 4 KiB boundary (host and pinned staging),
+ *    so aligned file blocks are always read with O_DIRECT straight into their slot.
  *  - rf_pipeline_describe says how file copies are made; rf_stats counts the bytes read from files.
  */
 #ifndef RINGFETCH_FILE_H
@@ -42,13 +35,11 @@ typedef struct rf_file rf_file;
 #define RF_FILE_BUFFERED 1u
 
 /**
- * Open the regular file at `path` read-only as a source of blocks, and map it (see above).
- * Never blocks on a FIFO or a device. Thread-safe.
- * \return RF_OK and *out;
- *         RF_EINVAL (path or out NULL, flags other than 0 / RF_FILE_BUFFERED);
- *         RF_ENOTSUP (not a regular file: a directory, a FIFO, a device; or an empty file);
- *         RF_EIO (open, fstat or mmap failed: rf_errmsg() names the path and errno's text);
- *         RF_ENOMEM. On failure *out is untouched.
+ * Open the regular file at `path` read-only as a source of blocks, and map it. Never blocks on a FIFO
+ * or a device. Thread-safe.
+ * \return RF_OK and *out; RF_EINVAL (path or out NULL, flags not 0 / RF_FILE_BUFFERED); RF_ENOTSUP
+ *         (a directory, FIFO, device, or an empty file); RF_EIO (open, fstat or mmap failed:
+ *         rf_errmsg() names the path and errno's text); RF_ENOMEM. On failure *out is untouched.
  */
 RF_EXTERN int rf_file_open(const char *path, unsigned flags, rf_file **out);
 
@@ -59,8 +50,8 @@ RF_EXTERN const void *rf_file_data(const rf_file *f);
 RF_EXTERN uint64_t rf_file_size(const rf_file *f);
 
 /**
- * Unmap and close. As with a memory source, the file must stay open while a pipeline may still copy
- * from it: until its keys are evicted or the pipeline is destroyed (hits read no source).
+ * Unmap and close. The file must stay open while a pipeline may still copy from it: until its keys
+ * are evicted or the pipeline is destroyed (hits read no source).
  * \return RF_OK, also for NULL; RF_EBUSY (nothing changes) while a copy from it is in flight.
  */
 RF_EXTERN int rf_file_close(rf_file *f);
