@@ -1,13 +1,13 @@
 /* io/file.c — rf_file_open / data / size / close, and the registry of open files (io/file.h).
  *
- * A file is opened twice: a buffered descriptor, and (unless RF_FILE_BUFFERED) an O_DIRECT one on the
- * same inode, reopened through /proc/self/fd so that a path replaced in between cannot give another
- * file. The mapping exists only to give the bytes addresses: the library never reads it.
+ * A file is opened twice: buffered, and (unless RF_FILE_BUFFERED) O_DIRECT on the same inode, reopened
+ * through /proc/self/fd so that a path replaced in between cannot give another file. The mapping only
+ * gives the bytes addresses: the library never reads it.
  *
- * The registry is a sorted array of [lo, hi) ranges under a seqlock: readers (every copy path that
- * classifies a source) retry when a writer moved in between, and never write shared memory. Writers
- * (open, close) serialise on a mutex. An array outgrown by a larger one stays allocated (a reader may
- * still be searching it); arrays double, so what is kept is at most the size of the largest. */
+ * The registry is a sorted array of [lo, hi) ranges under a seqlock: readers retry when a writer moved
+ * in between and never write shared memory; writers (open, close) serialise on a mutex. An outgrown
+ * array stays allocated (a reader may still search it); arrays double, so that costs at most as much
+ * as the largest. */
 #define _GNU_SOURCE /* statx with the direct-I/O alignment, O_DIRECT */
 #include "io/file.h"
 #include "base/alloc.h"
@@ -26,19 +26,6 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
-
-struct rf_file {
-	int fd;  /* buffered */
-	int dfd; /* O_DIRECT, or -1 */
-	const unsigned char *map;
-	uint64_t size;
-	size_t dio_align, dio_mem_align; /* 0 without dfd */
-	size_t io_max;                   /* the device's largest request, 0 when unknown */
-	atomic_uint holds;               /* copies that may still read the file */
-	char path[];
-};
-
-/* ---- the registry --------------------------------------------------------------------------------- */
 
 typedef struct rf__freg_ent {
 	_Atomic uintptr_t lo, hi;
@@ -192,43 +179,11 @@ int rf__file_classify(const char *who, const char *what, const void *src, size_t
 	return 1;
 }
 
-void rf__file_hold(rf_file *f)
-{
-	atomic_fetch_add_explicit(&f->holds, 1, memory_order_relaxed);
-}
-
 void rf__file_unhold(rf_file *f)
 {
 	/* release: the copy's reads of f happen before a close that sees no hold. */
 	atomic_fetch_sub_explicit(&f->holds, 1, memory_order_release);
 }
-
-int rf__file_fd(const rf_file *f, int direct)
-{
-	return direct && f->dfd >= 0 ? f->dfd : f->fd;
-}
-
-size_t rf__file_dio_align(const rf_file *f)
-{
-	return f->dio_align;
-}
-
-size_t rf__file_dio_mem_align(const rf_file *f)
-{
-	return f->dio_mem_align;
-}
-
-const char *rf__file_path(const rf_file *f)
-{
-	return f->path;
-}
-
-size_t rf__file_io_max(const rf_file *f)
-{
-	return f->io_max;
-}
-
-/* ---- open / close ----------------------------------------------------------------------------------- */
 
 /* A number from the queue/ directory of the device holding st (sysfs), or 0. */
 static unsigned long rf__file_queue(const struct stat *st, const char *name)
@@ -246,12 +201,6 @@ static unsigned long rf__file_queue(const struct stat *st, const char *name)
 		fclose(fp);
 	}
 	return v;
-}
-
-/* The logical block size of the device holding st, or 0. */
-static size_t rf__file_lbs(const struct stat *st)
-{
-	return (size_t)rf__file_queue(st, "logical_block_size");
 }
 
 /* The largest request the block layer sends the device in one piece: max_sectors_kb, and no more than
@@ -274,25 +223,20 @@ static void rf__file_direct(rf_file *f, const struct stat *st)
 	char p[64];
 	snprintf(p, sizeof p, "/proc/self/fd/%d", f->fd);
 	int d = open(p, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOCTTY);
-	struct stat ds;
 	if (d < 0)
 		return;
-	if (fstat(d, &ds) != 0 || ds.st_dev != st->st_dev || ds.st_ino != st->st_ino) {
+	struct stat ds;
+	struct statx sx;
+	int dio = statx(f->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN);
+	/* another inode, or the file system says: no direct I/O for this file */
+	if (fstat(d, &ds) != 0 || ds.st_dev != st->st_dev || ds.st_ino != st->st_ino ||
+	    (dio && sx.stx_dio_offset_align == 0)) {
 		close(d);
 		return;
 	}
-	size_t off = 0, mem = 0;
-	struct statx sx;
-	if (statx(f->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN)) {
-		if (sx.stx_dio_offset_align == 0) { /* the file system says: no direct I/O for this file */
-			close(d);
-			return;
-		}
-		off = sx.stx_dio_offset_align;
-		mem = sx.stx_dio_mem_align;
-	}
+	size_t off = dio ? sx.stx_dio_offset_align : 0, mem = dio ? sx.stx_dio_mem_align : 0;
 	if (off == 0)
-		off = rf__file_lbs(st);
+		off = (size_t)rf__file_queue(st, "logical_block_size");
 	if (off == 0 || (off & (off - 1)) != 0)
 		off = 4096;
 	if (mem == 0 || (mem & (mem - 1)) != 0)
@@ -317,16 +261,14 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 	f->dfd = -1;
 	atomic_init(&f->holds, 0);
 	int rc;
+	const char *op = "open";
 	struct stat st;
 	/* O_NONBLOCK: a FIFO or a device must not block the open; regular files ignore the flag. */
-	if ((f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) < 0) {
-		rc = rf__err(RF_EIO, "%s: %s: open: %s", who, path, strerror(errno));
-		goto fail;
-	}
-	if (fstat(f->fd, &st) != 0) {
-		rc = rf__err(RF_EIO, "%s: %s: fstat: %s", who, path, strerror(errno));
-		goto fail;
-	}
+	if ((f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) < 0)
+		goto fail_sys;
+	op = "fstat";
+	if (fstat(f->fd, &st) != 0)
+		goto fail_sys;
 	if (!S_ISREG(st.st_mode) || st.st_size == 0) {
 		rc = rf__err(RF_ENOTSUP, "%s: %s is %s", who, path,
 			     S_ISDIR(st.st_mode)    ? "a directory"
@@ -338,10 +280,9 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 	}
 	/* Back to blocking: io_uring answers -EAGAIN instead of waiting for reads of an O_NONBLOCK file. */
 	int fl = fcntl(f->fd, F_GETFL);
-	if (fl < 0 || fcntl(f->fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
-		rc = rf__err(RF_EIO, "%s: %s: fcntl: %s", who, path, strerror(errno));
-		goto fail;
-	}
+	op = "fcntl";
+	if (fl < 0 || fcntl(f->fd, F_SETFL, fl & ~O_NONBLOCK) != 0)
+		goto fail_sys;
 	f->size = (uint64_t)st.st_size;
 	f->io_max = rf__file_io_max_of(&st);
 	if ((uint64_t)(size_t)f->size != f->size || f->size > (uint64_t)PTRDIFF_MAX) {
@@ -366,6 +307,8 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 	}
 	*out = f;
 	return RF_OK;
+fail_sys:
+	rc = rf__err(RF_EIO, "%s: %s: %s: %s", who, path, op, strerror(errno));
 fail:
 	if (f->map != NULL)
 		munmap((void *)f->map, (size_t)f->size);

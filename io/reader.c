@@ -1,15 +1,11 @@
 /* io/reader.c — the reads of file copies (io/reader.h).
  *
  * A copy is a window of the file (its range, or the range widened to the O_DIRECT alignment) cut into
- * pieces; a piece is one read. Copies whose pieces are not all issued wait in a FIFO (the pending
- * list); whenever a read finishes, the next piece of the oldest pending copy takes its place, so the
- * device always sees up to RF__RD_QD reads and the copies finish roughly in start order. Every piece
- * goes through one issue function: with io_uring it becomes a submission, with pread it is read on the
- * spot and completed at once, so the completion logic (short reads, errors, the move, the timing) is
- * one code path for both.
- *
- * All the memory is allocated by create: the copies, the pieces, the FIFOs, the error sentence. */
-#define _GNU_SOURCE /* O_DIRECT reads, strerror_r's GNU form is not used: strerror is enough here */
+ * pieces, one read each. Copies with pieces not yet issued wait in a FIFO (the pending list); as a read
+ * finishes, the next piece of the oldest pending copy takes its place, so the device sees up to
+ * RF__RD_QD reads. Every piece goes through rd_issue: an io_uring submission, or a pread completed on
+ * the spot, so completion (short reads, errors, the move, the timing) is one code path for both. */
+#define _GNU_SOURCE /* O_DIRECT */
 #include "io/reader.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -76,12 +72,11 @@ struct rf__reader {
 	int reg_tried;
 	char reg_why[96];
 	size_t last_align, last_mem_align, last_piece;
-	int last_direct_ok, any_file;
+	int any_file;
 	rd_copy *copies;
 	unsigned *free_copies, nfree_copies;
 	unsigned pend_head, pend_tail;
 	unsigned *done, done_head, ndone; /* FIFO of finished copies, max_copies long */
-	unsigned inflight;                /* copies started, not yet handed back */
 	rd_piece pieces[RF__RD_QD];
 	unsigned free_pieces[RF__RD_QD], nfree_pieces;
 	rf__rd_samples samples[RF__RD_CLASSES];
@@ -91,19 +86,19 @@ struct rf__reader {
 #endif
 };
 
-/* ---- the pure parts --------------------------------------------------------------------------------- */
+_Static_assert(RF__RD_PROBES % 2 == 1, "rd_median takes the middle sample");
 
-static float rd_median(const float *v, unsigned n)
+static float rd_median(const float *v) /* of RF__RD_PROBES samples, by insertion sort */
 {
 	float s[RF__RD_PROBES];
-	memcpy(s, v, n * sizeof *s);
-	for (unsigned i = 1; i < n; i++) /* insertion sort: n <= RF__RD_PROBES */
+	memcpy(s, v, sizeof s);
+	for (unsigned i = 1; i < RF__RD_PROBES; i++)
 		for (unsigned j = i; j > 0 && s[j - 1] > s[j]; j--) {
 			float t = s[j];
 			s[j] = s[j - 1];
 			s[j - 1] = t;
 		}
-	return n % 2 ? s[n / 2] : (s[n / 2 - 1] + s[n / 2]) / 2;
+	return s[RF__RD_PROBES / 2];
 }
 
 int rf__reader_rule_decided(const rf__rd_samples *s)
@@ -115,8 +110,7 @@ int rf__reader_rule(const rf__rd_samples *s)
 {
 	if (!rf__reader_rule_decided(s))
 		return s->n[RF__RD_BUFFERED] < s->n[RF__RD_MOVE] ? RF__RD_BUFFERED : RF__RD_MOVE;
-	float mv = rd_median(s->ns_per_byte[RF__RD_MOVE], RF__RD_PROBES);
-	float bf = rd_median(s->ns_per_byte[RF__RD_BUFFERED], RF__RD_PROBES);
+	float mv = rd_median(s->ns_per_byte[RF__RD_MOVE]), bf = rd_median(s->ns_per_byte[RF__RD_BUFFERED]);
 	return bf < mv ? RF__RD_BUFFERED : RF__RD_MOVE;
 }
 
@@ -138,8 +132,6 @@ size_t rf__reader_piece(size_t n, size_t align, size_t io_max)
 	return p > hi ? hi : p;
 }
 
-/* ---- create / destroy ------------------------------------------------------------------------------- */
-
 static double rd_now(void)
 {
 	struct timespec t;
@@ -156,7 +148,7 @@ static void rd_uring_init(rf__reader *r)
 		snprintf(r->why, sizeof r->why, "io_uring refused: io_uring_setup: %s", strerror(-rc));
 		return;
 	}
-	/* A kernel with io_uring but without the read opcodes (before 5.6) is as good as none. */
+	/* A kernel without the read opcodes (before 5.6) is as good as none. */
 	struct io_uring_probe *p = io_uring_get_probe_ring(&r->ring);
 	int ok = p != NULL && io_uring_opcode_supported(p, IORING_OP_READ) &&
 		 io_uring_opcode_supported(p, IORING_OP_READ_FIXED) && io_uring_opcode_supported(p, IORING_OP_POLL_ADD);
@@ -184,10 +176,7 @@ int rf__reader_create(unsigned max_copies, int bell_fd, rf__reader **out)
 	r->free_copies = rf__calloc(max_copies, sizeof *r->free_copies);
 	r->done = rf__calloc(max_copies, sizeof *r->done);
 	if (r->copies == NULL || r->free_copies == NULL || r->done == NULL) {
-		free(r->copies);
-		free(r->free_copies);
-		free(r->done);
-		free(r);
+		rf__reader_destroy(r); /* no ring yet */
 		return rf__err(RF_ENOMEM, "rf__reader_create: out of memory");
 	}
 	r->max_copies = max_copies;
@@ -207,8 +196,6 @@ int rf__reader_create(unsigned max_copies, int bell_fd, rf__reader **out)
 	*out = r;
 	return RF_OK;
 }
-
-/* ---- completion ------------------------------------------------------------------------------------- */
 
 static void rd_pend_remove(rf__reader *r, unsigned ci)
 {
@@ -254,7 +241,7 @@ static void rd_fail(rf__reader *r, unsigned ci, const rd_piece *p, int err_no, s
 /* The sentence of failed copy c, into r->err. */
 static void rd_explain(rf__reader *r, const rd_copy *c)
 {
-	const char *path = rf__file_path(c->f);
+	const char *path = c->f->path;
 	if (c->err_no != 0)
 		snprintf(r->err, sizeof r->err, "%s: read of %zu bytes at offset %" PRIu64 ": %s", path, c->err_len,
 			 c->err_off, strerror(c->err_no));
@@ -266,15 +253,14 @@ static void rd_explain(rf__reader *r, const rd_copy *c)
 			 c->err_got, c->err_len);
 }
 
-/* Every piece of copy ci has come back: move the bytes down if it was read as its window, time it if
- * the rule is still measuring its class, and queue it for poll. */
+/* Every piece of copy ci has come back: move the bytes down if read as its window, time it while the
+ * rule measures its class, queue it for poll. */
 static void rd_finish(rf__reader *r, unsigned ci)
 {
 	rd_copy *c = &r->copies[ci];
 	if (c->rc == RF_OK && c->move) {
 		memmove(c->dst, c->dst + c->shift, c->n);
 		c->shift = 0;
-		r->cnt.moved++;
 	}
 	if (c->rc == RF_OK && c->timed) {
 		rf__rd_samples *s = &r->samples[c->cls];
@@ -300,8 +286,6 @@ static void rd_piece_done(rf__reader *r, unsigned pi, long res)
 		rd_issue(r, pi);
 		return;
 	}
-	if (res > 0)
-		*(c->direct ? &r->cnt.bytes_direct : &r->cnt.bytes_buffered) += (uint64_t)res;
 	uint64_t want = p->off + p->len < c->end ? p->off + p->len : c->end;
 	if (res >= 0 && p->off + (uint64_t)res < want && c->rc == RF_OK) {
 		size_t a = c->direct ? rf__file_dio_align(c->f) : 1;
@@ -353,11 +337,8 @@ static void rd_issue(rf__reader *r, unsigned pi)
 	r->cnt.reads_direct += c->direct;
 #ifdef RF_HAVE_LIBURING
 	if (r->uring) {
+		/* Never NULL: RD_SQ_ENTRIES holds every piece and the doorbell (else: pread below). */
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
-		if (sqe == NULL) { /* the queue is full (never, at these sizes): hand what is there over first */
-			io_uring_submit(&r->ring);
-			sqe = io_uring_get_sqe(&r->ring);
-		}
 		if (sqe != NULL) {
 			int fd = rf__file_fd(c->f, c->direct);
 			int fixed = r->reg_base != NULL && p->dst >= (unsigned char *)r->reg_base &&
@@ -393,8 +374,8 @@ static void rd_top_up(rf__reader *r)
 	}
 }
 
-/* The doorbell rang: consume its count, so that the next wait waits afresh. Only if it is still readable
- * (a blocking eventfd whose count someone else took would block the read). */
+/* The doorbell rang: consume its count, so that the next wait waits afresh; only if still readable (a
+ * blocking eventfd whose count someone else took would block the read). */
 static void rd_bell_drain(rf__reader *r)
 {
 	struct pollfd pf = {r->bell_fd, POLLIN, 0};
@@ -408,9 +389,8 @@ static void rd_bell_drain(rf__reader *r)
 }
 
 #ifdef RF_HAVE_LIBURING
-/* io_uring_enter failed for a reason that retrying will not cure (a broken ring): read with pread from
- * now on. The submissions the kernel has not taken stay in the ring, which is never entered to submit
- * again, and are read here instead; reads the kernel took still complete through the ring. */
+/* io_uring_enter failed for good: pread from now on. The submissions the kernel has not taken are read
+ * here (the ring is never submitted to again); reads it took still complete through the ring. */
 static void rd_uring_broke(rf__reader *r, int err)
 {
 	snprintf(r->why, sizeof r->why, "io_uring failed: io_uring_enter: %s", strerror(err));
@@ -425,8 +405,7 @@ static void rd_uring_broke(rf__reader *r, int err)
 	}
 }
 
-/* Hand the queued submissions to the kernel. A busy ring (EAGAIN, EBUSY) or a signal leaves them queued
- * for the next call. */
+/* Hand the queued submissions to the kernel; EAGAIN, EBUSY, EINTR leave them for the next call. */
 static void rd_submit(rf__reader *r)
 {
 	if (!r->uring || io_uring_sq_ready(&r->ring) == 0)
@@ -436,7 +415,6 @@ static void rd_submit(rf__reader *r)
 		rd_uring_broke(r, -rc);
 }
 
-/* Take every completion the ring holds. */
 static void rd_reap(rf__reader *r)
 {
 	struct io_uring_cqe *cqe;
@@ -453,8 +431,7 @@ static void rd_reap(rf__reader *r)
 			r->bell_dead |= res < 0 && res != -EINTR && res != -EAGAIN && res != -ECANCELED;
 			continue;
 		}
-		/* The CQE's slot is not released until the advance below, so the retry a piece may queue lands
-		 * in the submission ring only. */
+		/* The CQE stays until the advance below: a retry the piece queues lands in the SQ only. */
 		rd_piece_done(r, (unsigned)ud, res);
 	}
 	io_uring_cq_advance(&r->ring, n);
@@ -463,21 +440,18 @@ static void rd_reap(rf__reader *r)
 		r->bell_rang = 1;
 	}
 }
+#else
+#define rd_submit(r) ((void)(r))
+#define rd_reap(r) ((void)(r))
 #endif
-
-/* ---- the calls -------------------------------------------------------------------------------------- */
 
 /* Reap, issue what waits for room, submit. */
 static void rd_progress(rf__reader *r)
 {
-#ifdef RF_HAVE_LIBURING
 	if (r->ring_open)
 		rd_reap(r);
-#endif
 	rd_top_up(r);
-#ifdef RF_HAVE_LIBURING
 	rd_submit(r);
-#endif
 }
 
 int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
@@ -489,13 +463,13 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
 	uint64_t size = rf_file_size(s->f);
 	if (s->off > size || n > size - s->off)
 		return rf__err(RF_EINVAL, "%s: %s: %zu bytes at offset %" PRIu64 " end past its %" PRIu64 " bytes", who,
-			       rf__file_path(s->f), n, s->off, size);
+			       s->f->path, n, s->off, size);
 	if (r->nfree_copies == 0)
 		return rf__err(RF_EBUSY, "%s: %u copies in flight", who, r->max_copies);
 	unsigned ci = r->free_copies[--r->nfree_copies];
 	rd_copy *c = &r->copies[ci];
 	*c = (rd_copy){.tag = tag, .f = s->f, .dst = dst, .win_off = s->off, .win_len = n, .end = s->off + n, .n = n};
-	size_t a = rf__file_dio_align(s->f), ma = rf__file_dio_mem_align(s->f);
+	size_t a = rf__file_dio_align(s->f), ma = s->f->dio_mem_align;
 	r->any_file = 1;
 	r->last_align = a, r->last_mem_align = ma;
 	if (a != 0) {
@@ -516,14 +490,11 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
 			}
 		}
 	}
-	c->piece = rf__reader_piece(c->win_len, c->direct ? a : 4096, rf__file_io_max(s->f));
+	c->piece = rf__reader_piece(c->win_len, c->direct ? a : 4096, s->f->io_max);
 	r->last_piece = c->piece;
-	r->inflight++;
 	rd_pend_push(r, ci);
 	rd_top_up(r);
-#ifdef RF_HAVE_LIBURING
 	rd_submit(r);
-#endif
 	return RF_OK;
 }
 
@@ -544,13 +515,10 @@ int rf__reader_poll(rf__reader *r, uint64_t *tag, int *rc, size_t *shift)
 	*shift = c->rc == RF_OK ? c->shift : 0;
 	r->cnt.copies++;
 	r->cnt.failed += c->rc != RF_OK;
-	r->cnt.bytes += c->rc == RF_OK ? c->n : 0;
 	r->free_copies[r->nfree_copies++] = ci;
-	r->inflight--;
 	return 1;
 }
 
-/* Reads issued and not yet come back. */
 static unsigned rd_reads_out(const rf__reader *r)
 {
 	return RF__RD_QD - r->nfree_pieces;
@@ -604,8 +572,8 @@ int rf__reader_register(rf__reader *r, void *base, size_t len)
 {
 	if (r == NULL || (base == NULL && len > 0))
 		return rf__err(RF_EINVAL, "rf__reader_register: %s", r == NULL ? "r is NULL" : "base is NULL");
-	if (rd_reads_out(r) != 0 || r->inflight != 0)
-		return rf__err(RF_EBUSY, "rf__reader_register: %u copies in flight", r->inflight);
+	if (rd_reads_out(r) != 0 || rf__reader_inflight(r) != 0)
+		return rf__err(RF_EBUSY, "rf__reader_register: %u copies in flight", rf__reader_inflight(r));
 #ifdef RF_HAVE_LIBURING
 	if (r->uring && r->reg_base != NULL)
 		io_uring_unregister_buffers(&r->ring);
@@ -637,8 +605,8 @@ void rf__reader_destroy(rf__reader *r)
 	if (r == NULL)
 		return;
 #ifdef RF_HAVE_LIBURING
-	/* The kernel writes into the destinations until each read completes: wait for every one. The
-	 * doorbell's poll references no memory of ours, and exit cancels it. */
+	/* The kernel writes the destinations until each read completes: wait for them. The doorbell's poll
+	 * references no memory of ours; exit cancels it. */
 	while (r->ring_open && rd_reads_out(r) != 0) {
 		rd_submit(r);
 		struct io_uring_cqe *cqe;
@@ -661,22 +629,12 @@ const char *rf__reader_error(const rf__reader *r)
 
 unsigned rf__reader_inflight(const rf__reader *r)
 {
-	return r->inflight;
+	return r->max_copies - r->nfree_copies;
 }
 
 void rf__reader_counters_get(const rf__reader *r, rf__reader_counters *out)
 {
 	*out = r->cnt;
-}
-
-static const char *rd_size_name(unsigned cls, char *buf, size_t cap)
-{
-	size_t lim = (size_t)4096 << cls;
-	if (lim >= ((size_t)1 << 20))
-		snprintf(buf, cap, "%zuM", lim >> 20);
-	else
-		snprintf(buf, cap, "%zuK", lim >> 10);
-	return buf;
 }
 
 void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
@@ -689,7 +647,6 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 	} while (0)
 	if (cap == 0)
 		return;
-	buf[0] = '\0';
 	if (r->uring)
 		RD_PUT("io_uring, up to %u reads in flight", RF__RD_QD);
 	else
@@ -710,8 +667,10 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 	for (unsigned k = 0; k < RF__RD_CLASSES; k++) {
 		if (!rf__reader_rule_decided(&r->samples[k]))
 			continue;
-		char nb[16];
-		RD_PUT("%s<=%s %s", first ? ", unaligned ranges: " : ", ", rd_size_name(k, nb, sizeof nb),
+		size_t lim = (size_t)4096 << k;
+		int mib = lim >= ((size_t)1 << 20);
+		RD_PUT("%s<=%zu%c %s", first ? ", unaligned ranges: " : ", ", lim >> (mib ? 20 : 10),
+		       mib ? 'M' : 'K',
 		       rf__reader_rule(&r->samples[k]) == RF__RD_MOVE ? "O_DIRECT+move" : "buffered");
 		first = 0;
 	}
