@@ -83,13 +83,10 @@ static void rf__flight_fire(rf__flight *f)
 	}
 	unsigned k = 0;
 	for (unsigned i = 0; i < f->sn; i++) {
-		if (f->siga[i] <= f->upto) {
-			rf__flight_store(f, f->sigq[i], f->sigv[i]);
-			continue;
-		}
-		f->sigv[k] = f->sigv[i];
-		f->sigq[k] = f->sigq[i];
-		f->siga[k++] = f->siga[i];
+		if (f->sig[i].after <= f->upto)
+			rf__flight_store(f, f->sig[i].q, f->sig[i].v);
+		else
+			f->sig[k++] = f->sig[i];
 	}
 	f->sn = k;
 }
@@ -193,9 +190,9 @@ void rf__flight_signal_after(rf__flight *f, _Atomic int64_t *q, int64_t v, uint6
 	while (f->sn == RF__FLIGHT_MAX + 1)
 		if (rf__flight_progress(f) && f->sn == RF__FLIGHT_MAX + 1)
 			rf__reader_wait(rf__flight_rd(f));
-	f->sigv[f->sn] = v;
-	f->sigq[f->sn] = q;
-	f->siga[f->sn++] = after;
+	f->sig[f->sn].v = v;
+	f->sig[f->sn].q = q;
+	f->sig[f->sn++].after = after;
 	rf__flight_fire(f);
 }
 

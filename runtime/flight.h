@@ -48,11 +48,13 @@ typedef struct rf__flight {
 	_Atomic int64_t *value; /* the queue's value */
 	uint64_t started, upto; /* copies started; the oldest not yet landed */
 	rf__flight_rec rec[RF__FLIGHT_MAX];
-	/* queued signals, oldest first: value, where, and the copies that land first (siga grows per place,
-	 * so firing in order keeps each place's order) */
-	int64_t sigv[RF__FLIGHT_MAX + 1];
-	_Atomic int64_t *sigq[RF__FLIGHT_MAX + 1];
-	uint64_t siga[RF__FLIGHT_MAX + 1];
+	/* queued signals, oldest first: value, where, and the copies that land first (`after` grows per
+	 * place, so firing in order keeps each place's order) */
+	struct {
+		int64_t v;
+		_Atomic int64_t *q;
+		uint64_t after;
+	} sig[RF__FLIGHT_MAX + 1];
 	unsigned sn;
 	int failed;          /* a run's copy failed: drop the signals behind it */
 	char msg[240];       /* its sentence */

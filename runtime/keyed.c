@@ -301,12 +301,11 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	unsigned v = rf__kchoose(k);
 	if (v == k->n)
 		return rf__err(RF_ENOSPC, "%s: every one of the %u slots is held", who, k->n);
-	unsigned lane = rf__klane(k, v);
 	int withdrawn = rf__kwithdraw(k, v);
 	rf__kticket t = 0;
 	int state = RF__K_HELDBACK;
 	/* Issue now only when the lane has room and no older hint waits for it (they go first). */
-	if (k->nheldback == 0 && rf__klane_count(k, lane) < RF__KEYED_HINTS_PER_LANE) {
+	if (k->nheldback == 0 && rf__klane_count(k, rf__klane(k, v)) < RF__KEYED_HINTS_PER_LANE) {
 		rc = rf__kissue(k, v, src, bytes, 0, NULL, key, &t);
 		if (rc == RF_OK)
 			state = RF__K_FILLED;
