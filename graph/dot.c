@@ -49,7 +49,7 @@ static bool rf__is_war(const rf_graph *g, size_t from, size_t to)
 
 static void rf__dot_body(rf__out *o, const rf_graph *g)
 {
-	unsigned nq = rf__graph_nqueues(g);
+	unsigned nq = g->nqueues;
 	rf__put(o, "digraph ringfetch {\n  rankdir=LR;\n  node [fontname=\"Helvetica\", fontsize=10];\n");
 	for (unsigned q = 0; q < nq; q++) {
 		if (g->qlast[q] == RF__NONE)

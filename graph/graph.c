@@ -39,28 +39,26 @@ void rf_graph_destroy(rf_graph *g)
 	free(g);
 }
 
-/* Grow every per-node array together so that they always have the same capacity. */
+/* Grow every per-node array together so that they always have the same capacity (one grown is kept
+ * even if the next fails: rf_graph_destroy frees it). */
 static int rf__graph_reserve(rf_graph *g)
 {
+	size_t cap = g->cap ? g->cap * 2 : 64;
+	void *p;
 	if (g->n < g->cap)
 		return RF_OK;
-	size_t cap = g->cap ? g->cap * 2 : 64;
-	rf_node_desc *nodes = rf__realloc(g->nodes, cap * sizeof *nodes);
-	if (nodes == NULL)
+	if ((p = rf__realloc(g->nodes, cap * sizeof *g->nodes)) == NULL)
 		return RF_ENOMEM;
-	g->nodes = nodes;
-	rf__idvec *out = rf__realloc(g->out, cap * sizeof *out);
-	if (out == NULL)
+	g->nodes = p;
+	if ((p = rf__realloc(g->out, cap * sizeof *g->out)) == NULL)
 		return RF_ENOMEM;
-	g->out = out;
-	rf__idvec *in = rf__realloc(g->in, cap * sizeof *in);
-	if (in == NULL)
+	g->out = p;
+	if ((p = rf__realloc(g->in, cap * sizeof *g->in)) == NULL)
 		return RF_ENOMEM;
-	g->in = in;
-	size_t *qprev = rf__realloc(g->qprev, cap * sizeof *qprev);
-	if (qprev == NULL)
+	g->in = p;
+	if ((p = rf__realloc(g->qprev, cap * sizeof *g->qprev)) == NULL)
 		return RF_ENOMEM;
-	g->qprev = qprev;
+	g->qprev = p;
 	g->cap = cap;
 	return RF_OK;
 }
@@ -77,7 +75,7 @@ int rf_graph_add_node(rf_graph *g, const rf_node_desc *desc, size_t *id)
 	if (desc->kind != RF_NODE_WAIT && desc->slot >= RF_MAX_SLOTS)
 		return rf__err(RF_EINVAL, "rf_graph_add_node: slot %u >= RF_MAX_SLOTS (%u)", desc->slot,
 			       RF_MAX_SLOTS);
-	if (desc->kind != RF_NODE_WAIT && !rf__block_ok(desc->block))
+	if (desc->kind != RF_NODE_WAIT && desc->block >= RF__MAX_NBLOCKS)
 		return rf__err(RF_EINVAL, "rf_graph_add_node: block %zu is too large (blocks are < %zu)", desc->block,
 			       RF__MAX_NBLOCKS);
 	if (desc->flags != 0)
@@ -86,8 +84,15 @@ int rf_graph_add_node(rf_graph *g, const rf_node_desc *desc, size_t *id)
 		return rf__err(RF_ENOMEM, "rf_graph_add_node: out of memory at node %zu", g->n);
 	size_t i = g->n++;
 	rf_node_desc d = *desc;
+	unsigned *nslots = d.kind == RF_NODE_STAGE ? &g->nstage : &g->nslots;
 	if (d.kind == RF_NODE_WAIT)
 		d.block = 0, d.slot = 0;
+	else if (d.slot >= *nslots)
+		*nslots = d.slot + 1;
+	if (d.kind != RF_NODE_WAIT && d.block >= g->nblocks)
+		g->nblocks = d.block + 1;
+	if (d.queue >= g->nqueues)
+		g->nqueues = d.queue + 1;
 	g->nodes[i] = d;
 	memset(&g->out[i], 0, sizeof g->out[i]);
 	memset(&g->in[i], 0, sizeof g->in[i]);
@@ -201,26 +206,6 @@ const char *rf__node_str(const rf_graph *g, size_t id, char *buf, size_t cap)
 	return buf;
 }
 
-static unsigned rf__graph_nslots_of(const rf_graph *g, int staging)
-{
-	unsigned n = 0;
-	for (size_t i = 0; i < g->n; i++)
-		if (g->nodes[i].kind != RF_NODE_WAIT && (g->nodes[i].kind == RF_NODE_STAGE) == staging &&
-		    g->nodes[i].slot + 1 > n)
-			n = g->nodes[i].slot + 1;
-	return n;
-}
-
-unsigned rf__graph_nslots(const rf_graph *g)
-{
-	return rf__graph_nslots_of(g, 0);
-}
-
-unsigned rf__graph_nstage(const rf_graph *g)
-{
-	return rf__graph_nslots_of(g, 1);
-}
-
 static int rf__stage_cmp(const void *a, const void *b)
 {
 	const rf__stage_ent *x = a, *y = b;
@@ -258,24 +243,6 @@ const rf__stage_ent *rf__stage_find(const rf__stage_ent *e, size_t n, size_t blo
 	return lo < n && e[lo].block == block ? &e[lo] : NULL;
 }
 
-unsigned rf__graph_nqueues(const rf_graph *g)
-{
-	unsigned n = 0;
-	for (size_t i = 0; i < g->n; i++)
-		if (g->nodes[i].queue + 1 > n)
-			n = g->nodes[i].queue + 1;
-	return n;
-}
-
-size_t rf__graph_nblocks(const rf_graph *g)
-{
-	size_t n = 0;
-	for (size_t i = 0; i < g->n; i++)
-		if (g->nodes[i].kind != RF_NODE_WAIT && g->nodes[i].block + 1 > n)
-			n = g->nodes[i].block + 1;
-	return n;
-}
-
 /* ---- the ring builder: the plan's steps, made nodes and edges ---------------------------------------- */
 
 typedef struct rf__rb {
@@ -286,7 +253,7 @@ typedef struct rf__rb {
 	size_t await, sawait;          /* the last AWAIT's WAIT node, of the ring and of the staging ring */
 } rf__rb;
 
-/* Node `kind` on `queue` for step s, after node `pred` (an explicit edge, also within one queue; none
+/* Node `kind` on `queue` for step s, after node `pred` (an explicit edge even within one queue; none
  * for RF__NONE). */
 static int rf__add_after(rf_graph *g, rf_node_kind kind, unsigned queue, const rf_step *s, size_t pred, size_t *id)
 {
@@ -305,10 +272,9 @@ static int rf__ring_fill(rf_graph *g, rf_node_kind kind, unsigned queue, const r
 	return rc != RF_OK ? rc : rf__add_after(g, kind, queue, s, w, id);
 }
 
-/* One node per step (two for a PREFETCH with a WAR wait), in plan order. Ring: PREFETCH b copies on b's
- * copy queue (after the staging AWAIT of b when staged); AWAIT n is a WAIT on queue 0 after copy(n)
- * (RAW); COMPUTE n follows its AWAIT. Staging ring: PREFETCH x stages x on its stage queue; AWAIT b is a
- * WAIT on b's copy queue after stage(b). */
+/* One node per step (two for a PREFETCH with a WAR wait), in plan order. PREFETCH b copies on b's copy
+ * queue (after the staging AWAIT of b when staged); AWAIT n waits on queue 0 after copy(n); COMPUTE n
+ * follows it. Staging ring: PREFETCH x stages x; AWAIT b waits on b's copy queue after stage(b). */
 static int rf__ring_step(rf__rb *r, const rf__sstep *st)
 {
 	const rf_step *s = &st->s;

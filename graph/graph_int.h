@@ -1,5 +1,5 @@
-/* graph/graph_int.h — internal layout of rf_graph and its analyses (topological order, reachability).
- * Pure data: nothing here knows a backend, a thread or a device. */
+/* graph/graph_int.h — internal layout of rf_graph and its analyses. Pure data: nothing here knows a
+ * backend, a thread or a device. */
 #ifndef RF_GRAPH_INT_H
 #define RF_GRAPH_INT_H
 
@@ -20,23 +20,20 @@ struct rf_graph {
 	size_t *qprev;       /* previous node on the same queue, or RF__NONE */
 	size_t qlast[RF_MAX_QUEUES];
 	size_t n, cap, nedges;
+	/* Largest ring slot, staging slot, queue and block used, + 1 (0 if none). */
+	unsigned nslots, nstage, nqueues;
+	size_t nblocks;
 };
 
 #define RF__NONE ((size_t)-1)
 
 /* Topological order of the effective graph (explicit edges + queue order), smallest id first among
- * ready nodes, so a graph built in plan order keeps that order. On success *order (n ids) and *pos
- * (position of each id) are malloc'd; on a cycle returns RF_EINVAL naming a node on it. */
+ * ready nodes. *order (n ids) and *pos (position of each id) are malloc'd; a cycle is RF_EINVAL naming
+ * a node on it. */
 int rf__graph_topo(const rf_graph *g, size_t **order, size_t **pos);
 
-/* The largest ring slot used + 1, staging slot used + 1, queue used + 1, block used + 1 (0 if none). */
-unsigned rf__graph_nslots(const rf_graph *g);
-unsigned rf__graph_nstage(const rf_graph *g);
-unsigned rf__graph_nqueues(const rf_graph *g);
-size_t rf__graph_nblocks(const rf_graph *g);
-
-/* The ring (rf_graph_ring, and the ring's periodic program): queue 0 computes, block b is copied on
- * queue 1 + b % copy_queues and, in a staged ring, staged on queue 1 + copy_queues + b % copy_queues. */
+/* The ring: queue 0 computes, block b is copied on queue 1 + b % copy_queues and, in a staged ring,
+ * staged on queue 1 + copy_queues + b % copy_queues. */
 static inline unsigned rf__ring_copy_queue(int64_t b, unsigned copy_queues)
 {
 	return 1 + (unsigned)(((b % copy_queues) + copy_queues) % copy_queues);
@@ -47,19 +44,17 @@ static inline unsigned rf__ring_stage_queue(int64_t b, unsigned copy_queues)
 	return copy_queues + rf__ring_copy_queue(b, copy_queues);
 }
 
-/* The steps of a staged ring, in the order they are issued: the ring's plan (rf_plan_ring over `depth`
- * slots) and its staging ring's plan (over `sdepth` staging slots), merged where they meet — the
- * staging ring's COMPUTE b is the ring's PREFETCH b (the copy reads the staging slot), so the staging
- * steps up to it come right before that PREFETCH, and it is not listed itself. sdepth 0: the plain
- * ring's steps. *steps is malloc'd (*len entries); RF_OK, RF_ENOMEM, or rf_plan_ring's RF_EINVAL. */
+/* The steps of a staged ring in issue order: the ring's plan over `depth` slots merged with its staging
+ * ring's plan over `sdepth` staging slots. The staging ring's COMPUTE b is the ring's PREFETCH b, so
+ * the staging steps up to it come right before that PREFETCH and it is not listed. sdepth 0: the plain
+ * ring. *steps is malloc'd (*len entries); RF_OK, RF_ENOMEM, or rf_plan_ring's RF_EINVAL. */
 typedef struct rf__sstep {
 	rf_step s;
 	int staging; /* a step of the staging ring (PREFETCH: a STAGE; AWAIT: the copy waits for it) */
 } rf__sstep;
 int rf__plan_staged(size_t nblocks, unsigned depth, unsigned sdepth, rf__sstep **steps, size_t *len);
 
-/* rf_graph_ring, staged when pins > 0 (block b staged into staging slot b % (copy_queues * pins)):
- * the explicit graph of rf__ring_program's ring. */
+/* rf_graph_ring, staged when pins > 0 (block b staged into staging slot b % (copy_queues * pins)). */
 int rf__graph_ring(size_t nblocks, unsigned depth, unsigned copy_queues, unsigned pins, rf_graph **out);
 
 /* The STAGE nodes of a graph sorted by block, to find the staging slot a COPY reads. */

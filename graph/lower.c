@@ -1,6 +1,5 @@
-/* graph/lower.c — lowering a validated graph to per-queue programs of copy / compute / signal / wait
- * ops (the rules are in include/ringfetch/graph.h), the periodic program of a ring, and reading
- * programs back. */
+/* graph/lower.c — lowering a validated graph to per-queue programs (rules: include/ringfetch/graph.h),
+ * the periodic program of a ring, and reading programs back. */
 #include "base/alloc.h"
 #include "graph/graph_int.h"
 #include "graph/program.h"
@@ -68,17 +67,15 @@ typedef struct rf__lower {
 static int rf__emit(rf__lower *l, rf__op op)
 {
 	struct rf_program *p = l->p;
+	void *grown;
 	if (p->nops == l->cap) {
-		size_t cap = l->cap * 2;
-		rf__op *ops = rf__realloc(p->ops, cap * sizeof *ops);
-		if (ops == NULL)
+		if ((grown = rf__realloc(p->ops, 2 * l->cap * sizeof *p->ops)) == NULL)
 			return RF_ENOMEM;
-		p->ops = ops;
-		size_t *qidx = rf__realloc(p->qidx, cap * sizeof *qidx);
-		if (qidx == NULL)
+		p->ops = grown;
+		if ((grown = rf__realloc(p->qidx, 2 * l->cap * sizeof *p->qidx)) == NULL)
 			return RF_ENOMEM;
-		p->qidx = qidx;
-		l->cap = cap;
+		p->qidx = grown;
+		l->cap *= 2;
 	}
 	p->ops[p->nops++] = op;
 	return RF_OK;
@@ -163,10 +160,10 @@ int rf_graph_lower(const rf_graph *g, rf_program **out)
 		rf_program_destroy(l.p);
 		return rf__err(RF_ENOMEM, "rf_graph_lower: out of memory");
 	}
-	l.p->nqueues = rf__graph_nqueues(g);
-	l.p->nslots = rf__graph_nslots(g);
-	l.p->nstage = rf__graph_nstage(g);
-	l.p->nblocks_min = rf__graph_nblocks(g);
+	l.p->nqueues = g->nqueues;
+	l.p->nslots = g->nslots;
+	l.p->nstage = g->nstage;
+	l.p->nblocks_min = g->nblocks;
 	rf__prog_index(l.p);
 	*out = l.p;
 	return RF_OK;
@@ -188,17 +185,13 @@ static unsigned rf__mod(int64_t x, unsigned m)
 	return (unsigned)(((x % m) + m) % m);
 }
 
-/* The ops of one plan step as rf__graph_ring makes it nodes and rf_graph_lower lowers them (the waits
- * and signals its cross-queue edges need), in the template's terms (graph/program.h): blocks relative to
- * the iteration, `aux` the other block whose absence skips the op, values "block + 1" — every queue
- * signals at most once per block, in block order, so they increase on each queue as counters require.
- *   PREFETCH b: WAR wait on compute(b - D), the slot's previous reader; copy; signal for AWAIT b
- *               (and for the WAR wait of stage(b + S), the staging slot's next writer)
- *   AWAIT n:    RAW wait on copy(n)'s queue
- *   COMPUTE n:  compute; signal for the WAR wait of block n + D, the slot's next writer
- * and in a staged ring (S staging slots):
- *   staging PREFETCH x: WAR wait on copy(x - S), the staging slot's previous reader; stage; signal
- *   staging AWAIT b:    the copy queue's RAW wait on stage(b) */
+/* The ops of one plan step as rf_graph_lower lowers rf__graph_ring's nodes for it, in the template's
+ * terms (graph/program.h): blocks relative to the iteration, values "block + 1" (each queue signals at
+ * most once per block, in block order, so its values increase).
+ *   PREFETCH b: WAR wait on compute(b - D); copy; signal (for AWAIT b and the WAR wait of stage(b + S))
+ *   AWAIT n:    RAW wait on copy(n)'s queue;   COMPUTE n: compute; signal (for the WAR wait of n + D)
+ *   staged, S staging slots: PREFETCH x: WAR wait on copy(x - S); stage; signal
+ *                            AWAIT b: the copy queue's RAW wait on stage(b) */
 static int rf__tmpl_step(rf__ring_tmpl *t, const rf__sstep *st)
 {
 	const rf_step *s = &st->s;
@@ -231,8 +224,7 @@ static int rf__tmpl_step(rf__ring_tmpl *t, const rf__sstep *st)
 }
 
 /* One iteration = the steps for blocks n0 .. n0+K-1 past the primes, block n's being those after
- * COMPUTE n-1 up to COMPUTE n (staging PREFETCH n+D+S-2 and AWAIT n+D-1, PREFETCH n+D-1, AWAIT n,
- * COMPUTE n); n0 = K, a multiple of K, so that a block keeps its queues relative to the iteration. A
+ * COMPUTE n-1 up to COMPUTE n; n0 = K, so that a block keeps its queues relative to the iteration. A
  * plan of n0 + K + D + S - 2 blocks has them all. */
 static int rf__ring_ops(rf__ring_tmpl *t)
 {
@@ -261,10 +253,8 @@ int rf__ring_program(unsigned depth, unsigned copy_queues, unsigned pins, struct
 	rf__ring_tmpl t = {rf__prog_alloc(cap), cap, depth, copy_queues * pins, copy_queues, copy_queues, 0};
 	if (t.p == NULL)
 		return rf__err(RF_ENOMEM, "ring program: out of memory");
-	t.p->nops = 0;
 	int rc = rf__ring_ops(&t);
-	/* Anything else means the plan's shape changed under this derivation, and the walker's skip rule
-	 * would no longer hold. */
+	/* Anything else: the plan's shape changed under this derivation, and the walker's skip rule fails. */
 	if (rc == RF_OK && t.p->nops != t.cap)
 		rc = rf__err(RF_EINVAL, "ring program: the plan gave %zu ops for %u blocks, not %zu", t.p->nops,
 			     copy_queues, t.cap);
@@ -281,7 +271,6 @@ int rf__ring_program(unsigned depth, unsigned copy_queues, unsigned pins, struct
 	 * come from iterations with negative (skipped) computes. */
 	int64_t lead = depth - 1 + (t.sdepth ? t.sdepth - 1 : 0);
 	p->iter_begin = -((lead + copy_queues - 1) / copy_queues);
-	p->nblocks_min = 0;
 	p->ring = 1;
 	rf__prog_index(p);
 	*out = p;
@@ -313,8 +302,6 @@ int rf__ring_program_local(unsigned depth, unsigned copy_queues, struct rf_progr
 	p->nqueues = w;
 	p->nslots = depth;
 	p->period = w;
-	p->iter_begin = 0;
-	p->nblocks_min = 0;
 	rf__prog_index(p);
 	*out = p;
 	return RF_OK;
@@ -385,6 +372,27 @@ size_t rf_program_count(const rf_program *p, rf_op_kind kind)
 	return n;
 }
 
+/* One op's line; fprintf's result. */
+static int rf__print_op(const rf_program *p, unsigned q, size_t i, FILE *f)
+{
+	rf_op o;
+	rf_program_op(p, q, i, &o);
+	uint32_t from = p->ops[p->qidx[p->qstart[q] + i]].stage;
+	unsigned long long v = o.value;
+	char t[16] = "";
+	if (o.kind == RF_OP_COPY && from != RF__NO_STAGE)
+		snprintf(t, sizeof t, "t%u ", from);
+	if (o.kind == RF_OP_COPY)
+		return fprintf(f, "  q%u: copy    b%zu %s-> s%u (node %zu)\n", q, o.block, t, o.slot, o.node);
+	if (o.kind == RF_OP_STAGE)
+		return fprintf(f, "  q%u: stage   b%zu -> t%u (node %zu)\n", q, o.block, o.slot, o.node);
+	if (o.kind == RF_OP_COMPUTE)
+		return fprintf(f, "  q%u: compute b%zu @ s%u (node %zu)\n", q, o.block, o.slot, o.node);
+	if (o.kind == RF_OP_SIGNAL)
+		return fprintf(f, "  q%u: signal  q%u=%llu (node %zu)\n", q, q, v, o.node);
+	return fprintf(f, "  q%u: wait    q%u>=%llu (before node %zu)\n", q, o.wait_queue, v, o.node);
+}
+
 int rf_program_print(const rf_program *p, FILE *f)
 {
 	if (p == NULL || f == NULL)
@@ -392,33 +400,8 @@ int rf_program_print(const rf_program *p, FILE *f)
 	int bad = 0;
 	for (unsigned q = 0; q < p->nqueues; q++) {
 		bad |= fprintf(f, "queue %u: %zu ops\n", q, rf_program_ops(p, q)) < 0;
-		for (size_t i = 0; i < rf_program_ops(p, q); i++) {
-			rf_op o;
-			rf_program_op(p, q, i, &o);
-			uint32_t from = p->ops[p->qidx[p->qstart[q] + i]].stage;
-			char t[16] = "";
-			if (o.kind == RF_OP_COPY && from != RF__NO_STAGE)
-				snprintf(t, sizeof t, "t%u ", from);
-			switch (o.kind) {
-			case RF_OP_COPY:
-				bad |= fprintf(f, "  q%u: copy    b%zu %s-> s%u (node %zu)\n", q, o.block, t, o.slot, o.node) < 0;
-				break;
-			case RF_OP_STAGE:
-				bad |= fprintf(f, "  q%u: stage   b%zu -> t%u (node %zu)\n", q, o.block, o.slot, o.node) < 0;
-				break;
-			case RF_OP_COMPUTE:
-				bad |= fprintf(f, "  q%u: compute b%zu @ s%u (node %zu)\n", q, o.block, o.slot, o.node) < 0;
-				break;
-			case RF_OP_SIGNAL:
-				bad |= fprintf(f, "  q%u: signal  q%u=%llu (node %zu)\n", q, q,
-					       (unsigned long long)o.value, o.node) < 0;
-				break;
-			case RF_OP_WAIT:
-				bad |= fprintf(f, "  q%u: wait    q%u>=%llu (before node %zu)\n", q, o.wait_queue,
-					       (unsigned long long)o.value, o.node) < 0;
-				break;
-			}
-		}
+		for (size_t i = 0; i < rf_program_ops(p, q); i++)
+			bad |= rf__print_op(p, q, i, f) < 0;
 	}
 	if (bad || fflush(f) != 0)
 		return rf__err(RF_EBACKEND, "rf_program_print: write failed");
@@ -455,9 +438,13 @@ int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, uns
 	rf_op *ops = rf__malloc(cap * sizeof *ops);
 	unsigned *st = rf__malloc(cap * sizeof *st);
 	int64_t *sig = rf__malloc(cap * sizeof *sig);
-	size_t nsig[RF_MAX_QUEUES] = {0}, *sigoff = rf__calloc(RF_MAX_QUEUES, sizeof *sigoff);
-	if (ops == NULL || st == NULL || sig == NULL || sigoff == NULL)
-		goto nomem;
+	size_t nsig[RF_MAX_QUEUES] = {0}, sigoff[RF_MAX_QUEUES];
+	if (ops == NULL || st == NULL || sig == NULL) {
+		free(ops);
+		free(st);
+		free(sig);
+		return rf__err(RF_ENOMEM, "program expansion: out of memory");
+	}
 	/* Pass 1: the ops that run, raw values. */
 	for (int64_t r = p->iter_begin; r < iend; r++) {
 		int64_t base = r * P;
@@ -485,7 +472,6 @@ int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, uns
 			ops[i].value = rf__ordinal(sig + sigoff[q], nsig[q], (int64_t)ops[i].value);
 	}
 	free(sig);
-	free(sigoff);
 	*out = ops;
 	*n = k;
 	if (stages != NULL)
@@ -493,11 +479,5 @@ int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, uns
 	else
 		free(st);
 	return RF_OK;
-nomem:
-	free(ops);
-	free(st);
-	free(sig);
-	free(sigoff);
-	return rf__err(RF_ENOMEM, "program expansion: out of memory");
 }
 #endif

@@ -38,20 +38,23 @@ static size_t rf__heap_pop(size_t *h, size_t *n)
 	return top;
 }
 
-/* Successors of x in the effective graph are its out-edges plus the next node of its queue; we walk
- * queue order through qprev in reverse, so keep a next-on-queue array for Kahn's algorithm. */
+/* The next node on each node's queue (RF__NONE at the end): the graph keeps only the previous one. */
+static void rf__qnext(const rf_graph *g, size_t *qnext)
+{
+	for (size_t i = 0; i < g->n; i++)
+		qnext[i] = RF__NONE;
+	for (size_t i = 0; i < g->n; i++)
+		if (g->qprev[i] != RF__NONE)
+			qnext[g->qprev[i]] = i;
+}
+
+/* Kahn's algorithm over the effective graph: a node's successors are its out-edges and qnext. */
 static int rf__topo_kahn(const rf_graph *g, size_t *order, size_t *indeg, size_t *qnext, size_t *heap)
 {
 	size_t n = g->n, hn = 0, k = 0;
+	rf__qnext(g, qnext);
 	for (size_t i = 0; i < n; i++)
-		qnext[i] = RF__NONE;
-	for (size_t i = 0; i < n; i++) {
-		indeg[i] = g->in[i].n + (g->qprev[i] != RF__NONE);
-		if (g->qprev[i] != RF__NONE)
-			qnext[g->qprev[i]] = i;
-	}
-	for (size_t i = 0; i < n; i++)
-		if (indeg[i] == 0)
+		if ((indeg[i] = g->in[i].n + (g->qprev[i] != RF__NONE)) == 0)
 			rf__heap_push(heap, &hn, i);
 	while (hn > 0) {
 		size_t x = rf__heap_pop(heap, &hn);
@@ -88,45 +91,37 @@ static size_t rf__cycle_node(const rf_graph *g, const size_t *indeg)
 
 int rf__graph_topo(const rf_graph *g, size_t **order_out, size_t **pos_out)
 {
-	size_t n = g->n;
+	size_t n = g->n, *tmp = NULL;
 	size_t *order = rf__malloc((n ? n : 1) * sizeof *order);
 	size_t *pos = rf__malloc((n ? n : 1) * sizeof *pos);
+	int rc = RF_ENOMEM, sorted = 1;
 	if (order == NULL || pos == NULL)
-		goto nomem;
+		goto out;
 	/* Fast path: a graph built in a valid order (every edge to a later id) is its own order. */
-	int sorted = 1;
-	for (size_t i = 0; i < n && sorted; i++)
-		for (uint32_t e = 0; e < g->out[i].n; e++)
-			if (g->out[i].v[e] < i) {
-				sorted = 0;
-				break;
-			}
-	if (sorted) {
-		for (size_t i = 0; i < n; i++)
-			order[i] = i;
-	} else {
-		size_t *tmp = rf__malloc(3 * n * sizeof *tmp);
-		if (tmp == NULL)
-			goto nomem;
-		if (!rf__topo_kahn(g, order, tmp, tmp + n, tmp + 2 * n)) {
-			char buf[96];
-			rf__node_str(g, rf__cycle_node(g, tmp), buf, sizeof buf);
-			free(tmp);
-			free(order);
-			free(pos);
-			return rf__err(RF_EINVAL, "graph has a cycle through %s", buf);
-		}
-		free(tmp);
+	for (size_t i = 0; i < n; i++) {
+		order[i] = i;
+		for (uint32_t e = 0; e < g->out[i].n && sorted; e++)
+			sorted = g->out[i].v[e] > i;
+	}
+	if (!sorted && (tmp = rf__malloc(3 * n * sizeof *tmp)) == NULL)
+		goto out;
+	if (!sorted && !rf__topo_kahn(g, order, tmp, tmp + n, tmp + 2 * n)) {
+		char buf[96];
+		rc = rf__err(RF_EINVAL, "graph has a cycle through %s",
+			     rf__node_str(g, rf__cycle_node(g, tmp), buf, sizeof buf));
+		goto out;
 	}
 	for (size_t i = 0; i < n; i++)
 		pos[order[i]] = i;
 	*order_out = order;
 	*pos_out = pos;
-	return RF_OK;
-nomem:
+	order = pos = NULL;
+	rc = RF_OK;
+out:
+	free(tmp);
 	free(order);
 	free(pos);
-	return rf__err(RF_ENOMEM, "graph analysis: out of memory (%zu nodes)", n);
+	return rc == RF_ENOMEM ? rf__err(RF_ENOMEM, "graph analysis: out of memory (%zu nodes)", n) : rc;
 }
 
 /* ---- reachability ---------------------------------------------------------------------------------- */
@@ -135,99 +130,78 @@ typedef struct rf__reach {
 	const rf_graph *g;
 	const size_t *pos;
 	const size_t *qnext; /* the next node of each node's queue (RF__NONE at the end) */
-	uint32_t *seen;      /* generation stamps: no clearing between queries */
+	uint32_t *seen;      /* marked by the last search when == gen */
 	uint32_t gen;
 	size_t *stack;
 } rf__reach;
 
-static void rf__reach_new_query(rf__reach *r)
+/* Mark what x reaches forward (successors: out-edges and queue order) or backward (predecessors),
+ * through nodes whose topological position stays at most (forward) or at least (backward) `bound`;
+ * a node placed beyond it cannot lie on a path to the targets. Stops when `stop` is reached. */
+static void rf__reach_mark(rf__reach *r, size_t x, bool fwd, size_t bound, size_t stop)
 {
-	if (++r->gen == 0) {
-		memset(r->seen, 0, r->g->n * sizeof *r->seen);
+	const rf_graph *g = r->g;
+	size_t sp = 0;
+	if (++r->gen == 0) { /* generation stamps: no clearing between searches, but at wrap-around */
+		memset(r->seen, 0, g->n * sizeof *r->seen);
 		r->gen = 1;
 	}
+	r->stack[sp++] = x;
+	r->seen[x] = r->gen;
+	while (sp > 0) {
+		if ((x = r->stack[--sp]) == stop)
+			return;
+		const rf__idvec *adj = fwd ? &g->out[x] : &g->in[x];
+		for (uint32_t e = 0; e <= adj->n; e++) {
+			size_t y = e < adj->n ? adj->v[e] : fwd ? r->qnext[x] : g->qprev[x];
+			if (y == RF__NONE || r->seen[y] == r->gen)
+				continue;
+			if (fwd ? r->pos[y] > bound : r->pos[y] < bound)
+				continue;
+			r->seen[y] = r->gen;
+			r->stack[sp++] = y; /* each node is pushed once per search: n slots suffice */
+		}
+	}
 }
 
-/* Is there a path u -> v? Search backwards from v; a node placed before u in topological order
- * cannot lie on such a path, so the search stays within the window between the two. */
+/* The index of the first of ids[0..k) the last search did not mark (or that is `self`), or k. */
+static size_t rf__first_unmarked(const rf__reach *r, const size_t *ids, size_t k, size_t self)
+{
+	for (size_t i = 0; i < k; i++)
+		if (ids[i] == self || r->seen[ids[i]] != r->gen)
+			return i;
+	return k;
+}
+
+/* Is there a path u -> v (u != v)? */
 static bool rf__is_reachable(rf__reach *r, size_t u, size_t v)
 {
-	const rf_graph *g = r->g;
-	size_t lo = r->pos[u], sp = 0;
-	if (r->pos[v] < lo)
+	if (r->pos[v] < r->pos[u])
 		return false;
-	rf__reach_new_query(r);
-	r->stack[sp++] = v;
-	r->seen[v] = r->gen;
-	while (sp > 0) {
-		size_t x = r->stack[--sp];
-		if (x == u)
-			return true;
-		for (uint32_t e = 0; e <= g->in[x].n; e++) {
-			size_t p = e < g->in[x].n ? g->in[x].v[e] : g->qprev[x];
-			if (p == RF__NONE || r->seen[p] == r->gen || r->pos[p] < lo)
-				continue;
-			r->seen[p] = r->gen;
-			r->stack[sp++] = p; /* each node is pushed once per query: n slots suffice */
-		}
-	}
-	return false;
+	rf__reach_mark(r, v, false, r->pos[u], u);
+	return r->seen[u] == r->gen;
 }
 
-/* One search answers "does u reach each of v[0..k)?" (RAW: one copy, all the computes of its block):
- * mark everything u reaches up to the last of them in topological order, then look. Checking them one
- * by one would walk the same window k times (1 copy + 80k computes of one block took 14 s). Returns
- * the index of the first target not reached, or k. */
+/* Does u reach each of v[0..k) (RAW: one copy, the computes of its block)? One search for them all:
+ * one each would walk the same window k times. The index of the first not reached, or k. */
 static size_t rf__reaches_all_fwd(rf__reach *r, size_t u, const size_t *v, size_t k)
 {
-	const rf_graph *g = r->g;
-	size_t hi = 0, sp = 0;
+	size_t hi = 0;
 	for (size_t i = 0; i < k; i++)
 		hi = r->pos[v[i]] > hi ? r->pos[v[i]] : hi;
-	rf__reach_new_query(r);
-	r->stack[sp++] = u;
-	r->seen[u] = r->gen;
-	while (sp > 0) {
-		size_t x = r->stack[--sp];
-		for (uint32_t e = 0; e <= g->out[x].n; e++) {
-			size_t s = e < g->out[x].n ? g->out[x].v[e] : r->qnext[x];
-			if (s == RF__NONE || r->seen[s] == r->gen || r->pos[s] > hi)
-				continue;
-			r->seen[s] = r->gen;
-			r->stack[sp++] = s;
-		}
-	}
-	for (size_t i = 0; i < k; i++)
-		if (v[i] == u || r->seen[v[i]] != r->gen)
-			return i;
-	return k;
+	rf__reach_mark(r, u, true, hi, RF__NONE);
+	return rf__first_unmarked(r, v, k, u);
 }
 
-/* The same backwards: does each of u[0..k) reach v (WAR: all the computes of a block, the next copy
- * into their slot)? Returns the index of the first source that does not, or k. */
+/* Does each of u[0..k) reach v (WAR: the computes of a block, the next copy into their slot)? The
+ * index of the first that does not, or k. */
 static size_t rf__all_reach_back(rf__reach *r, const size_t *u, size_t k, size_t v)
 {
-	const rf_graph *g = r->g;
-	size_t lo = SIZE_MAX, sp = 0;
+	size_t lo = SIZE_MAX;
 	for (size_t i = 0; i < k; i++)
 		lo = r->pos[u[i]] < lo ? r->pos[u[i]] : lo;
-	rf__reach_new_query(r);
-	r->stack[sp++] = v;
-	r->seen[v] = r->gen;
-	while (sp > 0) {
-		size_t x = r->stack[--sp];
-		for (uint32_t e = 0; e <= g->in[x].n; e++) {
-			size_t p = e < g->in[x].n ? g->in[x].v[e] : g->qprev[x];
-			if (p == RF__NONE || r->seen[p] == r->gen || r->pos[p] < lo)
-				continue;
-			r->seen[p] = r->gen;
-			r->stack[sp++] = p;
-		}
-	}
-	for (size_t i = 0; i < k; i++)
-		if (u[i] == v || r->seen[u[i]] != r->gen)
-			return i;
-	return k;
+	rf__reach_mark(r, v, false, lo, RF__NONE);
+	return rf__first_unmarked(r, u, k, v);
 }
 
 /* ---- hazards --------------------------------------------------------------------------------------- */
@@ -367,11 +341,7 @@ int rf_graph_validate(const rf_graph *g)
 	if (r.seen == NULL || r.stack == NULL || qnext == NULL) {
 		rc = rf__err(RF_ENOMEM, "rf_graph_validate: out of memory");
 	} else {
-		for (size_t i = 0; i < g->n; i++)
-			qnext[i] = RF__NONE;
-		for (size_t i = 0; i < g->n; i++)
-			if (g->qprev[i] != RF__NONE)
-				qnext[g->qprev[i]] = i;
+		rf__qnext(g, qnext);
 		rc = rf__check_hazards(&r);
 	}
 	free(qnext);

@@ -373,9 +373,9 @@ Test(graph, ring_structure)
 				cr_assert_eq(rc, RF_OK, "ring N=%zu D=%u K=%u does not validate: %d (%s)", N, D, K, rc,
 					     rf_errmsg());
 				/* The internal summaries agree. */
-				cr_assert_eq(rf__graph_nslots(g), N == 0 ? 0 : (unsigned)(N < D ? N : D));
-				cr_assert_eq(rf__graph_nqueues(g), N == 0 ? 0 : 1 + (unsigned)(N < K ? N : K));
-				cr_assert_eq(rf__graph_nblocks(g), N);
+				cr_assert_eq(g->nslots, N == 0 ? 0 : (unsigned)(N < D ? N : D));
+				cr_assert_eq(g->nqueues, N == 0 ? 0 : 1 + (unsigned)(N < K ? N : K));
+				cr_assert_eq(g->nblocks, N);
 				ring_ids_free(&r);
 				rf_graph_destroy(g);
 			}
@@ -877,7 +877,7 @@ Test(graph, dot_ring)
 		cr_assert_eq(strncmp(s, "digraph", 7), 0, "starts with \"%.20s\"", s);
 		cr_assert_eq(s[len - 2], '\n');
 		cr_assert_eq(s[len - 3], '}');
-		unsigned nq = rf__graph_nqueues(g);
+		unsigned nq = g->nqueues;
 		cr_assert_eq(count_substr(s, "cluster_q"), nq);
 		for (unsigned q = 0; q < nq; q++) {
 			char cl[64];
@@ -955,7 +955,7 @@ Test(graph, dot_hand_built_queues)
 	size_t len;
 	char *s = dot_of(g, &len);
 	cr_assert_eq(count_substr(s, "cluster_q"), 2);
-	cr_assert_eq(rf__graph_nqueues(g), 6);
+	cr_assert_eq(g->nqueues, 6);
 	cr_assert_eq(count_substr(s, "cluster_q0 "), 1);
 	cr_assert_eq(count_substr(s, "cluster_q5 "), 1);
 	cr_assert_eq(count_substr(s, " -> "), 1);
@@ -1060,8 +1060,8 @@ Test(graph, stage_waw_and_double_stage)
 	edge(g, x, y);
 	(void)z;
 	cr_assert_eq(rf_graph_validate(g), RF_OK, "%s", rf_errmsg());
-	cr_assert_eq(rf__graph_nslots(g), 2);
-	cr_assert_eq(rf__graph_nstage(g), 1);
+	cr_assert_eq(g->nslots, 2);
+	cr_assert_eq(g->nstage, 1);
 	rf_node_desc d;
 	cr_assert_eq(rf_graph_node(g, x, &d), RF_OK);
 	cr_assert(d.kind == RF_NODE_STAGE && d.queue == 2 && d.block == 0 && d.slot == 0);

@@ -85,10 +85,10 @@ static void check_rules(const rf_graph *g, const rf_program *p)
 	const struct rf_program *ip = p;
 	size_t n = rf_graph_nodes(g);
 	unsigned nq = rf_program_queues(p);
-	cr_assert_eq(nq, rf__graph_nqueues(g), "%s: %u queues, graph uses %u", ctx, nq, rf__graph_nqueues(g));
+	cr_assert_eq(nq, g->nqueues, "%s: %u queues, graph uses %u", ctx, nq, g->nqueues);
 	cr_assert_eq(ip->period, 0, "%s", ctx);
-	cr_assert_eq(ip->nslots, rf__graph_nslots(g), "%s", ctx);
-	cr_assert_eq(ip->nblocks_min, rf__graph_nblocks(g), "%s", ctx);
+	cr_assert_eq(ip->nslots, g->nslots, "%s", ctx);
+	cr_assert_eq(ip->nblocks_min, g->nblocks, "%s", ctx);
 
 	rf_node_desc *nd = malloc((n ? n : 1) * sizeof *nd);
 	uint64_t *sig = calloc(n ? n : 1, sizeof *sig);      /* value node i signals, 0 = none */
@@ -221,7 +221,7 @@ static int cmp_wait(const void *a, const void *b)
 static void check_reference(const rf_graph *g, const rf_program *p)
 {
 	size_t n = rf_graph_nodes(g);
-	unsigned nq = rf__graph_nqueues(g);
+	unsigned nq = g->nqueues;
 	rf_node_desc *nd = malloc((n ? n : 1) * sizeof *nd);
 	uint64_t *sig = calloc(n ? n : 1, sizeof *sig);
 	cr_assert(nd && sig);
