@@ -1,18 +1,13 @@
 /* memory/mapping.c — the mappings under staging memory, and the jemalloc extent hooks that make them.
  *
- * A mapping is made with mmap, bound before first touch with hwloc_set_area_membind(BIND or INTERLEAVE,
- * BYNODESET|STRICT|NOCPUBIND) — STRICT, so that a refused binding is an error we see instead of silently
- * unbound memory — and touched, so that its pages exist, on that node, before anyone uses them. If the
- * kernel refuses binding (EPERM in a container without CAP_SYS_NICE, ENOSYS under seccomp, ...) or the
- * hwloc topology is not this system's, the mapping stays, unbound, and records why, so that placement is
- * always reported truthfully. Mappings are removed with munmap (which takes any page range: a head, a
- * tail, a split piece), never hwloc_free, which is free() when the topology is not this system's.
- *
- * Each mapping is a region; a table of regions per arena (sorted, disjoint) answers "where does this
- * pointer live" and lets the merge hook refuse to join extents of different regions (they may differ in
- * binding, and, with CUDA, in registration). Split is harmless. purge and decommit hooks are NULL:
- * jemalloc then returns idle extents through dalloc (unmapped whole), never leaving a bound region half
- * purged or a pinned one decommitted. */
+ * A mapping is mmap'd, bound before first touch (STRICT: a refused binding must be seen, not silently
+ * left unbound), then touched. A refused binding (EPERM, ENOSYS, ...) or a topology that is not this
+ * system's leaves it unbound, recording why. Mappings are removed with munmap, never hwloc_free: with a
+ * topology that is not this system's that is free(), which cannot give back a head, a tail or a split
+ * piece (it freed the whole block under us). Each mapping is a region in its arena's sorted table, so
+ * that merge can refuse to join extents of regions that differ in binding or registration. purge and
+ * decommit are NULL: idle extents leave through dalloc, never a bound region half purged or a pinned
+ * one decommitted (docs/staging.md). */
 /* MAP_ANONYMOUS is not POSIX (the build asks for _POSIX_C_SOURCE): ask glibc for it. */
 #define _DEFAULT_SOURCE 1
 #include "memory/staging_int.h"
@@ -31,8 +26,6 @@
 atomic_size_t rf__stg_mapped;
 atomic_ulong rf__stg_maps;
 
-/* Why the last hook mapping on this thread failed: the hook runs inside mallocx on the allocating
- * thread, and jemalloc only reports NULL, so this is how the error message learns the cause. */
 _Thread_local const char *rf__stg_hook_step;
 _Thread_local int rf__stg_hook_errno;
 _Thread_local const char *rf__stg_hook_detail; /* instead of strerror (a CUDA error) */
@@ -45,8 +38,7 @@ void rf__staging_set_pinner(const rf__staging_pinner *pinner)
 	atomic_store(&rf__stg_pinner, pinner);
 }
 
-/* Test fault injection: non-zero makes `step` fail (for "membind" the value is the errno seen). Both
- * the per-step hook and the k-th-step sweep (base/alloc.h) reach every step; the sweep's membind
+/* Both the per-step hook and the k-th-step sweep (base/alloc.h) reach every step; the sweep's membind
  * fault is ENOMEM (an error, not a refusal to bind that would fall back). */
 int rf__stg_fault(const char *step)
 {
@@ -55,7 +47,6 @@ int rf__stg_fault(const char *step)
 	return RF__TEST_HOOK(fail_alloc_step) != NULL ? RF__TEST_HOOK(fail_alloc_step)(step) : 0;
 }
 
-/* Remember why a hook failed, for the message rf__staging_alloc composes. */
 void rf__stg_hook_fail(const char *step, int err)
 {
 	rf__stg_hook_step = step;
@@ -63,15 +54,13 @@ void rf__stg_hook_fail(const char *step, int err)
 	rf__stg_hook_detail = NULL;
 }
 
-/* The page size, which is the granularity of binding and of touching. */
 size_t rf__stg_page(void)
 {
 	long v = sysconf(_SC_PAGESIZE);
 	return v > 0 ? (size_t)v : 4096;
 }
 
-/* The transparent huge page size when the kernel backs mappings that ask for huge pages (THP
- * "madvise" or "always"), else 0 ("never", or no THP in this kernel). Read once. */
+/* THP "madvise" or "always": the huge page size; "never" or no THP: 0. Read once. */
 size_t rf__stg_huge_page(void)
 {
 	static _Atomic size_t cached = 1; /* 1: not read yet */
@@ -115,7 +104,6 @@ static size_t rf__stg_upper(const rf__stg_arena *a, uintptr_t x)
 	return lo;
 }
 
-/* The region holding address x, or NULL. */
 rf__stg_region *rf__stg_find_region(rf__stg_arena *a, uintptr_t x)
 {
 	size_t i = rf__stg_upper(a, x);
@@ -138,15 +126,6 @@ static int rf__stg_insert(rf__stg_arena *a, size_t i, rf__stg_region r)
 	a->regions[i] = r;
 	a->nregions++;
 	return 1;
-}
-
-/* Record a new mapping. 0 when out of memory. */
-static int rf__stg_region_add(rf__stg_arena *a, uintptr_t start, size_t len, int why, int direct)
-{
-	pthread_mutex_lock(&a->mu);
-	int ok = rf__stg_insert(a, rf__stg_upper(a, start), (rf__stg_region){start, start + len, why, direct});
-	pthread_mutex_unlock(&a->mu);
-	return ok;
 }
 
 /* Forget [start, start+len), which lies inside one region (merges never cross regions): the whole
@@ -185,51 +164,10 @@ static int rf__stg_refused(int err)
 	       err == EACCES;
 }
 
-/* Mappings are made and unmapped here, with mmap and munmap, never with hwloc_alloc / hwloc_free:
- * when the topology is not this system's (HWLOC_XMLFILE, HWLOC_SYNTHETIC, HWLOC_THISSYSTEM=0) hwloc
- * allocates with malloc and hwloc_free is free(), which cannot give back a head, a tail or a split
- * piece of a block (freeing those freed the whole block under us). munmap takes any page range. */
-static void *rf__stg_os_map(size_t len)
-{
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	return p == MAP_FAILED ? NULL : p;
-}
-
-static void rf__stg_os_unmap(void *p, size_t len)
-{
-	(void)munmap(p, len);
-}
-
-/* Bind [p, p+len) (fresh, untouched) as the arena's policy asks, strictly: 0, or -1 with errno when
- * hwloc or the kernel cannot honour the binding. */
-static int rf__stg_bind(rf__stg_arena *a, void *p, size_t len)
-{
-	int injected = rf__stg_fault("membind");
-	if (injected != 0) {
-		errno = injected;
-		return -1;
-	}
-	hwloc_membind_policy_t pol = a->key.kind == RF__STG_NODE ? HWLOC_MEMBIND_BIND : HWLOC_MEMBIND_INTERLEAVE;
-	return hwloc_set_area_membind(a->topo, p, len, a->nodeset, pol,
-				      HWLOC_MEMBIND_BYNODESET | HWLOC_MEMBIND_STRICT | HWLOC_MEMBIND_NOCPUBIND);
-}
-
-/* Map len bytes (a multiple of the page); NULL with the hook's failure note set. */
-static void *rf__stg_map_plain(size_t len)
-{
-	if (rf__stg_fault("fallback")) {
-		rf__stg_hook_fail("mapping memory (injected fault)", ENOMEM);
-		return NULL;
-	}
-	void *p = rf__stg_os_map(len);
-	if (p == NULL)
-		rf__stg_hook_fail("mapping memory (mmap)", errno);
-	return p;
-}
-
-/* Whether the arena binds: NODE and INTERLEAVE do, on a topology that describes this system (a topology
- * from XML or synthetic may name nodes this machine does not have: hwloc refuses to bind from it). */
-static int rf__stg_binds(const rf__stg_arena *a, int *why)
+/* Bind a fresh, untouched mapping as the arena's policy asks, strictly; *why: bound, or why not. An
+ * arena that does not bind, a topology that is not this system's (it may name nodes this machine does
+ * not have) or a refusal leaves it unbound: 0. Any other failure: -1 with the failure note set. */
+static int rf__stg_bind(rf__stg_arena *a, void *p, size_t len, int *why)
 {
 	if (a->key.kind != RF__STG_NODE && a->key.kind != RF__STG_INTERLEAVE) {
 		*why = a->key.kind == RF__STG_NONE ? RF__WHY_NONE : RF__WHY_UNKNOWN;
@@ -239,12 +177,25 @@ static int rf__stg_binds(const rf__stg_arena *a, int *why)
 		*why = RF__WHY_NOT_THIS_SYSTEM;
 		return 0;
 	}
-	return 1;
+	hwloc_membind_policy_t pol = a->key.kind == RF__STG_NODE ? HWLOC_MEMBIND_BIND : HWLOC_MEMBIND_INTERLEAVE;
+	int e = rf__stg_fault("membind");
+	if (e == 0 && hwloc_set_area_membind(a->topo, p, len, a->nodeset, pol, HWLOC_MEMBIND_BYNODESET |
+					     HWLOC_MEMBIND_STRICT | HWLOC_MEMBIND_NOCPUBIND) == 0) {
+		*why = RF__WHY_BOUND;
+		return 0;
+	}
+	e = e != 0 ? e : errno;
+	if (rf__stg_refused(e)) { /* a refusal, not a shortage: the memory stays, unbound, and says why */
+		*why = e;
+		return 0;
+	}
+	rf__stg_hook_fail("binding memory (hwloc_set_area_membind)", e);
+	return -1;
 }
 
-/* Map len bytes at alignment align (a power of two), bound as the arena's policy asks; *why says whether
- * they are bound, and if not, why. jemalloc may ask for more than page alignment (its metadata wants
- * 2 MiB): the excess is mapped and the head and tail given back before binding. */
+/* Map size bytes at alignment align (a power of two), bound as the arena's policy asks (rf__stg_bind).
+ * Alignments above a page (jemalloc's metadata wants 2 MiB) map the excess and give back the head and
+ * tail before binding. NULL with the hook's failure note set. */
 static void *rf__stg_map(rf__stg_arena *a, size_t size, size_t align, int huge, int *why)
 {
 	size_t page = rf__stg_page(), extra = align > page ? align - page : 0;
@@ -252,33 +203,27 @@ static void *rf__stg_map(rf__stg_arena *a, size_t size, size_t align, int huge, 
 		rf__stg_hook_fail("mapping memory (size overflows)", ENOMEM);
 		return NULL;
 	}
-	int bind = rf__stg_binds(a, why);
-	unsigned char *raw = rf__stg_map_plain(size + extra);
-	if (raw == NULL)
+	if (rf__stg_fault("fallback")) {
+		rf__stg_hook_fail("mapping memory (injected fault)", ENOMEM);
 		return NULL;
+	}
+	void *raw = mmap(NULL, size + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (raw == MAP_FAILED) {
+		rf__stg_hook_fail("mapping memory (mmap)", errno);
+		return NULL;
+	}
 	uintptr_t r = (uintptr_t)raw, p = rf__align_up(r, align);
 	if (p > r)
-		rf__stg_os_unmap(raw, p - r);
+		(void)munmap(raw, p - r);
 	if (p + size < r + size + extra)
-		rf__stg_os_unmap((void *)(p + size), r + extra - p);
-	/* Before binding and touching, so that first touch faults huge pages in. An O_DIRECT read into a
-	 * huge page is one physically contiguous segment instead of one per 4 KiB page: on a virtio disk
-	 * that is what its throughput depends on (docs/files.md). A refusal changes nothing but speed. */
+		(void)munmap((void *)(p + size), r + extra - p);
+	/* Before binding and touching, so that first touch faults huge pages in: an O_DIRECT read into
+	 * a huge page is one DMA segment, not one per 4 KiB page (docs/files.md). A refusal costs speed. */
 	if (huge)
 		(void)madvise((void *)p, size, MADV_HUGEPAGE);
-	if (!bind)
+	if (rf__stg_bind(a, (void *)p, size, why) == 0)
 		return (void *)p;
-	if (rf__stg_bind(a, (void *)p, size) == 0) {
-		*why = RF__WHY_BOUND;
-		return (void *)p;
-	}
-	int e = errno;
-	if (rf__stg_refused(e)) { /* a refusal, not a shortage: the memory stays, unbound, and says why */
-		*why = e;
-		return (void *)p;
-	}
-	rf__stg_os_unmap((void *)p, size);
-	rf__stg_hook_fail("binding memory (hwloc_set_area_membind)", e);
+	(void)munmap((void *)p, size);
 	return NULL;
 }
 
@@ -328,41 +273,30 @@ static int rf__stg_pin_add(rf__stg_arena *a, void *p, size_t len)
 	return ok;
 }
 
-/* Is [p, p+len) exactly one whole pinned mapping? */
-static int rf__stg_pin_is_whole(rf__stg_arena *a, const void *p, size_t len)
+/* Is [p, p+len) exactly one whole pinned mapping? With `remove`, forget it if so. */
+static int rf__stg_pin_find(rf__stg_arena *a, const void *p, size_t len, int remove)
 {
 	int whole = 0;
 	pthread_mutex_lock(&a->mu);
 	for (size_t i = 0; i < a->npins && !whole; i++)
-		whole = a->pins[i].start == (uintptr_t)p && a->pins[i].len == len;
+		if ((whole = a->pins[i].start == (uintptr_t)p && a->pins[i].len == len) && remove)
+			a->pins[i] = a->pins[--a->npins];
 	pthread_mutex_unlock(&a->mu);
 	return whole;
 }
 
-/* If [p, p+len) is a whole pinned mapping: forget it, unregister and unmap it, and return 1. A piece
- * of one: 0 (the caller declines the dalloc; see rf__stg_pin). */
-static int rf__stg_pin_release(rf__stg_arena *a, void *p, size_t len)
+/* Unmap [p, p+len), first forgetting and unregistering it if it is a whole pinned mapping (a piece of
+ * one never comes here: see rf__stg_pin). */
+static void rf__stg_unmap(rf__stg_arena *a, void *p, size_t len)
 {
-	int whole = 0;
-	pthread_mutex_lock(&a->mu);
-	for (size_t i = 0; i < a->npins; i++)
-		if (a->pins[i].start == (uintptr_t)p && a->pins[i].len == len) {
-			a->pins[i] = a->pins[--a->npins];
-			whole = 1;
-			break;
-		}
-	pthread_mutex_unlock(&a->mu);
-	if (whole) {
+	if (a->key.pinned && rf__stg_pin_find(a, p, len, 1)) {
 		const rf__staging_pinner *pin = atomic_load(&rf__stg_pinner);
 		if (pin != NULL)
 			pin->unpin(p);
-		rf__stg_os_unmap(p, len);
 	}
-	return whole;
+	(void)munmap(p, len);
 }
 
-/* A new mapping: map (bound if possible), touch, page-lock (pinned arenas), record the region (direct:
- * one block of its own, see rf__stg_direct_alloc). NULL with the hook's failure note set. */
 void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direct)
 {
 	int why;
@@ -371,12 +305,15 @@ void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direc
 		return NULL;
 	rf__stg_touch(p, size);
 	if (a->key.pinned && !rf__stg_pin_add(a, p, size)) {
-		rf__stg_os_unmap(p, size);
+		(void)munmap(p, size);
 		return NULL;
 	}
-	if (!rf__stg_region_add(a, (uintptr_t)p, size, why, direct)) {
-		if (!a->key.pinned || !rf__stg_pin_release(a, p, size))
-			rf__stg_os_unmap(p, size);
+	rf__stg_region r = {(uintptr_t)p, (uintptr_t)p + size, why, direct};
+	pthread_mutex_lock(&a->mu);
+	int ok = rf__stg_insert(a, rf__stg_upper(a, r.start), r);
+	pthread_mutex_unlock(&a->mu);
+	if (!ok) {
+		rf__stg_unmap(a, p, size);
 		rf__stg_hook_fail("recording the region", ENOMEM);
 		return NULL;
 	}
@@ -387,8 +324,7 @@ void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direc
 
 void rf__stg_unmap_mapping(rf__stg_arena *a, void *p, size_t len)
 {
-	if (!a->key.pinned || !rf__stg_pin_release(a, p, len))
-		rf__stg_os_unmap(p, len);
+	rf__stg_unmap(a, p, len);
 	atomic_fetch_sub(&rf__stg_mapped, len);
 }
 
@@ -413,13 +349,11 @@ static bool rf__stg_hook_dalloc(extent_hooks_t *h, void *addr, size_t size, bool
 	(void)committed;
 	(void)ind;
 	rf__stg_arena *a = (rf__stg_arena *)h;
-	if (a->key.pinned && !rf__stg_pin_is_whole(a, addr, size))
+	if (a->key.pinned && !rf__stg_pin_find(a, addr, size, 0))
 		return true; /* a piece of a registration: jemalloc keeps it for reuse */
 	if (!rf__stg_region_cut(a, (uintptr_t)addr, size))
 		return true;
-	if (!a->key.pinned || !rf__stg_pin_release(a, addr, size))
-		rf__stg_os_unmap(addr, size);
-	atomic_fetch_sub(&rf__stg_mapped, size);
+	rf__stg_unmap_mapping(a, addr, size);
 	return false;
 }
 

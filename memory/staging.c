@@ -1,10 +1,8 @@
 /* memory/staging.c — staging memory: arenas, allocation and freeing, placement, the public API.
  *
- * One jemalloc arena per (placement, pinned) pair, created on first use with the extent hooks of
- * mapping.c. Small blocks are carved from the arena; rings and other page-aligned or large blocks are
- * mappings of their own (rf__stg_is_direct says why). Arenas, their records and the topology reference
- * live as long as the process, like jemalloc's own arenas: pipelines come and go, the arenas (and their
- * cached extents) are reused. Policies are parsed and resolved in policy.c. */
+ * One jemalloc arena per (placement, pinned), created on first use with mapping.c's extent hooks and
+ * kept, with the topology reference, for the life of the process, like jemalloc's own arenas. Small
+ * blocks are carved from it; page-aligned and large ones are mappings of their own (rf__stg_is_direct). */
 #include "memory/staging_int.h"
 #include "base/align.h"
 #include "base/error.h"
@@ -17,12 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Largest growth step of an arena's mappings: the hook touches everything it maps, so jemalloc's
- * geometric growth of retained memory must not make it commit much more than was asked for. */
+/* Largest growth step of an arena: the hook touches all it maps, so jemalloc's geometric growth must
+ * not commit much more than was asked for. */
 #define RF__STG_GROW_LIMIT ((size_t)4 << 20)
 
-/* From this size on (and for every page-aligned block) a block is a mapping of its own, not a carve
- * from jemalloc (see rf__stg_is_direct). */
 #define RF__STG_DIRECT_MIN ((size_t)64 << 10)
 
 static pthread_mutex_t rf__stg_mu = PTHREAD_MUTEX_INITIALIZER; /* topology, arena list */
@@ -54,23 +50,19 @@ static rf__stg_arena *rf__stg_find_arena(const rf__staging_policy *key)
 	return NULL;
 }
 
-/* The nodeset the hooks bind to. */
+/* The nodeset the hooks bind to: NODE {node}, INTERLEAVE the allowed nodes, else none. */
 static int rf__stg_nodeset(rf__stg_arena *a)
 {
-	if (a->key.kind == RF__STG_NODE)
-		a->nodeset = hwloc_bitmap_alloc();
-	else if (a->key.kind == RF__STG_INTERLEAVE)
+	if (a->key.kind == RF__STG_INTERLEAVE)
 		a->nodeset = hwloc_bitmap_dup(hwloc_topology_get_allowed_nodeset(a->topo));
-	else
-		return RF_OK;
-	if (a->nodeset == NULL)
-		return rf__err(RF_ENOMEM, "staging: out of memory");
-	if (a->key.kind == RF__STG_NODE)
+	else if (a->key.kind == RF__STG_NODE && (a->nodeset = hwloc_bitmap_alloc()) != NULL)
 		hwloc_bitmap_only(a->nodeset, (unsigned)a->key.node);
+	if ((a->key.kind == RF__STG_NODE || a->key.kind == RF__STG_INTERLEAVE) && a->nodeset == NULL)
+		return rf__err(RF_ENOMEM, "staging: out of memory");
 	return RF_OK;
 }
 
-/* arenas.create with our hooks; then cap the growth step (best effort: only a tuning knob). */
+/* arenas.create with our hooks; then cap the growth step (best effort: a tuning knob). */
 static int rf__stg_jemalloc_arena(rf__stg_arena *a)
 {
 	if (rf__stg_fault("arena"))
@@ -142,29 +134,25 @@ static int rf__stg_lg(size_t align)
 	return lg;
 }
 
-/* Blocks from jemalloc: small ones only. jemalloc rounds a large request up to its size class (64 MiB
- * + its page of padding became an 80 MiB mapping) and keeps the tail it did not use among its retained
- * extents, which no later large request can use: every create of a big ring mapped afresh and the
- * tails — touched, so resident — piled up, and a ring could exceed memory_budget by a quarter. */
+/* Blocks from jemalloc: small ones only. jemalloc rounds a large request up to its size class and
+ * retains the touched, resident tail, which no later large request can use: tails piled up with every
+ * big ring created, and a ring could exceed memory_budget by a quarter (docs/staging.md). */
 static int rf__stg_is_direct(size_t bytes, size_t align)
 {
 	return align >= rf__stg_page() || bytes >= RF__STG_DIRECT_MIN;
 }
 
-/* A carve from the arena. No thread cache: staging blocks are long-lived, and a cached block would stay
- * attributed to this thread instead of returning to the arena. Zeroed: fresh extents are zero already
- * (jemalloc skips those), reused ones must not leak a previous owner's bytes. */
+/* A carve from the arena. No thread cache: a cached block would stay with this thread instead of
+ * returning to the arena. Zeroed: reused extents must not leak a previous owner's bytes. */
 static void *rf__stg_mallocx(const rf__stg_arena *a, size_t bytes, size_t align)
 {
 	return mallocx(bytes, MALLOCX_ARENA(a->ind) | MALLOCX_TCACHE_NONE | MALLOCX_ZERO |
 				      MALLOCX_LG_ALIGN(rf__stg_lg(align)));
 }
 
-/* Page-aligned and large blocks (every ring) are mappings of their own: exactly the bytes asked for,
- * rounded up to a page, bound and touched like the arena's, and unmapped whole when freed — nothing
- * retained, nothing rounded to a size class. A block of at least one huge page is aligned to one and
- * asks for huge pages; a smaller block stays on small pages (the engine rounds a ring up to whole huge
- * pages itself, within the budget: rf__staging_ring_len). */
+/* A block of its own: its bytes rounded up to a page, bound and touched like the arena's, unmapped
+ * whole when freed. From one huge page on it is aligned to one and asks for huge pages (the engine
+ * rounds a ring up to whole huge pages itself: rf__staging_ring_len). */
 static void *rf__stg_direct_alloc(rf__stg_arena *a, size_t bytes)
 {
 	size_t page = rf__stg_page(), len = rf__align_up(bytes, page), huge = rf__stg_huge_page();
@@ -177,49 +165,38 @@ static void *rf__stg_direct_alloc(rf__stg_arena *a, size_t bytes)
 	return rf__stg_new_mapping(a, len, page, RF__STG_DIRECT);
 }
 
-/* If p starts a direct block: forget it, unmap it (unregistering it first if pinned), return 1. */
-static int rf__stg_direct_free(void *p)
+/* The arena holding staging address p, its region copied to *reg; with `take`, only a direct block
+ * starting at p, whose region is then forgotten. NULL when there is none. */
+static rf__stg_arena *rf__stg_lookup(const void *p, int take, rf__stg_region *reg)
 {
-	rf__stg_arena *owner = NULL;
-	size_t len = 0;
+	rf__stg_arena *a;
 	pthread_mutex_lock(&rf__stg_mu);
-	for (rf__stg_arena *a = rf__stg_arenas; a != NULL && owner == NULL; a = a->next) {
+	for (a = rf__stg_arenas; a != NULL; a = a->next) {
 		pthread_mutex_lock(&a->mu);
 		rf__stg_region *r = rf__stg_find_region(a, (uintptr_t)p);
-		if (r != NULL && r->direct && r->start == (uintptr_t)p) {
-			owner = a;
-			len = r->end - r->start;
+		int found = r != NULL && (!take || (r->direct && r->start == (uintptr_t)p));
+		if (found)
+			*reg = *r;
+		if (found && take) {
 			memmove(r, r + 1, (size_t)(a->regions + a->nregions - r - 1) * sizeof *r);
 			a->nregions--;
 		}
 		pthread_mutex_unlock(&a->mu);
+		if (found)
+			break;
 	}
 	pthread_mutex_unlock(&rf__stg_mu);
-	if (owner == NULL)
-		return 0;
-	rf__stg_unmap_mapping(owner, p, len);
-	return 1;
-}
-
-/* A short name of an arena's placement, for messages. */
-static const char *rf__stg_key_name(const rf__staging_policy *key, char *buf, size_t cap)
-{
-	switch (key->kind) {
-	case RF__STG_NODE:
-		snprintf(buf, cap, "NUMA node %d", key->node);
-		return buf;
-	case RF__STG_INTERLEAVE:
-		return "interleaved";
-	default:
-		return "unbound";
-	}
+	return a;
 }
 
 /* RF_ENOMEM naming the step that failed inside mallocx (jemalloc itself only says NULL). */
 static int rf__stg_alloc_failed(const rf__stg_arena *a, size_t bytes)
 {
-	char buf[32];
-	const char *where = rf__stg_key_name(&a->key, buf, sizeof buf);
+	char where[32] = "unbound";
+	if (a->key.kind == RF__STG_NODE)
+		snprintf(where, sizeof where, "NUMA node %d", a->key.node);
+	else if (a->key.kind == RF__STG_INTERLEAVE)
+		snprintf(where, sizeof where, "interleaved");
 	if (rf__stg_hook_step == NULL)
 		return rf__err(RF_ENOMEM, "staging: cannot allocate %zu bytes (%s): jemalloc mallocx returned NULL",
 			       bytes, where);
@@ -255,31 +232,16 @@ void rf__staging_free(void *p)
 {
 	if (p == NULL)
 		return;
-	if (!rf__stg_direct_free(p))
+	rf__stg_region r;
+	rf__stg_arena *a = rf__stg_lookup(p, 1, &r);
+	if (a != NULL)
+		rf__stg_unmap_mapping(a, p, r.end - r.start);
+	else
 		dallocx(p, MALLOCX_TCACHE_NONE);
 	atomic_fetch_sub(&rf__stg_live, 1);
 }
 
 /* ---- placement ------------------------------------------------------------------------------- */
-
-/* The arena and region `why` of address p, if it is staging memory. */
-static int rf__stg_lookup(const void *p, rf__stg_arena **out, int *why)
-{
-	int found = 0;
-	pthread_mutex_lock(&rf__stg_mu);
-	for (rf__stg_arena *a = rf__stg_arenas; a != NULL && !found; a = a->next) {
-		pthread_mutex_lock(&a->mu);
-		rf__stg_region *r = rf__stg_find_region(a, (uintptr_t)p);
-		if (r != NULL) {
-			found = 1;
-			*why = r->why;
-			*out = a;
-		}
-		pthread_mutex_unlock(&a->mu);
-	}
-	pthread_mutex_unlock(&rf__stg_mu);
-	return found;
-}
 
 /* Where unbound memory actually is: the node of its first page, if the kernel says; else -1. */
 static int rf__stg_where(hwloc_topology_t topo, const void *p)
@@ -297,13 +259,13 @@ static int rf__stg_where(hwloc_topology_t topo, const void *p)
  * memory also says where its first page actually landed. */
 int rf__staging_placement(const void *p, rf_placement *out)
 {
-	rf__stg_arena *a;
-	int why;
-	if (p == NULL || !rf__stg_lookup(p, &a, &why))
+	rf__stg_region r;
+	rf__stg_arena *a = p != NULL ? rf__stg_lookup(p, 0, &r) : NULL;
+	if (a == NULL)
 		return rf__err(RF_EINVAL, "staging placement: %p is not inside staging memory", p);
-	out->bound = why == RF__WHY_BOUND;
+	out->bound = r.why == RF__WHY_BOUND;
 	out->pinned = a->key.pinned;
-	out->reason = rf__stg_reason(why);
+	out->reason = rf__stg_reason(r.why);
 	if (out->bound)
 		out->numa_node = a->key.kind == RF__STG_NODE ? a->key.node : -1;
 	else
@@ -311,10 +273,8 @@ int rf__staging_placement(const void *p, rf_placement *out)
 	return RF_OK;
 }
 
-/* Every copy lands in a ring and every compute reads it: on huge pages an O_DIRECT read into a slot
- * is one physically contiguous segment instead of one per 4 KiB page (on a virtio disk that decides its
- * speed: docs/files.md), and the TLB covers the ring. A ring smaller than a huge page is rounded up to
- * one: the rest of it is never used, but it costs less than reading into 4 KiB pages. */
+/* On huge pages an O_DIRECT read into a slot is one DMA segment, not one per 4 KiB page (docs/files.md),
+ * and the TLB covers the ring: even a ring smaller than a huge page is rounded up to one. */
 size_t rf__staging_ring_len(size_t bytes, size_t cap)
 {
 	size_t huge = rf__stg_huge_page(), len = huge != 0 ? rf__align_up(bytes, huge) : bytes;
@@ -341,13 +301,11 @@ int rf_staging_alloc(size_t bytes, const char *policy, void **out)
 	return RF_OK;
 }
 
-/* Public name of rf__staging_free (the internal one is what backends call, without the export). */
 void rf_staging_free(void *p)
 {
 	rf__staging_free(p);
 }
 
-/* Checks the public arguments and prefixes the detail with the public name. */
 int rf_staging_placement(const void *p, rf_placement *out)
 {
 	if (out == NULL)
@@ -356,10 +314,8 @@ int rf_staging_placement(const void *p, rf_placement *out)
 	return rc == RF_OK ? RF_OK : rf__err(rc, "rf_staging_placement: %s", rf__errmsg_peek());
 }
 
-/* ---- for tests ------------------------------------------------------------------------------- */
-
 #ifdef RF_TESTING
-/* Counters for tests (leaks, growth); the counters themselves are cheap enough to be always on. */
+/* The counters themselves are cheap enough to be always on. */
 void rf__staging_get_stats(rf__staging_stats *out)
 {
 	out->live_allocs = atomic_load(&rf__stg_live);
@@ -370,11 +326,10 @@ void rf__staging_get_stats(rf__staging_stats *out)
 	pthread_mutex_unlock(&rf__stg_mu);
 }
 
-/* For tests reading jemalloc's per-arena statistics. */
 int rf__staging_arena_of(const void *p)
 {
-	rf__stg_arena *a;
-	int why;
-	return p != NULL && rf__stg_lookup(p, &a, &why) ? (int)a->ind : -1;
+	rf__stg_region r;
+	rf__stg_arena *a = p != NULL ? rf__stg_lookup(p, 0, &r) : NULL;
+	return a != NULL ? (int)a->ind : -1;
 }
 #endif

@@ -1,6 +1,5 @@
-/* memory/staging.h — internal: staging memory (hwloc NUMA binding, jemalloc arenas with extent
- * hooks). The public side is include/ringfetch/staging.h; this is what the engine and the CPU
- * backends call, plus the accessors white-box tests use. */
+/* memory/staging.h — internal: staging memory as the engine and the backends call it (the public side
+ * is include/ringfetch/staging.h), and the accessors white-box tests use. */
 #ifndef RF_MEMORY_STAGING_H
 #define RF_MEMORY_STAGING_H
 
@@ -24,22 +23,19 @@ typedef struct rf__staging_policy {
 	int pinned; /* page-locked for DMA (by the pinner the CUDA backend installs); never parsed */
 } rf__staging_policy;
 
-/* How pinned arenas page-lock their mappings: set by the CUDA backend (cudaHostRegister /
- * cudaHostUnregister), so that runtime/ never includes CUDA. pin returns 0, or non-zero with *why a
- * static sentence. Without a pinner, pinned allocations fail (RF_ENOMEM, saying so). */
+/* How pinned arenas page-lock their mappings, set by the CUDA backend so that runtime/ never includes
+ * CUDA. pin returns 0, or non-zero with *why a static sentence. Without a pinner, pinned allocations
+ * fail (RF_ENOMEM, saying so). */
 typedef struct rf__staging_pinner {
 	int (*pin)(void *p, size_t len, const char **why);
 	void (*unpin)(void *p);
 } rf__staging_pinner;
 void rf__staging_set_pinner(const rf__staging_pinner *pinner);
 
-/* Alignment of a ring's memory: a page, so that the ring is placed (and later registered) page by page,
- * and is a mapping of its own (memory/staging.c). */
+/* Alignment of a ring's memory: a page, so that it is a mapping of its own, placed page by page. */
 #define RF__STAGING_SLOT_ALIGN RF__ALIGN_PINNED
-
-/* The alignment of a staging block of `bytes` for embedders (rf_staging_alloc, rf_cuda_staging_alloc):
- * small blocks need only a cache line (RF__ALIGN_CPU); from a page on (RF__ALIGN_PINNED), page alignment
- * keeps them ready for DMA and page-locking. The one statement of that rule. */
+/* The alignment of an embedder's staging block of `bytes`: a cache line, and a page (ready for DMA and
+ * page-locking) from a page on. */
 size_t rf__staging_align_for(size_t bytes);
 
 /* Parse a policy string (NULL = auto) strictly; RF_EINVAL with a sentence prefixed by `who`.
@@ -49,9 +45,8 @@ int rf__staging_parse(const char *who, const char *text, rf__staging_policy *out
 /* Allocate bytes (> 0) aligned to align (a power of two <= 4096) under pol (NULL = auto).
  * RF_OK, RF_EINVAL (no such node), RF_ENOMEM, RF_EBACKEND (topology); see rf_staging_alloc. */
 int rf__staging_alloc(const rf__staging_policy *pol, size_t bytes, size_t align, void **out);
-/* How many bytes to map for a ring of `bytes`: rounded up to whole huge pages where the kernel gives
- * them and the result stays within cap (0: no cap); else bytes. Blocks of a huge page or more are
- * backed by huge pages (rf__staging_alloc). */
+/* The bytes to map for a ring of `bytes`: rounded up to whole huge pages where the kernel gives them
+ * and that stays within cap (0: no cap); else bytes. */
 size_t rf__staging_ring_len(size_t bytes, size_t cap);
 /* Release what rf__staging_alloc returned (NULL is a no-op). */
 void rf__staging_free(void *p);

@@ -1,8 +1,5 @@
-/* memory/staging_int.h — internal to memory/: what the three parts of the staging layer share.
- *   policy.c   parsing a policy, resolving it to an arena key on this machine, the placement sentences;
- *   mapping.c  making and removing mappings (bound, touched, page-locked), the region table, the
- *              jemalloc extent hooks;
- *   staging.c  arenas, allocation and freeing, placement queries, the public API. */
+/* memory/staging_int.h — internal to memory/: what policy.c (policies, placement sentences), mapping.c
+ * (mappings, the region table, the extent hooks) and staging.c (arenas, allocation, the API) share. */
 #ifndef RF_MEMORY_STAGING_INT_H
 #define RF_MEMORY_STAGING_INT_H
 
@@ -25,13 +22,10 @@ typedef struct rf__stg_region {
 	int direct; /* one block of its own, never seen by jemalloc (rf__stg_direct_alloc) */
 } rf__stg_region;
 
-/* A page-locked mapping (pinned arenas): registered whole when it is made (by the alloc hook, or as a
- * direct block, freed whole), and unregistered and unmapped only when it goes back whole: for a hook
- * mapping, when jemalloc gives the whole mapping back in one dalloc. cudaHostUnregister takes
- * only the base of a registration, so a piece cannot leave on its own: dalloc of a piece declines
- * ("keep it"), and jemalloc keeps the piece among its retained extents, merges it back with its
- * siblings and reuses it. Pinned memory therefore stays bounded by the arena's peak use. (Counting
- * returned pieces and unmapping when all were back would leak: jemalloc never returns the tail it
+/* A page-locked mapping (pinned arenas), registered whole when made and unregistered only when it goes
+ * back whole. cudaHostUnregister takes only the base of a registration, so dalloc of a piece declines:
+ * jemalloc keeps it, merges it back with its siblings and reuses it, which bounds pinned memory by the
+ * arena's peak use. (Unmapping once all pieces were back would leak: jemalloc never returns the tail it
  * retains after splitting a growth mapping.) */
 typedef struct rf__stg_pin {
 	uintptr_t start;
@@ -54,15 +48,16 @@ typedef struct rf__stg_arena {
 
 /* ---- policy.c ----------------------------------------------------------------------------------- */
 
-/* Turn a parsed policy (NULL = auto) into an arena key; node:N is checked against the machine here.
- * RF_OK, or RF_EINVAL naming the nodes there are. */
+/* A parsed policy (NULL = auto) as an arena key on this machine; RF_EINVAL (naming the nodes there
+ * are) when node:N is not usable. */
 int rf__stg_resolve(hwloc_topology_t topo, const rf__staging_policy *pol, rf__staging_policy *key);
 /* The placement sentence for a region's `why` (static strings). */
 const char *rf__stg_reason(int why);
 
 /* ---- mapping.c ---------------------------------------------------------------------------------- */
 
-/* Why the last mapping on this thread failed (see mapping.c), for the message rf__staging_alloc composes. */
+/* Why the last mapping on this thread failed: jemalloc only returns NULL, so the hooks note the cause
+ * here, on the allocating thread, for the message rf__staging_alloc composes. */
 extern _Thread_local const char *rf__stg_hook_step;
 extern _Thread_local int rf__stg_hook_errno;
 extern _Thread_local const char *rf__stg_hook_detail;
@@ -74,7 +69,7 @@ extern const extent_hooks_t rf__stg_hooks;
 
 /* Fault injection at a named step: non-zero makes it fail (for "membind", the errno seen). */
 int rf__stg_fault(const char *step);
-/* Record why a step failed, for the error message. */
+/* Note why a step failed (clears the detail). */
 void rf__stg_hook_fail(const char *step, int err);
 /* The page size: the granularity of mapping, binding and touching. */
 size_t rf__stg_page(void);
@@ -82,15 +77,12 @@ size_t rf__stg_page(void);
 size_t rf__stg_huge_page(void);
 /* The region of arena a holding address x, or NULL (a->mu held). */
 rf__stg_region *rf__stg_find_region(rf__stg_arena *a, uintptr_t x);
-/* How rf__stg_new_mapping's block is used: carved by jemalloc (0), a block of its own, or a block of its
- * own backed by transparent huge pages where the kernel has them. */
+/* A mapping carved by jemalloc, a block of its own, or one of its own on transparent huge pages. */
 enum { RF__STG_CARVED = 0, RF__STG_DIRECT = 1, RF__STG_DIRECT_HUGE = 2 };
 /* A new mapping of size bytes at alignment align: bound as a's policy asks (or unbound, recorded why),
- * touched, page-locked for pinned arenas, recorded as a region (direct: one of RF__STG_DIRECT*). NULL
- * with the failure note set. */
+ * touched, page-locked for pinned arenas, recorded as a region. NULL with the failure note set. */
 void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direct);
-/* Remove a mapping made by rf__stg_new_mapping (its region already forgotten): unregister it if it is
- * a whole pinned mapping, and unmap it. */
+/* Unmap a mapping of rf__stg_new_mapping whose region is already forgotten (unregistering it first). */
 void rf__stg_unmap_mapping(rf__stg_arena *a, void *p, size_t len);
 
 #endif
