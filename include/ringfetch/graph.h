@@ -1,26 +1,17 @@
 /*
- * ringfetch/graph.h — the job graph under every pipeline: build one by hand (or from a ring plan),
- * validate it, lower it to per-queue programs, instantiate it on a backend and run it.
+ * ringfetch/graph.h — the job graph under every pipeline: build, validate, lower, instantiate, run.
+ * Lifecycle: rf_graph_create -> add nodes and edges -> rf_graph_validate -> rf_exec_create (owns its
+ * own program: the graph may be destroyed then) -> rf_exec_run ... -> rf_exec_destroy.
  *
- * Lifecycle: rf_graph_create -> rf_graph_add_node / rf_graph_add_edge -> rf_graph_validate ->
- *            rf_exec_create (validates and lowers again, owns its own copy) -> rf_exec_run ... ->
- *            rf_exec_destroy; the graph can be destroyed as soon as the exec exists.
- *
- * Model. A node sits on a queue (a lane of execution: a worker thread, a CUDA stream, or the caller);
- * work on one queue runs in the order the nodes were added. An edge u -> v means "u finishes before v
- * starts". Slots are the ring's buffers, numbered 0 .. nslots-1 (nslots = largest slot used + 1).
- *   COPY    (queue, block, slot): copy srcs[block] (sizes[block] bytes) into slot — from the block's
- *           staging slot instead when the block is staged;
- *   COMPUTE (queue, block, slot): call compute with block `block` resident in `slot`;
- *   WAIT    (queue): the queue waits until every predecessor of the node has finished; it does no work;
- *   STAGE   (queue, block, slot): copy srcs[block] into staging slot `slot`: host memory of slot_bytes
- *           beside the ring, numbered apart from the ring's slots (nstage = largest used + 1). Two-hop
- *           staging: a source the ring's copy cannot read well (pageable memory, for a GPU) goes
- *           source -> staging slot -> ring slot. On "cpu" and "threads" a STAGE is a memcpy on its
- *           queue. On "cuda" staging slots are pinned (page-locked when the first block needs one) and
- *           a queue with STAGE nodes is a host thread, not a stream: it may hold only STAGE and WAIT
- *           nodes; a source DMA can read directly (pinned, registered, device memory) is not copied —
- *           its COPY reads it — and a file's bytes (rf_file_open) are not supported there yet.
+ * A node sits on a queue; a queue runs its nodes in the order they were added. An edge u -> v means
+ * "u finishes before v starts". Slots are numbered 0 .. nslots-1 (largest used + 1).
+ *   COPY    (queue, block, slot): srcs[block] (or the block's staging slot, if staged) into slot;
+ *   COMPUTE (queue, block, slot): call compute with block resident in slot;
+ *   WAIT    (queue): wait for every predecessor; no work;
+ *   STAGE   (queue, block, slot): srcs[block] into staging slot `slot` (host memory of slot_bytes,
+ *           numbered apart from the ring's). On "cuda" a queue with STAGE nodes is a host thread and
+ *           may hold only STAGE and WAIT nodes, and file sources are not supported there.
+ * docs/design.md and docs/api.md ("Custom graphs") explain the model and two-hop staging.
  */
 #ifndef RINGFETCH_GRAPH_H
 #define RINGFETCH_GRAPH_H
@@ -55,25 +46,18 @@ typedef struct rf_node_desc {
 
 /* ---- building ---------------------------------------------------------------------------------- */
 
-/**
- * An empty graph. flags must be 0.
- * \return RF_OK; RF_EINVAL (out NULL, flags != 0); RF_ENOMEM.
- */
+/** An empty graph. \return RF_OK; RF_EINVAL (out NULL, flags != 0); RF_ENOMEM. */
 RF_EXTERN int rf_graph_create(unsigned flags, rf_graph **out);
 
 /**
  * Append a node; its id (0, 1, 2, ... in order of addition) goes to *id (id may be NULL).
- * Queue order is the order of addition among the nodes of one queue.
- * block and slot are ignored for WAIT nodes (and read back as 0).
- * \return RF_OK; RF_EINVAL (g or desc NULL, unknown kind, queue >= RF_MAX_QUEUES, for COPY, COMPUTE
- *         and STAGE slot >= RF_MAX_SLOTS or block >= INT64_MAX / 8 — the one block limit, the same
- *         for rings and runs —, flags != 0); RF_ENOMEM.
+ * \return RF_OK; RF_EINVAL (g or desc NULL, unknown kind, queue >= RF_MAX_QUEUES, flags != 0, and
+ *         except for WAIT: slot >= RF_MAX_SLOTS or block >= INT64_MAX / 8); RF_ENOMEM.
  */
 RF_EXTERN int rf_graph_add_node(rf_graph *g, const rf_node_desc *desc, size_t *id);
 
 /**
- * Add the edge from -> to ("from finishes before to starts"). Adding an existing edge is a no-op.
- * Cycles are accepted here and rejected by rf_graph_validate.
+ * Add the edge from -> to; an existing edge is a no-op. Cycles are rejected by rf_graph_validate.
  * \return RF_OK; RF_EINVAL (g NULL, an id out of range, from == to); RF_ENOMEM.
  */
 RF_EXTERN int rf_graph_add_edge(rf_graph *g, size_t from, size_t to);
@@ -82,14 +66,9 @@ RF_EXTERN int rf_graph_add_edge(rf_graph *g, size_t from, size_t to);
 RF_EXTERN int rf_graph_remove_edge(rf_graph *g, size_t from, size_t to);
 
 /**
- * The graph of a ring: nblocks blocks through `depth` slots, block b copied on queue 1 + b % copy_queues
- * into slot b % depth and computed on queue 0, in the order of rf_plan_ring. Edges, made explicit:
- *   RAW: copy(b) -> WAIT on queue 0 -> compute(b);
- *   WAR: compute(b - depth) -> WAIT on the copy queue -> copy(b)   (for b >= depth);
- * and, implicit as on every queue, the order of addition: computes in block order, and the copies of
- * one queue in block order.
- * Node ids follow plan order, so the ids of block b's nodes are easy to find with rf_graph_node().
- * The lowered program has 1 + min(nblocks, copy_queues) queues (queues no node uses do not count).
+ * The graph of a ring, in the order of rf_plan_ring: block b copied on queue 1 + b % copy_queues into
+ * slot b % depth, computed on queue 0. RAW: copy(b) -> WAIT on queue 0 -> compute(b); WAR (b >= depth):
+ * compute(b - depth) -> WAIT on the copy queue -> copy(b). Node ids follow plan order.
  * \return RF_OK and *out; RF_EINVAL (depth 0 or > RF_MAX_DEPTH, copy_queues 0 or >= RF_MAX_QUEUES,
  *         copy_queues > 1 with depth < copy_queues + 1, nblocks > INT64_MAX / 8, out NULL); RF_ENOMEM.
  */
@@ -107,29 +86,19 @@ RF_EXTERN int rf_graph_node(const rf_graph *g, size_t id, rf_node_desc *out);
 RF_EXTERN int rf_graph_has_edge(const rf_graph *g, size_t from, size_t to);
 
 /**
- * Check that the graph can run and cannot race:
- *  - it has no cycle (RF_EINVAL, rf_errmsg names a node on the cycle);
- *  - RAW: every COMPUTE of (block b, slot s) has the COPY of (b, s) among its ancestors;
- *  - WAR: every COPY into slot s of block b is ordered after every COMPUTE reading s for a block < b;
- *  - WAW: every COPY into slot s of block b is ordered after every COPY into s of a block < b;
- *  - a block is copied into a slot at most once;
- *  - staging slots likewise, their readers being the COPY nodes of the blocks staged there: a block is
- *    staged at most once; RAW: every COPY of a staged block has its STAGE among its ancestors; WAR:
- *    every STAGE into staging slot t of block b is ordered after every COPY of a block < b staged in t;
- *    WAW: after every STAGE into t of a block < b.
- * A violation is RF_EHAZARD, and rf_errmsg names the two nodes (ids, kinds, blocks, slot).
- * Cost: O(nodes + edges) bytes; time: a sort of the nodes, then per slot and block one search each
- * way between the block's copy, its computes and the next copy into the slot, bounded by the nodes
- * between them in topological order — linear for rings and fans (1 copy + 80k computes of one block:
- * about 10 ms here, tests/test_validate.c), O(nodes * (nodes + edges)) at worst.
+ * Check that the graph can run and cannot race: no cycle (RF_EINVAL naming a node on it); per slot,
+ * RAW (each COMPUTE of (b, s) has the COPY of (b, s) among its ancestors), WAR (each COPY into s is
+ * after every COMPUTE of s for an earlier block), WAW (after every earlier COPY into s), each block
+ * copied into a slot once; staging slots likewise, their readers being the COPYs of the blocks staged
+ * there, each block staged once. A violation is RF_EHAZARD, rf_errmsg naming the two nodes.
+ * Linear for rings and fans, O(nodes * (nodes + edges)) time at worst.
  * \return RF_OK; RF_EINVAL (g NULL, cycle); RF_EHAZARD; RF_ENOMEM.
  */
 RF_EXTERN int rf_graph_validate(const rf_graph *g);
 
 /**
- * Write the graph in Graphviz DOT (one cluster per queue; RAW edges solid, WAR edges dashed, queue
- * order dotted) into buf. Two-call sizing: with cap too small (buf may be NULL then) returns RF_ENOSPC
- * and sets *len to the bytes needed including the terminating NUL; on success *len = strlen + 1.
+ * The graph in Graphviz DOT into buf. With cap too small (buf may then be NULL): RF_ENOSPC, *len the
+ * bytes needed including the NUL; on success *len = strlen + 1.
  * \return RF_OK; RF_EINVAL (g or len NULL, buf NULL with cap > 0); RF_ENOSPC.
  */
 RF_EXTERN int rf_graph_dot(const rf_graph *g, char *buf, size_t cap, size_t *len);
@@ -140,15 +109,9 @@ RF_EXTERN void rf_graph_destroy(rf_graph *g);
 /* ---- lowering ---------------------------------------------------------------------------------- */
 
 /*
- * A lowered program: for every queue, the list of ops it executes. Rules:
- *  - an edge between two nodes of one queue costs nothing (queue order implies it);
- *  - a node with consumers on other queues is followed by one SIGNAL on its queue (one, however many
- *    consumers); signal values on a queue count up from 1;
- *  - before a node (or at a WAIT node) the queue WAITs on each foreign queue at most once, for the
- *    latest producer it depends on there (earlier ones are implied by that queue's order), and not at
- *    all when an earlier op of the same queue already waited for that value or a later one.
- * Events are (queue, value) pairs: a backend keeps one monotonically increasing counter per queue (or
- * reuses a small pool of CUDA events round robin), so a run allocates nothing per block.
+ * A lowered program: per queue, the ops it executes. A node with consumers on other queues is followed
+ * by one SIGNAL (values count up from 1 per queue); before a node its queue WAITs on each foreign queue
+ * at most once, for the latest producer there, unless already waited for (docs/design.md).
  */
 typedef enum rf_op_kind { RF_OP_COPY, RF_OP_COMPUTE, RF_OP_SIGNAL, RF_OP_WAIT, RF_OP_STAGE } rf_op_kind;
 
@@ -176,8 +139,7 @@ RF_EXTERN int rf_program_op(const rf_program *p, unsigned q, size_t i, rf_op *ou
 /** Count ops of one kind over all queues (0 for NULL). */
 RF_EXTERN size_t rf_program_count(const rf_program *p, rf_op_kind kind);
 /**
- * Print the program, one queue per paragraph, one op per line ("  q1: copy    b3 -> s0 (node 6)";
- * a staged block's copy names its staging slot: "copy    b3 t1 -> s0").
+ * Print the program, one op per line ("  q1: copy    b3 -> s0 (node 6)", staged: "copy    b3 t1 -> s0").
  * \return RF_OK; RF_EINVAL (NULL argument); RF_EBACKEND if writing to f failed.
  */
 RF_EXTERN int rf_program_print(const rf_program *p, FILE *f);
@@ -196,9 +158,8 @@ typedef struct rf_exec_params {
 } rf_exec_params;
 
 /**
- * Instantiate g on a backend: validate, lower, allocate nslots * slot_bytes of slot memory (and, on
- * CPU backends, nstage * slot_bytes of staging memory) and the backend's queues. The exec keeps its
- * own program; g may be changed or destroyed afterwards.
+ * Instantiate g on a backend: validate, lower, allocate (nslots + nstage on CPU backends) * slot_bytes
+ * and the backend's queues. g may be changed or destroyed afterwards.
  * \return RF_OK and *out; rf_graph_validate's errors; RF_EINVAL (NULL argument, slot_bytes 0, flags,
  *         an empty graph, nslots * slot_bytes overflowing); RF_ENODEV; RF_ECONFIG (RINGFETCH_BACKEND
  *         malformed, when consulted; the config file malformed; nslots * slot_bytes over the memory
@@ -209,13 +170,11 @@ typedef struct rf_exec_params {
 RF_EXTERN int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **out);
 
 /**
- * Run the instantiated graph once: STAGE nodes and the COPY nodes of unstaged blocks read srcs[block]
- * (sizes[block] bytes), COMPUTE nodes call compute. nblocks must exceed every block number in the graph. Input checks and error codes as for
- * rf_pipeline_run; a failing compute stops every queue from starting new nodes and the run returns
- * RF_ECALLBACK once in-flight work has drained. Computes on one queue run in that queue's order.
- * Unlike rf_pipeline_run, a NULL e is RF_EINVAL even with nblocks 0 (an exec always has a graph).
- * Threads: queue 0's nodes run on the calling thread; with the "threads" backend every other queue's
- * nodes — compute callbacks included — run on that queue's worker thread.
+ * Run the graph once: STAGE and unstaged COPY nodes read srcs[block] (sizes[block] bytes), COMPUTE
+ * nodes call compute; nblocks must exceed every block in the graph. Checks and errors as for
+ * rf_pipeline_run (a failing compute: RF_ECALLBACK once in-flight work has drained), but a NULL e is
+ * RF_EINVAL even with nblocks 0. Queue 0 runs on the calling thread; with "threads" every other queue's
+ * nodes, computes included, run on that queue's worker thread.
  * \return RF_OK; RF_EINVAL; RF_EBUSY; RF_ECALLBACK; RF_ECANCELED (rf_exec_destroy from a callback);
  *         RF_ENOMEM (tracing arrays); RF_EBACKEND.
  */
