@@ -47,11 +47,15 @@ static bool rf__is_war(const rf_graph *g, size_t from, size_t to)
 	return (f == RF_NODE_COMPUTE && t == RF_NODE_COPY) || (f == RF_NODE_COPY && t == RF_NODE_STAGE);
 }
 
-static void rf__dot_body(rf__out *o, const rf_graph *g)
+int rf_graph_dot(const rf_graph *g, char *buf, size_t cap, size_t *len)
 {
-	unsigned nq = g->nqueues;
+	if (g == NULL || len == NULL)
+		return rf__err(RF_EINVAL, "rf_graph_dot: %s is NULL", g == NULL ? "g" : "len");
+	if (buf == NULL && cap > 0)
+		return rf__err(RF_EINVAL, "rf_graph_dot: buf is NULL but cap is %zu", cap);
+	rf__out out = {buf, cap, 0}, *o = &out;
 	rf__put(o, "digraph ringfetch {\n  rankdir=LR;\n  node [fontname=\"Helvetica\", fontsize=10];\n");
-	for (unsigned q = 0; q < nq; q++) {
+	for (unsigned q = 0; q < g->nqueues; q++) {
 		if (g->qlast[q] == RF__NONE)
 			continue; /* a queue number no node uses */
 		rf__put(o, "  subgraph cluster_q%u {\n    label=\"queue %u\";\n", q, q);
@@ -69,21 +73,11 @@ static void rf__dot_body(rf__out *o, const rf_graph *g)
 		}
 	}
 	rf__put(o, "}\n");
-}
-
-int rf_graph_dot(const rf_graph *g, char *buf, size_t cap, size_t *len)
-{
-	if (g == NULL || len == NULL)
-		return rf__err(RF_EINVAL, "rf_graph_dot: %s is NULL", g == NULL ? "g" : "len");
-	if (buf == NULL && cap > 0)
-		return rf__err(RF_EINVAL, "rf_graph_dot: buf is NULL but cap is %zu", cap);
-	rf__out o = {buf, cap, 0};
-	rf__dot_body(&o, g);
-	*len = o.len + 1;
-	if (o.len + 1 > cap) {
+	*len = o->len + 1;
+	if (o->len + 1 > cap) {
 		if (cap > 0)
 			buf[0] = '\0';
-		return rf__err(RF_ENOSPC, "rf_graph_dot: %zu bytes needed, cap is %zu", o.len + 1, cap);
+		return rf__err(RF_ENOSPC, "rf_graph_dot: %zu bytes needed, cap is %zu", o->len + 1, cap);
 	}
 	return RF_OK;
 }

@@ -32,11 +32,17 @@ struct rf_graph {
  * a node on it. */
 int rf__graph_topo(const rf_graph *g, size_t **order, size_t **pos);
 
+/* x mod m for blocks that may be negative (relative to a template's iteration). */
+static inline unsigned rf__mod(int64_t x, unsigned m)
+{
+	return (unsigned)(((x % m) + m) % m);
+}
+
 /* The ring: queue 0 computes, block b is copied on queue 1 + b % copy_queues and, in a staged ring,
  * staged on queue 1 + copy_queues + b % copy_queues. */
 static inline unsigned rf__ring_copy_queue(int64_t b, unsigned copy_queues)
 {
-	return 1 + (unsigned)(((b % copy_queues) + copy_queues) % copy_queues);
+	return 1 + rf__mod(b, copy_queues);
 }
 
 static inline unsigned rf__ring_stage_queue(int64_t b, unsigned copy_queues)

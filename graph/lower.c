@@ -115,23 +115,20 @@ static int rf__lower_waits(rf__lower *l, size_t x)
 static int rf__lower_node(rf__lower *l, size_t x)
 {
 	const rf_node_desc *d = &l->g->nodes[x];
-	if (rf__lower_waits(l, x) != RF_OK)
-		return RF_ENOMEM;
-	if (d->kind != RF_NODE_WAIT) {
+	int rc = rf__lower_waits(l, x);
+	if (rc == RF_OK && d->kind != RF_NODE_WAIT) {
 		int64_t b = (int64_t)d->block;
 		const rf__stage_ent *e = rf__stage_find(l->st, l->nst, d->block);
 		rf__op op = d->kind == RF_NODE_COPY    ? rf__op_copy(d->queue, d->slot, e ? e->slot : RF__NO_STAGE, b, x)
 			    : d->kind == RF_NODE_STAGE ? rf__op_stage(d->queue, d->slot, b, x)
 						       : rf__op_compute(d->queue, d->slot, b, x);
-		if (rf__emit(l, op) != RF_OK)
-			return RF_ENOMEM;
+		rc = rf__emit(l, op);
 	}
-	if (rf__has_foreign_consumer(l->g, x)) {
+	if (rc == RF_OK && rf__has_foreign_consumer(l->g, x)) {
 		l->sigval[x] = l->next[d->queue]++;
-		if (rf__emit(l, rf__op_signal(d->queue, l->sigval[x], 0, 0, x)) != RF_OK)
-			return RF_ENOMEM;
+		rc = rf__emit(l, rf__op_signal(d->queue, l->sigval[x], 0, 0, x));
 	}
-	return RF_OK;
+	return rc;
 }
 
 int rf_graph_lower(const rf_graph *g, rf_program **out)
@@ -178,12 +175,6 @@ typedef struct rf__ring_tmpl {
 	int64_t base; /* the iteration's first block: template blocks and values are relative to it */
 	size_t node;  /* template id of the current block's ops (the index of its first op), for traces */
 } rf__ring_tmpl;
-
-/* (x mod m) for the template's relative blocks, which may be negative. */
-static unsigned rf__mod(int64_t x, unsigned m)
-{
-	return (unsigned)(((x % m) + m) % m);
-}
 
 /* The ops of one plan step as rf_graph_lower lowers rf__graph_ring's nodes for it, in the template's
  * terms (graph/program.h): blocks relative to the iteration, values "block + 1" (each queue signals at
@@ -425,12 +416,6 @@ static uint64_t rf__ordinal(const int64_t *vals, size_t n, int64_t v)
 	return lo < n && vals[lo] == v ? lo + 1 : 0;
 }
 
-/* (x + base) mod n for a template slot x < n (n > 0). */
-static unsigned rf__shift(unsigned x, int64_t base, unsigned n)
-{
-	return (unsigned)((x + (uint64_t)(base % n + n)) % n);
-}
-
 int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, unsigned **stages, size_t *n)
 {
 	int64_t iend = rf__prog_iter_end(p, nblocks), P = p->period;
@@ -453,8 +438,10 @@ int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, uns
 			int64_t b = o->block + base, a = o->aux + base;
 			if (P != 0 && (b < 0 || a < 0 || (uint64_t)b >= nblocks || (uint64_t)a >= nblocks))
 				continue;
-			st[k] = o->stage == RF__NO_STAGE ? RF__NO_STAGE : rf__shift(o->stage, base, p->nstage);
-			unsigned slot = o->kind == RF_OP_STAGE ? st[k] : p->nslots ? rf__shift(o->slot, base, p->nslots) : 0;
+			st[k] = o->stage == RF__NO_STAGE ? RF__NO_STAGE : rf__mod(o->stage + base, p->nstage);
+			unsigned slot = o->kind == RF_OP_STAGE ? st[k]
+					: p->nslots    ? rf__mod(o->slot + base, p->nslots)
+							: 0;
 			ops[k++] = rf__op_public(o, base, slot);
 		}
 	}

@@ -136,9 +136,9 @@ typedef struct rf__reach {
 } rf__reach;
 
 /* Mark what x reaches forward (successors: out-edges and queue order) or backward (predecessors),
- * through nodes whose topological position stays at most (forward) or at least (backward) `bound`;
- * a node placed beyond it cannot lie on a path to the targets. Stops when `stop` is reached. */
-static void rf__reach_mark(rf__reach *r, size_t x, bool fwd, size_t bound, size_t stop)
+ * through nodes whose topological position is at most (forward) or at least (backward) `bound`: a node
+ * placed beyond it cannot lie on a path to the targets, so a search stays within their window. */
+static void rf__reach_mark(rf__reach *r, size_t x, bool fwd, size_t bound)
 {
 	const rf_graph *g = r->g;
 	size_t sp = 0;
@@ -149,8 +149,7 @@ static void rf__reach_mark(rf__reach *r, size_t x, bool fwd, size_t bound, size_
 	r->stack[sp++] = x;
 	r->seen[x] = r->gen;
 	while (sp > 0) {
-		if ((x = r->stack[--sp]) == stop)
-			return;
+		x = r->stack[--sp];
 		const rf__idvec *adj = fwd ? &g->out[x] : &g->in[x];
 		for (uint32_t e = 0; e <= adj->n; e++) {
 			size_t y = e < adj->n ? adj->v[e] : fwd ? r->qnext[x] : g->qprev[x];
@@ -164,44 +163,13 @@ static void rf__reach_mark(rf__reach *r, size_t x, bool fwd, size_t bound, size_
 	}
 }
 
-/* The index of the first of ids[0..k) the last search did not mark (or that is `self`), or k. */
-static size_t rf__first_unmarked(const rf__reach *r, const size_t *ids, size_t k, size_t self)
+/* The index of the first of ids[0..k) the last search (from x) did not mark, or is x; else k. */
+static size_t rf__first_unmarked(const rf__reach *r, const size_t *ids, size_t k, size_t x)
 {
 	for (size_t i = 0; i < k; i++)
-		if (ids[i] == self || r->seen[ids[i]] != r->gen)
+		if (ids[i] == x || r->seen[ids[i]] != r->gen)
 			return i;
 	return k;
-}
-
-/* Is there a path u -> v (u != v)? */
-static bool rf__is_reachable(rf__reach *r, size_t u, size_t v)
-{
-	if (r->pos[v] < r->pos[u])
-		return false;
-	rf__reach_mark(r, v, false, r->pos[u], u);
-	return r->seen[u] == r->gen;
-}
-
-/* Does u reach each of v[0..k) (RAW: one copy, the computes of its block)? One search for them all:
- * one each would walk the same window k times. The index of the first not reached, or k. */
-static size_t rf__reaches_all_fwd(rf__reach *r, size_t u, const size_t *v, size_t k)
-{
-	size_t hi = 0;
-	for (size_t i = 0; i < k; i++)
-		hi = r->pos[v[i]] > hi ? r->pos[v[i]] : hi;
-	rf__reach_mark(r, u, true, hi, RF__NONE);
-	return rf__first_unmarked(r, v, k, u);
-}
-
-/* Does each of u[0..k) reach v (WAR: the computes of a block, the next copy into their slot)? The
- * index of the first that does not, or k. */
-static size_t rf__all_reach_back(rf__reach *r, const size_t *u, size_t k, size_t v)
-{
-	size_t lo = SIZE_MAX;
-	for (size_t i = 0; i < k; i++)
-		lo = r->pos[u[i]] < lo ? r->pos[u[i]] : lo;
-	rf__reach_mark(r, v, false, lo, RF__NONE);
-	return rf__first_unmarked(r, u, k, v);
 }
 
 /* ---- hazards --------------------------------------------------------------------------------------- */
@@ -241,13 +209,14 @@ static int rf__hazard(const rf_graph *g, const char *what, unsigned ns, size_t a
  * It is enough to check each neighbouring requirement; transitivity covers the rest:
  *   RAW: write(bk) reaches every read of bk (and a read of bk without such a write reads garbage);
  *   WAR: every read of bk reaches write(bk+1);   WAW: write(bk) reaches write(bk+1).
- * The reads of one block are checked together, one search each way (rf__reaches_all_fwd).
+ * One search answers for all the reads of a block (one each would walk the same window again: 1 copy
+ * + 80k computes of one block took 14 s), forward for RAW, and back from write(bk+1) for WAR and WAW.
  * ids: scratch for the node ids of one block's reads (n entries suffice).
  */
 static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n, size_t *ids)
 {
 	const rf_graph *g = r->g;
-	size_t w = RF__NONE, w_block = 0, nreads = 0; /* ids[0 .. nreads): reads of w_block */
+	size_t w = RF__NONE, w_block = 0, nreads = 0, bad; /* ids[0 .. nreads): reads of w_block */
 	for (size_t i = 0, j; i < n; i = j) {
 		if (!a[i].is_read) {
 			if (w != RF__NONE && w_block == a[i].block) {
@@ -255,11 +224,13 @@ static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n, size_
 				return rf__err(RF_EHAZARD, "WAW hazard: %s and %s copy the same block into one slot",
 					       rf__node_str(g, w, s1, sizeof s1), rf__node_str(g, a[i].id, s2, sizeof s2));
 			}
-			if (w != RF__NONE && !rf__is_reachable(r, w, a[i].id))
-				return rf__hazard(g, "WAW", a[i].ns, w, a[i].id);
-			size_t bad = nreads ? rf__all_reach_back(r, ids, nreads, a[i].id) : 0;
-			if (bad < nreads)
-				return rf__hazard(g, "WAR", a[i].ns, ids[bad], a[i].id);
+			if (w != RF__NONE) {
+				rf__reach_mark(r, a[i].id, false, r->pos[w]); /* w's reads lie after w */
+				if (r->seen[w] != r->gen)
+					return rf__hazard(g, "WAW", a[i].ns, w, a[i].id);
+				if ((bad = rf__first_unmarked(r, ids, nreads, a[i].id)) < nreads)
+					return rf__hazard(g, "WAR", a[i].ns, ids[bad], a[i].id);
+			}
 			w = a[i].id;
 			w_block = a[i].block;
 			nreads = 0;
@@ -271,11 +242,14 @@ static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n, size_
 			return rf__err(RF_EHAZARD, "RAW hazard: %s reads a slot no copy of its block fills",
 				       rf__node_str(g, a[i].id, s, sizeof s));
 		}
-		for (j = i; j < n && a[j].is_read && a[j].block == a[i].block; j++)
+		size_t hi = 0;
+		for (j = i; j < n && a[j].is_read && a[j].block == a[i].block; j++) {
 			ids[j - i] = a[j].id;
+			hi = r->pos[a[j].id] > hi ? r->pos[a[j].id] : hi;
+		}
 		nreads = j - i;
-		size_t bad = rf__reaches_all_fwd(r, w, ids, nreads);
-		if (bad < nreads)
+		rf__reach_mark(r, w, true, hi);
+		if ((bad = rf__first_unmarked(r, ids, nreads, w)) < nreads)
 			return rf__hazard(g, "RAW", a[i].ns, w, ids[bad]);
 	}
 	return RF_OK;

@@ -1,5 +1,4 @@
-/* memory/policy.c — staging policies: parsing ("auto", "node:N", "interleave", "none"), resolving one to
- * an arena key on this machine (auto: the calling thread's node; node:N: must be usable here), and the
+/* memory/policy.c — staging policies: parsing, resolving one to an arena key on this machine, and the
  * sentences rf_placement.reason gives for unbound memory. */
 #include "memory/staging_int.h"
 #include "base/error.h"
@@ -8,31 +7,23 @@
 #include <errno.h>
 #include <string.h>
 
-/* node:N — N in the library's one decimal grammar (base/parse.h), fitting an int. */
-static int rf__stg_parse_node(const char *s, int *node)
-{
-	uint64_t v;
-	if (rf__parse_uint(s, 0, INT32_MAX, &v) != 0)
-		return 0;
-	*node = (int)v;
-	return 1;
-}
-
 int rf__staging_parse(const char *who, const char *text, rf__staging_policy *out)
 {
 	rf__staging_policy p = {RF__STG_AUTO, -1, 0};
+	uint64_t node = 0; /* node:N, N in the library's one decimal grammar (base/parse.h), fitting an int */
 	if (text == NULL || strcmp(text, "auto") == 0)
 		p.kind = RF__STG_AUTO;
 	else if (strcmp(text, "none") == 0)
 		p.kind = RF__STG_NONE;
 	else if (strcmp(text, "interleave") == 0)
 		p.kind = RF__STG_INTERLEAVE;
-	else if (strncmp(text, "node:", 5) == 0 && rf__stg_parse_node(text + 5, &p.node))
+	else if (strncmp(text, "node:", 5) == 0 && rf__parse_uint(text + 5, 0, INT32_MAX, &node) == 0)
 		p.kind = RF__STG_NODE;
 	else
 		return rf__err(RF_EINVAL,
 			       "%s: staging policy \"%.64s\" is malformed (expected auto, none, interleave or node:N)",
 			       who, text);
+	p.node = p.kind == RF__STG_NODE ? (int)node : -1;
 	*out = p;
 	return RF_OK;
 }
@@ -59,7 +50,6 @@ static int rf__stg_node_usable(hwloc_topology_t topo, int node)
 	       hwloc_bitmap_isset(hwloc_topology_get_allowed_nodeset(topo), (unsigned)node);
 }
 
-/* Turn a parsed policy into an arena key; node:N is checked against the machine here. */
 int rf__stg_resolve(hwloc_topology_t topo, const rf__staging_policy *pol, rf__staging_policy *key)
 {
 	*key = pol != NULL ? *pol : (rf__staging_policy){RF__STG_AUTO, -1, 0};

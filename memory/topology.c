@@ -13,30 +13,26 @@ static unsigned rf__topo_refs;
 
 hwloc_topology_t rf__topo_acquire(void)
 {
+	hwloc_topology_t t = NULL;
 	pthread_mutex_lock(&rf__topo_mu);
-	if (rf__topo_refs == 0) {
-		hwloc_topology_t t;
-		if (rf__fault()) {
-			pthread_mutex_unlock(&rf__topo_mu);
-			rf__err(RF_EBACKEND, "hwloc_topology_init: injected fault");
-			return NULL;
-		}
-		if (hwloc_topology_init(&t) != 0) {
-			pthread_mutex_unlock(&rf__topo_mu);
-			rf__err(RF_EBACKEND, "hwloc_topology_init: %s", strerror(errno));
-			return NULL;
-		}
-		if (hwloc_topology_load(t) != 0) {
-			int e = errno;
-			hwloc_topology_destroy(t);
-			pthread_mutex_unlock(&rf__topo_mu);
-			rf__err(RF_EBACKEND, "hwloc_topology_load: %s", strerror(e));
-			return NULL;
-		}
-		rf__topo = t;
+	if (rf__topo_refs == 0 && rf__fault()) {
+		rf__err(RF_EBACKEND, "hwloc_topology_init: injected fault");
+		goto out;
+	}
+	if (rf__topo_refs == 0 && hwloc_topology_init(&rf__topo) != 0) {
+		rf__err(RF_EBACKEND, "hwloc_topology_init: %s", strerror(errno));
+		goto out;
+	}
+	if (rf__topo_refs == 0 && hwloc_topology_load(rf__topo) != 0) {
+		int e = errno;
+		hwloc_topology_destroy(rf__topo);
+		rf__topo = NULL;
+		rf__err(RF_EBACKEND, "hwloc_topology_load: %s", strerror(e));
+		goto out;
 	}
 	rf__topo_refs++;
-	hwloc_topology_t t = rf__topo;
+	t = rf__topo;
+out:
 	pthread_mutex_unlock(&rf__topo_mu);
 	return t;
 }
