@@ -45,10 +45,8 @@ int rf_plan_ring(size_t nblocks, unsigned depth, rf_step *steps, size_t cap, siz
 static int rf__plan_alloc(size_t nblocks, unsigned depth, rf_step **steps, size_t *len)
 {
 	*steps = NULL;
-	if (nblocks > SIZE_MAX / (6 * sizeof **steps))
-		return rf__err(RF_ENOMEM, "ring plan: %zu blocks: out of memory", nblocks);
-	*steps = rf__malloc((3 * nblocks + 1) * sizeof **steps);
-	if (*steps == NULL)
+	if (nblocks > SIZE_MAX / (6 * sizeof **steps) ||
+	    (*steps = rf__malloc((3 * nblocks + 1) * sizeof **steps)) == NULL)
 		return rf__err(RF_ENOMEM, "ring plan: %zu blocks: out of memory", nblocks);
 	int rc = rf_plan_ring(nblocks, depth, *steps, 3 * nblocks, len);
 	if (rc != RF_OK) {

@@ -227,15 +227,6 @@ static void *rf__stg_map(rf__stg_arena *a, size_t size, size_t align, int huge, 
 	return NULL;
 }
 
-/* First touch places the pages: do it now, under the binding, not later on whatever thread copies. */
-static void rf__stg_touch(void *p, size_t len)
-{
-	volatile unsigned char *c = p;
-	size_t page = rf__stg_page();
-	for (size_t i = 0; i < len; i += page)
-		c[i] = 0;
-}
-
 /* Pinned arenas: page-lock a fresh mapping (after binding and touching: the pages exist, on their
  * node) and remember it. 0 with the hook's failure note set when it cannot be locked: pinned memory
  * that is not pinned would be a silent fallback to pageable copies. */
@@ -303,7 +294,9 @@ void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direc
 	void *p = rf__stg_map(a, size, align, direct == RF__STG_DIRECT_HUGE, &why);
 	if (p == NULL)
 		return NULL;
-	rf__stg_touch(p, size);
+	/* First touch places the pages: now, under the binding, not later on whatever thread copies. */
+	for (size_t i = 0, page = rf__stg_page(); i < size; i += page)
+		((volatile unsigned char *)p)[i] = 0;
 	if (a->key.pinned && !rf__stg_pin_add(a, p, size)) {
 		(void)munmap(p, size);
 		return NULL;

@@ -29,18 +29,6 @@ static atomic_long rf__stg_live;
 
 /* ---- arenas ---------------------------------------------------------------------------------- */
 
-/* The topology, loaded once (rf__stg_mu held); the reference is kept for the life of the arenas. */
-static int rf__stg_topology(void)
-{
-	if (rf__stg_topo != NULL)
-		return RF_OK;
-	if (rf__stg_fault("topology"))
-		return rf__err(RF_EBACKEND, "staging: cannot load the hwloc topology (injected fault)");
-	if ((rf__stg_topo = rf__topo_acquire()) == NULL)
-		return rf__err(RF_EBACKEND, "staging: %s", rf__errmsg_peek());
-	return RF_OK;
-}
-
 /* The arena already serving key, if any (rf__stg_mu held): arenas are few, a list is enough. */
 static rf__stg_arena *rf__stg_find_arena(const rf__staging_policy *key)
 {
@@ -109,12 +97,17 @@ fail:
 	return rc;
 }
 
-/* The arena serving pol for the calling thread, created on first use. */
+/* The arena serving pol for the calling thread, created on first use. The topology is loaded on first
+ * use too, and its reference kept for the life of the arenas. */
 static int rf__stg_arena_get(const rf__staging_policy *pol, rf__stg_arena **out)
 {
 	rf__staging_policy key;
+	int rc = RF_OK;
 	pthread_mutex_lock(&rf__stg_mu);
-	int rc = rf__stg_topology();
+	if (rf__stg_topo == NULL && rf__stg_fault("topology"))
+		rc = rf__err(RF_EBACKEND, "staging: cannot load the hwloc topology (injected fault)");
+	else if (rf__stg_topo == NULL && (rf__stg_topo = rf__topo_acquire()) == NULL)
+		rc = rf__err(RF_EBACKEND, "staging: %s", rf__errmsg_peek());
 	if (rc == RF_OK)
 		rc = rf__stg_resolve(rf__stg_topo, pol, &key);
 	if (rc == RF_OK && (*out = rf__stg_find_arena(&key)) == NULL)

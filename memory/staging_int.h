@@ -47,7 +47,6 @@ typedef struct rf__stg_arena {
 } rf__stg_arena;
 
 /* ---- policy.c ----------------------------------------------------------------------------------- */
-
 /* A parsed policy (NULL = auto) as an arena key on this machine; RF_EINVAL (naming the nodes there
  * are) when node:N is not usable. */
 int rf__stg_resolve(hwloc_topology_t topo, const rf__staging_policy *pol, rf__staging_policy *key);
@@ -55,7 +54,6 @@ int rf__stg_resolve(hwloc_topology_t topo, const rf__staging_policy *pol, rf__st
 const char *rf__stg_reason(int why);
 
 /* ---- mapping.c ---------------------------------------------------------------------------------- */
-
 /* Why the last mapping on this thread failed: jemalloc only returns NULL, so the hooks note the cause
  * here, on the allocating thread, for the message rf__staging_alloc composes. */
 extern _Thread_local const char *rf__stg_hook_step;

@@ -3,7 +3,7 @@
  * system": HWLOC_XMLFILE (this machine's own topology, exported: common on HPC clusters), HWLOC_THISSYSTEM=0
  * and HWLOC_SYNTHETIC. hwloc then allocates with malloc and hwloc_free is free(), and the staging hooks
  * used to trim a mapping's head and tail with hwloc_free: the block was freed under them and the touch
- * that followed wrote freed memory (ASan: heap-use-after-free in rf__stg_touch), in rf_pipeline_create
+ * that followed wrote freed memory (ASan: heap-use-after-free in the first touch), in rf_pipeline_create
  * and rf_staging_alloc alike. Now: no crash, and memory is bound when hwloc can bind (HWLOC_THISSYSTEM=1
  * with the XML), otherwise unbound with a placement that says why.
  *

@@ -68,7 +68,8 @@ RF_EXTERN int rf_graph_remove_edge(rf_graph *g, size_t from, size_t to);
 /**
  * The graph of a ring, in the order of rf_plan_ring: block b copied on queue 1 + b % copy_queues into
  * slot b % depth, computed on queue 0. RAW: copy(b) -> WAIT on queue 0 -> compute(b); WAR (b >= depth):
- * compute(b - depth) -> WAIT on the copy queue -> copy(b). Node ids follow plan order.
+ * compute(b - depth) -> WAIT on the copy queue -> copy(b). Node ids follow plan order; the lowered
+ * program has 1 + min(nblocks, copy_queues) queues.
  * \return RF_OK and *out; RF_EINVAL (depth 0 or > RF_MAX_DEPTH, copy_queues 0 or >= RF_MAX_QUEUES,
  *         copy_queues > 1 with depth < copy_queues + 1, nblocks > INT64_MAX / 8, out NULL); RF_ENOMEM.
  */
@@ -125,10 +126,8 @@ typedef struct rf_op {
 	uint64_t value;      /* SIGNAL: the value signalled; WAIT: the value awaited (>=) */
 } rf_op;
 
-/**
- * Validate and lower g. The program is independent of g afterwards.
- * \return RF_OK and *out; errors of rf_graph_validate; RF_EINVAL (NULL argument); RF_ENOMEM.
- */
+/** Validate and lower g (the program is independent of g). \return RF_OK and *out; errors of
+ * rf_graph_validate; RF_EINVAL (NULL argument); RF_ENOMEM. */
 RF_EXTERN int rf_graph_lower(const rf_graph *g, rf_program **out);
 /** Number of queues (largest queue used + 1); 0 for NULL. */
 RF_EXTERN unsigned rf_program_queues(const rf_program *p);
@@ -172,9 +171,10 @@ RF_EXTERN int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf
 /**
  * Run the graph once: STAGE and unstaged COPY nodes read srcs[block] (sizes[block] bytes), COMPUTE
  * nodes call compute; nblocks must exceed every block in the graph. Checks and errors as for
- * rf_pipeline_run (a failing compute: RF_ECALLBACK once in-flight work has drained), but a NULL e is
- * RF_EINVAL even with nblocks 0. Queue 0 runs on the calling thread; with "threads" every other queue's
- * nodes, computes included, run on that queue's worker thread.
+ * rf_pipeline_run (a failing compute stops every queue from starting new nodes: RF_ECALLBACK once
+ * in-flight work has drained), but a NULL e is RF_EINVAL even with nblocks 0. Computes on one queue
+ * run in its order. Queue 0 runs on the calling thread; with "threads" every other queue's nodes,
+ * computes included, run on that queue's worker thread.
  * \return RF_OK; RF_EINVAL; RF_EBUSY; RF_ECALLBACK; RF_ECANCELED (rf_exec_destroy from a callback);
  *         RF_ENOMEM (tracing arrays); RF_EBACKEND.
  */
