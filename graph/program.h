@@ -132,11 +132,4 @@ int rf__ring_program_local(unsigned depth, unsigned copy_queues, struct rf_progr
  * ring's slot WAR waits) or, with `staging`, of a queue that stages (the staging WAR waits). */
 void rf__prog_drop_war(struct rf_program *p, int staging);
 
-/* Testing build only: a program for nblocks as the flat op list a generic lowering gives (values
- * renumbered per queue from 1) and, stages non-NULL, each op's staging slot (or RF__NO_STAGE). *out and
- * *stages are malloc'd (*n entries). */
-#ifdef RF_TESTING
-int rf__prog_expand(const struct rf_program *p, size_t nblocks, rf_op **out, unsigned **stages, size_t *n);
-#endif
-
 #endif
