@@ -2,7 +2,6 @@
  * (CLDEMOTE). Unless forced, it is one arm of the schedules a pipeline compares on its own runs
  * (threads_sched.h): a synthetic probe measures something other than the pipeline's work. */
 #include "backends/threads_handoff.h"
-#include "backends/threads_sched.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -11,7 +10,8 @@
 #include <cpuid.h>
 #endif
 
-int rf__ho_cpu_has_cldemote(void)
+/* Whether the CPU implements CLDEMOTE (CPUID.7.0:ECX[25]); elsewhere the hint is a no-op: 0. */
+static int rf__ho_cpu_has_cldemote(void)
 {
 #if defined(__x86_64__)
 	unsigned a, b, c, d;
@@ -21,21 +21,6 @@ int rf__ho_cpu_has_cldemote(void)
 #else
 	return 0;
 #endif
-}
-
-int rf__ho_decide(const int64_t *on, const int64_t *off, unsigned n)
-{
-	if (n == 0)
-		return 0;
-	double x[2][16], fig[2];
-	n = n > 16 ? 16 : n;
-	for (unsigned i = 0; i < n; i++) {
-		x[0][i] = (double)off[i];
-		x[1][i] = (double)on[i];
-	}
-	fig[0] = rf__sch_mean(x[0], n);
-	fig[1] = rf__sch_mean(x[1], n);
-	return rf__sch_best(fig, 2) == 1; /* "off" first: on must win by the margin */
 }
 
 int rf__ho_pipeline(int mode, unsigned nq, unsigned nslots, int *on, char *why, size_t cap)
