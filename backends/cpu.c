@@ -197,12 +197,6 @@ static int rf__cpu_describe(void *ctx, char *buf, size_t cap)
 	return RF_OK;
 }
 
-int rf__host_slots_alloc(void *ctx, size_t bytes, void **mem)
-{
-	(void)ctx; /* under the default policy */
-	return rf__staging_alloc(NULL, bytes, RF__STAGING_SLOT_ALIGN, mem);
-}
-
 void rf__host_slots_free(void *ctx, void *mem, size_t bytes)
 {
 	(void)ctx;

@@ -211,8 +211,7 @@ int rf__be_kquiesce(const rf__backend_ops *be, void *ctx);
 unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx);
 int rf__be_kresult(const rf__backend_ops *be, void *ctx, unsigned slot, rf__kticket t);
 
-/* Host slot memory from the staging layer under policy "auto", ctx ignored (test backends). */
-int rf__host_slots_alloc(void *ctx, size_t bytes, void **mem);
+/* Frees host slot memory from the staging layer (rf__staging_alloc); ctx and bytes ignored. */
 void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
 
 /* The built-in backends. cuda is always compiled, built in only with the toolkit (RF_HAVE_CUDA);

@@ -14,7 +14,7 @@
 #define RF__WALK_ELSEWHERE 2
 
 typedef struct rf__walk_ops {
-	/* stage: the staging slot the copy reads (rf__copy_src), RF__NO_STAGE when the block is not staged;
+	/* stage: the staging slot the copy reads (rf__stage_ptr), RF__NO_STAGE when the block is not staged;
 	 * node: the op's node (the trace names it; a copy that lands later records its own slice) */
 	int (*copy)(void *c, rf__run *run, unsigned queue, size_t block, unsigned slot, unsigned stage, uint32_t node);
 	int (*compute)(void *c, rf__run *run, unsigned queue, size_t block, unsigned slot);
@@ -136,15 +136,10 @@ static inline unsigned char *rf__slot_ptr(const rf__run *run, unsigned slot)
 	return run->slots + (size_t)slot * run->slot_stride;
 }
 
-/* Host staging slots (CPU backends), and where a copy of block b reads. */
+/* Host staging slots (CPU backends). */
 static inline unsigned char *rf__stage_ptr(const rf__run *run, unsigned stage)
 {
 	return run->stage + (size_t)stage * run->slot_stride;
-}
-
-static inline const unsigned char *rf__copy_src(const rf__run *run, size_t b, unsigned stage)
-{
-	return stage == RF__NO_STAGE ? (const unsigned char *)run->srcs[b] : rf__stage_ptr(run, stage);
 }
 
 /* The call of a compute with the failure bookkeeping every backend needs. */

@@ -2,6 +2,7 @@
  * backend but logs every op it is handed, so that the order the core issues work in can be checked
  * against the ring plan (lookahead) and the WAR rule (slot reuse only after a wait on the reader). */
 #include "graph/program.h"
+#include "memory/staging.h"
 #include "runtime/walk.h"
 
 #include <criterion/criterion.h>
@@ -28,12 +29,18 @@ static void log_op(rec r)
 	g_log[g_len++] = r;
 }
 
+/* Where a copy of block b reads: its source, or the staging slot it was staged into. */
+static const unsigned char *copy_src(const rf__run *run, size_t b, unsigned stage)
+{
+	return stage == RF__NO_STAGE ? (const unsigned char *)run->srcs[b] : rf__stage_ptr(run, stage);
+}
+
 static int rec_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
 {
 	(void)c;
 	(void)node;
 	log_op((rec){RF_OP_COPY, queue, 0, slot, b, 0});
-	memcpy(rf__slot_ptr(run, slot), rf__copy_src(run, b, stage), run->sizes[b]);
+	memcpy(rf__slot_ptr(run, slot), copy_src(run, b, stage), run->sizes[b]);
 	return 0;
 }
 
@@ -94,9 +101,15 @@ static void rec_close(void *ctx)
 	(void)ctx;
 }
 
+static int rec_slots_alloc(void *ctx, size_t bytes, void **mem)
+{
+	(void)ctx;
+	return rf__staging_alloc(NULL, bytes, RF__STAGING_SLOT_ALIGN, mem); /* the default policy */
+}
+
 /* Designated: methods appended to the ops table later stay NULL here (optional ones). */
 static const rf__backend_ops rec_backend = {.abi = RF__BACKEND_ABI, .name = "record", .caps = 0, .probe = rec_probe,
-					    .open = rec_open, .close = rec_close, .slots_alloc = rf__host_slots_alloc,
+					    .open = rec_open, .close = rec_close, .slots_alloc = rec_slots_alloc,
 					    .slots_free = rf__host_slots_free, .run = rec_run};
 
 static void setup(void)
