@@ -76,6 +76,7 @@ void rf__tp_unpick(unsigned logical_index)
 	pthread_mutex_unlock(&rf__tp_mu);
 }
 
+#ifdef RF_TESTING
 unsigned rf__tp_load(unsigned logical_index)
 {
 	pthread_mutex_lock(&rf__tp_mu);
@@ -83,6 +84,7 @@ unsigned rf__tp_load(unsigned logical_index)
 	pthread_mutex_unlock(&rf__tp_mu);
 	return v;
 }
+#endif
 
 /* The CPU sets of cores[0 .. n-1], for re-pinning without allocating (hwloc's cpubind allocates). NULL:
  * out of memory, or CPUs beyond the C library's cpu_set_t (the lanes then do not follow the caller). */

@@ -13,7 +13,8 @@
 hwloc_obj_t rf__tp_pick(hwloc_obj_t *cores, unsigned n, hwloc_obj_t avoid);
 void rf__tp_unpick(unsigned logical_index);
 
-/* Tests: how many workers of this process are counted on a core. */
+#ifdef RF_TESTING /* the testing build only: how many workers of this process are counted on a core */
 unsigned rf__tp_load(unsigned logical_index);
+#endif
 
 #endif

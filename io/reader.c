@@ -632,10 +632,12 @@ unsigned rf__reader_inflight(const rf__reader *r)
 	return r->max_copies - r->nfree_copies;
 }
 
+#ifdef RF_TESTING
 void rf__reader_counters_get(const rf__reader *r, rf__reader_counters *out)
 {
 	*out = r->cnt;
 }
+#endif
 
 void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 {

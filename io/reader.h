@@ -75,8 +75,9 @@ typedef struct rf__reader_counters {
 	uint64_t reads_fixed;  /* of those, into the registered region */
 } rf__reader_counters;
 
-/* The counters since create (the reader's thread). */
+#ifdef RF_TESTING /* the testing build only: the counters since create (the reader's thread) */
 void rf__reader_counters_get(const rf__reader *r, rf__reader_counters *out);
+#endif
 
 /* How a copy whose range starts off the O_DIRECT alignment, without RF__RD_SHIFT_OK, is read (a pure
  * rule, tested on its own). */

@@ -55,6 +55,7 @@ int rf__staging_placement(const void *p, rf_placement *out);
 
 /* ---- for tests ---------------------------------------------------------------------------------- */
 
+#ifdef RF_TESTING /* the testing build only (base/test_hooks.h) */
 typedef struct rf__staging_stats {
 	long live_allocs;         /* successful rf__staging_alloc minus rf__staging_free */
 	size_t mapped_bytes;      /* bytes currently mapped through the extent hooks, all arenas */
@@ -62,7 +63,6 @@ typedef struct rf__staging_stats {
 	unsigned narenas;         /* arenas created so far */
 } rf__staging_stats;
 
-#ifdef RF_TESTING /* the testing build only (base/test_hooks.h) */
 void rf__staging_get_stats(rf__staging_stats *out);
 /* The jemalloc arena index serving staging memory at p, or -1 if p is not staging memory. */
 int rf__staging_arena_of(const void *p);
