@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* overlap = auto | off | on (RINGFETCH_OVERLAP, rf__parse_overlap): compare, always inline, always lanes. */
+/* overlap = auto | off | on (RINGFETCH_OVERLAP, rf__parse_handoff): compare, always inline, always lanes. */
 enum { RF__OV_AUTO = 0, RF__OV_OFF = 1, RF__OV_ON = 2 };
 
 /* The arms. Listed in preference order: on a tie the earlier one is kept (inline uses one core). */

@@ -19,8 +19,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define RF__DEFAULT_DEPTH 2u
-
 int rf__parse_depth(const char *s, unsigned *out)
 {
 	uint64_t v;
@@ -429,25 +427,6 @@ int rf__config_budget_check(const rf__config *c, const char *who, unsigned nslot
 		       c->budget_from, c->memory_budget);
 }
 
-int rf__config_depth(unsigned explicit_depth, unsigned *out)
-{
-	if (explicit_depth != 0) {
-		*out = explicit_depth;
-		return RF_OK;
-	}
-	rf__config c;
-	int rc = rf__config_load(&c, 1, 0, 0, 0);
-	if (rc == RF_OK)
-		*out = c.depth_auto ? 0 : c.depth ? c.depth : RF__DEFAULT_DEPTH;
-	return rc;
-}
-
-int rf__config_backend(const char *explicit_backend, const char **out)
-{
-	const char *from;
-	return rf__config_backend_from(explicit_backend, out, &from);
-}
-
 int rf__config_backend_from(const char *explicit_backend, const char **out, const char **from)
 {
 	static _Thread_local char where[sizeof ((rf__config *)0)->backend_from];
@@ -505,11 +484,6 @@ static int rf__config_mode(int *mode, int overlap)
 int rf__config_handoff(int *mode)
 {
 	return rf__config_mode(mode, 0);
-}
-
-int rf__parse_overlap(const char *s)
-{
-	return rf__parse_handoff(s); /* the same three words and numbers: RF__OV_AUTO, _OFF, _ON */
 }
 
 int rf__config_overlap(int *mode)

@@ -25,7 +25,7 @@ typedef struct rf__config {
 	unsigned copy_queues;
 	char staging[64];
 	int handoff; /* `handoff` of the file: 0 unset, else 1 + rf__parse_handoff's value */
-	int overlap; /* `overlap` of the file: 0 unset, else 1 + rf__parse_overlap's value */
+	int overlap; /* `overlap` of the file: 0 unset, else 1 + rf__parse_handoff's value */
 	char worker_cpus[128]; /* `worker_cpus` of the file ("" unset) */
 	char trace[1024];
 	unsigned long long memory_budget;
@@ -45,9 +45,8 @@ int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *n
  * inline and keeps the faster; off runs inline on the caller, on runs on the lanes. The configured
  * mode: the variable (RINGFETCH_HANDOFF, RINGFETCH_OVERLAP) wins over the file over auto; RF_OK, or
  * RF_ECONFIG naming the malformed variable or line. */
-int rf__parse_handoff(const char *s);
+int rf__parse_handoff(const char *s); /* either mode */
 int rf__config_handoff(int *mode);
-int rf__parse_overlap(const char *s);
 int rf__config_overlap(int *mode);
 
 /* The threads backend's copy workers' CPU set: RINGFETCH_WORKER_CPUS (env) wins over `worker_cpus`
@@ -63,13 +62,9 @@ int rf__config_load(rf__config *c, int want_depth, int want_backend, int want_co
  * else RF_ECONFIG "<who>: a ring of N x B bytes exceeds <where the budget came from> (<budget> bytes)". */
 int rf__config_budget_check(const rf__config *c, const char *who, unsigned nslots, size_t slot_bytes);
 
-/* depth: explicit (non-zero) wins; else RINGFETCH_DEPTH (file, env); else 2. 0 in *out means "auto".
- * RF_ECONFIG names the variable. */
-int rf__config_depth(unsigned explicit_depth, unsigned *out);
-/* backend: explicit (non-NULL) wins; else RINGFETCH_BACKEND; else "auto". */
-int rf__config_backend(const char *explicit_backend, const char **out);
-/* The same, and *from: NULL when explicit or the default, else where the configured value came from
- * ("RINGFETCH_BACKEND=cuda" or "path:line"; thread-local text, valid until the next call). */
+/* backend: explicit (non-NULL) wins; else RINGFETCH_BACKEND (file, env); else "auto". *from: NULL when
+ * explicit or the default, else where the configured value came from ("RINGFETCH_BACKEND=cuda" or
+ * "path:line"; thread-local text, valid until the next call). RF_ECONFIG names the variable. */
 int rf__config_backend_from(const char *explicit_backend, const char **out, const char **from);
 
 #endif

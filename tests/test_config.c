@@ -9,6 +9,7 @@
 #include "runtime/backend.h"
 #include "runtime/config.h"
 #include "base/error.h"
+#include "config_support.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -106,12 +107,12 @@ Test(config, parse_backend)
 	cr_assert_null(rf__parse_backend(NULL));
 }
 
-/* ---- rf__config_depth -------------------------------------------------------------------------------- */
+/* ---- depth (config_support.h) ------------------------------------------------------------------------ */
 
 Test(config, depth_default_is_two)
 {
 	unsigned out = DEPTH_SENTINEL;
-	cr_assert_eq(rf__config_depth(0, &out), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(cfg_depth(0, &out), RF_OK, "%s", rf_errmsg());
 	cr_assert_eq(out, 2);
 }
 
@@ -124,7 +125,7 @@ Test(config, depth_from_environment)
 	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
 		setenv("RINGFETCH_DEPTH", ok[i].s, 1);
 		unsigned out = DEPTH_SENTINEL;
-		cr_assert_eq(rf__config_depth(0, &out), RF_OK, "RINGFETCH_DEPTH=%s: %s", ok[i].s, rf_errmsg());
+		cr_assert_eq(cfg_depth(0, &out), RF_OK, "RINGFETCH_DEPTH=%s: %s", ok[i].s, rf_errmsg());
 		cr_assert_eq(out, ok[i].v);
 	}
 }
@@ -132,16 +133,16 @@ Test(config, depth_from_environment)
 Test(config, explicit_depth_wins)
 {
 	unsigned out = DEPTH_SENTINEL;
-	cr_assert_eq(rf__config_depth(7, &out), RF_OK);
+	cr_assert_eq(cfg_depth(7, &out), RF_OK);
 	cr_assert_eq(out, 7);
 	setenv("RINGFETCH_DEPTH", "3", 1);
 	out = DEPTH_SENTINEL;
-	cr_assert_eq(rf__config_depth(7, &out), RF_OK);
+	cr_assert_eq(cfg_depth(7, &out), RF_OK);
 	cr_assert_eq(out, 7, "explicit 7 with RINGFETCH_DEPTH=3 gave %u", out);
 	/* A malformed variable is not even consulted when the value is explicit. */
 	setenv("RINGFETCH_DEPTH", "abc", 1);
 	out = DEPTH_SENTINEL;
-	cr_assert_eq(rf__config_depth(1, &out), RF_OK, "explicit 1 with RINGFETCH_DEPTH=abc: %s", rf_errmsg());
+	cr_assert_eq(cfg_depth(1, &out), RF_OK, "explicit 1 with RINGFETCH_DEPTH=abc: %s", rf_errmsg());
 	cr_assert_eq(out, 1);
 }
 
@@ -153,7 +154,7 @@ Test(config, malformed_depth_environment_is_econfig)
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		setenv("RINGFETCH_DEPTH", bad[i], 1);
 		unsigned out = DEPTH_SENTINEL;
-		int rc = rf__config_depth(0, &out);
+		int rc = cfg_depth(0, &out);
 		cr_assert_eq(rc, RF_ECONFIG, "RINGFETCH_DEPTH=\"%s\": %s", bad[i], rf_err_name(rc));
 		cr_assert_eq(out, DEPTH_SENTINEL, "RINGFETCH_DEPTH=\"%s\": *out written (%u)", bad[i], out);
 		const char *msg = rf_errmsg();
@@ -171,19 +172,19 @@ Test(config, long_malformed_value_is_reported_truncated)
 	big[sizeof big - 1] = '\0';
 	setenv("RINGFETCH_DEPTH", big, 1);
 	unsigned out = DEPTH_SENTINEL;
-	cr_assert_eq(rf__config_depth(0, &out), RF_ECONFIG);
+	cr_assert_eq(cfg_depth(0, &out), RF_ECONFIG);
 	const char *msg = rf_errmsg();
 	cr_assert(strstr(msg, "RINGFETCH_DEPTH") != NULL, "%s", msg);
 	cr_assert(strstr(msg, "7777777777") != NULL, "the value's start is not shown: %s", msg);
 	cr_assert_lt(strlen(msg), 512);
 }
 
-/* ---- rf__config_backend ------------------------------------------------------------------------------ */
+/* ---- backend (config_support.h) ---------------------------------------------------------------------- */
 
 Test(config, backend_default_is_auto)
 {
 	const char *out = NULL;
-	cr_assert_eq(rf__config_backend(NULL, &out), RF_OK);
+	cr_assert_eq(cfg_backend(NULL, &out), RF_OK);
 	cr_assert_str_eq(out, "auto");
 }
 
@@ -193,7 +194,7 @@ Test(config, backend_from_environment)
 	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
 		setenv("RINGFETCH_BACKEND", ok[i], 1);
 		const char *out = NULL;
-		cr_assert_eq(rf__config_backend(NULL, &out), RF_OK, "RINGFETCH_BACKEND=%s: %s", ok[i], rf_errmsg());
+		cr_assert_eq(cfg_backend(NULL, &out), RF_OK, "RINGFETCH_BACKEND=%s: %s", ok[i], rf_errmsg());
 		cr_assert_str_eq(out, ok[i]);
 		/* The result must outlive the environment string. */
 		setenv("RINGFETCH_BACKEND", "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 1);
@@ -205,11 +206,11 @@ Test(config, explicit_backend_wins)
 {
 	const char *out = NULL;
 	setenv("RINGFETCH_BACKEND", "cuda", 1);
-	cr_assert_eq(rf__config_backend("threads", &out), RF_OK);
+	cr_assert_eq(cfg_backend("threads", &out), RF_OK);
 	cr_assert_str_eq(out, "threads");
 	setenv("RINGFETCH_BACKEND", "gpu", 1);
 	out = NULL;
-	cr_assert_eq(rf__config_backend("cpu", &out), RF_OK, "explicit cpu with RINGFETCH_BACKEND=gpu: %s",
+	cr_assert_eq(cfg_backend("cpu", &out), RF_OK, "explicit cpu with RINGFETCH_BACKEND=gpu: %s",
 		     rf_errmsg());
 	cr_assert_str_eq(out, "cpu");
 }
@@ -220,7 +221,7 @@ Test(config, malformed_backend_environment_is_econfig)
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		setenv("RINGFETCH_BACKEND", bad[i], 1);
 		const char *out = "sentinel";
-		int rc = rf__config_backend(NULL, &out);
+		int rc = cfg_backend(NULL, &out);
 		cr_assert_eq(rc, RF_ECONFIG, "RINGFETCH_BACKEND=\"%s\": %s", bad[i], rf_err_name(rc));
 		const char *msg = rf_errmsg();
 		cr_assert(strstr(msg, "RINGFETCH_BACKEND") != NULL, "errmsg does not name the variable: %s", msg);
@@ -282,12 +283,12 @@ Test(config, file_values_and_precedence)
 	/* environment over file, API over both */
 	setenv("RINGFETCH_DEPTH", "5", 1);
 	unsigned depth = 0;
-	cr_assert_eq(rf__config_depth(0, &depth), RF_OK);
+	cr_assert_eq(cfg_depth(0, &depth), RF_OK);
 	cr_assert_eq(depth, 5);
-	cr_assert_eq(rf__config_depth(7, &depth), RF_OK);
+	cr_assert_eq(cfg_depth(7, &depth), RF_OK);
 	cr_assert_eq(depth, 7);
 	unsetenv("RINGFETCH_DEPTH");
-	cr_assert_eq(rf__config_depth(0, &depth), RF_OK);
+	cr_assert_eq(cfg_depth(0, &depth), RF_OK);
 	cr_assert_eq(depth, 3);
 	/* a pipeline built from it */
 	rf_pipeline_params pp = {.slot_bytes = 4096};
@@ -477,7 +478,7 @@ Test(config, depth_auto_budget_file_and_explicit_depth)
 	char path[64];
 	config_file(path, "[ringfetch]\ndepth = auto\n");
 	unsigned out = 99;
-	cr_assert_eq(rf__config_depth(0, &out), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(cfg_depth(0, &out), RF_OK, "%s", rf_errmsg());
 	cr_assert_eq(out, 0u, "0 = auto");
 	pp.depth = 4;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());

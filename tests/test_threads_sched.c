@@ -273,11 +273,12 @@ Test(sched, the_handoff_is_an_arm_by_the_same_rule)
 
 Test(sched, parse_overlap)
 {
-	cr_assert_eq(rf__parse_overlap("auto"), 0);
-	cr_assert_eq(rf__parse_overlap("off"), 1);
-	cr_assert_eq(rf__parse_overlap("on"), 2);
-	cr_assert_eq(rf__parse_overlap("yes"), -1);
-	cr_assert_eq(rf__parse_overlap(""), -1);
+	/* the overlap modes are parsed as the handoff's (the same three words) */
+	cr_assert_eq(rf__parse_handoff("auto"), RF__OV_AUTO);
+	cr_assert_eq(rf__parse_handoff("off"), RF__OV_OFF);
+	cr_assert_eq(rf__parse_handoff("on"), RF__OV_ON);
+	cr_assert_eq(rf__parse_handoff("yes"), -1);
+	cr_assert_eq(rf__parse_handoff(""), -1);
 }
 
 Test(sched, malformed_overlap_is_a_config_error)

@@ -20,6 +20,7 @@
  */
 #include "options.h"
 #include "runtime/config.h"
+#include "../config_support.h"
 #include "memory/staging.h"
 #include "base/parse.h"
 
@@ -255,13 +256,13 @@ static void check_pipeline(const char *depth_s, const char *backend_s)
 
 	unsigned d = 0;
 	const char *b = NULL;
-	rc = chk(rf__config_depth(0, &d));
+	rc = chk(cfg_depth(0, &d));
 	CHECK(depth_ok ? rc == RF_OK && d == (depth_auto ? 0 : want_depth) : rc == RF_ECONFIG);
-	rc = chk(rf__config_backend(NULL, &b));
+	rc = chk(cfg_backend(NULL, &b));
 	CHECK(want_backend ? rc == RF_OK && !strcmp(b, want_backend) : rc == RF_ECONFIG);
 	CHECK(unsetenv("RINGFETCH_DEPTH") == 0 && unsetenv("RINGFETCH_BACKEND") == 0);
-	CHECK(rf__config_depth(0, &d) == RF_OK && d == 2);
-	CHECK(rf__config_backend(NULL, &b) == RF_OK && !strcmp(b, "auto"));
+	CHECK(cfg_depth(0, &d) == RF_OK && d == 2);
+	CHECK(cfg_backend(NULL, &b) == RF_OK && !strcmp(b, "auto"));
 }
 
 /* The value given to the last `opt VALUE` pair in argv (walked as rfb_parse does), or NULL. */
