@@ -393,7 +393,7 @@ int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p)
 			cx->q[l->q].lane = i;
 		ctx[i] = l;
 	}
-	int rc = rf__pool_start(&cx->pool, n, "stage", &cx->ec, cx->spin_ns, NULL, ctx, 0);
+	int rc = rf__pool_start(&cx->pool, n, "stage", &cx->ec, cx->spin_ns, NULL, ctx);
 	free(ctx);
 	if (rc != RF_OK)
 		return rf__err(rc, "cuda: %s", rf__errmsg_peek());

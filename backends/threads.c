@@ -487,7 +487,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	t->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
 	t->run_spin_ns = t->spin_ns > RF__RUN_SPIN_NS ? t->spin_ns : RF__RUN_SPIN_NS;
 	rf__thr_arms(t);
-	rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__thr_lane_ops, lctx, 0);
+	rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__thr_lane_ops, lctx);
 	free(lctx);
 	if (rc != RF_OK) {
 		rf__thr_close(t);

@@ -107,7 +107,7 @@ static int rf__thread_start(pthread_t *t, const char *role, unsigned n, void *(*
 }
 
 int rf__pool_start(rf__pool *p, unsigned n, const char *role, rf__ec *ec, int64_t spin_ns, const rf__lane_ops *ops,
-		   void *const *ctx, unsigned bell0)
+		   void *const *ctx)
 {
 	pthread_once(&rf__fork_once, rf__fork_register);
 	memset(p, 0, sizeof *p);
@@ -127,7 +127,7 @@ int rf__pool_start(rf__pool *p, unsigned n, const char *role, rf__ec *ec, int64_
 		atomic_init(&l->tail, 0);
 		l->pool = p;
 		l->ctx = ctx != NULL ? ctx[i] : NULL;
-		l->bell = bell0 + i;
+		l->bell = i;
 	}
 	for (unsigned i = 0; i < n; i++) {
 		int err = rf__thread_start(&p->lane[i].tid, role, i, rf__lane_main, &p->lane[i]);

@@ -53,10 +53,10 @@ typedef struct rf__pool {
 } rf__pool;
 
 /* Start n lanes named rf-<role>-<i> (role: up to 7 characters), lane i with context ctx[i] (NULL: none)
- * and bell slot bell0 + i, waiting on ec under the wait policy spin_ns; ops may be NULL. RF_OK, or
- * RF_ENOMEM with nothing left running. */
+ * and bell slot i, waiting on ec under the wait policy spin_ns; ops may be NULL. RF_OK, or RF_ENOMEM
+ * with nothing left running. */
 int rf__pool_start(rf__pool *p, unsigned n, const char *role, rf__ec *ec, int64_t spin_ns, const rf__lane_ops *ops,
-		   void *const *ctx, unsigned bell0);
+		   void *const *ctx);
 /* Stop and join every lane (queued items run first); in a child of fork() only free. */
 void rf__pool_stop(rf__pool *p);
 
