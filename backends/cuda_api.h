@@ -63,10 +63,9 @@ typedef struct rf__cuda_api {
 	int (*init_context)(void);    /* create the current device's primary context now (cudaFree(0)) */
 } rf__cuda_api;
 
-/* The table the backend calls: &rf__cuda_api_real when the toolkit was found, else NULL (no "cuda"
- * backend). Tests may point it at a double before creating pipelines; not thread-safe. */
+/* The table the backend calls: the CUDA runtime's (cuda_rt.c) when the toolkit was found, else NULL (no
+ * "cuda" backend). Tests may point it at a double before creating pipelines; not thread-safe. */
 extern const rf__cuda_api *rf__cuda;
-extern const rf__cuda_api rf__cuda_api_real;
 
 /* The embedder API of <ringfetch/cuda.h> (cuda_embed.c); cuda_rt.c exports it under the public names. */
 int rf__cuda_host_register(const void *p, size_t bytes);

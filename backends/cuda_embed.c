@@ -61,7 +61,7 @@ int rf__cuda_staging_alloc(size_t bytes, const char *policy, int device, void **
 		return rf__err(RF_ENODEV, "rf_cuda_staging_alloc: %s", rf__errmsg_peek());
 	}
 	rf__cu_policy(rf__cuda, device, &in, &pol, &node);
-	rc = rf__staging_alloc(&pol, bytes, bytes >= 4096 ? 4096 : 64, out);
+	rc = rf__staging_alloc(&pol, bytes, rf__staging_align_for(bytes), out);
 	rf__cu_leave(rf__cuda, &saved);
 	if (rc != RF_OK)
 		return rf__err(rc, "rf_cuda_staging_alloc: %s", rf__errmsg_peek());

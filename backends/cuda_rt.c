@@ -271,7 +271,7 @@ static int rt_error_kind(int err)
 	}
 }
 
-const rf__cuda_api rf__cuda_api_real = {
+static const rf__cuda_api rf__cuda_api_real = {
 	.get_device_count = rt_get_device_count,
 	.get_device = rt_get_device,
 	.set_device = rt_set_device,

@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-struct rf_program *rf__prog_alloc(size_t nops)
+/* An empty program with room for nops ops, or NULL. */
+static struct rf_program *rf__prog_alloc(size_t nops)
 {
 	struct rf_program *p = rf__calloc(1, sizeof *p);
 	if (p == NULL)
@@ -31,7 +32,8 @@ void rf_program_destroy(rf_program *p)
 	free(p);
 }
 
-void rf__prog_index(struct rf_program *p)
+/* Fill qidx/qstart from ops[].queue, raise nqueues to cover them, set compute_queues. */
+static void rf__prog_index(struct rf_program *p)
 {
 	size_t count[RF_MAX_QUEUES] = {0};
 	unsigned nq = 0;

@@ -101,10 +101,6 @@ static inline int64_t rf__prog_iter_end(const struct rf_program *p, size_t nbloc
 	return (int64_t)((nblocks + (size_t)p->period - 1) / (size_t)p->period);
 }
 
-/* An empty program with room for nops ops, or NULL. */
-struct rf_program *rf__prog_alloc(size_t nops);
-/* Fill qidx/qstart from ops[].queue, raise nqueues to cover them, set compute_queues. */
-void rf__prog_index(struct rf_program *p);
 
 /* The shallowest ring that keeps `copy_queues` copy queues busy: one block in flight on each and one
  * computing. */
