@@ -152,7 +152,9 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 	}
 	rf__flight_rec *r = &f->rec[tag % RF__FLIGHT_MAX];
 	*r = *rec;
-	r->dst = dst, r->len = n > cap ? n : cap, r->done = 0;
+	r->dst = dst;
+	r->len = n > cap ? n : cap;
+	r->done = 0;
 	f->started++;
 	atomic_store_explicit(&f->inflight, (unsigned)(f->started - f->upto), memory_order_relaxed);
 	atomic_fetch_add_explicit(&f->bytes, n, memory_order_relaxed);
