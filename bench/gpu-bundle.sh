@@ -3,7 +3,8 @@
 # with only the NVIDIA driver and no package registry:
 #   DIR/gpu-check.sh              the check (see bench/gpu-check.sh)
 #   DIR/bin/                      test_cuda, test_cuda_hw, test_cuda_record, test_cuda_process,
-#                                 test_cuda_auto, race_cuda, ringfetch-gpu-bench (CUDA runtime linked
+#                                 test_cuda_auto, test_cuda_keyed, test_cuda_files, race_cuda,
+#                                 ringfetch-gpu-bench (CUDA runtime linked
 #                                 statically; RPATH $ORIGIN/../lib, as DT_RPATH so that it also serves
 #                                 the libraries' own dependencies)
 #   DIR/lib/                      every shared library they need except glibc's and the driver's
@@ -20,19 +21,21 @@ cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DRINGFETCH_CUDA=ON -DRIN
   -DRINGFETCH_BENCH=ON -DRINGFETCH_TESTS=ON \
   '-DCMAKE_BUILD_RPATH=$ORIGIN/../lib' -DCMAKE_EXE_LINKER_FLAGS=-Wl,--disable-new-dtags >/dev/null
 cmake --build "$BUILD" -j "$JOBS" --target test_cuda test_cuda_hw test_cuda_record test_cuda_process \
-  test_cuda_auto race_cuda ringfetch-gpu-bench >/dev/null
+  test_cuda_auto test_cuda_keyed test_cuda_files race_cuda ringfetch-gpu-bench >/dev/null
 
 rm -rf "$DIR"
 mkdir -p "$DIR/bin" "$DIR/lib"
 BINS=("$BUILD/tests/test_cuda" "$BUILD/tests/test_cuda_hw" "$BUILD/tests/test_cuda_record" "$BUILD/tests/test_cuda_process"
-      "$BUILD/tests/test_cuda_auto" "$BUILD/tests/race_cuda" "$BUILD/bench/ringfetch-gpu-bench")
+      "$BUILD/tests/test_cuda_auto" "$BUILD/tests/test_cuda_keyed" "$BUILD/tests/test_cuda_files"
+      "$BUILD/tests/race_cuda" "$BUILD/bench/ringfetch-gpu-bench")
 cp "${BINS[@]}" "$DIR/bin/"
 cp "$SRC/bench/gpu-check.sh" "$DIR/gpu-check.sh"
 chmod +x "$DIR/gpu-check.sh" "$DIR"/bin/*
 # The simulated-CUDA programs need no symbols on the GPU machine (compute-sanitizer runs the others):
 # stripped they are a quarter of the size, which keeps the bundle well under its 64 MiB.
 if command -v strip >/dev/null; then
-  strip "$DIR"/bin/test_cuda_record "$DIR"/bin/test_cuda_process "$DIR"/bin/test_cuda_auto "$DIR"/bin/race_cuda
+  strip "$DIR"/bin/test_cuda_record "$DIR"/bin/test_cuda_process "$DIR"/bin/test_cuda_auto \
+    "$DIR"/bin/test_cuda_keyed "$DIR"/bin/test_cuda_files "$DIR"/bin/race_cuda
 fi
 
 # glibc's own libraries and the driver come from the target machine; everything else travels.

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # gpu-check.sh — the GPU check, run from a bundle made by bench/gpu-bundle.sh, in at most 5 minutes on
-# one GPU (each step has a timeout: 20 + 4 x 30 + 2 x 60 + 2 x 40 + 2 x 25 + 150 s = 9 minutes at the
+# one GPU (each step has a timeout: 20 + 6 x 30 + 2 x 60 + 2 x 40 + 2 x 25 + 150 s = 10 minutes at the
 # very worst if every step hangs; about 3 minutes expected on an H200 when they pass, not yet measured):
 #   1. is a GPU usable? No GPU: say why and exit 77 (SKIPPED). A driver older than the CUDA runtime
 #      the bundle was built with: FAIL (exit 1) with both versions — never a skip;
-#   2. the simulated-CUDA suites (test_cuda_record, test_cuda_process, test_cuda_auto) and race_cuda
+#   2. the simulated-CUDA suites (test_cuda_record, test_cuda_process, test_cuda_auto, test_cuda_keyed,
+#      test_cuda_files) and race_cuda
 #      (the walker, staging dispatchers and copy team under stress: more cores here than in CI);
 #   3. the CUDA suites on the GPU: test_cuda (payloads, WAR with slow computes, reuse, exec) and
 #      test_cuda_hw (negative controls: a dropped WAR and a dropped RAW wait must be caught by the
@@ -41,8 +42,8 @@ fi
 [ $rc -eq 0 ] || fail "verify run (exit $rc)"
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,driver_version,pcie.link.gen.current,pcie.link.width.current --format=csv,noheader
 
-step "simulated-CUDA suites (test_cuda_record, test_cuda_process, test_cuda_auto), race_cuda"
-for t in test_cuda_record test_cuda_process test_cuda_auto; do
+step "simulated-CUDA suites (record, process, auto, keyed, files), race_cuda"
+for t in test_cuda_record test_cuda_process test_cuda_auto test_cuda_keyed test_cuda_files; do
   timeout 30 "$BIN/$t" --jobs 4 2>&1 | tail -2
   [ "${PIPESTATUS[0]}" -eq 0 ] || fail "$t"
 done
