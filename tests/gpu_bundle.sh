@@ -8,7 +8,7 @@ set -euo pipefail
 SRC=$1 WORK=$2
 rm -rf "$WORK"
 RF_BUNDLE_BUILD="$WORK/build" bash "$SRC/bench/gpu-bundle.sh" "$WORK/bundle"
-for f in gpu-check.sh bin/test_cuda bin/test_cuda_hw bin/test_cuda_record bin/test_cuda_process bin/test_cuda_auto bin/race_cuda bin/ringfetch-gpu-bench MANIFEST; do
+for f in gpu-check.sh bin/test_cuda bin/test_cuda_hw bin/test_cuda_record bin/test_cuda_process bin/test_cuda_auto bin/test_cuda_keyed bin/test_cuda_files bin/race_cuda bin/ringfetch-gpu-bench MANIFEST; do
   [ -e "$WORK/bundle/$f" ] || { echo "bundle lacks $f"; exit 1; }
 done
 readelf -d "$WORK/bundle/bin/test_cuda" | grep -q 'RPATH.*\$ORIGIN/../lib' || { echo "test_cuda: no \$ORIGIN RPATH"; exit 1; }
