@@ -550,8 +550,9 @@ int rf__reader_register(rf__reader *r, void *base, size_t len)
 {
 	if (r == NULL || (base == NULL && len > 0))
 		return rf__err(RF_EINVAL, "rf__reader_register: %s", r == NULL ? "r is NULL" : "base is NULL");
-	if (rd_reads_out(r) != 0 || rf__reader_inflight(r) != 0)
-		return rf__err(RF_EBUSY, "rf__reader_register: %u copies in flight", rf__reader_inflight(r));
+	unsigned inflight = r->max_copies - r->nfree_copies;
+	if (rd_reads_out(r) != 0 || inflight != 0)
+		return rf__err(RF_EBUSY, "rf__reader_register: %u copies in flight", inflight);
 #ifdef RF_HAVE_LIBURING
 	if (r->uring && r->reg_base != NULL)
 		io_uring_unregister_buffers(&r->ring);
@@ -606,12 +607,12 @@ const char *rf__reader_error(const rf__reader *r)
 	return r->err;
 }
 
+#ifdef RF_TESTING
 unsigned rf__reader_inflight(const rf__reader *r)
 {
 	return r->max_copies - r->nfree_copies;
 }
 
-#ifdef RF_TESTING
 void rf__reader_counters_get(const rf__reader *r, rf__reader_counters *out)
 {
 	*out = r->cnt;
