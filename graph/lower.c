@@ -314,20 +314,6 @@ size_t rf_program_ops(const rf_program *p, unsigned q)
 	return p->qstart[q + 1] - p->qstart[q];
 }
 
-static rf_op rf__op_public(const rf__op *o, int64_t base, unsigned slot)
-{
-	rf_op r = {(rf_op_kind)o->kind, o->queue, o->node, 0, 0, 0, 0};
-	if (o->kind == RF_OP_COPY || o->kind == RF_OP_COMPUTE || o->kind == RF_OP_STAGE) {
-		r.block = (size_t)(o->block + base);
-		r.slot = slot;
-	}
-	if (o->kind == RF_OP_WAIT)
-		r.wait_queue = o->wqueue;
-	if (o->kind == RF_OP_WAIT || o->kind == RF_OP_SIGNAL)
-		r.value = (uint64_t)(o->value + base);
-	return r;
-}
-
 int rf_program_op(const rf_program *p, unsigned q, size_t i, rf_op *out)
 {
 	if (p == NULL || out == NULL)
@@ -335,7 +321,15 @@ int rf_program_op(const rf_program *p, unsigned q, size_t i, rf_op *out)
 	if (q >= p->nqueues || i >= rf_program_ops(p, q))
 		return rf__err(RF_EINVAL, "rf_program_op: queue %u has no op %zu", q, i);
 	const rf__op *o = &p->ops[p->qidx[p->qstart[q] + i]];
-	*out = rf__op_public(o, 0, o->kind == RF_OP_STAGE ? o->stage : o->slot);
+	*out = (rf_op){(rf_op_kind)o->kind, o->queue, o->node, 0, 0, 0, 0};
+	if (o->kind == RF_OP_COPY || o->kind == RF_OP_COMPUTE || o->kind == RF_OP_STAGE) {
+		out->block = (size_t)o->block;
+		out->slot = o->kind == RF_OP_STAGE ? o->stage : o->slot;
+	}
+	if (o->kind == RF_OP_WAIT)
+		out->wait_queue = o->wqueue;
+	if (o->kind == RF_OP_WAIT || o->kind == RF_OP_SIGNAL)
+		out->value = (uint64_t)o->value;
 	return RF_OK;
 }
 
