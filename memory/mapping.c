@@ -201,7 +201,7 @@ static int rf__stg_bind(rf__stg_arena *a, void *p, size_t len, int *why)
 static void *rf__stg_map(rf__stg_arena *a, size_t size, size_t align, int huge, int *why)
 {
 	size_t page = rf__stg_page(), extra = align > page ? align - page : 0;
-	if (size + extra < size) {
+	if (size == 0 || size + extra < size) { /* 0: rounding a block up to a page overflowed */
 		rf__stg_hook_fail("mapping memory (size overflows)", ENOMEM);
 		return NULL;
 	}

@@ -140,10 +140,6 @@ static void *rf__stg_mallocx(const rf__stg_arena *a, size_t bytes, size_t align)
 static void *rf__stg_direct_alloc(rf__stg_arena *a, size_t bytes)
 {
 	size_t page = rf__stg_page(), len = rf__align_up(bytes, page), huge = rf__stg_huge_page();
-	if (len == 0) {
-		rf__stg_hook_fail("mapping memory (size overflows)", ENOMEM);
-		return NULL;
-	}
 	if (huge != 0 && len >= huge)
 		return rf__stg_new_mapping(a, len, huge, RF__STG_DIRECT_HUGE);
 	return rf__stg_new_mapping(a, len, page, RF__STG_DIRECT);
