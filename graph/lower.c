@@ -56,32 +56,16 @@ static void rf__prog_index(struct rf_program *p)
 
 /* ---- generic lowering ------------------------------------------------------------------------------ */
 
+/* l->p has room for every op: a wait per in-edge at most, then the node's op and its signal. */
 typedef struct rf__lower {
 	const rf_graph *g;
 	struct rf_program *p;
-	size_t cap, nst;
+	size_t nst;
 	rf__stage_ent *st; /* the STAGE nodes by block: the staging slot a COPY reads */
 	int64_t *sigval;     /* value signalled after node i, 0 = none */
 	int64_t *waited;     /* waited[q * RF_MAX_QUEUES + wq]: highest value q already waited for */
 	int64_t next[RF_MAX_QUEUES];
 } rf__lower;
-
-static int rf__emit(rf__lower *l, rf__op op)
-{
-	struct rf_program *p = l->p;
-	void *grown;
-	if (p->nops == l->cap) {
-		if ((grown = rf__realloc(p->ops, 2 * l->cap * sizeof *p->ops)) == NULL)
-			return RF_ENOMEM;
-		p->ops = grown;
-		if ((grown = rf__realloc(p->qidx, 2 * l->cap * sizeof *p->qidx)) == NULL)
-			return RF_ENOMEM;
-		p->qidx = grown;
-		l->cap *= 2;
-	}
-	p->ops[p->nops++] = op;
-	return RF_OK;
-}
 
 static bool rf__has_foreign_consumer(const rf_graph *g, size_t x)
 {
@@ -92,7 +76,7 @@ static bool rf__has_foreign_consumer(const rf_graph *g, size_t x)
 }
 
 /* Waits before node x: per foreign queue, only the latest producer, and only if not already waited. */
-static int rf__lower_waits(rf__lower *l, size_t x)
+static void rf__lower_waits(rf__lower *l, size_t x)
 {
 	const rf_graph *g = l->g;
 	unsigned q = g->nodes[x].queue;
@@ -108,29 +92,27 @@ static int rf__lower_waits(rf__lower *l, size_t x)
 		if (need[wq] <= *done)
 			continue;
 		*done = need[wq];
-		if (rf__emit(l, rf__op_wait(q, wq, need[wq], 0, 0, x)) != RF_OK)
-			return RF_ENOMEM;
+		l->p->ops[l->p->nops++] = rf__op_wait(q, wq, need[wq], 0, 0, x);
 	}
-	return RF_OK;
 }
 
-static int rf__lower_node(rf__lower *l, size_t x)
+static void rf__lower_node(rf__lower *l, size_t x)
 {
 	const rf_node_desc *d = &l->g->nodes[x];
-	int rc = rf__lower_waits(l, x);
-	if (rc == RF_OK && d->kind != RF_NODE_WAIT) {
+	struct rf_program *p = l->p;
+	rf__lower_waits(l, x);
+	if (d->kind != RF_NODE_WAIT) {
 		int64_t b = (int64_t)d->block;
 		const rf__stage_ent *e = rf__stage_find(l->st, l->nst, d->block);
 		rf__op op = d->kind == RF_NODE_COPY    ? rf__op_copy(d->queue, d->slot, e ? e->slot : RF__NO_STAGE, b, x)
 			    : d->kind == RF_NODE_STAGE ? rf__op_stage(d->queue, d->slot, b, x)
 						       : rf__op_compute(d->queue, d->slot, b, x);
-		rc = rf__emit(l, op);
+		p->ops[p->nops++] = op;
 	}
-	if (rc == RF_OK && rf__has_foreign_consumer(l->g, x)) {
+	if (rf__has_foreign_consumer(l->g, x)) {
 		l->sigval[x] = l->next[d->queue]++;
-		rc = rf__emit(l, rf__op_signal(d->queue, l->sigval[x], 0, 0, x));
+		p->ops[p->nops++] = rf__op_signal(d->queue, l->sigval[x], 0, 0, x);
 	}
-	return rc;
 }
 
 int rf_graph_lower(const rf_graph *g, rf_program **out)
@@ -143,13 +125,13 @@ int rf_graph_lower(const rf_graph *g, rf_program **out)
 	size_t *order, *pos;
 	if ((rc = rf__graph_topo(g, &order, &pos)) != RF_OK)
 		return rc;
-	rf__lower l = {g, rf__prog_alloc(2 * g->n + 16), 2 * g->n + 16, 0, NULL, rf__calloc(g->n + 1, sizeof(int64_t)),
+	rf__lower l = {g, rf__prog_alloc(g->nedges + 2 * g->n), 0, NULL, rf__calloc(g->n + 1, sizeof(int64_t)),
 		       rf__calloc((size_t)RF_MAX_QUEUES * RF_MAX_QUEUES, sizeof(int64_t)), {0}};
 	for (unsigned q = 0; q < RF_MAX_QUEUES; q++)
 		l.next[q] = 1;
 	rc = (l.p && l.sigval && l.waited && rf__graph_stages(g, &l.st, &l.nst) == RF_OK) ? RF_OK : RF_ENOMEM;
 	for (size_t i = 0; i < g->n && rc == RF_OK; i++)
-		rc = rf__lower_node(&l, order[i]);
+		rf__lower_node(&l, order[i]);
 	free(order);
 	free(pos);
 	free(l.st);
@@ -332,20 +314,6 @@ size_t rf_program_ops(const rf_program *p, unsigned q)
 	return p->qstart[q + 1] - p->qstart[q];
 }
 
-static rf_op rf__op_public(const rf__op *o, int64_t base, unsigned slot)
-{
-	rf_op r = {(rf_op_kind)o->kind, o->queue, o->node, 0, 0, 0, 0};
-	if (o->kind == RF_OP_COPY || o->kind == RF_OP_COMPUTE || o->kind == RF_OP_STAGE) {
-		r.block = (size_t)(o->block + base);
-		r.slot = slot;
-	}
-	if (o->kind == RF_OP_WAIT)
-		r.wait_queue = o->wqueue;
-	if (o->kind == RF_OP_WAIT || o->kind == RF_OP_SIGNAL)
-		r.value = (uint64_t)(o->value + base);
-	return r;
-}
-
 int rf_program_op(const rf_program *p, unsigned q, size_t i, rf_op *out)
 {
 	if (p == NULL || out == NULL)
@@ -353,7 +321,15 @@ int rf_program_op(const rf_program *p, unsigned q, size_t i, rf_op *out)
 	if (q >= p->nqueues || i >= rf_program_ops(p, q))
 		return rf__err(RF_EINVAL, "rf_program_op: queue %u has no op %zu", q, i);
 	const rf__op *o = &p->ops[p->qidx[p->qstart[q] + i]];
-	*out = rf__op_public(o, 0, o->kind == RF_OP_STAGE ? o->stage : o->slot);
+	*out = (rf_op){(rf_op_kind)o->kind, o->queue, o->node, 0, 0, 0, 0};
+	if (o->kind == RF_OP_COPY || o->kind == RF_OP_COMPUTE || o->kind == RF_OP_STAGE) {
+		out->block = (size_t)o->block;
+		out->slot = o->kind == RF_OP_STAGE ? o->stage : o->slot;
+	}
+	if (o->kind == RF_OP_WAIT)
+		out->wait_queue = o->wqueue;
+	if (o->kind == RF_OP_WAIT || o->kind == RF_OP_SIGNAL)
+		out->value = (uint64_t)o->value;
 	return RF_OK;
 }
 

@@ -25,7 +25,6 @@
 #include <liburing.h>
 #endif
 
-#define RD_NONE UINT32_MAX
 #define RD_BELL UINT64_MAX /* user_data of the doorbell's poll */
 #define RD_SQ_ENTRIES 64u  /* the reads in flight, the doorbell, and room to spare */
 
@@ -38,7 +37,6 @@ typedef struct rd_copy {
 	uint64_t end;       /* file offset just past the range: what must arrive */
 	size_t n, shift, piece, next; /* next: window bytes issued so far */
 	unsigned out;                 /* pieces in flight */
-	unsigned prev, nextc;         /* the pending list */
 	int rc;
 	unsigned char direct, move, timed, pending;
 	unsigned cls, method;
@@ -75,7 +73,9 @@ struct rf__reader {
 	int any_file;
 	rd_copy *copies;
 	unsigned *free_copies, nfree_copies;
-	unsigned pend_head, pend_tail;
+	/* FIFO of copies with pieces not yet issued, max_copies long; a failed copy stays listed (and
+	 * unfinished) until it reaches the head */
+	unsigned *pend, pend_head, npend;
 	unsigned *done, done_head, ndone; /* FIFO of finished copies, max_copies long */
 	rd_piece pieces[RF__RD_QD];
 	unsigned free_pieces[RF__RD_QD], nfree_pieces;
@@ -175,7 +175,8 @@ int rf__reader_create(unsigned max_copies, int bell_fd, rf__reader **out)
 	r->copies = rf__calloc(max_copies, sizeof *r->copies);
 	r->free_copies = rf__calloc(max_copies, sizeof *r->free_copies);
 	r->done = rf__calloc(max_copies, sizeof *r->done);
-	if (r->copies == NULL || r->free_copies == NULL || r->done == NULL) {
+	r->pend = rf__calloc(max_copies, sizeof *r->pend);
+	if (r->copies == NULL || r->free_copies == NULL || r->done == NULL || r->pend == NULL) {
 		rf__reader_destroy(r); /* no ring yet */
 		return rf__err(RF_ENOMEM, "rf__reader_create: out of memory");
 	}
@@ -187,7 +188,6 @@ int rf__reader_create(unsigned max_copies, int bell_fd, rf__reader **out)
 	for (unsigned i = 0; i < RF__RD_QD; i++)
 		r->free_pieces[i] = RF__RD_QD - 1 - i;
 	r->nfree_pieces = RF__RD_QD;
-	r->pend_head = r->pend_tail = RD_NONE;
 #ifdef RF_HAVE_LIBURING
 	rd_uring_init(r);
 #else
@@ -195,35 +195,6 @@ int rf__reader_create(unsigned max_copies, int bell_fd, rf__reader **out)
 #endif
 	*out = r;
 	return RF_OK;
-}
-
-static void rd_pend_remove(rf__reader *r, unsigned ci)
-{
-	rd_copy *c = &r->copies[ci];
-	if (!c->pending)
-		return;
-	if (c->prev != RD_NONE)
-		r->copies[c->prev].nextc = c->nextc;
-	else
-		r->pend_head = c->nextc;
-	if (c->nextc != RD_NONE)
-		r->copies[c->nextc].prev = c->prev;
-	else
-		r->pend_tail = c->prev;
-	c->pending = 0;
-}
-
-static void rd_pend_push(rf__reader *r, unsigned ci)
-{
-	rd_copy *c = &r->copies[ci];
-	c->prev = r->pend_tail;
-	c->nextc = RD_NONE;
-	if (r->pend_tail != RD_NONE)
-		r->copies[r->pend_tail].nextc = ci;
-	else
-		r->pend_head = ci;
-	r->pend_tail = ci;
-	c->pending = 1;
 }
 
 /* The copy failed (the first failure is the one reported); no more of its pieces are issued. */
@@ -235,7 +206,6 @@ static void rd_fail(rf__reader *r, unsigned ci, const rd_piece *p, int err_no, s
 		c->err_no = err_no, c->err_off = p->off, c->err_len = p->len, c->err_got = got, c->err_size = size;
 	}
 	c->next = c->win_len;
-	rd_pend_remove(r, ci);
 }
 
 /* The sentence of failed copy c, into r->err. */
@@ -303,7 +273,7 @@ static void rd_piece_done(rf__reader *r, unsigned pi, long res)
 		rd_fail(r, ci, p, (int)-res, 0, 0);
 	}
 	r->free_pieces[r->nfree_pieces++] = pi;
-	if (--c->out == 0 && c->next == c->win_len)
+	if (--c->out == 0 && c->next == c->win_len && !c->pending)
 		rd_finish(r, ci);
 }
 
@@ -356,21 +326,28 @@ static void rd_issue(rf__reader *r, unsigned pi)
 	rd_pread(r, pi);
 }
 
-/* Issue pieces of the pending copies, oldest first, while reads may be added. */
+/* Issue pieces of the pending copies, oldest first, while reads may be added; a copy leaves the list
+ * once all its pieces are issued (or it failed: then it finishes here if none is still out). */
 static void rd_top_up(rf__reader *r)
 {
-	while (r->nfree_pieces > 0 && r->pend_head != RD_NONE) {
-		unsigned ci = r->pend_head;
+	while (r->nfree_pieces > 0 && r->npend > 0) {
+		unsigned ci = r->pend[r->pend_head];
 		rd_copy *c = &r->copies[ci];
-		unsigned pi = r->free_pieces[--r->nfree_pieces];
-		rd_piece *p = &r->pieces[pi];
-		size_t len = c->win_len - c->next < c->piece ? c->win_len - c->next : c->piece;
-		*p = (rd_piece){ci, c->win_off + c->next, len, c->dst + c->next};
-		c->next += len;
-		c->out++;
-		if (c->next == c->win_len)
-			rd_pend_remove(r, ci);
-		rd_issue(r, pi);
+		if (c->next < c->win_len) {
+			unsigned pi = r->free_pieces[--r->nfree_pieces];
+			size_t len = c->win_len - c->next < c->piece ? c->win_len - c->next : c->piece;
+			r->pieces[pi] = (rd_piece){ci, c->win_off + c->next, len, c->dst + c->next};
+			c->next += len;
+			c->out++;
+			rd_issue(r, pi);
+		}
+		if (c->next == c->win_len) {
+			r->pend_head = (r->pend_head + 1) % r->max_copies;
+			r->npend--;
+			c->pending = 0;
+			if (c->out == 0)
+				rd_finish(r, ci);
+		}
 	}
 }
 
@@ -492,7 +469,8 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
 	}
 	c->piece = rf__reader_piece(c->win_len, c->direct ? a : 4096, s->f->io_max);
 	r->last_piece = c->piece;
-	rd_pend_push(r, ci);
+	r->pend[(r->pend_head + r->npend++) % r->max_copies] = ci;
+	c->pending = 1;
 	rd_top_up(r);
 	rd_submit(r);
 	return RF_OK;
@@ -572,8 +550,9 @@ int rf__reader_register(rf__reader *r, void *base, size_t len)
 {
 	if (r == NULL || (base == NULL && len > 0))
 		return rf__err(RF_EINVAL, "rf__reader_register: %s", r == NULL ? "r is NULL" : "base is NULL");
-	if (rd_reads_out(r) != 0 || rf__reader_inflight(r) != 0)
-		return rf__err(RF_EBUSY, "rf__reader_register: %u copies in flight", rf__reader_inflight(r));
+	unsigned inflight = r->max_copies - r->nfree_copies;
+	if (rd_reads_out(r) != 0 || inflight != 0)
+		return rf__err(RF_EBUSY, "rf__reader_register: %u copies in flight", inflight);
 #ifdef RF_HAVE_LIBURING
 	if (r->uring && r->reg_base != NULL)
 		io_uring_unregister_buffers(&r->ring);
@@ -619,6 +598,7 @@ void rf__reader_destroy(rf__reader *r)
 	free(r->copies);
 	free(r->free_copies);
 	free(r->done);
+	free(r->pend);
 	free(r);
 }
 
@@ -627,12 +607,12 @@ const char *rf__reader_error(const rf__reader *r)
 	return r->err;
 }
 
+#ifdef RF_TESTING
 unsigned rf__reader_inflight(const rf__reader *r)
 {
 	return r->max_copies - r->nfree_copies;
 }
 
-#ifdef RF_TESTING
 void rf__reader_counters_get(const rf__reader *r, rf__reader_counters *out)
 {
 	*out = r->cnt;

@@ -61,9 +61,6 @@ void rf__reader_wait(rf__reader *r);
 /* The sentence of the last copy poll handed back with RF_EIO; "" before any. Valid until next poll. */
 const char *rf__reader_error(const rf__reader *r);
 
-/* Copies started and not yet handed back by poll. */
-unsigned rf__reader_inflight(const rf__reader *r);
-
 /* One line: how copies are read (io_uring or pread and why, O_DIRECT, pieces, registration). */
 void rf__reader_describe(const rf__reader *r, char *buf, size_t cap);
 
@@ -75,8 +72,10 @@ typedef struct rf__reader_counters {
 	uint64_t reads_fixed;  /* of those, into the registered region */
 } rf__reader_counters;
 
-#ifdef RF_TESTING /* the testing build only: the counters since create (the reader's thread) */
+#ifdef RF_TESTING /* the testing build only: the counters since create (the reader's thread), and the
+		   * copies started and not yet handed back by poll */
 void rf__reader_counters_get(const rf__reader *r, rf__reader_counters *out);
+unsigned rf__reader_inflight(const rf__reader *r);
 #endif
 
 /* How a copy whose range starts off the O_DIRECT alignment, without RF__RD_SHIFT_OK, is read (a pure

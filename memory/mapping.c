@@ -129,9 +129,9 @@ static int rf__stg_insert(rf__stg_arena *a, size_t i, rf__stg_region r)
 }
 
 /* Forget [start, start+len), which lies inside one region (merges never cross regions): the whole
- * region, a prefix, a suffix, or a middle piece (the region splits in two). 0 if that split needs a
- * table entry that cannot be had. */
-static int rf__stg_region_cut(rf__stg_arena *a, uintptr_t start, size_t len)
+ * region, a prefix, a suffix, or a middle piece (the region splits in two). 0 (the memory stays) if
+ * that split needs a table entry that cannot be had, or, with `whole`, if it is not a whole region. */
+static int rf__stg_region_cut(rf__stg_arena *a, uintptr_t start, size_t len, int whole)
 {
 	uintptr_t end = start + len;
 	int ok = 1;
@@ -141,6 +141,8 @@ static int rf__stg_region_cut(rf__stg_arena *a, uintptr_t start, size_t len)
 	if (r != NULL && r->start == start && r->end == end) {
 		memmove(r, r + 1, (a->nregions - i - 1) * sizeof *r);
 		a->nregions--;
+	} else if (whole) {
+		ok = 0;
 	} else if (r != NULL && r->start == start) {
 		r->start = end;
 	} else if (r != NULL && r->end == end) {
@@ -199,7 +201,7 @@ static int rf__stg_bind(rf__stg_arena *a, void *p, size_t len, int *why)
 static void *rf__stg_map(rf__stg_arena *a, size_t size, size_t align, int huge, int *why)
 {
 	size_t page = rf__stg_page(), extra = align > page ? align - page : 0;
-	if (size + extra < size) {
+	if (size == 0 || size + extra < size) { /* 0: rounding a block up to a page overflowed */
 		rf__stg_hook_fail("mapping memory (size overflows)", ENOMEM);
 		return NULL;
 	}
@@ -228,9 +230,9 @@ static void *rf__stg_map(rf__stg_arena *a, size_t size, size_t align, int huge, 
 }
 
 /* Pinned arenas: page-lock a fresh mapping (after binding and touching: the pages exist, on their
- * node) and remember it. 0 with the hook's failure note set when it cannot be locked: pinned memory
- * that is not pinned would be a silent fallback to pageable copies. */
-static int rf__stg_pin_add(rf__stg_arena *a, void *p, size_t len)
+ * node). 0 with the hook's failure note set when it cannot be locked: pinned memory that is not pinned
+ * would be a silent fallback to pageable copies. */
+static int rf__stg_pin(void *p, size_t len)
 {
 	const rf__staging_pinner *pin = atomic_load(&rf__stg_pinner);
 	const char *detail = NULL;
@@ -244,47 +246,16 @@ static int rf__stg_pin_add(rf__stg_arena *a, void *p, size_t len)
 		rf__stg_hook_detail = detail != NULL ? detail : "injected fault";
 		return 0;
 	}
-	pthread_mutex_lock(&a->mu);
-	int ok = 1;
-	if (a->npins == a->pincap) {
-		size_t cap = a->pincap ? 2 * a->pincap : 8;
-		rf__stg_pin *n = realloc(a->pins, cap * sizeof *n);
-		if (n == NULL)
-			ok = 0;
-		else
-			a->pins = n, a->pincap = cap;
-	}
-	if (ok)
-		a->pins[a->npins++] = (rf__stg_pin){(uintptr_t)p, len};
-	pthread_mutex_unlock(&a->mu);
-	if (!ok) {
-		pin->unpin(p);
-		rf__stg_hook_fail("recording the page-locked mapping", ENOMEM);
-	}
-	return ok;
+	return 1;
 }
 
-/* Is [p, p+len) exactly one whole pinned mapping? With `remove`, forget it if so. */
-static int rf__stg_pin_find(rf__stg_arena *a, const void *p, size_t len, int remove)
-{
-	int whole = 0;
-	pthread_mutex_lock(&a->mu);
-	for (size_t i = 0; i < a->npins && !whole; i++)
-		if ((whole = a->pins[i].start == (uintptr_t)p && a->pins[i].len == len) && remove)
-			a->pins[i] = a->pins[--a->npins];
-	pthread_mutex_unlock(&a->mu);
-	return whole;
-}
-
-/* Unmap [p, p+len), first forgetting and unregistering it if it is a whole pinned mapping (a piece of
- * one never comes here: see rf__stg_pin). */
+/* Unmap a whole mapping, unregistering it first in a pinned arena (every mapping there is pinned, and
+ * a piece of one never comes here: see rf__stg_arena.regions). */
 static void rf__stg_unmap(rf__stg_arena *a, void *p, size_t len)
 {
-	if (a->key.pinned && rf__stg_pin_find(a, p, len, 1)) {
-		const rf__staging_pinner *pin = atomic_load(&rf__stg_pinner);
-		if (pin != NULL)
-			pin->unpin(p);
-	}
+	const rf__staging_pinner *pin = atomic_load(&rf__stg_pinner);
+	if (a->key.pinned && pin != NULL)
+		pin->unpin(p);
 	(void)munmap(p, len);
 }
 
@@ -297,7 +268,7 @@ void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direc
 	/* First touch places the pages: now, under the binding, not later on whatever thread copies. */
 	for (size_t i = 0, page = rf__stg_page(); i < size; i += page)
 		((volatile unsigned char *)p)[i] = 0;
-	if (a->key.pinned && !rf__stg_pin_add(a, p, size)) {
+	if (a->key.pinned && !rf__stg_pin(p, size)) {
 		(void)munmap(p, size);
 		return NULL;
 	}
@@ -315,10 +286,13 @@ void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direc
 	return p;
 }
 
-void rf__stg_unmap_mapping(rf__stg_arena *a, void *p, size_t len)
+int rf__stg_unmap_mapping(rf__stg_arena *a, void *p, size_t len, int whole)
 {
+	if (!rf__stg_region_cut(a, (uintptr_t)p, len, whole))
+		return 0;
 	rf__stg_unmap(a, p, len);
 	atomic_fetch_sub(&rf__stg_mapped, len);
+	return 1;
 }
 
 /* extent alloc: a new mapping for jemalloc to carve. */
@@ -336,18 +310,14 @@ static void *rf__stg_hook_alloc(extent_hooks_t *h, void *new_addr, size_t size, 
 	return p;
 }
 
-/* extent dalloc: forget and unmap. Returning true (keep it) only if the table cannot split. */
+/* extent dalloc: forget and unmap. Returning true (keep it) for a piece of a pinned mapping, or if the
+ * table cannot split. */
 static bool rf__stg_hook_dalloc(extent_hooks_t *h, void *addr, size_t size, bool committed, unsigned ind)
 {
 	(void)committed;
 	(void)ind;
 	rf__stg_arena *a = (rf__stg_arena *)h;
-	if (a->key.pinned && !rf__stg_pin_find(a, addr, size, 0))
-		return true; /* a piece of a registration: jemalloc keeps it for reuse */
-	if (!rf__stg_region_cut(a, (uintptr_t)addr, size))
-		return true;
-	rf__stg_unmap_mapping(a, addr, size);
-	return false;
+	return !rf__stg_unmap_mapping(a, addr, size, a->key.pinned);
 }
 
 /* extent destroy (arena teardown): the same as dalloc, without the option to keep the memory. */

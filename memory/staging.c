@@ -118,15 +118,6 @@ static int rf__stg_arena_get(const rf__staging_policy *pol, rf__stg_arena **out)
 
 /* ---- allocation ------------------------------------------------------------------------------ */
 
-/* log2 of a power-of-two alignment: MALLOCX_ALIGN needs ffs(), which strict POSIX mode hides. */
-static int rf__stg_lg(size_t align)
-{
-	int lg = 0;
-	while (((size_t)1 << lg) < align)
-		lg++;
-	return lg;
-}
-
 /* Blocks from jemalloc: small ones only. jemalloc rounds a large request up to its size class and
  * retains the touched, resident tail, which no later large request can use: tails piled up with every
  * big ring created, and a ring could exceed memory_budget by a quarter (docs/staging.md). */
@@ -140,7 +131,7 @@ static int rf__stg_is_direct(size_t bytes, size_t align)
 static void *rf__stg_mallocx(const rf__stg_arena *a, size_t bytes, size_t align)
 {
 	return mallocx(bytes, MALLOCX_ARENA(a->ind) | MALLOCX_TCACHE_NONE | MALLOCX_ZERO |
-				      MALLOCX_LG_ALIGN(rf__stg_lg(align)));
+				      MALLOCX_LG_ALIGN(__builtin_ctzll(align)));
 }
 
 /* A block of its own: its bytes rounded up to a page, bound and touched like the arena's, unmapped
@@ -149,33 +140,23 @@ static void *rf__stg_mallocx(const rf__stg_arena *a, size_t bytes, size_t align)
 static void *rf__stg_direct_alloc(rf__stg_arena *a, size_t bytes)
 {
 	size_t page = rf__stg_page(), len = rf__align_up(bytes, page), huge = rf__stg_huge_page();
-	if (len == 0) {
-		rf__stg_hook_fail("mapping memory (size overflows)", ENOMEM);
-		return NULL;
-	}
 	if (huge != 0 && len >= huge)
 		return rf__stg_new_mapping(a, len, huge, RF__STG_DIRECT_HUGE);
 	return rf__stg_new_mapping(a, len, page, RF__STG_DIRECT);
 }
 
-/* The arena holding staging address p, its region copied to *reg; with `take`, only a direct block
- * starting at p, whose region is then forgotten. NULL when there is none. */
-static rf__stg_arena *rf__stg_lookup(const void *p, int take, rf__stg_region *reg)
+/* The arena holding staging address p, its region copied to *reg, or NULL. */
+static rf__stg_arena *rf__stg_lookup(const void *p, rf__stg_region *reg)
 {
 	rf__stg_arena *a;
 	pthread_mutex_lock(&rf__stg_mu);
 	for (a = rf__stg_arenas; a != NULL; a = a->next) {
 		pthread_mutex_lock(&a->mu);
 		rf__stg_region *r = rf__stg_find_region(a, (uintptr_t)p);
-		int found = r != NULL && (!take || (r->direct && r->start == (uintptr_t)p));
-		if (found)
+		if (r != NULL)
 			*reg = *r;
-		if (found && take) {
-			memmove(r, r + 1, (size_t)(a->regions + a->nregions - r - 1) * sizeof *r);
-			a->nregions--;
-		}
 		pthread_mutex_unlock(&a->mu);
-		if (found)
+		if (r != NULL)
 			break;
 	}
 	pthread_mutex_unlock(&rf__stg_mu);
@@ -219,16 +200,16 @@ int rf__staging_alloc(const rf__staging_policy *pol, size_t bytes, size_t align,
 	return RF_OK;
 }
 
-/* A direct block is unmapped; otherwise dallocx finds the arena from the pointer (no tcache, as in
- * rf__stg_mallocx). */
+/* A direct block (a region of its own starting at p) is unmapped; otherwise dallocx finds the arena
+ * from the pointer (no tcache, as in rf__stg_mallocx). */
 void rf__staging_free(void *p)
 {
 	if (p == NULL)
 		return;
 	rf__stg_region r;
-	rf__stg_arena *a = rf__stg_lookup(p, 1, &r);
-	if (a != NULL)
-		rf__stg_unmap_mapping(a, p, r.end - r.start);
+	rf__stg_arena *a = rf__stg_lookup(p, &r);
+	if (a != NULL && r.direct && r.start == (uintptr_t)p)
+		(void)rf__stg_unmap_mapping(a, p, r.end - r.start, 1);
 	else
 		dallocx(p, MALLOCX_TCACHE_NONE);
 	atomic_fetch_sub(&rf__stg_live, 1);
@@ -253,7 +234,7 @@ static int rf__stg_where(hwloc_topology_t topo, const void *p)
 int rf__staging_placement(const void *p, rf_placement *out)
 {
 	rf__stg_region r;
-	rf__stg_arena *a = p != NULL ? rf__stg_lookup(p, 0, &r) : NULL;
+	rf__stg_arena *a = p != NULL ? rf__stg_lookup(p, &r) : NULL;
 	if (a == NULL)
 		return rf__err(RF_EINVAL, "staging placement: %p is not inside staging memory", p);
 	out->bound = r.why == RF__WHY_BOUND;
@@ -322,7 +303,7 @@ void rf__staging_get_stats(rf__staging_stats *out)
 int rf__staging_arena_of(const void *p)
 {
 	rf__stg_region r;
-	rf__stg_arena *a = p != NULL ? rf__stg_lookup(p, 0, &r) : NULL;
+	rf__stg_arena *a = p != NULL ? rf__stg_lookup(p, &r) : NULL;
 	return a != NULL ? (int)a->ind : -1;
 }
 #endif

@@ -22,16 +22,6 @@ typedef struct rf__stg_region {
 	int direct; /* one block of its own, never seen by jemalloc (rf__stg_direct_alloc) */
 } rf__stg_region;
 
-/* A page-locked mapping (pinned arenas), registered whole when made and unregistered only when it goes
- * back whole. cudaHostUnregister takes only the base of a registration, so dalloc of a piece declines:
- * jemalloc keeps it, merges it back with its siblings and reuses it, which bounds pinned memory by the
- * arena's peak use. (Unmapping once all pieces were back would leak: jemalloc never returns the tail it
- * retains after splitting a growth mapping.) */
-typedef struct rf__stg_pin {
-	uintptr_t start;
-	size_t len;
-} rf__stg_pin;
-
 typedef struct rf__stg_arena {
 	extent_hooks_t hooks; /* first member: jemalloc passes &hooks back to every hook */
 	struct rf__stg_arena *next;
@@ -40,10 +30,14 @@ typedef struct rf__stg_arena {
 	hwloc_topology_t topo;
 	hwloc_nodeset_t nodeset; /* NODE: {node}; INTERLEAVE: the allowed nodes; otherwise NULL */
 	pthread_mutex_t mu;      /* guards the region table (hooks run concurrently) */
-	rf__stg_region *regions; /* sorted by start, disjoint */
+	/* Sorted by start, disjoint. In a pinned arena each is one page-locked mapping, registered whole
+	 * when made and unregistered only when it goes back whole. cudaHostUnregister takes only the base
+	 * of a registration, so dalloc of a piece declines: jemalloc keeps it, merges it back with its
+	 * siblings and reuses it, which bounds pinned memory by the arena's peak use. (Unmapping once all
+	 * pieces were back would leak: jemalloc never returns the tail it retains after splitting a growth
+	 * mapping.) */
+	rf__stg_region *regions;
 	size_t nregions, cap;
-	rf__stg_pin *pins; /* pinned arenas: one per registered mapping (few: unsorted) */
-	size_t npins, pincap;
 } rf__stg_arena;
 
 /* ---- policy.c ----------------------------------------------------------------------------------- */
@@ -80,7 +74,8 @@ enum { RF__STG_CARVED = 0, RF__STG_DIRECT = 1, RF__STG_DIRECT_HUGE = 2 };
 /* A new mapping of size bytes at alignment align: bound as a's policy asks (or unbound, recorded why),
  * touched, page-locked for pinned arenas, recorded as a region. NULL with the failure note set. */
 void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direct);
-/* Unmap a mapping of rf__stg_new_mapping whose region is already forgotten (unregistering it first). */
-void rf__stg_unmap_mapping(rf__stg_arena *a, void *p, size_t len);
+/* Forget [p, p+len) (rf__stg_region_cut; with `whole`, only a whole region) and unmap it; 0 when it
+ * stays mapped. */
+int rf__stg_unmap_mapping(rf__stg_arena *a, void *p, size_t len, int whole);
 
 #endif

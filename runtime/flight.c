@@ -17,7 +17,6 @@ void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int6
 	f->ec = ec;
 	f->bell_slot = bell_slot;
 	f->value = value;
-	atomic_init(&f->bytes, 0);
 	atomic_init(&f->inflight, 0);
 }
 
@@ -157,7 +156,6 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 	r->done = 0;
 	f->started++;
 	atomic_store_explicit(&f->inflight, (unsigned)(f->started - f->upto), memory_order_relaxed);
-	atomic_fetch_add_explicit(&f->bytes, n, memory_order_relaxed);
 	return RF_OK;
 }
 

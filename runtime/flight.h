@@ -60,7 +60,6 @@ typedef struct rf__flight {
 	char msg[240];       /* its sentence */
 	char last[240];      /* the sentence of the last failed copy (a blocking read's) */
 	struct rf__trace *trace; /* the run's, while a run is in progress */
-	_Atomic uint64_t bytes; /* bytes read since create (stats, describe) */
 	atomic_uint inflight;   /* copies in flight, for other threads deciding how to wait */
 	char why[240];       /* how the reader reads (describe), once open */
 } rf__flight;

@@ -8,7 +8,7 @@ set -u
 lib=$1
 test -f "$lib" || { echo "no library at $lib"; exit 1; }
 fail=0
-test_only='rf__test_hooks|rf__prog_drop_war|rf__staging_get_stats|rf__staging_arena_of|rf__pipeline_engine|rf__backend_register|rf__fault|rf__fault_arm|rf__fault_steps|rf__tp_load|rf__reader_counters_get'
+test_only='rf__test_hooks|rf__prog_drop_war|rf__staging_get_stats|rf__staging_arena_of|rf__pipeline_engine|rf__backend_register|rf__fault|rf__fault_arm|rf__fault_steps|rf__tp_load|rf__reader_counters_get|rf__reader_inflight'
 if nm "$lib" | grep -Ew "($test_only)"; then
 	echo "FAIL: test-only symbols in $lib (they belong in the RF_TESTING build, ringfetch_static)"
 	fail=1
