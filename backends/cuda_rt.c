@@ -10,29 +10,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Forwards that only cast between the table's CUDA-free types and CUDA's. */
-#define RT_FWD(name, params, call)                                                                          \
-	static int rt_##name params                                                                         \
-	{                                                                                                   \
-		return (int)call;                                                                           \
-	}
-
-RT_FWD(get_device, (int *dev), cudaGetDevice(dev))
-RT_FWD(set_device, (int dev), cudaSetDevice(dev))
-RT_FWD(stream_destroy, (void *s), cudaStreamDestroy((cudaStream_t)s))
-RT_FWD(stream_synchronize, (void *s), cudaStreamSynchronize((cudaStream_t)s))
-RT_FWD(device_synchronize, (void), cudaDeviceSynchronize())
-RT_FWD(event_destroy, (void *e), cudaEventDestroy((cudaEvent_t)e))
-RT_FWD(event_record, (void *e, void *s), cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s))
-RT_FWD(event_synchronize, (void *e), cudaEventSynchronize((cudaEvent_t)e))
-RT_FWD(event_query, (void *e), cudaEventQuery((cudaEvent_t)e))
-RT_FWD(stream_wait_event, (void *s, void *e), cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0))
-RT_FWD(memcpy_async, (void *dst, const void *src, size_t n, void *s),
-       cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, (cudaStream_t)s))
-RT_FWD(host_unregister, (void *p), cudaHostUnregister(p))
-RT_FWD(get_last_error, (void), cudaGetLastError())
-RT_FWD(init_context, (void), cudaFree(NULL))
-
 static int rt_get_device_count(int *n)
 {
 	*n = 0; /* cudaGetDeviceCount leaves it unchanged on cudaErrorInsufficientDriver */
@@ -85,11 +62,6 @@ static int rt_driver_version(int *v)
 {
 	*v = 0;
 	return (int)cudaDriverGetVersion(v);
-}
-
-static int rt_runtime_version(void)
-{
-	return CUDART_VERSION;
 }
 
 static int rt_device_name(int dev, char *buf, size_t cap)
@@ -182,15 +154,38 @@ static int rt_pools(void)
 	return on;
 }
 
-static int rt_malloc_device(void **p, size_t n, void *s)
-{
-	return (int)(rt_pools() ? cudaMallocAsync(p, n, (cudaStream_t)s) : cudaMalloc(p, n));
-}
+/* Forwards that only cast between the table's CUDA-free types and CUDA's: (type, name, params, call). */
+#define RT_FORWARDS(X)                                                                                     \
+	X(int, get_device, (int *dev), cudaGetDevice(dev))                                                 \
+	X(int, set_device, (int dev), cudaSetDevice(dev))                                                  \
+	X(int, runtime_version, (void), CUDART_VERSION)                                                    \
+	X(int, stream_destroy, (void *s), cudaStreamDestroy((cudaStream_t)s))                              \
+	X(int, stream_synchronize, (void *s), cudaStreamSynchronize((cudaStream_t)s))                      \
+	X(int, device_synchronize, (void), cudaDeviceSynchronize())                                        \
+	X(int, event_destroy, (void *e), cudaEventDestroy((cudaEvent_t)e))                                 \
+	X(int, event_record, (void *e, void *s), cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s))         \
+	X(int, event_synchronize, (void *e), cudaEventSynchronize((cudaEvent_t)e))                         \
+	X(int, event_query, (void *e), cudaEventQuery((cudaEvent_t)e))                                     \
+	X(int, stream_wait_event, (void *s, void *e),                                                      \
+	  cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0))                                         \
+	X(int, memcpy_async, (void *dst, const void *src, size_t n, void *s),                              \
+	  cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, (cudaStream_t)s))                                \
+	X(int, malloc_device, (void **p, size_t n, void *s),                                               \
+	  rt_pools() ? cudaMallocAsync(p, n, (cudaStream_t)s) : cudaMalloc(p, n))                          \
+	X(int, free_device, (void *p, void *s),                                                              \
+	  rt_pools() ? cudaFreeAsync(p, (cudaStream_t)s) : cudaFree(p))                                     \
+	X(int, host_unregister, (void *p), cudaHostUnregister(p))                                          \
+	X(const char *, error_name, (int err), cudaGetErrorName((cudaError_t)err))                         \
+	X(const char *, error_string, (int err), cudaGetErrorString((cudaError_t)err))                     \
+	X(int, get_last_error, (void), cudaGetLastError())                                                 \
+	X(int, init_context, (void), cudaFree(NULL))
 
-static int rt_free_device(void *p, void *s)
-{
-	return (int)(rt_pools() ? cudaFreeAsync(p, (cudaStream_t)s) : cudaFree(p));
-}
+#define RT_FWD(type, name, params, call)                                                                   \
+	static type rt_##name params                                                                       \
+	{                                                                                                  \
+		return (type)(call);                                                                       \
+	}
+RT_FORWARDS(RT_FWD)
 
 /* Portable; a read-only mapping (PROT_READ, e.g. an mmap'ed weight file) cannot be registered for
  * device writes: retry it read-only where the device supports that. */
@@ -238,16 +233,6 @@ static int rt_dma_range(const void *p, const void **start, size_t *len)
 	return 1;
 }
 
-static const char *rt_error_name(int err)
-{
-	return cudaGetErrorName((cudaError_t)err);
-}
-
-static const char *rt_error_string(int err)
-{
-	return cudaGetErrorString((cudaError_t)err);
-}
-
 static int rt_error_kind(int err)
 {
 	switch ((cudaError_t)err) {
@@ -271,40 +256,23 @@ static int rt_error_kind(int err)
 	}
 }
 
+#define RT_SET(type, name, params, call) .name = rt_##name,
 static const rf__cuda_api rf__cuda_api_real = {
+	RT_FORWARDS(RT_SET)
 	.get_device_count = rt_get_device_count,
-	.get_device = rt_get_device,
-	.set_device = rt_set_device,
 	.ctx_get = rt_ctx_get,
 	.ctx_set = rt_ctx_set,
 	.driver_version = rt_driver_version,
-	.runtime_version = rt_runtime_version,
 	.device_name = rt_device_name,
 	.device_numa_node = rt_device_numa_node,
 	.stream_create = rt_stream_create,
-	.stream_destroy = rt_stream_destroy,
-	.stream_synchronize = rt_stream_synchronize,
-	.device_synchronize = rt_device_synchronize,
 	.event_create = rt_event_create,
-	.event_destroy = rt_event_destroy,
-	.event_record = rt_event_record,
-	.event_synchronize = rt_event_synchronize,
-	.event_query = rt_event_query,
 	.stream_capturing = rt_stream_capturing,
 	.capture_mode_local = rt_capture_mode_local,
 	.capture_mode_restore = rt_capture_mode_restore,
-	.stream_wait_event = rt_stream_wait_event,
-	.memcpy_async = rt_memcpy_async,
-	.malloc_device = rt_malloc_device,
-	.free_device = rt_free_device,
 	.host_register = rt_host_register,
-	.host_unregister = rt_host_unregister,
 	.dma_range = rt_dma_range,
-	.error_name = rt_error_name,
-	.error_string = rt_error_string,
 	.error_kind = rt_error_kind,
-	.get_last_error = rt_get_last_error,
-	.init_context = rt_init_context,
 };
 
 const rf__cuda_api *rf__cuda = &rf__cuda_api_real;
