@@ -363,26 +363,22 @@ static int rf__cu_kon(rf__cu *cx, rf__cu_kt *e, void *stream, int host)
 	return err != 0 ? rf__cu_fail(cx->api, call, err) : RF_OK;
 }
 
-/* Every owner-thread entry point: the scope, and finished stages' H2Ds enqueued. */
-static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc)
+/* Every owner-thread entry point: the scope, finished stages' H2Ds enqueued; with `what` (the caller's
+ * name), RF_ENOTSUP when `stream` is being captured (a keyed copy cannot be part of a graph). */
+static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc, void *stream, const char *what)
 {
+	int yes = 0, e, rc;
 	if (cx->broken)
 		return rf__err(RF_EBACKEND, "cuda: pipeline unusable after a device error: %s", cx->broken_msg);
-	int rc = rf__cu_kbegin(cx, sc);
-	if (rc == RF_OK && (rc = rf__cu_kprogress(cx)) != RF_OK)
+	if ((rc = rf__cu_kbegin(cx, sc)) != RF_OK)
+		return rc;
+	if ((rc = rf__cu_kprogress(cx)) == RF_OK && what != NULL && (e = cx->api->stream_capturing(stream, &yes)) != 0)
+		rc = rf__cu_fail(cx->api, "cudaStreamIsCapturing", e);
+	else if (rc == RF_OK && yes)
+		rc = rf__err(RF_ENOTSUP, "cuda: %s: the stream is being captured (keyed copies cannot be captured)", what);
+	if (rc != RF_OK)
 		rf__cu_kleave(cx, sc);
 	return rc;
-}
-
-/* RF_ENOTSUP when `stream` is being captured (a keyed copy cannot be part of a graph). */
-static int rf__cu_kcapture(rf__cu *cx, void *stream, const char *what)
-{
-	int yes = 0, e = cx->api->stream_capturing(stream, &yes);
-	if (e != 0)
-		return rf__cu_fail(cx->api, "cudaStreamIsCapturing", e);
-	if (yes)
-		return rf__err(RF_ENOTSUP, "cuda: %s: the stream is being captured (keyed copies cannot be captured)", what);
-	return RF_OK;
 }
 
 /* Before the device ring goes: callers' kernels may still read slots held at destroy. */
@@ -399,11 +395,9 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	rf__cu_keyed *k = cx->keyed;
 	rf__cu_kscope sc;
 	rf__fsrc fs = {NULL, 0};
-	int rc = rf__cu_kenter(cx, &sc);
+	int rc = rf__cu_kenter(cx, &sc, req->stream, req->demand ? "rf_pipeline_acquire" : NULL);
 	if (rc != RF_OK)
 		return rc;
-	if (req->demand && (rc = rf__cu_kcapture(cx, req->stream, "rf_pipeline_acquire")) != RF_OK)
-		goto out;
 	/* A file's range is read into the pinned ring, never faulted in. */
 	int file = rf__file_classify("cuda", "a keyed source", req->src, req->bytes, 1, &fs);
 	if (file < 0 || (file == 1 && k->pins == 0)) {
@@ -466,11 +460,10 @@ int rf__cu_kcancel(void *ctx, rf__kticket t)
 static int rf__cu_kafter(rf__cu *cx, rf__kticket t, void *stream, int host)
 {
 	rf__cu_kscope sc;
-	int rc = rf__cu_kenter(cx, &sc);
+	int rc = rf__cu_kenter(cx, &sc, stream, host ? NULL : "rf_pipeline_acquire");
 	if (rc != RF_OK)
 		return rc;
-	if ((host || (rc = rf__cu_kcapture(cx, stream, "rf_pipeline_acquire")) == RF_OK) &&
-	    (rc = rf__cu_kready(cx, t)) == RF_OK)
+	if ((rc = rf__cu_kready(cx, t)) == RF_OK)
 		rc = rf__cu_kon(cx, rf__cu_kt_of(cx->keyed, t), stream, host);
 	rf__cu_kleave(cx, &sc);
 	return rc;
@@ -492,11 +485,9 @@ int rf__cu_krelease(void *ctx, unsigned slot, void *stream)
 	rf__cu_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
 	rf__cu_kscope sc;
-	int rc = rf__cu_kenter(cx, &sc);
+	int rc = rf__cu_kenter(cx, &sc, stream, "rf_pipeline_release");
 	if (rc != RF_OK)
 		return rc;
-	if ((rc = rf__cu_kcapture(cx, stream, "rf_pipeline_release")) != RF_OK)
-		goto out;
 	rf__cu_krel *rel = &k->rel[(size_t)slot * RF__CU_KREL];
 	unsigned j = 0, free_j = RF__CU_KREL;
 	for (; j < RF__CU_KREL && !(rel[j].live && rel[j].stream == stream); j++)
