@@ -52,9 +52,7 @@ typedef struct rf__cu_kt {
 typedef struct rf__cu_kst {
 	rf__work w;
 	rf__cu_kt *kt;
-	const void *src;
-	rf__fsrc fs; /* fs.f non-NULL: src lies in this file (held until the read landed) */
-	size_t n;
+	rf__fsrc fs; /* fs.f non-NULL: kt's source lies in this file (held until the read landed) */
 	void *war; /* the event of the previous H2D out of the slot (NULL: none) */
 	uint64_t seq;
 	rf__kticket user, reader;
@@ -272,22 +270,18 @@ static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 	if (rf__work_claim(w)) {
 		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 			RF__TEST_HOOK(keyed_before_copy)(1);
-		size_t t = (size_t)(s - cx->keyed->kst);
-		unsigned char *dst = atomic_load(&cx->pin) + t * cx->pin_stride;
-		const unsigned char *data = dst;
-		int e = s->war != NULL ? cx->api->event_synchronize(s->war) : 0, st = RF__CK_STAGING, to = RF__CK_STAGED;
-		if (rf__cu_clear(cx->api, e) != 0) {
-			to = RF__CK_FAILED;
-		} else if (s->fs.f != NULL && rf__cu_read(cx, &l->rd, &s->fs, s->n, dst, &data) != RF_OK) {
-			atomic_store_explicit(&cx->keyed->kfail[s->kt->slot], s->kt->t, memory_order_release);
-			to = RF__CK_EIO;
-		} else if (s->fs.f == NULL) {
-			rf__cu_stage_copy(l, dst, s->src, s->n, SIZE_MAX - 1 - t);
+		rf__cu_kt *e = s->kt;
+		const rf__fsrc *fs = s->fs.f != NULL ? &s->fs : NULL;
+		int st = RF__CK_STAGING, to = RF__CK_FAILED, rc;
+		if (rf__cu_clear(cx->api, s->war != NULL ? cx->api->event_synchronize(s->war) : 0) == 0) {
+			rc = rf__cu_fill(l, e->pin, e->src, fs, e->bytes, SIZE_MAX - 1 - e->pin, &e->data);
+			to = rc == RF_OK ? RF__CK_STAGED : RF__CK_EIO;
 		}
+		if (to == RF__CK_EIO)
+			atomic_store_explicit(&cx->keyed->kfail[e->slot], e->t, memory_order_release);
 		if (s->fs.f != NULL) /* before the state says so: the file may be closed at once */
 			rf__file_unhold(s->fs.f);
-		s->kt->data = data;
-		atomic_compare_exchange_strong(&s->kt->state, &st, to);
+		atomic_compare_exchange_strong(&e->state, &st, to);
 	}
 	rf__ec_notify(&cx->ec);
 }
@@ -338,7 +332,7 @@ static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kti
 		return rf__cu_kh2d(cx, e, e->data, s);
 	}
 	unsigned lane = l % cx->nhost;
-	*st = (rf__cu_kst){.w.fn = rf__cu_kstage_fn, .kt = e, .src = req->src, .fs = *fs, .n = req->bytes, .war = war,
+	*st = (rf__cu_kst){.w.fn = rf__cu_kstage_fn, .kt = e, .fs = *fs, .war = war,
 			   .seq = rf__lane_posted(&cx->pool, lane), .user = t, .reader = st->reader};
 	atomic_store_explicit(&e->state, RF__CK_STAGING, memory_order_relaxed);
 	atomic_store_explicit(&e->num, t, memory_order_release);
@@ -372,10 +366,12 @@ static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc, void *stream, const char
 		return rf__err(RF_EBACKEND, "cuda: pipeline unusable after a device error: %s", cx->broken_msg);
 	if ((rc = rf__cu_kbegin(cx, sc)) != RF_OK)
 		return rc;
-	if ((rc = rf__cu_kprogress(cx)) == RF_OK && what != NULL && (e = cx->api->stream_capturing(stream, &yes)) != 0)
+	rc = rf__cu_kprogress(cx);
+	if (rc == RF_OK && what != NULL && (e = cx->api->stream_capturing(stream, &yes)) != 0)
 		rc = rf__cu_fail(cx->api, "cudaStreamIsCapturing", e);
 	else if (rc == RF_OK && yes)
-		rc = rf__err(RF_ENOTSUP, "cuda: %s: the stream is being captured (keyed copies cannot be captured)", what);
+		rc = rf__err(RF_ENOTSUP, "cuda: %s: the stream is being captured (keyed copies cannot be "
+			     "captured)", what);
 	if (rc != RF_OK)
 		rf__cu_kleave(cx, sc);
 	return rc;

@@ -211,10 +211,18 @@ void rf__cu_run_fail(rf__cu *cx, int rc)
 	rf__ec_notify(&cx->ec);
 }
 
-/* Copy n bytes into a pinned slot in pieces shared with the lane's helpers (and a waiting walker). */
-void rf__cu_stage_copy(rf__cu_lane *l, unsigned char *dst, const void *src, size_t n, size_t block)
+int rf__cu_fill(rf__cu_lane *l, unsigned t, const void *src, const rf__fsrc *fs, size_t n, size_t block,
+		const unsigned char **data)
 {
 	rf__cu *cx = l->cx;
+	unsigned char *pin;
+	int rc = rf__cu_pin_ring(cx, &pin);
+	if (rc != RF_OK)
+		return rc;
+	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
+	*data = dst;
+	if (fs != NULL) /* a file's bytes start where its aligned read put them */
+		return rf__cu_read(cx, &l->rd, fs, n, dst, data);
 	for (unsigned i = cx->nhost + l->index; rf__piece_size(n) != 0 && i < cx->nhost + cx->nhelp; i += cx->nhost) {
 		rf__cu_lane *h = &cx->lane[i];
 		if (h->help_seq != UINT64_MAX && rf__lane_consumed(&cx->pool, i) <= h->help_seq)
@@ -224,6 +232,7 @@ void rf__cu_stage_copy(rf__cu_lane *l, unsigned char *dst, const void *src, size
 		(void)rf__pool_post(&cx->pool, i, &h->walk);
 	}
 	rf__piece_copy(&l->job, dst, src, n, block, 0);
+	return RF_OK;
 }
 
 static int rf__cu_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned t)
@@ -241,20 +250,13 @@ static int rf__cu_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, un
 		cx->sslot[t] = src; /* its copy reads the source: nothing to stage */
 		return RF_OK;
 	}
-	unsigned char *pin;
 	if (l->pend != 0 && (rc = rf__cu_event_wait(cx, l->pend_q, l->pend)) != RF_OK)
 		return rc;
 	l->pend = 0;
-	if ((rc = rf__cu_pin_ring(cx, &pin)) != RF_OK)
-		return rc;
-	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
-	const unsigned char *data = dst;
-	if (file && (rc = rf__cu_read(cx, &l->rd, &f, n, dst, &data)) != RF_OK)
-		return rc;
-	if (!file)
-		rf__cu_stage_copy(l, dst, src, n, b);
-	cx->sslot[t] = data; /* a file's bytes start where its aligned read put them */
-	return RF_OK;
+	const unsigned char *data = NULL;
+	rc = rf__cu_fill(l, t, src, file ? &f : NULL, n, b, &data);
+	cx->sslot[t] = data;
+	return rc;
 }
 
 static int rf__cu_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, size_t block)
@@ -281,22 +283,22 @@ static int rf__cu_lane_signal(void *c, unsigned queue, int64_t v, size_t block)
 	return RF_OK;
 }
 
-/* Never called: rf__cu_pool_open refuses host queues that copy or compute. */
-static int rf__cu_lane_none(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
+int rf__cu_misplaced(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
 	(void)c, (void)run, (void)b, (void)slot;
-	return rf__err(RF_EBACKEND, "cuda: host queue %u has a copy or compute", queue);
+	return rf__err(RF_EBACKEND, "cuda: queue %u: an op its side does not run (host queues only stage)",
+		       queue);
 }
 
 static int rf__cu_lane_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
 {
 	(void)stage;
 	(void)node;
-	return rf__cu_lane_none(c, run, queue, b, slot);
+	return rf__cu_misplaced(c, run, queue, b, slot);
 }
 
-static const rf__walk_ops rf__cu_lane_ops = {rf__cu_lane_copy, rf__cu_lane_none, rf__cu_lane_signal, rf__cu_lane_wait,
-				      rf__cu_lane_stage};
+static const rf__walk_ops rf__cu_lane_ops = {rf__cu_lane_copy, rf__cu_misplaced, rf__cu_lane_signal,
+					     rf__cu_lane_wait, rf__cu_lane_stage};
 
 /* Once per lane thread: the device current, and thread-local capture mode (another thread's global
  * capture must not turn its event waits into errors). */
