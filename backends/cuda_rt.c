@@ -10,12 +10,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-static int rt_get_device_count(int *n)
-{
-	*n = 0; /* cudaGetDeviceCount leaves it unchanged on cudaErrorInsufficientDriver */
-	return (int)cudaGetDeviceCount(n);
-}
-
 typedef CUresult (*rt_ctx_get_fn)(CUcontext *);
 typedef CUresult (*rt_ctx_set_fn)(CUcontext);
 typedef CUresult (*rt_ptr_attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
@@ -56,12 +50,6 @@ static int rt_ctx_set(void *ctx)
 	if (fn == NULL && (fn = (rt_ctx_set_fn)rt_entry("cuCtxSetCurrent")) == NULL)
 		return (int)cudaErrorNotSupported;
 	return fn((CUcontext)ctx) == CUDA_SUCCESS ? 0 : (int)cudaErrorUnknown;
-}
-
-static int rt_driver_version(int *v)
-{
-	*v = 0;
-	return (int)cudaDriverGetVersion(v);
 }
 
 static int rt_device_name(int dev, char *buf, size_t cap)
@@ -154,8 +142,11 @@ static int rt_pools(void)
 	return on;
 }
 
-/* Forwards that only cast between the table's CUDA-free types and CUDA's: (type, name, params, call). */
+/* Forwards that only cast between the table's CUDA-free types and CUDA's: (type, name, params, call).
+ * Outputs are zeroed first where CUDA may leave them unset (cudaGetDeviceCount on an insufficient driver). */
 #define RT_FORWARDS(X)                                                                                     \
+	X(int, get_device_count, (int *n), (*n = 0, cudaGetDeviceCount(n)))                                 \
+	X(int, driver_version, (int *v), (*v = 0, cudaDriverGetVersion(v)))                                 \
 	X(int, get_device, (int *dev), cudaGetDevice(dev))                                                 \
 	X(int, set_device, (int dev), cudaSetDevice(dev))                                                  \
 	X(int, runtime_version, (void), CUDART_VERSION)                                                    \
@@ -259,10 +250,8 @@ static int rt_error_kind(int err)
 #define RT_SET(type, name, params, call) .name = rt_##name,
 static const rf__cuda_api rf__cuda_api_real = {
 	RT_FORWARDS(RT_SET)
-	.get_device_count = rt_get_device_count,
 	.ctx_get = rt_ctx_get,
 	.ctx_set = rt_ctx_set,
-	.driver_version = rt_driver_version,
 	.device_name = rt_device_name,
 	.device_numa_node = rt_device_numa_node,
 	.stream_create = rt_stream_create,
