@@ -58,22 +58,23 @@ void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy
 	rf__staging_set_pinner(&rf__cu_pinner);
 }
 
-/* Pinned memory under cx's policy; when "auto" chose a GPU node the process may not use (cpuset/mems),
- * the caller's node instead, said in placement. */
-static int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out)
+/* The ring under cx's policy; when "auto" chose a GPU node the process may not use (cpuset/mems: the
+ * note is still ""), by the caller's node instead, said in placement. Under pin_mu. */
+static int rf__cu_ring_alloc(rf__cu *cx, void **mem)
 {
-	int rc = rf__staging_alloc(&cx->pinned_policy, bytes, align, out);
-	int from_auto = cx->pinned_policy.kind == RF__STG_NODE && cx->numa_node >= 0 &&
-			cx->pinned_policy.node == cx->numa_node && cx->placement_note != NULL;
-	if (rc == RF_EINVAL && from_auto) {
+	size_t bytes = (size_t)cx->nstage * cx->pin_stride;
+	int rc = rf__staging_alloc(&cx->pinned_policy, bytes, RF__STAGING_SLOT_ALIGN, mem);
+	if (rc == RF_EINVAL && cx->placement_note != NULL && cx->placement_note[0] == '\0') {
 		rf__staging_policy caller = {RF__STG_AUTO, -1, 1};
-		rc = rf__staging_alloc(&caller, bytes, align, out);
-		if (rc == RF_OK) {
+		if ((rc = rf__staging_alloc(&caller, bytes, RF__STAGING_SLOT_ALIGN, mem)) == RF_OK) {
 			cx->pinned_policy = caller;
 			cx->placement_note = "the GPU's NUMA node is outside this process's allowed nodes (cpuset/mems): "
 					     "placed by the caller's node instead";
 		}
 	}
+	if (rc != RF_OK)
+		rf__err(rc, "cuda: a pageable block needs the pinned host ring (%u x %zu bytes), which "
+			    "cannot be allocated: %s", cx->nstage, cx->pin_stride, rf__errmsg_peek());
 	return rc;
 }
 
@@ -85,10 +86,7 @@ int rf__cu_pin_ring(rf__cu *cx, unsigned char **out)
 	pthread_mutex_lock(&cx->pin_mu);
 	if ((*out = atomic_load_explicit(&cx->pin, memory_order_relaxed)) == NULL) {
 		void *mem = NULL;
-		size_t bytes = (size_t)cx->nstage * cx->pin_stride;
-		if ((rc = rf__cu_pinned_alloc(cx, bytes, RF__STAGING_SLOT_ALIGN, &mem)) != RF_OK)
-			rf__err(rc, "cuda: a pageable block needs the pinned host ring (%u x %zu bytes), which cannot be "
-				    "allocated: %s", cx->nstage, cx->pin_stride, rf__errmsg_peek());
+		rc = rf__cu_ring_alloc(cx, &mem);
 		atomic_store_explicit(&cx->pin, *out = mem, memory_order_release);
 	}
 	pthread_mutex_unlock(&cx->pin_mu);
