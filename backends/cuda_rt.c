@@ -233,15 +233,6 @@ static int rt_error_kind(int err)
 		return RF__CUE_NOT_READY;
 	case cudaErrorMemoryAllocation:
 		return RF__CUE_NOMEM;
-	/* cudaGetDeviceCount failures that mean "no usable GPU here" rather than a broken installation */
-	case cudaErrorInsufficientDriver:
-	case cudaErrorNoDevice:
-	case cudaErrorInitializationError:
-	case cudaErrorDevicesUnavailable:
-	case cudaErrorSystemDriverMismatch:
-	case cudaErrorCompatNotSupportedOnDevice:
-	case cudaErrorStubLibrary:
-		return RF__CUE_NODEV;
 	default:
 		return RF__CUE_OTHER;
 	}
