@@ -127,9 +127,8 @@ static void rf__cu_free(rf__cu *cx)
 }
 
 /* Streams and event pools for the stream queues (host queues have neither), the enqueue window. */
-static int rf__cu_streams_open(rf__cu *cx)
+static int rf__cu_streams_open(rf__cu *cx, const struct rf_program *p)
 {
-	const struct rf_program *p = cx->seen;
 	unsigned nev = 2 * cx->nslots + 8;
 	cx->nwin = cx->nslots + RF__CU_WINDOW_MIN;
 	if ((cx->win = rf__calloc(cx->nwin, sizeof *cx->win)) == NULL)
@@ -170,7 +169,6 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 	cx->device = args->device;
 	cx->nq = args->nqueues;
 	cx->oracle = args->oracle;
-	cx->seen = args->prog;
 	cx->nslots = args->nslots ? args->nslots : 1; /* depth = auto may deepen the ring up to this */
 	cx->nstage = args->prog != NULL ? args->prog->nstage : 0;
 	cx->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
@@ -190,9 +188,9 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 		cx->placement_note = "";
 	if ((cx->q = rf__calloc(cx->nq, sizeof *cx->q)) == NULL)
 		rc = rf__err(RF_ENOMEM, "cuda: out of memory");
-	if (rc == RF_OK && (rc = rf__cu_pool_open(cx, args->prog)) == RF_OK && (rc = rf__cu_streams_open(cx)) == RF_OK)
+	if (rc == RF_OK && (rc = rf__cu_pool_open(cx, args->prog)) == RF_OK &&
+	    (rc = rf__cu_streams_open(cx, args->prog)) == RF_OK)
 		rc = rf__cu_keyed_open(cx);
-	cx->seen = NULL; /* rf__cu_pool_prepare derives the rest at the first run */
 	if (rc != RF_OK)
 		rf__cu_free(cx);
 	else
