@@ -39,7 +39,7 @@ typedef struct rf__cu_kt {
 	rf__kticket t;           /* the ticket it stands for (num is published once it is issued) */
 	atomic_int state;        /* RF__CK_* */
 	void *ev;
-	unsigned lane, slot, pin; /* pin: the staging slot it reads (RF__NO_STAGE: the source) */
+	unsigned slot, pin; /* pin: the staging slot it reads (RF__NO_STAGE: the source) */
 	const void *src;
 	const unsigned char *data; /* staged: where in the pinned ring its bytes are */
 	void *dst;
@@ -410,7 +410,7 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	if (old != 0 && (rc = rf__cu_kon(cx, e, NULL, 1)) != RF_OK)
 		goto out;
 	atomic_store_explicit(&e->num, 0, memory_order_release);
-	e->t = t, e->lane = l, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src, e->dst = req->dst;
+	e->t = t, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src, e->dst = req->dst;
 	e->bytes = req->bytes, e->after = req->after, e->counter = req->counter;
 	int dma = !file && (k->pins == 0 || rf__cu_is_dma(cx, k->ranges, req->src, req->bytes));
 	/* Issued now (not by the lane's order): the slot's previous copy must be issued first. */
@@ -494,16 +494,13 @@ int rf__cu_krelease(void *ctx, unsigned slot, void *stream)
 		j = 0;
 		e = api->stream_wait_event(stream, rel[0].ev);
 	}
-	if (e == 0)
-		e = api->event_record(rel[j].ev, stream);
-	if (e != 0) {
+	if (e == 0 && (e = api->event_record(rel[j].ev, stream)) == 0) {
+		rel[j].stream = stream;
+		rel[j].live = 1;
+		k->dirty = 1;
+	} else {
 		rc = rf__cu_fail(api, "cudaEventRecord (release)", e);
-		goto out;
 	}
-	rel[j].stream = stream;
-	rel[j].live = 1;
-	k->dirty = 1;
-out:
 	rf__cu_kleave(cx, &sc);
 	return rc;
 }
