@@ -112,25 +112,16 @@ unsigned rf__cu_stage_slots(size_t slot_bytes)
 	return n > RF__CU_NPIN_MAX ? RF__CU_NPIN_MAX : (unsigned)n;
 }
 
-static int rf__cu_known(const rf__cu_range *cache, uintptr_t p, uintptr_t *end)
-{
-	for (unsigned i = 0; i < RF__CU_RANGES; i++) {
-		const rf__cu_range *r = &cache[i];
-		if (r->len != 0 && p >= r->start && p - r->start < r->len) {
-			*end = r->start + r->len;
-			return 1;
-		}
-	}
-	return 0;
-}
-
-/* 1 when every byte of [p, p + n) is DMA-capable; `cache` is the calling thread's. */
+/* 1 when every byte of [p, p + n) is DMA-capable; `cache` is the calling thread's (an unused entry's
+ * length 0 contains nothing). */
 int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n)
 {
 	uintptr_t at = (uintptr_t)p, end = at + n;
 	while (at < end) {
-		uintptr_t next;
-		if (!rf__cu_known(cache, at, &next)) {
+		unsigned i = 0;
+		while (i < RF__CU_RANGES && !(at >= cache[i].start && at - cache[i].start < cache[i].len))
+			i++;
+		if (i == RF__CU_RANGES) {
 			const void *start;
 			size_t len;
 			if (!cx->api->dma_range((const void *)at, &start, &len) || len == 0 ||
@@ -138,9 +129,9 @@ int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n)
 				return 0;
 			memmove(&cache[1], &cache[0], (RF__CU_RANGES - 1) * sizeof cache[0]);
 			cache[0] = (rf__cu_range){(uintptr_t)start, len};
-			next = (uintptr_t)start + len;
+			i = 0;
 		}
-		at = next;
+		at = cache[i].start + cache[i].len;
 	}
 	return 1;
 }
