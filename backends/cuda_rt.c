@@ -92,21 +92,17 @@ static int rt_device_numa_node(int dev, int *node)
 	return 0;
 }
 
-static int rt_stream_create(void **s)
-{
-	cudaStream_t st;
-	cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-	*s = e == cudaSuccess ? (void *)st : NULL;
-	return (int)e;
-}
-
-static int rt_event_create(void **ev)
-{
-	cudaEvent_t e;
-	cudaError_t rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
-	*ev = rc == cudaSuccess ? (void *)e : NULL;
-	return (int)rc;
-}
+/* A new handle, NULL when creation failed (the backend destroys only those made). */
+#define RT_CREATE(name, type, call)                                                                         \
+	static int rt_##name(void **out)                                                                    \
+	{                                                                                                   \
+		type h;                                                                                     \
+		cudaError_t e = call;                                                                       \
+		*out = e == cudaSuccess ? (void *)h : NULL;                                                 \
+		return (int)e;                                                                              \
+	}
+RT_CREATE(stream_create, cudaStream_t, cudaStreamCreateWithFlags(&h, cudaStreamNonBlocking))
+RT_CREATE(event_create, cudaEvent_t, cudaEventCreateWithFlags(&h, cudaEventDisableTiming))
 
 static int rt_stream_capturing(void *s, int *yes)
 {
