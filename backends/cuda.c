@@ -49,11 +49,6 @@ void rf__cu_leave(const rf__cuda_api *api, const rf__cu_saved *saved)
 		rf__cu_clear(api, api->ctx_set(saved->ctx));
 }
 
-static void rf__cu_version(int v, char *buf, size_t cap)
-{
-	snprintf(buf, cap, "%d.%d", v / 1000, v % 1000 / 10);
-}
-
 int rf__cu_probe(int device)
 {
 	const rf__cuda_api *api = rf__cuda;
@@ -66,15 +61,12 @@ int rf__cu_probe(int device)
 		int drv = 0, rt = api->runtime_version();
 		if (rf__cu_clear(api, api->driver_version(&drv)) != 0)
 			drv = 0;
-		if (drv > 0 && drv < rt) {
-			char d[16], r[16];
-			rf__cu_version(drv, d, sizeof d);
-			rf__cu_version(rt, r, sizeof r);
-			return rf__err(RF_ENODEV,
-				       "cuda: the CUDA driver (%s, %d) is older than the CUDA runtime this library was built "
-				       "with (%s, %d): update the driver; cudaGetDeviceCount: %s (%s)",
-				       d, drv, r, rt, api->error_string(e), api->error_name(e));
-		}
+		if (drv > 0 && drv < rt)
+			return rf__err(RF_ENODEV, "cuda: the CUDA driver (%d.%d, %d) is older than the "
+				       "CUDA runtime this library was built with (%d.%d, %d): update the "
+				       "driver; cudaGetDeviceCount: %s (%s)", drv / 1000, drv % 1000 / 10,
+				       drv, rt / 1000, rt % 1000 / 10, rt, api->error_string(e),
+				       api->error_name(e));
 		return rf__err(RF_ENODEV, "cuda: no usable GPU: cudaGetDeviceCount: %s (%s)", api->error_string(e),
 			       api->error_name(e));
 	}
@@ -84,18 +76,6 @@ int rf__cu_probe(int device)
 		return rf__err(RF_ENODEV, "cuda: device %d does not exist (%d device%s: 0..%d)", device, n,
 			       n == 1 ? "" : "s", n - 1);
 	return RF_OK;
-}
-
-static int rf__cu_queue_open(rf__cu *cx, rf__cu_queue *q)
-{
-	const rf__cuda_api *api = cx->api;
-	if (rf__fault())
-		return rf__err(RF_EBACKEND, "cuda: cudaStreamCreateWithFlags failed (injected fault)");
-	RF__CU_TRY(api, "cudaStreamCreateWithFlags", api->stream_create(&q->stream));
-	if ((q->ev = rf__calloc(q->nev, sizeof *q->ev)) == NULL ||
-	    (q->ev_val = rf__calloc(q->nev, sizeof *q->ev_val)) == NULL)
-		return rf__err(RF_ENOMEM, "cuda: out of memory");
-	return rf__cu_events_make(api, q->ev, q->nev, "cudaEventCreateWithFlags");
 }
 
 int rf__cu_events_make(const rf__cuda_api *api, void **ev, size_t n, const char *call)
@@ -112,16 +92,13 @@ void rf__cu_events_free(const rf__cuda_api *api, void **ev, size_t n)
 			rf__cu_clear(api, api->event_destroy(ev[i]));
 }
 
-/* Wait for everything enqueued on every stream; the first error wins. */
-static int rf__cu_drain(rf__cu *cx, const char **call)
+/* Wait for everything enqueued on every stream; the first error (of cudaStreamSynchronize) wins. */
+static int rf__cu_drain(rf__cu *cx)
 {
 	int first = 0;
 	for (unsigned i = 0; cx->q != NULL && i < cx->nq; i++) {
 		int e = cx->q[i].stream != NULL ? cx->api->stream_synchronize(cx->q[i].stream) : 0;
-		if (e != 0 && first == 0) {
-			first = e;
-			*call = "cudaStreamSynchronize";
-		}
+		first = first != 0 ? first : e;
 	}
 	return first;
 }
@@ -130,8 +107,7 @@ static int rf__cu_drain(rf__cu *cx, const char **call)
 static void rf__cu_free(rf__cu *cx)
 {
 	const rf__cuda_api *api = cx->api;
-	const char *call = NULL;
-	rf__cu_clear(api, rf__cu_drain(cx, &call));
+	rf__cu_clear(api, rf__cu_drain(cx));
 	rf__cu_pool_close(cx); /* first: a lane's queued item may still name keyed state */
 	rf__cu_keyed_free(cx);
 	for (unsigned i = 0; cx->q != NULL && i < cx->nq; i++) {
@@ -151,9 +127,8 @@ static void rf__cu_free(rf__cu *cx)
 }
 
 /* Streams and event pools for the stream queues (host queues have neither), the enqueue window. */
-static int rf__cu_streams_open(rf__cu *cx)
+static int rf__cu_streams_open(rf__cu *cx, const struct rf_program *p)
 {
-	const struct rf_program *p = cx->seen;
 	unsigned nev = 2 * cx->nslots + 8;
 	cx->nwin = cx->nslots + RF__CU_WINDOW_MIN;
 	if ((cx->win = rf__calloc(cx->nwin, sizeof *cx->win)) == NULL)
@@ -162,9 +137,19 @@ static int rf__cu_streams_open(rf__cu *cx)
 		if (p->ops[i].kind == RF_OP_COPY && !cx->q[p->ops[i].queue].copies++)
 			cx->ncopyq++;
 	for (unsigned i = 0; i < cx->nq; i++) {
-		int rc = RF_OK;
-		cx->q[i].nev = (cx->hostq >> i) & 1 ? 0 : nev;
-		if (cx->q[i].nev && (rc = rf__cu_queue_open(cx, &cx->q[i])) != RF_OK)
+		rf__cu_queue *q = &cx->q[i];
+		int rc;
+		if ((cx->hostq >> i) & 1)
+			continue;
+		q->nev = nev;
+		if (rf__fault())
+			return rf__err(RF_EBACKEND, "cuda: cudaStreamCreateWithFlags failed "
+				       "(injected fault)");
+		RF__CU_TRY(cx->api, "cudaStreamCreateWithFlags", cx->api->stream_create(&q->stream));
+		if ((q->ev = rf__calloc(nev, sizeof *q->ev)) == NULL ||
+		    (q->ev_val = rf__calloc(nev, sizeof *q->ev_val)) == NULL)
+			return rf__err(RF_ENOMEM, "cuda: out of memory");
+		if ((rc = rf__cu_events_make(cx->api, q->ev, nev, "cudaEventCreateWithFlags")) != RF_OK)
 			return rc;
 	}
 	return rf__cu_events_make(cx->api, cx->win, cx->nwin, "cudaEventCreateWithFlags (enqueue window)");
@@ -184,7 +169,6 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 	cx->device = args->device;
 	cx->nq = args->nqueues;
 	cx->oracle = args->oracle;
-	cx->seen = args->prog;
 	cx->nslots = args->nslots ? args->nslots : 1; /* depth = auto may deepen the ring up to this */
 	cx->nstage = args->prog != NULL ? args->prog->nstage : 0;
 	cx->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
@@ -204,9 +188,9 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 		cx->placement_note = "";
 	if ((cx->q = rf__calloc(cx->nq, sizeof *cx->q)) == NULL)
 		rc = rf__err(RF_ENOMEM, "cuda: out of memory");
-	if (rc == RF_OK && (rc = rf__cu_pool_open(cx, args->prog)) == RF_OK && (rc = rf__cu_streams_open(cx)) == RF_OK)
+	if (rc == RF_OK && (rc = rf__cu_pool_open(cx, args->prog)) == RF_OK &&
+	    (rc = rf__cu_streams_open(cx, args->prog)) == RF_OK)
 		rc = rf__cu_keyed_open(cx);
-	cx->seen = NULL; /* rf__cu_pool_prepare derives the rest at the first run */
 	if (rc != RF_OK)
 		rf__cu_free(cx);
 	else
@@ -295,13 +279,8 @@ static int rf__cu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned
 }
 
 /* Host queues' ops are their lanes': the walker skips them (rf__walk's skip mask). */
-static int rf__cu_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
-{
-	(void)c, (void)run, (void)b, (void)stage;
-	return rf__err(RF_EBACKEND, "cuda: the walker met a stage of host queue %u", queue);
-}
-
-static const rf__walk_ops rf__cu_ops = {rf__cu_copy, rf__cu_compute, rf__cu_signal, rf__cu_wait, rf__cu_stage};
+static const rf__walk_ops rf__cu_ops = {rf__cu_copy, rf__cu_compute, rf__cu_signal, rf__cu_wait,
+					rf__cu_misplaced};
 
 static int rf__cu_lanes_done(void *arg)
 {
@@ -347,12 +326,11 @@ static int rf__cu_run(void *ctx, rf__run *run)
 		return rc;
 	rc = rf__cu_walk_all(cx, run);
 	/* Drain even on failure: nothing enqueued may still read the caller's sources after the return. */
-	const char *call = NULL;
-	int e = rf__cu_drain(cx, &call);
+	int e = rf__cu_drain(cx);
 	if (e != 0) {
 		/* An asynchronous error (a kernel fault, a bad address) is sticky in CUDA: the context, and
 		 * every pipeline on it, is unusable. */
-		rf__cu_fail(api, call, e);
+		rf__cu_fail(api, "cudaStreamSynchronize", e);
 		snprintf(cx->broken_msg, sizeof cx->broken_msg, "%s", rf__errmsg_peek());
 		cx->broken = 1;
 		rc = RF_EBACKEND;
@@ -364,9 +342,7 @@ static int rf__cu_run(void *ctx, rf__run *run)
 static int rf__cu_describe(void *ctx, char *buf, size_t cap)
 {
 	rf__cu *cx = ctx;
-	unsigned ns = 0;
-	for (unsigned i = 0; i < cx->nq; i++)
-		ns += cx->q[i].stream != NULL;
+	unsigned ns = cx->nq - cx->nhost; /* host queues have no stream */
 	char node[24] = "unknown", stage[320] = "stages nothing";
 	if (cx->numa_node >= 0)
 		snprintf(node, sizeof node, "%d", cx->numa_node);

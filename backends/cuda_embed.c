@@ -8,13 +8,11 @@ int rf__cuda_host_register(const void *p, size_t bytes)
 {
 	if (p == NULL || bytes == 0)
 		return rf__err(RF_EINVAL, "rf_cuda_host_register: %s", p == NULL ? "p is NULL" : "bytes is 0");
-	int rc = rf__cu_probe(0);
-	if (rc != RF_OK)
-		return rf__err(rc, "rf_cuda_host_register: %s", rf__errmsg_peek());
 	/* A registration belongs to no device (Portable) but needs a context: the current one, else
 	 * device 0's, given back afterwards. */
 	rf__cu_saved saved;
-	if ((rc = rf__cu_enter(rf__cuda, -1, &saved)) != RF_OK)
+	int rc = rf__cu_probe(0);
+	if (rc != RF_OK || (rc = rf__cu_enter(rf__cuda, -1, &saved)) != RF_OK)
 		return rf__err(rc, "rf_cuda_host_register: %s", rf__errmsg_peek());
 	int e = rf__cu_clear(rf__cuda, rf__cuda->host_register((void *)p, bytes));
 	rf__cu_leave(rf__cuda, &saved);
@@ -46,13 +44,11 @@ int rf__cuda_staging_alloc(size_t bytes, const char *policy, int device, void **
 	int rc = rf__staging_parse("rf_cuda_staging_alloc", policy, &in);
 	if (rc != RF_OK)
 		return rc;
-	if ((rc = rf__cu_probe(device)) != RF_OK)
-		return rf__err(rc, "rf_cuda_staging_alloc: %s", rf__errmsg_peek());
 	/* The registration belongs to the current device's context: make it `device`'s, and create that
 	 * context now — not inside the arena's extent hook, which runs under jemalloc's locks. */
 	int node;
 	rf__cu_saved saved;
-	if ((rc = rf__cu_enter(rf__cuda, device, &saved)) != RF_OK)
+	if ((rc = rf__cu_probe(device)) != RF_OK || (rc = rf__cu_enter(rf__cuda, device, &saved)) != RF_OK)
 		return rf__err(rc, "rf_cuda_staging_alloc: %s", rf__errmsg_peek());
 	int e = rf__cuda->init_context();
 	if (e != 0) {

@@ -148,8 +148,15 @@ int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p); /* host queues, la
 void rf__cu_pool_close(rf__cu *cx);
 int rf__cu_pool_prepare(rf__cu *cx, const struct rf_program *p); /* per run: deferrals, watched streams */
 void rf__cu_lane_enter(rf__cu_lane *l); /* once per lane thread */
-void rf__cu_stage_copy(rf__cu_lane *l, unsigned char *dst, const void *src, size_t n, size_t block);
+/* On lane l, fill pinned slot t with n bytes of src: in pieces shared with its helpers (and a waiting
+ * walker) as block `block`, or read from the file range *fs (non-NULL); *data: where the bytes begin.
+ * RF_OK, or the failure (of the pinned ring or the read). */
+int rf__cu_fill(rf__cu_lane *l, unsigned t, const void *src, const rf__fsrc *fs, size_t n, size_t block,
+		const unsigned char **data);
 void rf__cu_run_fail(rf__cu *cx, int rc); /* a walk failed: the first failure wins, everyone stops */
+/* A lane's copy or compute, the walker's stage: never called (rf__cu_pool_open keeps host queues to
+ * STAGE and WAIT ops, and the walker skips them). */
+int rf__cu_misplaced(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot);
 int rf__cu_host_wait(rf__cu *cx, unsigned wq, int64_t v, size_t block); /* the walker waits for a lane */
 
 /* cuda_event.c */

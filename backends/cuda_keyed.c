@@ -39,7 +39,7 @@ typedef struct rf__cu_kt {
 	rf__kticket t;           /* the ticket it stands for (num is published once it is issued) */
 	atomic_int state;        /* RF__CK_* */
 	void *ev;
-	unsigned lane, slot, pin; /* pin: the staging slot it reads (RF__NO_STAGE: the source) */
+	unsigned slot, pin; /* pin: the staging slot it reads (RF__NO_STAGE: the source) */
 	const void *src;
 	const unsigned char *data; /* staged: where in the pinned ring its bytes are */
 	void *dst;
@@ -52,9 +52,7 @@ typedef struct rf__cu_kt {
 typedef struct rf__cu_kst {
 	rf__work w;
 	rf__cu_kt *kt;
-	const void *src;
-	rf__fsrc fs; /* fs.f non-NULL: src lies in this file (held until the read landed) */
-	size_t n;
+	rf__fsrc fs; /* fs.f non-NULL: kt's source lies in this file (held until the read landed) */
 	void *war; /* the event of the previous H2D out of the slot (NULL: none) */
 	uint64_t seq;
 	rf__kticket user, reader;
@@ -272,22 +270,18 @@ static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 	if (rf__work_claim(w)) {
 		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 			RF__TEST_HOOK(keyed_before_copy)(1);
-		size_t t = (size_t)(s - cx->keyed->kst);
-		unsigned char *dst = atomic_load(&cx->pin) + t * cx->pin_stride;
-		const unsigned char *data = dst;
-		int e = s->war != NULL ? cx->api->event_synchronize(s->war) : 0, st = RF__CK_STAGING, to = RF__CK_STAGED;
-		if (rf__cu_clear(cx->api, e) != 0) {
-			to = RF__CK_FAILED;
-		} else if (s->fs.f != NULL && rf__cu_read(cx, &l->rd, &s->fs, s->n, dst, &data) != RF_OK) {
-			atomic_store_explicit(&cx->keyed->kfail[s->kt->slot], s->kt->t, memory_order_release);
-			to = RF__CK_EIO;
-		} else if (s->fs.f == NULL) {
-			rf__cu_stage_copy(l, dst, s->src, s->n, SIZE_MAX - 1 - t);
+		rf__cu_kt *e = s->kt;
+		const rf__fsrc *fs = s->fs.f != NULL ? &s->fs : NULL;
+		int st = RF__CK_STAGING, to = RF__CK_FAILED, rc;
+		if (rf__cu_clear(cx->api, s->war != NULL ? cx->api->event_synchronize(s->war) : 0) == 0) {
+			rc = rf__cu_fill(l, e->pin, e->src, fs, e->bytes, SIZE_MAX - 1 - e->pin, &e->data);
+			to = rc == RF_OK ? RF__CK_STAGED : RF__CK_EIO;
 		}
+		if (to == RF__CK_EIO)
+			atomic_store_explicit(&cx->keyed->kfail[e->slot], e->t, memory_order_release);
 		if (s->fs.f != NULL) /* before the state says so: the file may be closed at once */
 			rf__file_unhold(s->fs.f);
-		s->kt->data = data;
-		atomic_compare_exchange_strong(&s->kt->state, &st, to);
+		atomic_compare_exchange_strong(&e->state, &st, to);
 	}
 	rf__ec_notify(&cx->ec);
 }
@@ -338,7 +332,7 @@ static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kti
 		return rf__cu_kh2d(cx, e, e->data, s);
 	}
 	unsigned lane = l % cx->nhost;
-	*st = (rf__cu_kst){.w.fn = rf__cu_kstage_fn, .kt = e, .src = req->src, .fs = *fs, .n = req->bytes, .war = war,
+	*st = (rf__cu_kst){.w.fn = rf__cu_kstage_fn, .kt = e, .fs = *fs, .war = war,
 			   .seq = rf__lane_posted(&cx->pool, lane), .user = t, .reader = st->reader};
 	atomic_store_explicit(&e->state, RF__CK_STAGING, memory_order_relaxed);
 	atomic_store_explicit(&e->num, t, memory_order_release);
@@ -363,26 +357,24 @@ static int rf__cu_kon(rf__cu *cx, rf__cu_kt *e, void *stream, int host)
 	return err != 0 ? rf__cu_fail(cx->api, call, err) : RF_OK;
 }
 
-/* Every owner-thread entry point: the scope, and finished stages' H2Ds enqueued. */
-static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc)
+/* Every owner-thread entry point: the scope, finished stages' H2Ds enqueued; with `what` (the caller's
+ * name), RF_ENOTSUP when `stream` is being captured (a keyed copy cannot be part of a graph). */
+static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc, void *stream, const char *what)
 {
+	int yes = 0, e, rc;
 	if (cx->broken)
 		return rf__err(RF_EBACKEND, "cuda: pipeline unusable after a device error: %s", cx->broken_msg);
-	int rc = rf__cu_kbegin(cx, sc);
-	if (rc == RF_OK && (rc = rf__cu_kprogress(cx)) != RF_OK)
+	if ((rc = rf__cu_kbegin(cx, sc)) != RF_OK)
+		return rc;
+	rc = rf__cu_kprogress(cx);
+	if (rc == RF_OK && what != NULL && (e = cx->api->stream_capturing(stream, &yes)) != 0)
+		rc = rf__cu_fail(cx->api, "cudaStreamIsCapturing", e);
+	else if (rc == RF_OK && yes)
+		rc = rf__err(RF_ENOTSUP, "cuda: %s: the stream is being captured (keyed copies cannot be "
+			     "captured)", what);
+	if (rc != RF_OK)
 		rf__cu_kleave(cx, sc);
 	return rc;
-}
-
-/* RF_ENOTSUP when `stream` is being captured (a keyed copy cannot be part of a graph). */
-static int rf__cu_kcapture(rf__cu *cx, void *stream, const char *what)
-{
-	int yes = 0, e = cx->api->stream_capturing(stream, &yes);
-	if (e != 0)
-		return rf__cu_fail(cx->api, "cudaStreamIsCapturing", e);
-	if (yes)
-		return rf__err(RF_ENOTSUP, "cuda: %s: the stream is being captured (keyed copies cannot be captured)", what);
-	return RF_OK;
 }
 
 /* Before the device ring goes: callers' kernels may still read slots held at destroy. */
@@ -399,11 +391,9 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	rf__cu_keyed *k = cx->keyed;
 	rf__cu_kscope sc;
 	rf__fsrc fs = {NULL, 0};
-	int rc = rf__cu_kenter(cx, &sc);
+	int rc = rf__cu_kenter(cx, &sc, req->stream, req->demand ? "rf_pipeline_acquire" : NULL);
 	if (rc != RF_OK)
 		return rc;
-	if (req->demand && (rc = rf__cu_kcapture(cx, req->stream, "rf_pipeline_acquire")) != RF_OK)
-		goto out;
 	/* A file's range is read into the pinned ring, never faulted in. */
 	int file = rf__file_classify("cuda", "a keyed source", req->src, req->bytes, 1, &fs);
 	if (file < 0 || (file == 1 && k->pins == 0)) {
@@ -420,7 +410,7 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	if (old != 0 && (rc = rf__cu_kon(cx, e, NULL, 1)) != RF_OK)
 		goto out;
 	atomic_store_explicit(&e->num, 0, memory_order_release);
-	e->t = t, e->lane = l, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src, e->dst = req->dst;
+	e->t = t, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src, e->dst = req->dst;
 	e->bytes = req->bytes, e->after = req->after, e->counter = req->counter;
 	int dma = !file && (k->pins == 0 || rf__cu_is_dma(cx, k->ranges, req->src, req->bytes));
 	/* Issued now (not by the lane's order): the slot's previous copy must be issued first. */
@@ -466,11 +456,10 @@ int rf__cu_kcancel(void *ctx, rf__kticket t)
 static int rf__cu_kafter(rf__cu *cx, rf__kticket t, void *stream, int host)
 {
 	rf__cu_kscope sc;
-	int rc = rf__cu_kenter(cx, &sc);
+	int rc = rf__cu_kenter(cx, &sc, stream, host ? NULL : "rf_pipeline_acquire");
 	if (rc != RF_OK)
 		return rc;
-	if ((host || (rc = rf__cu_kcapture(cx, stream, "rf_pipeline_acquire")) == RF_OK) &&
-	    (rc = rf__cu_kready(cx, t)) == RF_OK)
+	if ((rc = rf__cu_kready(cx, t)) == RF_OK)
 		rc = rf__cu_kon(cx, rf__cu_kt_of(cx->keyed, t), stream, host);
 	rf__cu_kleave(cx, &sc);
 	return rc;
@@ -492,11 +481,9 @@ int rf__cu_krelease(void *ctx, unsigned slot, void *stream)
 	rf__cu_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
 	rf__cu_kscope sc;
-	int rc = rf__cu_kenter(cx, &sc);
+	int rc = rf__cu_kenter(cx, &sc, stream, "rf_pipeline_release");
 	if (rc != RF_OK)
 		return rc;
-	if ((rc = rf__cu_kcapture(cx, stream, "rf_pipeline_release")) != RF_OK)
-		goto out;
 	rf__cu_krel *rel = &k->rel[(size_t)slot * RF__CU_KREL];
 	unsigned j = 0, free_j = RF__CU_KREL;
 	for (; j < RF__CU_KREL && !(rel[j].live && rel[j].stream == stream); j++)
@@ -507,16 +494,13 @@ int rf__cu_krelease(void *ctx, unsigned slot, void *stream)
 		j = 0;
 		e = api->stream_wait_event(stream, rel[0].ev);
 	}
-	if (e == 0)
-		e = api->event_record(rel[j].ev, stream);
-	if (e != 0) {
+	if (e == 0 && (e = api->event_record(rel[j].ev, stream)) == 0) {
+		rel[j].stream = stream;
+		rel[j].live = 1;
+		k->dirty = 1;
+	} else {
 		rc = rf__cu_fail(api, "cudaEventRecord (release)", e);
-		goto out;
 	}
-	rel[j].stream = stream;
-	rel[j].live = 1;
-	k->dirty = 1;
-out:
 	rf__cu_kleave(cx, &sc);
 	return rc;
 }

@@ -10,35 +10,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Forwards that only cast between the table's CUDA-free types and CUDA's. */
-#define RT_FWD(name, params, call)                                                                          \
-	static int rt_##name params                                                                         \
-	{                                                                                                   \
-		return (int)call;                                                                           \
-	}
-
-RT_FWD(get_device, (int *dev), cudaGetDevice(dev))
-RT_FWD(set_device, (int dev), cudaSetDevice(dev))
-RT_FWD(stream_destroy, (void *s), cudaStreamDestroy((cudaStream_t)s))
-RT_FWD(stream_synchronize, (void *s), cudaStreamSynchronize((cudaStream_t)s))
-RT_FWD(device_synchronize, (void), cudaDeviceSynchronize())
-RT_FWD(event_destroy, (void *e), cudaEventDestroy((cudaEvent_t)e))
-RT_FWD(event_record, (void *e, void *s), cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s))
-RT_FWD(event_synchronize, (void *e), cudaEventSynchronize((cudaEvent_t)e))
-RT_FWD(event_query, (void *e), cudaEventQuery((cudaEvent_t)e))
-RT_FWD(stream_wait_event, (void *s, void *e), cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0))
-RT_FWD(memcpy_async, (void *dst, const void *src, size_t n, void *s),
-       cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, (cudaStream_t)s))
-RT_FWD(host_unregister, (void *p), cudaHostUnregister(p))
-RT_FWD(get_last_error, (void), cudaGetLastError())
-RT_FWD(init_context, (void), cudaFree(NULL))
-
-static int rt_get_device_count(int *n)
-{
-	*n = 0; /* cudaGetDeviceCount leaves it unchanged on cudaErrorInsufficientDriver */
-	return (int)cudaGetDeviceCount(n);
-}
-
 typedef CUresult (*rt_ctx_get_fn)(CUcontext *);
 typedef CUresult (*rt_ctx_set_fn)(CUcontext);
 typedef CUresult (*rt_ptr_attr_fn)(void *, CUpointer_attribute, CUdeviceptr);
@@ -81,17 +52,6 @@ static int rt_ctx_set(void *ctx)
 	return fn((CUcontext)ctx) == CUDA_SUCCESS ? 0 : (int)cudaErrorUnknown;
 }
 
-static int rt_driver_version(int *v)
-{
-	*v = 0;
-	return (int)cudaDriverGetVersion(v);
-}
-
-static int rt_runtime_version(void)
-{
-	return CUDART_VERSION;
-}
-
 static int rt_device_name(int dev, char *buf, size_t cap)
 {
 	struct cudaDeviceProp prop;
@@ -132,21 +92,17 @@ static int rt_device_numa_node(int dev, int *node)
 	return 0;
 }
 
-static int rt_stream_create(void **s)
-{
-	cudaStream_t st;
-	cudaError_t e = cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
-	*s = e == cudaSuccess ? (void *)st : NULL;
-	return (int)e;
-}
-
-static int rt_event_create(void **ev)
-{
-	cudaEvent_t e;
-	cudaError_t rc = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
-	*ev = rc == cudaSuccess ? (void *)e : NULL;
-	return (int)rc;
-}
+/* A new handle, NULL when creation failed (the backend destroys only those made). */
+#define RT_CREATE(name, type, call)                                                                         \
+	static int rt_##name(void **out)                                                                    \
+	{                                                                                                   \
+		type h;                                                                                     \
+		cudaError_t e = call;                                                                       \
+		*out = e == cudaSuccess ? (void *)h : NULL;                                                 \
+		return (int)e;                                                                              \
+	}
+RT_CREATE(stream_create, cudaStream_t, cudaStreamCreateWithFlags(&h, cudaStreamNonBlocking))
+RT_CREATE(event_create, cudaEvent_t, cudaEventCreateWithFlags(&h, cudaEventDisableTiming))
 
 static int rt_stream_capturing(void *s, int *yes)
 {
@@ -182,15 +138,41 @@ static int rt_pools(void)
 	return on;
 }
 
-static int rt_malloc_device(void **p, size_t n, void *s)
-{
-	return (int)(rt_pools() ? cudaMallocAsync(p, n, (cudaStream_t)s) : cudaMalloc(p, n));
-}
+/* Forwards that only cast between the table's CUDA-free types and CUDA's: (type, name, params, call).
+ * Outputs are zeroed first where CUDA may leave them unset (cudaGetDeviceCount on an insufficient driver). */
+#define RT_FORWARDS(X)                                                                                     \
+	X(int, get_device_count, (int *n), (*n = 0, cudaGetDeviceCount(n)))                                 \
+	X(int, driver_version, (int *v), (*v = 0, cudaDriverGetVersion(v)))                                 \
+	X(int, get_device, (int *dev), cudaGetDevice(dev))                                                 \
+	X(int, set_device, (int dev), cudaSetDevice(dev))                                                  \
+	X(int, runtime_version, (void), CUDART_VERSION)                                                    \
+	X(int, stream_destroy, (void *s), cudaStreamDestroy((cudaStream_t)s))                              \
+	X(int, stream_synchronize, (void *s), cudaStreamSynchronize((cudaStream_t)s))                      \
+	X(int, device_synchronize, (void), cudaDeviceSynchronize())                                        \
+	X(int, event_destroy, (void *e), cudaEventDestroy((cudaEvent_t)e))                                 \
+	X(int, event_record, (void *e, void *s), cudaEventRecord((cudaEvent_t)e, (cudaStream_t)s))         \
+	X(int, event_synchronize, (void *e), cudaEventSynchronize((cudaEvent_t)e))                         \
+	X(int, event_query, (void *e), cudaEventQuery((cudaEvent_t)e))                                     \
+	X(int, stream_wait_event, (void *s, void *e),                                                      \
+	  cudaStreamWaitEvent((cudaStream_t)s, (cudaEvent_t)e, 0))                                         \
+	X(int, memcpy_async, (void *dst, const void *src, size_t n, void *s),                              \
+	  cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, (cudaStream_t)s))                                \
+	X(int, malloc_device, (void **p, size_t n, void *s),                                               \
+	  rt_pools() ? cudaMallocAsync(p, n, (cudaStream_t)s) : cudaMalloc(p, n))                          \
+	X(int, free_device, (void *p, void *s),                                                              \
+	  rt_pools() ? cudaFreeAsync(p, (cudaStream_t)s) : cudaFree(p))                                     \
+	X(int, host_unregister, (void *p), cudaHostUnregister(p))                                          \
+	X(const char *, error_name, (int err), cudaGetErrorName((cudaError_t)err))                         \
+	X(const char *, error_string, (int err), cudaGetErrorString((cudaError_t)err))                     \
+	X(int, get_last_error, (void), cudaGetLastError())                                                 \
+	X(int, init_context, (void), cudaFree(NULL))
 
-static int rt_free_device(void *p, void *s)
-{
-	return (int)(rt_pools() ? cudaFreeAsync(p, (cudaStream_t)s) : cudaFree(p));
-}
+#define RT_FWD(type, name, params, call)                                                                   \
+	static type rt_##name params                                                                       \
+	{                                                                                                  \
+		return (type)(call);                                                                       \
+	}
+RT_FORWARDS(RT_FWD)
 
 /* Portable; a read-only mapping (PROT_READ, e.g. an mmap'ed weight file) cannot be registered for
  * device writes: retry it read-only where the device supports that. */
@@ -238,16 +220,6 @@ static int rt_dma_range(const void *p, const void **start, size_t *len)
 	return 1;
 }
 
-static const char *rt_error_name(int err)
-{
-	return cudaGetErrorName((cudaError_t)err);
-}
-
-static const char *rt_error_string(int err)
-{
-	return cudaGetErrorString((cudaError_t)err);
-}
-
 static int rt_error_kind(int err)
 {
 	switch ((cudaError_t)err) {
@@ -257,54 +229,26 @@ static int rt_error_kind(int err)
 		return RF__CUE_NOT_READY;
 	case cudaErrorMemoryAllocation:
 		return RF__CUE_NOMEM;
-	/* cudaGetDeviceCount failures that mean "no usable GPU here" rather than a broken installation */
-	case cudaErrorInsufficientDriver:
-	case cudaErrorNoDevice:
-	case cudaErrorInitializationError:
-	case cudaErrorDevicesUnavailable:
-	case cudaErrorSystemDriverMismatch:
-	case cudaErrorCompatNotSupportedOnDevice:
-	case cudaErrorStubLibrary:
-		return RF__CUE_NODEV;
 	default:
 		return RF__CUE_OTHER;
 	}
 }
 
+#define RT_SET(type, name, params, call) .name = rt_##name,
 static const rf__cuda_api rf__cuda_api_real = {
-	.get_device_count = rt_get_device_count,
-	.get_device = rt_get_device,
-	.set_device = rt_set_device,
+	RT_FORWARDS(RT_SET)
 	.ctx_get = rt_ctx_get,
 	.ctx_set = rt_ctx_set,
-	.driver_version = rt_driver_version,
-	.runtime_version = rt_runtime_version,
 	.device_name = rt_device_name,
 	.device_numa_node = rt_device_numa_node,
 	.stream_create = rt_stream_create,
-	.stream_destroy = rt_stream_destroy,
-	.stream_synchronize = rt_stream_synchronize,
-	.device_synchronize = rt_device_synchronize,
 	.event_create = rt_event_create,
-	.event_destroy = rt_event_destroy,
-	.event_record = rt_event_record,
-	.event_synchronize = rt_event_synchronize,
-	.event_query = rt_event_query,
 	.stream_capturing = rt_stream_capturing,
 	.capture_mode_local = rt_capture_mode_local,
 	.capture_mode_restore = rt_capture_mode_restore,
-	.stream_wait_event = rt_stream_wait_event,
-	.memcpy_async = rt_memcpy_async,
-	.malloc_device = rt_malloc_device,
-	.free_device = rt_free_device,
 	.host_register = rt_host_register,
-	.host_unregister = rt_host_unregister,
 	.dma_range = rt_dma_range,
-	.error_name = rt_error_name,
-	.error_string = rt_error_string,
 	.error_kind = rt_error_kind,
-	.get_last_error = rt_get_last_error,
-	.init_context = rt_init_context,
 };
 
 const rf__cuda_api *rf__cuda = &rf__cuda_api_real;

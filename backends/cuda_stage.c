@@ -58,22 +58,23 @@ void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy
 	rf__staging_set_pinner(&rf__cu_pinner);
 }
 
-/* Pinned memory under cx's policy; when "auto" chose a GPU node the process may not use (cpuset/mems),
- * the caller's node instead, said in placement. */
-static int rf__cu_pinned_alloc(rf__cu *cx, size_t bytes, size_t align, void **out)
+/* The ring under cx's policy; when "auto" chose a GPU node the process may not use (cpuset/mems: the
+ * note is still ""), by the caller's node instead, said in placement. Under pin_mu. */
+static int rf__cu_ring_alloc(rf__cu *cx, void **mem)
 {
-	int rc = rf__staging_alloc(&cx->pinned_policy, bytes, align, out);
-	int from_auto = cx->pinned_policy.kind == RF__STG_NODE && cx->numa_node >= 0 &&
-			cx->pinned_policy.node == cx->numa_node && cx->placement_note != NULL;
-	if (rc == RF_EINVAL && from_auto) {
+	size_t bytes = (size_t)cx->nstage * cx->pin_stride;
+	int rc = rf__staging_alloc(&cx->pinned_policy, bytes, RF__STAGING_SLOT_ALIGN, mem);
+	if (rc == RF_EINVAL && cx->placement_note != NULL && cx->placement_note[0] == '\0') {
 		rf__staging_policy caller = {RF__STG_AUTO, -1, 1};
-		rc = rf__staging_alloc(&caller, bytes, align, out);
-		if (rc == RF_OK) {
+		if ((rc = rf__staging_alloc(&caller, bytes, RF__STAGING_SLOT_ALIGN, mem)) == RF_OK) {
 			cx->pinned_policy = caller;
 			cx->placement_note = "the GPU's NUMA node is outside this process's allowed nodes (cpuset/mems): "
 					     "placed by the caller's node instead";
 		}
 	}
+	if (rc != RF_OK)
+		rf__err(rc, "cuda: a pageable block needs the pinned host ring (%u x %zu bytes), which "
+			    "cannot be allocated: %s", cx->nstage, cx->pin_stride, rf__errmsg_peek());
 	return rc;
 }
 
@@ -85,10 +86,7 @@ int rf__cu_pin_ring(rf__cu *cx, unsigned char **out)
 	pthread_mutex_lock(&cx->pin_mu);
 	if ((*out = atomic_load_explicit(&cx->pin, memory_order_relaxed)) == NULL) {
 		void *mem = NULL;
-		size_t bytes = (size_t)cx->nstage * cx->pin_stride;
-		if ((rc = rf__cu_pinned_alloc(cx, bytes, RF__STAGING_SLOT_ALIGN, &mem)) != RF_OK)
-			rf__err(rc, "cuda: a pageable block needs the pinned host ring (%u x %zu bytes), which cannot be "
-				    "allocated: %s", cx->nstage, cx->pin_stride, rf__errmsg_peek());
+		rc = rf__cu_ring_alloc(cx, &mem);
 		atomic_store_explicit(&cx->pin, *out = mem, memory_order_release);
 	}
 	pthread_mutex_unlock(&cx->pin_mu);
@@ -114,25 +112,16 @@ unsigned rf__cu_stage_slots(size_t slot_bytes)
 	return n > RF__CU_NPIN_MAX ? RF__CU_NPIN_MAX : (unsigned)n;
 }
 
-static int rf__cu_known(const rf__cu_range *cache, uintptr_t p, uintptr_t *end)
-{
-	for (unsigned i = 0; i < RF__CU_RANGES; i++) {
-		const rf__cu_range *r = &cache[i];
-		if (r->len != 0 && p >= r->start && p - r->start < r->len) {
-			*end = r->start + r->len;
-			return 1;
-		}
-	}
-	return 0;
-}
-
-/* 1 when every byte of [p, p + n) is DMA-capable; `cache` is the calling thread's. */
+/* 1 when every byte of [p, p + n) is DMA-capable; `cache` is the calling thread's (an unused entry's
+ * length 0 contains nothing). */
 int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n)
 {
 	uintptr_t at = (uintptr_t)p, end = at + n;
 	while (at < end) {
-		uintptr_t next;
-		if (!rf__cu_known(cache, at, &next)) {
+		unsigned i = 0;
+		while (i < RF__CU_RANGES && !(at >= cache[i].start && at - cache[i].start < cache[i].len))
+			i++;
+		if (i == RF__CU_RANGES) {
 			const void *start;
 			size_t len;
 			if (!cx->api->dma_range((const void *)at, &start, &len) || len == 0 ||
@@ -140,9 +129,9 @@ int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n)
 				return 0;
 			memmove(&cache[1], &cache[0], (RF__CU_RANGES - 1) * sizeof cache[0]);
 			cache[0] = (rf__cu_range){(uintptr_t)start, len};
-			next = (uintptr_t)start + len;
+			i = 0;
 		}
-		at = next;
+		at = cache[i].start + cache[i].len;
 	}
 	return 1;
 }
@@ -211,10 +200,18 @@ void rf__cu_run_fail(rf__cu *cx, int rc)
 	rf__ec_notify(&cx->ec);
 }
 
-/* Copy n bytes into a pinned slot in pieces shared with the lane's helpers (and a waiting walker). */
-void rf__cu_stage_copy(rf__cu_lane *l, unsigned char *dst, const void *src, size_t n, size_t block)
+int rf__cu_fill(rf__cu_lane *l, unsigned t, const void *src, const rf__fsrc *fs, size_t n, size_t block,
+		const unsigned char **data)
 {
 	rf__cu *cx = l->cx;
+	unsigned char *pin;
+	int rc = rf__cu_pin_ring(cx, &pin);
+	if (rc != RF_OK)
+		return rc;
+	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
+	*data = dst;
+	if (fs != NULL) /* a file's bytes start where its aligned read put them */
+		return rf__cu_read(cx, &l->rd, fs, n, dst, data);
 	for (unsigned i = cx->nhost + l->index; rf__piece_size(n) != 0 && i < cx->nhost + cx->nhelp; i += cx->nhost) {
 		rf__cu_lane *h = &cx->lane[i];
 		if (h->help_seq != UINT64_MAX && rf__lane_consumed(&cx->pool, i) <= h->help_seq)
@@ -224,6 +221,7 @@ void rf__cu_stage_copy(rf__cu_lane *l, unsigned char *dst, const void *src, size
 		(void)rf__pool_post(&cx->pool, i, &h->walk);
 	}
 	rf__piece_copy(&l->job, dst, src, n, block, 0);
+	return RF_OK;
 }
 
 static int rf__cu_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned t)
@@ -241,20 +239,13 @@ static int rf__cu_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, un
 		cx->sslot[t] = src; /* its copy reads the source: nothing to stage */
 		return RF_OK;
 	}
-	unsigned char *pin;
 	if (l->pend != 0 && (rc = rf__cu_event_wait(cx, l->pend_q, l->pend)) != RF_OK)
 		return rc;
 	l->pend = 0;
-	if ((rc = rf__cu_pin_ring(cx, &pin)) != RF_OK)
-		return rc;
-	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
-	const unsigned char *data = dst;
-	if (file && (rc = rf__cu_read(cx, &l->rd, &f, n, dst, &data)) != RF_OK)
-		return rc;
-	if (!file)
-		rf__cu_stage_copy(l, dst, src, n, b);
-	cx->sslot[t] = data; /* a file's bytes start where its aligned read put them */
-	return RF_OK;
+	const unsigned char *data = NULL;
+	rc = rf__cu_fill(l, t, src, file ? &f : NULL, n, b, &data);
+	cx->sslot[t] = data;
+	return rc;
 }
 
 static int rf__cu_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, size_t block)
@@ -281,22 +272,22 @@ static int rf__cu_lane_signal(void *c, unsigned queue, int64_t v, size_t block)
 	return RF_OK;
 }
 
-/* Never called: rf__cu_pool_open refuses host queues that copy or compute. */
-static int rf__cu_lane_none(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
+int rf__cu_misplaced(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
 	(void)c, (void)run, (void)b, (void)slot;
-	return rf__err(RF_EBACKEND, "cuda: host queue %u has a copy or compute", queue);
+	return rf__err(RF_EBACKEND, "cuda: queue %u: an op its side does not run (host queues only stage)",
+		       queue);
 }
 
 static int rf__cu_lane_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
 {
 	(void)stage;
 	(void)node;
-	return rf__cu_lane_none(c, run, queue, b, slot);
+	return rf__cu_misplaced(c, run, queue, b, slot);
 }
 
-static const rf__walk_ops rf__cu_lane_ops = {rf__cu_lane_copy, rf__cu_lane_none, rf__cu_lane_signal, rf__cu_lane_wait,
-				      rf__cu_lane_stage};
+static const rf__walk_ops rf__cu_lane_ops = {rf__cu_lane_copy, rf__cu_misplaced, rf__cu_lane_signal,
+					     rf__cu_lane_wait, rf__cu_lane_stage};
 
 /* Once per lane thread: the device current, and thread-local capture mode (another thread's global
  * capture must not turn its event waits into errors). */
