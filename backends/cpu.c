@@ -210,8 +210,8 @@ static int rf__cpu_slots_alloc(void *ctx, size_t bytes, void **mem)
 	return rf__staging_alloc(ctx, bytes, RF__STAGING_SLOT_ALIGN, mem);
 }
 
-/* Keyed copies: inline, so every ticket is finished on return. */
-static int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
+/* Keyed copies: inline, so every ticket is 0 (finished on return). */
+int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	(void)ctx;
 	rf__fsrc fs;
@@ -219,7 +219,7 @@ static int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	if (file < 0)
 		return file;
 	atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
-	*out = 1;
+	*out = 0;
 	if (!file) {
 		memcpy(req->dst, req->src, req->bytes);
 		return RF_OK;
@@ -227,24 +227,6 @@ static int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	int rc = rf__flight_read(req->io, &fs, req->bytes, req->dst, req->cap);
 	rf__file_unhold(fs.f);
 	return rc;
-}
-
-static int rf__cpu_ktest(void *ctx, rf__kticket t)
-{
-	(void)ctx, (void)t;
-	return 1;
-}
-
-static int rf__cpu_kwait(void *ctx, rf__kticket t, void *stream)
-{
-	(void)ctx, (void)t, (void)stream;
-	return RF_OK;
-}
-
-static int rf__cpu_ksync(void *ctx, rf__kticket t)
-{
-	(void)ctx, (void)t;
-	return RF_OK;
 }
 
 const rf__backend_ops rf__backend_cpu = {
@@ -259,7 +241,4 @@ const rf__backend_ops rf__backend_cpu = {
 	.run = rf__cpu_run,
 	.describe = rf__cpu_describe,
 	.kissue = rf__cpu_kissue,
-	.ktest = rf__cpu_ktest,
-	.kwait = rf__cpu_kwait,
-	.ksync = rf__cpu_ksync,
 };

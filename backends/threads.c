@@ -537,7 +537,6 @@ const rf__backend_ops rf__backend_threads = {
 	.kissue = rf__tk_issue,
 	.ktest = rf__tk_test,
 	.kcancel = rf__tk_cancel,
-	.kwait = rf__tk_wait,
 	.ksync = rf__tk_sync,
 	.kquiesce = rf__tk_quiesce,
 	.klanes = rf__tk_lanes,

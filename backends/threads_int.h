@@ -19,8 +19,8 @@
 
 /* Keyed copies queued per lane (> RF__KEYED_HINTS_PER_LANE: withdrawn ones take room until passed). */
 #define RF__TK_RING 8u
-/* A keyed ticket: (lane + 1) << RF__TK_SHIFT | the value the lane stores when the copy is done; lane
- * field 0 = a copy made inline, finished when issued. */
+/* A keyed hint's ticket: (lane + 1) << RF__TK_SHIFT | the value the lane stores when the copy is done
+ * (a copy made inline is ticket 0). */
 #define RF__TK_SHIFT 48
 #define RF__TK_MASK ((1ull << RF__TK_SHIFT) - 1)
 
@@ -40,7 +40,6 @@ typedef struct rf__threads rf__threads;
 /* A keyed copy: a copy op and the signal of its ticket, as a work item of a lane. */
 typedef struct rf__tk_item {
 	rf__work w;
-	rf__threads *t;
 	const void *src;
 	void *dst;
 	size_t bytes, cap;
@@ -110,7 +109,6 @@ int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out);
 int rf__tk_test(void *ctx, rf__kticket t);
 int rf__tk_cancel(void *ctx, rf__kticket t);
 int rf__tk_sync(void *ctx, rf__kticket t);
-int rf__tk_wait(void *ctx, rf__kticket t, void *stream);
 int rf__tk_quiesce(void *ctx);
 unsigned rf__tk_lanes(void *ctx);
 int rf__tk_result(void *ctx, unsigned slot, rf__kticket t);

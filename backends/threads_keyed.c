@@ -88,12 +88,6 @@ int rf__tk_sync(void *ctx, rf__kticket tk)
 	return RF_OK;
 }
 
-int rf__tk_wait(void *ctx, rf__kticket tk, void *stream)
-{
-	(void)stream;
-	return rf__tk_sync(ctx, tk);
-}
-
 int rf__tk_cancel(void *ctx, rf__kticket tk)
 {
 	rf__threads *t = ctx;
@@ -120,24 +114,15 @@ int rf__tk_result(void *ctx, unsigned slot, rf__kticket tk)
 int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	rf__threads *t = ctx;
+	if (req->demand || t->pool.n == 0) {
+		if (req->after != 0)
+			rf__tk_sync(t, req->after); /* a hint copy into this slot that already started */
+		return rf__cpu_kissue(NULL, req, out);
+	}
 	rf__fsrc fs = {NULL, 0};
 	int file = rf__file_classify("keyed copy", "src", req->src, req->bytes, 1, &fs);
 	if (file < 0)
 		return file;
-	if (req->demand || t->pool.n == 0) {
-		if (req->after != 0)
-			rf__tk_sync(t, req->after); /* a hint copy into this slot that already started */
-		atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
-		int rc = RF_OK;
-		if (file) {
-			rc = rf__flight_read(req->io, &fs, req->bytes, req->dst, req->cap);
-			rf__file_unhold(fs.f);
-		} else {
-			memcpy(req->dst, req->src, req->bytes);
-		}
-		*out = 1;
-		return rc;
-	}
 	/* A hint: after `after` by construction (every hint into a slot goes down one lane). */
 	rf__tlane *l = &t->lane[req->lane];
 	int64_t v = l->kposted + 1;
@@ -153,7 +138,6 @@ int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 		return rc;
 	}
 	it->w.fn = rf__tk_item_fn;
-	it->t = t;
 	it->src = req->src;
 	it->dst = req->dst;
 	it->bytes = req->bytes;

@@ -86,7 +86,7 @@ typedef struct rf__open_args {
  * holds, stats, the oracle); the backend only moves bytes and orders them:
  *  - kissue(req): start a copy of req->bytes from req->src into slot req->slot on lane req->lane
  *    (< klanes) and return a ticket (never 0) without waiting, unless the backend copies inline (cpu;
- *    threads for demand copies): then the ticket is finished on return. Order exactly this:
+ *    threads for demand copies): then the ticket is 0, finished on return. Order exactly this:
  *      (a) WAW: after every copy issued earlier into the slot: req->after is the slot's previous ticket
  *          unless known finished (0); hints into one slot always share a lane, so a FIFO lane suffices;
  *      (b) WAR: after the work released on the slot since its previous fill (every krelease since).
@@ -98,13 +98,15 @@ typedef struct rf__open_args {
  *    Add req->bytes to *req->counter when the copy starts. Failures issue nothing: RF_EBACKEND;
  *    RF_ENOSPC for a hint when the lane has no room now (the core retries later); RF_ENOTSUP for a
  *    demand copy whose stream is being captured (checked here, so kwait on it cannot fail).
+ *  - ktest, kcancel, kwait, ksync, kresult see only tickets that are not 0: a backend whose copies are
+ *    all inline (cpu) needs none of them.
  *  - ktest(t): 1 once the copy finished writing the slot and reading src. Any thread: must not take
  *    locks a copy holds while copying; cuda: an event query in thread-local capture mode.
  *  - kcancel(t) (optional): withdraw a copy not yet started: 1 when withdrawn (it never reads src nor
  *    writes the slot; ktest is 1 from then on), 0 when started. The slot's next copy is then ordered
  *    after the one before the withdrawn copy (rf__kslot.before).
- *  - kwait(t, stream): the acquirer's wait. CPU backends (stream NULL): return once ktest(t) would be 1.
- *    cuda: cudaStreamWaitEvent, no host wait; a stream being captured: RF_ENOTSUP, nothing changed.
+ *  - kwait(t, stream) (optional: NULL = ksync): the acquirer's wait. cuda: cudaStreamWaitEvent, no host
+ *    wait; a stream being captured: RF_ENOTSUP, nothing changed.
  *  - ksync(t): a host wait until the copy finished (evict: no copy reads that source on return).
  *  - krelease(slot, stream): the caller let go of a hold; see (b). NULL on CPU backends.
  *  - kquiesce(): a host wait until every keyed copy issued finished and every released work is ordered
@@ -224,5 +226,7 @@ extern const rf__backend_ops rf__backend_cuda;
  * (signals after they land), for runs whose every copy is a file read (run->io open). */
 int rf__cpu_walk_inline(rf__run *run);
 int rf__cpu_walk_overlapped(rf__run *run);
+/* The cpu backend's keyed copy, inline (ticket 0): also the threads backend's demand copies. */
+int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out);
 
 #endif
