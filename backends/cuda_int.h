@@ -170,6 +170,5 @@ int rf__cu_ksync(void *ctx, rf__kticket t);
 int rf__cu_krelease(void *ctx, unsigned slot, void *stream);
 int rf__cu_kquiesce(void *ctx);
 unsigned rf__cu_klanes(void *ctx);
-int rf__cu_kresult(void *ctx, unsigned slot, rf__kticket t);
 
 #endif

@@ -389,7 +389,6 @@ static void rf__thr_close(void *ctx)
 		rf__flight_fini(&t->lane[i].flight);
 	free(t->q);
 	free(t->lane);
-	free(t->kfail);
 	free(t);
 }
 
@@ -458,9 +457,8 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	unsigned nl = t->nq > 1 ? t->nq - 1 : 0;
 	t->q = rf__aligned_alloc(64, t->nq * sizeof *t->q);
 	t->lane = rf__calloc(nl ? nl : 1, sizeof *t->lane);
-	t->kfail = rf__calloc(t->nslots ? t->nslots : 1, sizeof *t->kfail);
 	lctx = rf__calloc(nl ? nl : 1, sizeof *lctx);
-	if (t->q == NULL || t->lane == NULL || t->kfail == NULL || lctx == NULL) {
+	if (t->q == NULL || t->lane == NULL || lctx == NULL) {
 		rc = rf__err(RF_ENOMEM, "threads: out of memory");
 		goto fail;
 	}
@@ -499,7 +497,6 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 fail:
 	free(t->q);
 	free(t->lane);
-	free(t->kfail);
 	free(lctx);
 	free(t);
 	return rc;
@@ -540,5 +537,4 @@ const rf__backend_ops rf__backend_threads = {
 	.ksync = rf__tk_sync,
 	.kquiesce = rf__tk_quiesce,
 	.klanes = rf__tk_lanes,
-	.kresult = rf__tk_result,
 };

@@ -43,7 +43,7 @@ typedef struct rf__tk_item {
 	const void *src;
 	void *dst;
 	size_t bytes, cap;
-	unsigned slot;
+	_Atomic int64_t *failed; /* the slot's cell for a failed file read (rf__kcopy.failed) */
 	rf__fsrc fs;          /* fs.f != NULL: a file source, held by the issuer until the copy lands */
 	_Atomic int64_t value; /* the lane's value once done (read by lookups on any thread) */
 	uint64_t seq;         /* its position in the lane's inbox (reuse: once consumed) */
@@ -77,7 +77,6 @@ struct rf__threads {
 	size_t fail_block;
 	int fail_value;
 	char fail_msg[240]; /* RF_EIO: the failed read's sentence */
-	_Atomic int64_t *kfail; /* per slot: the keyed ticket whose file copy failed there (0: none) */
 	int handoff_mode, handoff;
 	int handoff_fixed;   /* the handoff of runs on the lanes when it is not one of the compared arms */
 	char handoff_why[320]; /* the handoff and overlap policies, for describe */
@@ -111,7 +110,6 @@ int rf__tk_cancel(void *ctx, rf__kticket t);
 int rf__tk_sync(void *ctx, rf__kticket t);
 int rf__tk_quiesce(void *ctx);
 unsigned rf__tk_lanes(void *ctx);
-int rf__tk_result(void *ctx, unsigned slot, rf__kticket t);
 /* After a run: keyed tickets continue from where the run left the lanes' values. */
 void rf__tk_after_run(rf__threads *t);
 

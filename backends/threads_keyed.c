@@ -25,7 +25,6 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 {
 	rf__tk_item *it = (rf__tk_item *)w;
 	rf__tlane *l = ctx;
-	rf__threads *t = l->t;
 	int64_t v = atomic_load_explicit(&it->value, memory_order_relaxed);
 	/* A run's failed copy (reported by that run, now ended) must not hold back keyed signals. */
 	l->flight.failed = 0;
@@ -44,7 +43,7 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 			rf__flight_rec rec = {0};
 			rec.keyed = 1;
 			rec.unhold = it->fs.f;
-			rec.fail_at = &t->kfail[it->slot];
+			rec.fail_at = it->failed;
 			rec.fail_value = (int64_t)(((uint64_t)l->q << RF__TK_SHIFT) | (uint64_t)v);
 			if (rf__flight_start(&l->flight, &it->fs, it->bytes, it->dst, it->cap, &rec) != RF_OK) {
 				atomic_store_explicit(rec.fail_at, rec.fail_value, memory_order_release);
@@ -103,14 +102,6 @@ int rf__tk_cancel(void *ctx, rf__kticket tk)
 	return 1;
 }
 
-int rf__tk_result(void *ctx, unsigned slot, rf__kticket tk)
-{
-	rf__threads *t = ctx;
-	if ((uint64_t)atomic_load_explicit(&t->kfail[slot], memory_order_acquire) != tk || tk == 0)
-		return RF_OK;
-	return rf__err(RF_EIO, "threads: the hint's file read into slot %u failed", slot);
-}
-
 int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	rf__threads *t = ctx;
@@ -142,7 +133,7 @@ int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	it->dst = req->dst;
 	it->bytes = req->bytes;
 	it->cap = req->cap;
-	it->slot = req->slot;
+	it->failed = req->failed;
 	it->fs = fs;
 	atomic_store_explicit(&it->value, v, memory_order_relaxed);
 	it->counter = req->counter;

@@ -225,8 +225,3 @@ unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx)
 	unsigned n = be->klanes != NULL ? be->klanes(ctx) : 1;
 	return n ? n : 1;
 }
-
-int rf__be_kresult(const rf__backend_ops *be, void *ctx, unsigned slot, rf__kticket t)
-{
-	return be->kresult != NULL ? be->kresult(ctx, slot, t) : RF_OK;
-}

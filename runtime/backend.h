@@ -98,8 +98,8 @@ typedef struct rf__open_args {
  *    Add req->bytes to *req->counter when the copy starts. Failures issue nothing: RF_EBACKEND;
  *    RF_ENOSPC for a hint when the lane has no room now (the core retries later); RF_ENOTSUP for a
  *    demand copy whose stream is being captured (checked here, so kwait on it cannot fail).
- *  - ktest, kcancel, kwait, ksync, kresult see only tickets that are not 0: a backend whose copies are
- *    all inline (cpu) needs none of them.
+ *  - ktest, kcancel, kwait, ksync see only tickets that are not 0: a backend whose copies are all
+ *    inline (cpu) needs none of them.
  *  - ktest(t): 1 once the copy finished writing the slot and reading src. Any thread: must not take
  *    locks a copy holds while copying; cuda: an event query in thread-local capture mode.
  *  - kcancel(t) (optional): withdraw a copy not yet started: 1 when withdrawn (it never reads src nor
@@ -112,11 +112,10 @@ typedef struct rf__open_args {
  *  - kquiesce(): a host wait until every keyed copy issued finished and every released work is ordered
  *    before later copies. Called before a run (which reuses every slot), on reset and before destroy.
  *  - klanes(): lanes keyed copies may use (>= 1).
- *  - kresult(slot, t) (optional): for a finished copy, RF_OK, or RF_EIO for a failed file read (the
- *    slot's bytes are not the key's). Any thread.
  * A copy from an open file (io/file.h) reads the file, which the backend holds until the copy lands; a
- * failed demand read is RF_EIO from kissue (rf_errmsg set), a hint's shows in kresult. One thread at a
- * time calls the k* methods (the pipeline's owner), ktest excepted; none allocates (open does). */
+ * failed demand read is RF_EIO from kissue (rf_errmsg set), a hint's stores its ticket in *req->failed
+ * (release) before ktest is 1 (the slot's bytes are then not the key's). One thread at a time calls the
+ * k* methods (the pipeline's owner), ktest excepted; none allocates (open does). */
 typedef uint64_t rf__kticket;
 typedef struct rf__kcopy {
 	unsigned lane;      /* < klanes() */
@@ -131,6 +130,7 @@ typedef struct rf__kcopy {
 	                              enqueued, on cuda), so that the counter never goes down */
 	struct rf__flight *io;     /* the calling thread's reader (opened), for a copy it makes itself */
 	size_t cap;                /* bytes usable at dst (the slot's stride): room for a read's window */
+	_Atomic int64_t *failed;   /* the slot's: a hint's failed file read stores the ticket here */
 } rf__kcopy;
 
 /* Slots start this far apart at least (rf__backend_ops.slot_align 0): a cache line, so that slots
@@ -168,7 +168,6 @@ typedef struct rf__backend_ops {
 	/* Alignment of every slot's start (a power of two; 0 = RF__SLOT_ALIGN_DEFAULT), which the slot
 	 * memory must have too: the stride is slot_bytes rounded up to it. */
 	size_t slot_align;
-	int (*kresult)(void *ctx, unsigned slot, rf__kticket t); /* appended: keyed file copies */
 	/* Optional: host staging slots per copy queue a backend's copies hop through (cuda: pageable
 	 * sources); a pipeline then runs the staged ring (rf__ring_program's pins). NULL: the plain ring. */
 	unsigned (*stage_slots)(size_t slot_bytes);
@@ -211,7 +210,6 @@ int rf__be_ksync(const rf__backend_ops *be, void *ctx, rf__kticket t);
 int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream);
 int rf__be_kquiesce(const rf__backend_ops *be, void *ctx);
 unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx);
-int rf__be_kresult(const rf__backend_ops *be, void *ctx, unsigned slot, rf__kticket t);
 
 /* Frees host slot memory from the staging layer (rf__staging_alloc); ctx and bytes ignored. */
 void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
