@@ -172,22 +172,11 @@ static int rf__cpu_run(void *ctx, rf__run *run)
 	return rf__cpu_walk_inline(run);
 }
 
-static int rf__cpu_probe(int device)
-{
-	(void)device;
-	return RF_OK;
-}
-
 static int rf__cpu_open(const rf__open_args *args, void **ctx)
 {
 	/* The context is the staging policy (the engine's, outliving us): all slots_alloc needs. */
 	*ctx = (void *)args->staging;
 	return RF_OK;
-}
-
-static void rf__cpu_close(void *ctx)
-{
-	(void)ctx;
 }
 
 static int rf__cpu_describe(void *ctx, char *buf, size_t cap)
@@ -233,9 +222,7 @@ const rf__backend_ops rf__backend_cpu = {
 	.abi = RF__BACKEND_ABI,
 	.name = "cpu",
 	.caps = 0,
-	.probe = rf__cpu_probe,
 	.open = rf__cpu_open,
-	.close = rf__cpu_close,
 	.slots_alloc = rf__cpu_slots_alloc,
 	.slots_free = rf__host_slots_free,
 	.run = rf__cpu_run,

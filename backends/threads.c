@@ -514,17 +514,10 @@ static int rf__thr_slots_alloc(void *ctx, size_t bytes, void **mem)
 	return rc;
 }
 
-static int rf__thr_probe(int device)
-{
-	(void)device;
-	return RF_OK;
-}
-
 const rf__backend_ops rf__backend_threads = {
 	.abi = RF__BACKEND_ABI,
 	.name = "threads",
 	.caps = RF__CAP_OVERLAP,
-	.probe = rf__thr_probe,
 	.open = rf__thr_open,
 	.close = rf__thr_close,
 	.slots_alloc = rf__thr_slots_alloc,

@@ -44,11 +44,16 @@ static const rf__backend_ops *rf__find(const char *name)
 	return NULL;
 }
 
+static int rf__probe(const rf__backend_ops *be, int device)
+{
+	return be->probe == NULL ? RF_OK : be->probe(device);
+}
+
 int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out)
 {
 	if (strcmp(name, "auto") == 0) {
 		for (unsigned i = 0; i < RF__NBUILTIN; i++)
-			if (rf__builtin[i]->probe(device) == RF_OK) {
+			if (rf__probe(rf__builtin[i], device) == RF_OK) {
 				*out = rf__builtin[i];
 				return RF_OK;
 			}
@@ -60,7 +65,7 @@ int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out
 			return rf__err(RF_ENODEV, "backend \"%s\" is not built into this library", name);
 		return rf__err(RF_ENODEV, "unknown backend \"%s\" (known: cpu, threads, cuda, auto)", name);
 	}
-	int rc = be->probe(device);
+	int rc = rf__probe(be, device);
 	if (rc != RF_OK)
 		return rc;
 	*out = be;
@@ -98,7 +103,8 @@ int rf__backend_for_memory(const char *who, const char *name, const char *from, 
 		}
 		/* The best usable host backend: "auto" never hands device pointers to a host compute. */
 		for (unsigned i = 0; i < RF__NBUILTIN; i++)
-			if (!(rf__builtin[i]->caps & RF__CAP_DEVICE) && rf__builtin[i]->probe(-1) == RF_OK) {
+			if (!(rf__builtin[i]->caps & RF__CAP_DEVICE) &&
+			    rf__probe(rf__builtin[i], -1) == RF_OK) {
 				*out = rf__builtin[i]->name;
 				return RF_OK;
 			}
@@ -141,7 +147,8 @@ int rf__be_open(const rf__backend_ops *be, const rf__open_args *args, void **ctx
 
 void rf__be_close(const rf__backend_ops *be, void *ctx)
 {
-	be->close(ctx);
+	if (be->close != NULL)
+		be->close(ctx);
 }
 
 int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void **mem)

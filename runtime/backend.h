@@ -141,10 +141,10 @@ typedef struct rf__backend_ops {
 	unsigned abi;
 	const char *name;
 	unsigned caps;
-	/* Is the backend usable here? RF_OK, or RF_ENODEV with rf_errmsg saying why. */
+	/* Is the backend usable here? RF_OK, or RF_ENODEV with rf_errmsg saying why; NULL: always. */
 	int (*probe)(int device);
 	int (*open)(const rf__open_args *args, void **ctx);
-	void (*close)(void *ctx);
+	void (*close)(void *ctx); /* NULL: nothing to let go */
 	/* Slot memory in the backend's address space (host memory for CPU backends). */
 	int (*slots_alloc)(void *ctx, size_t bytes, void **mem);
 	void (*slots_free)(void *ctx, void *mem, size_t bytes);
