@@ -411,7 +411,6 @@ const rf__backend_ops rf__backend_cuda = {
 	.ktest = rf__cu_ktest,
 	.kcancel = rf__cu_kcancel,
 	.kwait = rf__cu_kwait,
-	.ksync = rf__cu_ksync,
 	.krelease = rf__cu_krelease,
 	.kquiesce = rf__cu_kquiesce,
 	.klanes = rf__cu_klanes,

@@ -452,9 +452,10 @@ int rf__cu_kcancel(void *ctx, rf__kticket t)
 	return 1;
 }
 
-/* Once ticket t is issued, `stream` waits on its event (kwait), or the host does (ksync). */
-static int rf__cu_kafter(rf__cu *cx, rf__kticket t, void *stream, int host)
+/* Once ticket t is issued, `stream` waits on its event, or the host does. */
+int rf__cu_kwait(void *ctx, rf__kticket t, void *stream, int host)
 {
+	rf__cu *cx = ctx;
 	rf__cu_kscope sc;
 	int rc = rf__cu_kenter(cx, &sc);
 	if (rc != RF_OK)
@@ -464,16 +465,6 @@ static int rf__cu_kafter(rf__cu *cx, rf__kticket t, void *stream, int host)
 		rc = rf__cu_kon(cx, rf__cu_kt_of(cx->keyed, t), stream, host);
 	rf__cu_kleave(cx, &sc);
 	return rc;
-}
-
-int rf__cu_kwait(void *ctx, rf__kticket t, void *stream)
-{
-	return rf__cu_kafter(ctx, t, stream, 0);
-}
-
-int rf__cu_ksync(void *ctx, rf__kticket t)
-{
-	return rf__cu_kafter(ctx, t, NULL, 1);
 }
 
 int rf__cu_krelease(void *ctx, unsigned slot, void *stream)

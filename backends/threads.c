@@ -527,7 +527,7 @@ const rf__backend_ops rf__backend_threads = {
 	.kissue = rf__tk_issue,
 	.ktest = rf__tk_test,
 	.kcancel = rf__tk_cancel,
-	.ksync = rf__tk_sync,
+	.kwait = rf__tk_wait,
 	.kquiesce = rf__tk_quiesce,
 	.klanes = rf__tk_lanes,
 };

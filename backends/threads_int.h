@@ -107,7 +107,7 @@ void rf__thr_unpin(rf__threads *t, int owned);
 int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out);
 int rf__tk_test(void *ctx, rf__kticket t);
 int rf__tk_cancel(void *ctx, rf__kticket t);
-int rf__tk_sync(void *ctx, rf__kticket t);
+int rf__tk_wait(void *ctx, rf__kticket t, void *stream, int host);
 int rf__tk_quiesce(void *ctx);
 unsigned rf__tk_lanes(void *ctx);
 /* After a run: keyed tickets continue from where the run left the lanes' values. */

@@ -74,8 +74,9 @@ static int rf__tk_done(void *arg)
 	return rf__tk_test((void *)x[1], x[0]);
 }
 
-int rf__tk_sync(void *ctx, rf__kticket tk)
+int rf__tk_wait(void *ctx, rf__kticket tk, void *stream, int host)
 {
+	(void)stream, (void)host; /* every wait is the host's */
 	rf__threads *t = ctx;
 	rf__kticket x[2] = {tk, (rf__kticket)(uintptr_t)t};
 	/* A lane with file reads in flight waits for the device: no spin. */
@@ -106,8 +107,8 @@ int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	rf__threads *t = ctx;
 	if (req->demand || t->pool.n == 0) {
-		if (req->after != 0)
-			rf__tk_sync(t, req->after); /* a hint copy into this slot that already started */
+		if (req->after != 0) /* a hint copy into this slot that already started */
+			rf__tk_wait(t, req->after, NULL, 1);
 		return rf__cpu_kissue(NULL, req, out);
 	}
 	rf__fsrc fs = {NULL, 0};

@@ -203,14 +203,12 @@ int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stre
 {
 	/* No fault injection here: an acquire's wait comes after its copy was issued, where a failure
 	 * could no longer leave everything unchanged. */
-	if (t == 0)
-		return RF_OK;
-	return be->kwait != NULL ? be->kwait(ctx, t, stream) : be->ksync(ctx, t);
+	return t == 0 ? RF_OK : be->kwait(ctx, t, stream, 0);
 }
 
 int rf__be_ksync(const rf__backend_ops *be, void *ctx, rf__kticket t)
 {
-	return t == 0 ? RF_OK : be->ksync(ctx, t);
+	return t == 0 ? RF_OK : be->kwait(ctx, t, NULL, 1);
 }
 
 int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream)

@@ -98,16 +98,16 @@ typedef struct rf__open_args {
  *    Add req->bytes to *req->counter when the copy starts. Failures issue nothing: RF_EBACKEND;
  *    RF_ENOSPC for a hint when the lane has no room now (the core retries later); RF_ENOTSUP for a
  *    demand copy whose stream is being captured (checked here, so kwait on it cannot fail).
- *  - ktest, kcancel, kwait, ksync see only tickets that are not 0: a backend whose copies are all
- *    inline (cpu) needs none of them.
+ *  - ktest, kcancel, kwait see only tickets that are not 0: a backend whose copies are all inline
+ *    (cpu) needs none of them.
  *  - ktest(t): 1 once the copy finished writing the slot and reading src. Any thread: must not take
  *    locks a copy holds while copying; cuda: an event query in thread-local capture mode.
  *  - kcancel(t) (optional): withdraw a copy not yet started: 1 when withdrawn (it never reads src nor
  *    writes the slot; ktest is 1 from then on), 0 when started. The slot's next copy is then ordered
  *    after the one before the withdrawn copy (rf__kslot.before).
- *  - kwait(t, stream) (optional: NULL = ksync): the acquirer's wait. cuda: cudaStreamWaitEvent, no host
- *    wait; a stream being captured: RF_ENOTSUP, nothing changed.
- *  - ksync(t): a host wait until the copy finished (evict: no copy reads that source on return).
+ *  - kwait(t, stream, host): host 1, a host wait until the copy finished (evict: no copy reads that
+ *    source on return). host 0, the acquirer's wait: the same on CPU backends; cuda: cudaStreamWaitEvent,
+ *    no host wait, and a stream being captured is RF_ENOTSUP, nothing changed.
  *  - krelease(slot, stream): the caller let go of a hold; see (b). NULL on CPU backends.
  *  - kquiesce(): a host wait until every keyed copy issued finished and every released work is ordered
  *    before later copies. Called before a run (which reuses every slot), on reset and before destroy.
@@ -160,8 +160,7 @@ typedef struct rf__backend_ops {
 	int (*kissue)(void *ctx, const rf__kcopy *req, rf__kticket *out);
 	int (*ktest)(void *ctx, rf__kticket t);
 	int (*kcancel)(void *ctx, rf__kticket t);
-	int (*kwait)(void *ctx, rf__kticket t, void *stream);
-	int (*ksync)(void *ctx, rf__kticket t);
+	int (*kwait)(void *ctx, rf__kticket t, void *stream, int host);
 	int (*krelease)(void *ctx, unsigned slot, void *stream);
 	int (*kquiesce)(void *ctx);
 	unsigned (*klanes)(void *ctx);
@@ -201,7 +200,7 @@ int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void 
 void rf__be_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t bytes);
 int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run);
 void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap);
-/* Keyed wrappers: fault injection on kissue/kwait/krelease; optional methods default sensibly. */
+/* Keyed wrappers: fault injection on kissue/krelease; optional methods default sensibly. */
 int rf__be_kissue(const rf__backend_ops *be, void *ctx, const rf__kcopy *req, rf__kticket *out);
 int rf__be_ktest(const rf__backend_ops *be, void *ctx, rf__kticket t);
 int rf__be_kcancel(const rf__backend_ops *be, void *ctx, rf__kticket t);
