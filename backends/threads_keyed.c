@@ -3,7 +3,6 @@
  * order, without copying. A ticket is finished when its lane's value has reached it or it was withdrawn.
  * Demand copies run inline: the caller waits for them anyway, and never behind a hint. */
 #include "backends/threads_int.h"
-#include "base/error.h"
 #include "base/test_hooks.h"
 #include "io/file.h"
 
