@@ -172,22 +172,11 @@ static int rf__cpu_run(void *ctx, rf__run *run)
 	return rf__cpu_walk_inline(run);
 }
 
-static int rf__cpu_probe(int device)
-{
-	(void)device;
-	return RF_OK;
-}
-
 static int rf__cpu_open(const rf__open_args *args, void **ctx)
 {
 	/* The context is the staging policy (the engine's, outliving us): all slots_alloc needs. */
 	*ctx = (void *)args->staging;
 	return RF_OK;
-}
-
-static void rf__cpu_close(void *ctx)
-{
-	(void)ctx;
 }
 
 static int rf__cpu_describe(void *ctx, char *buf, size_t cap)
@@ -210,8 +199,8 @@ static int rf__cpu_slots_alloc(void *ctx, size_t bytes, void **mem)
 	return rf__staging_alloc(ctx, bytes, RF__STAGING_SLOT_ALIGN, mem);
 }
 
-/* Keyed copies: inline, so every ticket is finished on return. */
-static int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
+/* Keyed copies: inline, so every ticket is 0 (finished on return). */
+int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	(void)ctx;
 	rf__fsrc fs;
@@ -219,7 +208,7 @@ static int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	if (file < 0)
 		return file;
 	atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
-	*out = 1;
+	*out = 0;
 	if (!file) {
 		memcpy(req->dst, req->src, req->bytes);
 		return RF_OK;
@@ -229,37 +218,14 @@ static int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	return rc;
 }
 
-static int rf__cpu_ktest(void *ctx, rf__kticket t)
-{
-	(void)ctx, (void)t;
-	return 1;
-}
-
-static int rf__cpu_kwait(void *ctx, rf__kticket t, void *stream)
-{
-	(void)ctx, (void)t, (void)stream;
-	return RF_OK;
-}
-
-static int rf__cpu_ksync(void *ctx, rf__kticket t)
-{
-	(void)ctx, (void)t;
-	return RF_OK;
-}
-
 const rf__backend_ops rf__backend_cpu = {
 	.abi = RF__BACKEND_ABI,
 	.name = "cpu",
 	.caps = 0,
-	.probe = rf__cpu_probe,
 	.open = rf__cpu_open,
-	.close = rf__cpu_close,
 	.slots_alloc = rf__cpu_slots_alloc,
 	.slots_free = rf__host_slots_free,
 	.run = rf__cpu_run,
 	.describe = rf__cpu_describe,
 	.kissue = rf__cpu_kissue,
-	.ktest = rf__cpu_ktest,
-	.kwait = rf__cpu_kwait,
-	.ksync = rf__cpu_ksync,
 };

@@ -387,11 +387,9 @@ const rf__backend_ops rf__backend_cuda = {
 	.ktest = rf__cu_ktest,
 	.kcancel = rf__cu_kcancel,
 	.kwait = rf__cu_kwait,
-	.ksync = rf__cu_ksync,
 	.krelease = rf__cu_krelease,
 	.kquiesce = rf__cu_kquiesce,
 	.klanes = rf__cu_klanes,
-	.kresult = rf__cu_kresult,
 	.slot_align = RF__ALIGN_DEVICE, /* vectorised loads, TMA and DMA want 256 B on the device */
 	.stage_slots = rf__cu_stage_slots,
 };

@@ -172,11 +172,9 @@ int rf__cu_keyed_settle(rf__cu *cx); /* a device synchronisation when keyed use 
 int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out);
 int rf__cu_ktest(void *ctx, rf__kticket t);
 int rf__cu_kcancel(void *ctx, rf__kticket t);
-int rf__cu_kwait(void *ctx, rf__kticket t, void *stream);
-int rf__cu_ksync(void *ctx, rf__kticket t);
+int rf__cu_kwait(void *ctx, rf__kticket t, void *stream, int host);
 int rf__cu_krelease(void *ctx, unsigned slot, void *stream);
 int rf__cu_kquiesce(void *ctx);
 unsigned rf__cu_klanes(void *ctx);
-int rf__cu_kresult(void *ctx, unsigned slot, rf__kticket t);
 
 #endif

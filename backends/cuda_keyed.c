@@ -23,7 +23,7 @@
 
 #define RF__CU_KREL 4u /* release events kept per slot */
 
-/* A ticket's state. EIO: a hint's file read failed (no H2D; kresult says so); FAILED: its lane's event
+/* A ticket's state. EIO: a hint's file read failed (no H2D; *failed says so); FAILED: its lane's event
  * wait failed (a device error). */
 enum { RF__CK_STAGING = 1, RF__CK_STAGED, RF__CK_ISSUED, RF__CK_WITHDRAWN, RF__CK_EIO, RF__CK_FAILED };
 
@@ -46,6 +46,7 @@ typedef struct rf__cu_kt {
 	size_t bytes;
 	rf__kticket after;
 	_Atomic uint64_t *counter;
+	_Atomic int64_t *failed; /* rf__kcopy.failed */
 } rf__cu_kt;
 
 /* A pinned slot's stage item, the last ticket staged into it and the last whose H2D read it. */
@@ -71,7 +72,6 @@ struct rf__cu_keyed {
 	int dirty;               /* something issued or released since the last quiesce */
 	int used;                /* a keyed copy was ever issued: callers' streams may read the slots */
 	rf__cu_krel *rel;        /* nslots * RF__CU_KREL */
-	_Atomic rf__kticket *kfail; /* per slot: a hint whose file read failed (kresult) */
 	rf__cu_range ranges[RF__CU_RANGES];
 };
 
@@ -92,8 +92,7 @@ int rf__cu_keyed_open(rf__cu *cx)
 	    (k->kst = rf__calloc(cx->nstage ? cx->nstage : 1, sizeof *k->kst)) == NULL ||
 	    (k->fifo = rf__calloc((size_t)k->nlanes * (k->pins ? k->pins : 1), sizeof *k->fifo)) == NULL ||
 	    (k->fhead = rf__calloc(3 * (size_t)k->nlanes, sizeof *k->fhead)) == NULL ||
-	    (k->rel = rf__calloc((size_t)k->nslots * RF__CU_KREL, sizeof *k->rel)) == NULL ||
-	    (k->kfail = rf__calloc(k->nslots, sizeof *k->kfail)) == NULL)
+	    (k->rel = rf__calloc((size_t)k->nslots * RF__CU_KREL, sizeof *k->rel)) == NULL)
 		return rf__err(RF_ENOMEM, "cuda: out of memory for keyed use");
 	k->demand = k->hint + k->nlanes;
 	k->fn = k->fhead + k->nlanes;
@@ -132,7 +131,6 @@ void rf__cu_keyed_free(rf__cu *cx)
 	free(k->fifo);
 	free(k->fhead);
 	free(k->rel);
-	free((void *)k->kfail);
 	free(k);
 	cx->keyed = NULL;
 }
@@ -278,7 +276,7 @@ static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 			to = rc == RF_OK ? RF__CK_STAGED : RF__CK_EIO;
 		}
 		if (to == RF__CK_EIO)
-			atomic_store_explicit(&cx->keyed->kfail[e->slot], e->t, memory_order_release);
+			atomic_store_explicit(e->failed, (int64_t)e->t, memory_order_release);
 		if (s->fs.f != NULL) /* before the state says so: the file may be closed at once */
 			rf__file_unhold(s->fs.f);
 		atomic_compare_exchange_strong(&e->state, &st, to);
@@ -411,7 +409,7 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 		goto out;
 	atomic_store_explicit(&e->num, 0, memory_order_release);
 	e->t = t, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src, e->dst = req->dst;
-	e->bytes = req->bytes, e->after = req->after, e->counter = req->counter;
+	e->bytes = req->bytes, e->after = req->after, e->counter = req->counter, e->failed = req->failed;
 	int dma = !file && (k->pins == 0 || rf__cu_is_dma(cx, k->ranges, req->src, req->bytes));
 	/* Issued now (not by the lane's order): the slot's previous copy must be issued first. */
 	if ((dma || req->demand) && req->after != 0 && (rc = rf__cu_kready(cx, req->after)) != RF_OK)
@@ -430,14 +428,6 @@ out:
 	return rc;
 }
 
-int rf__cu_kresult(void *ctx, unsigned slot, rf__kticket t)
-{
-	rf__cu *cx = ctx;
-	if (t == 0 || atomic_load_explicit(&cx->keyed->kfail[slot], memory_order_acquire) != t)
-		return RF_OK;
-	return rf__err(RF_EIO, "cuda: the hint's file read into slot %u failed", slot);
-}
-
 /* Withdraw a hint whose stage has not started: its item does nothing, its H2D never happens. */
 int rf__cu_kcancel(void *ctx, rf__kticket t)
 {
@@ -452,9 +442,10 @@ int rf__cu_kcancel(void *ctx, rf__kticket t)
 	return 1;
 }
 
-/* Once ticket t is issued, `stream` waits on its event (kwait), or the host does (ksync). */
-static int rf__cu_kafter(rf__cu *cx, rf__kticket t, void *stream, int host)
+/* Once ticket t is issued, `stream` waits on its event, or the host does. */
+int rf__cu_kwait(void *ctx, rf__kticket t, void *stream, int host)
 {
+	rf__cu *cx = ctx;
 	rf__cu_kscope sc;
 	int rc = rf__cu_kenter(cx, &sc, stream, host ? NULL : "rf_pipeline_acquire");
 	if (rc != RF_OK)
@@ -463,16 +454,6 @@ static int rf__cu_kafter(rf__cu *cx, rf__kticket t, void *stream, int host)
 		rc = rf__cu_kon(cx, rf__cu_kt_of(cx->keyed, t), stream, host);
 	rf__cu_kleave(cx, &sc);
 	return rc;
-}
-
-int rf__cu_kwait(void *ctx, rf__kticket t, void *stream)
-{
-	return rf__cu_kafter(ctx, t, stream, 0);
-}
-
-int rf__cu_ksync(void *ctx, rf__kticket t)
-{
-	return rf__cu_kafter(ctx, t, NULL, 1);
 }
 
 int rf__cu_krelease(void *ctx, unsigned slot, void *stream)

@@ -389,7 +389,6 @@ static void rf__thr_close(void *ctx)
 		rf__flight_fini(&t->lane[i].flight);
 	free(t->q);
 	free(t->lane);
-	free(t->kfail);
 	free(t);
 }
 
@@ -458,9 +457,8 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	unsigned nl = t->nq > 1 ? t->nq - 1 : 0;
 	t->q = rf__aligned_alloc(64, t->nq * sizeof *t->q);
 	t->lane = rf__calloc(nl ? nl : 1, sizeof *t->lane);
-	t->kfail = rf__calloc(t->nslots ? t->nslots : 1, sizeof *t->kfail);
 	lctx = rf__calloc(nl ? nl : 1, sizeof *lctx);
-	if (t->q == NULL || t->lane == NULL || t->kfail == NULL || lctx == NULL) {
+	if (t->q == NULL || t->lane == NULL || lctx == NULL) {
 		rc = rf__err(RF_ENOMEM, "threads: out of memory");
 		goto fail;
 	}
@@ -499,7 +497,6 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 fail:
 	free(t->q);
 	free(t->lane);
-	free(t->kfail);
 	free(lctx);
 	free(t);
 	return rc;
@@ -517,17 +514,10 @@ static int rf__thr_slots_alloc(void *ctx, size_t bytes, void **mem)
 	return rc;
 }
 
-static int rf__thr_probe(int device)
-{
-	(void)device;
-	return RF_OK;
-}
-
 const rf__backend_ops rf__backend_threads = {
 	.abi = RF__BACKEND_ABI,
 	.name = "threads",
 	.caps = RF__CAP_OVERLAP,
-	.probe = rf__thr_probe,
 	.open = rf__thr_open,
 	.close = rf__thr_close,
 	.slots_alloc = rf__thr_slots_alloc,
@@ -538,8 +528,6 @@ const rf__backend_ops rf__backend_threads = {
 	.ktest = rf__tk_test,
 	.kcancel = rf__tk_cancel,
 	.kwait = rf__tk_wait,
-	.ksync = rf__tk_sync,
 	.kquiesce = rf__tk_quiesce,
 	.klanes = rf__tk_lanes,
-	.kresult = rf__tk_result,
 };

@@ -19,8 +19,8 @@
 
 /* Keyed copies queued per lane (> RF__KEYED_HINTS_PER_LANE: withdrawn ones take room until passed). */
 #define RF__TK_RING 8u
-/* A keyed ticket: (lane + 1) << RF__TK_SHIFT | the value the lane stores when the copy is done; lane
- * field 0 = a copy made inline, finished when issued. */
+/* A keyed hint's ticket: (lane + 1) << RF__TK_SHIFT | the value the lane stores when the copy is done
+ * (a copy made inline is ticket 0). */
 #define RF__TK_SHIFT 48
 #define RF__TK_MASK ((1ull << RF__TK_SHIFT) - 1)
 
@@ -40,11 +40,10 @@ typedef struct rf__threads rf__threads;
 /* A keyed copy: a copy op and the signal of its ticket, as a work item of a lane. */
 typedef struct rf__tk_item {
 	rf__work w;
-	rf__threads *t;
 	const void *src;
 	void *dst;
 	size_t bytes, cap;
-	unsigned slot;
+	_Atomic int64_t *failed; /* the slot's cell for a failed file read (rf__kcopy.failed) */
 	rf__fsrc fs;          /* fs.f != NULL: a file source, held by the issuer until the copy lands */
 	_Atomic int64_t value; /* the lane's value once done (read by lookups on any thread) */
 	uint64_t seq;         /* its position in the lane's inbox (reuse: once consumed) */
@@ -78,7 +77,6 @@ struct rf__threads {
 	size_t fail_block;
 	int fail_value;
 	char fail_msg[240]; /* RF_EIO: the failed read's sentence */
-	_Atomic int64_t *kfail; /* per slot: the keyed ticket whose file copy failed there (0: none) */
 	int handoff_mode, handoff;
 	int handoff_fixed;   /* the handoff of runs on the lanes when it is not one of the compared arms */
 	char handoff_why[320]; /* the handoff and overlap policies, for describe */
@@ -109,11 +107,9 @@ void rf__thr_unpin(rf__threads *t, int owned);
 int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out);
 int rf__tk_test(void *ctx, rf__kticket t);
 int rf__tk_cancel(void *ctx, rf__kticket t);
-int rf__tk_sync(void *ctx, rf__kticket t);
-int rf__tk_wait(void *ctx, rf__kticket t, void *stream);
+int rf__tk_wait(void *ctx, rf__kticket t, void *stream, int host);
 int rf__tk_quiesce(void *ctx);
 unsigned rf__tk_lanes(void *ctx);
-int rf__tk_result(void *ctx, unsigned slot, rf__kticket t);
 /* After a run: keyed tickets continue from where the run left the lanes' values. */
 void rf__tk_after_run(rf__threads *t);
 

@@ -3,7 +3,6 @@
  * order, without copying. A ticket is finished when its lane's value has reached it or it was withdrawn.
  * Demand copies run inline: the caller waits for them anyway, and never behind a hint. */
 #include "backends/threads_int.h"
-#include "base/error.h"
 #include "base/test_hooks.h"
 #include "io/file.h"
 
@@ -25,7 +24,6 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 {
 	rf__tk_item *it = (rf__tk_item *)w;
 	rf__tlane *l = ctx;
-	rf__threads *t = l->t;
 	int64_t v = atomic_load_explicit(&it->value, memory_order_relaxed);
 	/* A run's failed copy (reported by that run, now ended) must not hold back keyed signals. */
 	l->flight.failed = 0;
@@ -44,7 +42,7 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 			rf__flight_rec rec = {0};
 			rec.keyed = 1;
 			rec.unhold = it->fs.f;
-			rec.fail_at = &t->kfail[it->slot];
+			rec.fail_at = it->failed;
 			rec.fail_value = (int64_t)(((uint64_t)l->q << RF__TK_SHIFT) | (uint64_t)v);
 			if (rf__flight_start(&l->flight, &it->fs, it->bytes, it->dst, it->cap, &rec) != RF_OK) {
 				atomic_store_explicit(rec.fail_at, rec.fail_value, memory_order_release);
@@ -75,8 +73,9 @@ static int rf__tk_done(void *arg)
 	return rf__tk_test((void *)x[1], x[0]);
 }
 
-int rf__tk_sync(void *ctx, rf__kticket tk)
+int rf__tk_wait(void *ctx, rf__kticket tk, void *stream, int host)
 {
+	(void)stream, (void)host; /* every wait is the host's */
 	rf__threads *t = ctx;
 	rf__kticket x[2] = {tk, (rf__kticket)(uintptr_t)t};
 	/* A lane with file reads in flight waits for the device: no spin. */
@@ -86,12 +85,6 @@ int rf__tk_sync(void *ctx, rf__kticket tk)
 		 atomic_load_explicit(&t->lane[lane].flight.inflight, memory_order_relaxed) != 0;
 	rf__ec_wait(&t->ec, rf__tk_done, x, io ? 0 : t->spin_ns);
 	return RF_OK;
-}
-
-int rf__tk_wait(void *ctx, rf__kticket tk, void *stream)
-{
-	(void)stream;
-	return rf__tk_sync(ctx, tk);
 }
 
 int rf__tk_cancel(void *ctx, rf__kticket tk)
@@ -109,35 +102,18 @@ int rf__tk_cancel(void *ctx, rf__kticket tk)
 	return 1;
 }
 
-int rf__tk_result(void *ctx, unsigned slot, rf__kticket tk)
-{
-	rf__threads *t = ctx;
-	if ((uint64_t)atomic_load_explicit(&t->kfail[slot], memory_order_acquire) != tk || tk == 0)
-		return RF_OK;
-	return rf__err(RF_EIO, "threads: the hint's file read into slot %u failed", slot);
-}
-
 int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	rf__threads *t = ctx;
+	if (req->demand || t->pool.n == 0) {
+		if (req->after != 0) /* a hint copy into this slot that already started */
+			rf__tk_wait(t, req->after, NULL, 1);
+		return rf__cpu_kissue(NULL, req, out);
+	}
 	rf__fsrc fs = {NULL, 0};
 	int file = rf__file_classify("keyed copy", "src", req->src, req->bytes, 1, &fs);
 	if (file < 0)
 		return file;
-	if (req->demand || t->pool.n == 0) {
-		if (req->after != 0)
-			rf__tk_sync(t, req->after); /* a hint copy into this slot that already started */
-		atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
-		int rc = RF_OK;
-		if (file) {
-			rc = rf__flight_read(req->io, &fs, req->bytes, req->dst, req->cap);
-			rf__file_unhold(fs.f);
-		} else {
-			memcpy(req->dst, req->src, req->bytes);
-		}
-		*out = 1;
-		return rc;
-	}
 	/* A hint: after `after` by construction (every hint into a slot goes down one lane). */
 	rf__tlane *l = &t->lane[req->lane];
 	int64_t v = l->kposted + 1;
@@ -153,12 +129,11 @@ int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 		return rc;
 	}
 	it->w.fn = rf__tk_item_fn;
-	it->t = t;
 	it->src = req->src;
 	it->dst = req->dst;
 	it->bytes = req->bytes;
 	it->cap = req->cap;
-	it->slot = req->slot;
+	it->failed = req->failed;
 	it->fs = fs;
 	atomic_store_explicit(&it->value, v, memory_order_relaxed);
 	it->counter = req->counter;

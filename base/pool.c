@@ -47,12 +47,6 @@ static int rf__lane_has_progress(void *arg)
 	return rf__lane_has_work(l) || !l->pool->ops->idle(l->ctx);
 }
 
-static void rf__lane_sleep(void *arg)
-{
-	rf__lane *l = arg;
-	l->pool->ops->sleep(l->ctx);
-}
-
 static void *rf__lane_main(void *arg)
 {
 	rf__lane *l = arg;
@@ -77,7 +71,7 @@ static void *rf__lane_main(void *arg)
 		 * reads again, whose latency a wake-up hardly adds to). */
 		int64_t spin = worked && !io && p->spin_ns > 0 ? p->spin_ns : 0;
 		if (async) {
-			rf__ec_wait_bell(p->ec, rf__lane_has_progress, l, 0, l->bell, rf__lane_sleep, l);
+			rf__ec_wait_bell(p->ec, rf__lane_has_progress, l, 0, l->bell, p->ops->sleep, l->ctx);
 			io = 1;
 		} else {
 			rf__ec_wait(p->ec, rf__lane_has_work, l, spin);

@@ -44,11 +44,16 @@ static const rf__backend_ops *rf__find(const char *name)
 	return NULL;
 }
 
+static int rf__probe(const rf__backend_ops *be, int device)
+{
+	return be->probe == NULL ? RF_OK : be->probe(device);
+}
+
 int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out)
 {
 	if (strcmp(name, "auto") == 0) {
 		for (unsigned i = 0; i < RF__NBUILTIN; i++)
-			if (rf__builtin[i]->probe(device) == RF_OK) {
+			if (rf__probe(rf__builtin[i], device) == RF_OK) {
 				*out = rf__builtin[i];
 				return RF_OK;
 			}
@@ -60,7 +65,7 @@ int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out
 			return rf__err(RF_ENODEV, "backend \"%s\" is not built into this library", name);
 		return rf__err(RF_ENODEV, "unknown backend \"%s\" (known: cpu, threads, cuda, auto)", name);
 	}
-	int rc = be->probe(device);
+	int rc = rf__probe(be, device);
 	if (rc != RF_OK)
 		return rc;
 	*out = be;
@@ -98,7 +103,8 @@ int rf__backend_for_memory(const char *who, const char *name, const char *from, 
 		}
 		/* The best usable host backend: "auto" never hands device pointers to a host compute. */
 		for (unsigned i = 0; i < RF__NBUILTIN; i++)
-			if (!(rf__builtin[i]->caps & RF__CAP_DEVICE) && rf__builtin[i]->probe(-1) == RF_OK) {
+			if (!(rf__builtin[i]->caps & RF__CAP_DEVICE) &&
+			    rf__probe(rf__builtin[i], -1) == RF_OK) {
 				*out = rf__builtin[i]->name;
 				return RF_OK;
 			}
@@ -141,7 +147,8 @@ int rf__be_open(const rf__backend_ops *be, const rf__open_args *args, void **ctx
 
 void rf__be_close(const rf__backend_ops *be, void *ctx)
 {
-	be->close(ctx);
+	if (be->close != NULL)
+		be->close(ctx);
 }
 
 int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void **mem)
@@ -196,12 +203,12 @@ int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stre
 {
 	/* No fault injection here: an acquire's wait comes after its copy was issued, where a failure
 	 * could no longer leave everything unchanged. */
-	return t == 0 ? RF_OK : be->kwait(ctx, t, stream);
+	return t == 0 ? RF_OK : be->kwait(ctx, t, stream, 0);
 }
 
 int rf__be_ksync(const rf__backend_ops *be, void *ctx, rf__kticket t)
 {
-	return t == 0 ? RF_OK : be->ksync(ctx, t);
+	return t == 0 ? RF_OK : be->kwait(ctx, t, NULL, 1);
 }
 
 int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream)
@@ -222,9 +229,4 @@ unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx)
 {
 	unsigned n = be->klanes != NULL ? be->klanes(ctx) : 1;
 	return n ? n : 1;
-}
-
-int rf__be_kresult(const rf__backend_ops *be, void *ctx, unsigned slot, rf__kticket t)
-{
-	return be->kresult != NULL ? be->kresult(ctx, slot, t) : RF_OK;
 }

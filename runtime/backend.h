@@ -86,7 +86,7 @@ typedef struct rf__open_args {
  * holds, stats, the oracle); the backend only moves bytes and orders them:
  *  - kissue(req): start a copy of req->bytes from req->src into slot req->slot on lane req->lane
  *    (< klanes) and return a ticket (never 0) without waiting, unless the backend copies inline (cpu;
- *    threads for demand copies): then the ticket is finished on return. Order exactly this:
+ *    threads for demand copies): then the ticket is 0, finished on return. Order exactly this:
  *      (a) WAW: after every copy issued earlier into the slot: req->after is the slot's previous ticket
  *          unless known finished (0); hints into one slot always share a lane, so a FIFO lane suffices;
  *      (b) WAR: after the work released on the slot since its previous fill (every krelease since).
@@ -98,23 +98,24 @@ typedef struct rf__open_args {
  *    Add req->bytes to *req->counter when the copy starts. Failures issue nothing: RF_EBACKEND;
  *    RF_ENOSPC for a hint when the lane has no room now (the core retries later); RF_ENOTSUP for a
  *    demand copy whose stream is being captured (checked here, so kwait on it cannot fail).
+ *  - ktest, kcancel, kwait see only tickets that are not 0: a backend whose copies are all inline
+ *    (cpu) needs none of them.
  *  - ktest(t): 1 once the copy finished writing the slot and reading src. Any thread: must not take
  *    locks a copy holds while copying; cuda: an event query in thread-local capture mode.
  *  - kcancel(t) (optional): withdraw a copy not yet started: 1 when withdrawn (it never reads src nor
  *    writes the slot; ktest is 1 from then on), 0 when started. The slot's next copy is then ordered
  *    after the one before the withdrawn copy (rf__kslot.before).
- *  - kwait(t, stream): the acquirer's wait. CPU backends (stream NULL): return once ktest(t) would be 1.
- *    cuda: cudaStreamWaitEvent, no host wait; a stream being captured: RF_ENOTSUP, nothing changed.
- *  - ksync(t): a host wait until the copy finished (evict: no copy reads that source on return).
+ *  - kwait(t, stream, host): host 1, a host wait until the copy finished (evict: no copy reads that
+ *    source on return). host 0, the acquirer's wait: the same on CPU backends; cuda: cudaStreamWaitEvent,
+ *    no host wait, and a stream being captured is RF_ENOTSUP, nothing changed.
  *  - krelease(slot, stream): the caller let go of a hold; see (b). NULL on CPU backends.
  *  - kquiesce(): a host wait until every keyed copy issued finished and every released work is ordered
  *    before later copies. Called before a run (which reuses every slot), on reset and before destroy.
  *  - klanes(): lanes keyed copies may use (>= 1).
- *  - kresult(slot, t) (optional): for a finished copy, RF_OK, or RF_EIO for a failed file read (the
- *    slot's bytes are not the key's). Any thread.
  * A copy from an open file (io/file.h) reads the file, which the backend holds until the copy lands; a
- * failed demand read is RF_EIO from kissue (rf_errmsg set), a hint's shows in kresult. One thread at a
- * time calls the k* methods (the pipeline's owner), ktest excepted; none allocates (open does). */
+ * failed demand read is RF_EIO from kissue (rf_errmsg set), a hint's stores its ticket in *req->failed
+ * (release) before ktest is 1 (the slot's bytes are then not the key's). One thread at a time calls the
+ * k* methods (the pipeline's owner), ktest excepted; none allocates (open does). */
 typedef uint64_t rf__kticket;
 typedef struct rf__kcopy {
 	unsigned lane;      /* < klanes() */
@@ -129,6 +130,7 @@ typedef struct rf__kcopy {
 	                              enqueued, on cuda), so that the counter never goes down */
 	struct rf__flight *io;     /* the calling thread's reader (opened), for a copy it makes itself */
 	size_t cap;                /* bytes usable at dst (the slot's stride): room for a read's window */
+	_Atomic int64_t *failed;   /* the slot's: a hint's failed file read stores the ticket here */
 } rf__kcopy;
 
 /* Slots start this far apart at least (rf__backend_ops.slot_align 0): a cache line, so that slots
@@ -139,10 +141,10 @@ typedef struct rf__backend_ops {
 	unsigned abi;
 	const char *name;
 	unsigned caps;
-	/* Is the backend usable here? RF_OK, or RF_ENODEV with rf_errmsg saying why. */
+	/* Is the backend usable here? RF_OK, or RF_ENODEV with rf_errmsg saying why; NULL: always. */
 	int (*probe)(int device);
 	int (*open)(const rf__open_args *args, void **ctx);
-	void (*close)(void *ctx);
+	void (*close)(void *ctx); /* NULL: nothing to let go */
 	/* Slot memory in the backend's address space (host memory for CPU backends). */
 	int (*slots_alloc)(void *ctx, size_t bytes, void **mem);
 	void (*slots_free)(void *ctx, void *mem, size_t bytes);
@@ -158,15 +160,13 @@ typedef struct rf__backend_ops {
 	int (*kissue)(void *ctx, const rf__kcopy *req, rf__kticket *out);
 	int (*ktest)(void *ctx, rf__kticket t);
 	int (*kcancel)(void *ctx, rf__kticket t);
-	int (*kwait)(void *ctx, rf__kticket t, void *stream);
-	int (*ksync)(void *ctx, rf__kticket t);
+	int (*kwait)(void *ctx, rf__kticket t, void *stream, int host);
 	int (*krelease)(void *ctx, unsigned slot, void *stream);
 	int (*kquiesce)(void *ctx);
 	unsigned (*klanes)(void *ctx);
 	/* Alignment of every slot's start (a power of two; 0 = RF__SLOT_ALIGN_DEFAULT), which the slot
 	 * memory must have too: the stride is slot_bytes rounded up to it. */
 	size_t slot_align;
-	int (*kresult)(void *ctx, unsigned slot, rf__kticket t); /* appended: keyed file copies */
 	/* Optional: host staging slots per copy queue a backend's copies hop through (cuda: pageable
 	 * sources); a pipeline then runs the staged ring (rf__ring_program's pins). NULL: the plain ring. */
 	unsigned (*stage_slots)(size_t slot_bytes);
@@ -200,7 +200,7 @@ int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void 
 void rf__be_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t bytes);
 int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run);
 void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap);
-/* Keyed wrappers: fault injection on kissue/kwait/krelease; optional methods default sensibly. */
+/* Keyed wrappers: fault injection on kissue/krelease; optional methods default sensibly. */
 int rf__be_kissue(const rf__backend_ops *be, void *ctx, const rf__kcopy *req, rf__kticket *out);
 int rf__be_ktest(const rf__backend_ops *be, void *ctx, rf__kticket t);
 int rf__be_kcancel(const rf__backend_ops *be, void *ctx, rf__kticket t);
@@ -209,7 +209,6 @@ int rf__be_ksync(const rf__backend_ops *be, void *ctx, rf__kticket t);
 int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream);
 int rf__be_kquiesce(const rf__backend_ops *be, void *ctx);
 unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx);
-int rf__be_kresult(const rf__backend_ops *be, void *ctx, unsigned slot, rf__kticket t);
 
 /* Frees host slot memory from the staging layer (rf__staging_alloc); ctx and bytes ignored. */
 void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
@@ -224,5 +223,7 @@ extern const rf__backend_ops rf__backend_cuda;
  * (signals after they land), for runs whose every copy is a file read (run->io open). */
 int rf__cpu_walk_inline(rf__run *run);
 int rf__cpu_walk_overlapped(rf__run *run);
+/* The cpu backend's keyed copy, inline (ticket 0): also the threads backend's demand copies. */
+int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out);
 
 #endif

@@ -35,8 +35,9 @@ int rf__keyed_create(struct rf__engine *eng, const rf__backend_ops *be, void *ct
 	k->fl = rf__calloc((size_t)k->nlanes * RF__KEYED_HINTS_PER_LANE, sizeof *k->fl);
 	k->nfl = rf__calloc(k->nlanes, sizeof *k->nfl);
 	k->sh_holds = rf__calloc(nslots, sizeof *k->sh_holds);
+	k->failed = rf__calloc(nslots, sizeof *k->failed);
 	if (k->s == NULL || k->tab == NULL || k->empty == NULL || k->fl == NULL || k->nfl == NULL ||
-	    k->sh_holds == NULL) {
+	    k->sh_holds == NULL || k->failed == NULL) {
 		rf__keyed_destroy(k);
 		return rf__err(RF_ENOMEM, "keyed: out of memory for %u slots", nslots);
 	}
@@ -61,6 +62,7 @@ void rf__keyed_destroy(rf__keyed *k)
 	free(k->fl);
 	free(k->nfl);
 	free(k->sh_holds);
+	free((void *)k->failed);
 	free(k);
 }
 
@@ -88,6 +90,12 @@ static int rf__koracle_acquire(const rf__keyed *k, unsigned slot, const void *sr
 				   "its %zu bytes", (unsigned long long)key, slot, bytes);
 }
 
+/* Whether ticket t, finished, was a hint's failed file read into slot i (the backend stored it). */
+static int rf__kread_failed(const rf__keyed *k, unsigned i, rf__kticket t)
+{
+	return t != 0 && (uint64_t)atomic_load_explicit(&k->failed[i], memory_order_acquire) == t;
+}
+
 /* 1 when the slot's last copy finished, 0 while it runs, -1 when it failed (a file read; the ticket is
  * kept, so that every look says so). */
 static int rf__kdone(rf__keyed *k, rf__kslot *s)
@@ -95,7 +103,7 @@ static int rf__kdone(rf__keyed *k, rf__kslot *s)
 	rf__kticket t = atomic_load_explicit(&s->ticket, memory_order_relaxed);
 	if (t != 0 && !rf__be_ktest(k->be, k->ctx, t))
 		return 0;
-	if (t != 0 && rf__be_kresult(k->be, k->ctx, (unsigned)(s - k->s), t) != RF_OK)
+	if (rf__kread_failed(k, (unsigned)(s - k->s), t))
 		return -1;
 	atomic_store_explicit(&s->ticket, 0, memory_order_relaxed);
 	return 1;
@@ -128,7 +136,7 @@ static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes
 	rf__kslot *s = &k->s[slot];
 	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
 	rf__kcopy req = {rf__klane(k, slot), slot, k->slots + (size_t)slot * k->slot_stride, src, bytes, demand,
-			 after, stream, &k->st[ST_BYTES], &k->eng->io, k->slot_stride};
+			 after, stream, &k->st[ST_BYTES], &k->eng->io, k->slot_stride, &k->failed[slot]};
 	if ((rc = rf__be_kissue(k->be, k->ctx, &req, t)) != RF_OK)
 		return rc;
 	s->before = after;
@@ -497,7 +505,7 @@ int rf__keyed_lookup(const rf__keyed *k, uint64_t key, rf_key_state *state, unsi
 		rf__kticket t = atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed);
 		st = k->s[i].state == RF__K_HELDBACK || (t != 0 && !rf__be_ktest(k->be, k->ctx, t)) ? RF_KEY_COPYING
 												  : RF_KEY_READY;
-		if (st == RF_KEY_READY && t != 0 && rf__be_kresult(k->be, k->ctx, i, t) != RF_OK)
+		if (st == RF_KEY_READY && rf__kread_failed(k, i, t))
 			st = RF_KEY_ABSENT; /* its file read failed: the next acquire copies it again */
 	}
 	rf__kunlock(k);

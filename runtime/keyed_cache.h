@@ -49,6 +49,7 @@ struct rf__keyed {
 	rf__kflight *fl; /* nlanes * RF__KEYED_HINTS_PER_LANE hint copies in flight */
 	unsigned *nfl;   /* per lane */
 	unsigned *sh_holds; /* oracle: holds counted from acquire/release alone */
+	_Atomic int64_t *failed; /* per slot: the last hint ticket whose file read failed there (0: none) */
 	atomic_flag lock;   /* lookup vs changes of key <-> slot */
 	_Atomic uint64_t st[7]; /* rf_keyed_stats fields in order */
 };
