@@ -38,18 +38,17 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 		return rf__err(RF_EINVAL, "rf_exec_create: flags must be 0 (got %#x)", params->flags);
 	if (rf_graph_nodes(g) == 0)
 		return rf__err(RF_EINVAL, "rf_exec_create: the graph is empty");
-	const char *backend, *from;
-	int rc = rf__config_backend_from(params->backend, &backend, &from);
+	rf__config cfg;
+	const char *from;
+	int rc = rf__config_load(&cfg, 0, params->backend == NULL, 0, 0);
 	if (rc != RF_OK)
 		return rc;
+	const char *backend = rf__config_backend(&cfg, params->backend, &from);
 	/* rf_exec_params has no memory field: computes take host memory unless the caller names "cuda"
 	 * itself. So "auto" picks a host backend, and a configured "cuda" is RF_ECONFIG. */
 	if (from != NULL || strcmp(backend, "cuda") != 0)
 		rc = rf__backend_for_memory("rf_exec_create", backend, from, RF_MEMORY_HOST, &backend);
 	if (rc != RF_OK)
-		return rc;
-	rf__config cfg;
-	if ((rc = rf__config_load(&cfg, 0, 0, 0, 0)) != RF_OK)
 		return rc;
 	rf_program *prog;
 	rf_exec *e = NULL;

@@ -112,8 +112,8 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 	r->kq = pp->copy_queues ? pp->copy_queues : c->copy_queues ? c->copy_queues : 1;
 	r->auto_max = 0;
 	/* The backend first: depth = auto depends on its kind ("auto" is a concrete name from here on). */
-	r->backend = pp->backend ? pp->backend : c->backend ? c->backend : "auto";
-	const char *from = pp->backend == NULL && c->backend != NULL ? c->backend_from : NULL;
+	const char *from;
+	r->backend = rf__config_backend(c, pp->backend, &from);
 	if ((rc = rf__backend_for_memory("rf_pipeline_create", r->backend, from, (int)pp->memory, &r->backend)) != RF_OK)
 		return rc;
 	r->device = rf__backend_is_device(r->backend);
