@@ -74,14 +74,15 @@ int rf__auto_collect(const rf__trace *t, unsigned depth, rf__auto_samples *s)
 	const size_t cap = RF__AUTO_SAMPLES;
 	memset(s, 0, sizeof *s);
 	rf__auto_end *ends = rf__malloc(cap * sizeof *ends);
-	s->copy = rf__malloc(cap * sizeof *s->copy);
-	s->refill = rf__malloc(cap * sizeof *s->refill);
-	s->compute = rf__malloc(cap * sizeof *s->compute);
-	if (ends == NULL || s->copy == NULL || s->refill == NULL || s->compute == NULL) {
+	int64_t *v = rf__malloc(3 * cap * sizeof *v); /* copy, refill, compute: one block, freed by copy */
+	if (ends == NULL || v == NULL) {
 		free(ends);
-		rf__auto_samples_free(s);
+		free(v);
 		return rf__err(RF_ENOMEM, "depth auto: out of memory for samples");
 	}
+	s->copy = v;
+	s->refill = v + cap;
+	s->compute = v + 2 * cap;
 	/* A full trace (tracing or the oracle on) holds every block: take the sampled ones only. */
 	size_t nend = 0;
 	for (unsigned q = 0; q < t->nq; q++)
@@ -110,8 +111,6 @@ int rf__auto_collect(const rf__trace *t, unsigned depth, rf__auto_samples *s)
 void rf__auto_samples_free(rf__auto_samples *s)
 {
 	free(s->copy);
-	free(s->refill);
-	free(s->compute);
 	memset(s, 0, sizeof *s);
 }
 

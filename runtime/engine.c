@@ -164,29 +164,23 @@ void rf__engine_fini(rf__engine *e)
 	rf_program_destroy(e->prog);
 }
 
-/* The file blocks of a run: held for its duration (rf_file_close is then RF_EBUSY), let go after it. */
-static void rf__unhold_files(size_t nblocks, const void *const *srcs, const size_t *sizes, size_t nfile)
+/* The nfile file blocks of a run: held for its duration (rf_file_close is then RF_EBUSY; RF_EINVAL and
+ * none held if a file was closed since the inputs were checked), let go after it (hold 0). */
+static int rf__hold_files(const char *who, size_t nblocks, const void *const *srcs, const size_t *sizes,
+			  size_t nfile, int hold)
 {
-	for (size_t i = 0, n = 0; i < nblocks && n < nfile; i++) {
+	size_t n = 0;
+	for (size_t i = 0; i < nblocks && n < nfile; i++) {
 		rf__fsrc fs;
-		if (sizes[i] != 0 && rf__file_classify("", "", srcs[i], sizes[i], 0, &fs) == 1) {
+		if (sizes[i] == 0 || rf__file_classify(who, "a block", srcs[i], sizes[i], hold, &fs) != 1)
+			continue;
+		if (!hold)
 			rf__file_unhold(fs.f);
-			n++;
-		}
+		n++;
 	}
-}
-
-static int rf__hold_files(const char *who, size_t nblocks, const void *const *srcs, const size_t *sizes, size_t nfile)
-{
-	size_t held = 0;
-	for (size_t i = 0; i < nblocks && held < nfile; i++) {
-		rf__fsrc fs;
-		if (sizes[i] != 0 && rf__file_classify(who, "a block", srcs[i], sizes[i], 1, &fs) == 1)
-			held++;
-	}
-	if (held == nfile)
+	if (!hold || n == nfile)
 		return RF_OK;
-	rf__unhold_files(nblocks, srcs, sizes, held);
+	rf__hold_files(who, nblocks, srcs, sizes, n, 0);
 	return rf__err(RF_EINVAL, "%s: a block's file was closed while the run was starting", who);
 }
 
@@ -395,11 +389,11 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	if (rc != RF_OK)
 		return rc;
 	if (nfile > 0 && ((rc = rf__engine_io(e, who)) != RF_OK ||
-			  (rc = rf__hold_files(who, nblocks, srcs, sizes, nfile)) != RF_OK))
+			  (rc = rf__hold_files(who, nblocks, srcs, sizes, nfile, 1)) != RF_OK))
 		goto idle;
 	/* Holds are read only once the run is ours: a racing run's reset of the keyed cache cannot overlap. */
 	if (e->keyed != NULL && rf__keyed_held(e->keyed)) {
-		rf__unhold_files(nblocks, srcs, sizes, nfile);
+		rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
 		rc = rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
 		goto idle;
 	}
@@ -410,7 +404,7 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	e->last.bytes = bytes;
 	e->last.file_bytes = file_bytes;
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile, nfile > 0 && nfile == nonempty);
-	rf__unhold_files(nblocks, srcs, sizes, nfile);
+	rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
 	if (e->collect_stats)
 		rf__stats_summarise(e);
 	rf__stats_publish(e);
