@@ -268,19 +268,13 @@ typedef struct rf_stats {
 	uint64_t reserved[11];     /* written as 0; fields are appended here within a major version */
 } rf_stats;
 
-/**
- * Collect per-queue times in every following run (on != 0) or stop (0): two clock reads per copy,
- * compute and wait; the always-on fields of rf_stats cost nothing.
- * \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (the pipeline is running).
- */
+/** Collect per-queue times in every following run (on != 0; two clock reads per copy, compute and
+ * wait) or stop (0). \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (the pipeline is running). */
 RF_EXTERN int rf_pipeline_collect_stats(rf_pipeline *p, int on);
 
-/**
- * The statistics of p's last finished run and the totals since create (all zero before the first run).
- * Callable from any thread at any time, also while p runs (it then reports the run before): each call
- * copies one consistent snapshot, published when a run ends. Never blocks on a run.
- * \return RF_OK; RF_EINVAL (p or out NULL).
- */
+/** p's last finished run and the totals since create (all zero before the first run): one consistent
+ * snapshot, published when a run ends. Any thread, any time; never blocks on a run.
+ * \return RF_OK; RF_EINVAL (p or out NULL). */
 RF_EXTERN int rf_pipeline_stats(const rf_pipeline *p, rf_stats *out);
 
 /**

@@ -202,33 +202,31 @@ static const char *rf__file_kind(mode_t m)
  * One more byte than RF__CFG_MAX_BYTES is read to tell "too large". */
 static int rf__cfg_read(const char *path, char **text, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0)
-		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot open the file: %s", path, strerror(errno));
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY), rc = RF_OK;
 	struct stat st;
-	int rc = RF_OK;
 	char *buf = NULL;
 	size_t n = 0;
-	if (fstat(fd, &st) != 0)
-		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot stat the file: %s", path, strerror(errno));
+	ssize_t r = 1;
+	if (fd < 0 || fstat(fd, &st) != 0)
+		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot %s the file: %s", path,
+			     fd < 0 ? "open" : "stat", strerror(errno));
 	else if (!S_ISREG(st.st_mode))
 		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\" is %s: only a regular file is read", path,
 			     rf__file_kind(st.st_mode));
 	else if (st.st_size <= (off_t)RF__CFG_MAX_BYTES && (buf = rf__malloc(RF__CFG_MAX_BYTES + 1)) == NULL)
 		rc = rf__err(RF_ENOMEM, "RINGFETCH_CONFIG: out of memory");
-	while (buf != NULL && rc == RF_OK && n <= RF__CFG_MAX_BYTES) {
-		ssize_t r = read(fd, buf + n, RF__CFG_MAX_BYTES + 1 - n);
+	while (buf != NULL && rc == RF_OK && n <= RF__CFG_MAX_BYTES && r != 0) {
+		r = read(fd, buf + n, RF__CFG_MAX_BYTES + 1 - n);
 		if (r < 0 && errno != EINTR)
 			rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot read the file: %s",
 				     path, strerror(errno));
-		if (r == 0)
-			break;
 		n += r > 0 ? (size_t)r : 0;
 	}
 	if (rc == RF_OK && (buf == NULL || n > RF__CFG_MAX_BYTES))
 		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": the file is larger than %u bytes", path,
 			     RF__CFG_MAX_BYTES);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	if (rc != RF_OK) {
 		free(buf);
 		return rc;

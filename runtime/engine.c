@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "base/pool.h"
 #include "io/file.h"
+#include "runtime/autodepth.h"
 #include "runtime/engine.h"
 #include "runtime/keyed.h"
 #include "runtime/trace.h"
@@ -133,13 +134,6 @@ void rf__engine_describe_append(rf__engine *e, const char *fmt, ...)
 	rf__engine_describe_publish(e);
 }
 
-/* A new version with the backend's schedule note replaced by `note` (the run thread). */
-static void rf__engine_describe_note(rf__engine *e, const char *note)
-{
-	snprintf(e->desc_note, sizeof e->desc_note, "%s", note);
-	rf__engine_describe_publish(e);
-}
-
 int rf__engine_io(rf__engine *e, const char *who)
 {
 	if (atomic_load_explicit(&e->io.rd, memory_order_relaxed) != NULL)
@@ -248,7 +242,7 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	rf__trace trace;
 	if (e->trace_path != NULL || e->measure != NULL || e->oracle != NULL) {
 		int sampled = e->trace_path == NULL && e->oracle == NULL; /* measuring only: bounded memory */
-		if (rf__trace_begin(&trace, e->prog, nblocks, sampled, e->prog->nslots, e->measure_samples) != RF_OK)
+		if (rf__trace_begin(&trace, e->prog, nblocks, sampled, e->prog->nslots, RF__AUTO_SAMPLES) != RF_OK)
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
 	}
@@ -257,8 +251,10 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	e->last.wall_ns = (uint64_t)(rf__trace_now() - t0);
 	e->last.schedule = run.sched == RF_SCHEDULE_RING && e->local ? RF_SCHEDULE_LOCAL : run.sched;
 	e->last.handoff_runs = run.handoff != 0; /* this run's share of the total (rf__stats_publish) */
-	if (run.note != NULL)
-		rf__engine_describe_note(e, run.note);
+	if (run.note != NULL) { /* a new version, the backend's schedule note replaced */
+		snprintf(e->desc_note, sizeof e->desc_note, "%s", run.note);
+		rf__engine_describe_publish(e);
+	}
 	if (run.trace != NULL) {
 		int orc = e->oracle != NULL && rc == RF_OK ? e->oracle(e->owner, &trace, nblocks) : RF_OK;
 		if (orc != RF_OK) { /* RF_EHAZARD, or RF_ENOMEM for the oracle's own tables */

@@ -54,10 +54,9 @@ typedef struct rf__engine {
 	struct rf__keyed *keyed;
 	/* Non-NULL (RINGFETCH_ORACLE=1): check every successful run's execution log (runtime/oracle.h). */
 	int (*oracle)(void *owner, const struct rf__trace *t, size_t nblocks);
-	/* Called after a successful run with its events (those of about measure_samples blocks, unless
+	/* Called after a successful run with its events (those of about RF__AUTO_SAMPLES blocks, unless
 	 * tracing or the oracle records them all). */
 	void (*measure)(void *owner, const struct rf__trace *t);
-	size_t measure_samples;
 	/* Called after every successful run before the engine is idle again (never concurrently with a run,
 	 * before a deferred destroy releases the owner): may swap e->prog for one within the slots. */
 	void (*after)(void *owner);

@@ -316,10 +316,8 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		p->eng.oracle = rf__pipeline_oracle;
 	p->auto_max = r.auto_max;
 	p->eng.after = r.auto_max != 0 ? rf__auto_after : NULL;
-	if (r.auto_max != 0 && !r.device) {
+	if (r.auto_max != 0 && !r.device)
 		p->eng.measure = rf__pipeline_measure;
-		p->eng.measure_samples = RF__AUTO_SAMPLES;
-	}
 	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", r.backend, params->device, prog,
 				  params->slot_bytes)) != RF_OK)
 		goto fail;

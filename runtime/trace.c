@@ -366,13 +366,11 @@ static int rf__trace_append(const char *path, const char *body, size_t len)
 		rc = rf__err(RF_EBACKEND, "trace: %s is not a regular file", path);
 		goto out;
 	}
-	while (flock(fd, LOCK_EX) != 0)
-		if (errno != EINTR) {
-			rc = rf__trace_fail(path, "lock");
-			goto out;
-		}
-	if (fstat(fd, &st) != 0) {
-		rc = rf__trace_fail(path, "stat");
+	int locked;
+	while ((locked = flock(fd, LOCK_EX)) != 0 && errno == EINTR)
+		;
+	if (locked != 0 || fstat(fd, &st) != 0) { /* st again: now that no other writer can change it */
+		rc = rf__trace_fail(path, locked != 0 ? "lock" : "stat");
 		goto out;
 	}
 	rf__trace_memo *memo = rf__memo_find(&st);
