@@ -138,8 +138,7 @@ typedef enum rf_memory {
 #define RF_LOCALITY_CALLER 0u
 #define RF_LOCALITY_COPIER 1u
 
-/* ABI: fields are only ever appended, by taking the place of reserved[] words (docs/api.md, "ABI
- * policy"); the struct's size never changes within a major version. Zero always means "default". */
+/* ABI (docs/api.md): fields are appended in place of reserved[] words; zero always means "default". */
 typedef struct rf_pipeline_params {
 	unsigned depth;      /* ring slots; 0 = configured default: RINGFETCH_DEPTH, else 2 */
 	size_t slot_bytes;   /* capacity of each slot (> 0) */
@@ -193,18 +192,16 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
  * \return RF_OK (also for nblocks 0, where nothing else is looked at);
  *         RF_EINVAL, before any work, for NULL p, srcs, sizes or compute with nblocks > 0, a size over
  *                   slot_bytes, a NULL src with a non-zero size, a src that overlaps the pipeline's own
- *                   ring (e.g. block->data of an earlier run: copy it out first; CPU backends — a
- *                   device ring is never a host source), or nblocks > INT64_MAX / 8 (the one
- *                   block limit of <ringfetch/graph.h>) (rf_errmsg names the block);
+ *                   ring (CPU backends; e.g. block->data of an earlier run), or nblocks > INT64_MAX / 8
+ *                   (rf_errmsg names the block);
  *         RF_EBUSY if the pipeline is already running (another thread, or a callback re-entering);
  *         RF_ECALLBACK if compute returned non-zero at block k: no compute runs after k, copies in
  *                   flight are drained, rf_errmsg names k and the value; the pipeline stays usable;
  *         RF_ECANCELED if rf_pipeline_cancel (or rf_pipeline_destroy from a callback) stopped the run,
  *                   also a cancel left pending before the run started (no compute is called then);
  *         RF_ENOMEM if tracing is on (rf_pipeline_trace) and its event arrays cannot be allocated;
- *         RF_EBACKEND if the backend failed (rf_errmsg says how), or, in a child of fork(), for a
- *                   pipeline created in the parent whose backend has worker threads ("threads": they do
- *                   not survive fork(); "cpu" pipelines keep working in the child).
+ *         RF_EBACKEND if the backend failed (rf_errmsg says how), or in a child of fork() for a pipeline
+ *                   of the parent whose backend has threads ("cpu" pipelines keep working there).
  */
 RF_EXTERN int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const *srcs,
                               const size_t *sizes, rf_compute_fn compute, void *user);

@@ -146,40 +146,39 @@ static int rf__jpeek(rf__jrd *r)
 	return r->buf[0];
 }
 
-/* Take the next byte if it is c. */
-static int rf__jtake(rf__jrd *r, int c)
+/* Take the next byte if it is one of `set` (a NUL byte never is): the byte, else 0. */
+static int rf__jin(rf__jrd *r, const char *set)
 {
-	if (rf__jpeek(r) != c)
+	int c = rf__jpeek(r);
+	if (c <= 0 || strchr(set, c) == NULL)
 		return 0;
 	r->pos++;
-	return 1;
+	return c;
 }
 
 static int rf__jskip_ws(rf__jrd *r)
 {
-	int c;
-	while ((c = rf__jpeek(r)) == ' ' || c == '\t' || c == '\n' || c == '\r')
-		r->pos++;
-	return c;
+	while (rf__jin(r, " \t\n\r"))
+		;
+	return rf__jpeek(r);
 }
 
 static int rf__jdigits(rf__jrd *r)
 {
-	int c, n = 0;
-	for (; (c = rf__jpeek(r)) >= '0' && c <= '9'; n++)
-		r->pos++;
+	int n = 0;
+	while (rf__jin(r, "0123456789"))
+		n++;
 	return n;
 }
 
 static int rf__jnumber(rf__jrd *r)
 {
-	rf__jtake(r, '-');
-	int ok = rf__jtake(r, '0') || rf__jdigits(r) > 0; /* a leading zero stands alone */
-	if (ok && rf__jtake(r, '.'))
+	rf__jin(r, "-");
+	int ok = rf__jin(r, "0") || rf__jdigits(r) > 0; /* a leading zero stands alone */
+	if (ok && rf__jin(r, "."))
 		ok = rf__jdigits(r) > 0;
-	if (ok && (rf__jtake(r, 'e') || rf__jtake(r, 'E'))) {
-		if (!rf__jtake(r, '+'))
-			rf__jtake(r, '-');
+	if (ok && rf__jin(r, "eE")) {
+		rf__jin(r, "+-");
 		ok = rf__jdigits(r) > 0;
 	}
 	return ok ? 0 : rf__jfail(r, "a malformed number");
@@ -187,8 +186,8 @@ static int rf__jnumber(rf__jrd *r)
 
 static int rf__jword(rf__jrd *r, const char *word)
 {
-	for (; *word; word++)
-		if (!rf__jtake(r, (unsigned char)*word))
+	for (; *word; word++, r->pos++)
+		if (rf__jpeek(r) != (unsigned char)*word)
 			return rf__jfail(r, "an unknown word");
 	return 0;
 }
@@ -213,7 +212,7 @@ static int rf__jutf8(rf__jrd *r, int c)
 
 static int rf__jstring(rf__jrd *r)
 {
-	if (!rf__jtake(r, '"'))
+	if (!rf__jin(r, "\""))
 		return rf__jfail(r, "a string expected");
 	for (;;) {
 		/* Plain ASCII, the bulk of a trace, in one pass over the buffer. */
@@ -232,15 +231,11 @@ static int rf__jstring(rf__jrd *r)
 			return -1;
 		if (c != '\\')
 			continue;
-		c = rf__jpeek(r);
-		r->pos += c >= 0;
-		if (c != 'u' && (c <= 0 || strchr("\"\\/bfnrt", c) == NULL)) /* (strchr finds a NUL too) */
+		if ((c = rf__jin(r, "\"\\/bfnrtu")) == 0)
 			return rf__jfail(r, "a malformed escape");
-		for (int k = 0; c == 'u' && k < 4; k++, r->pos++) {
-			int h = rf__jpeek(r);
-			if (h <= 0 || strchr("0123456789abcdefABCDEF", h) == NULL)
+		for (int k = 0; c == 'u' && k < 4; k++)
+			if (!rf__jin(r, "0123456789abcdefABCDEF"))
 				return rf__jfail(r, "a malformed \\u escape");
-		}
 	}
 }
 
@@ -279,7 +274,7 @@ static int rf__jvalue(rf__jrd *r, int depth)
 			if (rf__jstring(r) != 0)
 				return -1;
 			rf__jskip_ws(r);
-			if (!rf__jtake(r, ':'))
+			if (!rf__jin(r, ":"))
 				return rf__jfail(r, "':' expected");
 			rf__jskip_ws(r);
 		}

@@ -155,11 +155,10 @@ typedef struct rf_exec_params {
  * Instantiate g on a backend: validate, lower, allocate (nslots + nstage on CPU backends) * slot_bytes
  * and the backend's queues. g may be changed or destroyed afterwards.
  * \return RF_OK and *out; rf_graph_validate's errors; RF_EINVAL (NULL argument, slot_bytes 0, flags,
- *         an empty graph, nslots * slot_bytes overflowing); RF_ENODEV; RF_ECONFIG (RINGFETCH_BACKEND
- *         malformed, when consulted; the config file malformed; nslots * slot_bytes over the memory
- *         budget, RINGFETCH_MEMORY_BUDGET / memory_budget, as for rf_pipeline_create); RF_EBACKEND
- *         (hwloc topology for the slot memory); RF_ENOTSUP ("cuda": a queue with STAGE nodes that also
- *         copies or computes); RF_ENOMEM.
+ *         an empty graph, nslots * slot_bytes overflowing); RF_ENODEV; RF_ECONFIG (as for
+ *         rf_pipeline_create: a malformed configured value, the ring over the memory budget);
+ *         RF_EBACKEND (hwloc topology); RF_ENOTSUP ("cuda": a queue with STAGE nodes that also copies
+ *         or computes); RF_ENOMEM.
  */
 RF_EXTERN int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **out);
 
