@@ -7,6 +7,7 @@
 #include "runtime/autodepth.h"
 #include "runtime/engine.h"
 #include "runtime/keyed.h"
+#include "runtime/oracle.h"
 #include "runtime/trace.h"
 
 #include <stdarg.h>
@@ -54,7 +55,7 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	e->nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
 	e->nslots += e->nslots == 0;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
-			     e->nslots, e->wait_spin_ns, 0, e->oracle != NULL};
+			     e->nslots, e->wait_spin_ns, 0, e->oracle};
 	int rc = rf__backend_lookup(backend, device, &e->be);
 	if (rc != RF_OK)
 		goto fail;
@@ -240,8 +241,8 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	if (atomic_load(&e->cancel))
 		return rf__err(RF_ECANCELED, "%s: canceled before it started (a pending rf_pipeline_cancel)", who);
 	rf__trace trace;
-	if (e->trace_path != NULL || e->measure != NULL || e->oracle != NULL) {
-		int sampled = e->trace_path == NULL && e->oracle == NULL; /* measuring only: bounded memory */
+	if (e->trace_path != NULL || e->measure != NULL || e->oracle) {
+		int sampled = e->trace_path == NULL && !e->oracle; /* measuring only: bounded memory */
 		if (rf__trace_begin(&trace, e->prog, nblocks, sampled, e->prog->nslots, RF__AUTO_SAMPLES) != RF_OK)
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
@@ -256,7 +257,8 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 		rf__engine_describe_publish(e);
 	}
 	if (run.trace != NULL) {
-		int orc = e->oracle != NULL && rc == RF_OK ? e->oracle(e->owner, &trace, nblocks) : RF_OK;
+		int orc = !e->oracle || rc != RF_OK ? RF_OK :
+			  e->graph ? rf__oracle_check_graph(&trace, e->graph) : rf__oracle_check(&trace, nblocks);
 		if (orc != RF_OK) { /* RF_EHAZARD, or RF_ENOMEM for the oracle's own tables */
 			rf__trace_drop(&trace);
 			return rf__err(orc, "%s: %s", who, rf__errmsg_peek());

@@ -52,8 +52,10 @@ typedef struct rf__engine {
 	/* Keyed use (runtime/keyed.h), or NULL: a run refuses to start while it holds a block and empties
 	 * it before the run reuses the slots. */
 	struct rf__keyed *keyed;
-	/* Non-NULL (RINGFETCH_ORACLE=1): check every successful run's execution log (runtime/oracle.h). */
-	int (*oracle)(void *owner, const struct rf__trace *t, size_t nblocks);
+	/* RINGFETCH_ORACLE=1: check every successful run's execution log (runtime/oracle.h), as a ring's,
+	 * or against `graph`'s promises when non-NULL (rf_exec). */
+	int oracle;
+	const struct rf__oracle_graph *graph;
 	/* Called after a successful run with its events (those of about RF__AUTO_SAMPLES blocks, unless
 	 * tracing or the oracle records them all). */
 	void (*measure)(void *owner, const struct rf__trace *t);

@@ -13,12 +13,6 @@ struct rf_exec {
 	rf__oracle_graph oracle; /* RINGFETCH_ORACLE=1: the graph's promises, checked after every run */
 };
 
-static int rf__exec_oracle(void *owner, const struct rf__trace *t, size_t nblocks)
-{
-	(void)nblocks;
-	return rf__oracle_check_graph(t, &((rf_exec *)owner)->oracle);
-}
-
 static void rf__exec_free(void *p)
 {
 	rf_exec *e = p;
@@ -62,7 +56,8 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 	}
 	/* The oracle first: the backend is told at open whether it is on. */
 	if (cfg.oracle && (rc = rf__oracle_graph_build(g, &e->oracle)) == RF_OK)
-		e->eng.oracle = rf__exec_oracle;
+		e->eng.graph = &e->oracle;
+	e->eng.oracle = cfg.oracle;
 	e->eng.ring_cap = (size_t)cfg.memory_budget;
 	if (rc != RF_OK)
 		rf_program_destroy(prog); /* rf__engine_init takes it in every case */

@@ -5,7 +5,6 @@
 #include "runtime/engine.h"
 #include "runtime/keyed.h"
 #include "base/error.h"
-#include "runtime/oracle.h"
 #include "runtime/trace.h"
 
 #include <stdio.h>
@@ -285,12 +284,6 @@ static void rf__auto_device(rf_pipeline *p)
 	rf__engine_describe_append(&p->eng, "%s by run time", note);
 }
 
-static int rf__pipeline_oracle(void *owner, const struct rf__trace *t, size_t nblocks)
-{
-	(void)owner;
-	return rf__oracle_check(t, nblocks);
-}
-
 int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 {
 	int rc = rf__pipeline_params_check(params, out);
@@ -312,8 +305,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	p->eng.wait_spin_ns = r.wait_ns;
 	p->eng.min_slots = r.auto_max;
 	p->eng.ring_cap = (size_t)r.cfg.memory_budget;
-	if (r.cfg.oracle)
-		p->eng.oracle = rf__pipeline_oracle;
+	p->eng.oracle = r.cfg.oracle;
 	p->auto_max = r.auto_max;
 	p->eng.after = r.auto_max != 0 ? rf__auto_after : NULL;
 	if (r.auto_max != 0 && !r.device)
