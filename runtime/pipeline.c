@@ -176,30 +176,27 @@ static void rf__auto_install(rf_pipeline *p, unsigned i)
 
 /* Probe d's candidates (rf__auto_candidates): their programs are built now and d installed; the runs
  * that follow try them in turn (rf__auto_after). `measured`: the run that just ended ran the starting
- * ring and is not a probe run. Out of memory: d alone, or the starting ring if even d cannot be built.
- * Returns how many candidates are in use (1: d alone, 0: the starting ring). */
+ * ring and is not a probe run. Out of memory: nothing is probed, the starting ring stays. Returns how
+ * many candidates are in use (0: the starting ring). */
 static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d, int measured)
 {
-	unsigned cand[RF__AUTO_NCAND], n = rf__auto_candidates(d, p->auto_max, cand), built = 0;
+	unsigned cand[RF__AUTO_NCAND], n = rf__auto_candidates(d, p->auto_max, cand), built = 0, kept = 0;
 	struct rf_program *start = p->eng.prog;
 	unsigned depth = atomic_load_explicit(&p->depth, memory_order_relaxed);
 	for (; built < n; built++) {
 		struct rf_program **c = &p->cprog[built];
+		kept |= cand[built] == depth;
 		if (cand[built] == depth)
 			*c = start;
 		else if (rf__pipeline_program(p->local, cand[built], p->copy_queues, p->pins, c) != RF_OK)
 			break;
 	}
-	if (built == 0)
-		return 0; /* keep the starting ring */
-	for (unsigned i = 1; built < n && i < built; i++) /* out of memory: d alone */
+	for (unsigned i = 0; built < n && i < built; i++)
 		if (p->cprog[i] != start)
 			rf_program_destroy(p->cprog[i]);
-	n = built < n ? 1 : n;
-	unsigned used = 0;
-	while (used < n && p->cprog[used] != start)
-		used++;
-	if (used == n) /* the starting ring is not a candidate */
+	if (built < n)
+		return 0;
+	if (!kept) /* the starting ring is not a candidate */
 		rf_program_destroy(start);
 	rf__auto_probe_start(&p->probe, cand, n);
 	p->skip = measured != 0;
