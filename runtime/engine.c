@@ -183,12 +183,12 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 			    const size_t *sizes, rf_compute_fn compute, uint64_t *bytes, size_t *nfile,
 			    uint64_t *file_bytes, size_t *nonempty)
 {
-	if (srcs == NULL || sizes == NULL || compute == NULL)
-		return rf__err(RF_EINVAL, "%s: %s is NULL with nblocks %zu", who,
-			       srcs == NULL ? "srcs" : sizes == NULL ? "sizes" : "compute", nblocks);
 	if (nblocks < e->prog->nblocks_min)
 		return rf__err(RF_EINVAL, "%s: the graph uses blocks up to %zu but nblocks is %zu", who,
 			       e->prog->nblocks_min - 1, nblocks);
+	if (srcs == NULL || sizes == NULL || compute == NULL)
+		return rf__err(RF_EINVAL, "%s: %s is NULL with nblocks %zu", who,
+			       srcs == NULL ? "srcs" : sizes == NULL ? "sizes" : "compute", nblocks);
 	if (!rf__nblocks_ok(nblocks))
 		return rf__err(RF_EINVAL, "%s: nblocks %zu is over %zu", who, nblocks, RF__MAX_NBLOCKS);
 	/* rf__file_any per run, not per block. A source must not overlap the ring or its staging slots: a
@@ -375,7 +375,7 @@ void rf__engine_keyed_end(rf__engine *e)
 int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 		   const size_t *sizes, rf_compute_fn compute, void *user)
 {
-	if (nblocks == 0)
+	if (nblocks == 0 && e->prog->nblocks_min == 0)
 		return RF_OK;
 	uint64_t bytes = 0, file_bytes = 0;
 	size_t nfile = 0, nonempty = 0;

@@ -79,9 +79,6 @@ int rf_exec_run(rf_exec *e, size_t nblocks, const void *const *srcs, const size_
 {
 	if (e == NULL)
 		return rf__err(RF_EINVAL, "rf_exec_run: e is NULL");
-	if (nblocks == 0 && e->eng.prog->nblocks_min > 0)
-		return rf__err(RF_EINVAL, "rf_exec_run: the graph uses blocks up to %zu but nblocks is 0",
-			       e->eng.prog->nblocks_min - 1);
 	return rf__engine_run(&e->eng, "rf_exec_run", nblocks, srcs, sizes, compute, user);
 }
 
