@@ -63,12 +63,6 @@ static int rf__cmp_end(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static const rf__auto_end *rf__auto_find(const rf__auto_end *v, size_t n, int64_t block)
-{
-	rf__auto_end key = {block, 0};
-	return bsearch(&key, v, n, sizeof *v, rf__cmp_end);
-}
-
 int rf__auto_collect(const rf__trace *t, unsigned depth, rf__auto_samples *s)
 {
 	const size_t cap = RF__AUTO_SAMPLES;
@@ -100,7 +94,8 @@ int rf__auto_collect(const rf__trace *t, unsigned depth, rf__auto_samples *s)
 			if (e->kind != RF_OP_COPY || !rf__trace_keeps(t, e->block))
 				continue;
 			s->copy[s->ncopy++] = e->t1 - e->t0;
-			const rf__auto_end *f = e->block >= (int64_t)depth ? rf__auto_find(ends, nend, e->block - depth) : NULL;
+			rf__auto_end key = {e->block - (int64_t)depth, 0};
+			const rf__auto_end *f = key.block >= 0 ? bsearch(&key, ends, nend, sizeof *ends, rf__cmp_end) : NULL;
 			if (f != NULL)
 				s->refill[s->nrefill++] = e->t1 - f->t1;
 		}

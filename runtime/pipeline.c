@@ -71,7 +71,7 @@ static void rf__pipeline_free(void *p)
 
 /* The values to build with: explicit params, else configured (file < environment), else defaults. */
 typedef struct rf__resolved {
-	unsigned depth, kq;
+	unsigned depth, kq, pins;
 	const char *backend;
 	rf__staging_policy staging;
 	unsigned auto_max; /* non-zero: depth = auto, up to this depth */
@@ -116,6 +116,10 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 	if ((rc = rf__backend_for_memory("rf_pipeline_create", r->backend, from, (int)pp->memory, &r->backend)) != RF_OK)
 		return rc;
 	r->device = rf__backend_is_device(r->backend);
+	/* Staging slots per copy queue when the backend's copies need a hop through host memory (cuda). */
+	const rf__backend_ops *be;
+	r->pins = r->device && rf__backend_lookup(r->backend, pp->device, &be) == RF_OK && be->stage_slots != NULL ?
+			  be->stage_slots(pp->slot_bytes) : 0;
 	if (want_auto && (rc = rf__pipeline_auto(pp, r)) != RF_OK)
 		return rc;
 	const char *staging = pp->staging ? pp->staging : c->staging[0] ? c->staging : NULL;
@@ -147,15 +151,6 @@ static int rf__pipeline_program(int local, unsigned d, unsigned kq, unsigned pin
 	if (rc == RF_OK && RF__TEST_HOOK(drop_staging_war))
 		rf__prog_drop_war(*out, 1);
 	return rc;
-}
-
-/* Staging slots per copy queue when the backend's copies need a hop through host memory (cuda). */
-static unsigned rf__pipeline_pins(const rf__resolved *r, const rf_pipeline_params *pp)
-{
-	const rf__backend_ops *be;
-	if (!r->device || rf__backend_lookup(r->backend, pp->device, &be) != RF_OK || be->stage_slots == NULL)
-		return 0;
-	return be->stage_slots(pp->slot_bytes);
 }
 
 /* The backend may choose how to run runs (rf__run.vary) unless depth = auto is still comparing runs of
@@ -293,7 +288,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	if (p == NULL)
 		return rf__err(RF_ENOMEM, "rf_pipeline_create: out of memory");
 	struct rf_program *prog;
-	p->pins = rf__pipeline_pins(&r, params);
+	p->pins = r.pins;
 	p->local = params->locality == RF_LOCALITY_COPIER && strcmp(r.backend, "threads") == 0;
 	if ((rc = rf__pipeline_program(p->local, r.depth, r.kq, p->pins, &prog)) != RF_OK)
 		goto fail;
