@@ -123,11 +123,9 @@ static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
 	case RF__K_QUEUES:
 		return rf__parse_copy_queues(v, &c->copy_queues);
 	case RF__K_STAGING: /* checked where the file line or the variable is known, not first at create */
-		if (rf__set_string(c->staging, sizeof c->staging, v) == 0 &&
-		    rf__staging_parse("config", v, &pol) == RF_OK)
-			return 0;
-		c->staging[0] = '\0';
-		return -1;
+		if (rf__staging_parse("config", v, &pol) != RF_OK)
+			return -1;
+		return rf__set_string(c->staging, sizeof c->staging, v);
 	case RF__K_TRACE:
 		return rf__set_string(c->trace, sizeof c->trace, v);
 	case RF__K_BUDGET:
@@ -144,9 +142,7 @@ static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
 		*(kind == RF__K_HANDOFF ? &c->handoff : &c->overlap) = m;
 		return 0;
 	case RF__K_CPUS: /* checked here so that a typo is RF_ECONFIG, not whatever hwloc makes of it */
-		if (rf__parse_cpu_list(v) != 0)
-			return -1;
-		return rf__set_string(c->worker_cpus, sizeof c->worker_cpus, v);
+		return rf__parse_cpu_list(v) != 0 ? -1 : rf__set_string(c->worker_cpus, sizeof c->worker_cpus, v);
 	default: /* RF__K_ORACLE */
 		if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
 			return -1;
