@@ -258,7 +258,7 @@ typedef struct rf_stats {
 	/* Blocks read from files (<ringfetch/file.h>): bytes of the last run's file blocks, and the sum. */
 	uint64_t file_bytes;
 	uint64_t total_file_bytes;
-	/* The last run's RF_SCHEDULE_*; of `runs`, how many ran inline and how many with the cache handoff. */
+	/* The last run's RF_SCHEDULE_*; of `runs`, how many ran inline, how many with the cache handoff. */
 	uint64_t schedule;
 	uint64_t inline_runs;
 	uint64_t handoff_runs;
@@ -283,8 +283,8 @@ RF_EXTERN int rf_pipeline_stats(const rf_pipeline *p, rf_stats *out);
  */
 RF_EXTERN int rf_pipeline_cancel(rf_pipeline *p);
 
-/** Withdraw a pending cancel that no run has consumed (none pending: nothing happens); between runs.
- * \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (a run is in progress). */
+/** Withdraw a pending cancel that no run has consumed (none pending: nothing happens). Call it from the
+ * thread that runs p, between runs. \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (a run is in progress). */
 RF_EXTERN int rf_pipeline_cancel_clear(rf_pipeline *p);
 
 /**
@@ -313,8 +313,8 @@ RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
  *    (on cuda a copy may read them after acquire returned). A hit neither reads nor compares src.
  *  - rf_pipeline_run with a block held: RF_EBUSY; a run that starts work leaves no key resident.
  *    Destroy drops the holds (cuda: after a device synchronise).
- *  - Every RAW and WAR rule of runs holds; no keyed call allocates after create. Slot choice, hints'
- *    accounting and CUDA capture: docs/serving.md, docs/cuda.md.
+ *  - Every RAW and WAR rule of runs holds; no keyed call allocates after create. CUDA queries run in
+ *    thread-local capture mode. Slot choice and hints' accounting: docs/serving.md.
  */
 
 /**
@@ -331,10 +331,10 @@ RF_EXTERN int rf_pipeline_prefetch(rf_pipeline *p, uint64_t key, const void *src
 
 /**
  * Hold `key` in its slot, copying it first unless it is resident or on its way. *out: index = key,
- * slot, data, bytes, stream. CPU backends: returns when the bytes are in the slot; stream must be NULL.
- * cuda: returns without a host wait; only work ordered after this call on `stream` (a cudaStream_t of
- * params.device, NULL = legacy default) may read out->data. A held key acquired again is held twice
- * (released twice). A held slot is never refilled.
+ * slot, data (fixed per slot), bytes, stream. CPU backends: returns when the bytes are in the slot;
+ * stream must be NULL. cuda: returns without a host wait; only work ordered after this call on
+ * `stream` (a cudaStream_t of params.device, NULL = legacy default) may read out->data. A held key
+ * acquired again is held twice (released twice). A held slot is never refilled.
  * \return RF_OK;
  *         RF_EINVAL (p, src or out NULL, bytes 0 or > slot_bytes, a different bytes count than the
  *                   resident or incoming copy, non-NULL stream on a CPU backend, flags != 0);
@@ -347,9 +347,9 @@ RF_EXTERN int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src,
                                   unsigned flags, rf_block *out);
 
 /**
- * Let go of one hold of block->index, which must be held in block->slot (RF_EINVAL otherwise). It
- * stays resident until its slot is chosen for another key. cuda: the slot's next copy waits, on the
- * device, for the work on block->stream before this call.
+ * Let go of one hold of block->index, which must be held in block->slot (RF_EINVAL otherwise; data and
+ * bytes are not checked). It stays resident until its slot is chosen for another key. cuda: the slot's
+ * next copy waits, on the device, for the work on block->stream before this call.
  * \return RF_OK; RF_EINVAL.
  */
 RF_EXTERN int rf_pipeline_release(rf_pipeline *p, const rf_block *block);

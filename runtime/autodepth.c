@@ -95,7 +95,9 @@ int rf__auto_collect(const rf__trace *t, unsigned depth, rf__auto_samples *s)
 				continue;
 			s->copy[s->ncopy++] = e->t1 - e->t0;
 			rf__auto_end key = {e->block - (int64_t)depth, 0};
-			const rf__auto_end *f = key.block >= 0 ? bsearch(&key, ends, nend, sizeof *ends, rf__cmp_end) : NULL;
+			const rf__auto_end *f = NULL;
+			if (key.block >= 0)
+				f = bsearch(&key, ends, nend, sizeof *ends, rf__cmp_end);
 			if (f != NULL)
 				s->refill[s->nrefill++] = e->t1 - f->t1;
 		}

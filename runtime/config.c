@@ -142,7 +142,9 @@ static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
 		*(kind == RF__K_HANDOFF ? &c->handoff : &c->overlap) = m;
 		return 0;
 	case RF__K_CPUS: /* checked here so that a typo is RF_ECONFIG, not whatever hwloc makes of it */
-		return rf__parse_cpu_list(v) != 0 ? -1 : rf__set_string(c->worker_cpus, sizeof c->worker_cpus, v);
+		if (rf__parse_cpu_list(v) != 0)
+			return -1;
+		return rf__set_string(c->worker_cpus, sizeof c->worker_cpus, v);
 	default: /* RF__K_ORACLE */
 		if (strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
 			return -1;

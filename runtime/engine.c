@@ -243,7 +243,7 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	rf__trace trace;
 	if (e->trace_path != NULL || e->measure != NULL || e->oracle) {
 		int sampled = e->trace_path == NULL && !e->oracle; /* measuring only: bounded memory */
-		if (rf__trace_begin(&trace, e->prog, nblocks, sampled, e->prog->nslots, RF__AUTO_SAMPLES) != RF_OK)
+		if (rf__trace_begin(&trace, e->prog, nblocks, sampled, e->prog->nslots, RF__AUTO_SAMPLES))
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
 	}
@@ -257,8 +257,11 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 		rf__engine_describe_publish(e);
 	}
 	if (run.trace != NULL) {
-		int orc = !e->oracle || rc != RF_OK ? RF_OK :
-			  e->graph ? rf__oracle_check_graph(&trace, e->graph) : rf__oracle_check(&trace, nblocks);
+		int orc = RF_OK;
+		if (e->oracle && rc == RF_OK && e->graph != NULL)
+			orc = rf__oracle_check_graph(&trace, e->graph);
+		else if (e->oracle && rc == RF_OK)
+			orc = rf__oracle_check(&trace, nblocks);
 		if (orc != RF_OK) { /* RF_EHAZARD, or RF_ENOMEM for the oracle's own tables */
 			rf__trace_drop(&trace);
 			return rf__err(orc, "%s: %s", who, rf__errmsg_peek());

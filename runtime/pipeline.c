@@ -118,8 +118,9 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 	r->device = rf__backend_is_device(r->backend);
 	/* Staging slots per copy queue when the backend's copies need a hop through host memory (cuda). */
 	const rf__backend_ops *be;
-	r->pins = r->device && rf__backend_lookup(r->backend, pp->device, &be) == RF_OK && be->stage_slots != NULL ?
-			  be->stage_slots(pp->slot_bytes) : 0;
+	r->pins = 0;
+	if (r->device && rf__backend_lookup(r->backend, pp->device, &be) == RF_OK && be->stage_slots != NULL)
+		r->pins = be->stage_slots(pp->slot_bytes);
 	if (want_auto && (rc = rf__pipeline_auto(pp, r)) != RF_OK)
 		return rc;
 	const char *staging = pp->staging ? pp->staging : c->staging[0] ? c->staging : NULL;

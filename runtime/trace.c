@@ -417,7 +417,8 @@ static int rf__trace_append(const char *path, const char *body, size_t len)
 	}
 	struct stat now;
 	if (fstat(fd, &now) == 0) /* closed at the "]" of "\n]\n" */
-		*memo = (rf__trace_memo){now.st_dev, now.st_ino, now.st_size, end - 2, now.st_mtim, now.st_ctim};
+		*memo = (rf__trace_memo){now.st_dev, now.st_ino, now.st_size, end - 2, now.st_mtim,
+					 now.st_ctim};
 out:
 	if (tail != small)
 		free(tail);

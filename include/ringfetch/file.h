@@ -9,7 +9,8 @@
  *  - A failed or short read (the file shrank) fails that run with RF_EIO after draining (no compute
  *    sees a partial block; the pipeline stays usable), or that acquire (the key stays absent). A failed
  *    hint leaves its key absent and counts as wasted. Never SIGBUS, never a block with stale bytes.
- *  - The bytes must not change while open (as for memory).
+ *  - The bytes must not change while open (as for memory). On "cuda" an acquire of a file source may
+ *    wait on the host (the read into pinned staging).
  *  - slot_bytes a multiple of 4096: every slot starts on a 4 KiB boundary (host and pinned staging).
  */
 #ifndef RINGFETCH_FILE_H

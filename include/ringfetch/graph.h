@@ -109,7 +109,9 @@ RF_EXTERN void rf_graph_destroy(rf_graph *g);
 
 /* ---- lowering ---------------------------------------------------------------------------------- */
 
-/* A lowered program: per queue, the ops it executes (SIGNAL / WAIT between queues: docs/design.md). */
+/* A lowered program: per queue, the ops it executes. A node with consumers on other queues is followed
+ * by one SIGNAL (values count up from 1 per queue); before a node its queue WAITs on each foreign queue
+ * at most once, for the latest producer there, unless already waited for. */
 typedef enum rf_op_kind { RF_OP_COPY, RF_OP_COMPUTE, RF_OP_SIGNAL, RF_OP_WAIT, RF_OP_STAGE } rf_op_kind;
 
 typedef struct rf_op {
@@ -165,8 +167,9 @@ RF_EXTERN int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf
 /**
  * Run the graph once: STAGE and unstaged COPY nodes read srcs[block] (sizes[block] bytes), COMPUTE
  * nodes call compute; nblocks must exceed every block in the graph. Checks and errors as for
- * rf_pipeline_run, but a NULL e is RF_EINVAL even with nblocks 0. Queue 0 runs on the calling thread;
- * with "threads" every other queue's nodes, computes included, run on that queue's worker thread.
+ * rf_pipeline_run (a failing compute stops every queue from starting nodes), but a NULL e is RF_EINVAL
+ * even with nblocks 0. Computes on one queue run in its order. Queue 0 runs on the calling thread; with
+ * "threads" every other queue's nodes, computes included, run on that queue's worker thread.
  * \return RF_OK; RF_EINVAL; RF_EBUSY; RF_ECALLBACK; RF_ECANCELED (rf_exec_destroy from a callback);
  *         RF_ENOMEM (tracing arrays); RF_EBACKEND.
  */
