@@ -404,12 +404,13 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	e->last.blocks = nblocks;
 	e->last.bytes = bytes;
 	e->last.file_bytes = file_bytes;
+	int measuring = e->measure != NULL;
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile, nfile > 0 && nfile == nonempty);
 	rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
 	if (e->collect_stats)
 		rf__stats_summarise(e);
 	rf__stats_publish(e);
-	if (rc == RF_OK && e->after != NULL && atomic_load(&e->state) == RF__RUNNING)
+	if (rc == RF_OK && !measuring && e->after != NULL && atomic_load(&e->state) == RF__RUNNING)
 		e->after(e->owner);
 	/* A cancel is consumed by the run it stopped; one that came too late to stop anything (the last
 	 * compute had started) stays pending for the next run. */

@@ -59,8 +59,9 @@ typedef struct rf__engine {
 	/* Called after a successful run with its events (those of about RF__AUTO_SAMPLES blocks, unless
 	 * tracing or the oracle records them all). */
 	void (*measure)(void *owner, const struct rf__trace *t);
-	/* Called after every successful run before the engine is idle again (never concurrently with a run,
-	 * before a deferred destroy releases the owner): may swap e->prog for one within the slots. */
+	/* Called after every successful run that `measure` was not, before the engine is idle again (never
+	 * concurrently with a run, before a deferred destroy releases the owner): may swap e->prog for one
+	 * within the slots. */
 	void (*after)(void *owner);
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
 	void *owner;

@@ -19,10 +19,8 @@ struct rf_pipeline {
 	unsigned auto_max; /* depth = auto: the deepest ring the slots allow; 0 when depth is fixed */
 	int local;         /* RF_LOCALITY_COPIER on a backend that honours it: rings from rf__ring_program_local */
 	/* depth = auto, probing (probe.n > 1): a program per candidate (built when the rule ran: switching
-	 * allocates nothing); the engine runs cprog[probe.cur], the others are ours until probing ends.
-	 * skip: the next run is not a probe run. */
+	 * allocates nothing); the engine runs cprog[probe.cur], the others are ours until probing ends. */
 	rf__auto_probe probe;
-	unsigned skip;
 	struct rf_program *cprog[RF__AUTO_NCAND];
 };
 
@@ -171,10 +169,9 @@ static void rf__auto_install(rf_pipeline *p, unsigned i)
 }
 
 /* Probe d's candidates (rf__auto_candidates): their programs are built now and d installed; the runs
- * that follow try them in turn (rf__auto_after). `measured`: the run that just ended ran the starting
- * ring and is not a probe run. Out of memory: nothing is probed, the starting ring stays. Returns how
- * many candidates are in use (0: the starting ring). */
-static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d, int measured)
+ * that follow try them in turn (rf__auto_after, which the measuring run does not reach). Out of memory:
+ * nothing is probed, the starting ring stays. Returns how many candidates are in use (0: none). */
+static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d)
 {
 	unsigned cand[RF__AUTO_NCAND], n = rf__auto_candidates(d, p->auto_max, cand), built = 0, kept = 0;
 	struct rf_program *start = p->eng.prog;
@@ -195,7 +192,6 @@ static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d, int measured)
 	if (!kept) /* the starting ring is not a candidate */
 		rf_program_destroy(start);
 	rf__auto_probe_start(&p->probe, cand, n);
-	p->skip = measured != 0;
 	rf__auto_install(p, 0);
 	if (n == 1)
 		p->probe.n = 0;
@@ -209,10 +205,6 @@ static void rf__auto_after(void *owner)
 	rf_pipeline *p = owner;
 	if (p->probe.n < 2)
 		return;
-	if (p->skip) {
-		p->skip = 0;
-		return;
-	}
 	const rf_stats *s = &p->eng.last;
 	double x = (double)s->wall_ns / (double)(s->bytes ? s->bytes : s->blocks ? s->blocks : 1);
 	unsigned win;
@@ -250,7 +242,7 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 	rf__auto_samples_free(&a);
 	if (d == 0)
 		return; /* nothing to learn from (no copies or computes, or no memory): the next run tries again */
-	rf__auto_begin_probing(p, d, 1);
+	rf__auto_begin_probing(p, d);
 	p->eng.measure = NULL;
 	rf__pipeline_vary(p);
 	rf__engine_describe_append(&p->eng,
@@ -264,7 +256,7 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
  * lo, 2 lo, 4 lo (within the slots) is probed by run time from the first run. */
 static void rf__auto_device(rf_pipeline *p)
 {
-	unsigned d = atomic_load_explicit(&p->depth, memory_order_relaxed), n = rf__auto_begin_probing(p, d, 0);
+	unsigned d = atomic_load_explicit(&p->depth, memory_order_relaxed), n = rf__auto_begin_probing(p, d);
 	if (n < 2) { /* candidates(d, max) are two or more whenever max > d */
 		rf__engine_describe_append(&p->eng, "; depth auto (device): depth %u (%s)", d,
 					   p->auto_max > d ? "out of memory for the ladder" : "the only one the slots allow");
