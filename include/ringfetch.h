@@ -1,8 +1,6 @@
 /*
- * ringfetch.h — stream blocks of bytes through a ring of N staging slots so that the transfer of the
- * next blocks overlaps the compute of the current one (the double buffer, generalised to any depth).
- * The core contract: errors, the ring plan, the pipeline, keyed use, the version; it includes
- * <ringfetch/file.h>, <ringfetch/graph.h> (custom graphs) and <ringfetch/staging.h> (placement).
+ * ringfetch.h — stream blocks through a ring of N staging slots, the copy of the next blocks overlapping
+ * the compute of the current one. Includes <ringfetch/file.h>, <ringfetch/graph.h>, <ringfetch/staging.h>.
  *
  * For every function: int results are 0 (RF_OK) or a negative RF_E* code, with rf_errmsg() naming what
  * was wrong; handles are opaque, destroy(NULL) is a no-op; reserved fields and flags must be zero
@@ -134,16 +132,13 @@ typedef enum rf_memory {
  * (docs/tuning.md). */
 #define RF_DEPTH_AUTO 1u
 
-/** params.locality, on "threads" (others ignore it; docs/tuning.md, "Locality"). CALLER (default):
- * every compute on the thread that called rf_pipeline_run. COPIER: each block computed by the thread
- * that copied it (caller and lanes take blocks in turn); computes stay one at a time, in block order,
- * every guarantee of rf_pipeline_run holds, but the callback also runs on library threads: it must not
- * rely on thread-local state or thread-affine APIs. */
+/** params.locality, on "threads" (others ignore it; docs/tuning.md). CALLER (default): every compute
+ * on the caller of rf_pipeline_run. COPIER: each block computed by the thread that copied it, one at a
+ * time in block order; the callback then also runs on library threads (no thread-local state). */
 #define RF_LOCALITY_CALLER 0u
 #define RF_LOCALITY_COPIER 1u
 
-/* ABI: fields are only ever appended, by taking the place of reserved[] words (docs/api.md, "ABI
- * policy"); the struct's size never changes within a major version. Zero always means "default". */
+/* ABI (docs/api.md): fields are appended in place of reserved[] words; zero always means "default". */
 typedef struct rf_pipeline_params {
 	unsigned depth;      /* ring slots; 0 = configured default: RINGFETCH_DEPTH, else 2 */
 	size_t slot_bytes;   /* capacity of each slot (> 0) */
@@ -166,11 +161,9 @@ typedef struct rf_pipeline_params {
 
 /**
  * Create a pipeline: resolve the settings (params > RINGFETCH_* > the file named by RINGFETCH_CONFIG >
- * defaults; docs/deployment.md), allocate depth * slot_bytes of ring memory (placed as params.staging
- * says) and the backend's queues and threads. Runs and keyed calls then allocate nothing in steady
- * state (a traced run, and the first use of a file, set up what they need). "cpu" runs everything on
- * the caller; "threads" copies on worker threads; "cuda" streams into device memory (<ringfetch/cuda.h>).
- * params.memory picks the kind: "auto" is "threads" (else "cpu") for host, "cuda" for device memory.
+ * defaults; docs/deployment.md), allocate the ring (placed as params.staging says) and the backend's
+ * queues and threads. Runs and keyed calls then allocate nothing in steady state (a traced run and the
+ * first use of a file excepted). "auto" is "threads" (else "cpu") for host, "cuda" for device memory.
  *
  * \return RF_OK and *out;
  *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, depth_auto other
@@ -199,18 +192,16 @@ RF_EXTERN int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline *
  * \return RF_OK (also for nblocks 0, where nothing else is looked at);
  *         RF_EINVAL, before any work, for NULL p, srcs, sizes or compute with nblocks > 0, a size over
  *                   slot_bytes, a NULL src with a non-zero size, a src that overlaps the pipeline's own
- *                   ring (e.g. block->data of an earlier run: copy it out first; CPU backends — a
- *                   device ring is never a host source), or nblocks > INT64_MAX / 8 (the one
- *                   block limit of <ringfetch/graph.h>) (rf_errmsg names the block);
+ *                   ring (CPU backends; e.g. block->data of an earlier run), or nblocks > INT64_MAX / 8
+ *                   (rf_errmsg names the block);
  *         RF_EBUSY if the pipeline is already running (another thread, or a callback re-entering);
  *         RF_ECALLBACK if compute returned non-zero at block k: no compute runs after k, copies in
  *                   flight are drained, rf_errmsg names k and the value; the pipeline stays usable;
  *         RF_ECANCELED if rf_pipeline_cancel (or rf_pipeline_destroy from a callback) stopped the run,
  *                   also a cancel left pending before the run started (no compute is called then);
  *         RF_ENOMEM if tracing is on (rf_pipeline_trace) and its event arrays cannot be allocated;
- *         RF_EBACKEND if the backend failed (rf_errmsg says how), or, in a child of fork(), for a
- *                   pipeline created in the parent whose backend has worker threads ("threads": they do
- *                   not survive fork(); "cpu" pipelines keep working in the child).
+ *         RF_EBACKEND if the backend failed (rf_errmsg says how), or in a child of fork() for a pipeline
+ *                   of the parent whose backend has threads ("cpu" pipelines keep working there).
  */
 RF_EXTERN int rf_pipeline_run(rf_pipeline *p, size_t nblocks, const void *const *srcs,
                               const size_t *sizes, rf_compute_fn compute, void *user);
@@ -224,9 +215,8 @@ RF_EXTERN const char *rf_pipeline_backend(const rf_pipeline *p);
 RF_EXTERN size_t rf_pipeline_slot_bytes(const rf_pipeline *p);
 /** Copy lanes the pipeline was created with (>= 1); 0 for NULL. */
 RF_EXTERN unsigned rf_pipeline_copy_queues(const rf_pipeline *p);
-/** One line on how the pipeline runs: queues, worker threads and their cores (or why unpinned), and
- * what depth = auto chose. Any thread, any time; a returned string never changes (a later note makes a
- * new one) and stays valid until the pipeline is destroyed. "" for NULL. */
+/** One line on how the pipeline runs (queues, threads, cores, what depth = auto chose). Any thread, any
+ * time; a returned string never changes and stays valid until the pipeline is destroyed. "" for NULL. */
 RF_EXTERN const char *rf_pipeline_describe(const rf_pipeline *p);
 
 /** Time spent by one queue in the last run (collected only with rf_pipeline_collect_stats on). */
@@ -241,11 +231,8 @@ typedef struct rf_queue_stats {
 
 /** rf_stats.schedule: how a run placed its copies and computes. */
 #define RF_SCHEDULE_RING 0u   /* copies on the copy lanes (or CUDA streams), computes on the caller */
-#define RF_SCHEDULE_INLINE 1u /* every copy and compute on the caller, in block order, nothing overlapping:
-                                 "cpu", and "threads" at depth 1, with overlap = off, or when its own
-                                 runs showed that overlapping did not pay (docs/tuning.md) */
-#define RF_SCHEDULE_LOCAL 2u  /* RF_LOCALITY_COPIER on "threads": each block copied and computed by one
-                                 thread, the caller and the lanes taking blocks in turn */
+#define RF_SCHEDULE_INLINE 1u /* every copy and compute on the caller, nothing overlapping (docs/tuning.md) */
+#define RF_SCHEDULE_LOCAL 2u  /* RF_LOCALITY_COPIER: each block copied and computed by one thread */
 
 /** What the last finished run of a pipeline did, and totals since create (rf_pipeline_stats). */
 typedef struct rf_stats {
@@ -256,13 +243,11 @@ typedef struct rf_stats {
 	unsigned nqueues;  /* entries of queue[] in use: the program's queues */
 	rf_queue_stats queue[RF_STATS_QUEUES];
 	uint64_t copy_ns;  /* busy time of every copy, all queues together */
-	/* Exposed transfer: wall time during which no compute ran (queue 0 idle: waiting for copies, or,
-	 * on "cpu", copying). Overlap efficiency: the share of copy time hidden behind computes,
-	 * 1 - exposed / copy_ns clipped to [0, 1]: 0 on "cpu", near 1 when copies hide entirely. */
+	/* Exposed transfer: wall time with no compute running. Overlap efficiency: 1 - exposed / copy_ns
+	 * clipped to [0, 1] (0 on "cpu", near 1 when copies hide entirely). */
 	uint64_t exposed_ns;
 	double overlap_efficiency;
-	/* Totals since create, over every finished run that started work (whatever its result). Appended
-	 * in 0.1; the fields above describe the last of those runs. */
+	/* Totals since create, over every finished run that started work (whatever its result). */
 	uint64_t runs;             /* how many */
 	uint64_t total_blocks;     /* sum of their blocks */
 	uint64_t total_bytes;      /* sum of their bytes */
@@ -273,94 +258,69 @@ typedef struct rf_stats {
 	/* Blocks read from files (<ringfetch/file.h>): bytes of the last run's file blocks, and the sum. */
 	uint64_t file_bytes;
 	uint64_t total_file_bytes;
-	/* How runs placed their work (appended in 1.1): the last run's RF_SCHEDULE_*, and of `runs`, how
-	 * many ran RF_SCHEDULE_INLINE and how many copied with the cache handoff (cldemote) on. */
+	/* The last run's RF_SCHEDULE_*; of `runs`, how many ran inline, how many with the cache handoff. */
 	uint64_t schedule;
 	uint64_t inline_runs;
 	uint64_t handoff_runs;
 	uint64_t reserved[11];     /* written as 0; fields are appended here within a major version */
 } rf_stats;
 
-/**
- * Collect per-queue times in every following run (on != 0) or stop (0): two clock reads per copy,
- * compute and wait; the always-on fields of rf_stats cost nothing.
- * \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (the pipeline is running).
- */
+/** Collect per-queue times in every following run (on != 0; two clock reads per copy, compute and
+ * wait) or stop (0). \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (the pipeline is running). */
 RF_EXTERN int rf_pipeline_collect_stats(rf_pipeline *p, int on);
 
-/**
- * The statistics of p's last finished run and the totals since create (all zero before the first run).
- * Callable from any thread at any time, also while p runs (it then reports the run before): each call
- * copies one consistent snapshot, published when a run ends. Never blocks on a run.
- * \return RF_OK; RF_EINVAL (p or out NULL).
- */
+/** p's last finished run and the totals since create (all zero before the first run): one consistent
+ * snapshot, published when a run ends. Any thread, any time; never blocks on a run.
+ * \return RF_OK; RF_EINVAL (p or out NULL). */
 RF_EXTERN int rf_pipeline_stats(const rf_pipeline *p, rf_stats *out);
 
 /**
- * Stop the run in progress on p, or else the next run to start. A run in progress stops issuing work
- * (no compute starts after the one running; copies in flight finish) and returns RF_ECANCELED; a run
- * that starts with a cancel pending returns RF_ECANCELED at once. The cancel stays pending until
- * exactly one run returns RF_ECANCELED for it (later cancels merge into it); one that arrives after a
- * run's last compute started leaves that run's result alone and waits for the next run (withdraw it
- * with rf_pipeline_cancel_clear). Any thread, any time, also from a compute callback of p.
+ * Stop the run in progress on p (no compute starts after the one running; copies in flight finish),
+ * or else the next run to start: it returns RF_ECANCELED. The cancel stays pending until exactly one
+ * run returns RF_ECANCELED for it (later cancels merge into it); one arriving after a run's last
+ * compute started waits for the next run. Any thread, any time, also from a compute callback of p.
  * \return RF_OK; RF_EINVAL (p NULL).
  */
 RF_EXTERN int rf_pipeline_cancel(rf_pipeline *p);
 
-/**
- * Withdraw a pending cancel (see rf_pipeline_cancel) that no run has consumed; nothing happens when
- * none is pending. Call it from the thread that runs p, between runs.
- * \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (a run is in progress: its cancel cannot be withdrawn).
- */
+/** Withdraw a pending cancel that no run has consumed (none pending: nothing happens). Call it from the
+ * thread that runs p, between runs. \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (a run is in progress). */
 RF_EXTERN int rf_pipeline_cancel_clear(rf_pipeline *p);
 
 /**
- * Append a Chrome trace (trace-event JSON, for Perfetto) of every following run to the file at path
- * (copied; NULL stops): one track per queue, one slice per copy, stage and compute that ran. The file
- * stays a closed JSON array between runs; each run inserts its events in one write under flock(2), so
- * pipelines, threads and processes may share a path. Only a blank file or a JSON array of objects is
- * appended to; a FIFO, device, directory or any other file is left untouched, and a write that fails
- * half-way puts the file back as it was — the run then returns RF_EBACKEND. A traced run allocates its
- * event arrays before it starts, and formats and writes its events after its work.
+ * Append a Chrome trace of every following run to the file at path (copied; NULL stops). Each run
+ * appends in one write under flock(2) (pipelines, threads and processes may share a path). Only a blank
+ * file or a JSON array of objects is appended to; any other file is left untouched and the run returns
+ * RF_EBACKEND, as it does when a write fails half-way (the file is put back as it was). docs/api.md.
  * \return RF_OK; RF_EINVAL (p NULL, path ""); RF_EBUSY (the pipeline is running); RF_ENOMEM.
  */
 RF_EXTERN int rf_pipeline_trace(rf_pipeline *p, const char *path);
 
 /**
- * Release the pipeline, its ring memory and its backend queues; NULL is a no-op. Nothing may use p
- * during or after it: the "any thread, any time" calls (stats, describe, cancel, lookup, keyed_stats)
- * end where destroy begins. From inside one of its own compute callbacks the release is deferred until
- * that run returns (RF_ECANCELED for the blocks left). In a child of fork() it returns without waiting
- * for the parent's worker threads.
+ * Release the pipeline; NULL is a no-op. Nothing may use p during or after it (the "any thread" calls
+ * included). From one of its own compute callbacks the release is deferred until that run returns
+ * RF_ECANCELED. In a child of fork() it returns without waiting for the parent's worker threads.
  */
 RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
 
 /* ---- keyed use: serving loops (docs/serving.md) --------------------------------------------------
  *
- * The pipeline's slots as a cache of blocks named by the caller's 64-bit keys, filled just in time,
- * evicted least-recently-used, on the same slots, backends and copy queues as runs. Rules:
+ * The slots as an LRU cache of blocks named by the caller's 64-bit keys, on the runs' slots and lanes.
  *  - One thread at a time per pipeline, like runs; keyed_stats, lookup and cancel from any thread
  *    (lookup reports ABSENT during a run). Other keyed calls from a compute callback: RF_EBUSY. NULL p
  *    or out/state: RF_EINVAL everywhere. A failed call changes nothing (slots, LRU order, stats, *out).
- *  - Slot choice: the lowest-numbered empty slot, else the least recently used one not held ("used":
- *    its last acquire, release or prefetch). Every allocated slot is used; the library picks the lanes.
  *  - The bytes at src must stay valid and unchanged until rf_pipeline_evict(key) or destroy returned
  *    (on cuda a copy may read them after acquire returned). A hit neither reads nor compares src.
- *  - Hints: an acquire of a key whose hint is held back (on "threads" also one queued but not started)
- *    issues the copy itself: not a hit, and the hint counts as dropped (its bytes never counted). An
- *    unacquired hint removed by evict or a run counts as wasted if its copy started, else dropped.
  *  - rf_pipeline_run with a block held: RF_EBUSY; a run that starts work leaves no key resident.
- *    Cancel, rf_pipeline_stats and traces cover runs only. Destroy drops the holds (cuda: after a
- *    device synchronise).
- *  - Every RAW and WAR rule of runs holds; no keyed call allocates after create. The library's CUDA
- *    queries run in thread-local capture mode (another thread's stream capture is never disturbed).
+ *    Destroy drops the holds (cuda: after a device synchronise).
+ *  - Every RAW and WAR rule of runs holds; no keyed call allocates after create. CUDA queries run in
+ *    thread-local capture mode. Slot choice and hints' accounting: docs/serving.md.
  */
 
 /**
- * A hint that `key` (bytes at src) will be acquired soon; returns without waiting (except on "cpu",
- * which copies inline). An absent key gets its slot now and its copy now or, when its lane is busy,
- * once the lane frees (dropped if the slot is chosen again first); a present one only its use
- * refreshed. flags must be 0.
+ * A hint that `key` (bytes at src) will be acquired soon; returns without waiting (except on "cpu").
+ * An absent key gets its slot now and its copy now or once its lane frees; a present one only its use
+ * refreshed.
  * \return RF_OK;
  *         RF_EINVAL (p or src NULL, bytes 0 or > slot_bytes, a different bytes count than the resident
  *                   or incoming copy of key, flags != 0);
@@ -370,12 +330,11 @@ RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
 RF_EXTERN int rf_pipeline_prefetch(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, unsigned flags);
 
 /**
- * Hold `key` in its slot, copying it first unless it is resident or on its way; the copy never waits
- * behind a hint's. *out: index = key, slot, data (fixed per slot), bytes, stream. CPU backends: returns
- * when the bytes are in the slot; stream must be NULL. cuda: returns without a host wait; `stream` (a
- * cudaStream_t of params.device, NULL = legacy default) is made to wait for the copy, and only work
- * ordered after this call on it may read out->data. A held key acquired again is held twice (released
- * twice). A held slot is never refilled. flags must be 0.
+ * Hold `key` in its slot, copying it first unless it is resident or on its way. *out: index = key,
+ * slot, data (fixed per slot), bytes, stream. CPU backends: returns when the bytes are in the slot;
+ * stream must be NULL. cuda: returns without a host wait; only work ordered after this call on
+ * `stream` (a cudaStream_t of params.device, NULL = legacy default) may read out->data. A held key
+ * acquired again is held twice (released twice). A held slot is never refilled.
  * \return RF_OK;
  *         RF_EINVAL (p, src or out NULL, bytes 0 or > slot_bytes, a different bytes count than the
  *                   resident or incoming copy, non-NULL stream on a CPU backend, flags != 0);
@@ -389,29 +348,20 @@ RF_EXTERN int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src,
 
 /**
  * Let go of one hold of block->index, which must be held in block->slot (RF_EINVAL otherwise; data and
- * bytes are not checked). The block stays resident until its slot is chosen for another key. cuda:
- * records an event on block->stream (set it to the stream carrying the last work on the slot); the
- * slot's next copy waits, on the device, for the work before each release and for nothing else.
+ * bytes are not checked). It stays resident until its slot is chosen for another key. cuda: the slot's
+ * next copy waits, on the device, for the work on block->stream before this call.
  * \return RF_OK; RF_EINVAL.
  */
 RF_EXTERN int rf_pipeline_release(rf_pipeline *p, const rf_block *block);
 
-/**
- * Forget key (its source bytes will change): the next acquire copies it again. Returns when no copy
- * reads that source any more.
- * \return RF_OK, also when it is absent; RF_EINVAL (p NULL); RF_EBUSY while it is held (or a run is in
- *         progress).
- */
+/** Forget key (its source bytes will change); returns when no copy reads that source any more.
+ * \return RF_OK, also when absent; RF_EINVAL (p NULL); RF_EBUSY while it is held or a run is on. */
 RF_EXTERN int rf_pipeline_evict(rf_pipeline *p, uint64_t key);
 
 typedef enum rf_key_state { RF_KEY_ABSENT = 0, RF_KEY_COPYING = 1, RF_KEY_READY = 2 } rf_key_state;
 
-/**
- * Where key stands, without waiting and without changing LRU order or stats (slot may be NULL; it is
- * set for COPYING and READY). Lets a caller take hits first and misses after. Any thread, until
- * rf_pipeline_destroy begins (never during or after it).
- * \return RF_OK; RF_EINVAL (p or state NULL).
- */
+/** Where key stands, without waiting or changing LRU order or stats (slot may be NULL; set for COPYING
+ * and READY). Any thread, until rf_pipeline_destroy begins. \return RF_OK; RF_EINVAL (p or state NULL). */
 RF_EXTERN int rf_pipeline_lookup(const rf_pipeline *p, uint64_t key, rf_key_state *state, unsigned *slot);
 
 typedef struct rf_keyed_stats {
@@ -425,11 +375,8 @@ typedef struct rf_keyed_stats {
 	uint64_t reserved[9];  /* written as 0 */
 } rf_keyed_stats;
 
-/**
- * The keyed counters since create. Any thread, any time until rf_pipeline_destroy begins (never during
- * or after it). Each field is read atomically; together they are not one snapshot.
- * \return RF_OK; RF_EINVAL (p or out NULL).
- */
+/** The keyed counters since create; any thread until rf_pipeline_destroy begins. Each field is read
+ * atomically, together not one snapshot. \return RF_OK; RF_EINVAL (p or out NULL). */
 RF_EXTERN int rf_pipeline_keyed_stats(const rf_pipeline *p, rf_keyed_stats *out);
 
 #ifdef __cplusplus

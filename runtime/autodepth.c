@@ -63,25 +63,20 @@ static int rf__cmp_end(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-static const rf__auto_end *rf__auto_find(const rf__auto_end *v, size_t n, int64_t block)
-{
-	rf__auto_end key = {block, 0};
-	return bsearch(&key, v, n, sizeof *v, rf__cmp_end);
-}
-
 int rf__auto_collect(const rf__trace *t, unsigned depth, rf__auto_samples *s)
 {
 	const size_t cap = RF__AUTO_SAMPLES;
 	memset(s, 0, sizeof *s);
 	rf__auto_end *ends = rf__malloc(cap * sizeof *ends);
-	s->copy = rf__malloc(cap * sizeof *s->copy);
-	s->refill = rf__malloc(cap * sizeof *s->refill);
-	s->compute = rf__malloc(cap * sizeof *s->compute);
-	if (ends == NULL || s->copy == NULL || s->refill == NULL || s->compute == NULL) {
+	int64_t *v = rf__malloc(3 * cap * sizeof *v); /* copy, refill, compute: one block, freed by copy */
+	if (ends == NULL || v == NULL) {
 		free(ends);
-		rf__auto_samples_free(s);
+		free(v);
 		return rf__err(RF_ENOMEM, "depth auto: out of memory for samples");
 	}
+	s->copy = v;
+	s->refill = v + cap;
+	s->compute = v + 2 * cap;
 	/* A full trace (tracing or the oracle on) holds every block: take the sampled ones only. */
 	size_t nend = 0;
 	for (unsigned q = 0; q < t->nq; q++)
@@ -99,7 +94,10 @@ int rf__auto_collect(const rf__trace *t, unsigned depth, rf__auto_samples *s)
 			if (e->kind != RF_OP_COPY || !rf__trace_keeps(t, e->block))
 				continue;
 			s->copy[s->ncopy++] = e->t1 - e->t0;
-			const rf__auto_end *f = e->block >= (int64_t)depth ? rf__auto_find(ends, nend, e->block - depth) : NULL;
+			rf__auto_end key = {e->block - (int64_t)depth, 0};
+			const rf__auto_end *f = NULL;
+			if (key.block >= 0)
+				f = bsearch(&key, ends, nend, sizeof *ends, rf__cmp_end);
 			if (f != NULL)
 				s->refill[s->nrefill++] = e->t1 - f->t1;
 		}
@@ -110,8 +108,6 @@ int rf__auto_collect(const rf__trace *t, unsigned depth, rf__auto_samples *s)
 void rf__auto_samples_free(rf__auto_samples *s)
 {
 	free(s->copy);
-	free(s->refill);
-	free(s->compute);
 	memset(s, 0, sizeof *s);
 }
 

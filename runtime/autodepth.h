@@ -1,9 +1,6 @@
-/* runtime/autodepth.h — the depth = auto controller as pure rules over samples (docs/tuning.md); the
- * shell that measures runs and swaps ring programs is runtime/pipeline.c. (1) The first run is measured
- * (at most RF__AUTO_SAMPLES blocks) and rf__auto_rule turns its samples into a depth d; (2) d, 2d, 4d
- * (within the slots) are each run RF__AUTO_ROUNDS times in turn and the fastest by median is kept.
- * A device backend skips (1) (a traced run times the host's enqueue) and probes lo, 2 lo, 4 lo by run
- * time (a run ends with the device synchronised). Nothing here reads a clock or touches a pipeline. */
+/* runtime/autodepth.h — the depth = auto controller (docs/tuning.md) as pure rules over samples: the
+ * rule from a measured first run, then the probe of its candidates (a device backend: of the ladder).
+ * Nothing here reads a clock or touches a pipeline; runtime/pipeline.c measures and swaps programs. */
 #ifndef RF_RUNTIME_AUTODEPTH_H
 #define RF_RUNTIME_AUTODEPTH_H
 

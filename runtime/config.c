@@ -19,13 +19,18 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int rf__parse_depth(const char *s, unsigned *out)
+static int rf__parse_count(const char *s, unsigned max, unsigned *out)
 {
 	uint64_t v;
-	if (rf__parse_uint(s, 1, RF_MAX_DEPTH, &v) != 0)
+	if (rf__parse_uint(s, 1, max, &v) != 0)
 		return -1;
 	*out = (unsigned)v;
 	return 0;
+}
+
+int rf__parse_depth(const char *s, unsigned *out)
+{
+	return rf__parse_count(s, RF_MAX_DEPTH, out);
 }
 
 const char *rf__parse_backend(const char *s)
@@ -39,11 +44,7 @@ const char *rf__parse_backend(const char *s)
 
 int rf__parse_copy_queues(const char *s, unsigned *out)
 {
-	uint64_t v;
-	if (rf__parse_uint(s, 1, RF_MAX_QUEUES - 1, &v) != 0)
-		return -1;
-	*out = (unsigned)v;
-	return 0;
+	return rf__parse_count(s, RF_MAX_QUEUES - 1, out);
 }
 
 int rf__parse_bytes(const char *s, unsigned long long *out)
@@ -122,11 +123,9 @@ static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
 	case RF__K_QUEUES:
 		return rf__parse_copy_queues(v, &c->copy_queues);
 	case RF__K_STAGING: /* checked where the file line or the variable is known, not first at create */
-		if (rf__set_string(c->staging, sizeof c->staging, v) == 0 &&
-		    rf__staging_parse("config", v, &pol) == RF_OK)
-			return 0;
-		c->staging[0] = '\0';
-		return -1;
+		if (rf__staging_parse("config", v, &pol) != RF_OK)
+			return -1;
+		return rf__set_string(c->staging, sizeof c->staging, v);
 	case RF__K_TRACE:
 		return rf__set_string(c->trace, sizeof c->trace, v);
 	case RF__K_BUDGET:
@@ -135,15 +134,12 @@ static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
 		snprintf(c->budget_from, sizeof c->budget_from, "%s", from);
 		return 0;
 	case RF__K_WAIT:
-		if (rf__parse_wait(v, &c->wait_ns) != 0)
-			return -1;
-		c->wait_set = 1;
-		return 0;
+		return rf__parse_wait(v, &c->wait_ns);
 	case RF__K_HANDOFF:
 	case RF__K_OVERLAP: /* the same three words */
 		if ((m = rf__parse_handoff(v)) < 0)
 			return -1;
-		*(kind == RF__K_HANDOFF ? &c->handoff : &c->overlap) = m + 1;
+		*(kind == RF__K_HANDOFF ? &c->handoff : &c->overlap) = m;
 		return 0;
 	case RF__K_CPUS: /* checked here so that a typo is RF_ECONFIG, not whatever hwloc makes of it */
 		if (rf__parse_cpu_list(v) != 0)
@@ -204,33 +200,31 @@ static const char *rf__file_kind(mode_t m)
  * One more byte than RF__CFG_MAX_BYTES is read to tell "too large". */
 static int rf__cfg_read(const char *path, char **text, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-	if (fd < 0)
-		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot open the file: %s", path, strerror(errno));
+	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY), rc = RF_OK;
 	struct stat st;
-	int rc = RF_OK;
 	char *buf = NULL;
 	size_t n = 0;
-	if (fstat(fd, &st) != 0)
-		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot stat the file: %s", path, strerror(errno));
+	ssize_t r = 1;
+	if (fd < 0 || fstat(fd, &st) != 0)
+		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot %s the file: %s", path,
+			     fd < 0 ? "open" : "stat", strerror(errno));
 	else if (!S_ISREG(st.st_mode))
 		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\" is %s: only a regular file is read", path,
 			     rf__file_kind(st.st_mode));
 	else if (st.st_size <= (off_t)RF__CFG_MAX_BYTES && (buf = rf__malloc(RF__CFG_MAX_BYTES + 1)) == NULL)
 		rc = rf__err(RF_ENOMEM, "RINGFETCH_CONFIG: out of memory");
-	while (buf != NULL && rc == RF_OK && n <= RF__CFG_MAX_BYTES) {
-		ssize_t r = read(fd, buf + n, RF__CFG_MAX_BYTES + 1 - n);
+	while (buf != NULL && rc == RF_OK && n <= RF__CFG_MAX_BYTES && r != 0) {
+		r = read(fd, buf + n, RF__CFG_MAX_BYTES + 1 - n);
 		if (r < 0 && errno != EINTR)
 			rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": cannot read the file: %s",
 				     path, strerror(errno));
-		if (r == 0)
-			break;
 		n += r > 0 ? (size_t)r : 0;
 	}
 	if (rc == RF_OK && (buf == NULL || n > RF__CFG_MAX_BYTES))
 		rc = rf__err(RF_ECONFIG, "RINGFETCH_CONFIG=\"%.200s\": the file is larger than %u bytes", path,
 			     RF__CFG_MAX_BYTES);
-	close(fd);
+	if (fd >= 0)
+		close(fd);
 	if (rc != RF_OK) {
 		free(buf);
 		return rc;
@@ -427,24 +421,10 @@ int rf__config_budget_check(const rf__config *c, const char *who, unsigned nslot
 		       c->budget_from, c->memory_budget);
 }
 
-int rf__config_backend_from(const char *explicit_backend, const char **out, const char **from)
+const char *rf__config_backend(const rf__config *c, const char *explicit_backend, const char **from)
 {
-	static _Thread_local char where[sizeof ((rf__config *)0)->backend_from];
-	*from = NULL;
-	if (explicit_backend != NULL) {
-		*out = explicit_backend;
-		return RF_OK;
-	}
-	rf__config c;
-	int rc = rf__config_load(&c, 0, 1, 0, 0);
-	if (rc == RF_OK) {
-		*out = c.backend ? c.backend : "auto";
-		if (c.backend != NULL) {
-			memcpy(where, c.backend_from, sizeof where);
-			*from = where;
-		}
-	}
-	return rc;
+	*from = explicit_backend == NULL && c->backend != NULL ? c->backend_from : NULL;
+	return explicit_backend ? explicit_backend : c->backend ? c->backend : "auto";
 }
 
 int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *ns)
@@ -459,7 +439,7 @@ int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *n
 	if (v != NULL && rf__parse_wait(v, ns) != 0)
 		return rf__err(RF_ECONFIG, "RINGFETCH_WAIT=\"%.64s\" is not auto, sleep or spin:N (N us, 0..10000000)", v);
 	if (v == NULL)
-		*ns = c->wait_set ? c->wait_ns : 0;
+		*ns = c->wait_ns;
 	return RF_OK;
 }
 
@@ -475,9 +455,8 @@ static int rf__config_mode(int *mode, int overlap)
 {
 	rf__config c;
 	int rc = rf__config_load(&c, 0, 0, 0, 0);
-	int m = overlap ? c.overlap : c.handoff;
 	if (rc == RF_OK)
-		*mode = m ? m - 1 : 0;
+		*mode = overlap ? c.overlap : c.handoff;
 	return rc;
 }
 

@@ -24,15 +24,14 @@ typedef struct rf__config {
 	char backend_from[160]; /* where backend came from: "RINGFETCH_BACKEND=cuda" or "path:line" */
 	unsigned copy_queues;
 	char staging[64];
-	int handoff; /* `handoff` of the file: 0 unset, else 1 + rf__parse_handoff's value */
-	int overlap; /* `overlap` of the file: 0 unset, else 1 + rf__parse_handoff's value */
+	int handoff; /* rf__parse_handoff's value (unset: 0, auto) */
+	int overlap;
 	char worker_cpus[128]; /* `worker_cpus` of the file ("" unset) */
 	char trace[1024];
 	unsigned long long memory_budget;
 	char budget_from[160]; /* where memory_budget came from, for messages */
 	int oracle;            /* RINGFETCH_ORACLE=1: check every run's execution log (slow; debugging) */
-	int wait_set;          /* the file has `wait`: */
-	long long wait_ns;     /* its value: 0 auto, -1 sleep, else ns of spinning */
+	long long wait_ns;     /* the file's `wait`: 0 auto (also unset), -1 sleep, else ns of spinning */
 } rf__config;
 
 /* The wait policy, "auto" (0), "sleep" (-1) or "spin:N" (N us in 0 .. 10000000, spin:0 = sleep):
@@ -62,9 +61,8 @@ int rf__config_load(rf__config *c, int want_depth, int want_backend, int want_co
  * else RF_ECONFIG "<who>: a ring of N x B bytes exceeds <where the budget came from> (<budget> bytes)". */
 int rf__config_budget_check(const rf__config *c, const char *who, unsigned nslots, size_t slot_bytes);
 
-/* backend: explicit (non-NULL) wins; else RINGFETCH_BACKEND (file, env); else "auto". *from: NULL when
- * explicit or the default, else where the configured value came from ("RINGFETCH_BACKEND=cuda" or
- * "path:line"; thread-local text, valid until the next call). RF_ECONFIG names the variable. */
-int rf__config_backend_from(const char *explicit_backend, const char **out, const char **from);
+/* The backend: explicit (non-NULL) wins; else c's (RINGFETCH_BACKEND, file or env); else "auto".
+ * *from: NULL when explicit or the default, else c->backend_from. */
+const char *rf__config_backend(const rf__config *c, const char *explicit_backend, const char **from);
 
 #endif

@@ -4,8 +4,10 @@
 #include "base/error.h"
 #include "base/pool.h"
 #include "io/file.h"
+#include "runtime/autodepth.h"
 #include "runtime/engine.h"
 #include "runtime/keyed.h"
+#include "runtime/oracle.h"
 #include "runtime/trace.h"
 
 #include <stdarg.h>
@@ -53,7 +55,7 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	e->nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
 	e->nslots += e->nslots == 0;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
-			     e->nslots, e->wait_spin_ns, 0, e->oracle != NULL};
+			     e->nslots, e->wait_spin_ns, 0, e->oracle};
 	int rc = rf__backend_lookup(backend, device, &e->be);
 	if (rc != RF_OK)
 		goto fail;
@@ -133,13 +135,6 @@ void rf__engine_describe_append(rf__engine *e, const char *fmt, ...)
 	rf__engine_describe_publish(e);
 }
 
-/* A new version with the backend's schedule note replaced by `note` (the run thread). */
-static void rf__engine_describe_note(rf__engine *e, const char *note)
-{
-	snprintf(e->desc_note, sizeof e->desc_note, "%s", note);
-	rf__engine_describe_publish(e);
-}
-
 int rf__engine_io(rf__engine *e, const char *who)
 {
 	if (atomic_load_explicit(&e->io.rd, memory_order_relaxed) != NULL)
@@ -164,29 +159,23 @@ void rf__engine_fini(rf__engine *e)
 	rf_program_destroy(e->prog);
 }
 
-/* The file blocks of a run: held for its duration (rf_file_close is then RF_EBUSY), let go after it. */
-static void rf__unhold_files(size_t nblocks, const void *const *srcs, const size_t *sizes, size_t nfile)
+/* The nfile file blocks of a run: held for its duration (rf_file_close is then RF_EBUSY; RF_EINVAL and
+ * none held if a file was closed since the inputs were checked), let go after it (hold 0). */
+static int rf__hold_files(const char *who, size_t nblocks, const void *const *srcs, const size_t *sizes,
+			  size_t nfile, int hold)
 {
-	for (size_t i = 0, n = 0; i < nblocks && n < nfile; i++) {
+	size_t n = 0;
+	for (size_t i = 0; i < nblocks && n < nfile; i++) {
 		rf__fsrc fs;
-		if (sizes[i] != 0 && rf__file_classify("", "", srcs[i], sizes[i], 0, &fs) == 1) {
+		if (sizes[i] == 0 || rf__file_classify(who, "a block", srcs[i], sizes[i], hold, &fs) != 1)
+			continue;
+		if (!hold)
 			rf__file_unhold(fs.f);
-			n++;
-		}
+		n++;
 	}
-}
-
-static int rf__hold_files(const char *who, size_t nblocks, const void *const *srcs, const size_t *sizes, size_t nfile)
-{
-	size_t held = 0;
-	for (size_t i = 0; i < nblocks && held < nfile; i++) {
-		rf__fsrc fs;
-		if (sizes[i] != 0 && rf__file_classify(who, "a block", srcs[i], sizes[i], 1, &fs) == 1)
-			held++;
-	}
-	if (held == nfile)
+	if (!hold || n == nfile)
 		return RF_OK;
-	rf__unhold_files(nblocks, srcs, sizes, held);
+	rf__hold_files(who, nblocks, srcs, sizes, n, 0);
 	return rf__err(RF_EINVAL, "%s: a block's file was closed while the run was starting", who);
 }
 
@@ -194,12 +183,12 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 			    const size_t *sizes, rf_compute_fn compute, uint64_t *bytes, size_t *nfile,
 			    uint64_t *file_bytes, size_t *nonempty)
 {
-	if (srcs == NULL || sizes == NULL || compute == NULL)
-		return rf__err(RF_EINVAL, "%s: %s is NULL with nblocks %zu", who,
-			       srcs == NULL ? "srcs" : sizes == NULL ? "sizes" : "compute", nblocks);
 	if (nblocks < e->prog->nblocks_min)
 		return rf__err(RF_EINVAL, "%s: the graph uses blocks up to %zu but nblocks is %zu", who,
 			       e->prog->nblocks_min - 1, nblocks);
+	if (srcs == NULL || sizes == NULL || compute == NULL)
+		return rf__err(RF_EINVAL, "%s: %s is NULL with nblocks %zu", who,
+			       srcs == NULL ? "srcs" : sizes == NULL ? "sizes" : "compute", nblocks);
 	if (!rf__nblocks_ok(nblocks))
 		return rf__err(RF_EINVAL, "%s: nblocks %zu is over %zu", who, nblocks, RF__MAX_NBLOCKS);
 	/* rf__file_any per run, not per block. A source must not overlap the ring or its staging slots: a
@@ -252,9 +241,9 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	if (atomic_load(&e->cancel))
 		return rf__err(RF_ECANCELED, "%s: canceled before it started (a pending rf_pipeline_cancel)", who);
 	rf__trace trace;
-	if (e->trace_path != NULL || e->measure != NULL || e->oracle != NULL) {
-		int sampled = e->trace_path == NULL && e->oracle == NULL; /* measuring only: bounded memory */
-		if (rf__trace_begin(&trace, e->prog, nblocks, sampled, e->prog->nslots, e->measure_samples) != RF_OK)
+	if (e->trace_path != NULL || e->measure != NULL || e->oracle) {
+		int sampled = e->trace_path == NULL && !e->oracle; /* measuring only: bounded memory */
+		if (rf__trace_begin(&trace, e->prog, nblocks, sampled, e->prog->nslots, RF__AUTO_SAMPLES))
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
 	}
@@ -263,10 +252,16 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	e->last.wall_ns = (uint64_t)(rf__trace_now() - t0);
 	e->last.schedule = run.sched == RF_SCHEDULE_RING && e->local ? RF_SCHEDULE_LOCAL : run.sched;
 	e->last.handoff_runs = run.handoff != 0; /* this run's share of the total (rf__stats_publish) */
-	if (run.note != NULL)
-		rf__engine_describe_note(e, run.note);
+	if (run.note != NULL) { /* a new version, the backend's schedule note replaced */
+		snprintf(e->desc_note, sizeof e->desc_note, "%s", run.note);
+		rf__engine_describe_publish(e);
+	}
 	if (run.trace != NULL) {
-		int orc = e->oracle != NULL && rc == RF_OK ? e->oracle(e->owner, &trace, nblocks) : RF_OK;
+		int orc = RF_OK;
+		if (e->oracle && rc == RF_OK && e->graph != NULL)
+			orc = rf__oracle_check_graph(&trace, e->graph);
+		else if (e->oracle && rc == RF_OK)
+			orc = rf__oracle_check(&trace, nblocks);
 		if (orc != RF_OK) { /* RF_EHAZARD, or RF_ENOMEM for the oracle's own tables */
 			rf__trace_drop(&trace);
 			return rf__err(orc, "%s: %s", who, rf__errmsg_peek());
@@ -383,7 +378,7 @@ void rf__engine_keyed_end(rf__engine *e)
 int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 		   const size_t *sizes, rf_compute_fn compute, void *user)
 {
-	if (nblocks == 0)
+	if (nblocks == 0 && e->prog->nblocks_min == 0)
 		return RF_OK;
 	uint64_t bytes = 0, file_bytes = 0;
 	size_t nfile = 0, nonempty = 0;
@@ -395,11 +390,11 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	if (rc != RF_OK)
 		return rc;
 	if (nfile > 0 && ((rc = rf__engine_io(e, who)) != RF_OK ||
-			  (rc = rf__hold_files(who, nblocks, srcs, sizes, nfile)) != RF_OK))
+			  (rc = rf__hold_files(who, nblocks, srcs, sizes, nfile, 1)) != RF_OK))
 		goto idle;
 	/* Holds are read only once the run is ours: a racing run's reset of the keyed cache cannot overlap. */
 	if (e->keyed != NULL && rf__keyed_held(e->keyed)) {
-		rf__unhold_files(nblocks, srcs, sizes, nfile);
+		rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
 		rc = rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
 		goto idle;
 	}
@@ -409,12 +404,13 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	e->last.blocks = nblocks;
 	e->last.bytes = bytes;
 	e->last.file_bytes = file_bytes;
+	int measuring = e->measure != NULL;
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile, nfile > 0 && nfile == nonempty);
-	rf__unhold_files(nblocks, srcs, sizes, nfile);
+	rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
 	if (e->collect_stats)
 		rf__stats_summarise(e);
 	rf__stats_publish(e);
-	if (rc == RF_OK && e->after != NULL && atomic_load(&e->state) == RF__RUNNING)
+	if (rc == RF_OK && !measuring && e->after != NULL && atomic_load(&e->state) == RF__RUNNING)
 		e->after(e->owner);
 	/* A cancel is consumed by the run it stopped; one that came too late to stop anything (the last
 	 * compute had started) stays pending for the next run. */

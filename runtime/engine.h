@@ -52,14 +52,16 @@ typedef struct rf__engine {
 	/* Keyed use (runtime/keyed.h), or NULL: a run refuses to start while it holds a block and empties
 	 * it before the run reuses the slots. */
 	struct rf__keyed *keyed;
-	/* Non-NULL (RINGFETCH_ORACLE=1): check every successful run's execution log (runtime/oracle.h). */
-	int (*oracle)(void *owner, const struct rf__trace *t, size_t nblocks);
-	/* Called after a successful run with its events (those of about measure_samples blocks, unless
+	/* RINGFETCH_ORACLE=1: check every successful run's execution log (runtime/oracle.h), as a ring's,
+	 * or against `graph`'s promises when non-NULL (rf_exec). */
+	int oracle;
+	const struct rf__oracle_graph *graph;
+	/* Called after a successful run with its events (those of about RF__AUTO_SAMPLES blocks, unless
 	 * tracing or the oracle records them all). */
 	void (*measure)(void *owner, const struct rf__trace *t);
-	size_t measure_samples;
-	/* Called after every successful run before the engine is idle again (never concurrently with a run,
-	 * before a deferred destroy releases the owner): may swap e->prog for one within the slots. */
+	/* Called after every successful run that `measure` was not, before the engine is idle again (never
+	 * concurrently with a run, before a deferred destroy releases the owner): may swap e->prog for one
+	 * within the slots. */
 	void (*after)(void *owner);
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
 	void *owner;

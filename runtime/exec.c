@@ -13,12 +13,6 @@ struct rf_exec {
 	rf__oracle_graph oracle; /* RINGFETCH_ORACLE=1: the graph's promises, checked after every run */
 };
 
-static int rf__exec_oracle(void *owner, const struct rf__trace *t, size_t nblocks)
-{
-	(void)nblocks;
-	return rf__oracle_check_graph(t, &((rf_exec *)owner)->oracle);
-}
-
 static void rf__exec_free(void *p)
 {
 	rf_exec *e = p;
@@ -38,18 +32,17 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 		return rf__err(RF_EINVAL, "rf_exec_create: flags must be 0 (got %#x)", params->flags);
 	if (rf_graph_nodes(g) == 0)
 		return rf__err(RF_EINVAL, "rf_exec_create: the graph is empty");
-	const char *backend, *from;
-	int rc = rf__config_backend_from(params->backend, &backend, &from);
+	rf__config cfg;
+	const char *from;
+	int rc = rf__config_load(&cfg, 0, params->backend == NULL, 0, 0);
 	if (rc != RF_OK)
 		return rc;
+	const char *backend = rf__config_backend(&cfg, params->backend, &from);
 	/* rf_exec_params has no memory field: computes take host memory unless the caller names "cuda"
 	 * itself. So "auto" picks a host backend, and a configured "cuda" is RF_ECONFIG. */
 	if (from != NULL || strcmp(backend, "cuda") != 0)
 		rc = rf__backend_for_memory("rf_exec_create", backend, from, RF_MEMORY_HOST, &backend);
 	if (rc != RF_OK)
-		return rc;
-	rf__config cfg;
-	if ((rc = rf__config_load(&cfg, 0, 0, 0, 0)) != RF_OK)
 		return rc;
 	rf_program *prog;
 	rf_exec *e = NULL;
@@ -63,7 +56,8 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 	}
 	/* The oracle first: the backend is told at open whether it is on. */
 	if (cfg.oracle && (rc = rf__oracle_graph_build(g, &e->oracle)) == RF_OK)
-		e->eng.oracle = rf__exec_oracle;
+		e->eng.graph = &e->oracle;
+	e->eng.oracle = cfg.oracle;
 	e->eng.ring_cap = (size_t)cfg.memory_budget;
 	if (rc != RF_OK)
 		rf_program_destroy(prog); /* rf__engine_init takes it in every case */
@@ -85,9 +79,6 @@ int rf_exec_run(rf_exec *e, size_t nblocks, const void *const *srcs, const size_
 {
 	if (e == NULL)
 		return rf__err(RF_EINVAL, "rf_exec_run: e is NULL");
-	if (nblocks == 0 && e->eng.prog->nblocks_min > 0)
-		return rf__err(RF_EINVAL, "rf_exec_run: the graph uses blocks up to %zu but nblocks is 0",
-			       e->eng.prog->nblocks_min - 1);
 	return rf__engine_run(&e->eng, "rf_exec_run", nblocks, srcs, sizes, compute, user);
 }
 

@@ -9,11 +9,11 @@
 
 typedef struct rf__seen {
 	const rf__tev *copy, *compute, *stage;
-	size_t prev, sprev; /* the previous block of its ring slot, of its staging slot ((size_t)-1: none) */
 } rf__seen;
 
-/* Index every event by block; a block seen twice (or out of range) is a violation. */
-static int rf__oracle_index(const rf__trace *t, size_t nblocks, rf__seen *by)
+/* Index every event by block; a block seen twice (or out of range) is a violation. *n: past the largest
+ * slot, ring or staging, any event names. */
+static int rf__oracle_index(const rf__trace *t, size_t nblocks, rf__seen *by, unsigned *n)
 {
 	static const char *const did[] = {"copied", "computed", "", "", "staged"};
 	for (unsigned q = 0; q < t->nq; q++)
@@ -26,11 +26,14 @@ static int rf__oracle_index(const rf__trace *t, size_t nblocks, rf__seen *by)
 			if (*slot != NULL)
 				return rf__err(RF_EHAZARD, "oracle: block %lld was %s twice", (long long)e->block, did[e->kind]);
 			*slot = e;
+			*n = e->slot + 1 > *n ? e->slot + 1 : *n;
 		}
 	return RF_OK;
 }
 
-static int rf__oracle_block(const rf__seen *by, size_t b)
+/* Block b, after blocks 0 .. b-1. owner[s], owner[n + s]: 1 + the last block copied into ring slot s,
+ * staged into staging slot s (0: none), from the events' own slots (not from any depth); b is noted. */
+static int rf__oracle_block(const rf__seen *by, size_t b, size_t *owner, unsigned n)
 {
 	const rf__tev *cp = by[b].copy, *cm = by[b].compute, *st = by[b].stage;
 	if (cp == NULL || cm == NULL)
@@ -42,7 +45,10 @@ static int rf__oracle_block(const rf__seen *by, size_t b)
 		return rf__err(RF_EHAZARD, "oracle: RAW: compute of block %zu started before its copy ended", b);
 	if (b > 0 && cm->s0 < by[b - 1].compute->s1)
 		return rf__err(RF_EHAZARD, "oracle: compute of block %zu started before block %zu's ended", b, b - 1);
-	size_t prev = by[b].prev, sprev = by[b].sprev;
+	size_t prev = owner[cp->slot] - 1, sprev = st != NULL ? owner[n + st->slot] - 1 : (size_t)-1;
+	owner[cp->slot] = b + 1;
+	if (st != NULL)
+		owner[n + st->slot] = b + 1;
 	if (prev != (size_t)-1 && cp->s0 < by[prev].compute->s1)
 		return rf__err(RF_EHAZARD, "oracle: WAR: copy of block %zu into slot %u started before the compute of "
 					   "block %zu (its previous reader) ended", b, cp->slot, prev);
@@ -55,38 +61,17 @@ static int rf__oracle_block(const rf__seen *by, size_t b)
 	return RF_OK;
 }
 
-/* The previous block of each block's slot, ring and staging, from the events' own slots (not from any
- * depth). */
-static int rf__oracle_prev(rf__seen *by, size_t nblocks)
-{
-	unsigned n = 1;
-	for (size_t b = 0; b < nblocks && by[b].copy != NULL; b++) {
-		n = by[b].copy->slot + 1 > n ? by[b].copy->slot + 1 : n;
-		n = by[b].stage != NULL && by[b].stage->slot + 1 > n ? by[b].stage->slot + 1 : n;
-	}
-	size_t *owner = rf__malloc(2 * (size_t)n * sizeof *owner);
-	if (owner == NULL)
-		return rf__err(RF_ENOMEM, "oracle: out of memory");
-	memset(owner, 0xff, 2 * (size_t)n * sizeof *owner);
-	for (size_t b = 0; b < nblocks && by[b].copy != NULL; b++) { /* a block never copied: rf__oracle_block */
-		by[b].prev = owner[by[b].copy->slot];
-		owner[by[b].copy->slot] = b;
-		by[b].sprev = by[b].stage != NULL ? owner[n + by[b].stage->slot] : (size_t)-1;
-		if (by[b].stage != NULL)
-			owner[n + by[b].stage->slot] = b;
-	}
-	free(owner);
-	return RF_OK;
-}
-
 int rf__oracle_check(const rf__trace *t, size_t nblocks)
 {
+	unsigned n = 1;
 	rf__seen *by = rf__calloc(nblocks ? nblocks : 1, sizeof *by);
-	int rc = by ? rf__oracle_index(t, nblocks, by) : rf__err(RF_ENOMEM, "oracle: out of memory");
-	if (rc == RF_OK)
-		rc = rf__oracle_prev(by, nblocks);
+	int rc = by ? rf__oracle_index(t, nblocks, by, &n) : RF_ENOMEM;
+	size_t *owner = rc == RF_OK ? rf__calloc(2 * (size_t)n, sizeof *owner) : NULL;
+	if (by == NULL || (rc == RF_OK && owner == NULL))
+		rc = rf__err(RF_ENOMEM, "oracle: out of memory");
 	for (size_t b = 0; rc == RF_OK && b < nblocks; b++)
-		rc = rf__oracle_block(by, b);
+		rc = rf__oracle_block(by, b, owner, n);
+	free(owner);
 	free(by);
 	return rc;
 }

@@ -5,7 +5,6 @@
 #include "runtime/engine.h"
 #include "runtime/keyed.h"
 #include "base/error.h"
-#include "runtime/oracle.h"
 #include "runtime/trace.h"
 
 #include <stdio.h>
@@ -20,10 +19,8 @@ struct rf_pipeline {
 	unsigned auto_max; /* depth = auto: the deepest ring the slots allow; 0 when depth is fixed */
 	int local;         /* RF_LOCALITY_COPIER on a backend that honours it: rings from rf__ring_program_local */
 	/* depth = auto, probing (probe.n > 1): a program per candidate (built when the rule ran: switching
-	 * allocates nothing); the engine runs cprog[probe.cur], the others are ours until probing ends.
-	 * skip: the next run is not a probe run. */
+	 * allocates nothing); the engine runs cprog[probe.cur], the others are ours until probing ends. */
 	rf__auto_probe probe;
-	unsigned skip;
 	struct rf_program *cprog[RF__AUTO_NCAND];
 };
 
@@ -72,7 +69,7 @@ static void rf__pipeline_free(void *p)
 
 /* The values to build with: explicit params, else configured (file < environment), else defaults. */
 typedef struct rf__resolved {
-	unsigned depth, kq;
+	unsigned depth, kq, pins;
 	const char *backend;
 	rf__staging_policy staging;
 	unsigned auto_max; /* non-zero: depth = auto, up to this depth */
@@ -112,11 +109,16 @@ static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
 	r->kq = pp->copy_queues ? pp->copy_queues : c->copy_queues ? c->copy_queues : 1;
 	r->auto_max = 0;
 	/* The backend first: depth = auto depends on its kind ("auto" is a concrete name from here on). */
-	r->backend = pp->backend ? pp->backend : c->backend ? c->backend : "auto";
-	const char *from = pp->backend == NULL && c->backend != NULL ? c->backend_from : NULL;
+	const char *from;
+	r->backend = rf__config_backend(c, pp->backend, &from);
 	if ((rc = rf__backend_for_memory("rf_pipeline_create", r->backend, from, (int)pp->memory, &r->backend)) != RF_OK)
 		return rc;
 	r->device = rf__backend_is_device(r->backend);
+	/* Staging slots per copy queue when the backend's copies need a hop through host memory (cuda). */
+	const rf__backend_ops *be;
+	r->pins = 0;
+	if (r->device && rf__backend_lookup(r->backend, pp->device, &be) == RF_OK && be->stage_slots != NULL)
+		r->pins = be->stage_slots(pp->slot_bytes);
 	if (want_auto && (rc = rf__pipeline_auto(pp, r)) != RF_OK)
 		return rc;
 	const char *staging = pp->staging ? pp->staging : c->staging[0] ? c->staging : NULL;
@@ -150,15 +152,6 @@ static int rf__pipeline_program(int local, unsigned d, unsigned kq, unsigned pin
 	return rc;
 }
 
-/* Staging slots per copy queue when the backend's copies need a hop through host memory (cuda). */
-static unsigned rf__pipeline_pins(const rf__resolved *r, const rf_pipeline_params *pp)
-{
-	const rf__backend_ops *be;
-	if (!r->device || rf__backend_lookup(r->backend, pp->device, &be) != RF_OK || be->stage_slots == NULL)
-		return 0;
-	return be->stage_slots(pp->slot_bytes);
-}
-
 /* The backend may choose how to run runs (rf__run.vary) unless depth = auto is still comparing runs of
  * its own: measuring (the first run) or probing depths. */
 static void rf__pipeline_vary(rf_pipeline *p)
@@ -176,34 +169,29 @@ static void rf__auto_install(rf_pipeline *p, unsigned i)
 }
 
 /* Probe d's candidates (rf__auto_candidates): their programs are built now and d installed; the runs
- * that follow try them in turn (rf__auto_after). `measured`: the run that just ended ran the starting
- * ring and is not a probe run. Out of memory: d alone, or the starting ring if even d cannot be built.
- * Returns how many candidates are in use (1: d alone, 0: the starting ring). */
-static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d, int measured)
+ * that follow try them in turn (rf__auto_after, which the measuring run does not reach). Out of memory:
+ * nothing is probed, the starting ring stays. Returns how many candidates are in use (0: none). */
+static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d)
 {
-	unsigned cand[RF__AUTO_NCAND], n = rf__auto_candidates(d, p->auto_max, cand), built = 0;
+	unsigned cand[RF__AUTO_NCAND], n = rf__auto_candidates(d, p->auto_max, cand), built = 0, kept = 0;
 	struct rf_program *start = p->eng.prog;
 	unsigned depth = atomic_load_explicit(&p->depth, memory_order_relaxed);
 	for (; built < n; built++) {
 		struct rf_program **c = &p->cprog[built];
+		kept |= cand[built] == depth;
 		if (cand[built] == depth)
 			*c = start;
 		else if (rf__pipeline_program(p->local, cand[built], p->copy_queues, p->pins, c) != RF_OK)
 			break;
 	}
-	if (built == 0)
-		return 0; /* keep the starting ring */
-	for (unsigned i = 1; built < n && i < built; i++) /* out of memory: d alone */
+	for (unsigned i = 0; built < n && i < built; i++)
 		if (p->cprog[i] != start)
 			rf_program_destroy(p->cprog[i]);
-	n = built < n ? 1 : n;
-	unsigned used = 0;
-	while (used < n && p->cprog[used] != start)
-		used++;
-	if (used == n) /* the starting ring is not a candidate */
+	if (built < n)
+		return 0;
+	if (!kept) /* the starting ring is not a candidate */
 		rf_program_destroy(start);
 	rf__auto_probe_start(&p->probe, cand, n);
-	p->skip = measured != 0;
 	rf__auto_install(p, 0);
 	if (n == 1)
 		p->probe.n = 0;
@@ -217,10 +205,6 @@ static void rf__auto_after(void *owner)
 	rf_pipeline *p = owner;
 	if (p->probe.n < 2)
 		return;
-	if (p->skip) {
-		p->skip = 0;
-		return;
-	}
 	const rf_stats *s = &p->eng.last;
 	double x = (double)s->wall_ns / (double)(s->bytes ? s->bytes : s->blocks ? s->blocks : 1);
 	unsigned win;
@@ -258,7 +242,7 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 	rf__auto_samples_free(&a);
 	if (d == 0)
 		return; /* nothing to learn from (no copies or computes, or no memory): the next run tries again */
-	rf__auto_begin_probing(p, d, 1);
+	rf__auto_begin_probing(p, d);
 	p->eng.measure = NULL;
 	rf__pipeline_vary(p);
 	rf__engine_describe_append(&p->eng,
@@ -272,7 +256,7 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
  * lo, 2 lo, 4 lo (within the slots) is probed by run time from the first run. */
 static void rf__auto_device(rf_pipeline *p)
 {
-	unsigned d = atomic_load_explicit(&p->depth, memory_order_relaxed), n = rf__auto_begin_probing(p, d, 0);
+	unsigned d = atomic_load_explicit(&p->depth, memory_order_relaxed), n = rf__auto_begin_probing(p, d);
 	if (n < 2) { /* candidates(d, max) are two or more whenever max > d */
 		rf__engine_describe_append(&p->eng, "; depth auto (device): depth %u (%s)", d,
 					   p->auto_max > d ? "out of memory for the ladder" : "the only one the slots allow");
@@ -283,12 +267,6 @@ static void rf__auto_device(rf_pipeline *p)
 	for (unsigned i = 0; i < n && len < sizeof note; i++)
 		len += (size_t)snprintf(note + len, sizeof note - len, " %u%s", p->probe.cand[i], i + 1 < n ? "," : "");
 	rf__engine_describe_append(&p->eng, "%s by run time", note);
-}
-
-static int rf__pipeline_oracle(void *owner, const struct rf__trace *t, size_t nblocks)
-{
-	(void)owner;
-	return rf__oracle_check(t, nblocks);
 }
 
 int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
@@ -303,7 +281,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	if (p == NULL)
 		return rf__err(RF_ENOMEM, "rf_pipeline_create: out of memory");
 	struct rf_program *prog;
-	p->pins = rf__pipeline_pins(&r, params);
+	p->pins = r.pins;
 	p->local = params->locality == RF_LOCALITY_COPIER && strcmp(r.backend, "threads") == 0;
 	if ((rc = rf__pipeline_program(p->local, r.depth, r.kq, p->pins, &prog)) != RF_OK)
 		goto fail;
@@ -312,14 +290,11 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	p->eng.wait_spin_ns = r.wait_ns;
 	p->eng.min_slots = r.auto_max;
 	p->eng.ring_cap = (size_t)r.cfg.memory_budget;
-	if (r.cfg.oracle)
-		p->eng.oracle = rf__pipeline_oracle;
+	p->eng.oracle = r.cfg.oracle;
 	p->auto_max = r.auto_max;
 	p->eng.after = r.auto_max != 0 ? rf__auto_after : NULL;
-	if (r.auto_max != 0 && !r.device) {
+	if (r.auto_max != 0 && !r.device)
 		p->eng.measure = rf__pipeline_measure;
-		p->eng.measure_samples = RF__AUTO_SAMPLES;
-	}
 	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", r.backend, params->device, prog,
 				  params->slot_bytes)) != RF_OK)
 		goto fail;

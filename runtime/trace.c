@@ -3,7 +3,7 @@
  *
  * The file stays a closed JSON array between runs. Each run takes an exclusive flock (so runs of many
  * pipelines, threads or processes never interleave), checks that the file is blank or a trace-event
- * array (skipped while it is exactly as this process left it), and writes ",", its events and "]"
+ * array (skipped while it is exactly as this thread left it), and writes ",", its events and "]"
  * over the closing bracket; a write that fails half-way puts the file back as it was. Only regular
  * files are written (opened non-blocking: a FIFO never hangs); anything else is left untouched. */
 #define _DEFAULT_SOURCE /* flock */
@@ -13,7 +13,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,7 +98,7 @@ static int rf__write_at(int fd, const char *buf, size_t len, off_t *off)
  * A whole-file JSON syntax check (RFC 8259, UTF-8 included), read 64 KiB at a time: blank, or an array
  * of objects (values of any kind inside, nested at most RF__JSON_DEPTH deep), then only whitespace. An
  * array left open by an older version ("[" or a trailing "," then the end of the file) is accepted.
- * Memory is bounded, time linear (rf__trace_memo spares re-checking a file this process wrote). */
+ * Memory is bounded, time linear (rf__trace_memo spares re-checking a file this thread wrote). */
 #define RF__JSON_DEPTH 64
 
 typedef struct rf__jrd {
@@ -108,6 +107,8 @@ typedef struct rf__jrd {
 	size_t pos, len;
 	const char *why; /* the first error, at offset `bad` */
 	off_t bad;
+	off_t at;        /* rf__trace_check: where this run's events go, after `sep` */
+	const char *sep;
 	unsigned char buf[65536];
 } rf__jrd;
 
@@ -145,40 +146,39 @@ static int rf__jpeek(rf__jrd *r)
 	return r->buf[0];
 }
 
-/* Take the next byte if it is c. */
-static int rf__jtake(rf__jrd *r, int c)
+/* Take the next byte if it is one of `set` (a NUL byte never is): the byte, else 0. */
+static int rf__jin(rf__jrd *r, const char *set)
 {
-	if (rf__jpeek(r) != c)
+	int c = rf__jpeek(r);
+	if (c <= 0 || strchr(set, c) == NULL)
 		return 0;
 	r->pos++;
-	return 1;
+	return c;
 }
 
 static int rf__jskip_ws(rf__jrd *r)
 {
-	int c;
-	while ((c = rf__jpeek(r)) == ' ' || c == '\t' || c == '\n' || c == '\r')
-		r->pos++;
-	return c;
+	while (rf__jin(r, " \t\n\r"))
+		;
+	return rf__jpeek(r);
 }
 
 static int rf__jdigits(rf__jrd *r)
 {
-	int c, n = 0;
-	for (; (c = rf__jpeek(r)) >= '0' && c <= '9'; n++)
-		r->pos++;
+	int n = 0;
+	while (rf__jin(r, "0123456789"))
+		n++;
 	return n;
 }
 
 static int rf__jnumber(rf__jrd *r)
 {
-	rf__jtake(r, '-');
-	int ok = rf__jtake(r, '0') || rf__jdigits(r) > 0; /* a leading zero stands alone */
-	if (ok && rf__jtake(r, '.'))
+	rf__jin(r, "-");
+	int ok = rf__jin(r, "0") || rf__jdigits(r) > 0; /* a leading zero stands alone */
+	if (ok && rf__jin(r, "."))
 		ok = rf__jdigits(r) > 0;
-	if (ok && (rf__jtake(r, 'e') || rf__jtake(r, 'E'))) {
-		if (!rf__jtake(r, '+'))
-			rf__jtake(r, '-');
+	if (ok && rf__jin(r, "eE")) {
+		rf__jin(r, "+-");
 		ok = rf__jdigits(r) > 0;
 	}
 	return ok ? 0 : rf__jfail(r, "a malformed number");
@@ -186,8 +186,8 @@ static int rf__jnumber(rf__jrd *r)
 
 static int rf__jword(rf__jrd *r, const char *word)
 {
-	for (; *word; word++)
-		if (!rf__jtake(r, (unsigned char)*word))
+	for (; *word; word++, r->pos++)
+		if (rf__jpeek(r) != (unsigned char)*word)
 			return rf__jfail(r, "an unknown word");
 	return 0;
 }
@@ -212,7 +212,7 @@ static int rf__jutf8(rf__jrd *r, int c)
 
 static int rf__jstring(rf__jrd *r)
 {
-	if (!rf__jtake(r, '"'))
+	if (!rf__jin(r, "\""))
 		return rf__jfail(r, "a string expected");
 	for (;;) {
 		/* Plain ASCII, the bulk of a trace, in one pass over the buffer. */
@@ -231,22 +231,23 @@ static int rf__jstring(rf__jrd *r)
 			return -1;
 		if (c != '\\')
 			continue;
-		c = rf__jpeek(r);
-		r->pos += c >= 0;
-		if (c != 'u' && (c <= 0 || strchr("\"\\/bfnrt", c) == NULL)) /* (strchr finds a NUL too) */
+		if ((c = rf__jin(r, "\"\\/bfnrtu")) == 0)
 			return rf__jfail(r, "a malformed escape");
-		for (int k = 0; c == 'u' && k < 4; k++, r->pos++) {
-			int h = rf__jpeek(r);
-			if (h <= 0 || strchr("0123456789abcdefABCDEF", h) == NULL)
+		for (int k = 0; c == 'u' && k < 4; k++)
+			if (!rf__jin(r, "0123456789abcdefABCDEF"))
 				return rf__jfail(r, "a malformed \\u escape");
-		}
 	}
 }
 
-/* Any value; an object or an array at nesting level `depth`. */
+/* Any value; an object or an array at nesting level `depth`. Level 0 is the trace array: its elements
+ * are objects, it may end after "[" or "," (left open by an older version), and r->at, r->sep say where
+ * the next run's events go and what precedes them: after "[" of an empty array, over the "]" that
+ * closes a non-empty one, over the trailing "," of an open one. */
 static int rf__jvalue(rf__jrd *r, int depth)
 {
 	int open = rf__jpeek(r), close = open == '{' ? '}' : ']';
+	if (depth == 0 && open != '[')
+		return rf__jfail(r, "it does not start with '['");
 	if (open == '"')
 		return rf__jstring(r);
 	if (open == 't' || open == 'f' || open == 'n')
@@ -258,22 +259,32 @@ static int rf__jvalue(rf__jrd *r, int depth)
 	if (depth > RF__JSON_DEPTH)
 		return rf__jfail(r, "nesting deeper than 64");
 	r->pos++;
+	if (depth == 0)
+		r->at = rf__jat(r);
 	if (rf__jskip_ws(r) == close) {
+		if (depth == 0)
+			r->at = rf__jat(r);
 		r->pos++;
 		return 0;
 	}
 	for (;;) {
+		if (depth == 0 && rf__jpeek(r) != '{')
+			return rf__jpeek(r) < 0 ? 0 : rf__jfail(r, "an element that is not an object");
 		if (open == '{') {
 			if (rf__jstring(r) != 0)
 				return -1;
 			rf__jskip_ws(r);
-			if (!rf__jtake(r, ':'))
+			if (!rf__jin(r, ":"))
 				return rf__jfail(r, "':' expected");
 			rf__jskip_ws(r);
 		}
 		if (rf__jvalue(r, depth + 1) != 0)
 			return -1;
 		int c = rf__jskip_ws(r);
+		if (depth == 0 && (c == ',' || c == close)) {
+			r->at = rf__jat(r);
+			r->sep = ",\n";
+		}
 		r->pos += c == ',' || c == close;
 		if (c == close)
 			return 0;
@@ -283,46 +294,25 @@ static int rf__jvalue(rf__jrd *r, int depth)
 	}
 }
 
-/* Check the whole file and find where this run's events go, and what precedes them there: after "["
- * of an empty array, over the "]" that closes a non-empty one, over the trailing "," of an array left
- * open by an older version, at 0 in a blank file (a new array). -1 with r->why when the file is not a
- * trace-event array. */
-static int rf__trace_check(rf__jrd *r, off_t *at, const char **sep)
+/* Check the whole file: blank (the events go at 0, a new array) or the trace array, then only
+ * whitespace. -1 with r->why when the file is not a trace-event array. */
+static int rf__trace_check(rf__jrd *r)
 {
-	int c = rf__jskip_ws(r);
-	if (c >= 0 && !rf__jtake(r, '['))
-		return rf__jfail(r, "it does not start with '['");
-	*at = c >= 0 ? rf__jat(r) : 0;
-	*sep = c >= 0 ? "\n" : "[\n";
-	if (c >= 0 && rf__jskip_ws(r) == ']') {
-		*at = rf__jat(r);
-		r->pos++;
-	} else if (c >= 0) {
-		while (rf__jpeek(r) >= 0) { /* an element, after "[" or "," */
-			if (rf__jpeek(r) != '{')
-				return rf__jfail(r, "an element that is not an object");
-			if (rf__jvalue(r, 1) != 0)
-				return -1;
-			if ((c = rf__jskip_ws(r)) < 0)
-				return rf__jfail(r, "the file ends inside the array");
-			if (c != ']' && c != ',')
-				return rf__jfail(r, "',' or ']' expected");
-			*at = rf__jat(r);
-			*sep = ",\n";
-			r->pos++;
-			if (c == ']')
-				break;
-			rf__jskip_ws(r); /* the end of the file here: "[ {...}, {...}," of an older version */
-		}
+	r->at = 0;
+	r->sep = "[\n";
+	if (rf__jskip_ws(r) >= 0) {
+		r->sep = "\n";
+		if (rf__jvalue(r, 0) != 0)
+			return -1;
 	}
 	if (rf__jskip_ws(r) >= 0)
 		return rf__jfail(r, "text after the array");
 	return r->why ? -1 : 0;
 }
 
-/* What this process last left in a trace file: while it is exactly that (same file, size, mtime, ctime)
- * it is an array closed at `at`, not checked again; another writer changes the size or the ctime. Best
- * effort: a thread that cannot take the lock at once checks the file (a fork() never blocks the child). */
+/* What this thread last left in a trace file: while it is exactly that (same file, size, mtime, ctime)
+ * it is an array closed at `at`, not checked again; another writer changes the size or the ctime.
+ * Per thread: no lock, and a file another thread wrote last is simply checked again. */
 typedef struct rf__trace_memo {
 	dev_t dev;
 	ino_t ino;
@@ -330,16 +320,16 @@ typedef struct rf__trace_memo {
 	struct timespec mtim, ctim;
 } rf__trace_memo;
 
-static pthread_mutex_t rf__memo_lock = PTHREAD_MUTEX_INITIALIZER;
-static rf__trace_memo rf__memo[8];
-static unsigned rf__memo_next;
+static _Thread_local rf__trace_memo rf__memo[4];
+static _Thread_local unsigned rf__memo_next;
 
 static int rf__same_time(struct timespec a, struct timespec b)
 {
 	return a.tv_sec == b.tv_sec && a.tv_nsec == b.tv_nsec;
 }
 
-static rf__trace_memo *rf__memo_find_locked(const struct stat *st)
+/* The memo of the file as it is now, or NULL: check it. */
+static rf__trace_memo *rf__memo_find(const struct stat *st)
 {
 	for (unsigned i = 0; i < sizeof rf__memo / sizeof rf__memo[0]; i++) {
 		rf__trace_memo *m = &rf__memo[i];
@@ -348,32 +338,6 @@ static rf__trace_memo *rf__memo_find_locked(const struct stat *st)
 			return m;
 	}
 	return NULL;
-}
-
-/* 1 and *at if the file is as this process left it; 0: check it. */
-static int rf__memo_find(const struct stat *st, off_t *at)
-{
-	if (pthread_mutex_trylock(&rf__memo_lock) != 0)
-		return 0;
-	const rf__trace_memo *m = rf__memo_find_locked(st);
-	if (m != NULL)
-		*at = m->at;
-	pthread_mutex_unlock(&rf__memo_lock);
-	return m != NULL;
-}
-
-/* Remember the file as this run left it (st: after the write), closed at `at`. */
-static void rf__memo_keep(const struct stat *before, const struct stat *st, off_t at)
-{
-	if (pthread_mutex_trylock(&rf__memo_lock) != 0)
-		return;
-	rf__trace_memo *m = rf__memo_find_locked(before);
-	if (m == NULL) {
-		m = &rf__memo[rf__memo_next];
-		rf__memo_next = (rf__memo_next + 1) % (sizeof rf__memo / sizeof rf__memo[0]);
-	}
-	*m = (rf__trace_memo){st->st_dev, st->st_ino, st->st_size, at, st->st_mtim, st->st_ctim};
-	pthread_mutex_unlock(&rf__memo_lock);
 }
 
 static int rf__trace_fail(const char *path, const char *what)
@@ -397,25 +361,28 @@ static int rf__trace_append(const char *path, const char *body, size_t len)
 		rc = rf__err(RF_EBACKEND, "trace: %s is not a regular file", path);
 		goto out;
 	}
-	while (flock(fd, LOCK_EX) != 0)
-		if (errno != EINTR) {
-			rc = rf__trace_fail(path, "lock");
-			goto out;
-		}
-	if (fstat(fd, &st) != 0) {
-		rc = rf__trace_fail(path, "stat");
+	int locked;
+	while ((locked = flock(fd, LOCK_EX)) != 0 && errno == EINTR)
+		;
+	if (locked != 0 || fstat(fd, &st) != 0) { /* st again: now that no other writer can change it */
+		rc = rf__trace_fail(path, locked != 0 ? "lock" : "stat");
 		goto out;
 	}
-	if (!rf__memo_find(&st, &at)) {
+	rf__trace_memo *memo = rf__memo_find(&st);
+	if (memo != NULL) {
+		at = memo->at;
+	} else {
 		rf__jrd *r = rf__malloc(sizeof *r);
 		if (r == NULL) {
 			rc = rf__err(RF_ENOMEM, "trace: out of memory checking %s", path);
 			goto out;
 		}
 		*r = (rf__jrd){.fd = fd, .size = st.st_size};
-		if (rf__trace_check(r, &at, &sep) != 0)
+		if (rf__trace_check(r) != 0)
 			rc = rf__err(RF_EBACKEND, "trace: %s is not a trace-event JSON array (byte %lld: %s)", path,
 				     (long long)r->bad, r->why);
+		at = r->at;
+		sep = r->sep;
 		free(r);
 		if (rc != RF_OK)
 			goto out;
@@ -444,9 +411,14 @@ static int rf__trace_append(const char *path, const char *body, size_t len)
 				     strerror(err), strerror(errno));
 		goto out;
 	}
+	if (memo == NULL) {
+		memo = &rf__memo[rf__memo_next];
+		rf__memo_next = (rf__memo_next + 1) % (sizeof rf__memo / sizeof rf__memo[0]);
+	}
 	struct stat now;
-	if (fstat(fd, &now) == 0)
-		rf__memo_keep(&st, &now, end - 2); /* the "]" of "\n]\n" */
+	if (fstat(fd, &now) == 0) /* closed at the "]" of "\n]\n" */
+		*memo = (rf__trace_memo){now.st_dev, now.st_ino, now.st_size, end - 2, now.st_mtim,
+					 now.st_ctim};
 out:
 	if (tail != small)
 		free(tail);

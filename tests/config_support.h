@@ -23,8 +23,12 @@ static inline int cfg_depth(unsigned explicit_depth, unsigned *out)
 
 static inline int cfg_backend(const char *explicit_backend, const char **out)
 {
+	rf__config c;
 	const char *from;
-	return rf__config_backend_from(explicit_backend, out, &from);
+	int rc = explicit_backend != NULL ? RF_OK : rf__config_load(&c, 0, 1, 0, 0);
+	if (rc == RF_OK)
+		*out = explicit_backend != NULL ? explicit_backend : rf__config_backend(&c, NULL, &from);
+	return rc;
 }
 
 #endif

@@ -2,21 +2,16 @@
  * ringfetch/file.h — files as sources of blocks (included by <ringfetch.h>; docs/files.md).
  *
  * [rf_file_data(f), rf_file_data(f) + rf_file_size(f)) is a read-only shared mapping of an open file.
- * Every copy ringfetch makes from inside it (rf_pipeline_run's srcs[i], keyed src, rf_exec copy nodes,
- * on every backend) reads the file instead, straight into the destination slot (the pinned staging
- * slot on cuda), with O_DIRECT where file system, offset, length and destination allow, several reads
- * in flight; the library never faults the mapping in (a caller reading it pays the faults).
+ * Every copy ringfetch makes from inside it (runs, keyed use, rf_exec, every backend) reads the file
+ * instead, straight into the destination slot; the library never faults the mapping in.
  *  - A source range that starts inside a file's range must end inside it: RF_EINVAL at the call that
  *    names it, before any work. Sources of one run may mix memory and several files.
  *  - A failed or short read (the file shrank) fails that run with RF_EIO after draining (no compute
  *    sees a partial block; the pipeline stays usable), or that acquire (the key stays absent). A failed
  *    hint leaves its key absent and counts as wasted. Never SIGBUS, never a block with stale bytes.
- *  - "cpu": a blocking read on the caller. "threads": the copy worker keeps several reads in flight.
- *    "cuda": read into pinned staging, then copied stream-ordered (an acquire may wait on the host).
- *  - The bytes must not change while open (as for memory); a file that shrinks is RF_EIO, never UB.
- *  - slot_bytes a multiple of 4096: every slot starts on a 4 KiB boundary (host and pinned staging),
- *    so aligned file blocks are always read with O_DIRECT straight into their slot.
- *  - rf_pipeline_describe says how file copies are made; rf_stats counts the bytes read from files.
+ *  - The bytes must not change while open (as for memory). On "cuda" an acquire of a file source may
+ *    wait on the host (the read into pinned staging).
+ *  - slot_bytes a multiple of 4096: every slot starts on a 4 KiB boundary (host and pinned staging).
  */
 #ifndef RINGFETCH_FILE_H
 #define RINGFETCH_FILE_H

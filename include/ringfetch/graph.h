@@ -109,11 +109,9 @@ RF_EXTERN void rf_graph_destroy(rf_graph *g);
 
 /* ---- lowering ---------------------------------------------------------------------------------- */
 
-/*
- * A lowered program: per queue, the ops it executes. A node with consumers on other queues is followed
+/* A lowered program: per queue, the ops it executes. A node with consumers on other queues is followed
  * by one SIGNAL (values count up from 1 per queue); before a node its queue WAITs on each foreign queue
- * at most once, for the latest producer there, unless already waited for (docs/design.md).
- */
+ * at most once, for the latest producer there, unless already waited for. */
 typedef enum rf_op_kind { RF_OP_COPY, RF_OP_COMPUTE, RF_OP_SIGNAL, RF_OP_WAIT, RF_OP_STAGE } rf_op_kind;
 
 typedef struct rf_op {
@@ -148,9 +146,8 @@ RF_EXTERN void rf_program_destroy(rf_program *p);
 /* ---- instantiate and run ----------------------------------------------------------------------- */
 
 typedef struct rf_exec_params {
-	const char *backend; /* as rf_pipeline_params.backend with memory RF_MEMORY_HOST ("auto" is a host
-	                        backend; a configured "cuda" is RF_ECONFIG), except that naming "cuda" here
-	                        gives device memory */
+	const char *backend; /* as rf_pipeline_params.backend with host memory; "cuda" named here gives
+	                        device memory (a configured "cuda" is RF_ECONFIG) */
 	size_t slot_bytes;   /* capacity of each slot (> 0) */
 	int device;          /* CUDA device ordinal */
 	unsigned flags;      /* must be 0 */
@@ -160,21 +157,19 @@ typedef struct rf_exec_params {
  * Instantiate g on a backend: validate, lower, allocate (nslots + nstage on CPU backends) * slot_bytes
  * and the backend's queues. g may be changed or destroyed afterwards.
  * \return RF_OK and *out; rf_graph_validate's errors; RF_EINVAL (NULL argument, slot_bytes 0, flags,
- *         an empty graph, nslots * slot_bytes overflowing); RF_ENODEV; RF_ECONFIG (RINGFETCH_BACKEND
- *         malformed, when consulted; the config file malformed; nslots * slot_bytes over the memory
- *         budget, RINGFETCH_MEMORY_BUDGET / memory_budget, as for rf_pipeline_create); RF_EBACKEND
- *         (hwloc topology for the slot memory); RF_ENOTSUP ("cuda": a queue with STAGE nodes that also
- *         copies or computes); RF_ENOMEM.
+ *         an empty graph, nslots * slot_bytes overflowing); RF_ENODEV; RF_ECONFIG (as for
+ *         rf_pipeline_create: a malformed configured value, the ring over the memory budget);
+ *         RF_EBACKEND (hwloc topology); RF_ENOTSUP ("cuda": a queue with STAGE nodes that also copies
+ *         or computes); RF_ENOMEM.
  */
 RF_EXTERN int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **out);
 
 /**
  * Run the graph once: STAGE and unstaged COPY nodes read srcs[block] (sizes[block] bytes), COMPUTE
  * nodes call compute; nblocks must exceed every block in the graph. Checks and errors as for
- * rf_pipeline_run (a failing compute stops every queue from starting new nodes: RF_ECALLBACK once
- * in-flight work has drained), but a NULL e is RF_EINVAL even with nblocks 0. Computes on one queue
- * run in its order. Queue 0 runs on the calling thread; with "threads" every other queue's nodes,
- * computes included, run on that queue's worker thread.
+ * rf_pipeline_run (a failing compute stops every queue from starting nodes), but a NULL e is RF_EINVAL
+ * even with nblocks 0. Computes on one queue run in its order. Queue 0 runs on the calling thread; with
+ * "threads" every other queue's nodes, computes included, run on that queue's worker thread.
  * \return RF_OK; RF_EINVAL; RF_EBUSY; RF_ECALLBACK; RF_ECANCELED (rf_exec_destroy from a callback);
  *         RF_ENOMEM (tracing arrays); RF_EBACKEND.
  */

@@ -1,7 +1,5 @@
 /*
  * ringfetch/staging.h — where ring (staging) memory lives, and NUMA-local buffers for embedders.
- * Memory is bound with hwloc before first touch, then touched; when the kernel refuses binding it is
- * ordinary memory and the placement says so, and why.
  *
  * Policies (rf_pipeline_params.staging and `policy` below), exact spelling, anything else RF_EINVAL:
  *   "auto" (or NULL)  the NUMA node of the calling thread's current core;
@@ -40,8 +38,8 @@ RF_EXTERN int rf_pipeline_placement(const rf_pipeline *p, rf_placement *out);
 /**
  * Allocate `bytes` of staging memory under `policy` (NULL = "auto"): bound, touched, zero-filled,
  * aligned to 64 bytes, and to a page when bytes >= 4096. The caller owns it and releases it with
- * rf_staging_free(), never free(). Thread-safe. A refused binding, or a topology that is not this
- * system's, is no error: the memory is unbound and rf_staging_placement() says why.
+ * rf_staging_free(), never free(). Thread-safe. A refused binding (or a topology that is not this
+ * system's) is no error: the memory is unbound and rf_staging_placement() says why.
  * \return RF_OK and *out;
  *         RF_EINVAL if out is NULL, bytes is 0, or policy is malformed or names a NUMA node this
  *                   process cannot use (rf_errmsg lists the nodes there are);

@@ -433,8 +433,8 @@ static void check_file(const uint8_t *data, size_t size)
 		rf__stg_kind kind;
 		int node;
 		CHECK(c.staging[0] == '\0' || ref_staging(c.staging, &kind, &node) == 1);
-		CHECK(!c.wait_set || c.wait_ns == -1 || (c.wait_ns >= 0 && c.wait_ns <= 10000000000LL));
-		CHECK(c.handoff >= 0 && c.handoff <= 3); /* unset, or 1 + auto / off / on */
+		CHECK(c.wait_ns == -1 || (c.wait_ns >= 0 && c.wait_ns <= 10000000000LL));
+		CHECK(c.handoff >= 0 && c.handoff <= 2); /* auto (also unset), off, on */
 		CHECK(strlen(c.worker_cpus) < sizeof c.worker_cpus && (c.worker_cpus[0] == '\0' || ref_cpu_list(c.worker_cpus)));
 	} else {
 		unsigned line = msg_line(rf_errmsg(), path);
