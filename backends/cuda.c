@@ -49,7 +49,7 @@ void rf__cu_leave(const rf__cuda_api *api, const rf__cu_saved *saved)
 		rf__cu_clear(api, api->ctx_set(saved->ctx));
 }
 
-int rf__cu_probe(int device)
+static int rf__cu_probe(int device)
 {
 	const rf__cuda_api *api = rf__cuda;
 	if (api == NULL)
@@ -278,6 +278,77 @@ static int rf__cu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned
 	return 0;
 }
 
+/* Which event a signal records and a wait waits on. Events come from a pool per stream queue (2 * slots
+ * + 8, never shallower than the ring), reused round-robin. A wait for "queue W reached v" uses the oldest
+ * record still in the pool with value >= v: the exact one, or a later (stronger) one once the pool moved
+ * on. The enqueue window keeps the host at most nwin computes ahead of the device, checking cancel
+ * there: otherwise it would enqueue a whole run and sit in cudaStreamSynchronize, deaf to
+ * rf_pipeline_cancel. */
+static int rf__cu_signal(void *c, unsigned queue, int64_t v, size_t block)
+{
+	(void)block;
+	rf__cu *cx = c;
+	rf__cu_queue *q = &cx->q[queue];
+	uint64_t n = atomic_load_explicit(&q->nrec, memory_order_relaxed);
+	unsigned i = (unsigned)(n % q->nev);
+	RF__CU_TRY(cx->api, "cudaEventRecord", cx->api->event_record(q->ev[i], q->stream));
+	atomic_store_explicit(&q->ev_val[i], v, memory_order_relaxed);
+	atomic_store_explicit(&q->nrec, n + 1, memory_order_release);
+	if (q->watched) {
+		atomic_store_explicit(&q->value, v, memory_order_release);
+		rf__ec_notify(&cx->ec);
+	}
+	return 0;
+}
+
+void *rf__cu_event_for(rf__cu_queue *w, int64_t v)
+{
+	/* Newest to oldest while still >= v; a record made meanwhile only puts a later one in. */
+	uint64_t n = atomic_load_explicit(&w->nrec, memory_order_acquire), i = n - 1;
+	uint64_t oldest = n > w->nev ? n - w->nev : 0;
+	while (i > oldest && atomic_load_explicit(&w->ev_val[(i - 1) % w->nev], memory_order_relaxed) >= v)
+		i--;
+	return w->ev[i % w->nev];
+}
+
+static int rf__cu_wait(void *c, unsigned queue, unsigned wqueue, int64_t v, size_t block)
+{
+	rf__cu *cx = c;
+	if (queue == wqueue) /* stream order already */
+		return 0;
+	rf__cu_queue *q = &cx->q[queue], *w = &cx->q[wqueue];
+	if (w->stream == NULL) /* a host queue: its lane's signal, on the host */
+		return rf__cu_host_wait(cx, wqueue, v, block);
+	if (RF__TEST_HOOK(drop_raw_wait) && !q->copies && w->copies) /* negative control only */
+		return 0;
+	uint64_t n = atomic_load_explicit(&w->nrec, memory_order_relaxed);
+	if (n == 0 || atomic_load_explicit(&w->ev_val[(n - 1) % w->nev], memory_order_relaxed) < v)
+		return rf__err(RF_EBACKEND, "cuda: queue %u would wait for q%u >= %lld, which is never recorded before it",
+			       queue, wqueue, (long long)v);
+	RF__CU_TRY(cx->api, "cudaStreamWaitEvent", cx->api->stream_wait_event(q->stream, rf__cu_event_for(w, v)));
+	return 0;
+}
+
+/* Wait for the compute nwin back, honour a cancel, call the user, then record compute c's event. */
+static int rf__cu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
+{
+	rf__cu *cx = c;
+	if (cx->ncomp >= cx->nwin) {
+		int e = cx->api->event_synchronize(cx->win[(cx->ncomp - cx->nwin) % cx->nwin]);
+		if (e != 0)
+			return rf__cu_fail(cx->api, "cudaEventSynchronize (enqueue window)", e);
+	}
+	if (atomic_load_explicit(run->cancel, memory_order_relaxed) || atomic_load_explicit(&cx->stop, memory_order_relaxed))
+		return RF_ECANCELED;
+	int rc = rf__call_compute(run, b, slot, cx->q[queue].stream);
+	if (rc != 0)
+		return rc;
+	void *ev = cx->win[cx->ncomp % cx->nwin];
+	RF__CU_TRY(cx->api, "cudaEventRecord (enqueue window)", cx->api->event_record(ev, cx->q[queue].stream));
+	cx->ncomp++;
+	return 0;
+}
+
 /* Host queues' ops are their lanes': the walker skips them (rf__walk's skip mask). */
 static const rf__walk_ops rf__cu_ops = {rf__cu_copy, rf__cu_compute, rf__cu_signal, rf__cu_wait,
 					rf__cu_misplaced};
@@ -369,6 +440,69 @@ static int rf__cu_placement(void *ctx, rf_placement *out)
 	if (rc == RF_OK && cx->placement_note != NULL && cx->placement_note[0] != '\0')
 		out->reason = cx->placement_note;
 	return rc;
+}
+
+/* The embedder API behind <ringfetch/cuda.h>, CUDA-free (cuda_rt.c wraps it under the public names).
+ * Every call leaves the caller's current context as it found it — "none" included — and clears only
+ * CUDA errors it caused. */
+int rf__cuda_host_register(const void *p, size_t bytes)
+{
+	if (p == NULL || bytes == 0)
+		return rf__err(RF_EINVAL, "rf_cuda_host_register: %s", p == NULL ? "p is NULL" : "bytes is 0");
+	/* A registration belongs to no device (Portable) but needs a context: the current one, else
+	 * device 0's, given back afterwards. */
+	rf__cu_saved saved;
+	int rc = rf__cu_probe(0);
+	if (rc != RF_OK || (rc = rf__cu_enter(rf__cuda, -1, &saved)) != RF_OK)
+		return rf__err(rc, "rf_cuda_host_register: %s", rf__errmsg_peek());
+	int e = rf__cu_clear(rf__cuda, rf__cuda->host_register((void *)p, bytes));
+	rf__cu_leave(rf__cuda, &saved);
+	if (e != 0)
+		return rf__err(RF_EBACKEND, "rf_cuda_host_register: cudaHostRegister(%p, %zu) failed: %s (%s)", p, bytes,
+			       rf__cuda->error_string(e), rf__cuda->error_name(e));
+	return RF_OK;
+}
+
+int rf__cuda_host_unregister(const void *p)
+{
+	if (p == NULL)
+		return rf__err(RF_EINVAL, "rf_cuda_host_unregister: p is NULL");
+	int rc = rf__cu_probe(0);
+	if (rc != RF_OK)
+		return rf__err(rc, "rf_cuda_host_unregister: %s", rf__errmsg_peek());
+	int e = rf__cu_clear(rf__cuda, rf__cuda->host_unregister((void *)p));
+	if (e != 0)
+		return rf__err(RF_EINVAL, "rf_cuda_host_unregister: cudaHostUnregister(%p) failed: %s (%s)", p,
+			       rf__cuda->error_string(e), rf__cuda->error_name(e));
+	return RF_OK;
+}
+
+int rf__cuda_staging_alloc(size_t bytes, const char *policy, int device, void **out)
+{
+	if (out == NULL || bytes == 0)
+		return rf__err(RF_EINVAL, "rf_cuda_staging_alloc: %s", out == NULL ? "out is NULL" : "bytes is 0");
+	rf__staging_policy in, pol;
+	int rc = rf__staging_parse("rf_cuda_staging_alloc", policy, &in);
+	if (rc != RF_OK)
+		return rc;
+	/* The registration belongs to the current device's context: make it `device`'s, and create that
+	 * context now — not inside the arena's extent hook, which runs under jemalloc's locks. */
+	int node;
+	rf__cu_saved saved;
+	if ((rc = rf__cu_probe(device)) != RF_OK || (rc = rf__cu_enter(rf__cuda, device, &saved)) != RF_OK)
+		return rf__err(rc, "rf_cuda_staging_alloc: %s", rf__errmsg_peek());
+	int e = rf__cuda->init_context();
+	if (e != 0) {
+		rf__cu_fail(rf__cuda, "cudaFree(0) (context creation)", e);
+		rf__cu_leave(rf__cuda, &saved);
+		return rf__err(RF_ENODEV, "rf_cuda_staging_alloc: %s", rf__errmsg_peek());
+	}
+	rf__cu_policy(rf__cuda, device, &in, &pol, &node);
+	rc = rf__staging_alloc(&pol, bytes, rf__staging_align_for(bytes), out);
+	rf__cu_leave(rf__cuda, &saved);
+	if (rc != RF_OK)
+		return rf__err(rc, "rf_cuda_staging_alloc: %s", rf__errmsg_peek());
+	return RF_OK;
 }
 
 const rf__backend_ops rf__backend_cuda = {

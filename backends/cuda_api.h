@@ -67,7 +67,7 @@ typedef struct rf__cuda_api {
  * "cuda" backend). Tests may point it at a double before creating pipelines; not thread-safe. */
 extern const rf__cuda_api *rf__cuda;
 
-/* The embedder API of <ringfetch/cuda.h> (cuda_embed.c); cuda_rt.c exports it under the public names. */
+/* The embedder API of <ringfetch/cuda.h> (cuda.c); cuda_rt.c exports it under the public names. */
 int rf__cuda_host_register(const void *p, size_t bytes);
 int rf__cuda_host_unregister(const void *p);
 int rf__cuda_staging_alloc(size_t bytes, const char *policy, int device, void **out);

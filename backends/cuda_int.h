@@ -131,7 +131,6 @@ typedef struct rf__cu_saved {
 int rf__cu_enter(const rf__cuda_api *api, int device, rf__cu_saved *saved);
 void rf__cu_leave(const rf__cuda_api *api, const rf__cu_saved *saved);
 
-int rf__cu_probe(int device);
 
 /* cuda_stage.c: pinned memory, DMA ranges, the staging pool */
 void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy *in, rf__staging_policy *out,
@@ -159,11 +158,7 @@ void rf__cu_run_fail(rf__cu *cx, int rc); /* a walk failed: the first failure wi
 int rf__cu_misplaced(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot);
 int rf__cu_host_wait(rf__cu *cx, unsigned wq, int64_t v, size_t block); /* the walker waits for a lane */
 
-/* cuda_event.c */
-int rf__cu_signal(void *c, unsigned queue, int64_t v, size_t block);
-int rf__cu_wait(void *c, unsigned queue, unsigned wqueue, int64_t v, size_t block);
 void *rf__cu_event_for(rf__cu_queue *w, int64_t v); /* the oldest record in w's pool with value >= v */
-int rf__cu_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot); /* in the window */
 
 /* cuda_keyed.c: keyed use (runtime/backend.h), stream-ordered; streams and events made in open. */
 int rf__cu_keyed_open(rf__cu *cx);
