@@ -5,14 +5,19 @@
  * stream, an acquire's copy on the lane's demand stream (never behind a hint not yet started). A copy's
  * ticket is an event recorded after its H2D, from a ring re-used only once known finished. By source:
  *   DMA-capable: the H2D from the source, at once;
- *   pageable, a hint: a stage item on the host lane copies it into a free pinned slot (after the H2D that
- *     last read it); the first keyed call that finds the stage done enqueues the H2D, in lane order;
+ *   pageable, a hint: its ticket entry is a work item on the host lane, which copies the source into a
+ *     free pinned slot (after the H2D that last read it) and then enqueues the H2D itself;
  *   pageable, an acquire's: the caller stages it itself into the lane's slot 0, then the H2D.
  * Ordering of the H2D: WAW, its stream waits on the slot's previous ticket (req->after); WAR, on the
  * release events of the slot (one per releasing stream, RF__CU_KREL at most: a further stream first
- * waits on the oldest and takes its place), forgotten after; RAW, acquire makes the caller's stream
- * wait on the copy's event. A hint not yet started can be withdrawn. A stream being captured is refused
- * (RF_ENOTSUP) before anything is issued, and every CUDA call runs in thread-local capture mode. */
+ * waits on the oldest and takes its place); RAW, acquire makes the caller's stream wait on the copy's
+ * event. The owner enqueues the WAW and WAR waits at issue, a hint's before posting its item (so the lane
+ * never reads release events): a previous copy not issued yet is an earlier hint of the same lane, before
+ * it in the lane's FIFO and stream. Releases are forgotten once the owner enqueued the H2D itself (a hint
+ * may be withdrawn). The lane writes only the entry's rc and state (last); the owner reuses an entry once
+ * not STAGING and, withdrawn, once the pool passed its item. A hint not yet started can be withdrawn. A
+ * stream being captured is refused (RF_ENOTSUP) before anything is issued, and every CUDA call runs in
+ * thread-local capture mode. */
 #include "backends/cuda_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -23,9 +28,9 @@
 
 #define RF__CU_KREL 4u /* release events kept per slot */
 
-/* A ticket's state. EIO: a hint's file read failed (no H2D; *failed says so); FAILED: its lane's event
- * wait failed (a device error). */
-enum { RF__CK_STAGING = 1, RF__CK_STAGED, RF__CK_ISSUED, RF__CK_WITHDRAWN, RF__CK_EIO, RF__CK_FAILED };
+/* A ticket's state. EIO: a hint's file read failed (no H2D; *failed says so); FAILED: its lane failed
+ * (rc: RF_EHAZARD, the oracle refused its H2D; else a CUDA call, a device error). */
+enum { RF__CK_STAGING = 1, RF__CK_ISSUED, RF__CK_WITHDRAWN, RF__CK_EIO, RF__CK_FAILED };
 
 typedef struct rf__cu_krel {
 	void *stream;
@@ -33,31 +38,24 @@ typedef struct rf__cu_krel {
 	int live;
 } rf__cu_krel;
 
-/* A ticket: its event, and the H2D it stands for while that waits for its stage. */
+/* A ticket: its event, and a staged hint's work item (first: the item is the entry). The owner writes
+ * the fields before it posts the item; the lane then writes only rc and state. */
 typedef struct rf__cu_kt {
+	rf__work w;
 	_Atomic rf__kticket num; /* the ticket it holds; 0: none or known finished */
 	rf__kticket t;           /* the ticket it stands for (num is published once it is issued) */
 	atomic_int state;        /* RF__CK_* */
-	void *ev;
-	unsigned slot, pin; /* pin: the staging slot it reads (RF__NO_STAGE: the source) */
+	int rc;                  /* FAILED: why */
+	void *ev, *s;            /* s: the stream of a staged hint's H2D */
+	void *war;               /* staged hint: the event of the previous H2D out of its pinned slot (or NULL) */
+	unsigned slot, pin;      /* pin: the staging slot it reads (RF__NO_STAGE: the source) */
 	const void *src;
-	const unsigned char *data; /* staged: where in the pinned ring its bytes are */
 	void *dst;
 	size_t bytes;
-	rf__kticket after;
+	rf__fsrc fs; /* staged hint, fs.f non-NULL: its source lies in this file (held until the read landed) */
 	_Atomic uint64_t *counter;
 	_Atomic int64_t *failed; /* rf__kcopy.failed */
 } rf__cu_kt;
-
-/* A pinned slot's stage item, the last ticket staged into it and the last whose H2D read it. */
-typedef struct rf__cu_kst {
-	rf__work w;
-	rf__cu_kt *kt;
-	rf__fsrc fs; /* fs.f non-NULL: kt's source lies in this file (held until the read landed) */
-	void *war; /* the event of the previous H2D out of the slot (NULL: none) */
-	uint64_t seq;
-	rf__kticket user, reader;
-} rf__cu_kst;
 
 struct rf__cu_keyed {
 	unsigned nlanes, nslots, nt, pins;
@@ -65,9 +63,8 @@ struct rf__cu_keyed {
 	void **demand;
 	rf__cu_kt *kt;           /* nt */
 	void **ev;               /* the tickets' events, then the releases' */
-	rf__cu_kst *kst;         /* per staging slot */
-	rf__kticket *fifo;       /* per lane, pins entries: its hints waiting for their stage, in issue order */
-	unsigned *fhead, *fn, *next_pin;
+	rf__kticket *reader;     /* per staging slot: the last ticket whose H2D reads it */
+	unsigned *next_pin;      /* per lane */
 	rf__kticket next;        /* the last ticket issued */
 	int dirty;               /* something issued or released since the last quiesce */
 	int used;                /* a keyed copy was ever issued: callers' streams may read the slots */
@@ -89,14 +86,11 @@ int rf__cu_keyed_open(rf__cu *cx)
 	if ((k->hint = rf__calloc(2 * (size_t)k->nlanes, sizeof *k->hint)) == NULL ||
 	    (k->kt = rf__calloc(k->nt, sizeof *k->kt)) == NULL ||
 	    (k->ev = rf__calloc(k->nt + (size_t)k->nslots * RF__CU_KREL, sizeof *k->ev)) == NULL ||
-	    (k->kst = rf__calloc(cx->nstage ? cx->nstage : 1, sizeof *k->kst)) == NULL ||
-	    (k->fifo = rf__calloc((size_t)k->nlanes * (k->pins ? k->pins : 1), sizeof *k->fifo)) == NULL ||
-	    (k->fhead = rf__calloc(3 * (size_t)k->nlanes, sizeof *k->fhead)) == NULL ||
+	    (k->reader = rf__calloc(cx->nstage ? cx->nstage : 1, sizeof *k->reader)) == NULL ||
+	    (k->next_pin = rf__calloc(k->nlanes, sizeof *k->next_pin)) == NULL ||
 	    (k->rel = rf__calloc((size_t)k->nslots * RF__CU_KREL, sizeof *k->rel)) == NULL)
 		return rf__err(RF_ENOMEM, "cuda: out of memory for keyed use");
 	k->demand = k->hint + k->nlanes;
-	k->fn = k->fhead + k->nlanes;
-	k->next_pin = k->fn + k->nlanes;
 	for (unsigned i = 0, j = 0; i < k->nlanes; i++) {
 		while (j < cx->nq && !cx->q[j].copies)
 			j++;
@@ -109,8 +103,6 @@ int rf__cu_keyed_open(rf__cu *cx)
 		k->kt[i].ev = k->ev[i];
 	for (size_t i = 0; i < (size_t)k->nslots * RF__CU_KREL; i++)
 		k->rel[i].ev = k->ev[k->nt + i];
-	for (unsigned t = 0; t < cx->nstage; t++)
-		k->kst[t].seq = UINT64_MAX;
 	return rc;
 }
 
@@ -127,9 +119,8 @@ void rf__cu_keyed_free(rf__cu *cx)
 	free(k->hint);
 	free(k->kt);
 	free(k->ev);
-	free(k->kst);
-	free(k->fifo);
-	free(k->fhead);
+	free(k->reader);
+	free(k->next_pin);
 	free(k->rel);
 	free(k);
 	cx->keyed = NULL;
@@ -184,60 +175,41 @@ int rf__cu_ktest(void *ctx, rf__kticket t)
 	return q == 0 || cx->api->error_kind(q) != RF__CUE_NOT_READY;
 }
 
-/* The H2D of ticket entry e from `src` on stream s after the slot's previous copy (issued by now) and
- * its releases, then its event; counted in bytes_copied now. */
-static int rf__cu_kh2d(rf__cu *cx, rf__cu_kt *e, const void *src, void *s)
+static int rf__cu_kraw(const rf__cu_kt *e)
+{
+	return rf__err(RF_EHAZARD, "keyed oracle: RAW: the copy of %zu bytes into slot %u would read pinned slot %u "
+				   "before its stage filled it", e->bytes, e->slot, e->pin);
+}
+
+/* Stream s waits for what the H2D into `slot` follows (owner thread, before that H2D is enqueued): the
+ * slot's previous copy once issued (WAW), the slot's releases (WAR). */
+static int rf__cu_korder(rf__cu *cx, unsigned slot, rf__kticket after, void *s)
 {
 	rf__cu_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
-	if (cx->oracle && e->pin != RF__NO_STAGE && memcmp(src, e->src, e->bytes) != 0)
-		return rf__err(RF_EHAZARD, "keyed oracle: RAW: the copy of %zu bytes into slot %u would read pinned slot %u "
-					   "before its stage filled it", e->bytes, e->slot, e->pin);
-	rf__cu_kt *a = e->after != 0 ? rf__cu_kt_of(k, e->after) : NULL;
+	rf__cu_kt *a = after != 0 ? rf__cu_kt_of(k, after) : NULL;
 	int err = a != NULL && atomic_load(&a->state) == RF__CK_ISSUED ? api->stream_wait_event(s, a->ev) : 0;
-	rf__cu_krel *rel = &k->rel[(size_t)e->slot * RF__CU_KREL];
+	rf__cu_krel *rel = &k->rel[(size_t)slot * RF__CU_KREL];
 	for (unsigned j = 0; err == 0 && j < RF__CU_KREL; j++)
 		if (rel[j].live)
 			err = api->stream_wait_event(s, rel[j].ev);
-	if (err == 0)
-		err = api->memcpy_async(e->dst, src, e->bytes, s);
+	return err != 0 ? rf__cu_fail(api, "cudaStreamWaitEvent (keyed copy)", err) : RF_OK;
+}
+
+/* The H2D of ticket entry e from `src` on stream s, then its event; counted in bytes_copied now. On the
+ * owner's thread, or a staged hint's lane (the state last). */
+static int rf__cu_kcopy(rf__cu *cx, rf__cu_kt *e, const void *src, void *s)
+{
+	const rf__cuda_api *api = cx->api;
+	if (cx->oracle && e->pin != RF__NO_STAGE && memcmp(src, e->src, e->bytes) != 0)
+		return rf__cu_kraw(e);
+	int err = api->memcpy_async(e->dst, src, e->bytes, s);
 	if (err == 0)
 		err = api->event_record(e->ev, s);
 	if (err != 0)
-		return rf__cu_fail(api, "keyed copy (cudaStreamWaitEvent / cudaMemcpyAsync / cudaEventRecord)", err);
-	for (unsigned j = 0; j < RF__CU_KREL; j++) /* ordered before this copy, and so before later ones */
-		rel[j].live = 0;
-	if (e->pin != RF__NO_STAGE)
-		k->kst[e->pin].reader = e->t;
+		return rf__cu_fail(api, "keyed copy (cudaMemcpyAsync / cudaEventRecord)", err);
 	atomic_fetch_add_explicit(e->counter, e->bytes, memory_order_relaxed);
 	atomic_store_explicit(&e->state, RF__CK_ISSUED, memory_order_release);
-	k->used = 1;
-	return RF_OK;
-}
-
-/* Enqueue the H2D of every hint whose stage is done, in each lane's order (they may write the same
- * device slot). On the owner's thread, first in every keyed call. */
-static int rf__cu_kprogress(rf__cu *cx)
-{
-	rf__cu_keyed *k = cx->keyed;
-	for (unsigned l = 0; l < k->nlanes; l++) {
-		while (k->fn[l] > 0) {
-			rf__kticket t = k->fifo[(size_t)l * k->pins + k->fhead[l]];
-			rf__cu_kt *e = rf__cu_kt_of(k, t);
-			int st = e ? atomic_load_explicit(&e->state, memory_order_acquire) : RF__CK_WITHDRAWN, rc = RF_OK;
-			if (st == RF__CK_STAGING && !RF__TEST_HOOK(drop_keyed_stage_wait))
-				break;
-			if (st == RF__CK_FAILED) {
-				cx->broken = 1;
-				snprintf(cx->broken_msg, sizeof cx->broken_msg, "cudaEventSynchronize failed on a staging lane");
-				return rf__err(RF_EBACKEND, "cuda: a keyed copy's stage failed: %s", cx->broken_msg);
-			}
-			if ((st == RF__CK_STAGED || st == RF__CK_STAGING) && (rc = rf__cu_kh2d(cx, e, e->data, k->hint[l])) != RF_OK)
-				return rc;
-			k->fhead[l] = (k->fhead[l] + 1) % k->pins;
-			k->fn[l]--;
-		}
-	}
 	return RF_OK;
 }
 
@@ -247,19 +219,35 @@ static int rf__cu_kstaged(void *arg)
 	return atomic_load_explicit(&e->state, memory_order_acquire) != RF__CK_STAGING;
 }
 
-/* Ticket t is no longer waiting for its stage: wait for that (on the host), then issue it. */
-static int rf__cu_kready(rf__cu *cx, rf__kticket t)
+/* Ticket t's lane is done with it (its H2D enqueued, or not to be), waited for on the host (a failure
+ * there is this call's); then, once its copy was issued, `stream` waits on its event (how 1) or the
+ * calling thread does (how 2). */
+static int rf__cu_kready(rf__cu *cx, rf__kticket t, void *stream, int how)
 {
 	rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
-	if (e != NULL && !RF__TEST_HOOK(drop_keyed_stage_wait))
-		rf__ec_wait(&cx->ec, rf__cu_kstaged, e, cx->spin_ns);
-	return rf__cu_kprogress(cx);
+	if (e == NULL)
+		return RF_OK;
+	rf__ec_wait(&cx->ec, rf__cu_kstaged, e, cx->spin_ns);
+	int st = atomic_load_explicit(&e->state, memory_order_acquire), err = 0;
+	if (st == RF__CK_ISSUED && how != 0)
+		err = how == 2 ? cx->api->event_synchronize(e->ev) : cx->api->stream_wait_event(stream, e->ev);
+	if (err != 0)
+		return rf__cu_fail(cx->api, how == 2 ? "cudaEventSynchronize (keyed copy)" : "cudaStreamWaitEvent (acquire)",
+				   err);
+	if (st != RF__CK_FAILED)
+		return RF_OK;
+	if (e->rc == RF_EHAZARD)
+		return rf__cu_kraw(e);
+	cx->broken = 1;
+	snprintf(cx->broken_msg, sizeof cx->broken_msg, "a CUDA call failed on a staging lane");
+	return rf__err(RF_EBACKEND, "cuda: a keyed copy's stage failed: %s", cx->broken_msg);
 }
 
-/* On the host lane: copy (or read) a hint's source into its pinned slot after the slot's previous H2D. */
+/* On the host lane: copy (or read) a hint's source into its pinned slot after the slot's previous H2D,
+ * then enqueue its H2D (the owner made its stream wait for the WAW and WAR before posting). */
 static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 {
-	rf__cu_kst *s = (rf__cu_kst *)w;
+	rf__cu_kt *e = (rf__cu_kt *)w;
 	rf__cu_lane *l = ctx;
 	rf__cu *cx = l->cx;
 	rf__cu_lane_enter(l);
@@ -268,34 +256,39 @@ static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 	if (rf__work_claim(w)) {
 		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 			RF__TEST_HOOK(keyed_before_copy)(1);
-		rf__cu_kt *e = s->kt;
-		const rf__fsrc *fs = s->fs.f != NULL ? &s->fs : NULL;
-		int st = RF__CK_STAGING, to = RF__CK_FAILED, rc;
-		if (rf__cu_clear(cx->api, s->war != NULL ? cx->api->event_synchronize(s->war) : 0) == 0) {
-			rc = rf__cu_fill(l, e->pin, e->src, fs, e->bytes, SIZE_MAX - 1 - e->pin, &e->data);
-			to = rc == RF_OK ? RF__CK_STAGED : RF__CK_EIO;
-		}
+		const unsigned char *data = atomic_load(&cx->pin) + (size_t)e->pin * cx->pin_stride;
+		int rc = RF_OK, to = RF__CK_FAILED;
+		if (RF__TEST_HOOK(drop_keyed_stage_wait))
+			; /* a negative control: the H2D without its stage */
+		else if (rf__cu_clear(cx->api, e->war != NULL ? cx->api->event_synchronize(e->war) : 0) != 0)
+			rc = RF_EBACKEND;
+		else if ((rc = rf__cu_fill(l, e->pin, e->src, e->fs.f != NULL ? &e->fs : NULL, e->bytes,
+					   SIZE_MAX - 1 - e->pin, &data)) != RF_OK)
+			to = RF__CK_EIO;
 		if (to == RF__CK_EIO)
 			atomic_store_explicit(e->failed, (int64_t)e->t, memory_order_release);
-		if (s->fs.f != NULL) /* before the state says so: the file may be closed at once */
-			rf__file_unhold(s->fs.f);
-		atomic_compare_exchange_strong(&e->state, &st, to);
+		if (e->fs.f != NULL) /* before the state says so: the file may be closed at once */
+			rf__file_unhold(e->fs.f);
+		if (rc == RF_OK)
+			rc = rf__cu_kcopy(cx, e, data, e->s);
+		if (rc != RF_OK) {
+			e->rc = rc;
+			atomic_store_explicit(&e->state, to, memory_order_release);
+		}
 	}
 	rf__ec_notify(&cx->ec);
 }
 
 /* A pinned slot of lane l and the event of the H2D that last read it (NULL: none). An acquire has slot 0
- * to itself (never waiting for a hint's stage); a hint takes a free other one, else RF__NO_STAGE. */
+ * to itself (never waiting for a hint's stage); a hint takes another one whose last hint's lane is done
+ * with it, else RF__NO_STAGE. */
 static unsigned rf__cu_kpin(rf__cu *cx, unsigned l, int demand, void **war)
 {
 	rf__cu_keyed *k = cx->keyed;
 	for (unsigned i = 0; i < (demand ? 1 : k->pins - 1); i++) {
 		unsigned t = l + k->nlanes * (demand ? 0 : 1 + (k->next_pin[l] + i) % (k->pins - 1));
-		rf__cu_kst *s = &k->kst[t];
-		rf__cu_kt *u = s->user ? rf__cu_kt_of(k, s->user) : NULL, *r = s->reader ? rf__cu_kt_of(k, s->reader) : NULL;
-		int st = u ? atomic_load_explicit(&u->state, memory_order_acquire) : 0;
-		if ((s->seq != UINT64_MAX && rf__lane_consumed(&cx->pool, l % cx->nhost) <= s->seq) || st == RF__CK_STAGING ||
-		    st == RF__CK_STAGED)
+		rf__cu_kt *r = k->reader[t] ? rf__cu_kt_of(k, k->reader[t]) : NULL;
+		if (r != NULL && atomic_load_explicit(&r->state, memory_order_acquire) == RF__CK_STAGING)
 			continue;
 		*war = r != NULL ? r->ev : NULL;
 		k->next_pin[l] += i + 1;
@@ -306,7 +299,7 @@ static unsigned rf__cu_kpin(rf__cu *cx, unsigned l, int demand, void **war)
 
 /* Stage req's source for entry e (a file's range when fs->f, held until the read), then its H2D: a hint's
  * on the host lane (RF_ENOSPC when no pinned slot is free), an acquire's here. */
-static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kticket t, void *s, rf__fsrc *fs)
+static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, void *s, rf__fsrc *fs)
 {
 	rf__cu_keyed *k = cx->keyed;
 	unsigned char *pin;
@@ -315,48 +308,34 @@ static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, rf__kti
 	unsigned l = req->lane % k->nlanes, pt = rc == RF_OK ? rf__cu_kpin(cx, l, req->demand, &war) : RF__NO_STAGE;
 	if (rc != RF_OK || pt == RF__NO_STAGE)
 		return rc != RF_OK ? rc : RF_ENOSPC;
-	rf__cu_kst *st = &k->kst[pt];
+	const unsigned char *data = pin + (size_t)pt * cx->pin_stride;
 	e->pin = pt;
-	st->user = t;
-	e->data = pin + (size_t)pt * cx->pin_stride;
 	if (req->demand) {
 		int err = war != NULL ? cx->api->event_synchronize(war) : 0;
 		if (err != 0)
 			return rf__cu_fail(cx->api, "cudaEventSynchronize (keyed staging slot free)", err);
 		if (fs->f == NULL)
 			memcpy(pin + (size_t)pt * cx->pin_stride, req->src, req->bytes);
-		else if ((rc = rf__cu_read(cx, &cx->krd, fs, req->bytes, pin + (size_t)pt * cx->pin_stride, &e->data)) != RF_OK)
+		else if ((rc = rf__cu_read(cx, &cx->krd, fs, req->bytes, pin + (size_t)pt * cx->pin_stride, &data)) != RF_OK)
 			return rc;
-		return rf__cu_kh2d(cx, e, e->data, s);
+		k->reader[pt] = e->t;
+		return rf__cu_kcopy(cx, e, data, s);
 	}
-	unsigned lane = l % cx->nhost;
-	*st = (rf__cu_kst){.w.fn = rf__cu_kstage_fn, .kt = e, .fs = *fs, .war = war,
-			   .seq = rf__lane_posted(&cx->pool, lane), .user = t, .reader = st->reader};
+	e->w.fn = rf__cu_kstage_fn;
+	e->s = s, e->war = war, e->fs = *fs;
 	atomic_store_explicit(&e->state, RF__CK_STAGING, memory_order_relaxed);
-	atomic_store_explicit(&e->num, t, memory_order_release);
-	if (rf__pool_post(&cx->pool, lane, &st->w) != RF_OK) {
+	atomic_store_explicit(&e->num, e->t, memory_order_release);
+	if (rf__pool_post(&cx->pool, l % cx->nhost, &e->w) != RF_OK) {
 		atomic_store_explicit(&e->num, 0, memory_order_relaxed);
-		st->seq = UINT64_MAX;
 		return RF_ENOSPC;
 	}
-	k->fifo[(size_t)l * k->pins + (k->fhead[l] + k->fn[l]) % k->pins] = t;
-	k->fn[l]++;
+	k->reader[pt] = e->t;
 	fs->f = NULL; /* the item lets go of the file */
 	return RF_OK;
 }
 
-/* When entry e's copy was issued: `stream` waits on its event, or (host) the calling thread does. */
-static int rf__cu_kon(rf__cu *cx, rf__cu_kt *e, void *stream, int host)
-{
-	int err = 0;
-	if (e != NULL && atomic_load(&e->state) == RF__CK_ISSUED)
-		err = host ? cx->api->event_synchronize(e->ev) : cx->api->stream_wait_event(stream, e->ev);
-	const char *call = host ? "cudaEventSynchronize (keyed copy)" : "cudaStreamWaitEvent (acquire)";
-	return err != 0 ? rf__cu_fail(cx->api, call, err) : RF_OK;
-}
-
-/* Every owner-thread entry point: the scope, finished stages' H2Ds enqueued; with `what` (the caller's
- * name), RF_ENOTSUP when `stream` is being captured (a keyed copy cannot be part of a graph). */
+/* Every owner-thread entry point: the scope; with `what` (the caller's name), RF_ENOTSUP when `stream`
+ * is being captured (a keyed copy cannot be part of a graph). */
 static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc, void *stream, const char *what)
 {
 	int yes = 0, e, rc;
@@ -364,10 +343,9 @@ static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc, void *stream, const char
 		return rf__err(RF_EBACKEND, "cuda: pipeline unusable after a device error: %s", cx->broken_msg);
 	if ((rc = rf__cu_kbegin(cx, sc)) != RF_OK)
 		return rc;
-	rc = rf__cu_kprogress(cx);
-	if (rc == RF_OK && what != NULL && (e = cx->api->stream_capturing(stream, &yes)) != 0)
+	if (what != NULL && (e = cx->api->stream_capturing(stream, &yes)) != 0)
 		rc = rf__cu_fail(cx->api, "cudaStreamIsCapturing", e);
-	else if (rc == RF_OK && yes)
+	else if (yes)
 		rc = rf__err(RF_ENOTSUP, "cuda: %s: the stream is being captured (keyed copies cannot be "
 			     "captured)", what);
 	if (rc != RF_OK)
@@ -381,6 +359,15 @@ int rf__cu_keyed_settle(rf__cu *cx)
 	if (cx->keyed == NULL || !cx->keyed->used)
 		return 0;
 	return cx->api->device_synchronize();
+}
+
+static int rf__cu_kitems_done(void *arg)
+{
+	rf__cu *cx = arg;
+	for (unsigned i = 0; i < cx->nhost; i++)
+		if (rf__lane_consumed(&cx->pool, i) < rf__lane_posted(&cx->pool, i))
+			return 0;
+	return 1;
 }
 
 int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
@@ -403,23 +390,28 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	rf__kticket t = k->next + 1;
 	rf__cu_kt *e = &k->kt[t % k->nt];
 	rf__kticket old = atomic_load_explicit(&e->num, memory_order_acquire);
-	if (old != 0 && (rc = rf__cu_kready(cx, old)) != RF_OK) /* the ring came round to an unfinished one (rare) */
+	if (old != 0 && (rc = rf__cu_kready(cx, old, NULL, 2)) != RF_OK) /* the ring came round to one (rare) */
 		goto out;
-	if (old != 0 && (rc = rf__cu_kon(cx, e, NULL, 1)) != RF_OK)
-		goto out;
+	if (old != 0 && atomic_load(&e->state) == RF__CK_WITHDRAWN) /* its item names the entry till passed */
+		rf__ec_wait(&cx->ec, rf__cu_kitems_done, cx, cx->spin_ns);
 	atomic_store_explicit(&e->num, 0, memory_order_release);
 	e->t = t, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src, e->dst = req->dst;
-	e->bytes = req->bytes, e->after = req->after, e->counter = req->counter, e->failed = req->failed;
+	e->bytes = req->bytes, e->counter = req->counter, e->failed = req->failed;
 	int dma = !file && (k->pins == 0 || rf__cu_is_dma(cx, k->ranges, req->src, req->bytes));
 	/* Issued now (not by the lane's order): the slot's previous copy must be issued first. */
-	if ((dma || req->demand) && req->after != 0 && (rc = rf__cu_kready(cx, req->after)) != RF_OK)
+	if ((dma || req->demand) && req->after != 0 && (rc = rf__cu_kready(cx, req->after, NULL, 0)) != RF_OK)
 		goto out;
-	rc = dma ? rf__cu_kh2d(cx, e, req->src, s) : rf__cu_kstage(cx, req, e, t, s, &fs);
+	if ((rc = rf__cu_korder(cx, req->slot, req->after, s)) != RF_OK)
+		goto out;
+	rc = dma ? rf__cu_kcopy(cx, e, req->src, s) : rf__cu_kstage(cx, req, e, s, &fs);
 	if (rc != RF_OK)
 		goto out;
+	for (unsigned j = 0; (dma || req->demand) && j < RF__CU_KREL; j++) /* before this H2D and later ones */
+		k->rel[(size_t)req->slot * RF__CU_KREL + j].live = 0;
 	atomic_store_explicit(&e->num, t, memory_order_release);
 	k->next = t;
 	k->dirty = 1;
+	k->used = 1;
 	*out = t;
 out:
 	if (fs.f != NULL)
@@ -433,11 +425,10 @@ int rf__cu_kcancel(void *ctx, rf__kticket t)
 {
 	rf__cu *cx = ctx;
 	rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
-	rf__cu_kst *s = e != NULL ? &cx->keyed->kst[e->pin] : NULL;
-	if (e == NULL || atomic_load(&e->state) != RF__CK_STAGING || !rf__work_cancel(&s->w))
+	if (e == NULL || atomic_load(&e->state) != RF__CK_STAGING || !rf__work_cancel(&e->w))
 		return 0;
-	if (s->fs.f != NULL) /* the item will not run: its hold is ours to let go */
-		rf__file_unhold(s->fs.f);
+	if (e->fs.f != NULL) /* the item will not run: its hold is ours to let go */
+		rf__file_unhold(e->fs.f);
 	atomic_store_explicit(&e->state, RF__CK_WITHDRAWN, memory_order_release);
 	return 1;
 }
@@ -450,8 +441,7 @@ int rf__cu_kwait(void *ctx, rf__kticket t, void *stream, int host)
 	int rc = rf__cu_kenter(cx, &sc, stream, host ? NULL : "rf_pipeline_acquire");
 	if (rc != RF_OK)
 		return rc;
-	if ((rc = rf__cu_kready(cx, t)) == RF_OK)
-		rc = rf__cu_kon(cx, rf__cu_kt_of(cx->keyed, t), stream, host);
+	rc = rf__cu_kready(cx, t, stream, host ? 2 : 1);
 	rf__cu_kleave(cx, &sc);
 	return rc;
 }
@@ -486,15 +476,6 @@ int rf__cu_krelease(void *ctx, unsigned slot, void *stream)
 	return rc;
 }
 
-static int rf__cu_kitems_done(void *arg)
-{
-	rf__cu *cx = arg;
-	for (unsigned i = 0; i < cx->nhost; i++)
-		if (rf__lane_consumed(&cx->pool, i) < rf__lane_posted(&cx->pool, i))
-			return 0;
-	return 1;
-}
-
 /* Everything keyed finished, every release ordered: a host wait (runs, reset, destroy). */
 int rf__cu_kquiesce(void *ctx)
 {
@@ -508,10 +489,8 @@ int rf__cu_kquiesce(void *ctx)
 	int rc = rf__cu_enter(api, cx->device, &saved), first = 0;
 	if (rc != RF_OK)
 		return rc; /* rf__cu_enter said why */
-	for (unsigned l = 0; l < k->nlanes && rc == RF_OK; l++)
-		while (k->fn[l] > 0 && rc == RF_OK)
-			rc = rf__cu_kready(cx, k->fifo[(size_t)l * k->pins + k->fhead[l]]);
-	rf__ec_wait(&cx->ec, rf__cu_kitems_done, cx, cx->spin_ns); /* withdrawn items read nothing after this */
+	/* Every staged hint's H2D enqueued (withdrawn items read nothing after this). */
+	rf__ec_wait(&cx->ec, rf__cu_kitems_done, cx, cx->spin_ns);
 	for (unsigned i = 0; i < 2 * k->nlanes; i++) { /* hint and demand streams */
 		int e = api->stream_synchronize(k->hint[i]);
 		first = first ? first : e;
@@ -524,12 +503,10 @@ int rf__cu_kquiesce(void *ctx)
 		}
 	for (unsigned i = 0; i < k->nt; i++)
 		atomic_store_explicit(&k->kt[i].num, 0, memory_order_release);
-	for (unsigned t = 0; t < cx->nstage; t++)
-		k->kst[t].user = k->kst[t].reader = 0;
 	rf__cu_leave(api, &saved);
-	if (rc == RF_OK && first != 0)
-		rc = rf__cu_fail(api, "keyed quiesce (cudaStreamSynchronize / cudaEventSynchronize)", first);
-	return rc;
+	if (first != 0)
+		return rf__cu_fail(api, "keyed quiesce (cudaStreamSynchronize / cudaEventSynchronize)", first);
+	return RF_OK;
 }
 
 unsigned rf__cu_klanes(void *ctx)
