@@ -164,6 +164,9 @@ static int rt_pools(void)
 	X(int, host_unregister, (void *p), cudaHostUnregister(p))                                          \
 	X(const char *, error_name, (int err), cudaGetErrorName((cudaError_t)err))                         \
 	X(const char *, error_string, (int err), cudaGetErrorString((cudaError_t)err))                     \
+	X(int, error_kind, (int err), err == cudaSuccess ? RF__CUE_OK                                     \
+	  : err == cudaErrorNotReady ? RF__CUE_NOT_READY : err == cudaErrorMemoryAllocation ? RF__CUE_NOMEM \
+	  : RF__CUE_OTHER)                                                                                 \
 	X(int, get_last_error, (void), cudaGetLastError())                                                 \
 	X(int, init_context, (void), cudaFree(NULL))
 
@@ -220,20 +223,6 @@ static int rt_dma_range(const void *p, const void **start, size_t *len)
 	return 1;
 }
 
-static int rt_error_kind(int err)
-{
-	switch ((cudaError_t)err) {
-	case cudaSuccess:
-		return RF__CUE_OK;
-	case cudaErrorNotReady:
-		return RF__CUE_NOT_READY;
-	case cudaErrorMemoryAllocation:
-		return RF__CUE_NOMEM;
-	default:
-		return RF__CUE_OTHER;
-	}
-}
-
 #define RT_SET(type, name, params, call) .name = rt_##name,
 static const rf__cuda_api rf__cuda_api_real = {
 	RT_FORWARDS(RT_SET)
@@ -248,7 +237,6 @@ static const rf__cuda_api rf__cuda_api_real = {
 	.capture_mode_restore = rt_capture_mode_restore,
 	.host_register = rt_host_register,
 	.dma_range = rt_dma_range,
-	.error_kind = rt_error_kind,
 };
 
 const rf__cuda_api *rf__cuda = &rf__cuda_api_real;
