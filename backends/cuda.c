@@ -31,7 +31,7 @@ int rf__cu_fail(const rf__cuda_api *api, const char *call, int err)
  * context must not be left with one, least of all device 0's. device < 0: the current one, else 0. */
 int rf__cu_enter(const rf__cuda_api *api, int device, rf__cu_saved *saved)
 {
-	saved->ctx = NULL;
+	*saved = (rf__cu_saved){NULL, 0, 0, 0};
 	saved->valid = rf__cu_clear(api, api->ctx_get(&saved->ctx)) == 0;
 	int cur = -1;
 	if (saved->valid && saved->ctx != NULL && rf__cu_clear(api, api->get_device(&cur)) != 0)
@@ -45,6 +45,8 @@ int rf__cu_enter(const rf__cuda_api *api, int device, rf__cu_saved *saved)
 
 void rf__cu_leave(const rf__cuda_api *api, const rf__cu_saved *saved)
 {
+	if (saved->moded)
+		rf__cu_clear(api, api->capture_mode_restore(saved->mode));
 	if (saved->valid)
 		rf__cu_clear(api, api->ctx_set(saved->ctx));
 }

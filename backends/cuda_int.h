@@ -123,14 +123,14 @@ void rf__cu_events_free(const rf__cuda_api *api, void **ev, size_t n);
 			return rf__cu_fail((api), (call), e_);                                              \
 	} while (0)
 
-/* Make `device` current for a call and put the caller's context back afterwards — "none" included. */
+/* Make `device` current for a call and put the caller's context back afterwards — "none" included —
+ * and the capture mode when `moded` (keyed calls run in thread-local mode). */
 typedef struct rf__cu_saved {
 	void *ctx;
-	int valid;
+	int valid, mode, moded;
 } rf__cu_saved;
 int rf__cu_enter(const rf__cuda_api *api, int device, rf__cu_saved *saved);
 void rf__cu_leave(const rf__cuda_api *api, const rf__cu_saved *saved);
-
 
 /* cuda_stage.c: pinned memory, DMA ranges, the staging pool */
 void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy *in, rf__staging_policy *out,

@@ -134,24 +134,12 @@ static rf__cu_kt *rf__cu_kt_of(rf__cu_keyed *k, rf__kticket t)
 
 /* Around every keyed CUDA call: params.device current (a thread without a context would get device
  * 0's), thread-local capture mode. */
-typedef struct rf__cu_kscope {
-	rf__cu_saved saved;
-	int mode, moded;
-} rf__cu_kscope;
-
-static int rf__cu_kbegin(rf__cu *cx, rf__cu_kscope *sc)
+static int rf__cu_kbegin(rf__cu *cx, rf__cu_saved *sc)
 {
-	int rc = rf__cu_enter(cx->api, cx->device, &sc->saved);
+	int rc = rf__cu_enter(cx->api, cx->device, sc);
 	if (rc == RF_OK)
 		sc->moded = rf__cu_clear(cx->api, cx->api->capture_mode_local(&sc->mode)) == 0;
 	return rc;
-}
-
-static void rf__cu_kleave(rf__cu *cx, rf__cu_kscope *sc)
-{
-	if (sc->moded)
-		rf__cu_clear(cx->api, cx->api->capture_mode_restore(sc->mode));
-	rf__cu_leave(cx->api, &sc->saved);
 }
 
 /* Any thread (lookup): an event query only. */
@@ -164,11 +152,11 @@ int rf__cu_ktest(void *ctx, rf__kticket t)
 		return 1;
 	if (st != RF__CK_ISSUED)
 		return 0;
-	rf__cu_kscope sc;
+	rf__cu_saved sc;
 	if (rf__cu_kbegin(cx, &sc) != RF_OK)
 		return 0; /* cannot ask: not known finished (a later wait reports the error) */
 	int q = cx->api->event_query(e->ev);
-	rf__cu_kleave(cx, &sc);
+	rf__cu_leave(cx->api, &sc);
 	/* Not ready (an error cudaEventQuery leaves), or a device error: the copy will never finish and the
 	 * next call that waits reports it. */
 	rf__cu_clear(cx->api, q);
@@ -336,7 +324,7 @@ static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, void *s
 
 /* Every owner-thread entry point: the scope; with `what` (the caller's name), RF_ENOTSUP when `stream`
  * is being captured (a keyed copy cannot be part of a graph). */
-static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc, void *stream, const char *what)
+static int rf__cu_kenter(rf__cu *cx, rf__cu_saved *sc, void *stream, const char *what)
 {
 	int yes = 0, e, rc;
 	if (cx->broken)
@@ -349,7 +337,7 @@ static int rf__cu_kenter(rf__cu *cx, rf__cu_kscope *sc, void *stream, const char
 		rc = rf__err(RF_ENOTSUP, "cuda: %s: the stream is being captured (keyed copies cannot be "
 			     "captured)", what);
 	if (rc != RF_OK)
-		rf__cu_kleave(cx, sc);
+		rf__cu_leave(cx->api, sc);
 	return rc;
 }
 
@@ -374,7 +362,7 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	rf__cu *cx = ctx;
 	rf__cu_keyed *k = cx->keyed;
-	rf__cu_kscope sc;
+	rf__cu_saved sc;
 	rf__fsrc fs = {NULL, 0};
 	int rc = rf__cu_kenter(cx, &sc, req->stream, req->demand ? "rf_pipeline_acquire" : NULL);
 	if (rc != RF_OK)
@@ -416,7 +404,7 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 out:
 	if (fs.f != NULL)
 		rf__file_unhold(fs.f);
-	rf__cu_kleave(cx, &sc);
+	rf__cu_leave(cx->api, &sc);
 	return rc;
 }
 
@@ -437,12 +425,12 @@ int rf__cu_kcancel(void *ctx, rf__kticket t)
 int rf__cu_kwait(void *ctx, rf__kticket t, void *stream, int host)
 {
 	rf__cu *cx = ctx;
-	rf__cu_kscope sc;
+	rf__cu_saved sc;
 	int rc = rf__cu_kenter(cx, &sc, stream, host ? NULL : "rf_pipeline_acquire");
 	if (rc != RF_OK)
 		return rc;
 	rc = rf__cu_kready(cx, t, stream, host ? 2 : 1);
-	rf__cu_kleave(cx, &sc);
+	rf__cu_leave(cx->api, &sc);
 	return rc;
 }
 
@@ -451,7 +439,7 @@ int rf__cu_krelease(void *ctx, unsigned slot, void *stream)
 	rf__cu *cx = ctx;
 	rf__cu_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
-	rf__cu_kscope sc;
+	rf__cu_saved sc;
 	int rc = rf__cu_kenter(cx, &sc, stream, "rf_pipeline_release");
 	if (rc != RF_OK)
 		return rc;
@@ -472,7 +460,7 @@ int rf__cu_krelease(void *ctx, unsigned slot, void *stream)
 	} else {
 		rc = rf__cu_fail(api, "cudaEventRecord (release)", e);
 	}
-	rf__cu_kleave(cx, &sc);
+	rf__cu_leave(cx->api, &sc);
 	return rc;
 }
 
