@@ -7,7 +7,6 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "io/file.h"
-#include "runtime/config.h"
 #include "runtime/trace.h"
 #include "runtime/walk.h"
 
@@ -405,12 +404,11 @@ static void rf__thr_lane_sleep(void *ctx)
 
 static const rf__lane_ops rf__thr_lane_ops = {rf__thr_lane_idle, rf__thr_lane_sleep};
 
-/* The arms a pipeline's runs compare, and the policy for describe. */
-static void rf__thr_arms(rf__threads *t)
+/* The arms a pipeline's runs compare (handoff: the configured mode), and the policy for describe. */
+static void rf__thr_arms(rf__threads *t, int handoff)
 {
 	unsigned arms[RF__SCH_NARMS], n = 0;
-	int ho = rf__ho_pipeline(t->handoff_mode, t->nq, t->nslots, &t->handoff_fixed, t->handoff_why,
-				 sizeof t->handoff_why);
+	int ho = rf__ho_pipeline(handoff, t->nq, t->nslots, &t->handoff_fixed, t->handoff_why, sizeof t->handoff_why);
 	if (t->overlap_mode != RF__OV_ON)
 		arms[n++] = RF__SCH_INLINE;
 	if (t->overlap_mode != RF__OV_OFF) {
@@ -446,21 +444,17 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	t->nq = args->nqueues;
 	t->staging = args->staging;
 	t->nslots = args->nslots;
-	void **lctx = NULL;
-	int rc = rf__config_handoff(&t->handoff_mode);
-	if (rc == RF_OK)
-		rc = rf__config_overlap(&t->overlap_mode);
-	if (rc == RF_OK)
-		rc = rf__config_worker_cpus(t->worker_cpus, sizeof t->worker_cpus);
-	if (rc != RF_OK)
-		goto fail;
+	t->overlap_mode = args->overlap;
 	unsigned nl = t->nq > 1 ? t->nq - 1 : 0;
 	t->q = rf__aligned_alloc(64, t->nq * sizeof *t->q);
 	t->lane = rf__calloc(nl ? nl : 1, sizeof *t->lane);
-	lctx = rf__calloc(nl ? nl : 1, sizeof *lctx);
+	void **lctx = rf__calloc(nl ? nl : 1, sizeof *lctx);
 	if (t->q == NULL || t->lane == NULL || lctx == NULL) {
-		rc = rf__err(RF_ENOMEM, "threads: out of memory");
-		goto fail;
+		free(t->q);
+		free(t->lane);
+		free(lctx);
+		free(t);
+		return rf__err(RF_ENOMEM, "threads: out of memory");
 	}
 	for (unsigned i = 0; i < t->nq; i++) {
 		atomic_init(&t->q[i].value, 0);
@@ -484,22 +478,16 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	atomic_init(&t->first_rc, 0);
 	t->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
 	t->run_spin_ns = t->spin_ns > RF__RUN_SPIN_NS ? t->spin_ns : RF__RUN_SPIN_NS;
-	rf__thr_arms(t);
-	rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__thr_lane_ops, lctx);
+	rf__thr_arms(t, args->handoff);
+	int rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__thr_lane_ops, lctx);
 	free(lctx);
 	if (rc != RF_OK) {
 		rf__thr_close(t);
 		return rf__err(rc, "threads: %s", rf__errmsg_peek());
 	}
-	rf__thr_pin(t);
+	rf__thr_pin(t, args->worker_cpus);
 	*ctx = t;
 	return RF_OK;
-fail:
-	free(t->q);
-	free(t->lane);
-	free(lctx);
-	free(t);
-	return rc;
 }
 
 /* The ring, under the pipeline's staging policy: "auto" resolves on the calling thread, queue 0's. */

@@ -76,6 +76,11 @@ typedef struct rf__open_args {
 	size_t slot_stride; /* slot_bytes rounded up to the backend's slot_align */
 	int oracle;         /* RINGFETCH_ORACLE=1: the backend checks what only it sees (cuda: a staged
 	                       keyed copy's pinned slot holds its bytes when the H2D is enqueued) */
+	/* The threads backend's configuration (runtime/config.h), read once by the owner: the handoff and
+	 * overlap modes (0: auto) and the copy workers' CPU list ("": the caller's binding), valid during
+	 * open. Other backends ignore them. */
+	int handoff, overlap;
+	const char *worker_cpus;
 } rf__open_args;
 
 #define RF__WAIT_SLEEP ((int64_t)-1)

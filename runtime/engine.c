@@ -18,7 +18,7 @@
 
 /* Lay the slots out for e->be (slot_align apart), open it and allocate them; on failure nothing is
  * left open. */
-static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
+static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args, size_t ring_cap)
 {
 	size_t align = e->be->slot_align ? e->be->slot_align : RF__SLOT_ALIGN_DEFAULT;
 	size_t n = args->nslots, stride = rf__slot_stride(e->slot_bytes, align);
@@ -28,7 +28,7 @@ static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
 	e->slot_stride = args->slot_stride = stride;
 	e->slots_len = n * stride;
 	if (host) /* a host ring: on whole huge pages when the budget allows */
-		e->slots_len = rf__staging_ring_len(e->slots_len, e->ring_cap);
+		e->slots_len = rf__staging_ring_len(e->slots_len, ring_cap);
 	int rc = rf__be_open(e->be, args, &e->ctx);
 	if (rc != RF_OK)
 		return rc;
@@ -47,26 +47,28 @@ static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
 }
 
 int rf__engine_init(rf__engine *e, const char *who, const char *backend, int device,
-		    struct rf_program *prog, size_t slot_bytes)
+		    struct rf_program *prog, size_t slot_bytes, const rf__config *cfg)
 {
 	e->prog = prog;
+	e->oracle = cfg->oracle;
 	e->slot_bytes = slot_bytes;
 	/* min_slots: room for a deeper program later (depth = auto). */
 	e->nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
 	e->nslots += e->nslots == 0;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
-			     e->nslots, e->wait_spin_ns, 0, e->oracle};
+			     e->nslots, e->wait_spin_ns, 0, cfg->oracle, cfg->handoff, cfg->overlap,
+			     cfg->worker_cpus};
 	int rc = rf__backend_lookup(backend, device, &e->be);
 	if (rc != RF_OK)
 		goto fail;
-	rc = rf__engine_start(e, who, &args);
+	rc = rf__engine_start(e, who, &args, (size_t)cfg->memory_budget);
 	/* "auto" promised a backend that works here: a GPU that cannot host this pipeline (device or pinned
 	 * memory) falls back to the CPU backends, and describe says why. */
 	char why[200] = "";
 	if (rc != RF_OK && strcmp(backend, "auto") == 0 && (e->be->caps & RF__CAP_DEVICE)) {
 		snprintf(why, sizeof why, "%s", rf__errmsg_peek());
 		if ((rc = rf__backend_lookup("threads", device, &e->be)) == RF_OK)
-			rc = rf__engine_start(e, who, &args);
+			rc = rf__engine_start(e, who, &args, (size_t)cfg->memory_budget);
 	}
 	if (rc != RF_OK)
 		goto fail;

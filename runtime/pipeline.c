@@ -289,14 +289,12 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	p->eng.staging = r.staging;
 	p->eng.wait_spin_ns = r.wait_ns;
 	p->eng.min_slots = r.auto_max;
-	p->eng.ring_cap = (size_t)r.cfg.memory_budget;
-	p->eng.oracle = r.cfg.oracle;
 	p->auto_max = r.auto_max;
 	p->eng.after = r.auto_max != 0 ? rf__auto_after : NULL;
 	if (r.auto_max != 0 && !r.device)
 		p->eng.measure = rf__pipeline_measure;
 	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", r.backend, params->device, prog,
-				  params->slot_bytes)) != RF_OK)
+				  params->slot_bytes, &r.cfg)) != RF_OK)
 		goto fail;
 	p->eng.release = rf__pipeline_free;
 	p->eng.owner = p;
