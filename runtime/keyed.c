@@ -13,21 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-int rf__keyed_create(struct rf__engine *eng, const rf__backend_ops *be, void *ctx, unsigned char *slots,
-		     unsigned nslots, size_t slot_bytes, size_t slot_stride, int oracle, rf__keyed **out)
+int rf__keyed_create(struct rf__engine *eng, rf__keyed **out)
 {
 	rf__keyed *k = rf__calloc(1, sizeof *k);
 	if (k == NULL)
 		return rf__err(RF_ENOMEM, "keyed: out of memory");
-	unsigned cap = 2;
+	unsigned cap = 2, nslots = eng->nslots;
 	while (cap < 2 * nslots)
 		cap *= 2;
-	k->eng = eng, k->be = be, k->ctx = ctx, k->slots = slots, k->n = nslots;
-	k->slot_bytes = slot_bytes, k->slot_stride = slot_stride;
+	k->eng = eng, k->be = eng->be, k->ctx = eng->ctx, k->slots = eng->slots, k->n = nslots;
+	k->slot_bytes = eng->slot_bytes, k->slot_stride = eng->slot_stride;
 	k->mask = cap - 1;
-	k->nlanes = rf__be_klanes(be, ctx);
-	k->device = (be->caps & RF__CAP_DEVICE) != 0;
-	k->oracle = oracle;
+	k->nlanes = rf__be_klanes(k->be, k->ctx);
+	k->device = (k->be->caps & RF__CAP_DEVICE) != 0;
+	k->oracle = eng->oracle;
 	k->nwords = (nslots + 63) / 64;
 	k->s = rf__calloc(nslots + 1u, sizeof *k->s);
 	k->tab = rf__calloc(cap, sizeof *k->tab);
