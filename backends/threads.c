@@ -473,9 +473,6 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 		lctx[i] = &t->lane[i];
 	}
 	rf__ec_init(&t->ec);
-	atomic_init(&t->active, 0);
-	atomic_init(&t->stop, 0);
-	atomic_init(&t->first_rc, 0);
 	t->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
 	t->run_spin_ns = t->spin_ns > RF__RUN_SPIN_NS ? t->spin_ns : RF__RUN_SPIN_NS;
 	rf__thr_arms(t, args->handoff);

@@ -40,7 +40,6 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 			memcpy(it->dst, it->src, it->bytes);
 		} else {
 			rf__flight_rec rec = {0};
-			rec.keyed = 1;
 			rec.unhold = it->fs.f;
 			rec.fail_at = it->failed;
 			rec.fail_value = (int64_t)(((uint64_t)l->q << RF__TK_SHIFT) | (uint64_t)v);

@@ -74,12 +74,8 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 		goto fail;
 	rf__be_describe(e->be, e->ctx, e->desc_core, sizeof e->desc_core);
 	memcpy(e->describe[0], e->desc_core, sizeof e->describe[0]);
-	e->desc_note[0] = '\0';
-	atomic_init(&e->desc_cur, 0);
 	if (why[0] != '\0')
 		rf__engine_describe_append(e, "; auto: cuda not used: %s", why);
-	atomic_init(&e->state, RF__IDLE);
-	atomic_init(&e->cancel, 0);
 	e->forks = rf__fork_count();
 	rf__flight_init(&e->io, NULL, 0, NULL);
 	pthread_mutex_init(&e->stats_mu, NULL);

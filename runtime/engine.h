@@ -69,11 +69,11 @@ typedef struct rf__engine {
 	int local; /* RF_LOCALITY_COPIER: runs as programmed are RF_SCHEDULE_LOCAL */
 } rf__engine;
 
-/* Resolve `backend` (already through config), open it, allocate the slots (CPU backends: from the
- * staging layer under e->staging; a host ring rounded up within cfg's memory budget) and, on CPU
- * backends, prog->nstage staging slots. cfg: the owner's configuration (the oracle, the threads
- * backend's settings), read during the call. Takes ownership of prog in every case. `who` prefixes
- * error messages. */
+/* e zeroed by the owner (all-zero is the idle state), the fields above set. Resolve `backend` (already
+ * through config), open it, allocate the slots (CPU backends: from the staging layer under e->staging;
+ * a host ring rounded up within cfg's memory budget) and, on CPU backends, prog->nstage staging slots.
+ * cfg: the owner's configuration (the oracle, the threads backend's settings), read during the call.
+ * Takes ownership of prog in every case. `who` prefixes error messages. */
 int rf__engine_init(rf__engine *e, const char *who, const char *backend, int device,
 		    struct rf_program *prog, size_t slot_bytes, const rf__config *cfg);
 /* Check the inputs, then run the program; see rf_pipeline_run for the contract. */

@@ -17,7 +17,6 @@ void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int6
 	f->ec = ec;
 	f->bell_slot = bell_slot;
 	f->value = value;
-	atomic_init(&f->inflight, 0);
 }
 
 /* The reader (the owner published it before posting the work that uses it). */
@@ -98,7 +97,7 @@ static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc)
 	r->rc = rc;
 	if (rc != RF_OK) {
 		snprintf(f->last, sizeof f->last, "%s", rf__reader_error(rf__flight_rd(f)));
-		if (r->keyed && r->fail_at != NULL) {
+		if (r->fail_at != NULL) {
 			atomic_store_explicit(r->fail_at, r->fail_value, memory_order_release);
 		} else if (!f->failed) {
 			f->failed = 1;

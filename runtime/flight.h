@@ -30,7 +30,6 @@ typedef struct rf__flight_rec {
 	uint32_t slot, node;
 	uint8_t queue;
 	uint8_t traced;            /* record a slice in the run's trace */
-	uint8_t keyed;             /* a failure is marked, the signal still goes out */
 	rf_file *unhold;           /* let go of this file once landed (NULL: the caller holds it) */
 	_Atomic int64_t *fail_at;  /* keyed: set to fail_value when the copy fails */
 	int64_t fail_value;
