@@ -7,7 +7,6 @@
 #include "io/file.h"
 #include "memory/staging.h"
 #include "runtime/flight.h"
-#include "runtime/trace.h"
 #include "runtime/walk.h"
 
 #include <stdio.h>
@@ -55,16 +54,8 @@ static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b,
 	}
 	if (!w->overlapped || slot == RF__NO_STAGE || ((run->prog->compute_queues >> queue) & 1))
 		return rf__flight_read(run->io, &fs, n, dst, run->slot_stride);
-	rf__flight_rec rec = {0};
-	rec.block = (int64_t)b;
-	rec.slot = slot;
-	rec.node = node;
-	rec.queue = (uint8_t)queue;
-	rec.traced = run->trace != NULL;
-	if (rec.traced) {
-		rec.t0 = rf__trace_now();
-		rec.s0 = rf__trace_seq(run->trace);
-	}
+	rf__flight_rec rec = {.block = (int64_t)b, .slot = slot, .node = node, .queue = (uint8_t)queue,
+			      .traced = run->trace != NULL};
 	int rc = rf__flight_start(run->io, &fs, n, dst, run->slot_stride, &rec);
 	if (rc != RF_OK)
 		return rc;

@@ -68,16 +68,8 @@ static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, s
 	unsigned char *dst = rf__slot_ptr(run, slot);
 	if (wk->lane == NULL)
 		return rf__flight_read(run->io, fs, n, dst, run->slot_stride);
-	rf__flight_rec rec = {0};
-	rec.block = (int64_t)b;
-	rec.slot = slot;
-	rec.node = node;
-	rec.queue = (uint8_t)wk->lane->q;
-	rec.traced = run->trace != NULL;
-	if (rec.traced) {
-		rec.t0 = rf__trace_now();
-		rec.s0 = rf__trace_seq(run->trace);
-	}
+	rf__flight_rec rec = {.block = (int64_t)b, .slot = slot, .node = node, .queue = (uint8_t)wk->lane->q,
+			      .traced = run->trace != NULL};
 	int rc = rf__flight_start(&wk->lane->flight, fs, n, dst, run->slot_stride, &rec);
 	rf__thr_progress(wk);
 	return rc == RF_OK ? RF__WALK_ASYNC : rc;
@@ -133,12 +125,12 @@ static void rf__thr_steal(rf__walker *wk, rf__tq *tq, size_t b)
 	unsigned slot = (unsigned)(b % run->prog->nslots);
 	if (RF__TEST_HOOK(before_copy) != NULL)
 		RF__TEST_HOOK(before_copy)(b);
-	int64_t t0 = run->trace ? rf__trace_now() : 0;
+	int64_t t0 = run->trace ? rf__now_ns() : 0;
 	uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
 	if (run->sizes[b] != 0)
 		rf__piece_copy(&tq->sjob, rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b], b, 0);
 	if (run->trace)
-		rf__trace_add(run->trace, 0, RF_OP_COPY, (int64_t)b, slot, 0, t0, rf__trace_now(), s0);
+		rf__trace_add(run->trace, 0, RF_OP_COPY, (int64_t)b, slot, 0, t0, rf__now_ns(), s0);
 	if (run->stats) /* counted, but not as the caller's busy time: it computed nothing meanwhile */
 		run->stats[0].copies++;
 	atomic_store_explicit(&tq->stolen, (int64_t)b, memory_order_release);
@@ -408,7 +400,8 @@ static const rf__lane_ops rf__thr_lane_ops = {rf__thr_lane_idle, rf__thr_lane_sl
 static void rf__thr_arms(rf__threads *t, int handoff)
 {
 	unsigned arms[RF__SCH_NARMS], n = 0;
-	int ho = rf__ho_pipeline(handoff, t->nq, t->nslots, &t->handoff_fixed, t->handoff_why, sizeof t->handoff_why);
+	int ho = rf__ho_pipeline(handoff, t->nq, t->nslots, &t->handoff_fixed, t->handoff_why,
+				 sizeof t->handoff_why);
 	if (t->overlap_mode != RF__OV_ON)
 		arms[n++] = RF__SCH_INLINE;
 	if (t->overlap_mode != RF__OV_OFF) {

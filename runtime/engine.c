@@ -245,9 +245,9 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
 	}
-	int64_t t0 = rf__trace_now();
+	int64_t t0 = rf__now_ns();
 	int rc = rf__be_run(e->be, e->ctx, &run);
-	e->last.wall_ns = (uint64_t)(rf__trace_now() - t0);
+	e->last.wall_ns = (uint64_t)(rf__now_ns() - t0);
 	e->last.schedule = run.sched == RF_SCHEDULE_RING && e->local ? RF_SCHEDULE_LOCAL : run.sched;
 	e->last.handoff_runs = run.handoff != 0; /* this run's share of the total (rf__stats_publish) */
 	if (run.note != NULL) { /* a new version, the backend's schedule note replaced */

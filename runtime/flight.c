@@ -104,7 +104,7 @@ static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc)
 			snprintf(f->msg, sizeof f->msg, "%s", f->last);
 		}
 	} else if (r->traced && f->trace != NULL) {
-		rf__trace_add(f->trace, r->queue, RF_OP_COPY, r->block, r->slot, r->node, r->t0, rf__trace_now(), r->s0);
+		rf__trace_add(f->trace, r->queue, RF_OP_COPY, r->block, r->slot, r->node, r->t0, rf__now_ns(), r->s0);
 	}
 	if (r->unhold != NULL)
 		rf__file_unhold(r->unhold);
@@ -137,6 +137,8 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 {
 	uint64_t tag = f->started;
 	rf__reader *rd = rf__flight_rd(f);
+	int64_t t0 = rec->traced ? rf__now_ns() : 0; /* the slice starts before any wait for room */
+	uint64_t s0 = rec->traced ? rf__trace_seq(f->trace) : 0;
 	for (;;) {
 		if (f->started - f->upto < RF__FLIGHT_MAX) {
 			int rc = rf__reader_start(rd, s, n, dst, cap, 0, tag);
@@ -150,6 +152,8 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 	}
 	rf__flight_rec *r = &f->rec[tag % RF__FLIGHT_MAX];
 	*r = *rec;
+	r->t0 = t0;
+	r->s0 = s0;
 	r->dst = dst;
 	r->len = n > cap ? n : cap;
 	r->done = 0;
