@@ -209,8 +209,7 @@ void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap
 int rf__be_kissue(const rf__backend_ops *be, void *ctx, const rf__kcopy *req, rf__kticket *out);
 int rf__be_ktest(const rf__backend_ops *be, void *ctx, rf__kticket t);
 int rf__be_kcancel(const rf__backend_ops *be, void *ctx, rf__kticket t);
-int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stream);
-int rf__be_ksync(const rf__backend_ops *be, void *ctx, rf__kticket t);
+int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stream, int host);
 int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream);
 int rf__be_kquiesce(const rf__backend_ops *be, void *ctx);
 unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx);
