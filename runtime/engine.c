@@ -187,7 +187,7 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 	if (srcs == NULL || sizes == NULL || compute == NULL)
 		return rf__err(RF_EINVAL, "%s: %s is NULL with nblocks %zu", who,
 			       srcs == NULL ? "srcs" : sizes == NULL ? "sizes" : "compute", nblocks);
-	if (!rf__nblocks_ok(nblocks))
+	if (nblocks > RF__MAX_NBLOCKS)
 		return rf__err(RF_EINVAL, "%s: nblocks %zu is over %zu", who, nblocks, RF__MAX_NBLOCKS);
 	/* rf__file_any per run, not per block. A source must not overlap the ring or its staging slots: a
 	 * copy from a slot races with its refill (the ring's edges cover only the slots' own blocks). A
