@@ -79,12 +79,12 @@ typedef struct rf__resolved {
 } rf__resolved;
 
 /* depth = auto: start at the shallowest ring that keeps every copy queue busy; allocate slots for the
- * deepest the budget allows (at most RF__AUTO_MAX_DEPTH, or a device backend's ladder top), so that
- * choosing later allocates nothing. */
+ * deepest the budget allows (at most RF__AUTO_MAX_DEPTH, or the top of a device backend's ladder lo,
+ * 2 lo, 4 lo: RF__AUTO_NCAND rungs), so that choosing later allocates nothing. */
 static int rf__pipeline_auto(const rf_pipeline_params *pp, rf__resolved *r)
 {
 	const rf__config *c = &r->cfg;
-	unsigned lo = rf__ring_busy_depth(r->kq), cap = r->device ? rf__auto_ladder_top(lo) : RF__AUTO_MAX_DEPTH;
+	unsigned lo = rf__ring_busy_depth(r->kq), cap = r->device ? lo << (RF__AUTO_NCAND - 1) : RF__AUTO_MAX_DEPTH;
 	unsigned max = cap > lo ? cap : lo;
 	if (c->memory_budget != 0 && c->memory_budget / pp->slot_bytes < max)
 		max = (unsigned)(c->memory_budget / pp->slot_bytes);
