@@ -134,8 +134,9 @@ static inline __attribute__((always_inline)) int rf__cpu_wait_seen(void *c, unsi
 static const rf__walk_ops rf__cpu_plain_ops = {rf__cpu_copy, rf__cpu_compute, rf__cpu_signal_now, rf__cpu_wait_seen,
 					       rf__cpu_stage};
 
-int rf__cpu_walk_inline(rf__run *run)
+int rf__cpu_run(void *ctx, rf__run *run)
 {
+	(void)ctx;
 	rf__cpu_walk w = {{0}, 0, {0}, NULL, NULL};
 	return rf__walk(run, -1, 0, &rf__cpu_plain_ops, &w);
 }
@@ -155,12 +156,6 @@ int rf__cpu_walk_overlapped(rf__run *run)
 		rc = rf__err(RF_EIO, "%s", f->msg);
 	f->failed = 0;
 	return rc;
-}
-
-static int rf__cpu_run(void *ctx, rf__run *run)
-{
-	(void)ctx;
-	return rf__cpu_walk_inline(run);
 }
 
 static int rf__cpu_open(const rf__open_args *args, void **ctx)

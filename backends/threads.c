@@ -339,7 +339,7 @@ static int rf__thr_run(void *ctx, rf__run *run)
 	if (run->prog->nslots <= 1) {
 		/* Depth 1: nothing overlaps; the cpu backend's walk saves two thread hops per block. */
 		run->sched = RF_SCHEDULE_INLINE;
-		return rf__cpu_walk_inline(run);
+		return rf__cpu_run(NULL, run);
 	}
 	/* Every copy a file read and every compute the caller's (a graph's computes on other queues run on
 	 * their lanes): the caller keeps the reads in flight itself, no hand-off on the critical path. */
@@ -356,7 +356,7 @@ static int rf__thr_run(void *ctx, rf__run *run)
 	int rc;
 	if (arm == RF__SCH_INLINE) {
 		run->sched = RF_SCHEDULE_INLINE;
-		rc = rf__cpu_walk_inline(run);
+		rc = rf__cpu_run(NULL, run);
 	} else {
 		run->sched = RF_SCHEDULE_RING;
 		run->handoff = t->handoff;

@@ -222,10 +222,10 @@ void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
 extern const rf__backend_ops rf__backend_cpu;
 extern const rf__backend_ops rf__backend_threads;
 extern const rf__backend_ops rf__backend_cuda;
-/* The cpu backend's walk of a whole program on the calling thread: what "threads" runs at depth 1, so
- * that it costs what "cpu" costs; and the same with file reads in flight from the calling thread
- * (signals after they land), for runs whose every copy is a file read (run->io open). */
-int rf__cpu_walk_inline(rf__run *run);
+/* The cpu backend's run (ctx unused), a walk of the whole program on the calling thread: what "threads"
+ * runs at depth 1, so that it costs what "cpu" costs; and the same with file reads in flight from the
+ * calling thread (signals after they land), for runs whose every copy is a file read (run->io open). */
+int rf__cpu_run(void *ctx, rf__run *run);
 int rf__cpu_walk_overlapped(rf__run *run);
 /* The cpu backend's keyed copy, inline (ticket 0): also the threads backend's demand copies. */
 int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out);
