@@ -7,7 +7,6 @@
 #include "io/file.h"
 #include "memory/staging.h"
 #include "runtime/flight.h"
-#include "runtime/trace.h"
 #include "runtime/walk.h"
 
 #include <stdio.h>
@@ -55,16 +54,8 @@ static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b,
 	}
 	if (!w->overlapped || slot == RF__NO_STAGE || ((run->prog->compute_queues >> queue) & 1))
 		return rf__flight_read(run->io, &fs, n, dst, run->slot_stride);
-	rf__flight_rec rec = {0};
-	rec.block = (int64_t)b;
-	rec.slot = slot;
-	rec.node = node;
-	rec.queue = (uint8_t)queue;
-	rec.traced = run->trace != NULL;
-	if (rec.traced) {
-		rec.t0 = rf__trace_now();
-		rec.s0 = rf__trace_seq(run->trace);
-	}
+	rf__flight_rec rec = {.block = (int64_t)b, .slot = slot, .node = node, .queue = (uint8_t)queue,
+			      .traced = run->trace != NULL};
 	int rc = rf__flight_start(run->io, &fs, n, dst, run->slot_stride, &rec);
 	if (rc != RF_OK)
 		return rc;
@@ -143,8 +134,9 @@ static inline __attribute__((always_inline)) int rf__cpu_wait_seen(void *c, unsi
 static const rf__walk_ops rf__cpu_plain_ops = {rf__cpu_copy, rf__cpu_compute, rf__cpu_signal_now, rf__cpu_wait_seen,
 					       rf__cpu_stage};
 
-int rf__cpu_walk_inline(rf__run *run)
+int rf__cpu_run(void *ctx, rf__run *run)
 {
+	(void)ctx;
 	rf__cpu_walk w = {{0}, 0, {0}, NULL, NULL};
 	return rf__walk(run, -1, 0, &rf__cpu_plain_ops, &w);
 }
@@ -164,12 +156,6 @@ int rf__cpu_walk_overlapped(rf__run *run)
 		rc = rf__err(RF_EIO, "%s", f->msg);
 	f->failed = 0;
 	return rc;
-}
-
-static int rf__cpu_run(void *ctx, rf__run *run)
-{
-	(void)ctx;
-	return rf__cpu_walk_inline(run);
 }
 
 static int rf__cpu_open(const rf__open_args *args, void **ctx)

@@ -7,7 +7,6 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "io/file.h"
-#include "runtime/config.h"
 #include "runtime/trace.h"
 #include "runtime/walk.h"
 
@@ -69,16 +68,8 @@ static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, s
 	unsigned char *dst = rf__slot_ptr(run, slot);
 	if (wk->lane == NULL)
 		return rf__flight_read(run->io, fs, n, dst, run->slot_stride);
-	rf__flight_rec rec = {0};
-	rec.block = (int64_t)b;
-	rec.slot = slot;
-	rec.node = node;
-	rec.queue = (uint8_t)wk->lane->q;
-	rec.traced = run->trace != NULL;
-	if (rec.traced) {
-		rec.t0 = rf__trace_now();
-		rec.s0 = rf__trace_seq(run->trace);
-	}
+	rf__flight_rec rec = {.block = (int64_t)b, .slot = slot, .node = node, .queue = (uint8_t)wk->lane->q,
+			      .traced = run->trace != NULL};
 	int rc = rf__flight_start(&wk->lane->flight, fs, n, dst, run->slot_stride, &rec);
 	rf__thr_progress(wk);
 	return rc == RF_OK ? RF__WALK_ASYNC : rc;
@@ -134,12 +125,12 @@ static void rf__thr_steal(rf__walker *wk, rf__tq *tq, size_t b)
 	unsigned slot = (unsigned)(b % run->prog->nslots);
 	if (RF__TEST_HOOK(before_copy) != NULL)
 		RF__TEST_HOOK(before_copy)(b);
-	int64_t t0 = run->trace ? rf__trace_now() : 0;
+	int64_t t0 = run->trace ? rf__now_ns() : 0;
 	uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
 	if (run->sizes[b] != 0)
 		rf__piece_copy(&tq->sjob, rf__slot_ptr(run, slot), run->srcs[b], run->sizes[b], b, 0);
 	if (run->trace)
-		rf__trace_add(run->trace, 0, RF_OP_COPY, (int64_t)b, slot, 0, t0, rf__trace_now(), s0);
+		rf__trace_add(run->trace, 0, RF_OP_COPY, (int64_t)b, slot, 0, t0, rf__now_ns(), s0);
 	if (run->stats) /* counted, but not as the caller's busy time: it computed nothing meanwhile */
 		run->stats[0].copies++;
 	atomic_store_explicit(&tq->stolen, (int64_t)b, memory_order_release);
@@ -348,7 +339,7 @@ static int rf__thr_run(void *ctx, rf__run *run)
 	if (run->prog->nslots <= 1) {
 		/* Depth 1: nothing overlaps; the cpu backend's walk saves two thread hops per block. */
 		run->sched = RF_SCHEDULE_INLINE;
-		return rf__cpu_walk_inline(run);
+		return rf__cpu_run(NULL, run);
 	}
 	/* Every copy a file read and every compute the caller's (a graph's computes on other queues run on
 	 * their lanes): the caller keeps the reads in flight itself, no hand-off on the critical path. */
@@ -365,7 +356,7 @@ static int rf__thr_run(void *ctx, rf__run *run)
 	int rc;
 	if (arm == RF__SCH_INLINE) {
 		run->sched = RF_SCHEDULE_INLINE;
-		rc = rf__cpu_walk_inline(run);
+		rc = rf__cpu_run(NULL, run);
 	} else {
 		run->sched = RF_SCHEDULE_RING;
 		run->handoff = t->handoff;
@@ -405,11 +396,11 @@ static void rf__thr_lane_sleep(void *ctx)
 
 static const rf__lane_ops rf__thr_lane_ops = {rf__thr_lane_idle, rf__thr_lane_sleep};
 
-/* The arms a pipeline's runs compare, and the policy for describe. */
-static void rf__thr_arms(rf__threads *t)
+/* The arms a pipeline's runs compare (handoff: the configured mode), and the policy for describe. */
+static void rf__thr_arms(rf__threads *t, int handoff)
 {
 	unsigned arms[RF__SCH_NARMS], n = 0;
-	int ho = rf__ho_pipeline(t->handoff_mode, t->nq, t->nslots, &t->handoff_fixed, t->handoff_why,
+	int ho = rf__ho_pipeline(handoff, t->nq, t->nslots, &t->handoff_fixed, t->handoff_why,
 				 sizeof t->handoff_why);
 	if (t->overlap_mode != RF__OV_ON)
 		arms[n++] = RF__SCH_INLINE;
@@ -446,21 +437,17 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	t->nq = args->nqueues;
 	t->staging = args->staging;
 	t->nslots = args->nslots;
-	void **lctx = NULL;
-	int rc = rf__config_handoff(&t->handoff_mode);
-	if (rc == RF_OK)
-		rc = rf__config_overlap(&t->overlap_mode);
-	if (rc == RF_OK)
-		rc = rf__config_worker_cpus(t->worker_cpus, sizeof t->worker_cpus);
-	if (rc != RF_OK)
-		goto fail;
+	t->overlap_mode = args->overlap;
 	unsigned nl = t->nq > 1 ? t->nq - 1 : 0;
 	t->q = rf__aligned_alloc(64, t->nq * sizeof *t->q);
 	t->lane = rf__calloc(nl ? nl : 1, sizeof *t->lane);
-	lctx = rf__calloc(nl ? nl : 1, sizeof *lctx);
+	void **lctx = rf__calloc(nl ? nl : 1, sizeof *lctx);
 	if (t->q == NULL || t->lane == NULL || lctx == NULL) {
-		rc = rf__err(RF_ENOMEM, "threads: out of memory");
-		goto fail;
+		free(t->q);
+		free(t->lane);
+		free(lctx);
+		free(t);
+		return rf__err(RF_ENOMEM, "threads: out of memory");
 	}
 	for (unsigned i = 0; i < t->nq; i++) {
 		atomic_init(&t->q[i].value, 0);
@@ -479,27 +466,18 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 		lctx[i] = &t->lane[i];
 	}
 	rf__ec_init(&t->ec);
-	atomic_init(&t->active, 0);
-	atomic_init(&t->stop, 0);
-	atomic_init(&t->first_rc, 0);
 	t->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
 	t->run_spin_ns = t->spin_ns > RF__RUN_SPIN_NS ? t->spin_ns : RF__RUN_SPIN_NS;
-	rf__thr_arms(t);
-	rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__thr_lane_ops, lctx);
+	rf__thr_arms(t, args->handoff);
+	int rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__thr_lane_ops, lctx);
 	free(lctx);
 	if (rc != RF_OK) {
 		rf__thr_close(t);
 		return rf__err(rc, "threads: %s", rf__errmsg_peek());
 	}
-	rf__thr_pin(t);
+	rf__thr_pin(t, args->worker_cpus);
 	*ctx = t;
 	return RF_OK;
-fail:
-	free(t->q);
-	free(t->lane);
-	free(lctx);
-	free(t);
-	return rc;
 }
 
 /* The ring, under the pipeline's staging policy: "auto" resolves on the calling thread, queue 0's. */

@@ -77,14 +77,13 @@ struct rf__threads {
 	size_t fail_block;
 	int fail_value;
 	char fail_msg[240]; /* RF_EIO: the failed read's sentence */
-	int handoff_mode, handoff;
+	int handoff;
 	int handoff_fixed;   /* the handoff of runs on the lanes when it is not one of the compared arms */
 	char handoff_why[320]; /* the handoff and overlap policies, for describe */
 	int overlap_mode;
 	rf__sch sch;     /* the schedules compared (threads_sched.h) */
 	char note[256];  /* the last comparison, for describe */
 	unsigned nslots;
-	char worker_cpus[128];
 	hwloc_topology_t topo;
 	char placement[512];
 	hwloc_obj_t cand[RF_MAX_QUEUES];
@@ -98,8 +97,9 @@ struct rf__threads {
 	size_t ring_len;
 };
 
-/* Placement (threads_place.c): pin the lanes (at open), follow the caller (per run), let go (close). */
-void rf__thr_pin(rf__threads *t);
+/* Placement (threads_place.c): pin the lanes (at open, within the CPU list `cpus`, "": the caller's
+ * binding), follow the caller (per run), let go (close). */
+void rf__thr_pin(rf__threads *t, const char *cpus);
 void rf__thr_follow(rf__threads *t);
 void rf__thr_unpin(rf__threads *t, int owned);
 

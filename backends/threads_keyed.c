@@ -40,7 +40,6 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 			memcpy(it->dst, it->src, it->bytes);
 		} else {
 			rf__flight_rec rec = {0};
-			rec.keyed = 1;
 			rec.unhold = it->fs.f;
 			rec.fail_at = it->failed;
 			rec.fail_value = (int64_t)(((uint64_t)l->q << RF__TK_SHIFT) | (uint64_t)v);
@@ -123,25 +122,23 @@ int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 		rc = RF_ENOSPC; /* the item this one reuses is still queued */
 	else if (file)
 		rc = rf__flight_open(&l->flight, t->ring, t->ring_len);
+	if (rc == RF_OK) {
+		it->w.fn = rf__tk_item_fn;
+		it->src = req->src;
+		it->dst = req->dst;
+		it->bytes = req->bytes;
+		it->cap = req->cap;
+		it->failed = req->failed;
+		it->fs = fs;
+		atomic_store_explicit(&it->value, v, memory_order_relaxed);
+		it->counter = req->counter;
+		it->seq = rf__lane_posted(&t->pool, req->lane);
+		rc = rf__pool_post(&t->pool, req->lane, &it->w); /* RF_OK or RF_ENOSPC */
+	}
 	if (rc != RF_OK) {
 		if (file)
 			rf__file_unhold(fs.f);
 		return rc;
-	}
-	it->w.fn = rf__tk_item_fn;
-	it->src = req->src;
-	it->dst = req->dst;
-	it->bytes = req->bytes;
-	it->cap = req->cap;
-	it->failed = req->failed;
-	it->fs = fs;
-	atomic_store_explicit(&it->value, v, memory_order_relaxed);
-	it->counter = req->counter;
-	it->seq = rf__lane_posted(&t->pool, req->lane);
-	if (rf__pool_post(&t->pool, req->lane, &it->w) != RF_OK) {
-		if (file)
-			rf__file_unhold(fs.f);
-		return RF_ENOSPC;
 	}
 	l->kposted = v;
 	*out = ((uint64_t)(req->lane + 1) << RF__TK_SHIFT) | (uint64_t)v;

@@ -101,7 +101,7 @@ static cpu_set_t *rf__tp_sets(hwloc_topology_t topo, hwloc_obj_t *cores, unsigne
 }
 
 /* Pin each lane (never the caller's thread); returns the length of t->placement. */
-static int rf__thr_place(rf__threads *t, int n)
+static int rf__thr_place(rf__threads *t, int n, const char *cpus)
 {
 	/* A topology failure is not the caller's failure (create still succeeds): keep its rf_errmsg. */
 	char saved[256];
@@ -109,27 +109,27 @@ static int rf__thr_place(rf__threads *t, int n)
 	if ((t->topo = rf__topo_acquire()) != NULL) {
 		t->scratch = hwloc_bitmap_alloc();
 		if ((t->home = rf__tp_core_now(t->topo, t->scratch)) != NULL)
-			t->ncand = rf__tp_cores(t->topo, t->worker_cpus, t->cand, RF_MAX_QUEUES);
+			t->ncand = rf__tp_cores(t->topo, cpus, t->cand, RF_MAX_QUEUES);
 	}
 	unsigned others = 0;
 	for (unsigned i = 0; i < t->ncand; i++)
 		others += t->cand[i] != t->home;
 	/* An explicit set that names only the caller's core is the deployer's call. */
-	t->avoid_home = !(*t->worker_cpus && others == 0);
+	t->avoid_home = !(*cpus && others == 0);
 	if (t->ncand == 0 || (t->avoid_home && others == 0)) {
 		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; copy workers not pinned: %s",
 			 t->topo == NULL ? rf__errmsg_peek()
 			 : t->home == NULL ? "the caller's core is unknown (no core objects in the topology)"
-			 : *t->worker_cpus ? "no core of the machine in RINGFETCH_WORKER_CPUS / worker_cpus"
+			 : *cpus ? "no core of the machine in RINGFETCH_WORKER_CPUS / worker_cpus"
 					   : "no core besides the caller's in its CPU binding");
 		t->ncand = 0;
 		rf__err(RF_OK, "%s", saved);
 		return (int)strlen(t->placement);
 	}
 	t->cand_sets = rf__tp_sets(t->topo, t->cand, t->ncand);
-	if (*t->worker_cpus)
+	if (*cpus)
 		n += snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; copy workers on CPUs %s (configured)",
-			      t->worker_cpus);
+			      cpus);
 	for (unsigned i = 0; i < t->pool.n; i++) {
 		hwloc_obj_t core = rf__tp_pick(t->cand, t->ncand, t->avoid_home ? t->home : NULL);
 		int ok = hwloc_set_thread_cpubind(t->topo, t->pool.lane[i].tid, core->cpuset, 0) == 0;
@@ -152,11 +152,11 @@ static int rf__thr_place(rf__threads *t, int n)
 /* Pin each lane to the core of the caller's binding (or of the configured set), other than the caller's,
  * that holds the fewest lanes of the process. Recorded in t->placement for describe: failing to pin is
  * not an error (the run is still correct), but never silent. */
-void rf__thr_pin(rf__threads *t)
+void rf__thr_pin(rf__threads *t, const char *cpus)
 {
 	int n = snprintf(t->placement, sizeof t->placement, "compute: caller's thread (not pinned by ringfetch)");
 	if (t->pool.n > 0)
-		n = rf__thr_place(t, n);
+		n = rf__thr_place(t, n, cpus);
 	if (n >= 0 && (size_t)n < sizeof t->placement)
 		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
 }

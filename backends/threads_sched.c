@@ -35,9 +35,8 @@ unsigned rf__sch_best(const double *fig, unsigned n)
 void rf__sch_init(rf__sch *s, const unsigned *arms, unsigned narms)
 {
 	memset(s, 0, sizeof *s);
-	s->narms = narms < 1 ? 1 : narms > RF__SCH_NARMS ? RF__SCH_NARMS : narms;
-	for (unsigned i = 0; i < s->narms; i++)
-		s->arms[i] = narms ? arms[i] : RF__SCH_LANES;
+	s->narms = narms;
+	memcpy(s->arms, arms, narms * sizeof *arms);
 }
 
 const char *rf__sch_name(unsigned arm)

@@ -109,7 +109,6 @@ int rf__pool_start(rf__pool *p, unsigned n, const char *role, rf__ec *ec, int64_
 	p->ops = ops;
 	p->spin_ns = spin_ns;
 	p->forks = rf__fork_count();
-	atomic_init(&p->quit, 0);
 	if (n == 0)
 		return RF_OK;
 	if ((p->lane = rf__aligned_alloc(64, n * sizeof *p->lane)) == NULL)
@@ -117,8 +116,6 @@ int rf__pool_start(rf__pool *p, unsigned n, const char *role, rf__ec *ec, int64_
 	memset(p->lane, 0, n * sizeof *p->lane);
 	for (unsigned i = 0; i < n; i++) {
 		rf__lane *l = &p->lane[i];
-		atomic_init(&l->head, 0);
-		atomic_init(&l->tail, 0);
 		l->pool = p;
 		l->ctx = ctx != NULL ? ctx[i] : NULL;
 		l->bell = i;

@@ -12,13 +12,6 @@
 #include <time.h>
 #include <unistd.h>
 
-int64_t rf__now_ns(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 void rf__ec_init(rf__ec *ec)
 {
 	atomic_init(&ec->seq, 0);

@@ -14,6 +14,7 @@
 
 #include <stdatomic.h>
 #include <stdint.h>
+#include <time.h>
 
 #define RF__EC_PAUSES 256u /* pauses before the first yield: a few microseconds */
 #define RF__EC_BELLS 64u   /* sleepers that may sleep on a bell at once (one per lane) */
@@ -46,7 +47,12 @@ void rf__ec_set_bell(rf__ec *ec, unsigned i, int fd);
 /* Spin only: 1 when pred became true within spin_ns, else 0. */
 int rf__ec_spin(rf__ec_pred pred, void *arg, int64_t spin_ns);
 
-/* Monotonic nanoseconds. */
-int64_t rf__now_ns(void);
+/* Monotonic nanoseconds (CLOCK_MONOTONIC): waits, run timing and trace events alike. */
+static inline int64_t rf__now_ns(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 
 #endif

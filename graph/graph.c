@@ -315,7 +315,7 @@ static int rf__ring_check(size_t nblocks, unsigned depth, unsigned copy_queues, 
 			       copy_queues, rf__ring_busy_depth(copy_queues), depth);
 	if ((size_t)copy_queues * pins > RF_MAX_SLOTS)
 		return rf__err(RF_EINVAL, "rf_graph_ring: %u x %u staging slots are over %u", copy_queues, pins, RF_MAX_SLOTS);
-	if (!rf__nblocks_ok(nblocks))
+	if (nblocks > RF__MAX_NBLOCKS)
 		return rf__err(RF_EINVAL, "rf_graph_ring: nblocks %zu is over %zu", nblocks, RF__MAX_NBLOCKS);
 	return RF_OK;
 }

@@ -22,10 +22,6 @@
 /* The one block limit, for graphs, rings and runs alike: a block plus its template offsets and the
  * signal values derived from it never overflow int64_t. */
 #define RF__MAX_NBLOCKS ((size_t)INT64_MAX / 8)
-static inline int rf__nblocks_ok(size_t nblocks)
-{
-	return nblocks <= RF__MAX_NBLOCKS;
-}
 
 #define RF__NO_STAGE UINT32_MAX /* rf__op.stage of a COPY whose block is not staged */
 

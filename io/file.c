@@ -259,7 +259,6 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 		return rf__err(RF_ENOMEM, "%s: out of memory", who);
 	memcpy(f->path, path, len + 1);
 	f->dfd = -1;
-	atomic_init(&f->holds, 0);
 	int rc;
 	const char *op = "open";
 	struct stat st;

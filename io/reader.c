@@ -69,8 +69,6 @@ struct rf__reader {
 	size_t reg_len;
 	int reg_tried;
 	char reg_why[96];
-	size_t last_align, last_mem_align, last_piece;
-	int any_file;
 	rd_copy *copies;
 	unsigned *free_copies, nfree_copies;
 	/* FIFO of copies with pieces not yet issued, max_copies long; a failed copy stays listed (and
@@ -447,8 +445,6 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
 	rd_copy *c = &r->copies[ci];
 	*c = (rd_copy){.tag = tag, .f = s->f, .dst = dst, .win_off = s->off, .win_len = n, .end = s->off + n, .n = n};
 	size_t a = rf__file_dio_align(s->f), ma = s->f->dio_mem_align;
-	r->any_file = 1;
-	r->last_align = a, r->last_mem_align = ma;
 	if (a != 0) {
 		uint64_t wo = s->off / a * a, we = (s->off + n + a - 1) / a * a;
 		size_t shift = (size_t)(s->off - wo), wl = (size_t)(we - wo);
@@ -468,7 +464,6 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
 		}
 	}
 	c->piece = rf__reader_piece(c->win_len, c->direct ? a : 4096, s->f->io_max);
-	r->last_piece = c->piece;
 	r->pend[(r->pend_head + r->npend++) % r->max_copies] = ci;
 	c->pending = 1;
 	rd_top_up(r);
@@ -633,14 +628,7 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 		RD_PUT("io_uring, up to %u reads in flight", RF__RD_QD);
 	else
 		RD_PUT("pread (%s), one read at a time", r->why);
-	if (!r->any_file)
-		RD_PUT(", O_DIRECT where the file and the range allow it");
-	else if (r->last_align != 0)
-		RD_PUT(", O_DIRECT where aligned (align %zu, memory %zu)", r->last_align, r->last_mem_align);
-	else
-		RD_PUT(", buffered (the file takes no O_DIRECT)");
-	if (r->last_piece != 0)
-		RD_PUT(", pieces of %zu KiB", r->last_piece >> 10);
+	RD_PUT(", O_DIRECT where the file and the range allow it");
 	if (r->reg_base != NULL)
 		RD_PUT(", slots registered");
 	else if (r->reg_tried)

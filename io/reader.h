@@ -61,7 +61,7 @@ void rf__reader_wait(rf__reader *r);
 /* The sentence of the last copy poll handed back with RF_EIO; "" before any. Valid until next poll. */
 const char *rf__reader_error(const rf__reader *r);
 
-/* One line: how copies are read (io_uring or pread and why, O_DIRECT, pieces, registration). */
+/* One line: how copies are read (io_uring or pread and why, O_DIRECT, registration, unaligned ranges). */
 void rf__reader_describe(const rf__reader *r, char *buf, size_t cap);
 
 typedef struct rf__reader_counters {

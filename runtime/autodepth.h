@@ -55,12 +55,6 @@ typedef struct rf__auto_probe {
  * 16). Returns how many (>= 1). */
 unsigned rf__auto_candidates(unsigned d, unsigned max, unsigned cand[RF__AUTO_NCAND]);
 
-/* The deepest rung of the ladder lo, 2 lo, 4 lo that device backends probe: the slots they need. */
-static inline unsigned rf__auto_ladder_top(unsigned lo)
-{
-	return lo << (RF__AUTO_NCAND - 1);
-}
-
 /* Start probing pr->cand[0 .. n). */
 void rf__auto_probe_start(rf__auto_probe *pr, const unsigned *cand, unsigned n);
 

@@ -199,16 +199,11 @@ int rf__be_kcancel(const rf__backend_ops *be, void *ctx, rf__kticket t)
 	return t != 0 && be->kcancel != NULL && be->kcancel(ctx, t);
 }
 
-int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stream)
+int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stream, int host)
 {
 	/* No fault injection here: an acquire's wait comes after its copy was issued, where a failure
 	 * could no longer leave everything unchanged. */
-	return t == 0 ? RF_OK : be->kwait(ctx, t, stream, 0);
-}
-
-int rf__be_ksync(const rf__backend_ops *be, void *ctx, rf__kticket t)
-{
-	return t == 0 ? RF_OK : be->kwait(ctx, t, NULL, 1);
+	return t == 0 ? RF_OK : be->kwait(ctx, t, stream, host);
 }
 
 int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream)

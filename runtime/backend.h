@@ -76,6 +76,11 @@ typedef struct rf__open_args {
 	size_t slot_stride; /* slot_bytes rounded up to the backend's slot_align */
 	int oracle;         /* RINGFETCH_ORACLE=1: the backend checks what only it sees (cuda: a staged
 	                       keyed copy's pinned slot holds its bytes when the H2D is enqueued) */
+	/* The threads backend's configuration (runtime/config.h), read once by the owner: the handoff and
+	 * overlap modes (0: auto) and the copy workers' CPU list ("": the caller's binding), valid during
+	 * open. Other backends ignore them. */
+	int handoff, overlap;
+	const char *worker_cpus;
 } rf__open_args;
 
 #define RF__WAIT_SLEEP ((int64_t)-1)
@@ -204,8 +209,7 @@ void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap
 int rf__be_kissue(const rf__backend_ops *be, void *ctx, const rf__kcopy *req, rf__kticket *out);
 int rf__be_ktest(const rf__backend_ops *be, void *ctx, rf__kticket t);
 int rf__be_kcancel(const rf__backend_ops *be, void *ctx, rf__kticket t);
-int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stream);
-int rf__be_ksync(const rf__backend_ops *be, void *ctx, rf__kticket t);
+int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stream, int host);
 int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream);
 int rf__be_kquiesce(const rf__backend_ops *be, void *ctx);
 unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx);
@@ -218,10 +222,10 @@ void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
 extern const rf__backend_ops rf__backend_cpu;
 extern const rf__backend_ops rf__backend_threads;
 extern const rf__backend_ops rf__backend_cuda;
-/* The cpu backend's walk of a whole program on the calling thread: what "threads" runs at depth 1, so
- * that it costs what "cpu" costs; and the same with file reads in flight from the calling thread
- * (signals after they land), for runs whose every copy is a file read (run->io open). */
-int rf__cpu_walk_inline(rf__run *run);
+/* The cpu backend's run (ctx unused), a walk of the whole program on the calling thread: what "threads"
+ * runs at depth 1, so that it costs what "cpu" costs; and the same with file reads in flight from the
+ * calling thread (signals after they land), for runs whose every copy is a file read (run->io open). */
+int rf__cpu_run(void *ctx, rf__run *run);
 int rf__cpu_walk_overlapped(rf__run *run);
 /* The cpu backend's keyed copy, inline (ticket 0): also the threads backend's demand copies. */
 int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out);

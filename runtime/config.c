@@ -443,40 +443,7 @@ int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *n
 	return RF_OK;
 }
 
-/* ---- the threads backend's cache handoff, overlap and worker CPUs --------------------------------- */
-
 int rf__parse_handoff(const char *s)
 {
 	return !strcmp(s, "auto") ? 0 : !strcmp(s, "off") ? 1 : !strcmp(s, "on") ? 2 : -1;
-}
-
-/* The file's or the environment's handoff or overlap mode; auto (0) when unset. */
-static int rf__config_mode(int *mode, int overlap)
-{
-	rf__config c;
-	int rc = rf__config_load(&c, 0, 0, 0, 0);
-	if (rc == RF_OK)
-		*mode = overlap ? c.overlap : c.handoff;
-	return rc;
-}
-
-int rf__config_handoff(int *mode)
-{
-	return rf__config_mode(mode, 0);
-}
-
-int rf__config_overlap(int *mode)
-{
-	return rf__config_mode(mode, 1);
-}
-
-int rf__config_worker_cpus(char *out, size_t cap)
-{
-	rf__config c;
-	int rc = rf__config_load(&c, 0, 0, 0, 0);
-	if (rc == RF_OK && strlen(c.worker_cpus) >= cap)
-		rc = rf__err(RF_ECONFIG, "worker_cpus \"%.64s\" is too long (%zu bytes at most)", c.worker_cpus, cap - 1);
-	if (rc == RF_OK)
-		snprintf(out, cap, "%s", c.worker_cpus);
-	return rc;
 }

@@ -26,7 +26,7 @@ typedef struct rf__config {
 	char staging[64];
 	int handoff; /* rf__parse_handoff's value (unset: 0, auto) */
 	int overlap;
-	char worker_cpus[128]; /* `worker_cpus` of the file ("" unset) */
+	char worker_cpus[128]; /* the copy workers' OS CPUs, e.g. "2-3,6" ("" unset: the caller's binding) */
 	char trace[1024];
 	unsigned long long memory_budget;
 	char budget_from[160]; /* where memory_budget came from, for messages */
@@ -41,17 +41,8 @@ int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *n
 
 /* The threads backend's cache handoff (backends/threads_handoff.h) and overlap (backends/threads_sched.h)
  * modes: "auto" 0, "off" 1, "on" 2; -1 if malformed. Overlap auto compares runs on the lanes with runs
- * inline and keeps the faster; off runs inline on the caller, on runs on the lanes. The configured
- * mode: the variable (RINGFETCH_HANDOFF, RINGFETCH_OVERLAP) wins over the file over auto; RF_OK, or
- * RF_ECONFIG naming the malformed variable or line. */
+ * inline and keeps the faster; off runs inline on the caller, on runs on the lanes. */
 int rf__parse_handoff(const char *s); /* either mode */
-int rf__config_handoff(int *mode);
-int rf__config_overlap(int *mode);
-
-/* The threads backend's copy workers' CPU set: RINGFETCH_WORKER_CPUS (env) wins over `worker_cpus`
- * (file) over "" (the caller's binding). A list of OS CPU numbers and ranges ("2-3,6"): digits, ','
- * and '-' only, non-empty, shorter than cap; else RF_ECONFIG naming the variable or line. */
-int rf__config_worker_cpus(char *out, size_t cap);
 
 /* Read RINGFETCH_CONFIG's file (when set) and the environment variables for the values the caller did
  * not give explicitly (want_* non-zero). RF_OK, RF_ECONFIG, or RF_ENOMEM (no buffer for the file). */

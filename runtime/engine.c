@@ -18,7 +18,7 @@
 
 /* Lay the slots out for e->be (slot_align apart), open it and allocate them; on failure nothing is
  * left open. */
-static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
+static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args, size_t ring_cap)
 {
 	size_t align = e->be->slot_align ? e->be->slot_align : RF__SLOT_ALIGN_DEFAULT;
 	size_t n = args->nslots, stride = rf__slot_stride(e->slot_bytes, align);
@@ -28,7 +28,7 @@ static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
 	e->slot_stride = args->slot_stride = stride;
 	e->slots_len = n * stride;
 	if (host) /* a host ring: on whole huge pages when the budget allows */
-		e->slots_len = rf__staging_ring_len(e->slots_len, e->ring_cap);
+		e->slots_len = rf__staging_ring_len(e->slots_len, ring_cap);
 	int rc = rf__be_open(e->be, args, &e->ctx);
 	if (rc != RF_OK)
 		return rc;
@@ -47,37 +47,35 @@ static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
 }
 
 int rf__engine_init(rf__engine *e, const char *who, const char *backend, int device,
-		    struct rf_program *prog, size_t slot_bytes)
+		    struct rf_program *prog, size_t slot_bytes, const rf__config *cfg)
 {
 	e->prog = prog;
+	e->oracle = cfg->oracle;
 	e->slot_bytes = slot_bytes;
 	/* min_slots: room for a deeper program later (depth = auto). */
 	e->nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
 	e->nslots += e->nslots == 0;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
-			     e->nslots, e->wait_spin_ns, 0, e->oracle};
+			     e->nslots, e->wait_spin_ns, 0, cfg->oracle, cfg->handoff, cfg->overlap,
+			     cfg->worker_cpus};
 	int rc = rf__backend_lookup(backend, device, &e->be);
 	if (rc != RF_OK)
 		goto fail;
-	rc = rf__engine_start(e, who, &args);
+	rc = rf__engine_start(e, who, &args, (size_t)cfg->memory_budget);
 	/* "auto" promised a backend that works here: a GPU that cannot host this pipeline (device or pinned
 	 * memory) falls back to the CPU backends, and describe says why. */
 	char why[200] = "";
 	if (rc != RF_OK && strcmp(backend, "auto") == 0 && (e->be->caps & RF__CAP_DEVICE)) {
 		snprintf(why, sizeof why, "%s", rf__errmsg_peek());
 		if ((rc = rf__backend_lookup("threads", device, &e->be)) == RF_OK)
-			rc = rf__engine_start(e, who, &args);
+			rc = rf__engine_start(e, who, &args, (size_t)cfg->memory_budget);
 	}
 	if (rc != RF_OK)
 		goto fail;
 	rf__be_describe(e->be, e->ctx, e->desc_core, sizeof e->desc_core);
 	memcpy(e->describe[0], e->desc_core, sizeof e->describe[0]);
-	e->desc_note[0] = '\0';
-	atomic_init(&e->desc_cur, 0);
 	if (why[0] != '\0')
 		rf__engine_describe_append(e, "; auto: cuda not used: %s", why);
-	atomic_init(&e->state, RF__IDLE);
-	atomic_init(&e->cancel, 0);
 	e->forks = rf__fork_count();
 	rf__flight_init(&e->io, NULL, 0, NULL);
 	pthread_mutex_init(&e->stats_mu, NULL);
@@ -189,7 +187,7 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 	if (srcs == NULL || sizes == NULL || compute == NULL)
 		return rf__err(RF_EINVAL, "%s: %s is NULL with nblocks %zu", who,
 			       srcs == NULL ? "srcs" : sizes == NULL ? "sizes" : "compute", nblocks);
-	if (!rf__nblocks_ok(nblocks))
+	if (nblocks > RF__MAX_NBLOCKS)
 		return rf__err(RF_EINVAL, "%s: nblocks %zu is over %zu", who, nblocks, RF__MAX_NBLOCKS);
 	/* rf__file_any per run, not per block. A source must not overlap the ring or its staging slots: a
 	 * copy from a slot races with its refill (the ring's edges cover only the slots' own blocks). A
@@ -247,9 +245,9 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
 	}
-	int64_t t0 = rf__trace_now();
+	int64_t t0 = rf__now_ns();
 	int rc = rf__be_run(e->be, e->ctx, &run);
-	e->last.wall_ns = (uint64_t)(rf__trace_now() - t0);
+	e->last.wall_ns = (uint64_t)(rf__now_ns() - t0);
 	e->last.schedule = run.sched == RF_SCHEDULE_RING && e->local ? RF_SCHEDULE_LOCAL : run.sched;
 	e->last.handoff_runs = run.handoff != 0; /* this run's share of the total (rf__stats_publish) */
 	if (run.note != NULL) { /* a new version, the backend's schedule note replaced */

@@ -4,6 +4,7 @@
 #define RF_RUNTIME_ENGINE_H
 
 #include "runtime/backend.h"
+#include "runtime/config.h"
 #include "runtime/flight.h"
 #include "memory/staging.h"
 
@@ -42,18 +43,17 @@ typedef struct rf__engine {
 	rf_stats published;
 	char *trace_path;   /* rf_pipeline_trace: Chrome trace appended after each run, or NULL */
 	/* Set by the owner before init: where CPU backends put the slots (zero: "auto"), at least how many
-	 * slots (0: the program's), the wait policy (rf__open_args), the budget a host ring rounds up to. */
+	 * slots (0: the program's), the wait policy (rf__open_args). */
 	rf__staging_policy staging;
 	unsigned min_slots;
 	int64_t wait_spin_ns;
-	size_t ring_cap;
 	unsigned nslots;    /* slots allocated (set by init) */
 	rf__flight io;      /* the calling thread's reader for its own file copies, opened at the first */
 	/* Keyed use (runtime/keyed.h), or NULL: a run refuses to start while it holds a block and empties
 	 * it before the run reuses the slots. */
 	struct rf__keyed *keyed;
-	/* RINGFETCH_ORACLE=1: check every successful run's execution log (runtime/oracle.h), as a ring's,
-	 * or against `graph`'s promises when non-NULL (rf_exec). */
+	/* RINGFETCH_ORACLE=1 (set by init): check every successful run's execution log (runtime/oracle.h),
+	 * as a ring's, or against `graph`'s promises when non-NULL (rf_exec). */
 	int oracle;
 	const struct rf__oracle_graph *graph;
 	/* Called after a successful run with its events (those of about RF__AUTO_SAMPLES blocks, unless
@@ -69,11 +69,13 @@ typedef struct rf__engine {
 	int local; /* RF_LOCALITY_COPIER: runs as programmed are RF_SCHEDULE_LOCAL */
 } rf__engine;
 
-/* Resolve `backend` (already through config), open it, allocate the slots (CPU backends: from the
- * staging layer under e->staging) and, on CPU backends, prog->nstage staging slots. Takes ownership
- * of prog in every case. `who` prefixes error messages. */
+/* e zeroed by the owner (all-zero is the idle state), the fields above set. Resolve `backend` (already
+ * through config), open it, allocate the slots (CPU backends: from the staging layer under e->staging;
+ * a host ring rounded up within cfg's memory budget) and, on CPU backends, prog->nstage staging slots.
+ * cfg: the owner's configuration (the oracle, the threads backend's settings), read during the call.
+ * Takes ownership of prog in every case. `who` prefixes error messages. */
 int rf__engine_init(rf__engine *e, const char *who, const char *backend, int device,
-		    struct rf_program *prog, size_t slot_bytes);
+		    struct rf_program *prog, size_t slot_bytes, const rf__config *cfg);
 /* Check the inputs, then run the program; see rf_pipeline_run for the contract. */
 int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 		   const size_t *sizes, rf_compute_fn compute, void *user);

@@ -54,15 +54,14 @@ int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf_exec **ou
 		rf_program_destroy(prog);
 		return rc != RF_OK ? rc : rf__err(RF_ENOMEM, "rf_exec_create: out of memory");
 	}
-	/* The oracle first: the backend is told at open whether it is on. */
+	/* The oracle's graph first: a failure then has no engine to undo. */
 	if (cfg.oracle && (rc = rf__oracle_graph_build(g, &e->oracle)) == RF_OK)
 		e->eng.graph = &e->oracle;
-	e->eng.oracle = cfg.oracle;
-	e->eng.ring_cap = (size_t)cfg.memory_budget;
 	if (rc != RF_OK)
 		rf_program_destroy(prog); /* rf__engine_init takes it in every case */
 	else
-		rc = rf__engine_init(&e->eng, "rf_exec_create", backend, params->device, prog, params->slot_bytes);
+		rc = rf__engine_init(&e->eng, "rf_exec_create", backend, params->device, prog, params->slot_bytes,
+				     &cfg);
 	if (rc != RF_OK) {
 		rf__oracle_graph_free(&e->oracle);
 		free(e);

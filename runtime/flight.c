@@ -17,7 +17,6 @@ void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int6
 	f->ec = ec;
 	f->bell_slot = bell_slot;
 	f->value = value;
-	atomic_init(&f->inflight, 0);
 }
 
 /* The reader (the owner published it before posting the work that uses it). */
@@ -98,14 +97,14 @@ static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc)
 	r->rc = rc;
 	if (rc != RF_OK) {
 		snprintf(f->last, sizeof f->last, "%s", rf__reader_error(rf__flight_rd(f)));
-		if (r->keyed && r->fail_at != NULL) {
+		if (r->fail_at != NULL) {
 			atomic_store_explicit(r->fail_at, r->fail_value, memory_order_release);
 		} else if (!f->failed) {
 			f->failed = 1;
 			snprintf(f->msg, sizeof f->msg, "%s", f->last);
 		}
 	} else if (r->traced && f->trace != NULL) {
-		rf__trace_add(f->trace, r->queue, RF_OP_COPY, r->block, r->slot, r->node, r->t0, rf__trace_now(), r->s0);
+		rf__trace_add(f->trace, r->queue, RF_OP_COPY, r->block, r->slot, r->node, r->t0, rf__now_ns(), r->s0);
 	}
 	if (r->unhold != NULL)
 		rf__file_unhold(r->unhold);
@@ -138,6 +137,8 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 {
 	uint64_t tag = f->started;
 	rf__reader *rd = rf__flight_rd(f);
+	int64_t t0 = rec->traced ? rf__now_ns() : 0; /* the slice starts before any wait for room */
+	uint64_t s0 = rec->traced ? rf__trace_seq(f->trace) : 0;
 	for (;;) {
 		if (f->started - f->upto < RF__FLIGHT_MAX) {
 			int rc = rf__reader_start(rd, s, n, dst, cap, 0, tag);
@@ -151,6 +152,8 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 	}
 	rf__flight_rec *r = &f->rec[tag % RF__FLIGHT_MAX];
 	*r = *rec;
+	r->t0 = t0;
+	r->s0 = s0;
 	r->dst = dst;
 	r->len = n > cap ? n : cap;
 	r->done = 0;

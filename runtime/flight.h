@@ -24,13 +24,12 @@ struct rf__trace;
 
 /* What to do when a copy lands: its trace slice, the file to let go, a keyed failure mark. */
 typedef struct rf__flight_rec {
-	int64_t t0; /* start (trace) */
+	int64_t t0; /* start (trace): set by rf__flight_start */
 	uint64_t s0;
 	int64_t block;
 	uint32_t slot, node;
 	uint8_t queue;
-	uint8_t traced;            /* record a slice in the run's trace */
-	uint8_t keyed;             /* a failure is marked, the signal still goes out */
+	uint8_t traced;            /* record a slice in the run's trace (f->trace) */
 	rf_file *unhold;           /* let go of this file once landed (NULL: the caller holds it) */
 	_Atomic int64_t *fail_at;  /* keyed: set to fail_value when the copy fails */
 	int64_t fail_value;

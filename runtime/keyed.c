@@ -13,21 +13,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-int rf__keyed_create(struct rf__engine *eng, const rf__backend_ops *be, void *ctx, unsigned char *slots,
-		     unsigned nslots, size_t slot_bytes, size_t slot_stride, int oracle, rf__keyed **out)
+int rf__keyed_create(struct rf__engine *eng, rf__keyed **out)
 {
 	rf__keyed *k = rf__calloc(1, sizeof *k);
 	if (k == NULL)
 		return rf__err(RF_ENOMEM, "keyed: out of memory");
-	unsigned cap = 2;
+	unsigned cap = 2, nslots = eng->nslots;
 	while (cap < 2 * nslots)
 		cap *= 2;
-	k->eng = eng, k->be = be, k->ctx = ctx, k->slots = slots, k->n = nslots;
-	k->slot_bytes = slot_bytes, k->slot_stride = slot_stride;
+	k->eng = eng, k->be = eng->be, k->ctx = eng->ctx, k->slots = eng->slots, k->n = nslots;
+	k->slot_bytes = eng->slot_bytes, k->slot_stride = eng->slot_stride;
 	k->mask = cap - 1;
-	k->nlanes = rf__be_klanes(be, ctx);
-	k->device = (be->caps & RF__CAP_DEVICE) != 0;
-	k->oracle = oracle;
+	k->nlanes = rf__be_klanes(k->be, k->ctx);
+	k->device = (k->be->caps & RF__CAP_DEVICE) != 0;
+	k->oracle = eng->oracle;
 	k->nwords = (nslots + 63) / 64;
 	k->s = rf__calloc(nslots + 1u, sizeof *k->s);
 	k->tab = rf__calloc(cap, sizeof *k->tab);
@@ -389,7 +388,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		rf__kslot *s = &k->s[i];
 		int late = !rf__kdone(k, s);
 		if (late && (rc = rf__be_kwait(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed),
-					       stream)) != RF_OK)
+					       stream, 0)) != RF_OK)
 			return rc;
 		if (late && s->refs == 0 && rf__kfailed(k, i)) /* the hint's read failed: copy it now */
 			return rf__keyed_acquire(k, key, src, bytes, stream, flags, out);
@@ -410,7 +409,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	int withdrawn = rf__kwithdraw(k, v) || overtaken; /* a pending copy of the slot's previous key */
 	rf__kticket t;
 	if ((rc = rf__kissue(k, v, src, bytes, 1, stream, key, &t)) == RF_OK &&
-	    (rc = rf__be_kwait(k->be, k->ctx, t, stream)) == RF_OK)
+	    (rc = rf__be_kwait(k->be, k->ctx, t, stream, 0)) == RF_OK)
 		rc = rf__koracle_acquire(k, v, src, bytes, key);
 	if (rc != RF_OK) {
 		if (withdrawn || rc == RF_EIO) /* nothing will land, or a failed read wrote part of the slot */
@@ -467,7 +466,7 @@ static int rf__ksync_key(rf__keyed *k, uint64_t key)
 	for (unsigned l = 0; l < k->nlanes; l++) {
 		const rf__kflight *f = k->fl + (size_t)l * RF__KEYED_HINTS_PER_LANE;
 		for (unsigned j = 0; j < k->nfl[l]; j++) {
-			int rc = f[j].key == key ? rf__be_ksync(k->be, k->ctx, f[j].t) : RF_OK;
+			int rc = f[j].key == key ? rf__be_kwait(k->be, k->ctx, f[j].t, NULL, 1) : RF_OK;
 			if (rc != RF_OK)
 				return rc;
 		}
@@ -485,7 +484,8 @@ int rf__keyed_evict(rf__keyed *k, uint64_t key)
 		i = k->n;
 	int rc = RF_OK;
 	if (i < k->n && !rf__kwithdraw(k, i) && !rf__kdone(k, &k->s[i]))
-		rc = rf__be_ksync(k->be, k->ctx, atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed));
+		rc = rf__be_kwait(k->be, k->ctx, atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed), NULL,
+				  1);
 	if (rc == RF_OK)
 		rc = rf__ksync_key(k, key);
 	if (rc != RF_OK)

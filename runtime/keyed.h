@@ -12,12 +12,11 @@
 
 typedef struct rf__keyed rf__keyed;
 
-/* A cache over nslots slots of slot_bytes at `slots` (the backend's address space), slot_stride apart.
+/* A cache over the engine's slots (its backend's address space) and its backend instance. With its
  * oracle (RINGFETCH_ORACLE=1): RF_EHAZARD when an acquire's host slot differs from src (RAW) or a copy
  * would write a held slot (WAR). RF_OK or RF_ENOMEM. */
 struct rf__engine;
-int rf__keyed_create(struct rf__engine *eng, const rf__backend_ops *be, void *ctx, unsigned char *slots,
-		     unsigned nslots, size_t slot_bytes, size_t slot_stride, int oracle, rf__keyed **out);
+int rf__keyed_create(struct rf__engine *eng, rf__keyed **out);
 /* Wait for every keyed copy, drop every hold, free. NULL is a no-op. */
 void rf__keyed_destroy(rf__keyed *k);
 

@@ -16,10 +16,10 @@ struct rf_pipeline {
 	_Atomic unsigned depth; /* read by rf_pipeline_depth from any thread; depth = auto changes it */
 	unsigned copy_queues;
 	unsigned pins;     /* staging slots per copy queue: the backend's staged ring (0: the plain ring) */
-	unsigned auto_max; /* depth = auto: the deepest ring the slots allow; 0 when depth is fixed */
 	int local;         /* RF_LOCALITY_COPIER on a backend that honours it: rings from rf__ring_program_local */
-	/* depth = auto, probing (probe.n > 1): a program per candidate (built when the rule ran: switching
-	 * allocates nothing); the engine runs cprog[probe.cur], the others are ours until probing ends. */
+	/* depth = auto (up to eng.nslots, the deepest ring the slots allow), probing (probe.n > 1): a program
+	 * per candidate (built when the rule ran: switching allocates nothing); the engine runs
+	 * cprog[probe.cur], the others are ours until probing ends. */
 	rf__auto_probe probe;
 	struct rf_program *cprog[RF__AUTO_NCAND];
 };
@@ -79,12 +79,12 @@ typedef struct rf__resolved {
 } rf__resolved;
 
 /* depth = auto: start at the shallowest ring that keeps every copy queue busy; allocate slots for the
- * deepest the budget allows (at most RF__AUTO_MAX_DEPTH, or a device backend's ladder top), so that
- * choosing later allocates nothing. */
+ * deepest the budget allows (at most RF__AUTO_MAX_DEPTH, or the top of a device backend's ladder lo,
+ * 2 lo, 4 lo: RF__AUTO_NCAND rungs), so that choosing later allocates nothing. */
 static int rf__pipeline_auto(const rf_pipeline_params *pp, rf__resolved *r)
 {
 	const rf__config *c = &r->cfg;
-	unsigned lo = rf__ring_busy_depth(r->kq), cap = r->device ? rf__auto_ladder_top(lo) : RF__AUTO_MAX_DEPTH;
+	unsigned lo = rf__ring_busy_depth(r->kq), cap = r->device ? lo << (RF__AUTO_NCAND - 1) : RF__AUTO_MAX_DEPTH;
 	unsigned max = cap > lo ? cap : lo;
 	if (c->memory_budget != 0 && c->memory_budget / pp->slot_bytes < max)
 		max = (unsigned)(c->memory_budget / pp->slot_bytes);
@@ -173,7 +173,7 @@ static void rf__auto_install(rf_pipeline *p, unsigned i)
  * nothing is probed, the starting ring stays. Returns how many candidates are in use (0: none). */
 static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d)
 {
-	unsigned cand[RF__AUTO_NCAND], n = rf__auto_candidates(d, p->auto_max, cand), built = 0, kept = 0;
+	unsigned cand[RF__AUTO_NCAND], n = rf__auto_candidates(d, p->eng.nslots, cand), built = 0, kept = 0;
 	struct rf_program *start = p->eng.prog;
 	unsigned depth = atomic_load_explicit(&p->depth, memory_order_relaxed);
 	for (; built < n; built++) {
@@ -238,7 +238,7 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 	rf__auto_summary x;
 	unsigned d = 0;
 	if (rf__auto_collect(t, atomic_load_explicit(&p->depth, memory_order_relaxed), &a) == RF_OK)
-		d = rf__auto_rule(&a, p->copy_queues, p->auto_max, &x);
+		d = rf__auto_rule(&a, p->copy_queues, p->eng.nslots, &x);
 	rf__auto_samples_free(&a);
 	if (d == 0)
 		return; /* nothing to learn from (no copies or computes, or no memory): the next run tries again */
@@ -249,7 +249,7 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 				   "; depth auto: rule %u (copy mean %.1f us, p90 %.1f us; refill p90 %.1f us; compute "
 				   "mean %.1f us; at most %u)",
 				   d, x.copy_mean / 1e3, x.copy_p90 / 1e3, x.refill_p90 / 1e3, x.compute_mean / 1e3,
-				   p->auto_max);
+				   p->eng.nslots);
 }
 
 /* depth = auto on a device backend, at create: no measuring run (a trace times the enqueue), the ladder
@@ -258,8 +258,8 @@ static void rf__auto_device(rf_pipeline *p)
 {
 	unsigned d = atomic_load_explicit(&p->depth, memory_order_relaxed), n = rf__auto_begin_probing(p, d);
 	if (n < 2) { /* candidates(d, max) are two or more whenever max > d */
-		rf__engine_describe_append(&p->eng, "; depth auto (device): depth %u (%s)", d,
-					   p->auto_max > d ? "out of memory for the ladder" : "the only one the slots allow");
+		rf__engine_describe_append(&p->eng, "; depth auto (device): depth %u (%s)", d, p->eng.nslots > d ?
+					   "out of memory for the ladder" : "the only one the slots allow");
 		return;
 	}
 	char note[128];
@@ -289,20 +289,15 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	p->eng.staging = r.staging;
 	p->eng.wait_spin_ns = r.wait_ns;
 	p->eng.min_slots = r.auto_max;
-	p->eng.ring_cap = (size_t)r.cfg.memory_budget;
-	p->eng.oracle = r.cfg.oracle;
-	p->auto_max = r.auto_max;
 	p->eng.after = r.auto_max != 0 ? rf__auto_after : NULL;
 	if (r.auto_max != 0 && !r.device)
 		p->eng.measure = rf__pipeline_measure;
 	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", r.backend, params->device, prog,
-				  params->slot_bytes)) != RF_OK)
+				  params->slot_bytes, &r.cfg)) != RF_OK)
 		goto fail;
 	p->eng.release = rf__pipeline_free;
 	p->eng.owner = p;
-	if (p->eng.be->kissue != NULL &&
-	    (rc = rf__keyed_create(&p->eng, p->eng.be, p->eng.ctx, p->eng.slots, p->eng.nslots, p->eng.slot_bytes,
-				   p->eng.slot_stride, r.cfg.oracle, &p->eng.keyed)) != RF_OK) {
+	if (p->eng.be->kissue != NULL && (rc = rf__keyed_create(&p->eng, &p->eng.keyed)) != RF_OK) {
 		rc = rf__err(rc, "rf_pipeline_create: %s", rf__errmsg_peek());
 		goto fail_free;
 	}

@@ -24,7 +24,6 @@ int rf__trace_begin(rf__trace *t, const struct rf_program *p, size_t nblocks, in
 		    size_t samples)
 {
 	memset(t, 0, sizeof *t);
-	atomic_init(&t->seq, 0);
 	t->nq = p->nqueues;
 	t->group = group ? group : 1;
 	t->every = samples ? (2 * (uint64_t)nblocks + samples - 1) / samples : 1;

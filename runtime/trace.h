@@ -4,11 +4,11 @@
 #ifndef RF_RUNTIME_TRACE_H
 #define RF_RUNTIME_TRACE_H
 
+#include "base/wait.h"
 #include "graph/program.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
-#include <time.h>
 
 typedef struct rf__tev {
 	int64_t t0, t1;  /* ns, CLOCK_MONOTONIC */
@@ -33,13 +33,6 @@ typedef struct rf__trace {
 	 * no synchronisation that could hide a race from ThreadSanitizer. */
 	atomic_ullong seq;
 } rf__trace;
-
-static inline int64_t rf__trace_now(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
 
 static inline uint64_t rf__trace_seq(rf__trace *t)
 {

@@ -31,7 +31,7 @@ static inline void rf__walk_timed(rf__run *run, const rf__op *o, int64_t b, unsi
 {
 	unsigned q = o->queue;
 	uint8_t kind = o->kind;
-	int64_t t1 = rf__trace_now();
+	int64_t t1 = rf__now_ns();
 	if (run->trace)
 		rf__trace_add(run->trace, q, kind, b, slot, (uint32_t)o->node, t0, t1, s0);
 	if (run->stats) {
@@ -79,7 +79,7 @@ static inline __attribute__((always_inline)) int rf__walk(rf__run *run, int queu
 			switch (o->kind) {
 			case RF_OP_COPY:
 			case RF_OP_STAGE: {
-				int64_t t0 = timed ? rf__trace_now() : 0;
+				int64_t t0 = timed ? rf__now_ns() : 0;
 				uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
 				if (RF__TEST_HOOK(before_copy) != NULL)
 					RF__TEST_HOOK(before_copy)((size_t)b);
@@ -102,7 +102,7 @@ static inline __attribute__((always_inline)) int rf__walk(rf__run *run, int queu
 				break;
 			}
 			case RF_OP_COMPUTE: {
-				int64_t t0 = timed ? rf__trace_now() : 0;
+				int64_t t0 = timed ? rf__now_ns() : 0;
 				uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
 				rc = h->compute(c, run, o->queue, (size_t)b, slot);
 				if (timed && rc != RF_ECANCELED) /* canceled: the callback was not called */
@@ -113,10 +113,10 @@ static inline __attribute__((always_inline)) int rf__walk(rf__run *run, int queu
 				rc = h->signal(c, o->queue, o->value + base, (size_t)b);
 				break;
 			case RF_OP_WAIT: {
-				int64_t t0 = run->stats ? rf__trace_now() : 0;
+				int64_t t0 = run->stats ? rf__now_ns() : 0;
 				rc = h->wait(c, o->queue, o->wqueue, o->value + base, (size_t)b);
 				if (run->stats)
-					run->stats[o->queue].wait_ns += rf__trace_now() - t0;
+					run->stats[o->queue].wait_ns += rf__now_ns() - t0;
 				break;
 			}
 			}

@@ -262,13 +262,14 @@ static void write_config(const char *text)
 
 Test(threads_copy, handoff_key_in_the_file_and_env_wins)
 {
-	int rc, mode = -1;
+	int rc;
+	rf__config c;
 	write_config("[ringfetch]\nhandoff = on\n");
-	cr_assert_eq(rf__config_handoff(&mode), RF_OK, "%s", rf_errmsg());
-	cr_assert_eq(mode, RF__HO_ON);
+	cr_assert_eq(rf__config_load(&c, 0, 0, 0, 0), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.handoff, RF__HO_ON);
 	setenv("RINGFETCH_HANDOFF", "off", 1);
-	cr_assert_eq(rf__config_handoff(&mode), RF_OK);
-	cr_assert_eq(mode, RF__HO_OFF);
+	cr_assert_eq(rf__config_load(&c, 0, 0, 0, 0), RF_OK);
+	cr_assert_eq(c.handoff, RF__HO_OFF);
 	unsetenv("RINGFETCH_HANDOFF");
 	write_config("[ringfetch]\nhandoff = maybe\n");
 	rf_pipeline *p = make(4096, 2, &rc);

@@ -213,7 +213,7 @@ Test(threads_place, cpu_lists_are_parsed_strictly_from_the_environment_and_the_f
 	int fd = mkstemp(path);
 	cr_assert_geq(fd, 0);
 	close(fd);
-	char out[128];
+	rf__config c;
 	for (int via_file = 0; via_file <= 1; via_file++) {
 		for (size_t i = 0; i < sizeof good / sizeof good[0] + sizeof bad / sizeof bad[0]; i++) {
 			int ok = i < sizeof good / sizeof good[0];
@@ -224,11 +224,10 @@ Test(threads_place, cpu_lists_are_parsed_strictly_from_the_environment_and_the_f
 			} else {
 				setenv("RINGFETCH_WORKER_CPUS", v, 1);
 			}
-			out[0] = '\0';
-			int rc = rf__config_worker_cpus(out, sizeof out);
+			int rc = rf__config_load(&c, 0, 0, 0, 0);
 			if (ok) {
 				cr_assert_eq(rc, RF_OK, "\"%s\" (%s): %s", v, via_file ? "file" : "variable", rf_errmsg());
-				cr_assert_str_eq(out, v);
+				cr_assert_str_eq(c.worker_cpus, v);
 			} else {
 				cr_assert_eq(rc, RF_ECONFIG, "\"%s\" (%s) accepted", v, via_file ? "file" : "variable");
 				cr_assert(strstr(rf_errmsg(), via_file ? "worker_cpus" : "RINGFETCH_WORKER_CPUS") != NULL,
