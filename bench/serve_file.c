@@ -138,12 +138,51 @@ static int cg_create(fctx *x, unsigned id, char *out, size_t cap)
 	return 0;
 }
 
+/* `key value` of a flat-keyed cgroup file (memory.stat, memory.events, memory.oom_control); 0 if absent. */
+static uint64_t read_key(const char *dir, const char *file, const char *key)
+{
+	char p[900], k[64];
+	unsigned long long v, out = 0;
+	snprintf(p, sizeof p, "%s/%s", dir, file);
+	FILE *f = fopen(p, "re");
+	while (f && fscanf(f, "%63s %llu", k, &v) == 2)
+		if (strcmp(k, key) == 0) {
+			out = v;
+			break;
+		}
+	if (f)
+		fclose(f);
+	return out;
+}
+
+/* What the group still holds after its process died (its page cache and kernel memory stay charged;
+ * its anonymous memory is gone), printed when a child failed: an OOM kill then says whether page cache
+ * or kernel memory shared the budget with the slots (docs/files.md). */
+static void cg_explain(const fctx *x, const char *path, uint64_t peak)
+{
+	double mib = 1048576.0;
+	int v1 = x->cg_version == 1;
+	char p[900];
+	snprintf(p, sizeof p, "%s/%s", path, v1 ? "memory.usage_in_bytes" : "memory.current");
+	uint64_t now = read_u64(p), kernel = read_key(path, "memory.stat", "kernel");
+	if (v1) {
+		snprintf(p, sizeof p, "%s/memory.kmem.usage_in_bytes", path);
+		kernel = read_u64(p);
+	}
+	fprintf(stderr, "  its memory cgroup: %llu OOM kill(s), peak %.1f MiB of %zu; after the child: %.1f MiB "
+			"(page cache %.1f, kernel %.1f)\n",
+		(unsigned long long)read_key(path, v1 ? "memory.oom_control" : "memory.events", "oom_kill"), peak / mib,
+		x->budget >> 20, now / mib, read_key(path, "memory.stat", v1 ? "cache" : "file") / mib, kernel / mib);
+}
+
 /* The group's peak memory (bytes), then remove it (its process has exited). */
-static uint64_t cg_destroy(const fctx *x, const char *path)
+static uint64_t cg_destroy(const fctx *x, const char *path, int explain)
 {
 	char p[900];
 	snprintf(p, sizeof p, "%s/%s", path, x->cg_version == 1 ? "memory.max_usage_in_bytes" : "memory.peak");
 	uint64_t peak = read_u64(p);
+	if (explain)
+		cg_explain(x, path, peak);
 	for (int i = 0; i < 100 && rmdir(path) != 0 && errno == EBUSY; i++)
 		usleep(10000); /* the exited child's pages may take a moment to leave */
 	return peak;
@@ -294,12 +333,13 @@ static int run_child(fctx *x, int kind, unsigned id, unsigned first_round, repor
 	int st = 0;
 	if (pid > 0)
 		waitpid(pid, &st, 0);
-	*peak = in_cg ? cg_destroy(x, cg) : 0;
-	if (pid < 0 || got != sizeof *rep || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+	int failed = pid < 0 || got != sizeof *rep || !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+	if (failed)
 		fprintf(stderr, "%s: the child failed (%s)\n", cname[kind],
 			WIFSIGNALED(st) ? strsignal(WTERMSIG(st)) : got != sizeof *rep ? "no report" : "see above");
+	*peak = in_cg ? cg_destroy(x, cg, failed) : 0;
+	if (failed)
 		return -1;
-	}
 	return 0;
 }
 
@@ -318,8 +358,23 @@ static const char usage[] =
 	"  --json FILE     results as JSON\n"
 	"  --quiet         no progress on stderr\n"
 	"model options (ringfetch-serve-bench --help): defaults here --layers 16 --experts 8 --expert-size 2M\n"
-	"  --topk 2 --steps 6 --rounds 2 --compute-us 40 --slots (the budget less 16 MiB, in experts;\n"
-	"  half the budget under 32 MiB)\n";
+	"  --topk 2 --steps 6 --rounds 2 --compute-us 40 --slots (as many experts as fit, the ring rounded up\n"
+	"  to huge pages, in the budget less 16 MiB; half the budget under 32 MiB)\n";
+
+/* The transparent huge page size the library rounds a ring up to (docs/staging.md); 0: THP "never". */
+static size_t huge_page_bytes(void)
+{
+	char s[128] = "";
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+	if (f == NULL)
+		return 0;
+	if (fgets(s, sizeof s, f) == NULL)
+		s[0] = '\0';
+	fclose(f);
+	if (s[0] == '\0' || strstr(s, "[never]") != NULL)
+		return 0;
+	return (size_t)read_u64("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
+}
 
 static int parse(int argc, char **argv, fctx *x)
 {
@@ -362,9 +417,17 @@ static int parse(int argc, char **argv, fctx *x)
 	char err[256];
 	int rc = rfs_parse(na, args, &x->o, err, sizeof err);
 	if (rc == 0 && !have_slots) {
-		/* The cache takes the budget but 16 MiB (the process itself, the library's threads and staging
-		 * metadata): slots are anonymous memory, which the group cannot reclaim, while page cache it can. */
-		size_t s = (x->budget > ((size_t)32 << 20) ? x->budget - ((size_t)16 << 20) : x->budget / 2) / x->o.expert_bytes;
+		/* The ring takes the budget but 16 MiB (half the budget under 32 MiB): the pipeline's fixed cost
+		 * (up to 4 MiB: jemalloc's metadata, the topology, threads, readers), the process (0.5-1 MiB) and
+		 * the page cache of its binary and libraries (up to 6 MiB when they were evicted before the
+		 * child faults them in), each charged to the group (docs/files.md, "What a pipeline costs in
+		 * memory"). Slots are anonymous memory, which the group cannot reclaim, while page cache it can.
+		 * The ring is rounded up to whole huge pages: the rounded ring must fit, not the slots alone. */
+		size_t room = x->budget > ((size_t)32 << 20) ? x->budget - ((size_t)16 << 20) : x->budget / 2;
+		size_t stride = (x->o.expert_bytes + 63) & ~(size_t)63, huge = huge_page_bytes();
+		size_t s = room / stride;
+		while (s > 2 && huge != 0 && ((s * stride + huge - 1) / huge) * huge > room)
+			s--;
 		size_t nexp = (size_t)x->o.layers * x->o.experts; /* more slots than experts would sit empty */
 		s = s > nexp ? nexp : s > 1024 ? 1024 : s;
 		snprintf(slots, sizeof slots, "%zu", s < 2 ? 2 : s);

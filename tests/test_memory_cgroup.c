@@ -1,0 +1,416 @@
+/* tests/test_memory_cgroup.c — a keyed pipeline serving from a file stays inside a memory cgroup whose
+ * limit is what docs/files.md ("What a pipeline costs in memory") says it costs, plus a margin.
+ *
+ * The parent writes a file of NBLOCKS blocks (more than the slots), makes a memory cgroup (v1
+ * memory.limit_in_bytes or v2 memory.max; as root) and forks one child per case. The child joins the
+ * group, measures what the group holds before the library is used (the process itself), then sets the
+ * limit to that + the documented cost of its pipeline + MARGIN, and runs a keyed loop from the file on
+ * "threads" (acquire / compute / release, with and without hints; O_DIRECT reads, every byte checked),
+ * long enough to cycle every key through the slots several times. The parent then checks that the child
+ * exited 0 (not SIGKILLed), that the group saw no OOM kill, and that its peak stayed under the limit.
+ * `--report` prints what the group held at each stage instead (how docs/files.md's figures were taken).
+ * Exit status: 0 passed, 1 failed, 77 skipped (no memory cgroup can be made here: not root, no memory
+ * controller; or the file system of the working directory refuses O_DIRECT), each said on stdout. */
+#define _GNU_SOURCE
+#include <ringfetch.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MIB ((size_t)1 << 20)
+#define MARGIN (2 * MIB) /* the process's own stacks, libc's and the loop's pages: measured < 0.5 MiB */
+
+typedef struct tcase {
+	const char *name;
+	unsigned slots;
+	size_t slot_bytes; /* also the block size: every block fills its slot */
+	unsigned hints;    /* keys hinted ahead of each acquire */
+	unsigned buffered; /* RF_FILE_BUFFERED: the page cache fills the group to its limit, reclaimed */
+} tcase;
+
+static const tcase cases[] = {
+	{"12 slots of 1 MiB, no hints", 12, MIB, 0, 0},
+	{"12 slots of 1 MiB, 4 hints ahead", 12, MIB, 4, 0},
+	{"12 slots of 1 MiB, 4 hints ahead, buffered reads", 12, MIB, 4, 1},
+	{"6 slots of 2 MiB + 8 KiB, 2 hints ahead", 6, 2 * MIB + 8192, 2, 0},
+};
+#define NCASES (sizeof cases / sizeof cases[0])
+#define NBLOCKS 40u /* keys: more than any case's slots, so the loop keeps missing */
+#define ROUNDS 6u   /* passes over a shuffled order of the keys */
+
+static int cg_version; /* 1, 2; 0: none */
+static char cg_parent[600];
+static int report;
+
+/* ---- the memory cgroup ------------------------------------------------------------------------- */
+
+static int write_str(const char *path, const char *s)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = write(fd, s, strlen(s));
+	int e = errno;
+	close(fd);
+	errno = e;
+	return n == (ssize_t)strlen(s) ? 0 : -1;
+}
+
+static int64_t read_i64(const char *dir, const char *file)
+{
+	char p[800];
+	snprintf(p, sizeof p, "%s/%s", dir, file);
+	FILE *f = fopen(p, "re");
+	long long v = -1;
+	if (f == NULL)
+		return -1;
+	if (fscanf(f, "%lld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
+/* `key value` from a flat-keyed file (memory.stat, memory.events, memory.oom_control); -1 if absent. */
+static int64_t read_key(const char *dir, const char *file, const char *key)
+{
+	char p[800], k[64];
+	long long v;
+	snprintf(p, sizeof p, "%s/%s", dir, file);
+	FILE *f = fopen(p, "re");
+	int64_t out = -1;
+	while (f && fscanf(f, "%63s %lld", k, &v) == 2)
+		if (strcmp(k, key) == 0) {
+			out = v;
+			break;
+		}
+	if (f)
+		fclose(f);
+	return out;
+}
+
+/* Where a group can be made: v1's memory hierarchy, else v2 with the memory controller. 0, or -1
+ * with why filled. */
+static int cg_detect(char *why, size_t cap)
+{
+	if (geteuid() != 0) {
+		snprintf(why, cap, "not root: a memory cgroup cannot be made");
+		return -1;
+	}
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	char line[512], v1[400] = "", v2[400] = "";
+	int has_v1 = 0, has_v2 = 0;
+	while (f && fgets(line, sizeof line, f)) {
+		line[strcspn(line, "\n")] = '\0';
+		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+		if (b == NULL)
+			continue;
+		*b = '\0';
+		if (strstr(a + 1, "memory") != NULL)
+			has_v1 = 1, snprintf(v1, sizeof v1, "%s", b + 1);
+		else if (line[0] == '0' && a[1] == '\0')
+			has_v2 = 1, snprintf(v2, sizeof v2, "%s", b + 1);
+	}
+	if (f)
+		fclose(f);
+	char p[600];
+	snprintf(p, sizeof p, "/sys/fs/cgroup/memory%s", v1);
+	if (has_v1 && access(p, W_OK) == 0) {
+		cg_version = 1;
+		snprintf(cg_parent, sizeof cg_parent, "%s", p);
+		return 0;
+	}
+	/* v2: a child group of ours gets the memory controller only if our group delegates it. */
+	snprintf(p, sizeof p, "/sys/fs/cgroup%s", v2);
+	char sub[640];
+	snprintf(sub, sizeof sub, "%s/cgroup.subtree_control", p);
+	FILE *s = has_v2 ? fopen(sub, "re") : NULL;
+	char ctl[256] = "";
+	if (s) {
+		if (fgets(ctl, sizeof ctl, s) == NULL)
+			ctl[0] = '\0';
+		fclose(s);
+	}
+	if (s && strstr(ctl, "memory") == NULL)
+		write_str(sub, "+memory"); /* refused when our group has processes: then no v2 group */
+	if (s && (s = fopen(sub, "re")) != NULL) {
+		if (fgets(ctl, sizeof ctl, s) == NULL)
+			ctl[0] = '\0';
+		fclose(s);
+		if (strstr(ctl, "memory") != NULL && access(p, W_OK) == 0) {
+			cg_version = 2;
+			snprintf(cg_parent, sizeof cg_parent, "%s", p);
+			return 0;
+		}
+	}
+	snprintf(why, cap, "no memory cgroup this process may make (v1 memory hierarchy not writable, v2 memory "
+			   "controller not delegated)");
+	return -1;
+}
+
+static const char *f_usage(void) { return cg_version == 1 ? "memory.usage_in_bytes" : "memory.current"; }
+static const char *f_peak(void) { return cg_version == 1 ? "memory.max_usage_in_bytes" : "memory.peak"; }
+static const char *f_limit(void) { return cg_version == 1 ? "memory.limit_in_bytes" : "memory.max"; }
+
+static int64_t oom_kills(const char *dir)
+{
+	return cg_version == 1 ? read_key(dir, "memory.oom_control", "oom_kill") : read_key(dir, "memory.events", "oom_kill");
+}
+
+/* ---- the documented cost ------------------------------------------------------------------------ */
+
+/* The transparent huge page size the library rounds rings to: 0 when THP is "never" (docs/staging.md). */
+static size_t huge_page(void)
+{
+	char s[128] = "";
+	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
+	if (f == NULL)
+		return 0;
+	if (fgets(s, sizeof s, f) == NULL)
+		s[0] = '\0';
+	fclose(f);
+	if (strstr(s, "[never]") != NULL || s[0] == '\0')
+		return 0;
+	unsigned long long h = 0;
+	f = fopen("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "re");
+	if (f && fscanf(f, "%llu", &h) != 1)
+		h = 0;
+	if (f)
+		fclose(f);
+	return (size_t)h;
+}
+
+static size_t round_up(size_t v, size_t a) { return a ? (v + a - 1) / a * a : v; }
+
+/* docs/files.md, "What a pipeline costs in memory": the ring (slots of slot_bytes rounded up to 64
+ * bytes, the whole to a page, then to whole huge pages), plus RF_FIXED_COST for the first pipeline in a
+ * process (jemalloc's metadata, the hwloc topology, the threads, the readers' io_uring rings and the
+ * registered ring's bookkeeping), plus, for buffered reads only, their page cache (reclaimable). */
+#define RF_FIXED_COST (4 * MIB)
+
+static size_t documented_cost(const tcase *c)
+{
+	size_t ring = round_up(round_up((size_t)c->slots * round_up(c->slot_bytes, 64), 4096), huge_page());
+	/* Buffered reads: the page cache of the reads in flight (a miss and the hints) is locked until each
+	 * read lands, and cannot be reclaimed meanwhile; the rest of the page cache can. */
+	size_t in_flight = c->buffered ? (c->hints + 1) * round_up(c->slot_bytes, 4096) : 0;
+	return ring + RF_FIXED_COST + in_flight;
+}
+
+/* ---- the child: a keyed loop from the file ---------------------------------------------------- */
+
+static uint64_t word(uint64_t key, size_t i) { return key * 0x9e3779b97f4a7c15ull ^ (i * 0xff51afd7ed558ccdull); }
+
+static int write_file(const char *path, size_t block)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	uint64_t *b = malloc(block);
+	int rc = fd >= 0 && b ? 0 : -1;
+	for (uint64_t k = 0; k < NBLOCKS && rc == 0; k++) {
+		for (size_t i = 0; i < block / 8; i++)
+			b[i] = word(k, i);
+		rc = write(fd, b, block) == (ssize_t)block ? 0 : -1;
+	}
+	if (rc == 0)
+		rc = fsync(fd);
+	free(b);
+	if (fd >= 0 && close(fd) != 0)
+		rc = -1;
+	return rc;
+}
+
+static void stage(const char *cg, const char *what, int64_t base)
+{
+	if (report)
+		printf("    %-34s %7.2f MiB over the process (kernel memory %.2f MiB)\n", what,
+		       (double)(read_i64(cg, f_usage()) - base) / (double)MIB,
+		       cg_version == 1 ? (double)read_i64(cg, "memory.kmem.usage_in_bytes") / (double)MIB
+				       : (double)read_key(cg, "memory.stat", "kernel") / (double)MIB);
+}
+
+#define FAIL(...) (fprintf(stderr, __VA_ARGS__), fputc('\n', stderr), 1)
+
+static int child(const tcase *c, const char *cg, const char *path)
+{
+	char me[32], p[800];
+	snprintf(me, sizeof me, "%d", (int)getpid());
+	snprintf(p, sizeof p, "%s/cgroup.procs", cg);
+	if (write_str(p, me) != 0)
+		return FAIL("%s: %s", p, strerror(errno));
+	/* The order of the keys, and the pages the loop itself writes, before the baseline is taken. */
+	unsigned order[ROUNDS][NBLOCKS];
+	uint64_t s = 0x2545f4914f6cdd1dull;
+	for (unsigned r = 0; r < ROUNDS; r++) {
+		for (unsigned i = 0; i < NBLOCKS; i++)
+			order[r][i] = i;
+		for (unsigned i = NBLOCKS; i-- > 1;) {
+			s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+			unsigned j = (unsigned)(s % (i + 1)), t = order[r][i];
+			order[r][i] = order[r][j], order[r][j] = t;
+		}
+	}
+	int64_t base = read_i64(cg, f_usage());
+	size_t limit = (size_t)base + documented_cost(c) + MARGIN;
+	char v[32];
+	snprintf(v, sizeof v, "%zu", limit);
+	snprintf(p, sizeof p, "%s/%s", cg, f_limit());
+	if (!report && write_str(p, v) != 0)
+		return FAIL("%s = %s: %s", p, v, strerror(errno));
+	if (!report)
+		printf("    limit %.2f MiB = %.2f (the process) + %.2f (documented cost) + %.2f (margin)\n",
+		       (double)limit / (double)MIB, (double)base / (double)MIB,
+		       (double)documented_cost(c) / (double)MIB, (double)MARGIN / (double)MIB);
+	fflush(stdout);
+
+	rf_file *f = NULL;
+	if (rf_file_open(path, c->buffered ? RF_FILE_BUFFERED : 0, &f) != RF_OK)
+		return FAIL("rf_file_open: %s", rf_errmsg());
+	stage(cg, "rf_file_open", base);
+	rf_pipeline_params pp = {.depth = c->slots, .slot_bytes = c->slot_bytes, .backend = "threads"};
+	rf_pipeline *pl = NULL;
+	if (rf_pipeline_create(&pp, &pl) != RF_OK)
+		return FAIL("rf_pipeline_create: %s", rf_errmsg());
+	stage(cg, "rf_pipeline_create", base);
+	const unsigned char *data = rf_file_data(f);
+	size_t block = c->slot_bytes;
+	int rc = 0;
+	for (unsigned r = 0; r < ROUNDS && rc == 0; r++) {
+		for (unsigned i = 0; i < NBLOCKS && rc == 0; i++) {
+			for (unsigned h = 1; h <= c->hints && i + h < NBLOCKS; h++) {
+				uint64_t k = order[r][i + h];
+				int e = rf_pipeline_prefetch(pl, k, data + k * block, block, 0);
+				if (e != RF_OK && e != RF_ENOSPC)
+					rc = FAIL("rf_pipeline_prefetch: %s", rf_errmsg());
+			}
+			uint64_t k = order[r][i];
+			rf_block b;
+			if (rc == 0 && rf_pipeline_acquire(pl, k, data + k * block, block, NULL, 0, &b) != RF_OK)
+				rc = FAIL("rf_pipeline_acquire(%llu): %s", (unsigned long long)k, rf_errmsg());
+			if (rc != 0)
+				break;
+			const uint64_t *w = b.data;
+			for (size_t j = 0; j < block / 8 && rc == 0; j++)
+				if (w[j] != word(k, j))
+					rc = FAIL("key %llu: word %zu differs from the file", (unsigned long long)k, j);
+			if (rf_pipeline_release(pl, &b) != RF_OK)
+				rc = FAIL("rf_pipeline_release: %s", rf_errmsg());
+		}
+		if (r == 0)
+			stage(cg, "after one pass over the keys", base);
+	}
+	rf_keyed_stats ks;
+	rf_pipeline_keyed_stats(pl, &ks);
+	if (rc == 0 && ks.acquires != (uint64_t)ROUNDS * NBLOCKS)
+		rc = FAIL("%llu acquires, %u expected", (unsigned long long)ks.acquires, ROUNDS * NBLOCKS);
+	if (rc == 0 && !c->buffered && (strstr(rf_pipeline_describe(pl), "O_DIRECT") == NULL))
+		rc = FAIL("the reads are not O_DIRECT: %s", rf_pipeline_describe(pl));
+	stage(cg, "after the loop", base);
+	rf_pipeline_destroy(pl);
+	rf_file_close(f);
+	if (report)
+		printf("    peak %.2f MiB over the process; documented cost %.2f MiB\n",
+		       (double)(read_i64(cg, f_peak()) - base) / (double)MIB, (double)documented_cost(c) / (double)MIB);
+	return rc;
+}
+
+/* ---- the parent ---------------------------------------------------------------------------------- */
+
+static int run_case(const tcase *c, unsigned id, const char *path)
+{
+	char cg[720];
+	snprintf(cg, sizeof cg, "%s/ringfetch-test-memory-%d-%u", cg_parent, (int)getpid(), id);
+	if (mkdir(cg, 0755) != 0) {
+		printf("FAIL: %s: mkdir %s: %s\n", c->name, cg, strerror(errno));
+		return 1;
+	}
+	if (cg_version == 2) {
+		char p[800];
+		snprintf(p, sizeof p, "%s/memory.swap.max", cg);
+		write_str(p, "0"); /* the limit is memory, not memory + swap */
+	}
+	printf("%s:\n", c->name);
+	fflush(stdout);
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(child(c, cg, path));
+	int st = 0, bad = 0;
+	if (pid < 0 || waitpid(pid, &st, 0) != pid) {
+		printf("FAIL: %s: fork/waitpid: %s\n", c->name, strerror(errno));
+		bad = 1;
+	} else if (WIFSIGNALED(st)) {
+		printf("FAIL: %s: the child was killed by %s%s\n", c->name, strsignal(WTERMSIG(st)),
+		       WTERMSIG(st) == SIGKILL ? " (the OOM killer, most likely)" : "");
+		bad = 1;
+	} else if (WEXITSTATUS(st) != 0) {
+		printf("FAIL: %s: the child failed (see above)\n", c->name);
+		bad = 1;
+	}
+	int64_t peak = read_i64(cg, f_peak()), limit = read_i64(cg, f_limit()), kills = oom_kills(cg);
+	if (!report && !bad) {
+		if (kills > 0) {
+			printf("FAIL: %s: %lld OOM kill(s) in the group\n", c->name, (long long)kills);
+			bad = 1;
+		} else if (peak < 0 || limit <= 0 || (peak >= limit && !c->buffered)) {
+			printf("FAIL: %s: peak %lld bytes against the limit %lld\n", c->name, (long long)peak, (long long)limit);
+			bad = 1;
+		} else {
+			printf("    peak %.2f MiB %s the limit %.2f MiB, no OOM kill\n", (double)peak / (double)MIB,
+			       peak >= limit ? "at (page cache, reclaimed)" : "under", (double)limit / (double)MIB);
+		}
+	}
+	for (int i = 0; i < 200 && rmdir(cg) != 0 && errno == EBUSY; i++)
+		usleep(10000); /* an exited child's charges may take a moment to leave */
+	return bad;
+}
+
+int main(int argc, char **argv)
+{
+	for (int i = 1; i < argc; i++) {
+		if (strcmp(argv[i], "--report") == 0) {
+			report = 1;
+		} else {
+			fprintf(stderr, "usage: %s [--report]\n", argv[0]);
+			return 2;
+		}
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	char why[256];
+	if (cg_detect(why, sizeof why) != 0) {
+		printf("SKIP: %s\n", why);
+		return 77;
+	}
+	/* In the working directory: the build tree's disk, which takes O_DIRECT (a tmpfs would not). */
+	char path[64];
+	snprintf(path, sizeof path, "test-memory-cgroup-%d.dat", (int)getpid());
+	int fails = 0;
+	for (size_t i = 0; i < NCASES && fails == 0; i++) {
+		/* Every case's blocks are its slot size: one file per size. */
+		if (i == 0 || cases[i].slot_bytes != cases[i - 1].slot_bytes) {
+			if (write_file(path, cases[i].slot_bytes) != 0) {
+				printf("FAIL: cannot write %s: %s\n", path, strerror(errno));
+				unlink(path);
+				return 1;
+			}
+			int d = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+			if (d < 0) {
+				printf("SKIP: %s: the working directory's file system refuses O_DIRECT (%s)\n", path,
+				       strerror(errno));
+				unlink(path);
+				return 77;
+			}
+			posix_fadvise(d, 0, 0, POSIX_FADV_DONTNEED); /* cold: what the loop reads comes from the disk */
+			close(d);
+		}
+		fails += run_case(&cases[i], (unsigned)i, path);
+	}
+	unlink(path);
+	printf("%s: %zu case(s), cgroup v%d\n", fails ? "FAILED" : "passed", NCASES, cg_version);
+	return fails ? 1 : 0;
+}
