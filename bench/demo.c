@@ -2,8 +2,8 @@
  * default backend (RINGFETCH_BACKEND / RINGFETCH_DEPTH apply), check every block's bytes in the
  * compute, and print what happened. (`make run` runs the sweep, ringfetch-bench.)
  *
- * usage: ringfetch-demo [--blocks N] [--size BYTES] [--memory host|device]
- *        (16 sources of BYTES each are allocated)
+ * usage: ringfetch-demo [--blocks N] [--size BYTES] [--memory host|device] [--help]
+ *        (16 sources of BYTES each are allocated; BYTES takes the benchmarks' suffixes: 64K, 4M, 1.5M)
  *
  * --memory device: params.memory = RF_MEMORY_DEVICE, so "auto" is cuda (RF_ENODEV without a GPU) and
  * the compute is a kernel doing the same check on the device (bench/demo_kernel.cu; only when the
@@ -57,22 +57,36 @@ static int check_block_device(void *user, const rf_block *b)
 }
 #endif
 
+static const char usage[] =
+	"usage: ringfetch-demo [--blocks N] [--size BYTES] [--memory host|device] [--help]\n"
+	"  --blocks N      blocks to stream, 0..16777216 (default 4096)\n"
+	"  --size BYTES    bytes per block, 1 byte .. 256M; suffixes K, M, G as in the benchmarks: 4096,\n"
+	"                  64K, 4M, 1.5M (default 256K)\n"
+	"  --memory M      host (default) or device (the cuda backend, the check as a kernel)\n"
+	"RINGFETCH_BACKEND, RINGFETCH_DEPTH and the other RINGFETCH_* settings apply (docs/deployment.md).\n"
+	"Exit status: 0 every block checked, 1 a failure, 2 bad options.\n";
+
 int main(int argc, char **argv)
 {
 	unsigned long long n = 4096, size = 256 * 1024;
 	rf_memory memory = RF_MEMORY_HOST;
 	for (int i = 1; i < argc; i += 2) {
+		if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+			fputs(usage, stdout);
+			return 0;
+		}
 		int ok = i + 1 < argc;
 		if (ok && !strcmp(argv[i], "--blocks"))
 			ok = rfb_parse_count(argv[i + 1], 0, 1u << 24, &n) == 0;
 		else if (ok && !strcmp(argv[i], "--size"))
-			ok = rfb_parse_count(argv[i + 1], 1, 1u << 28, &size) == 0;
+			ok = (size = rfb_parse_size(argv[i + 1])) >= 1 && size <= (1u << 28);
 		else if (ok && !strcmp(argv[i], "--memory"))
 			ok = !strcmp(argv[i + 1], "host") || (memory = RF_MEMORY_DEVICE, !strcmp(argv[i + 1], "device"));
 		else
 			ok = 0;
 		if (!ok) {
-			fprintf(stderr, "usage: %s [--blocks 0..16M] [--size 1..256M bytes] [--memory host|device]\n", argv[0]);
+			fprintf(stderr, "ringfetch-demo: bad option or value: %s%s%s\n%s", argv[i], i + 1 < argc ? " " : "",
+				i + 1 < argc ? argv[i + 1] : "", usage);
 			return 2;
 		}
 	}
