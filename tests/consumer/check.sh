@@ -65,6 +65,28 @@ if command -v nm >/dev/null; then
 		"! nm -D --defined-only '$libdir/libringfetch.so.$ver' | grep -E -q ' (rf_je|je_|mallocx|mallctl|malloc|free)'"
 	check "libringfetch needs no libjemalloc" "! readelf -d '$libdir/libringfetch.so.$ver' | grep -q 'NEEDED.*jemalloc'"
 fi
+# What docs/api.md ("Linking") says the library needs at run time: hwloc, liburing (unless built without
+# io_uring) and the C library; the .pc file's Requires.private must say the same.
+uring=0
+if command -v readelf >/dev/null; then
+	needed=$(readelf -d "$libdir/libringfetch.so.$ver" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | paste -sd' ')
+	echo "note: libringfetch needs: $needed"
+	printf '%s\n' $needed | grep -q '^liburing\.so\.' && uring=1
+	check "libringfetch needs libhwloc" "printf '%s\n' $needed | grep -q '^libhwloc\.so\.'"
+	if [ -z "$san" ]; then
+		check "libringfetch needs nothing but hwloc, liburing and the C library (got: $needed)" \
+			"! printf '%s\n' $needed | grep -Ev '^(libhwloc\.so\.|liburing\.so\.2$|libc\.so\.6$|ld-linux|libm\.so\.6$|libdl\.so\.2$|librt\.so\.1$|libpthread\.so\.0$)'"
+	fi
+fi
+pcfile=$libdir/pkgconfig/ringfetch.pc
+if [ "$uring" = 1 ]; then
+	check "ringfetch.pc links liburing statically (the library needs liburing.so.2)" \
+		"grep -q '^Libs.private:.* -luring' '$pcfile'"
+else
+	check "ringfetch.pc names no liburing (the library does not need it)" "! grep -q uring '$pcfile'"
+fi
+# Its headers include neither hwloc's nor liburing's: a consumer needs no .pc file (-dev package) of theirs.
+check "ringfetch.pc requires no other .pc file" "! grep -q '^Requires' '$pcfile'"
 cmakedir_rel=$(cache RINGFETCH_INSTALL_CMAKEDIR); [ -n "$cmakedir_rel" ] || cmakedir_rel=$libdir_rel/cmake/ringfetch
 pkgdir=$prefix/$cmakedir_rel
 check "CMake package installed" "[ -f '$pkgdir/ringfetchConfig.cmake' ] && [ -f '$pkgdir/ringfetchConfigVersion.cmake' ] && [ -f '$pkgdir/ringfetchTargets.cmake' ]"
@@ -100,6 +122,8 @@ export PKG_CONFIG_PATH="$libdir/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}"
 if check "pkg-config finds ringfetch $ver" "[ \"\$('$pkg_config' --modversion ringfetch 2>&1)\" = '$ver' ]"; then
 	check "pkg-config prefix is the temporary prefix" \
 		"[ \"\$(cd \"\$('$pkg_config' --variable=prefix ringfetch)\" && pwd -P)\" = \"\$(cd '$prefix' && pwd -P)\" ]"
+	check "pkg-config --cflags --libs works with no other package's .pc file" \
+		"PKG_CONFIG_LIBDIR='$libdir/pkgconfig' PKG_CONFIG_PATH= '$pkg_config' --cflags --libs ringfetch >/dev/null"
 	libs=$("$pkg_config" --libs ringfetch)
 	check "shared link needs only -lringfetch (got '$libs')" \
 		"[ \"\$(printf '%s\n' $libs | grep -v '^-L')\" = -lringfetch ]"
@@ -107,6 +131,16 @@ if check "pkg-config finds ringfetch $ver" "[ \"\$('$pkg_config' --modversion ri
 	# jemalloc is private and inside libringfetch (static, hidden): never a dependency of a consumer.
 	check "static link adds hwloc and pthread, not jemalloc (got '$slibs')" \
 		"printf '%s\n' $slibs | grep -qx -- -lhwloc && printf '%s\n' $slibs | grep -qx -- -lpthread && ! printf '%s\n' $slibs | grep -q jemalloc"
+	if [ "$uring" = 1 ]; then
+		check "static link adds liburing (got '$slibs')" "printf '%s\n' $slibs | grep -qx -- -luring"
+	fi
+	# Every library the static link line names must be there to link against, and the program must run.
+	pcsexe=$work/pc-static-consumer
+	check "consumer builds with pkg-config --static" \
+		"run pc-static-build.log '$cc' -std=c11 -Wall -Wextra -Wpedantic -Werror $sanflags \$('$pkg_config' --cflags --static ringfetch) \
+		 '$here/main.c' -o '$pcsexe' \$('$pkg_config' --libs --static ringfetch)"
+	check "pkg-config --static consumer runs" "run pc-static-run.log env LD_LIBRARY_PATH='$libdir' '$pcsexe'"
+	check "pkg-config --static consumer says ok" "grep -q '^consumer: ok (ringfetch $ver)' '$work/pc-static-run.log'"
 	pcexe=$work/pc-consumer
 	check "consumer builds with pkg-config" \
 		"run pc-build.log '$cc' -std=c11 -Wall -Wextra -Wpedantic -Werror $sanflags \$('$pkg_config' --cflags ringfetch) \
