@@ -460,6 +460,16 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	cg_detect(&x);
+	/* Keyed reads are O_DIRECT where the file system takes it; elsewhere they fill the page cache, and the
+	 * pages of the reads in flight cannot be reclaimed until they land: the budget must hold them too
+	 * (docs/files.md, "What a pipeline costs in memory"). Said, not hidden. */
+	int dfd = open(x.path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+	int direct = dfd >= 0;
+	if (dfd >= 0)
+		close(dfd);
+	else
+		fprintf(stderr, "%s: O_DIRECT refused (%s): keyed reads go through the page cache, which shares the "
+				"budget with the slots\n", x.path, strerror(errno));
 	report *reps = calloc((size_t)NC * x.reps, sizeof *reps);
 	uint64_t peak[NC][MAXREPS] = {{0}};
 	int rc = reps ? 0 : 1;
@@ -484,13 +494,13 @@ int main(int argc, char **argv)
 		char machine[512];
 		rfb_machine_json(machine, sizeof machine, "");
 		printf("ringfetch-serve-file-bench %s: %u layers x %u experts of %zu KiB = %zu MiB file, top-%u, skew %g, "
-		       "%g us per expert and token; budget %zu MiB (%s); keyed: %u slots on threads\n"
+		       "%g us per expert and token; budget %zu MiB (%s); keyed: %u slots on threads, %s reads\n"
 		       "%u fresh processes per contestant x %u rounds of %u steps, file cold at each start; medians\n",
 		       rf_version_string(), o->layers, o->experts, o->expert_bytes >> 10, file >> 20, o->topk, o->skew,
 		       o->compute_us, x.budget >> 20,
 		       x.cg_version ? (x.cg_version == 1 ? "enforced: cgroup v1 memory.limit_in_bytes" : "enforced: cgroup v2 memory.max")
 				    : "NOT enforced: no memory cgroup could be made",
-		       o->slots, x.reps, o->rounds, o->steps);
+		       o->slots, direct ? "O_DIRECT" : "buffered (no O_DIRECT here)", x.reps, o->rounds, o->steps);
 		printf("%-12s %9s %9s %12s %9s %10s %9s %9s\n", "contestant", "ms/step", "cpu ms", "MiB read/step",
 		       "hit rate", "peak MiB", "vs mmap", "vs pread");
 		double ms[NC];
