@@ -28,7 +28,7 @@
 #include <unistd.h>
 
 typedef struct rf__freg_ent {
-	_Atomic uintptr_t lo, hi;
+	_Atomic uintptr_t lo, hi, end; /* the mapping [lo, end); the file's bytes [lo, hi) */
 	_Atomic(rf_file *) f;
 } rf__freg_ent;
 
@@ -50,8 +50,16 @@ int rf__file_any(void)
 	return atomic_load_explicit(&rf__freg.n, memory_order_relaxed) != 0;
 }
 
-/* The file whose range contains address a, or NULL; *hi its end. A seqlock read. */
-static rf_file *rf__freg_find(uintptr_t a, uintptr_t *hi)
+/* Where an address falls: the mapping that contains it (f, NULL if none), and the first mapping above
+ * it (next, NULL if none). */
+typedef struct rf__freg_hit {
+	rf_file *f, *next;
+	uintptr_t lo, hi, end; /* f's mapping [lo, end), its bytes [lo, hi) */
+	uintptr_t next_lo;
+} rf__freg_hit;
+
+/* A seqlock read. */
+static void rf__freg_find(uintptr_t a, rf__freg_hit *out)
 {
 	for (;;) {
 		unsigned s1 = atomic_load_explicit(&rf__freg.seq, memory_order_acquire);
@@ -61,11 +69,10 @@ static rf_file *rf__freg_find(uintptr_t a, uintptr_t *hi)
 		}
 		rf__freg_arr *arr = atomic_load_explicit(&rf__freg.arr, memory_order_acquire);
 		unsigned n = atomic_load_explicit(&rf__freg.n, memory_order_relaxed);
-		rf_file *f = NULL;
-		uintptr_t h = 0;
+		rf__freg_hit h = {0};
 		if (arr != NULL) {
 			n = n < arr->cap ? n : arr->cap;
-			unsigned lo = 0, up = n; /* first entry with lo > a, minus one */
+			unsigned lo = 0, up = n; /* first entry with lo > a */
 			while (lo < up) {
 				unsigned mid = lo + (up - lo) / 2;
 				if (atomic_load_explicit(&arr->e[mid].lo, memory_order_relaxed) <= a)
@@ -73,13 +80,20 @@ static rf_file *rf__freg_find(uintptr_t a, uintptr_t *hi)
 				else
 					up = mid;
 			}
-			if (lo > 0 && a < (h = atomic_load_explicit(&arr->e[lo - 1].hi, memory_order_relaxed)))
-				f = atomic_load_explicit(&arr->e[lo - 1].f, memory_order_relaxed);
+			if (lo > 0 && a < (h.end = atomic_load_explicit(&arr->e[lo - 1].end, memory_order_relaxed))) {
+				h.f = atomic_load_explicit(&arr->e[lo - 1].f, memory_order_relaxed);
+				h.lo = atomic_load_explicit(&arr->e[lo - 1].lo, memory_order_relaxed);
+				h.hi = atomic_load_explicit(&arr->e[lo - 1].hi, memory_order_relaxed);
+			}
+			if (lo < n) {
+				h.next = atomic_load_explicit(&arr->e[lo].f, memory_order_relaxed);
+				h.next_lo = atomic_load_explicit(&arr->e[lo].lo, memory_order_relaxed);
+			}
 		}
 		atomic_thread_fence(memory_order_acquire);
 		if (atomic_load_explicit(&rf__freg.seq, memory_order_relaxed) == s1) {
-			*hi = h;
-			return f;
+			*out = h;
+			return;
 		}
 	}
 }
@@ -95,17 +109,19 @@ static void rf__freg_write_end(void)
 	atomic_fetch_add_explicit(&rf__freg.seq, 1, memory_order_release);
 }
 
-static void rf__freg_set(rf__freg_ent *d, uintptr_t lo, uintptr_t hi, rf_file *f)
+static void rf__freg_set(rf__freg_ent *d, uintptr_t lo, uintptr_t hi, uintptr_t end, rf_file *f)
 {
 	atomic_store_explicit(&d->lo, lo, memory_order_relaxed);
 	atomic_store_explicit(&d->hi, hi, memory_order_relaxed);
+	atomic_store_explicit(&d->end, end, memory_order_relaxed);
 	atomic_store_explicit(&d->f, f, memory_order_relaxed);
 }
 
 static void rf__freg_move(rf__freg_ent *d, const rf__freg_ent *s)
 {
 	rf__freg_set(d, atomic_load_explicit(&s->lo, memory_order_relaxed),
-		     atomic_load_explicit(&s->hi, memory_order_relaxed), atomic_load_explicit(&s->f, memory_order_relaxed));
+		     atomic_load_explicit(&s->hi, memory_order_relaxed),
+		     atomic_load_explicit(&s->end, memory_order_relaxed), atomic_load_explicit(&s->f, memory_order_relaxed));
 }
 
 /* Insert f's range (mu held). RF_ENOMEM when the array cannot grow. */
@@ -130,7 +146,7 @@ static int rf__freg_insert(rf_file *f)
 	rf__freg_write_begin();
 	for (; i > 0 && atomic_load_explicit(&arr->e[i - 1].lo, memory_order_relaxed) > lo; i--)
 		rf__freg_move(&arr->e[i], &arr->e[i - 1]);
-	rf__freg_set(&arr->e[i], lo, lo + (uintptr_t)f->size, f);
+	rf__freg_set(&arr->e[i], lo, lo + (uintptr_t)f->size, lo + f->map_len, f);
 	atomic_store_explicit(&rf__freg.n, n + 1, memory_order_relaxed);
 	rf__freg_write_end();
 	return RF_OK;
@@ -152,26 +168,51 @@ static void rf__freg_remove(rf_file *f)
 	rf__freg_write_end();
 }
 
+/* The classification of [a, a + n) (see io/file.h); *f the file when 1. */
+static int rf__file_where(const char *who, const char *what, uintptr_t a, size_t n, rf_file **f)
+{
+	rf__freg_hit h;
+	rf__freg_find(a, &h);
+	if (h.f == NULL) {
+		/* Memory, unless it runs into the next mapping: its first bytes would be copied from memory
+		 * and the rest from the file's pages (or their tail), which is neither source. */
+		if (h.next == NULL || n <= h.next_lo - a)
+			return 0;
+		return rf__err(RF_EINVAL, "%s: %s starts %" PRIuPTR " bytes before file %s and ends inside its mapping: "
+					  "a source lies inside one file or in no file at all", who, what,
+			       h.next_lo - a, h.next->path);
+	}
+	if (a >= h.hi) /* the rest of the mapping's last page: zeros that are not in the file */
+		return rf__err(RF_EINVAL, "%s: %s starts %" PRIuPTR " bytes past the end of file %s (in its mapping's "
+					  "last page, which holds no bytes of the file)", who, what, a - h.hi,
+			       h.f->path);
+	if (n > h.hi - a)
+		return rf__err(RF_EINVAL, "%s: %s starts inside file %s at offset %" PRIuPTR " and ends %zu bytes past "
+					  "its end", who, what, h.f->path, a - h.lo, n - (size_t)(h.hi - a));
+	*f = h.f;
+	return 1;
+}
+
 int rf__file_classify(const char *who, const char *what, const void *src, size_t n, int hold, rf__fsrc *out)
 {
 	if (!rf__file_any())
 		return 0;
-	uintptr_t a = (uintptr_t)src, hi;
-	rf_file *f = rf__freg_find(a, &hi);
-	if (f == NULL)
-		return 0;
-	if (n > hi - a)
-		return rf__err(RF_EINVAL, "%s: %s starts inside file %s at offset %" PRIu64 " and ends %zu bytes past "
-					  "its end", who, what, f->path, (uint64_t)(a - (uintptr_t)f->map),
-			       n - (size_t)(hi - a));
+	uintptr_t a = (uintptr_t)src;
+	rf_file *f = NULL;
+	int rc = rf__file_where(who, what, a, n, &f);
+	if (rc != 1)
+		return rc;
 	if (hold) {
-		/* Under the mutex, so that a close cannot free f between the lookup and the hold. */
+		/* Again under the mutex, so that a close cannot free f between the lookup and the hold. */
+		rf_file *g = NULL;
 		pthread_mutex_lock(&rf__freg.mu);
-		f = rf__freg_find(a, &hi);
-		if (f != NULL)
+		rc = rf__file_where(who, what, a, n, &g);
+		if (rc == 1 && g == f)
 			atomic_fetch_add_explicit(&f->holds, 1, memory_order_relaxed);
 		pthread_mutex_unlock(&rf__freg.mu);
-		if (f == NULL) /* closed in between: the range is no longer a source at all */
+		if (rc < 0)
+			return rc;
+		if (rc == 0 || g != f) /* closed in between: the range is not that file's any more */
 			return rf__err(RF_EINVAL, "%s: %s lies in a file closed while it was named", who, what);
 	}
 	out->f = f;
@@ -295,6 +336,9 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 		goto fail;
 	}
 	f->map = m;
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t page = pg > 0 ? (size_t)pg : 4096;
+	f->map_len = ((size_t)f->size + page - 1) & ~(page - 1); /* the last page's tail is mapped too */
 	if (!(flags & RF_FILE_BUFFERED))
 		rf__file_direct(f, &st);
 	pthread_mutex_lock(&rf__freg.mu);

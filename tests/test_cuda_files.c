@@ -128,6 +128,47 @@ Test(cuda_files, runs_read_files_into_the_pinned_ring, .timeout = 120)
 	leak_check();
 }
 
+/* A range that overlaps a file's mapping without lying inside the file (the last page's tail, from below
+ * into it) is RF_EINVAL before any work: runs and keyed sources. */
+Test(cuda_files, ranges_overlapping_a_mapping_outside_the_file_are_einval, .timeout = 120)
+{
+	enum { TSZ = 10000 };
+	char path[] = "rf_cuda_files_tail_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	cr_assert_eq(write(fd, g_ref, TSZ), (ssize_t)TSZ);
+	close(fd);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	sim_use(5, 0.5);
+	rf_pipeline *p = make(2, 32768);
+	const unsigned char *bad[] = {d + TSZ, d + TSZ + 100, d - 16, d - 16};
+	const size_t bad_n[] = {1, 100, 32, TSZ + 16};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		blockset bs;
+		bs_alloc(&bs, 2, 1);
+		bs.srcs[0] = d, bs.sizes[0] = 100;
+		bs.srcs[1] = bad[i], bs.sizes[1] = bad_n[i];
+		check c;
+		cr_assert_eq(run_checked(p, &bs, &c), RF_EINVAL, "range %zu", i);
+		cr_assert(strstr(rf_errmsg(), "block 1") != NULL && strstr(rf_errmsg(), path) != NULL, "%s",
+			  rf_errmsg());
+		cr_assert_eq(c.checked, 0);
+		free(bs.srcs);
+		free(bs.sizes);
+		free(bs.bufs);
+		rf_block b;
+		cr_assert_eq(rf_pipeline_acquire(p, 1, bad[i], bad_n[i], NULL, 0, &b), RF_EINVAL, "range %zu", i);
+		cr_assert_eq(rf_pipeline_prefetch(p, 1, bad[i], bad_n[i], 0), RF_EINVAL, "range %zu", i);
+	}
+	cr_assert_eq(sim_api.stream_synchronize(NULL), 0);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	unlink(path);
+	leak_check();
+}
+
 /* Many file blocks through a 3-slot pinned ring, the device running only when waited for: each pinned
  * slot is read into again only after the H2D that read it ran. */
 Test(cuda_files, pinned_slots_are_reused_only_after_their_h2d, .timeout = 120)

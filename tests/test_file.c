@@ -139,6 +139,35 @@ Test(file, classify_memory_file_and_crossing_ranges)
 	drop(path);
 }
 
+/* A range that overlaps a file's mapping without lying inside the file: from the file's end into the last
+ * page's tail, in the tail, from below the mapping into it or over it. Memory right next to the mapping
+ * (below it, and past the mapping's end) is memory. */
+Test(file, classify_ranges_overlapping_a_mapping_outside_the_file)
+{
+	char *path = make_file(10000, 4); /* not a page multiple: the last page has a tail */
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	long page = sysconf(_SC_PAGESIZE);
+	size_t end = ((size_t)10000 + (size_t)page - 1) & ~((size_t)page - 1);
+	rf__fsrc s = {0};
+	cr_assert_eq(rf__file_classify("t", "b", d + 10000, 1, 0, &s), RF_EINVAL);
+	cr_assert(strstr(rf_errmsg(), "0 bytes past the end of file") != NULL && strstr(rf_errmsg(), path) != NULL,
+		  "%s", rf_errmsg());
+	cr_assert_eq(rf__file_classify("t", "b", d + end - 1, 1, 0, &s), RF_EINVAL, "the tail's last byte");
+	cr_assert_eq(rf__file_classify("t", "b", d - 10, 20, 0, &s), RF_EINVAL);
+	cr_assert(strstr(rf_errmsg(), "10 bytes before file") != NULL, "%s", rf_errmsg());
+	cr_assert_eq(rf__file_classify("t", "b", d - 10, 20000, 0, &s), RF_EINVAL, "over the whole mapping");
+	cr_assert_eq(rf__file_classify("t", "b", d - 10, 10, 0, &s), 0, "ends where the mapping starts");
+	cr_assert_eq(rf__file_classify("t", "b", d + end, 10, 0, &s), 0, "starts where the mapping ends");
+	cr_assert_eq(rf__file_classify("t", "b", d - 10, 20, 1, &s), RF_EINVAL);
+	cr_assert_eq(rf__file_classify("t", "b", d + 9990, 10, 1, &s), 1);
+	cr_assert_eq(s.off, 9990u);
+	rf__file_unhold(f);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
 Test(file, many_files_each_found)
 {
 	enum { N = 100 };

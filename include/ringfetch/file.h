@@ -4,8 +4,10 @@
  * [rf_file_data(f), rf_file_data(f) + rf_file_size(f)) is a read-only shared mapping of an open file.
  * Every copy ringfetch makes from inside it (runs, keyed use, rf_exec, every backend) reads the file
  * instead, straight into the destination slot; the library never faults the mapping in.
- *  - A source range that starts inside a file's range must end inside it: RF_EINVAL at the call that
- *    names it, before any work. Sources of one run may mix memory and several files.
+ *  - A source range that overlaps a file's mapping must lie inside the file's bytes: one that ends past
+ *    the file's end, starts past it (in the mapping's last page, whose tail is not in the file), or
+ *    starts below the mapping and runs into it is RF_EINVAL at the call that names it, before any work.
+ *    Sources of one run may mix memory and several files.
  *  - A failed or short read (the file shrank) fails that run with RF_EIO after draining (no compute
  *    sees a partial block; the pipeline stays usable), or that acquire (the key stays absent). A failed
  *    hint leaves its key absent and counts as wasted. Never SIGBUS, never a block with stale bytes.
