@@ -45,6 +45,38 @@ static struct {
 	_Atomic(rf__freg_arr *) arr;
 } rf__freg = {PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL};
 
+/* fork() while another thread opens or closes a file would leave mu locked in the child (its owner
+ * does not exist there) and, inside a write section, the seqlock odd: the child's next open would block
+ * for ever and each classification spin. So the prepare handler takes mu: no writer is inside at fork
+ * (every write section is under mu, so the seqlock is even), and parent and child let it go. Nothing
+ * allocates or registers handlers while holding mu, so waiting for it here cannot deadlock with another
+ * prepare handler (a malloc's, run before or after this one). */
+static void rf__freg_fork_prepare(void)
+{
+	pthread_mutex_lock(&rf__freg.mu);
+}
+
+static void rf__freg_fork_release(void)
+{
+	pthread_mutex_unlock(&rf__freg.mu);
+}
+
+/* The handlers, registered by the first open; RF_ENOMEM (no open) while pthread_atfork cannot. */
+static int rf__freg_fork_register(void)
+{
+	static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+	static atomic_int done;
+	if (atomic_load_explicit(&done, memory_order_acquire))
+		return RF_OK;
+	pthread_mutex_lock(&reg_mu);
+	int rc = atomic_load_explicit(&done, memory_order_relaxed) ? 0
+		 : pthread_atfork(rf__freg_fork_prepare, rf__freg_fork_release, rf__freg_fork_release);
+	if (rc == 0)
+		atomic_store_explicit(&done, 1, memory_order_release);
+	pthread_mutex_unlock(&reg_mu);
+	return rc == 0 ? RF_OK : RF_ENOMEM;
+}
+
 int rf__file_any(void)
 {
 	return atomic_load_explicit(&rf__freg.n, memory_order_relaxed) != 0;
@@ -124,22 +156,34 @@ static void rf__freg_move(rf__freg_ent *d, const rf__freg_ent *s)
 		     atomic_load_explicit(&s->end, memory_order_relaxed), atomic_load_explicit(&s->f, memory_order_relaxed));
 }
 
-/* Insert f's range (mu held). RF_ENOMEM when the array cannot grow. */
+/* Insert f's range: takes and lets go of mu. RF_ENOMEM when the array cannot grow. An array is
+ * allocated with mu let go (nothing allocates under it: rf__freg_fork_prepare). */
 static int rf__freg_insert(rf_file *f)
 {
-	rf__freg_arr *arr = atomic_load_explicit(&rf__freg.arr, memory_order_relaxed);
-	unsigned n = atomic_load_explicit(&rf__freg.n, memory_order_relaxed);
-	if (arr == NULL || n == arr->cap) {
+	rf__freg_arr *spare = NULL, *arr;
+	unsigned n;
+	pthread_mutex_lock(&rf__freg.mu);
+	for (;;) {
+		arr = atomic_load_explicit(&rf__freg.arr, memory_order_relaxed);
+		n = atomic_load_explicit(&rf__freg.n, memory_order_relaxed);
+		if (arr != NULL && n < arr->cap)
+			break;
 		unsigned cap = arr ? arr->cap * 2 : 16;
-		rf__freg_arr *grown = rf__calloc(1, sizeof *grown + cap * sizeof grown->e[0]);
-		if (grown == NULL)
+		if (spare != NULL && spare->cap == cap) {
+			spare->older = arr;
+			for (unsigned i = 0; i < n; i++)
+				rf__freg_move(&spare->e[i], &arr->e[i]);
+			atomic_store_explicit(&rf__freg.arr, spare, memory_order_release);
+			arr = spare;
+			spare = NULL;
+			break;
+		}
+		pthread_mutex_unlock(&rf__freg.mu); /* another open may grow it meanwhile: then look again */
+		free(spare);
+		if ((spare = rf__calloc(1, sizeof *spare + cap * sizeof spare->e[0])) == NULL)
 			return RF_ENOMEM;
-		grown->cap = cap;
-		grown->older = arr;
-		for (unsigned i = 0; i < n; i++)
-			rf__freg_move(&grown->e[i], &arr->e[i]);
-		atomic_store_explicit(&rf__freg.arr, grown, memory_order_release);
-		arr = grown;
+		spare->cap = cap;
+		pthread_mutex_lock(&rf__freg.mu);
 	}
 	uintptr_t lo = (uintptr_t)f->map;
 	unsigned i = n;
@@ -149,6 +193,8 @@ static int rf__freg_insert(rf_file *f)
 	rf__freg_set(&arr->e[i], lo, lo + (uintptr_t)f->size, lo + f->map_len, f);
 	atomic_store_explicit(&rf__freg.n, n + 1, memory_order_relaxed);
 	rf__freg_write_end();
+	pthread_mutex_unlock(&rf__freg.mu);
+	free(spare);
 	return RF_OK;
 }
 
@@ -204,15 +250,14 @@ int rf__file_classify(const char *who, const char *what, const void *src, size_t
 		return rc;
 	if (hold) {
 		/* Again under the mutex, so that a close cannot free f between the lookup and the hold. */
-		rf_file *g = NULL;
+		rf__freg_hit h;
 		pthread_mutex_lock(&rf__freg.mu);
-		rc = rf__file_where(who, what, a, n, &g);
-		if (rc == 1 && g == f)
+		rf__freg_find(a, &h);
+		int same = h.f == f && a < h.hi && n <= h.hi - a;
+		if (same)
 			atomic_fetch_add_explicit(&f->holds, 1, memory_order_relaxed);
 		pthread_mutex_unlock(&rf__freg.mu);
-		if (rc < 0)
-			return rc;
-		if (rc == 0 || g != f) /* closed in between: the range is not that file's any more */
+		if (!same) /* closed in between: the range is not that file's any more */
 			return rf__err(RF_EINVAL, "%s: %s lies in a file closed while it was named", who, what);
 	}
 	out->f = f;
@@ -294,6 +339,8 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 		return rf__err(RF_EINVAL, "%s: %s is NULL", who, path == NULL ? "path" : "out");
 	if (flags & ~RF_FILE_BUFFERED)
 		return rf__err(RF_EINVAL, "%s: unknown flags %#x", who, flags & ~RF_FILE_BUFFERED);
+	if (rf__freg_fork_register() != RF_OK)
+		return rf__err(RF_ENOMEM, "%s: pthread_atfork: out of memory", who);
 	size_t len = strlen(path);
 	rf_file *f = rf__calloc(1, sizeof *f + len + 1);
 	if (f == NULL)
@@ -341,10 +388,7 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 	f->map_len = ((size_t)f->size + page - 1) & ~(page - 1); /* the last page's tail is mapped too */
 	if (!(flags & RF_FILE_BUFFERED))
 		rf__file_direct(f, &st);
-	pthread_mutex_lock(&rf__freg.mu);
-	rc = rf__freg_insert(f);
-	pthread_mutex_unlock(&rf__freg.mu);
-	if (rc != RF_OK) {
+	if (rf__freg_insert(f) != RF_OK) {
 		rc = rf__err(RF_ENOMEM, "%s: out of memory", who);
 		goto fail;
 	}

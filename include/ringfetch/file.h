@@ -33,7 +33,8 @@ typedef struct rf_file rf_file;
 
 /**
  * Open the regular file at `path` read-only as a source of blocks, and map it. Never blocks on a FIFO
- * or a device. Thread-safe.
+ * or a device. Thread-safe; a child of fork() (also one forked while another thread opens or closes
+ * files) opens, classifies and closes files as its parent does.
  * \return RF_OK and *out; RF_EINVAL (path or out NULL, flags not 0 / RF_FILE_BUFFERED); RF_ENOTSUP
  *         (a directory, FIFO, device, or an empty file); RF_EIO (open, fstat or mmap failed:
  *         rf_errmsg() names the path and errno's text); RF_ENOMEM. On failure *out is untouched.
