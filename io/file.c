@@ -427,7 +427,8 @@ int rf_file_close(rf_file *f)
 		rf__freg_remove(f);
 	pthread_mutex_unlock(&rf__freg.mu);
 	if (holds != 0)
-		return rf__err(RF_EBUSY, "rf_file_close: %s: %u cop%s from it may still be in flight", f->path, holds,
+		return rf__err(RF_EBUSY, "rf_file_close: %s: %u cop%s from it may still be in flight or held back as "
+					 "hints (evict their keys, or destroy the pipeline, first)", f->path, holds,
 			       holds == 1 ? "y" : "ies");
 	munmap((void *)f->map, (size_t)f->size);
 	if (f->dfd >= 0)

@@ -1,6 +1,8 @@
 /* tests/test_file.c — rf_file_open / data / size / close, and how copy paths classify sources
  * (io/file.h): errors, FIFOs and devices that must not block, the mapping, ranges that cross a file's
- * end, holds that make close RF_EBUSY, many files, and files opened and closed while others classify. */
+ * end, holds that make close RF_EBUSY (keyed hints held back included), many files, and files opened and
+ * closed while others classify. */
+#include "base/test_hooks.h"
 #include "io/file.h"
 #include "ringfetch.h"
 
@@ -12,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A file of n bytes, byte i = (i * 7 + seed) & 255, in the work tree's disk (tmpfs refuses O_DIRECT). */
@@ -239,5 +242,100 @@ Test(file, classify_while_files_open_and_close)
 	}
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	drop(other);
+	drop(path);
+}
+
+static int sum_cb(void *user, const rf_block *b)
+{
+	*(unsigned *)user += ((const unsigned char *)b->data)[0];
+	return 0;
+}
+
+/* ---- keyed hints held back (not yet on a copy lane) keep their file open ------------------------------ */
+
+static atomic_int g_gate; /* 0: the threads backend's copy lane waits before it claims each hint copy */
+
+static void gate_hook(int started)
+{
+	struct timespec d = {0, 500000};
+	for (int i = 0; !started && i < 20000 && !atomic_load(&g_gate); i++) /* at most ~10 s */
+		nanosleep(&d, NULL);
+}
+
+enum { HB_SB = 8192, HB_FILL = 8, HB_N = 4 };
+static unsigned char g_hbmem[HB_FILL][HB_SB];
+
+static void hb_acquire_all(rf_pipeline *p, const unsigned char *d, unsigned seed)
+{
+	for (unsigned k = 0; k < HB_N; k++) {
+		rf_block b;
+		cr_assert_eq(rf_pipeline_acquire(p, 100 + k, d + k * HB_SB, HB_SB, NULL, 0, &b), RF_OK, "%s",
+			     rf_errmsg());
+		const unsigned char *q = b.data;
+		for (size_t i = 0; i < HB_SB; i += 511)
+			cr_assert_eq(q[i], (unsigned char)(((k * HB_SB + i) * 7 + seed) & 255), "key %u byte %zu", 100 + k,
+				     i);
+		cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+	}
+}
+
+/* The copy lane is full of queued memory hints (gated): hints of a file's ranges are held back, no copy
+ * yet holding the file. Closing it is RF_EBUSY (nothing changes: the hints later read the right bytes),
+ * until each hint has left: its copy issued and landed, its key evicted, overtaken by an acquire, the
+ * keys dropped by a run, or the pipeline destroyed. Before, close answered RF_OK and the lane then
+ * copied from the unmapped range (SIGSEGV). */
+Test(file, held_back_hints_keep_their_file_open, .timeout = 120)
+{
+	char *path = make_file(HB_N * HB_SB, 5);
+	for (int how = 0; how < 5; how++) {
+		rf_file *f;
+		cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+		const unsigned char *d = rf_file_data(f);
+		atomic_store(&g_gate, 0);
+		rf__test_hooks.keyed_before_copy = gate_hook;
+		rf_pipeline_params pp = {0};
+		pp.depth = 16;
+		pp.slot_bytes = HB_SB;
+		pp.backend = "threads";
+		rf_pipeline *p = NULL;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+		for (unsigned k = 0; k < HB_FILL; k++) /* the lane's queue, full (gated) */
+			cr_assert_eq(rf_pipeline_prefetch(p, k, g_hbmem[k], HB_SB, 0), RF_OK, "%s", rf_errmsg());
+		for (unsigned k = 0; k < HB_N; k++) /* held back */
+			cr_assert_eq(rf_pipeline_prefetch(p, 100 + k, d + k * HB_SB, HB_SB, 0), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(rf_file_close(f), RF_EBUSY, "case %d: closed with hints of it held back", how);
+		cr_assert(strstr(rf_errmsg(), path) != NULL && strstr(rf_errmsg(), "held back") != NULL, "%s",
+			  rf_errmsg());
+		cr_assert_eq(rf_file_data(f), d, "a refused close changes nothing");
+		switch (how) {
+		case 0: /* the lane takes them: they land (or are copied by the acquire), right bytes */
+			atomic_store(&g_gate, 1);
+			hb_acquire_all(p, d, 5);
+			break;
+		case 1: /* evicted while still held back */
+			for (unsigned k = 0; k < HB_N; k++)
+				cr_assert_eq(rf_pipeline_evict(p, 100 + k), RF_OK, "%s", rf_errmsg());
+			break;
+		case 2: /* overtaken: each acquire copies its key itself, the lane still gated */
+			hb_acquire_all(p, d, 5);
+			break;
+		case 3: { /* a run drops every key */
+			atomic_store(&g_gate, 1);
+			const void *srcs[1] = {g_hbmem[0]};
+			size_t sizes[1] = {64};
+			unsigned sum = 0;
+			cr_assert_eq(rf_pipeline_run(p, 1, srcs, sizes, sum_cb, &sum), RF_OK, "%s", rf_errmsg());
+			break;
+		}
+		default: /* destroyed */
+			atomic_store(&g_gate, 1);
+			rf_pipeline_destroy(p);
+			p = NULL;
+		}
+		cr_assert_eq(rf_file_close(f), RF_OK, "case %d: %s", how, rf_errmsg());
+		atomic_store(&g_gate, 1);
+		rf_pipeline_destroy(p);
+		rf__test_hooks.keyed_before_copy = NULL;
+	}
 	drop(path);
 }

@@ -34,7 +34,7 @@ typedef struct rf_file rf_file;
 /**
  * Open the regular file at `path` read-only as a source of blocks, and map it. Never blocks on a FIFO
  * or a device. Thread-safe; a child of fork() (also one forked while another thread opens or closes
- * files) opens, classifies and closes files as its parent does.
+ * files) opens, reads from and closes files as its parent does.
  * \return RF_OK and *out; RF_EINVAL (path or out NULL, flags not 0 / RF_FILE_BUFFERED); RF_ENOTSUP
  *         (a directory, FIFO, device, or an empty file); RF_EIO (open, fstat or mmap failed:
  *         rf_errmsg() names the path and errno's text); RF_ENOMEM. On failure *out is untouched.
@@ -50,7 +50,10 @@ RF_EXTERN uint64_t rf_file_size(const rf_file *f);
 /**
  * Unmap and close. The file must stay open while a pipeline may still copy from it: until its keys
  * are evicted or the pipeline is destroyed (hits read no source).
- * \return RF_OK, also for NULL; RF_EBUSY (nothing changes) while a copy from it is in flight.
+ * \return RF_OK, also for NULL; RF_EBUSY (nothing changes) while a copy from it is in flight, a keyed
+ *         hint of it included that is held back (queued, its copy not yet issued: the copy lanes are
+ *         busy). Such a hint lets go once its copy lands, or when its key is evicted, acquired, or
+ *         dropped by a run, or its pipeline is destroyed.
  */
 RF_EXTERN int rf_file_close(rf_file *f);
 
