@@ -303,22 +303,45 @@ static size_t rf__file_io_max_of(const struct stat *st)
 }
 
 /* The O_DIRECT descriptor and its alignment: what statx(STATX_DIOALIGN) reports, else the device's
- * logical block size, else a page. No O_DIRECT (a file system that refuses it, tmpfs): dfd -1. */
-static void rf__file_direct(rf_file *f, const struct stat *st)
+ * logical block size, else a page. Where the file system refuses O_DIRECT (EINVAL at open, or statx's
+ * alignment 0) dfd stays -1 and reads go through the page cache, as the describe line says ("O_DIRECT
+ * where the file and the range allow it"). Any other failure (EMFILE: no descriptor left) fails the
+ * open, RF_EIO naming it, instead of a file that silently reads everything through the page cache. */
+static int rf__file_direct(const char *who, rf_file *f, const struct stat *st)
 {
 	char p[64];
 	snprintf(p, sizeof p, "/proc/self/fd/%d", f->fd);
-	int d = open(p, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOCTTY);
-	if (d < 0)
-		return;
+	const int oflags = O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+	int d = open(p, oflags);
+	if (d < 0 && errno == ENOENT) /* no /proc: the path again (the inode is checked below) */
+		d = open(f->path, oflags);
+	if (d < 0 && errno == EINVAL)
+		return RF_OK;
+	const char *op = "open";
 	struct stat ds;
+	if (d < 0 || (op = "fstat", fstat(d, &ds) != 0)) {
+		int e = errno;
+		if (d >= 0)
+			close(d);
+		return rf__err(e == ENOMEM ? RF_ENOMEM : RF_EIO, "%s: %s: the O_DIRECT descriptor: %s: %s "
+								 "(RF_FILE_BUFFERED opens the file without it)", who,
+			       f->path, op, strerror(e));
+	}
+	if (ds.st_dev != st->st_dev || ds.st_ino != st->st_ino) {
+		close(d);
+		return rf__err(RF_EIO, "%s: %s: the path names another file than it did a moment ago (replaced "
+				       "while it was opened)", who, f->path);
+	}
+	if (fcntl(d, F_SETFL, fcntl(d, F_GETFL) & ~O_NONBLOCK) != 0) {
+		int e = errno;
+		close(d);
+		return rf__err(RF_EIO, "%s: %s: the O_DIRECT descriptor: fcntl: %s", who, f->path, strerror(e));
+	}
 	struct statx sx;
 	int dio = statx(f->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN);
-	/* another inode, or the file system says: no direct I/O for this file */
-	if (fstat(d, &ds) != 0 || ds.st_dev != st->st_dev || ds.st_ino != st->st_ino ||
-	    (dio && sx.stx_dio_offset_align == 0)) {
+	if (dio && sx.stx_dio_offset_align == 0) { /* the file system says: no direct I/O for this file */
 		close(d);
-		return;
+		return RF_OK;
 	}
 	size_t off = dio ? sx.stx_dio_offset_align : 0, mem = dio ? sx.stx_dio_mem_align : 0;
 	if (off == 0)
@@ -330,6 +353,7 @@ static void rf__file_direct(rf_file *f, const struct stat *st)
 	f->dfd = d;
 	f->dio_align = off;
 	f->dio_mem_align = mem;
+	return RF_OK;
 }
 
 int rf_file_open(const char *path, unsigned flags, rf_file **out)
@@ -386,8 +410,8 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 	long pg = sysconf(_SC_PAGESIZE);
 	size_t page = pg > 0 ? (size_t)pg : 4096;
 	f->map_len = ((size_t)f->size + page - 1) & ~(page - 1); /* the last page's tail is mapped too */
-	if (!(flags & RF_FILE_BUFFERED))
-		rf__file_direct(f, &st);
+	if (!(flags & RF_FILE_BUFFERED) && (rc = rf__file_direct(who, f, &st)) != RF_OK)
+		goto fail;
 	if (rf__freg_insert(f) != RF_OK) {
 		rc = rf__err(RF_ENOMEM, "%s: out of memory", who);
 		goto fail;

@@ -7,13 +7,16 @@
 #include "ringfetch.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -112,6 +115,65 @@ Test(file, o_direct_where_the_disk_takes_it)
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	cr_assert_eq(rf_file_close(b), RF_OK);
 	drop(path);
+}
+
+/* One descriptor left under RLIMIT_NOFILE: the buffered descriptor opens, the O_DIRECT one cannot. The open
+ * fails, naming it (RF_EIO, nothing left open), instead of a file that reads everything through the page
+ * cache while describe says O_DIRECT; RF_FILE_BUFFERED, which needs one descriptor, opens. In a child,
+ * so that the limit stays there. */
+static int one_fd_left_child(const char *path)
+{
+	int probe = open("/dev/null", O_RDONLY); /* the lowest free descriptor */
+	if (probe < 0)
+		return 10;
+	close(probe);
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return 11;
+	rl.rlim_cur = (rlim_t)probe + 1;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return 12;
+	rf_file *f = (rf_file *)0x1;
+	int rc = rf_file_open(path, 0, &f);
+	if (rc == RF_OK)
+		return 1; /* O_DIRECT dropped without a word */
+	if (rc != RF_EIO || f != (rf_file *)0x1)
+		return 2;
+	if (strstr(rf_errmsg(), "O_DIRECT") == NULL || strstr(rf_errmsg(), path) == NULL ||
+	    strstr(rf_errmsg(), strerror(EMFILE)) == NULL)
+		return 3;
+	int again = open("/dev/null", O_RDONLY); /* the failed open left no descriptor behind */
+	if (again != probe)
+		return 4;
+	close(again);
+	if (rf_file_open(path, RF_FILE_BUFFERED, &f) != RF_OK || rf__file_fd(f, 1) != rf__file_fd(f, 0))
+		return 5;
+	if (((const unsigned char *)rf_file_data(f))[10] != (unsigned char)((10 * 7 + 6) & 255))
+		return 6;
+	return rf_file_close(f) == RF_OK ? 0 : 7;
+}
+
+Test(file, no_descriptor_for_o_direct_fails_the_open_naming_it)
+{
+	char *path = make_file(8192, 6);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	int direct = rf__file_dio_align(f) != 0;
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	if (!direct) {
+		drop(path);
+		cr_skip_test("the work tree's file system takes no O_DIRECT");
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert_neq(pid, -1);
+	if (pid == 0)
+		_exit(one_fd_left_child(path));
+	int st = 0;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	drop(path);
+	cr_assert(WIFEXITED(st), "the child was killed by signal %d", WTERMSIG(st));
+	cr_assert_eq(WEXITSTATUS(st), 0, "step %d failed (1: RF_OK with O_DIRECT silently dropped)", WEXITSTATUS(st));
 }
 
 Test(file, classify_memory_file_and_crossing_ranges)

@@ -37,7 +37,10 @@ typedef struct rf_file rf_file;
  * files) opens, reads from and closes files as its parent does.
  * \return RF_OK and *out; RF_EINVAL (path or out NULL, flags not 0 / RF_FILE_BUFFERED); RF_ENOTSUP
  *         (a directory, FIFO, device, or an empty file); RF_EIO (open, fstat or mmap failed:
- *         rf_errmsg() names the path and errno's text); RF_ENOMEM. On failure *out is untouched.
+ *         rf_errmsg() names the path and errno's text; also when the second, O_DIRECT descriptor cannot
+ *         be opened, e.g. no descriptor left under RLIMIT_NOFILE: the file is never opened without
+ *         O_DIRECT unless its file system refuses O_DIRECT or flags say RF_FILE_BUFFERED, which opens
+ *         one descriptor); RF_ENOMEM. On failure *out is untouched and nothing is left open.
  */
 RF_EXTERN int rf_file_open(const char *path, unsigned flags, rf_file **out);
 
