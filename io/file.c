@@ -23,7 +23,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -356,6 +358,36 @@ static int rf__file_direct(const char *who, rf_file *f, const struct stat *st)
 	return RF_OK;
 }
 
+/* What a file that is not a regular one is, for the message of RF_ENOTSUP. */
+static const char *rf__file_kind(mode_t m)
+{
+	return S_ISDIR(m)			 ? "a directory"
+	       : S_ISFIFO(m)			 ? "a FIFO"
+	       : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+	       : S_ISSOCK(m)			 ? "a socket"
+						 : "not a regular file";
+}
+
+/* The name of a pseudo file system (its files' bytes are made as they are read: the size fstat gives,
+ * 0 or a page, is not theirs, and they cannot be mapped), or NULL. */
+static const char *rf__file_pseudo_fs(int fd)
+{
+	static const struct {
+		unsigned long magic;
+		const char *name;
+	} fs[] = {{PROC_SUPER_MAGIC, "proc"},	    {SYSFS_MAGIC, "sysfs"},
+		  {DEBUGFS_MAGIC, "debugfs"},	    {TRACEFS_MAGIC, "tracefs"},
+		  {SECURITYFS_MAGIC, "securityfs"}, {CGROUP_SUPER_MAGIC, "cgroup"},
+		  {CGROUP2_SUPER_MAGIC, "cgroup2"}, {BPF_FS_MAGIC, "bpf"}};
+	struct statfs sf;
+	if (fstatfs(fd, &sf) != 0)
+		return NULL;
+	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
+		if ((unsigned long)sf.f_type == fs[i].magic)
+			return fs[i].name;
+	return NULL;
+}
+
 int rf_file_open(const char *path, unsigned flags, rf_file **out)
 {
 	static const char who[] = "rf_file_open";
@@ -375,18 +407,32 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 	const char *op = "open";
 	struct stat st;
 	/* O_NONBLOCK: a FIFO or a device must not block the open; regular files ignore the flag. */
-	if ((f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) < 0)
+	if ((f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) < 0) {
+		/* A socket (ENXIO), or a device without its driver, cannot be opened at all: say what it is. */
+		int e = errno;
+		if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+			rc = rf__err(RF_ENOTSUP, "%s: %s is %s", who, path, rf__file_kind(st.st_mode));
+			goto fail;
+		}
+		errno = e;
 		goto fail_sys;
+	}
 	op = "fstat";
 	if (fstat(f->fd, &st) != 0)
 		goto fail_sys;
-	if (!S_ISREG(st.st_mode) || st.st_size == 0) {
-		rc = rf__err(RF_ENOTSUP, "%s: %s is %s", who, path,
-			     S_ISDIR(st.st_mode)    ? "a directory"
-			     : S_ISFIFO(st.st_mode) ? "a FIFO"
-			     : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-			     : S_ISREG(st.st_mode)  ? "empty"
-						    : "not a regular file");
+	if (!S_ISREG(st.st_mode)) {
+		rc = rf__err(RF_ENOTSUP, "%s: %s is %s", who, path, rf__file_kind(st.st_mode));
+		goto fail;
+	}
+	const char *pseudo = rf__file_pseudo_fs(f->fd);
+	if (pseudo != NULL) {
+		rc = rf__err(RF_ENOTSUP, "%s: %s is a pseudo file (%s): its bytes are made as they are read, its "
+					 "size (%" PRIu64 ") is not theirs, and it cannot be mapped", who, path, pseudo,
+			     (uint64_t)st.st_size);
+		goto fail;
+	}
+	if (st.st_size == 0) {
+		rc = rf__err(RF_ENOTSUP, "%s: %s is empty (0 bytes): nothing to read", who, path);
 		goto fail;
 	}
 	/* Back to blocking: io_uring answers -EAGAIN instead of waiting for reads of an O_NONBLOCK file. */

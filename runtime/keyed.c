@@ -258,6 +258,17 @@ static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const void *src
 	rf__kpush(k, RF__KLRU, v);
 }
 
+/* A failure of the copy under a keyed call (a file's read: "<path>: short read ..."), named after the
+ * call as each of its other errors is. */
+static int rf__kcall_err(const char *who, int rc)
+{
+	const char *m = rf__errmsg_peek();
+	size_t n = strlen(who);
+	if (strncmp(m, who, n) == 0 && m[n] == ':')
+		return rc;
+	return rf__err(rc, "%s: %s", who, m);
+}
+
 static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t bytes, unsigned flags)
 {
 	if (src == NULL)
@@ -409,7 +420,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		int late = !rf__kdone(k, s);
 		if (late && (rc = rf__be_kwait(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed),
 					       stream, 0)) != RF_OK)
-			return rc;
+			return rf__kcall_err(who, rc);
 		if (late && s->refs == 0 && rf__kfailed(k, i)) /* the hint's read failed: copy it now */
 			return rf__keyed_acquire(k, key, src, bytes, stream, flags, out);
 		if ((rc = rf__koracle_acquire(k, i, src, bytes, key)) != RF_OK)
@@ -434,7 +445,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	if (rc != RF_OK) {
 		if (withdrawn || rc == RF_EIO) /* nothing will land, or a failed read wrote part of the slot */
 			rf__kdrop(k, v);
-		return rc;
+		return rf__kcall_err(who, rc);
 	}
 	rf__klock(k);
 	if (i < k->n) { /* the held-back or withdrawn hint is overtaken: dropped */
@@ -509,7 +520,7 @@ int rf__keyed_evict(rf__keyed *k, uint64_t key)
 	if (rc == RF_OK)
 		rc = rf__ksync_key(k, key);
 	if (rc != RF_OK)
-		return rc;
+		return rf__kcall_err(who, rc);
 	if (i < k->n)
 		rf__kdrop(k, i);
 	rf__kpump(k);

@@ -221,6 +221,8 @@ Test(cuda_files, a_shrunk_file_is_eio_and_the_pipeline_stays_usable, .timeout = 
 	cr_assert_eq(c.bad, 0);
 	rf_block b;
 	cr_assert_eq(rf_pipeline_acquire(p, 7, d + 7 * SZ, SZ, NULL, 0, &b), RF_EIO, "%s", rf_errmsg());
+	cr_assert(strncmp(rf_errmsg(), "rf_pipeline_acquire: ", 21) == 0 && strstr(rf_errmsg(), g_path) != NULL,
+		  "%s", rf_errmsg());
 	rf_key_state st = RF_KEY_READY;
 	cr_assert_eq(rf_pipeline_lookup(p, 7, &st, NULL), RF_OK);
 	cr_assert_eq(st, RF_KEY_ABSENT);

@@ -15,7 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -89,6 +91,29 @@ Test(file, not_regular_files_are_refused_without_blocking)
 	cr_assert_eq(rf_file_open(empty, 0, &f), RF_ENOTSUP);
 	cr_assert(strstr(rf_errmsg(), "empty") != NULL, "%s", rf_errmsg());
 	drop(empty);
+	/* A socket cannot be opened at all (ENXIO): still what it is, not an I/O error. */
+	char sock[] = "rf_test_sock_XXXXXX";
+	fd = mkstemp(sock);
+	close(fd);
+	unlink(sock);
+	int s = socket(AF_UNIX, SOCK_STREAM, 0);
+	cr_assert(s >= 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+	cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
+	cr_assert_eq(rf_file_open(sock, 0, &f), RF_ENOTSUP, "%s", rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), "socket") != NULL, "%s", rf_errmsg());
+	close(s);
+	unlink(sock);
+	/* Pseudo files: no size (proc) or a page that is not their size (sysfs); neither is "empty". */
+	cr_assert_eq(rf_file_open("/proc/self/status", 0, &f), RF_ENOTSUP, "%s", rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), "pseudo file (proc)") != NULL && strstr(rf_errmsg(), "empty") == NULL, "%s",
+		  rf_errmsg());
+	if (access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) == 0) {
+		cr_assert_eq(rf_file_open("/sys/kernel/mm/transparent_hugepage/enabled", 0, &f), RF_ENOTSUP, "%s",
+			     rf_errmsg());
+		cr_assert(strstr(rf_errmsg(), "pseudo file (sysfs)") != NULL, "%s", rf_errmsg());
+	}
 	cr_assert_eq(f, (rf_file *)0x1);
 }
 

@@ -406,6 +406,8 @@ Test(files, a_shrunk_file_is_eio_and_the_pipeline_stays_usable)
 	run_checked(p, N / 2, srcs, sizes, want); /* the first half is still there */
 	rf_block b;
 	cr_assert_eq(rf_pipeline_acquire(p, 7, srcs[7], sizes[7], NULL, 0, &b), RF_EIO);
+	cr_assert(strncmp(rf_errmsg(), "rf_pipeline_acquire: ", 21) == 0 && strstr(rf_errmsg(), g_path) != NULL,
+		  "named after the call, as its other errors are: %s", rf_errmsg());
 	rf_key_state st;
 	cr_assert_eq(rf_pipeline_lookup(p, 7, &st, NULL), RF_OK);
 	cr_assert_eq(st, RF_KEY_ABSENT);
@@ -420,6 +422,7 @@ Test(files, a_shrunk_file_is_eio_and_the_pipeline_stays_usable)
 	}
 	cr_assert_eq(st, RF_KEY_ABSENT, "a failed hint leaves its key absent");
 	cr_assert_eq(rf_pipeline_acquire(p, 6, srcs[6], sizes[6], NULL, 0, &b), RF_EIO);
+	cr_assert(strncmp(rf_errmsg(), "rf_pipeline_acquire: ", 21) == 0, "%s", rf_errmsg());
 	rf_pipeline_keyed_stats(p, &ks1);
 	cr_assert_eq(ks1.wasted, ks0.wasted + 1, "the failed hint counts as wasted");
 	cr_assert_eq(rf_pipeline_acquire(p, 1, srcs[1], sizes[1], NULL, 0, &b), RF_OK, "%s", rf_errmsg());
