@@ -126,9 +126,23 @@ static void *churn(void *arg)
 	return NULL;
 }
 
+/* AddressSanitizer's allocator (GCC 12's libasan) takes no lock around fork(): a child forked while another
+ * thread allocates can block in its own first malloc, a hang that is not the library's. Under it the
+ * forks are left out (ThreadSanitizer, the tool this program is for, handles fork). */
+#if defined(__SANITIZE_ADDRESS__)
+#define RF_RACE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RF_RACE_ASAN 1
+#endif
+#endif
+
 /* A child of fork() (taken while the other threads open, close and classify) opens and closes a file. */
 static int fork_child_opens_a_file(void)
 {
+#ifdef RF_RACE_ASAN
+	return 0;
+#endif
 	pid_t pid = fork();
 	if (pid < 0)
 		return -1;
@@ -267,6 +281,9 @@ int main(int argc, char **argv)
 		printf("a file could not be closed after every pipeline was destroyed: %s\n", rf_errmsg());
 		failed++;
 	}
+#ifdef RF_RACE_ASAN
+	printf("no fork() checks under AddressSanitizer (its allocator is not fork-safe)\n");
+#endif
 	printf("%llu passed, %llu failed\n", passed, failed);
 	return failed ? 1 : 0;
 }
