@@ -13,6 +13,7 @@
 #include "ringfetch.h"
 #include "runtime/backend.h"
 
+#include <stdatomic.h>
 #include <unistd.h>
 
 #define FSIZE (4u << 20)
@@ -301,5 +302,77 @@ Test(cuda_files, keyed_hints_and_acquires, .timeout = 120)
 	free(bs.srcs);
 	free(bs.sizes);
 	free(bs.bufs);
+	leak_check();
+}
+
+/* ---- keyed hints held back (not yet on a staging lane) keep their file open --------------------------- */
+
+static atomic_int g_gate; /* 0: the staging lane waits before it claims each hint's stage */
+
+static void gate_hook(int started)
+{
+	for (int i = 0; !started && i < 20000 && !atomic_load(&g_gate); i++) /* at most ~10 s */
+		usleep(500);
+}
+
+/* The staging lane is gated with pageable memory hints queued on it: hints of the file's ranges are held
+ * back, no stage yet holding the file. Closing it is RF_EBUSY (nothing changes) until the hints leave:
+ * evicted, acquired once the lane runs, or the pipeline destroyed. */
+Test(cuda_files, held_back_hints_keep_their_file_open, .timeout = 120)
+{
+	enum { FILL = 8, N = 4, SZ = 8192 };
+	unsigned char *mem[FILL];
+	for (int i = 0; i < FILL; i++) {
+		mem[i] = malloc(SZ);
+		cr_assert_not_null(mem[i]);
+		memset(mem[i], i, SZ);
+	}
+	for (int how = 0; how < 3; how++) {
+		rf_file *f;
+		cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+		const unsigned char *d = rf_file_data(f);
+		sim_use(11 + (uint64_t)how, 0.5);
+		atomic_store(&g_gate, 0);
+		rf__test_hooks.keyed_before_copy = gate_hook;
+		rf_pipeline_params pp = {0};
+		pp.depth = 16;
+		pp.slot_bytes = SZ;
+		pp.backend = "cuda";
+		pp.memory = RF_MEMORY_DEVICE;
+		pp.copy_queues = 1;
+		rf_pipeline *p = NULL;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+		for (unsigned k = 0; k < FILL; k++)
+			cr_assert_eq(rf_pipeline_prefetch(p, k, mem[k], SZ, 0), RF_OK, "%s", rf_errmsg());
+		for (unsigned k = 0; k < N; k++)
+			cr_assert_eq(rf_pipeline_prefetch(p, 100 + k, d + k * SZ, SZ, 0), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(rf_file_close(f), RF_EBUSY, "case %d: closed with hints of it held back", how);
+		cr_assert(strstr(rf_errmsg(), "held back") != NULL, "%s", rf_errmsg());
+		if (how == 0) {
+			for (unsigned k = 0; k < N; k++)
+				cr_assert_eq(rf_pipeline_evict(p, 100 + k), RF_OK, "%s", rf_errmsg());
+		} else if (how == 1) {
+			atomic_store(&g_gate, 1);
+			for (unsigned k = 0; k < N; k++) {
+				rf_block b;
+				cr_assert_eq(rf_pipeline_acquire(p, 100 + k, d + k * SZ, SZ, NULL, 0, &b), RF_OK, "%s",
+					     rf_errmsg());
+				cr_assert_eq(rf_pipeline_release(p, &b), RF_OK, "%s", rf_errmsg());
+			}
+		} else {
+			atomic_store(&g_gate, 1);
+			rf_pipeline_destroy(p);
+			p = NULL;
+		}
+		cr_assert_eq(rf_file_close(f), RF_OK, "case %d: %s", how, rf_errmsg());
+		atomic_store(&g_gate, 1);
+		if (p != NULL) {
+			cr_assert_eq(sim_api.stream_synchronize(NULL), 0);
+			rf_pipeline_destroy(p);
+		}
+		rf__test_hooks.keyed_before_copy = NULL;
+	}
+	for (int i = 0; i < FILL; i++)
+		free(mem[i]);
 	leak_check();
 }
