@@ -4,10 +4,11 @@
  * through /proc/self/fd so that a path replaced in between cannot give another file. The mapping only
  * gives the bytes addresses: the library never reads it.
  *
- * The registry is a sorted array of [lo, hi) ranges under a seqlock: readers retry when a writer moved
- * in between and never write shared memory; writers (open, close) serialise on a mutex. An outgrown
- * array stays allocated (a reader may still search it); arrays double, so that costs at most as much
- * as the largest. */
+ * The registry is a sorted array of mappings under a seqlock: readers retry when a writer moved in
+ * between and never write shared memory; writers (open, close) serialise on a mutex, which fork()
+ * takes too (pthread_atfork), so that a child never inherits it locked. An outgrown array stays
+ * allocated (a reader may still search it); arrays double, so that costs at most as much as the
+ * largest. */
 #define _GNU_SOURCE /* statx with the direct-I/O alignment, O_DIRECT */
 #include "io/file.h"
 #include "base/alloc.h"
@@ -17,13 +18,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/magic.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <linux/magic.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
@@ -226,8 +227,8 @@ static int rf__file_where(const char *who, const char *what, uintptr_t a, size_t
 		 * and the rest from the file's pages (or their tail), which is neither source. */
 		if (h.next == NULL || n <= h.next_lo - a)
 			return 0;
-		return rf__err(RF_EINVAL, "%s: %s starts %" PRIuPTR " bytes before file %s and ends inside its mapping: "
-					  "a source lies inside one file or in no file at all", who, what,
+		return rf__err(RF_EINVAL, "%s: %s starts %" PRIuPTR " bytes before file %s and runs into its mapping: a "
+					  "source lies inside one file or in no file at all", who, what,
 			       h.next_lo - a, h.next->path);
 	}
 	if (a >= h.hi) /* the rest of the mapping's last page: zeros that are not in the file */
@@ -334,7 +335,8 @@ static int rf__file_direct(const char *who, rf_file *f, const struct stat *st)
 		return rf__err(RF_EIO, "%s: %s: the path names another file than it did a moment ago (replaced "
 				       "while it was opened)", who, f->path);
 	}
-	if (fcntl(d, F_SETFL, fcntl(d, F_GETFL) & ~O_NONBLOCK) != 0) {
+	int fl = fcntl(d, F_GETFL);
+	if (fl < 0 || fcntl(d, F_SETFL, fl & ~O_NONBLOCK) != 0) {
 		int e = errno;
 		close(d);
 		return rf__err(RF_EIO, "%s: %s: the O_DIRECT descriptor: fcntl: %s", who, f->path, strerror(e));
