@@ -178,7 +178,7 @@ static int noop_sum(void *user, const rf_block *b)
 /* The child: a classification, then an open and close; 0 if all went right. SIGALRM if one hangs. */
 static int fork_file_child(rf_pipeline *p, const char *path)
 {
-	alarm(5);
+	alarm(20);
 	static unsigned char mem[64] = {7};
 	const void *srcs[1] = {mem};
 	size_t sizes[1] = {sizeof mem};
