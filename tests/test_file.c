@@ -198,7 +198,8 @@ Test(file, no_descriptor_for_o_direct_fails_the_open_naming_it)
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	drop(path);
 	cr_assert(WIFEXITED(st), "the child was killed by signal %d", WTERMSIG(st));
-	cr_assert_eq(WEXITSTATUS(st), 0, "step %d failed (1: RF_OK with O_DIRECT silently dropped)", WEXITSTATUS(st));
+	cr_assert_eq(WEXITSTATUS(st), 0, "step %d failed (1: RF_OK with O_DIRECT silently dropped)",
+		     WEXITSTATUS(st));
 }
 
 Test(file, classify_memory_file_and_crossing_ranges)

@@ -37,11 +37,11 @@ typedef struct rf_file rf_file;
  * files) opens, reads from and closes files as its parent does.
  * \return RF_OK and *out; RF_EINVAL (path or out NULL, flags not 0 / RF_FILE_BUFFERED); RF_ENOTSUP
  *         (a directory, FIFO, device or socket; a pseudo file of proc, sysfs, debugfs and the like,
- *         whose size is not its bytes; an empty file: rf_errmsg() says which); RF_EIO (open, fstat or mmap failed:
- *         rf_errmsg() names the path and errno's text; also when the second, O_DIRECT descriptor cannot
- *         be opened, e.g. no descriptor left under RLIMIT_NOFILE: the file is never opened without
- *         O_DIRECT unless its file system refuses O_DIRECT or flags say RF_FILE_BUFFERED, which opens
- *         one descriptor); RF_ENOMEM. On failure *out is untouched and nothing is left open.
+ *         whose size is not its bytes; an empty file: rf_errmsg() says which); RF_EIO (open, fstat or
+ *         mmap failed: rf_errmsg() names the path and errno's text; also when the second, O_DIRECT
+ *         descriptor cannot be opened, e.g. no descriptor left under RLIMIT_NOFILE: a file is read
+ *         without O_DIRECT only where its file system refuses O_DIRECT, or with RF_FILE_BUFFERED, which
+ *         opens one descriptor); RF_ENOMEM. On failure *out is untouched and nothing is left open.
  */
 RF_EXTERN int rf_file_open(const char *path, unsigned flags, rf_file **out);
 
