@@ -154,7 +154,8 @@ static void rf__freg_set(rf__freg_ent *d, uintptr_t lo, uintptr_t hi, uintptr_t 
 
 static void rf__freg_move(rf__freg_ent *d, const rf__freg_ent *s)
 {
-	rf__freg_set(d, atomic_load_explicit(&s->lo, memory_order_relaxed), atomic_load_explicit(&s->hi, memory_order_relaxed),
+	rf__freg_set(d, atomic_load_explicit(&s->lo, memory_order_relaxed),
+		     atomic_load_explicit(&s->hi, memory_order_relaxed),
 		     atomic_load_explicit(&s->end, memory_order_relaxed),
 		     atomic_load_explicit(&s->f, memory_order_relaxed));
 }
