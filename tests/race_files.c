@@ -3,9 +3,9 @@
  * 1..6, copy queues, wait policy) and alternates runs whose blocks mix ranges of two open files
  * (one O_DIRECT, one RF_FILE_BUFFERED; aligned and unaligned offsets, random lengths) with memory
  * blocks, and keyed phases of hints and acquires over file ranges; every compute and every acquire
- * checks the payload. Another thread polls rf_pipeline_stats, keyed_stats and lookup all the time; a
- * third opens and closes dozens of files at a time (the registry grows and shrinks under the
- * classifications), and each iteration forks a child that opens and closes a file while it does (in
+ * checks the payload. Another thread polls rf_pipeline_stats, keyed_stats and lookup all the time;
+ * two more open and close dozens of files at a time (the registry grows and shrinks under the
+ * classifications), and each iteration forks a child that opens and closes a file while they do (in
  * the plain build: see fork_child_opens_a_file).
  *
  * usage: race_files [--seed S] [--iterations N]
@@ -109,7 +109,8 @@ static void *churn(void *arg)
 {
 	(void)arg;
 	rf_file *f[40];
-	unsigned long long s = 99;
+	static atomic_uint seeds;
+	unsigned long long s = 99 + atomic_fetch_add(&seeds, 1);
 	while (!atomic_load(&g_stop)) {
 		unsigned n = 1 + (unsigned)rnd(&s, 40), k = 0;
 		for (; k < n; k++)
@@ -260,9 +261,10 @@ int main(int argc, char **argv)
 	g_map[0] = rf_file_data(f[0]);
 	g_map[1] = rf_file_data(f[1]);
 	g_path = path;
-	pthread_t th, ch;
+	pthread_t th, ch[2];
 	pthread_create(&th, NULL, observer, NULL);
-	pthread_create(&ch, NULL, churn, NULL);
+	for (int i = 0; i < 2; i++) /* two: the registry grows under both at first */
+		pthread_create(&ch[i], NULL, churn, NULL);
 	unsigned long long passed = 0, failed = 0;
 	for (unsigned long long i = 0; i < iters; i++) {
 		unsigned long long it_seed = seed + i;
@@ -275,7 +277,8 @@ int main(int argc, char **argv)
 	}
 	atomic_store(&g_stop, 1);
 	pthread_join(th, NULL);
-	pthread_join(ch, NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_join(ch[i], NULL);
 	int closed = rf_file_close(f[0]) == RF_OK && rf_file_close(f[1]) == RF_OK;
 	unlink(path);
 	free(g_ref);

@@ -288,6 +288,46 @@ Test(file, many_files_each_found)
 	}
 }
 
+/* Four threads open 200 files each at once: the registry's array grows while other opens wait to grow
+ * it too (each grows it with the lock let go, then looks again); every file is found afterwards. */
+enum { PAR_T = 4, PAR_N = 200 };
+static char *g_par_path;
+static rf_file *g_par[PAR_T][PAR_N];
+
+static void *open_many(void *arg)
+{
+	rf_file **f = arg;
+	long bad = 0;
+	for (int i = 0; i < PAR_N; i++)
+		bad += rf_file_open(g_par_path, RF_FILE_BUFFERED, &f[i]) != RF_OK;
+	return (void *)bad;
+}
+
+Test(file, files_opened_on_several_threads_are_each_found)
+{
+	g_par_path = make_file(4096, 8);
+	pthread_t th[PAR_T];
+	for (int t = 0; t < PAR_T; t++)
+		cr_assert_eq(pthread_create(&th[t], NULL, open_many, g_par[t]), 0);
+	for (int t = 0; t < PAR_T; t++) {
+		void *bad;
+		pthread_join(th[t], &bad);
+		cr_assert_eq((long)bad, 0, "%ld opens failed", (long)bad);
+	}
+	for (int t = 0; t < PAR_T; t++)
+		for (int i = 0; i < PAR_N; i++) {
+			rf__fsrc s;
+			const unsigned char *d = rf_file_data(g_par[t][i]);
+			cr_assert_eq(rf__file_classify("t", "b", d + 7, 100, 0, &s), 1, "thread %d file %d", t, i);
+			cr_assert_eq(s.f, g_par[t][i]);
+			cr_assert_eq(s.off, 7u);
+		}
+	for (int t = 0; t < PAR_T; t++)
+		for (int i = 0; i < PAR_N; i++)
+			cr_assert_eq(rf_file_close(g_par[t][i]), RF_OK);
+	drop(g_par_path);
+}
+
 /* Classifiers on two threads while the main thread opens and closes other files: every lookup of the
  * steady file finds it, every lookup of memory finds none (the seqlock's retry under real races). */
 static atomic_int stop_churn;
