@@ -4,10 +4,11 @@
  * through /proc/self/fd so that a path replaced in between cannot give another file. The mapping only
  * gives the bytes addresses: the library never reads it.
  *
- * The registry is a sorted array of [lo, hi) ranges under a seqlock: readers retry when a writer moved
- * in between and never write shared memory; writers (open, close) serialise on a mutex. An outgrown
- * array stays allocated (a reader may still search it); arrays double, so that costs at most as much
- * as the largest. */
+ * The registry is a sorted array of mappings under a seqlock: readers retry when a writer moved in
+ * between and never write shared memory; writers (open, close) serialise on a mutex, which fork()
+ * takes too (pthread_atfork), so that a child never inherits it locked. An outgrown array stays
+ * allocated (a reader may still search it); arrays double, so that costs at most as much as the
+ * largest. */
 #define _GNU_SOURCE /* statx with the direct-I/O alignment, O_DIRECT */
 #include "io/file.h"
 #include "base/alloc.h"
@@ -17,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <linux/magic.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -24,11 +26,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
 typedef struct rf__freg_ent {
-	_Atomic uintptr_t lo, hi;
+	_Atomic uintptr_t lo, hi, end; /* the mapping [lo, end); the file's bytes [lo, hi) */
 	_Atomic(rf_file *) f;
 } rf__freg_ent;
 
@@ -45,13 +48,53 @@ static struct {
 	_Atomic(rf__freg_arr *) arr;
 } rf__freg = {PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL};
 
+/* fork() while another thread opens or closes a file would leave mu locked in the child (its owner
+ * does not exist there) and, inside a write section, the seqlock odd: the child's next open would block
+ * for ever and each classification spin. So the prepare handler takes mu: no writer is inside at fork
+ * (every write section is under mu, so the seqlock is even), and parent and child let it go. Nothing
+ * allocates or registers handlers while holding mu, so waiting for it here cannot deadlock with another
+ * prepare handler (a malloc's, run before or after this one). */
+static void rf__freg_fork_prepare(void)
+{
+	pthread_mutex_lock(&rf__freg.mu);
+}
+
+static void rf__freg_fork_release(void)
+{
+	pthread_mutex_unlock(&rf__freg.mu);
+}
+
+/* The handlers, registered by the first open; RF_ENOMEM (no open) while pthread_atfork cannot. */
+static int rf__freg_fork_register(void)
+{
+	static pthread_mutex_t reg_mu = PTHREAD_MUTEX_INITIALIZER;
+	static atomic_int done;
+	if (atomic_load_explicit(&done, memory_order_acquire))
+		return RF_OK;
+	pthread_mutex_lock(&reg_mu);
+	int rc = atomic_load_explicit(&done, memory_order_relaxed) ? 0
+		 : pthread_atfork(rf__freg_fork_prepare, rf__freg_fork_release, rf__freg_fork_release);
+	if (rc == 0)
+		atomic_store_explicit(&done, 1, memory_order_release);
+	pthread_mutex_unlock(&reg_mu);
+	return rc == 0 ? RF_OK : RF_ENOMEM;
+}
+
 int rf__file_any(void)
 {
 	return atomic_load_explicit(&rf__freg.n, memory_order_relaxed) != 0;
 }
 
-/* The file whose range contains address a, or NULL; *hi its end. A seqlock read. */
-static rf_file *rf__freg_find(uintptr_t a, uintptr_t *hi)
+/* Where an address falls: the mapping that contains it (f, NULL if none), and the first mapping above
+ * it (next, NULL if none). */
+typedef struct rf__freg_hit {
+	rf_file *f, *next;
+	uintptr_t lo, hi, end; /* f's mapping [lo, end), its bytes [lo, hi) */
+	uintptr_t next_lo;
+} rf__freg_hit;
+
+/* A seqlock read. */
+static void rf__freg_find(uintptr_t a, rf__freg_hit *out)
 {
 	for (;;) {
 		unsigned s1 = atomic_load_explicit(&rf__freg.seq, memory_order_acquire);
@@ -61,11 +104,10 @@ static rf_file *rf__freg_find(uintptr_t a, uintptr_t *hi)
 		}
 		rf__freg_arr *arr = atomic_load_explicit(&rf__freg.arr, memory_order_acquire);
 		unsigned n = atomic_load_explicit(&rf__freg.n, memory_order_relaxed);
-		rf_file *f = NULL;
-		uintptr_t h = 0;
+		rf__freg_hit h = {0};
 		if (arr != NULL) {
 			n = n < arr->cap ? n : arr->cap;
-			unsigned lo = 0, up = n; /* first entry with lo > a, minus one */
+			unsigned lo = 0, up = n; /* first entry with lo > a */
 			while (lo < up) {
 				unsigned mid = lo + (up - lo) / 2;
 				if (atomic_load_explicit(&arr->e[mid].lo, memory_order_relaxed) <= a)
@@ -73,13 +115,20 @@ static rf_file *rf__freg_find(uintptr_t a, uintptr_t *hi)
 				else
 					up = mid;
 			}
-			if (lo > 0 && a < (h = atomic_load_explicit(&arr->e[lo - 1].hi, memory_order_relaxed)))
-				f = atomic_load_explicit(&arr->e[lo - 1].f, memory_order_relaxed);
+			if (lo > 0 && a < (h.end = atomic_load_explicit(&arr->e[lo - 1].end, memory_order_relaxed))) {
+				h.f = atomic_load_explicit(&arr->e[lo - 1].f, memory_order_relaxed);
+				h.lo = atomic_load_explicit(&arr->e[lo - 1].lo, memory_order_relaxed);
+				h.hi = atomic_load_explicit(&arr->e[lo - 1].hi, memory_order_relaxed);
+			}
+			if (lo < n) {
+				h.next = atomic_load_explicit(&arr->e[lo].f, memory_order_relaxed);
+				h.next_lo = atomic_load_explicit(&arr->e[lo].lo, memory_order_relaxed);
+			}
 		}
 		atomic_thread_fence(memory_order_acquire);
 		if (atomic_load_explicit(&rf__freg.seq, memory_order_relaxed) == s1) {
-			*hi = h;
-			return f;
+			*out = h;
+			return;
 		}
 	}
 }
@@ -95,44 +144,61 @@ static void rf__freg_write_end(void)
 	atomic_fetch_add_explicit(&rf__freg.seq, 1, memory_order_release);
 }
 
-static void rf__freg_set(rf__freg_ent *d, uintptr_t lo, uintptr_t hi, rf_file *f)
+static void rf__freg_set(rf__freg_ent *d, uintptr_t lo, uintptr_t hi, uintptr_t end, rf_file *f)
 {
 	atomic_store_explicit(&d->lo, lo, memory_order_relaxed);
 	atomic_store_explicit(&d->hi, hi, memory_order_relaxed);
+	atomic_store_explicit(&d->end, end, memory_order_relaxed);
 	atomic_store_explicit(&d->f, f, memory_order_relaxed);
 }
 
 static void rf__freg_move(rf__freg_ent *d, const rf__freg_ent *s)
 {
 	rf__freg_set(d, atomic_load_explicit(&s->lo, memory_order_relaxed),
-		     atomic_load_explicit(&s->hi, memory_order_relaxed), atomic_load_explicit(&s->f, memory_order_relaxed));
+		     atomic_load_explicit(&s->hi, memory_order_relaxed),
+		     atomic_load_explicit(&s->end, memory_order_relaxed),
+		     atomic_load_explicit(&s->f, memory_order_relaxed));
 }
 
-/* Insert f's range (mu held). RF_ENOMEM when the array cannot grow. */
+/* Insert f's range: takes and lets go of mu. RF_ENOMEM when the array cannot grow. An array is
+ * allocated with mu let go (nothing allocates under it: rf__freg_fork_prepare). */
 static int rf__freg_insert(rf_file *f)
 {
-	rf__freg_arr *arr = atomic_load_explicit(&rf__freg.arr, memory_order_relaxed);
-	unsigned n = atomic_load_explicit(&rf__freg.n, memory_order_relaxed);
-	if (arr == NULL || n == arr->cap) {
+	rf__freg_arr *spare = NULL, *arr;
+	unsigned n;
+	pthread_mutex_lock(&rf__freg.mu);
+	for (;;) {
+		arr = atomic_load_explicit(&rf__freg.arr, memory_order_relaxed);
+		n = atomic_load_explicit(&rf__freg.n, memory_order_relaxed);
+		if (arr != NULL && n < arr->cap)
+			break;
 		unsigned cap = arr ? arr->cap * 2 : 16;
-		rf__freg_arr *grown = rf__calloc(1, sizeof *grown + cap * sizeof grown->e[0]);
-		if (grown == NULL)
+		if (spare != NULL && spare->cap == cap) {
+			spare->older = arr;
+			for (unsigned i = 0; i < n; i++)
+				rf__freg_move(&spare->e[i], &arr->e[i]);
+			atomic_store_explicit(&rf__freg.arr, spare, memory_order_release);
+			arr = spare;
+			spare = NULL;
+			break;
+		}
+		pthread_mutex_unlock(&rf__freg.mu); /* another open may grow it meanwhile: then look again */
+		free(spare);
+		if ((spare = rf__calloc(1, sizeof *spare + cap * sizeof spare->e[0])) == NULL)
 			return RF_ENOMEM;
-		grown->cap = cap;
-		grown->older = arr;
-		for (unsigned i = 0; i < n; i++)
-			rf__freg_move(&grown->e[i], &arr->e[i]);
-		atomic_store_explicit(&rf__freg.arr, grown, memory_order_release);
-		arr = grown;
+		spare->cap = cap;
+		pthread_mutex_lock(&rf__freg.mu);
 	}
 	uintptr_t lo = (uintptr_t)f->map;
 	unsigned i = n;
 	rf__freg_write_begin();
 	for (; i > 0 && atomic_load_explicit(&arr->e[i - 1].lo, memory_order_relaxed) > lo; i--)
 		rf__freg_move(&arr->e[i], &arr->e[i - 1]);
-	rf__freg_set(&arr->e[i], lo, lo + (uintptr_t)f->size, f);
+	rf__freg_set(&arr->e[i], lo, lo + (uintptr_t)f->size, lo + f->map_len, f);
 	atomic_store_explicit(&rf__freg.n, n + 1, memory_order_relaxed);
 	rf__freg_write_end();
+	pthread_mutex_unlock(&rf__freg.mu);
+	free(spare);
 	return RF_OK;
 }
 
@@ -152,26 +218,50 @@ static void rf__freg_remove(rf_file *f)
 	rf__freg_write_end();
 }
 
+/* The classification of [a, a + n) (see io/file.h); *f the file when 1. */
+static int rf__file_where(const char *who, const char *what, uintptr_t a, size_t n, rf_file **f)
+{
+	rf__freg_hit h;
+	rf__freg_find(a, &h);
+	if (h.f == NULL) {
+		/* Memory, unless it runs into the next mapping: its first bytes would be copied from memory
+		 * and the rest from the file's pages (or their tail), which is neither source. */
+		if (h.next == NULL || n <= h.next_lo - a)
+			return 0;
+		return rf__err(RF_EINVAL, "%s: %s starts %" PRIuPTR " bytes before file %s and runs into its mapping: a "
+					  "source lies inside one file or in no file at all", who, what,
+			       h.next_lo - a, h.next->path);
+	}
+	if (a >= h.hi) /* the rest of the mapping's last page: zeros that are not in the file */
+		return rf__err(RF_EINVAL, "%s: %s starts %" PRIuPTR " bytes past the end of file %s (in its mapping's "
+					  "last page, which holds no bytes of the file)", who, what, a - h.hi,
+			       h.f->path);
+	if (n > h.hi - a)
+		return rf__err(RF_EINVAL, "%s: %s starts inside file %s at offset %" PRIuPTR " and ends %zu bytes past "
+					  "its end", who, what, h.f->path, a - h.lo, n - (size_t)(h.hi - a));
+	*f = h.f;
+	return 1;
+}
+
 int rf__file_classify(const char *who, const char *what, const void *src, size_t n, int hold, rf__fsrc *out)
 {
 	if (!rf__file_any())
 		return 0;
-	uintptr_t a = (uintptr_t)src, hi;
-	rf_file *f = rf__freg_find(a, &hi);
-	if (f == NULL)
-		return 0;
-	if (n > hi - a)
-		return rf__err(RF_EINVAL, "%s: %s starts inside file %s at offset %" PRIu64 " and ends %zu bytes past "
-					  "its end", who, what, f->path, (uint64_t)(a - (uintptr_t)f->map),
-			       n - (size_t)(hi - a));
+	uintptr_t a = (uintptr_t)src;
+	rf_file *f = NULL;
+	int rc = rf__file_where(who, what, a, n, &f);
+	if (rc != 1)
+		return rc;
 	if (hold) {
-		/* Under the mutex, so that a close cannot free f between the lookup and the hold. */
+		/* Again under the mutex, so that a close cannot free f between the lookup and the hold. */
+		rf__freg_hit h;
 		pthread_mutex_lock(&rf__freg.mu);
-		f = rf__freg_find(a, &hi);
-		if (f != NULL)
+		rf__freg_find(a, &h);
+		int same = h.f == f && a < h.hi && n <= h.hi - a;
+		if (same)
 			atomic_fetch_add_explicit(&f->holds, 1, memory_order_relaxed);
 		pthread_mutex_unlock(&rf__freg.mu);
-		if (f == NULL) /* closed in between: the range is no longer a source at all */
+		if (!same) /* closed in between: the range is not that file's any more */
 			return rf__err(RF_EINVAL, "%s: %s lies in a file closed while it was named", who, what);
 	}
 	out->f = f;
@@ -217,22 +307,46 @@ static size_t rf__file_io_max_of(const struct stat *st)
 }
 
 /* The O_DIRECT descriptor and its alignment: what statx(STATX_DIOALIGN) reports, else the device's
- * logical block size, else a page. No O_DIRECT (a file system that refuses it, tmpfs): dfd -1. */
-static void rf__file_direct(rf_file *f, const struct stat *st)
+ * logical block size, else a page. Where the file system refuses O_DIRECT (EINVAL at open, or statx's
+ * alignment 0) dfd stays -1 and reads go through the page cache, as the describe line says ("O_DIRECT
+ * where the file and the range allow it"). Any other failure (EMFILE: no descriptor left) fails the
+ * open, RF_EIO naming it, instead of a file that silently reads everything through the page cache. */
+static int rf__file_direct(const char *who, rf_file *f, const struct stat *st)
 {
 	char p[64];
 	snprintf(p, sizeof p, "/proc/self/fd/%d", f->fd);
-	int d = open(p, O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOCTTY);
-	if (d < 0)
-		return;
+	const int oflags = O_RDONLY | O_DIRECT | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+	int d = open(p, oflags);
+	if (d < 0 && errno == ENOENT) /* no /proc: the path again (the inode is checked below) */
+		d = open(f->path, oflags);
+	if (d < 0 && errno == EINVAL)
+		return RF_OK;
+	const char *op = "open";
 	struct stat ds;
+	if (d < 0 || (op = "fstat", fstat(d, &ds) != 0)) {
+		int e = errno;
+		if (d >= 0)
+			close(d);
+		return rf__err(e == ENOMEM ? RF_ENOMEM : RF_EIO, "%s: %s: the O_DIRECT descriptor: %s: %s "
+								 "(RF_FILE_BUFFERED opens the file without it)", who,
+			       f->path, op, strerror(e));
+	}
+	if (ds.st_dev != st->st_dev || ds.st_ino != st->st_ino) {
+		close(d);
+		return rf__err(RF_EIO, "%s: %s: the path names another file than it did a moment ago (replaced "
+				       "while it was opened)", who, f->path);
+	}
+	int fl = fcntl(d, F_GETFL);
+	if (fl < 0 || fcntl(d, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+		int e = errno;
+		close(d);
+		return rf__err(RF_EIO, "%s: %s: the O_DIRECT descriptor: fcntl: %s", who, f->path, strerror(e));
+	}
 	struct statx sx;
 	int dio = statx(f->fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &sx) == 0 && (sx.stx_mask & STATX_DIOALIGN);
-	/* another inode, or the file system says: no direct I/O for this file */
-	if (fstat(d, &ds) != 0 || ds.st_dev != st->st_dev || ds.st_ino != st->st_ino ||
-	    (dio && sx.stx_dio_offset_align == 0)) {
+	if (dio && sx.stx_dio_offset_align == 0) { /* the file system says: no direct I/O for this file */
 		close(d);
-		return;
+		return RF_OK;
 	}
 	size_t off = dio ? sx.stx_dio_offset_align : 0, mem = dio ? sx.stx_dio_mem_align : 0;
 	if (off == 0)
@@ -244,6 +358,37 @@ static void rf__file_direct(rf_file *f, const struct stat *st)
 	f->dfd = d;
 	f->dio_align = off;
 	f->dio_mem_align = mem;
+	return RF_OK;
+}
+
+/* What a file that is not a regular one is, for the message of RF_ENOTSUP. */
+static const char *rf__file_kind(mode_t m)
+{
+	return S_ISDIR(m)			 ? "a directory"
+	       : S_ISFIFO(m)			 ? "a FIFO"
+	       : S_ISCHR(m) || S_ISBLK(m) ? "a device"
+	       : S_ISSOCK(m)			 ? "a socket"
+						 : "not a regular file";
+}
+
+/* The name of a pseudo file system (its files' bytes are made as they are read: the size fstat gives,
+ * 0 or a page, is not theirs, and they cannot be mapped), or NULL. */
+static const char *rf__file_pseudo_fs(int fd)
+{
+	static const struct {
+		unsigned long magic;
+		const char *name;
+	} fs[] = {{PROC_SUPER_MAGIC, "proc"},	    {SYSFS_MAGIC, "sysfs"},
+		  {DEBUGFS_MAGIC, "debugfs"},	    {TRACEFS_MAGIC, "tracefs"},
+		  {SECURITYFS_MAGIC, "securityfs"}, {CGROUP_SUPER_MAGIC, "cgroup"},
+		  {CGROUP2_SUPER_MAGIC, "cgroup2"}, {BPF_FS_MAGIC, "bpf"}};
+	struct statfs sf;
+	if (fstatfs(fd, &sf) != 0)
+		return NULL;
+	for (size_t i = 0; i < sizeof fs / sizeof fs[0]; i++)
+		if ((unsigned long)sf.f_type == fs[i].magic)
+			return fs[i].name;
+	return NULL;
 }
 
 int rf_file_open(const char *path, unsigned flags, rf_file **out)
@@ -253,6 +398,8 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 		return rf__err(RF_EINVAL, "%s: %s is NULL", who, path == NULL ? "path" : "out");
 	if (flags & ~RF_FILE_BUFFERED)
 		return rf__err(RF_EINVAL, "%s: unknown flags %#x", who, flags & ~RF_FILE_BUFFERED);
+	if (rf__freg_fork_register() != RF_OK)
+		return rf__err(RF_ENOMEM, "%s: pthread_atfork: out of memory", who);
 	size_t len = strlen(path);
 	rf_file *f = rf__calloc(1, sizeof *f + len + 1);
 	if (f == NULL)
@@ -263,18 +410,32 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 	const char *op = "open";
 	struct stat st;
 	/* O_NONBLOCK: a FIFO or a device must not block the open; regular files ignore the flag. */
-	if ((f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) < 0)
+	if ((f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) < 0) {
+		/* A socket (ENXIO), or a device without its driver, cannot be opened at all: say what it is. */
+		int e = errno;
+		if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+			rc = rf__err(RF_ENOTSUP, "%s: %s is %s", who, path, rf__file_kind(st.st_mode));
+			goto fail;
+		}
+		errno = e;
 		goto fail_sys;
+	}
 	op = "fstat";
 	if (fstat(f->fd, &st) != 0)
 		goto fail_sys;
-	if (!S_ISREG(st.st_mode) || st.st_size == 0) {
-		rc = rf__err(RF_ENOTSUP, "%s: %s is %s", who, path,
-			     S_ISDIR(st.st_mode)    ? "a directory"
-			     : S_ISFIFO(st.st_mode) ? "a FIFO"
-			     : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-			     : S_ISREG(st.st_mode)  ? "empty"
-						    : "not a regular file");
+	if (!S_ISREG(st.st_mode)) {
+		rc = rf__err(RF_ENOTSUP, "%s: %s is %s", who, path, rf__file_kind(st.st_mode));
+		goto fail;
+	}
+	const char *pseudo = rf__file_pseudo_fs(f->fd);
+	if (pseudo != NULL) {
+		rc = rf__err(RF_ENOTSUP, "%s: %s is a pseudo file (%s): its bytes are made as they are read, its "
+					 "size (%" PRIu64 ") is not theirs, and it cannot be mapped", who, path, pseudo,
+			     (uint64_t)st.st_size);
+		goto fail;
+	}
+	if (st.st_size == 0) {
+		rc = rf__err(RF_ENOTSUP, "%s: %s is empty (0 bytes): nothing to read", who, path);
 		goto fail;
 	}
 	/* Back to blocking: io_uring answers -EAGAIN instead of waiting for reads of an O_NONBLOCK file. */
@@ -295,12 +456,12 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 		goto fail;
 	}
 	f->map = m;
-	if (!(flags & RF_FILE_BUFFERED))
-		rf__file_direct(f, &st);
-	pthread_mutex_lock(&rf__freg.mu);
-	rc = rf__freg_insert(f);
-	pthread_mutex_unlock(&rf__freg.mu);
-	if (rc != RF_OK) {
+	long pg = sysconf(_SC_PAGESIZE);
+	size_t page = pg > 0 ? (size_t)pg : 4096;
+	f->map_len = ((size_t)f->size + page - 1) & ~(page - 1); /* the last page's tail is mapped too */
+	if (!(flags & RF_FILE_BUFFERED) && (rc = rf__file_direct(who, f, &st)) != RF_OK)
+		goto fail;
+	if (rf__freg_insert(f) != RF_OK) {
 		rc = rf__err(RF_ENOMEM, "%s: out of memory", who);
 		goto fail;
 	}
@@ -339,7 +500,8 @@ int rf_file_close(rf_file *f)
 		rf__freg_remove(f);
 	pthread_mutex_unlock(&rf__freg.mu);
 	if (holds != 0)
-		return rf__err(RF_EBUSY, "rf_file_close: %s: %u cop%s from it may still be in flight", f->path, holds,
+		return rf__err(RF_EBUSY, "rf_file_close: %s: %u cop%s from it may still be in flight or held back as "
+					 "hints (evict their keys, or destroy the pipeline, first)", f->path, holds,
 			       holds == 1 ? "y" : "ies");
 	munmap((void *)f->map, (size_t)f->size);
 	if (f->dfd >= 0)

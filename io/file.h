@@ -18,6 +18,7 @@ struct rf_file {
 	int dfd; /* O_DIRECT, or -1 (RF_FILE_BUFFERED, or the file system refused it) */
 	const unsigned char *map;
 	uint64_t size;
+	size_t map_len; /* the mapping's length: size rounded up to a page */
 	size_t dio_align, dio_mem_align; /* O_DIRECT's of offset and length, of memory; 0 without dfd */
 	size_t io_max;     /* the device's largest request (sysfs), 0 when unknown (tmpfs, overlay) */
 	atomic_uint holds; /* copies that may still read the file */
@@ -33,9 +34,11 @@ typedef struct rf__fsrc {
 /* Is any file open in the process? A relaxed load: the fast path of every classification. */
 int rf__file_any(void);
 
-/* Classify [src, src + n) (n >= 1): 0 when it starts in no open file's mapping (memory); 1 when it lies
- * inside one (*out set; the file held when `hold`, to be let go with rf__file_unhold); RF_EINVAL when it
- * starts inside a file's mapping and ends past it (rf_errmsg: "<who>: <what>: ..."). */
+/* Classify [src, src + n) (n >= 1): 0 when it overlaps no open file's mapping (memory); 1 when it lies
+ * inside a file's bytes (*out set; the file held when `hold`, to be let go with rf__file_unhold);
+ * RF_EINVAL when it overlaps a mapping without lying inside the file: it ends past the file's end,
+ * starts in the mapping's last page past the end, or starts below the mapping and runs into it
+ * (rf_errmsg: "<who>: <what> ..."); RF_EINVAL too when `hold` and the file was closed meanwhile. */
 int rf__file_classify(const char *who, const char *what, const void *src, size_t n, int hold, rf__fsrc *out);
 
 /* Let go of one hold (any thread). */

@@ -53,8 +53,12 @@ void rf__keyed_destroy(rf__keyed *k)
 {
 	if (k == NULL)
 		return;
-	if (k->s != NULL)
+	if (k->s != NULL) {
 		rf__be_kquiesce(k->be, k->ctx);
+		for (unsigned i = 0; i < k->n; i++) /* held-back hints' files */
+			if (k->s[i].hbf != NULL)
+				rf__file_unhold(k->s[i].hbf);
+	}
 	free(k->s);
 	free(k->tab);
 	free(k->empty);
@@ -126,6 +130,16 @@ static unsigned rf__klane_count(rf__keyed *k, unsigned lane)
 	return m;
 }
 
+/* Slot i leaves the held-back list (its copy issued, or the hint gone): let go of its file. */
+static void rf__khb_leave(rf__keyed *k, unsigned i)
+{
+	rf__kunlink(k, RF__KHB, i);
+	if (k->s[i].hbf != NULL) {
+		rf__file_unhold(k->s[i].hbf);
+		k->s[i].hbf = NULL;
+	}
+}
+
 static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes, int demand, void *stream,
 		      uint64_t key, rf__kticket *t)
 {
@@ -160,7 +174,7 @@ static void rf__kpump(rf__keyed *k)
 		rf__kticket t;
 		if (k->nfl[lane] < RF__KEYED_HINTS_PER_LANE &&
 		    rf__kissue(k, i, s->src, s->bytes, 0, NULL, s->key, &t) == RF_OK) {
-			rf__kunlink(k, RF__KHB, i);
+			rf__khb_leave(k, i);
 			rf__klock(k);
 			s->state = RF__K_FILLED;
 			s->issued = 1;
@@ -213,7 +227,7 @@ static void rf__kforget(rf__keyed *k, unsigned v)
 	if (s->hint)
 		rf__kst_add(k, s->issued ? ST_WASTE : ST_DROP, 1);
 	if (s->state == RF__K_HELDBACK)
-		rf__kunlink(k, RF__KHB, v);
+		rf__khb_leave(k, v);
 	if (s->refs == 0)
 		rf__kunlink(k, RF__KLRU, v);
 	else
@@ -242,6 +256,17 @@ static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const void *src
 	rf__kempty_set(k, v, 0);
 	rf__ktab_insert(k, v);
 	rf__kpush(k, RF__KLRU, v);
+}
+
+/* A failure of the copy under a keyed call (a file's read: "<path>: short read ..."), named after the
+ * call as each of its other errors is. */
+static int rf__kcall_err(const char *who, int rc)
+{
+	const char *m = rf__errmsg_peek();
+	size_t n = strlen(who);
+	if (strncmp(m, who, n) == 0 && m[n] == ':')
+		return rc;
+	return rf__err(rc, "%s: %s", who, m);
 }
 
 static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t bytes, unsigned flags)
@@ -323,8 +348,14 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	} else if (k->oracle && (rc = rf__koracle_copy(k, v, key)) != RF_OK) {
 		goto fail;
 	}
+	/* Held back, a hint names its source with no copy yet to hold it: the hint holds a file source
+	 * itself, so that the file cannot be closed (and unmapped) before the copy is issued. */
+	rf__fsrc hb = {NULL, 0};
+	if (state == RF__K_HELDBACK && (rc = rf__file_classify(who, "src", src, bytes, 1, &hb)) < 0)
+		goto fail;
 	rf__klock(k);
 	rf__kinstall(k, v, key, src, bytes, state);
+	k->s[v].hbf = hb.f;
 	k->s[v].hint = 1;
 	k->s[v].issued = state == RF__K_FILLED;
 	if (state == RF__K_FILLED)
@@ -389,7 +420,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		int late = !rf__kdone(k, s);
 		if (late && (rc = rf__be_kwait(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed),
 					       stream, 0)) != RF_OK)
-			return rc;
+			return rf__kcall_err(who, rc);
 		if (late && s->refs == 0 && rf__kfailed(k, i)) /* the hint's read failed: copy it now */
 			return rf__keyed_acquire(k, key, src, bytes, stream, flags, out);
 		if ((rc = rf__koracle_acquire(k, i, src, bytes, key)) != RF_OK)
@@ -414,12 +445,12 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	if (rc != RF_OK) {
 		if (withdrawn || rc == RF_EIO) /* nothing will land, or a failed read wrote part of the slot */
 			rf__kdrop(k, v);
-		return rc;
+		return rf__kcall_err(who, rc);
 	}
 	rf__klock(k);
 	if (i < k->n) { /* the held-back or withdrawn hint is overtaken: dropped */
 		if (k->s[v].state == RF__K_HELDBACK)
-			rf__kunlink(k, RF__KHB, v);
+			rf__khb_leave(k, v);
 		rf__kst_add(k, ST_DROP, 1);
 		k->s[v].hint = 0;
 		k->s[v].state = RF__K_FILLED;
@@ -489,7 +520,7 @@ int rf__keyed_evict(rf__keyed *k, uint64_t key)
 	if (rc == RF_OK)
 		rc = rf__ksync_key(k, key);
 	if (rc != RF_OK)
-		return rc;
+		return rf__kcall_err(who, rc);
 	if (i < k->n)
 		rf__kdrop(k, i);
 	rf__kpump(k);

@@ -23,6 +23,8 @@ typedef struct rf__kslot {
 	uint8_t state;
 	uint8_t hint;   /* filled by a hint that no acquire has taken yet */
 	uint8_t issued; /* that hint's copy was issued (wasted, not dropped, if it leaves unacquired) */
+	struct rf_file *hbf; /* a held-back hint's file source, held (rf_file_close: RF_EBUSY) until the hint
+	                        leaves the held-back list: its copy, issued, holds the file itself */
 	/* RF__KLRU: unheld keys, least recently used first; RF__KHB: held-back hints, in issue order */
 	struct {
 		unsigned prev, next;

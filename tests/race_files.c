@@ -3,7 +3,10 @@
  * 1..6, copy queues, wait policy) and alternates runs whose blocks mix ranges of two open files
  * (one O_DIRECT, one RF_FILE_BUFFERED; aligned and unaligned offsets, random lengths) with memory
  * blocks, and keyed phases of hints and acquires over file ranges; every compute and every acquire
- * checks the payload. Another thread polls rf_pipeline_stats, keyed_stats and lookup all the time.
+ * checks the payload. Another thread polls rf_pipeline_stats, keyed_stats and lookup all the time;
+ * two more open and close dozens of files at a time (the registry grows and shrinks under the
+ * classifications), and each iteration forks a child that opens and closes a file while they do (in
+ * the plain build: see fork_child_opens_a_file).
  *
  * usage: race_files [--seed S] [--iterations N]
  * Output ends with the plain line "N passed, N failed"; a failure prints the line that replays it. */
@@ -16,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #define FSIZE (4u << 20)
@@ -98,6 +102,69 @@ static void *observer(void *arg)
 	return NULL;
 }
 
+static const char *g_path;
+
+/* Opens and closes up to 40 files at a time, buffered and O_DIRECT, until stopped. */
+static void *churn(void *arg)
+{
+	(void)arg;
+	rf_file *f[40];
+	static atomic_uint seeds;
+	unsigned long long s = 99 + atomic_fetch_add(&seeds, 1);
+	while (!atomic_load(&g_stop)) {
+		unsigned n = 1 + (unsigned)rnd(&s, 40), k = 0;
+		for (; k < n; k++)
+			if (rf_file_open(g_path, rnd(&s, 2) ? RF_FILE_BUFFERED : 0, &f[k]) != RF_OK) {
+				fprintf(stderr, "churn: rf_file_open: %s\n", rf_errmsg());
+				atomic_store(&g_bad, 1);
+				break;
+			}
+		while (k > 0)
+			if (rf_file_close(f[--k]) != RF_OK) {
+				fprintf(stderr, "churn: rf_file_close: %s\n", rf_errmsg());
+				atomic_store(&g_bad, 1);
+			}
+	}
+	return NULL;
+}
+
+/* No fork() under a sanitizer: AddressSanitizer's allocator (GCC 12's libasan) takes no lock around it
+ * (a child forked while another thread allocates can block in its own first malloc), and under
+ * ThreadSanitizer the private jemalloc's prefork handler takes more mutexes than its deadlock detector
+ * tracks (a CHECK failure). The forks run in the plain build; the threads around them in both. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RF_RACE_NO_FORK 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define RF_RACE_NO_FORK 1
+#endif
+#endif
+
+/* A child of fork() (taken while the other threads open, close and classify) opens and closes a file. */
+static int fork_child_opens_a_file(void)
+{
+#ifdef RF_RACE_NO_FORK
+	return 0;
+#endif
+	pid_t pid = fork();
+	if (pid < 0)
+		return -1;
+	if (pid == 0) {
+		alarm(20); /* a registry left locked in the child would hang here */
+		rf_file *f;
+		if (rf_file_open(g_path, RF_FILE_BUFFERED, &f) != RF_OK)
+			_exit(1);
+		int ok = memcmp(rf_file_data(f), g_ref, 64) == 0;
+		_exit(rf_file_close(f) == RF_OK && ok ? 0 : 2);
+	}
+	int st = 0;
+	if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+		fprintf(stderr, "fork: the child's rf_file_open / close failed or hung (status %#x)\n", st);
+		return -1;
+	}
+	return 0;
+}
+
 static int iteration(unsigned long long seed)
 {
 	unsigned long long s = seed;
@@ -154,6 +221,8 @@ static int iteration(unsigned long long seed)
 		for (unsigned k = 0; k < 8; k++) /* the next phase names other ranges under the same keys */
 			rf_pipeline_evict(p, k);
 	}
+	if (rc == 0)
+		rc = fork_child_opens_a_file();
 	atomic_store(&g_p, NULL);
 	while (atomic_load(&g_busy))
 		sched_yield();
@@ -191,8 +260,11 @@ int main(int argc, char **argv)
 	}
 	g_map[0] = rf_file_data(f[0]);
 	g_map[1] = rf_file_data(f[1]);
-	pthread_t th;
+	g_path = path;
+	pthread_t th, ch[2];
 	pthread_create(&th, NULL, observer, NULL);
+	for (int i = 0; i < 2; i++) /* two: the registry grows under both at first */
+		pthread_create(&ch[i], NULL, churn, NULL);
 	unsigned long long passed = 0, failed = 0;
 	for (unsigned long long i = 0; i < iters; i++) {
 		unsigned long long it_seed = seed + i;
@@ -205,6 +277,8 @@ int main(int argc, char **argv)
 	}
 	atomic_store(&g_stop, 1);
 	pthread_join(th, NULL);
+	for (int i = 0; i < 2; i++)
+		pthread_join(ch[i], NULL);
 	int closed = rf_file_close(f[0]) == RF_OK && rf_file_close(f[1]) == RF_OK;
 	unlink(path);
 	free(g_ref);
@@ -212,6 +286,9 @@ int main(int argc, char **argv)
 		printf("a file could not be closed after every pipeline was destroyed: %s\n", rf_errmsg());
 		failed++;
 	}
+#ifdef RF_RACE_NO_FORK
+	printf("no fork() checks under a sanitizer (see fork_child_opens_a_file)\n");
+#endif
 	printf("%llu passed, %llu failed\n", passed, failed);
 	return failed ? 1 : 0;
 }

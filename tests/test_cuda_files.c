@@ -13,6 +13,7 @@
 #include "ringfetch.h"
 #include "runtime/backend.h"
 
+#include <stdatomic.h>
 #include <unistd.h>
 
 #define FSIZE (4u << 20)
@@ -128,6 +129,47 @@ Test(cuda_files, runs_read_files_into_the_pinned_ring, .timeout = 120)
 	leak_check();
 }
 
+/* A range that overlaps a file's mapping without lying inside the file (the last page's tail, from below
+ * into it) is RF_EINVAL before any work: runs and keyed sources. */
+Test(cuda_files, ranges_overlapping_a_mapping_outside_the_file_are_einval, .timeout = 120)
+{
+	enum { TSZ = 10000 };
+	char path[] = "rf_cuda_files_tail_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	cr_assert_eq(write(fd, g_ref, TSZ), (ssize_t)TSZ);
+	close(fd);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	sim_use(5, 0.5);
+	rf_pipeline *p = make(2, 32768);
+	const unsigned char *bad[] = {d + TSZ, d + TSZ + 100, d - 16, d - 16};
+	const size_t bad_n[] = {1, 100, 32, TSZ + 16};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		blockset bs;
+		bs_alloc(&bs, 2, 1);
+		bs.srcs[0] = d, bs.sizes[0] = 100;
+		bs.srcs[1] = bad[i], bs.sizes[1] = bad_n[i];
+		check c;
+		cr_assert_eq(run_checked(p, &bs, &c), RF_EINVAL, "range %zu", i);
+		cr_assert(strstr(rf_errmsg(), "block 1") != NULL && strstr(rf_errmsg(), path) != NULL, "%s",
+			  rf_errmsg());
+		cr_assert_eq(c.checked, 0);
+		free(bs.srcs);
+		free(bs.sizes);
+		free(bs.bufs);
+		rf_block b;
+		cr_assert_eq(rf_pipeline_acquire(p, 1, bad[i], bad_n[i], NULL, 0, &b), RF_EINVAL, "range %zu", i);
+		cr_assert_eq(rf_pipeline_prefetch(p, 1, bad[i], bad_n[i], 0), RF_EINVAL, "range %zu", i);
+	}
+	cr_assert_eq(sim_api.stream_synchronize(NULL), 0);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	unlink(path);
+	leak_check();
+}
+
 /* Many file blocks through a 3-slot pinned ring, the device running only when waited for: each pinned
  * slot is read into again only after the H2D that read it ran. */
 Test(cuda_files, pinned_slots_are_reused_only_after_their_h2d, .timeout = 120)
@@ -180,6 +222,8 @@ Test(cuda_files, a_shrunk_file_is_eio_and_the_pipeline_stays_usable, .timeout = 
 	cr_assert_eq(c.bad, 0);
 	rf_block b;
 	cr_assert_eq(rf_pipeline_acquire(p, 7, d + 7 * SZ, SZ, NULL, 0, &b), RF_EIO, "%s", rf_errmsg());
+	cr_assert(strncmp(rf_errmsg(), "rf_pipeline_acquire: ", 21) == 0 && strstr(rf_errmsg(), g_path) != NULL,
+		  "%s", rf_errmsg());
 	rf_key_state st = RF_KEY_READY;
 	cr_assert_eq(rf_pipeline_lookup(p, 7, &st, NULL), RF_OK);
 	cr_assert_eq(st, RF_KEY_ABSENT);
@@ -258,5 +302,77 @@ Test(cuda_files, keyed_hints_and_acquires, .timeout = 120)
 	free(bs.srcs);
 	free(bs.sizes);
 	free(bs.bufs);
+	leak_check();
+}
+
+/* ---- keyed hints held back (not yet on a staging lane) keep their file open --------------------------- */
+
+static atomic_int g_gate; /* 0: the staging lane waits before it claims each hint's stage */
+
+static void gate_hook(int started)
+{
+	for (int i = 0; !started && i < 20000 && !atomic_load(&g_gate); i++) /* at most ~10 s */
+		usleep(500);
+}
+
+/* The staging lane is gated with pageable memory hints queued on it: hints of the file's ranges are held
+ * back, no stage yet holding the file. Closing it is RF_EBUSY (nothing changes) until the hints leave:
+ * evicted, acquired once the lane runs, or the pipeline destroyed. */
+Test(cuda_files, held_back_hints_keep_their_file_open, .timeout = 120)
+{
+	enum { FILL = 8, N = 4, SZ = 8192 };
+	unsigned char *mem[FILL];
+	for (int i = 0; i < FILL; i++) {
+		mem[i] = malloc(SZ);
+		cr_assert_not_null(mem[i]);
+		memset(mem[i], i, SZ);
+	}
+	for (int how = 0; how < 3; how++) {
+		rf_file *f;
+		cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+		const unsigned char *d = rf_file_data(f);
+		sim_use(11 + (uint64_t)how, 0.5);
+		atomic_store(&g_gate, 0);
+		rf__test_hooks.keyed_before_copy = gate_hook;
+		rf_pipeline_params pp = {0};
+		pp.depth = 16;
+		pp.slot_bytes = SZ;
+		pp.backend = "cuda";
+		pp.memory = RF_MEMORY_DEVICE;
+		pp.copy_queues = 1;
+		rf_pipeline *p = NULL;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+		for (unsigned k = 0; k < FILL; k++)
+			cr_assert_eq(rf_pipeline_prefetch(p, k, mem[k], SZ, 0), RF_OK, "%s", rf_errmsg());
+		for (unsigned k = 0; k < N; k++)
+			cr_assert_eq(rf_pipeline_prefetch(p, 100 + k, d + k * SZ, SZ, 0), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(rf_file_close(f), RF_EBUSY, "case %d: closed with hints of it held back", how);
+		cr_assert(strstr(rf_errmsg(), "held back") != NULL, "%s", rf_errmsg());
+		if (how == 0) {
+			for (unsigned k = 0; k < N; k++)
+				cr_assert_eq(rf_pipeline_evict(p, 100 + k), RF_OK, "%s", rf_errmsg());
+		} else if (how == 1) {
+			atomic_store(&g_gate, 1);
+			for (unsigned k = 0; k < N; k++) {
+				rf_block b;
+				cr_assert_eq(rf_pipeline_acquire(p, 100 + k, d + k * SZ, SZ, NULL, 0, &b), RF_OK, "%s",
+					     rf_errmsg());
+				cr_assert_eq(rf_pipeline_release(p, &b), RF_OK, "%s", rf_errmsg());
+			}
+		} else {
+			atomic_store(&g_gate, 1);
+			rf_pipeline_destroy(p);
+			p = NULL;
+		}
+		cr_assert_eq(rf_file_close(f), RF_OK, "case %d: %s", how, rf_errmsg());
+		atomic_store(&g_gate, 1);
+		if (p != NULL) {
+			cr_assert_eq(sim_api.stream_synchronize(NULL), 0);
+			rf_pipeline_destroy(p);
+		}
+		rf__test_hooks.keyed_before_copy = NULL;
+	}
+	for (int i = 0; i < FILL; i++)
+		free(mem[i]);
 	leak_check();
 }

@@ -1,17 +1,25 @@
 /* tests/test_file.c — rf_file_open / data / size / close, and how copy paths classify sources
  * (io/file.h): errors, FIFOs and devices that must not block, the mapping, ranges that cross a file's
- * end, holds that make close RF_EBUSY, many files, and files opened and closed while others classify. */
+ * end, holds that make close RF_EBUSY (keyed hints held back included), many files, and files opened and
+ * closed while others classify. */
+#include "base/test_hooks.h"
 #include "io/file.h"
 #include "ringfetch.h"
 
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A file of n bytes, byte i = (i * 7 + seed) & 255, in the work tree's disk (tmpfs refuses O_DIRECT). */
@@ -83,6 +91,29 @@ Test(file, not_regular_files_are_refused_without_blocking)
 	cr_assert_eq(rf_file_open(empty, 0, &f), RF_ENOTSUP);
 	cr_assert(strstr(rf_errmsg(), "empty") != NULL, "%s", rf_errmsg());
 	drop(empty);
+	/* A socket cannot be opened at all (ENXIO): still what it is, not an I/O error. */
+	char sock[] = "rf_test_sock_XXXXXX";
+	fd = mkstemp(sock);
+	close(fd);
+	unlink(sock);
+	int s = socket(AF_UNIX, SOCK_STREAM, 0);
+	cr_assert(s >= 0);
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s", sock);
+	cr_assert_eq(bind(s, (struct sockaddr *)&sa, sizeof sa), 0);
+	cr_assert_eq(rf_file_open(sock, 0, &f), RF_ENOTSUP, "%s", rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), "socket") != NULL, "%s", rf_errmsg());
+	close(s);
+	unlink(sock);
+	/* Pseudo files: no size (proc) or a page that is not their size (sysfs); neither is "empty". */
+	cr_assert_eq(rf_file_open("/proc/self/status", 0, &f), RF_ENOTSUP, "%s", rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), "pseudo file (proc)") != NULL && strstr(rf_errmsg(), "empty") == NULL, "%s",
+		  rf_errmsg());
+	if (access("/sys/kernel/mm/transparent_hugepage/enabled", R_OK) == 0) {
+		cr_assert_eq(rf_file_open("/sys/kernel/mm/transparent_hugepage/enabled", 0, &f), RF_ENOTSUP, "%s",
+			     rf_errmsg());
+		cr_assert(strstr(rf_errmsg(), "pseudo file (sysfs)") != NULL, "%s", rf_errmsg());
+	}
 	cr_assert_eq(f, (rf_file *)0x1);
 }
 
@@ -109,6 +140,66 @@ Test(file, o_direct_where_the_disk_takes_it)
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	cr_assert_eq(rf_file_close(b), RF_OK);
 	drop(path);
+}
+
+/* One descriptor left under RLIMIT_NOFILE: the buffered descriptor opens, the O_DIRECT one cannot. The open
+ * fails, naming it (RF_EIO, nothing left open), instead of a file that reads everything through the page
+ * cache while describe says O_DIRECT; RF_FILE_BUFFERED, which needs one descriptor, opens. In a child,
+ * so that the limit stays there. */
+static int one_fd_left_child(const char *path)
+{
+	int probe = open("/dev/null", O_RDONLY); /* the lowest free descriptor */
+	if (probe < 0)
+		return 10;
+	close(probe);
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return 11;
+	rl.rlim_cur = (rlim_t)probe + 1;
+	if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return 12;
+	rf_file *f = (rf_file *)0x1;
+	int rc = rf_file_open(path, 0, &f);
+	if (rc == RF_OK)
+		return 1; /* O_DIRECT dropped without a word */
+	if (rc != RF_EIO || f != (rf_file *)0x1)
+		return 2;
+	if (strstr(rf_errmsg(), "O_DIRECT") == NULL || strstr(rf_errmsg(), path) == NULL ||
+	    strstr(rf_errmsg(), strerror(EMFILE)) == NULL)
+		return 3;
+	int again = open("/dev/null", O_RDONLY); /* the failed open left no descriptor behind */
+	if (again != probe)
+		return 4;
+	close(again);
+	if (rf_file_open(path, RF_FILE_BUFFERED, &f) != RF_OK || rf__file_fd(f, 1) != rf__file_fd(f, 0))
+		return 5;
+	if (((const unsigned char *)rf_file_data(f))[10] != (unsigned char)((10 * 7 + 6) & 255))
+		return 6;
+	return rf_file_close(f) == RF_OK ? 0 : 7;
+}
+
+Test(file, no_descriptor_for_o_direct_fails_the_open_naming_it)
+{
+	char *path = make_file(8192, 6);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	int direct = rf__file_dio_align(f) != 0;
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	if (!direct) {
+		drop(path);
+		cr_skip_test("the work tree's file system takes no O_DIRECT");
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	cr_assert_neq(pid, -1);
+	if (pid == 0)
+		_exit(one_fd_left_child(path));
+	int st = 0;
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	drop(path);
+	cr_assert(WIFEXITED(st), "the child was killed by signal %d", WTERMSIG(st));
+	cr_assert_eq(WEXITSTATUS(st), 0, "step %d failed (1: RF_OK with O_DIRECT silently dropped)",
+		     WEXITSTATUS(st));
 }
 
 Test(file, classify_memory_file_and_crossing_ranges)
@@ -139,6 +230,35 @@ Test(file, classify_memory_file_and_crossing_ranges)
 	drop(path);
 }
 
+/* A range that overlaps a file's mapping without lying inside the file: from the file's end into the last
+ * page's tail, in the tail, from below the mapping into it or over it. Memory right next to the mapping
+ * (below it, and past the mapping's end) is memory. */
+Test(file, classify_ranges_overlapping_a_mapping_outside_the_file)
+{
+	char *path = make_file(10000, 4); /* not a page multiple: the last page has a tail */
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	long page = sysconf(_SC_PAGESIZE);
+	size_t end = ((size_t)10000 + (size_t)page - 1) & ~((size_t)page - 1);
+	rf__fsrc s = {0};
+	cr_assert_eq(rf__file_classify("t", "b", d + 10000, 1, 0, &s), RF_EINVAL);
+	cr_assert(strstr(rf_errmsg(), "0 bytes past the end of file") != NULL && strstr(rf_errmsg(), path) != NULL,
+		  "%s", rf_errmsg());
+	cr_assert_eq(rf__file_classify("t", "b", d + end - 1, 1, 0, &s), RF_EINVAL, "the tail's last byte");
+	cr_assert_eq(rf__file_classify("t", "b", d - 10, 20, 0, &s), RF_EINVAL);
+	cr_assert(strstr(rf_errmsg(), "10 bytes before file") != NULL, "%s", rf_errmsg());
+	cr_assert_eq(rf__file_classify("t", "b", d - 10, 20000, 0, &s), RF_EINVAL, "over the whole mapping");
+	cr_assert_eq(rf__file_classify("t", "b", d - 10, 10, 0, &s), 0, "ends where the mapping starts");
+	cr_assert_eq(rf__file_classify("t", "b", d + end, 10, 0, &s), 0, "starts where the mapping ends");
+	cr_assert_eq(rf__file_classify("t", "b", d - 10, 20, 1, &s), RF_EINVAL);
+	cr_assert_eq(rf__file_classify("t", "b", d + 9990, 10, 1, &s), 1);
+	cr_assert_eq(s.off, 9990u);
+	rf__file_unhold(f);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
 Test(file, many_files_each_found)
 {
 	enum { N = 100 };
@@ -166,6 +286,46 @@ Test(file, many_files_each_found)
 		cr_assert_eq(rf_file_close(f[i]), RF_OK);
 		drop(paths[i]);
 	}
+}
+
+/* Four threads open 200 files each at once: the registry's array grows while other opens wait to grow
+ * it too (each grows it with the lock let go, then looks again); every file is found afterwards. */
+enum { PAR_T = 4, PAR_N = 200 };
+static char *g_par_path;
+static rf_file *g_par[PAR_T][PAR_N];
+
+static void *open_many(void *arg)
+{
+	rf_file **f = arg;
+	long bad = 0;
+	for (int i = 0; i < PAR_N; i++)
+		bad += rf_file_open(g_par_path, RF_FILE_BUFFERED, &f[i]) != RF_OK;
+	return (void *)bad;
+}
+
+Test(file, files_opened_on_several_threads_are_each_found)
+{
+	g_par_path = make_file(4096, 8);
+	pthread_t th[PAR_T];
+	for (int t = 0; t < PAR_T; t++)
+		cr_assert_eq(pthread_create(&th[t], NULL, open_many, g_par[t]), 0);
+	for (int t = 0; t < PAR_T; t++) {
+		void *bad;
+		pthread_join(th[t], &bad);
+		cr_assert_eq((long)bad, 0, "%ld opens failed", (long)bad);
+	}
+	for (int t = 0; t < PAR_T; t++)
+		for (int i = 0; i < PAR_N; i++) {
+			rf__fsrc s;
+			const unsigned char *d = rf_file_data(g_par[t][i]);
+			cr_assert_eq(rf__file_classify("t", "b", d + 7, 100, 0, &s), 1, "thread %d file %d", t, i);
+			cr_assert_eq(s.f, g_par[t][i]);
+			cr_assert_eq(s.off, 7u);
+		}
+	for (int t = 0; t < PAR_T; t++)
+		for (int i = 0; i < PAR_N; i++)
+			cr_assert_eq(rf_file_close(g_par[t][i]), RF_OK);
+	drop(g_par_path);
 }
 
 /* Classifiers on two threads while the main thread opens and closes other files: every lookup of the
@@ -210,5 +370,100 @@ Test(file, classify_while_files_open_and_close)
 	}
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	drop(other);
+	drop(path);
+}
+
+static int sum_cb(void *user, const rf_block *b)
+{
+	*(unsigned *)user += ((const unsigned char *)b->data)[0];
+	return 0;
+}
+
+/* ---- keyed hints held back (not yet on a copy lane) keep their file open ------------------------------ */
+
+static atomic_int g_gate; /* 0: the threads backend's copy lane waits before it claims each hint copy */
+
+static void gate_hook(int started)
+{
+	struct timespec d = {0, 500000};
+	for (int i = 0; !started && i < 20000 && !atomic_load(&g_gate); i++) /* at most ~10 s */
+		nanosleep(&d, NULL);
+}
+
+enum { HB_SB = 8192, HB_FILL = 8, HB_N = 4 };
+static unsigned char g_hbmem[HB_FILL][HB_SB];
+
+static void hb_acquire_all(rf_pipeline *p, const unsigned char *d, unsigned seed)
+{
+	for (unsigned k = 0; k < HB_N; k++) {
+		rf_block b;
+		cr_assert_eq(rf_pipeline_acquire(p, 100 + k, d + k * HB_SB, HB_SB, NULL, 0, &b), RF_OK, "%s",
+			     rf_errmsg());
+		const unsigned char *q = b.data;
+		for (size_t i = 0; i < HB_SB; i += 511)
+			cr_assert_eq(q[i], (unsigned char)(((k * HB_SB + i) * 7 + seed) & 255), "key %u byte %zu", 100 + k,
+				     i);
+		cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+	}
+}
+
+/* The copy lane is full of queued memory hints (gated): hints of a file's ranges are held back, no copy
+ * yet holding the file. Closing it is RF_EBUSY (nothing changes: the hints later read the right bytes),
+ * until each hint has left: its copy issued and landed, its key evicted, overtaken by an acquire, the
+ * keys dropped by a run, or the pipeline destroyed. Before, close answered RF_OK and the lane then
+ * copied from the unmapped range (SIGSEGV). */
+Test(file, held_back_hints_keep_their_file_open, .timeout = 120)
+{
+	char *path = make_file(HB_N * HB_SB, 5);
+	for (int how = 0; how < 5; how++) {
+		rf_file *f;
+		cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+		const unsigned char *d = rf_file_data(f);
+		atomic_store(&g_gate, 0);
+		rf__test_hooks.keyed_before_copy = gate_hook;
+		rf_pipeline_params pp = {0};
+		pp.depth = 16;
+		pp.slot_bytes = HB_SB;
+		pp.backend = "threads";
+		rf_pipeline *p = NULL;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+		for (unsigned k = 0; k < HB_FILL; k++) /* the lane's queue, full (gated) */
+			cr_assert_eq(rf_pipeline_prefetch(p, k, g_hbmem[k], HB_SB, 0), RF_OK, "%s", rf_errmsg());
+		for (unsigned k = 0; k < HB_N; k++) /* held back */
+			cr_assert_eq(rf_pipeline_prefetch(p, 100 + k, d + k * HB_SB, HB_SB, 0), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(rf_file_close(f), RF_EBUSY, "case %d: closed with hints of it held back", how);
+		cr_assert(strstr(rf_errmsg(), path) != NULL && strstr(rf_errmsg(), "held back") != NULL, "%s",
+			  rf_errmsg());
+		cr_assert_eq(rf_file_data(f), d, "a refused close changes nothing");
+		switch (how) {
+		case 0: /* the lane takes them: they land (or are copied by the acquire), right bytes */
+			atomic_store(&g_gate, 1);
+			hb_acquire_all(p, d, 5);
+			break;
+		case 1: /* evicted while still held back */
+			for (unsigned k = 0; k < HB_N; k++)
+				cr_assert_eq(rf_pipeline_evict(p, 100 + k), RF_OK, "%s", rf_errmsg());
+			break;
+		case 2: /* overtaken: each acquire copies its key itself, the lane still gated */
+			hb_acquire_all(p, d, 5);
+			break;
+		case 3: { /* a run drops every key */
+			atomic_store(&g_gate, 1);
+			const void *srcs[1] = {g_hbmem[0]};
+			size_t sizes[1] = {64};
+			unsigned sum = 0;
+			cr_assert_eq(rf_pipeline_run(p, 1, srcs, sizes, sum_cb, &sum), RF_OK, "%s", rf_errmsg());
+			break;
+		}
+		default: /* destroyed */
+			atomic_store(&g_gate, 1);
+			rf_pipeline_destroy(p);
+			p = NULL;
+		}
+		cr_assert_eq(rf_file_close(f), RF_OK, "case %d: %s", how, rf_errmsg());
+		atomic_store(&g_gate, 1);
+		rf_pipeline_destroy(p);
+		rf__test_hooks.keyed_before_copy = NULL;
+	}
 	drop(path);
 }

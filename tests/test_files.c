@@ -317,6 +317,67 @@ Test(files, range_past_the_end_is_einval_before_any_work)
 	cr_assert_eq(rf_file_close(f), RF_OK);
 }
 
+/* Ranges that overlap a file's mapping without lying inside the file are RF_EINVAL before any work, at
+ * every entry point (run sources, keyed sources, rf_exec copy nodes): one that starts at the file's end,
+ * in the last page's tail (zeros that are not in the file), and ones that start below the mapping and run
+ * into it or over all of it. A range that ends at the file's last byte is still the file's. */
+Test(files, ranges_overlapping_a_mapping_outside_the_file_are_einval)
+{
+	enum { TSZ = 10000 }; /* not a multiple of a page: the mapping's last page has a tail */
+	char path[] = "rf_files_tail_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	cr_assert_eq(write(fd, g_ref, TSZ), (ssize_t)TSZ);
+	close(fd);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	const unsigned char *bad[] = {d + TSZ, d + TSZ + 100, d - 16, d - 16, d - 4096};
+	const size_t bad_n[] = {1, 100, 32, TSZ + 16, TSZ + 8192};
+	enum { NBAD = sizeof bad / sizeof bad[0] };
+	rf_pipeline *p = mk(2, 32768, 1);
+	rf_graph *g;
+	cr_assert_eq(rf_graph_ring(2, 2, 1, &g), RF_OK, "%s", rf_errmsg());
+	rf_exec_params ep = {test_backend(), 32768, 0, 0};
+	rf_exec *e;
+	cr_assert_eq(rf_exec_create(g, &ep, &e), RF_OK, "%s", rf_errmsg());
+	rf_graph_destroy(g);
+	for (size_t i = 0; i < NBAD; i++) {
+		const void *srcs[2] = {g_ref, bad[i]};
+		size_t sizes[2] = {100, bad_n[i]};
+		expect x = {NULL, 2, 0, 0, 0};
+		cr_assert_eq(rf_pipeline_run(p, 2, srcs, sizes, file_check_cb, &x), RF_EINVAL, "range %zu", i);
+		cr_assert(strstr(rf_errmsg(), "block 1") != NULL && strstr(rf_errmsg(), path) != NULL, "%s",
+			  rf_errmsg());
+		cr_assert_eq(x.computed, 0);
+		cr_assert_eq(rf_exec_run(e, 2, srcs, sizes, file_check_cb, &x), RF_EINVAL, "range %zu", i);
+		cr_assert(strstr(rf_errmsg(), "block 1") != NULL, "%s", rf_errmsg());
+		cr_assert_eq(x.computed, 0);
+		rf_block b;
+		cr_assert_eq(rf_pipeline_acquire(p, 1, bad[i], bad_n[i], NULL, 0, &b), RF_EINVAL, "range %zu", i);
+		cr_assert(strstr(rf_errmsg(), "rf_pipeline_acquire") != NULL && strstr(rf_errmsg(), path) != NULL,
+			  "%s", rf_errmsg());
+		cr_assert_eq(rf_pipeline_prefetch(p, 1, bad[i], bad_n[i], 0), RF_EINVAL, "range %zu", i);
+		rf_key_state st;
+		cr_assert_eq(rf_pipeline_lookup(p, 1, &st, NULL), RF_OK);
+		cr_assert_eq(st, RF_KEY_ABSENT);
+	}
+	/* The file's own ranges, up to its last byte, still read right. */
+	const void *srcs[2] = {d + TSZ - 1, d};
+	size_t sizes[2] = {1, TSZ};
+	const unsigned char *want[2] = {g_ref + TSZ - 1, g_ref};
+	run_checked(p, 2, srcs, sizes, want);
+	rf_block b;
+	cr_assert_eq(rf_pipeline_acquire(p, 2, d + TSZ - 100, 100, NULL, 0, &b), RF_OK, "%s", rf_errmsg());
+	cr_assert(memcmp(b.data, g_ref + TSZ - 100, 100) == 0);
+	cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+	rf_exec_destroy(e);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	unlink(path);
+	leak_check();
+}
+
 /* The file shrinks after open: a run reading past the new end fails with RF_EIO after draining, no
  * compute sees the block, the pipeline runs again; an acquire fails with RF_EIO and leaves the key
  * absent; a hint leaves it absent and counts as wasted. Never SIGBUS. */
@@ -345,6 +406,8 @@ Test(files, a_shrunk_file_is_eio_and_the_pipeline_stays_usable)
 	run_checked(p, N / 2, srcs, sizes, want); /* the first half is still there */
 	rf_block b;
 	cr_assert_eq(rf_pipeline_acquire(p, 7, srcs[7], sizes[7], NULL, 0, &b), RF_EIO);
+	cr_assert(strncmp(rf_errmsg(), "rf_pipeline_acquire: ", 21) == 0 && strstr(rf_errmsg(), g_path) != NULL,
+		  "named after the call, as its other errors are: %s", rf_errmsg());
 	rf_key_state st;
 	cr_assert_eq(rf_pipeline_lookup(p, 7, &st, NULL), RF_OK);
 	cr_assert_eq(st, RF_KEY_ABSENT);
@@ -359,6 +422,7 @@ Test(files, a_shrunk_file_is_eio_and_the_pipeline_stays_usable)
 	}
 	cr_assert_eq(st, RF_KEY_ABSENT, "a failed hint leaves its key absent");
 	cr_assert_eq(rf_pipeline_acquire(p, 6, srcs[6], sizes[6], NULL, 0, &b), RF_EIO);
+	cr_assert(strncmp(rf_errmsg(), "rf_pipeline_acquire: ", 21) == 0, "%s", rf_errmsg());
 	rf_pipeline_keyed_stats(p, &ks1);
 	cr_assert_eq(ks1.wasted, ks0.wasted + 1, "the failed hint counts as wasted");
 	cr_assert_eq(rf_pipeline_acquire(p, 1, srcs[1], sizes[1], NULL, 0, &b), RF_OK, "%s", rf_errmsg());

@@ -4,8 +4,10 @@
  * [rf_file_data(f), rf_file_data(f) + rf_file_size(f)) is a read-only shared mapping of an open file.
  * Every copy ringfetch makes from inside it (runs, keyed use, rf_exec, every backend) reads the file
  * instead, straight into the destination slot; the library never faults the mapping in.
- *  - A source range that starts inside a file's range must end inside it: RF_EINVAL at the call that
- *    names it, before any work. Sources of one run may mix memory and several files.
+ *  - A source range that overlaps a file's mapping must lie inside the file's bytes: one that ends past
+ *    the file's end, starts past it (in the mapping's last page, whose tail is not in the file), or
+ *    starts below the mapping and runs into it is RF_EINVAL at the call that names it, before any work.
+ *    Sources of one run may mix memory and several files.
  *  - A failed or short read (the file shrank) fails that run with RF_EIO after draining (no compute
  *    sees a partial block; the pipeline stays usable), or that acquire (the key stays absent). A failed
  *    hint leaves its key absent and counts as wasted. Never SIGBUS, never a block with stale bytes.
@@ -31,10 +33,15 @@ typedef struct rf_file rf_file;
 
 /**
  * Open the regular file at `path` read-only as a source of blocks, and map it. Never blocks on a FIFO
- * or a device. Thread-safe.
+ * or a device. Thread-safe; a child of fork() (also one forked while another thread opens or closes
+ * files) opens, reads from and closes files as its parent does.
  * \return RF_OK and *out; RF_EINVAL (path or out NULL, flags not 0 / RF_FILE_BUFFERED); RF_ENOTSUP
- *         (a directory, FIFO, device, or an empty file); RF_EIO (open, fstat or mmap failed:
- *         rf_errmsg() names the path and errno's text); RF_ENOMEM. On failure *out is untouched.
+ *         (a directory, FIFO, device or socket; a pseudo file of proc, sysfs, debugfs and the like,
+ *         whose size is not its bytes; an empty file: rf_errmsg() says which); RF_EIO (open, fstat or
+ *         mmap failed: rf_errmsg() names the path and errno's text; also when the second, O_DIRECT
+ *         descriptor cannot be opened, e.g. no descriptor left under RLIMIT_NOFILE: a file is read
+ *         without O_DIRECT only where its file system refuses O_DIRECT, or with RF_FILE_BUFFERED, which
+ *         opens one descriptor); RF_ENOMEM. On failure *out is untouched and nothing is left open.
  */
 RF_EXTERN int rf_file_open(const char *path, unsigned flags, rf_file **out);
 
@@ -47,7 +54,10 @@ RF_EXTERN uint64_t rf_file_size(const rf_file *f);
 /**
  * Unmap and close. The file must stay open while a pipeline may still copy from it: until its keys
  * are evicted or the pipeline is destroyed (hits read no source).
- * \return RF_OK, also for NULL; RF_EBUSY (nothing changes) while a copy from it is in flight.
+ * \return RF_OK, also for NULL; RF_EBUSY (nothing changes) while a copy from it is in flight, a keyed
+ *         hint of it included that is held back (queued, its copy not yet issued: the copy lanes are
+ *         busy). Such a hint lets go once its copy lands, or when its key is evicted, acquired, or
+ *         dropped by a run, or its pipeline is destroyed.
  */
 RF_EXTERN int rf_file_close(rf_file *f);
 
