@@ -13,19 +13,25 @@
  * naming the blocks, or RF_ENOMEM. */
 int rf__oracle_check(const rf__trace *t, size_t nblocks);
 
-/* A hand-built graph's promises for its rf_exec's runs: for every COPY / COMPUTE node the work nodes that
- * must end before it starts (through edges, WAIT nodes and queue order), from the graph, not the program. */
+/* A hand-built graph's promises for its rf_exec's runs: for every COPY / COMPUTE / STAGE node the work
+ * nodes that must end before it starts (through edges, WAIT nodes and queue order), from the graph, not
+ * the program. One exception: a COPY before a COPY into another ring slot on the same queue, with no path
+ * between them through another queue, need only have started first: a queue may keep several copies in
+ * flight (a lane's file reads), which neither touches the other's bytes nor lets anything after them on
+ * another queue start early (that waits for their signals). */
 typedef struct rf__oracle_graph {
 	size_t n;
-	uint8_t *work; /* 1 for COPY and COMPUTE nodes */
-	size_t *start; /* the predecessors of v are pred[start[v] .. start[v + 1]) */
+	uint8_t *work;    /* 1 for COPY, COMPUTE and STAGE nodes */
+	size_t *start;    /* the predecessors of v are pred[start[v] .. start[v + 1]) */
 	size_t *pred;
+	uint8_t *started; /* per pred entry: 1 when it need only have started before v (the exception) */
 } rf__oracle_graph;
 
 int rf__oracle_graph_build(const struct rf_graph *g, rf__oracle_graph *out);
 void rf__oracle_graph_free(rf__oracle_graph *og);
-/* Every work node ran exactly once, after every one of its predecessors ended. RF_OK, RF_EHAZARD or
- * RF_ENOMEM. */
+/* Every work node ran exactly once, after every one of its predecessors ended (or started, for the
+ * exception); the copies into each ring slot, in block order, each after the one before ended (WAW).
+ * RF_OK, RF_EHAZARD or RF_ENOMEM. */
 int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og);
 
 #endif

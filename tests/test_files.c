@@ -507,3 +507,36 @@ Test(files, direct_reads_leave_the_page_cache_cold)
 		     sizeof vec);
 	cr_assert_eq(rf_file_close(f), RF_OK);
 }
+
+/* rf_graph_ring through rf_exec with file sources, the graph oracle on (RINGFETCH_ORACLE=1 in this
+ * suite): a lane keeps the reads of the blocks ahead in flight, so a queue's copies overlap one another,
+ * which the graph allows (they fill different slots, and what follows them waits for their signals). */
+static void ring_graph_from_file(unsigned depth, unsigned kq)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	enum { N = 40, SZ = 131072 };
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	for (size_t i = 0; i < N; i++) { /* aligned (O_DIRECT) and not (buffered or moved) */
+		size_t off = i * SZ + (i % 3 == 1 ? 40 : 0);
+		srcs[i] = d + off, want[i] = g_ref + off, sizes[i] = SZ - (i % 3 == 1 ? 40 : 0);
+	}
+	rf_graph *g;
+	cr_assert_eq(rf_graph_ring(N, depth, kq, &g), RF_OK, "%s", rf_errmsg());
+	exec_checked(g, SZ, N, srcs, sizes, want, 3, 1);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}
+
+Test(files, ring_graph_reads_ahead_under_the_oracle_one_lane)
+{
+	ring_graph_from_file(4, 1);
+}
+
+Test(files, ring_graph_reads_ahead_under_the_oracle_two_lanes)
+{
+	ring_graph_from_file(6, 2);
+}
