@@ -27,6 +27,13 @@
 
 #define RD_BELL UINT64_MAX /* user_data of the doorbell's poll */
 #define RD_SQ_ENTRIES 64u  /* the reads in flight, the doorbell, and room to spare */
+/* A read, or io_uring_enter, answered EAGAIN / EBUSY / EINTR is tried again after a short sleep (50 us,
+ * doubling: about 6 ms over all tries), this many times in a row at most: a kernel (a
+ * seccomp filter, a driver) that gives one of them for ever would otherwise spin the caller for ever.
+ * Then the ring is given up for pread, a piece the ring keeps refusing is read with pread, and a pread
+ * that keeps refusing fails its copy (RF_EIO). */
+#define RD_TRIES 8u
+#define RD_TRIES_S "8" /* RD_TRIES in words */
 
 typedef struct rd_copy {
 	uint64_t tag;
@@ -53,6 +60,8 @@ typedef struct rd_piece {
 	uint64_t off;
 	size_t len;
 	unsigned char *dst;
+	unsigned tries;   /* EAGAIN / EBUSY / EINTR answers in a row from the ring */
+	int by_pread;     /* the last answer came from rd_pread (which retries on its own) */
 } rd_piece;
 
 struct rf__reader {
@@ -63,6 +72,7 @@ struct rf__reader {
 	int bell_armed;  /* a poll of bell_fd is in the ring */
 	int bell_dead;   /* polling it failed: wait no longer counts on it */
 	int bell_rang;   /* reaped a ring of the doorbell that no wait has returned for yet */
+	unsigned enter_fails; /* io_uring_enter answered EAGAIN / EBUSY / EINTR, times in a row */
 	char why[160];   /* why pread: io_uring refused, or failed */
 	char err[512];   /* the last RF_EIO */
 	void *reg_base;  /* the registered region, when registered */
@@ -85,6 +95,7 @@ struct rf__reader {
 };
 
 _Static_assert(RF__RD_PROBES % 2 == 1, "rd_median takes the middle sample");
+_Static_assert(RD_TRIES == 8, "RD_TRIES_S says RD_TRIES");
 
 static float rd_median(const float *v) /* of RF__RD_PROBES samples, by insertion sort */
 {
@@ -135,6 +146,20 @@ static double rd_now(void)
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* An answer that says "not now" rather than "no": worth another try (RD_TRIES). */
+static int rd_transient(int err)
+{
+	return err == EAGAIN || err == EBUSY || err == EINTR;
+}
+
+/* The sleep before try k + 1 (k >= 1 tries made). */
+static void rd_backoff(unsigned k)
+{
+	long us = 50L << (k > 7 ? 7 : k - 1);
+	struct timespec d = {0, (us > 5000 ? 5000 : us) * 1000L};
+	nanosleep(&d, NULL);
 }
 
 #ifdef RF_HAVE_LIBURING
@@ -211,8 +236,8 @@ static void rd_explain(rf__reader *r, const rd_copy *c)
 {
 	const char *path = c->f->path;
 	if (c->err_no != 0)
-		snprintf(r->err, sizeof r->err, "%s: read of %zu bytes at offset %" PRIu64 ": %s", path, c->err_len,
-			 c->err_off, strerror(c->err_no));
+		snprintf(r->err, sizeof r->err, "%s: read of %zu bytes at offset %" PRIu64 ": %s%s", path, c->err_len,
+			 c->err_off, strerror(c->err_no), rd_transient(c->err_no) ? " (every try of " RD_TRIES_S ")" : "");
 	else if (c->err_size != UINT64_MAX)
 		snprintf(r->err, sizeof r->err, "%s: short read at offset %" PRIu64 ": file shrank to %" PRIu64 " bytes",
 			 path, c->err_off, c->err_size);
@@ -243,6 +268,7 @@ static void rd_finish(rf__reader *r, unsigned ci)
 }
 
 static void rd_issue(rf__reader *r, unsigned pi);
+static void rd_pread(rf__reader *r, unsigned pi);
 
 /* Piece pi came back with res (bytes, or -errno). */
 static void rd_piece_done(rf__reader *r, unsigned pi, long res)
@@ -250,8 +276,13 @@ static void rd_piece_done(rf__reader *r, unsigned pi, long res)
 	rd_piece *p = &r->pieces[pi];
 	unsigned ci = p->copy;
 	rd_copy *c = &r->copies[ci];
-	if (res == -EINTR || res == -EAGAIN) { /* nothing read: the same read again */
-		rd_issue(r, pi);
+	if (res < 0 && rd_transient((int)-res) && c->rc == RF_OK && !p->by_pread) {
+		if (++p->tries < RD_TRIES) { /* nothing read: the same read again, after a pause */
+			rd_backoff(p->tries);
+			rd_issue(r, pi);
+		} else { /* the ring keeps refusing this one: pread it (which retries on its own) */
+			rd_pread(r, pi);
+		}
 		return;
 	}
 	uint64_t want = p->off + p->len < c->end ? p->off + p->len : c->end;
@@ -261,6 +292,7 @@ static void rd_piece_done(rf__reader *r, unsigned pi, long res)
 			p->off += (uint64_t)res;
 			p->dst += res;
 			p->len -= (size_t)res;
+			p->tries = 0;
 			rd_issue(r, pi);
 			return;
 		}
@@ -283,16 +315,21 @@ static void rd_pread(rf__reader *r, unsigned pi)
 	int fd = rf__file_fd(c->f, c->direct);
 	size_t got = 0;
 	long res = 0;
+	unsigned tries = 0;
 	while (got < p->len) {
 		ssize_t k = pread(fd, p->dst + got, p->len - got, (off_t)(p->off + got));
-		if (k < 0 && errno == EINTR)
+		if (k < 0 && rd_transient(errno) && ++tries < RD_TRIES) {
+			rd_backoff(tries);
 			continue;
+		}
 		if (k <= 0) {
 			res = k < 0 ? -errno : 0;
 			break;
 		}
 		got += (size_t)k;
+		tries = 0;
 	}
+	p->by_pread = 1;
 	rd_piece_done(r, pi, got > 0 || res == 0 ? (long)got : res);
 }
 
@@ -303,6 +340,7 @@ static void rd_issue(rf__reader *r, unsigned pi)
 	rd_copy *c = &r->copies[p->copy];
 	r->cnt.reads++;
 	r->cnt.reads_direct += c->direct;
+	p->by_pread = 0;
 #ifdef RF_HAVE_LIBURING
 	if (r->uring) {
 		/* Never NULL: RD_SQ_ENTRIES holds every piece and the doorbell (else: pread below). */
@@ -334,7 +372,7 @@ static void rd_top_up(rf__reader *r)
 		if (c->next < c->win_len) {
 			unsigned pi = r->free_pieces[--r->nfree_pieces];
 			size_t len = c->win_len - c->next < c->piece ? c->win_len - c->next : c->piece;
-			r->pieces[pi] = (rd_piece){ci, c->win_off + c->next, len, c->dst + c->next};
+			r->pieces[pi] = (rd_piece){ci, c->win_off + c->next, len, c->dst + c->next, 0, 0};
 			c->next += len;
 			c->out++;
 			rd_issue(r, pi);
@@ -368,7 +406,8 @@ static void rd_bell_drain(rf__reader *r)
  * here (the ring is never submitted to again); reads it took still complete through the ring. */
 static void rd_uring_broke(rf__reader *r, int err)
 {
-	snprintf(r->why, sizeof r->why, "io_uring failed: io_uring_enter: %s", strerror(err));
+	snprintf(r->why, sizeof r->why, "io_uring failed: io_uring_enter: %s%s", strerror(err),
+		 rd_transient(err) ? " (every try of " RD_TRIES_S ")" : "");
 	r->uring = 0;
 	unsigned k = io_uring_sq_ready(&r->ring), head = *r->ring.sq.khead;
 	for (unsigned i = 0; i < k; i++) {
@@ -380,14 +419,28 @@ static void rd_uring_broke(rf__reader *r, int err)
 	}
 }
 
-/* Hand the queued submissions to the kernel; EAGAIN, EBUSY, EINTR leave them for the next call. */
+/* io_uring_enter answered -rc (rc < 0) or took what it was given (rc >= 0). EAGAIN / EBUSY / EINTR leave
+ * the submissions queued for the next call, after a pause, RD_TRIES times in a row at most; anything
+ * else, or one more of them, gives the ring up. */
+static void rd_entered(rf__reader *r, int rc)
+{
+	if (rc >= 0) {
+		r->enter_fails = 0;
+		return;
+	}
+	if (rd_transient(-rc) && ++r->enter_fails < RD_TRIES) {
+		rd_backoff(r->enter_fails);
+		return;
+	}
+	rd_uring_broke(r, -rc);
+}
+
+/* Hand the queued submissions to the kernel. */
 static void rd_submit(rf__reader *r)
 {
 	if (!r->uring || io_uring_sq_ready(&r->ring) == 0)
 		return;
-	int rc = io_uring_submit(&r->ring);
-	if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && rc != -EINTR)
-		rd_uring_broke(r, -rc);
+	rd_entered(r, io_uring_submit(&r->ring));
 }
 
 static void rd_reap(rf__reader *r)
@@ -410,6 +463,8 @@ static void rd_reap(rf__reader *r)
 		rd_piece_done(r, (unsigned)ud, res);
 	}
 	io_uring_cq_advance(&r->ring, n);
+	if (n > 0) /* the ring answers: an interrupted wait before this one was no refusal */
+		r->enter_fails = 0;
 	if (bell) {
 		rd_bell_drain(r);
 		r->bell_rang = 1;
@@ -522,15 +577,15 @@ void rf__reader_wait(rf__reader *r)
 		if (rd_reads_out(r) == 0 && !r->bell_armed)
 			return;
 		int rc = io_uring_submit_and_wait(&r->ring, 1);
-		if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && rc != -EINTR && rc != -ETIME)
-			rd_uring_broke(r, -rc);
+		rd_entered(r, rc == -ETIME ? 0 : rc);
 		rd_progress(r); /* take what woke us now: a ring reaped here is this wait's reason to return */
 		r->bell_rang = 0;
 		return;
 	}
 	if (r->ring_open && rd_reads_out(r) != 0) { /* a broken ring still owes reads it took */
 		struct io_uring_cqe *cqe;
-		io_uring_wait_cqe(&r->ring, &cqe);
+		if (io_uring_wait_cqe(&r->ring, &cqe) < 0) /* they complete without us: no hot spin */
+			rd_backoff(3);
 		return;
 	}
 #endif
@@ -584,7 +639,8 @@ void rf__reader_destroy(rf__reader *r)
 	while (r->ring_open && rd_reads_out(r) != 0) {
 		rd_submit(r);
 		struct io_uring_cqe *cqe;
-		io_uring_wait_cqe(&r->ring, &cqe);
+		if (r->ring_open && rd_reads_out(r) != 0 && io_uring_wait_cqe(&r->ring, &cqe) < 0)
+			rd_backoff(3);
 		rd_reap(r);
 	}
 	if (r->ring_open)

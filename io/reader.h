@@ -14,6 +14,11 @@
  *    each cost a request and buy nothing the reads of the next blocks do not.
  *  - A failed read, or a short one (the file shrank), fails that copy with RF_EIO (rf__reader_error
  *    names path, offset and errno's text); the reader stays usable.
+ *  - "Not now" (EAGAIN, EBUSY, EINTR) from a read or from io_uring_enter is tried again after a short
+ *    sleep (50 us, doubling), 8 times in a row at most (about 6 ms): a kernel that answers one of them
+ *    for ever must not spin the thread for ever. Then io_uring_enter's ring is given up for pread (for
+ *    good; describe says why), a read the ring keeps refusing is made with pread, and a pread that
+ *    keeps refusing fails its copy with RF_EIO ("... (every try of 8)").
  * dst must stay valid and untouched, and the file open, until poll has handed the copy back. */
 #ifndef RF_IO_READER_H
 #define RF_IO_READER_H
@@ -51,7 +56,8 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
 		     unsigned flags, uint64_t tag);
 
 /* Hand back one finished copy, any order: 1 with *tag, *rc (RF_OK or RF_EIO) and *shift (data start
- * at dst + *shift; 0 without RF__RD_SHIFT_OK); 0 when none has finished. Never blocks. */
+ * at dst + *shift; 0 without RF__RD_SHIFT_OK); 0 when none has finished. Never waits for the device,
+ * only the pauses between tries of a refused read and the preads of a ring given up. */
 int rf__reader_poll(rf__reader *r, uint64_t *tag, int *rc, size_t *shift);
 
 /* Block until a copy may have finished or the bell rang; at once when a finished copy waits for poll

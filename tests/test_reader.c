@@ -459,33 +459,53 @@ Test(reader, direct_reads_leave_the_page_cache_cold)
 #error "tests/test_reader.c: the seccomp filter needs this architecture's AUDIT_ARCH"
 #endif
 
+/* A system call and the errno a seccomp filter answers it with. */
+typedef struct refusal {
+	int nr, err;
+} refusal;
+
+/* Answer each of the n (<= 4) calls with its errno, on every thread of the process (TSYNC: threads made
+ * before, a pipeline's lanes, too), as a container's seccomp profile or a flaky driver would. */
+static int refuse(const refusal *rs, unsigned n)
+{
+	struct sock_filter prog[5 + 2 * 4];
+	unsigned k = 0;
+	prog[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+	prog[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, RF_AUDIT_ARCH, 1, 0);
+	prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+	prog[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+	for (unsigned i = 0; i < n && i < 4; i++) {
+		prog[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)rs[i].nr, 0, 1);
+		prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (unsigned)rs[i].err);
+	}
+	prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+	struct sock_fprog fp = {(unsigned short)k, prog};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		return -1;
+	return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fp);
+}
+
 /* Refuse io_uring_setup with EPERM, as a container's seccomp profile does. */
 static int refuse_io_uring(void)
 {
-	struct sock_filter prog[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, RF_AUDIT_ARCH, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog fp = {(unsigned short)(sizeof prog / sizeof prog[0]), prog};
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-		return -1;
-	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp);
+	refusal r = {__NR_io_uring_setup, EPERM};
+	return refuse(&r, 1);
 }
 
-/* Run fn in a forked child; its exit status (0 = pass) is the test's. Messages on stderr. */
+/* Run fn in a forked child; its exit status (0 = pass) is the test's. Messages on stderr. A child that
+ * hangs is killed by its alarm (SIGALRM): a failure, not a stuck suite. */
 static void in_child(int (*fn)(const char *path), const char *path)
 {
 	pid_t pid = fork();
 	cr_assert(pid >= 0);
-	if (pid == 0)
+	if (pid == 0) {
+		alarm(30);
 		_exit(fn(path));
+	}
 	int st;
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(!WIFSIGNALED(st), "child killed by signal %d%s", WTERMSIG(st),
+		  WTERMSIG(st) == SIGALRM ? " (its alarm: it hung)" : "");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed: status %d", st);
 }
 
@@ -559,6 +579,161 @@ Test(reader, pread_when_io_uring_is_refused)
 	in_child(pread_child, path);
 	drop(path);
 }
+
+/* ---- a kernel that answers "not now" for ever: bounded retries, then pread, or RF_EIO ---------------- */
+
+static int g_err; /* the errno the filter answers with (each test's child) */
+
+typedef struct pattern {
+	unsigned seed;
+	const uint64_t *offs; /* block b holds the file's bytes from offs[b] */
+	int bad;
+} pattern;
+
+static int pattern_cb(void *user, const rf_block *b)
+{
+	pattern *p = user;
+	p->bad |= !check_bytes(b->data, p->offs[b->index], b->bytes, p->seed);
+	return 0;
+}
+
+/* Through the public API on `backend`: a run of file blocks (one block from memory, so that "threads"
+ * reads on its lanes too) and an acquire of a file range; both end with want (RF_OK: every byte right;
+ * RF_EIO: rf_errmsg says errno's text). desc (cap bytes): the pipeline's describe line afterwards. */
+static int pipeline_reads(rf_file *f, unsigned seed, const char *backend, int want, char *desc, size_t cap)
+{
+	enum { N = 6, SZ = 1 << 20 };
+	const unsigned char *d = rf_file_data(f);
+	static unsigned char mem[SZ];
+	rf_pipeline_params pp = {0};
+	pp.depth = 3;
+	pp.slot_bytes = SZ + 8192;
+	pp.backend = backend;
+	rf_pipeline *p;
+	CHILD_CHECK(rf_pipeline_create(&pp, &p) == RF_OK, "%s: create: %s", backend, rf_errmsg());
+	const void *srcs[N];
+	size_t sizes[N];
+	uint64_t offs[N];
+	for (size_t b = 0; b < N; b++) { /* aligned and not; block 2 from memory (the file's bytes there) */
+		offs[b] = b * SZ + (b % 2 ? 100 : 0);
+		srcs[b] = b == 2 ? (const void *)mem : d + offs[b];
+		sizes[b] = SZ - 200;
+	}
+	for (size_t i = 0; i < SZ; i++)
+		mem[i] = byte_at(offs[2] + i, seed);
+	pattern pt = {seed, offs, 0};
+	int rc = rf_pipeline_run(p, N, srcs, sizes, pattern_cb, &pt);
+	CHILD_CHECK(rc == want, "%s: run: %s (want %s): %s", backend, rf_err_name(rc), rf_err_name(want), rf_errmsg());
+	if (want == RF_EIO)
+		CHILD_CHECK(strstr(rf_errmsg(), strerror(g_err)) != NULL, "%s: run: %s", backend, rf_errmsg());
+	rf_block blk;
+	rc = rf_pipeline_acquire(p, 7, d + 3 * SZ + 32, SZ - 64, NULL, 0, &blk);
+	CHILD_CHECK(rc == want, "%s: acquire: %s (want %s): %s", backend, rf_err_name(rc), rf_err_name(want),
+		    rf_errmsg());
+	if (want == RF_OK) {
+		CHILD_CHECK(!pt.bad, "%s: a block held wrong bytes", backend);
+		CHILD_CHECK(check_bytes(blk.data, 3 * SZ + 32, SZ - 64, seed), "%s: the acquired block's bytes", backend);
+		CHILD_CHECK(rf_pipeline_release(p, &blk) == RF_OK, "release");
+	} else {
+		CHILD_CHECK(strstr(rf_errmsg(), strerror(g_err)) != NULL, "%s: acquire: %s", backend, rf_errmsg());
+	}
+	snprintf(desc, cap, "%s", rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+	return 0;
+}
+
+/* io_uring_enter answers g_err for ever (io_uring_setup still works): the reader gives the ring up after
+ * a few tries and reads with pread; every copy lands, the describe line says why. Without the bound,
+ * the first wait spun for ever. */
+static int enter_refused_child(const char *path)
+{
+	rf_file *f;
+	rf__reader *r;
+	CHILD_CHECK(rf_file_open(path, 0, &f) == RF_OK, "open: %s", rf_errmsg());
+	CHILD_CHECK(rf__reader_create(4, -1, &r) == RF_OK, "create: %s", rf_errmsg());
+	char d[512];
+	rf__reader_describe(r, d, sizeof d);
+	CHILD_CHECK(strncmp(d, "io_uring", 8) == 0, "io_uring is needed for this test: %s", d);
+	refusal rs = {__NR_io_uring_enter, g_err};
+	CHILD_CHECK(refuse(&rs, 1) == 0, "seccomp: %s", strerror(errno));
+	if (child_copies(r, f, 9) != 0)
+		return 1;
+	rf__reader_describe(r, d, sizeof d);
+	char want[160];
+	snprintf(want, sizeof want, "pread (io_uring failed: io_uring_enter: %s (every try of 8))", strerror(g_err));
+	CHILD_CHECK(strncmp(d, want, strlen(want)) == 0, "%s", d);
+	rf__reader_counters c;
+	rf__reader_counters_get(r, &c);
+	CHILD_CHECK(c.copies == 8 && c.failed == 0, "counters: %llu copies, %llu failed", (unsigned long long)c.copies,
+		    (unsigned long long)c.failed);
+	rf__reader_destroy(r);
+	char desc[512];
+	if (pipeline_reads(f, 9, "cpu", RF_OK, desc, sizeof desc) != 0 ||
+	    pipeline_reads(f, 9, "threads", RF_OK, desc, sizeof desc) != 0)
+		return 1;
+	rf_file_close(f);
+	return 0;
+}
+
+static void enter_refused(int err)
+{
+	char *path = make_file(8u << 20, 9);
+	g_err = err;
+	in_child(enter_refused_child, path);
+	drop(path);
+}
+
+Test(reader, io_uring_enter_eagain_for_ever_falls_back_to_pread) { enter_refused(EAGAIN); }
+Test(reader, io_uring_enter_ebusy_for_ever_falls_back_to_pread) { enter_refused(EBUSY); }
+Test(reader, io_uring_enter_eintr_for_ever_falls_back_to_pread) { enter_refused(EINTR); }
+
+/* io_uring refused and pread answering g_err for ever: each copy fails with RF_EIO after a few tries,
+ * its message names the read and errno's text, the reader stays usable; through a pipeline the run and
+ * the acquire are RF_EIO. Without the bound, the first copy was read again for ever. */
+static int pread_refused_child(const char *path)
+{
+	rf_file *f;
+	rf__reader *r;
+	CHILD_CHECK(rf_file_open(path, 0, &f) == RF_OK, "open: %s", rf_errmsg());
+	refusal rs[2] = {{__NR_io_uring_setup, EPERM}, {__NR_pread64, g_err}};
+	CHILD_CHECK(refuse(rs, 2) == 0, "seccomp: %s", strerror(errno));
+	CHILD_CHECK(rf__reader_create(4, -1, &r) == RF_OK, "create: %s", rf_errmsg());
+	size_t cap = 2u << 20;
+	unsigned char *dst = aligned_alloc(4096, cap);
+	for (unsigned i = 0; i < 3; i++) {
+		rf__fsrc s = {f, i * 4096u + (i == 1 ? 32 : 0)};
+		size_t shift;
+		CHILD_CHECK(rf__reader_start(r, &s, 1u << 20, dst, cap, 0, i) == RF_OK, "start: %s", rf_errmsg());
+		uint64_t tag;
+		int rc;
+		while (rf__reader_poll(r, &tag, &rc, &shift) == 0)
+			rf__reader_wait(r);
+		char want[200];
+		snprintf(want, sizeof want, ": %s (every try of 8)", strerror(g_err));
+		CHILD_CHECK(tag == i && rc == RF_EIO, "copy %u: rc %d", i, rc);
+		CHILD_CHECK(strstr(rf__reader_error(r), path) != NULL && strstr(rf__reader_error(r), want) != NULL,
+			    "copy %u: %s", i, rf__reader_error(r));
+	}
+	free(dst);
+	rf__reader_destroy(r);
+	char desc[512];
+	if (pipeline_reads(f, 10, "cpu", RF_EIO, desc, sizeof desc) != 0 ||
+	    pipeline_reads(f, 10, "threads", RF_EIO, desc, sizeof desc) != 0)
+		return 1;
+	rf_file_close(f);
+	return 0;
+}
+
+static void pread_refused(int err)
+{
+	char *path = make_file(8u << 20, 10);
+	g_err = err;
+	in_child(pread_refused_child, path);
+	drop(path);
+}
+
+Test(reader, pread_eagain_for_ever_is_eio) { pread_refused(EAGAIN); }
+Test(reader, pread_eintr_for_ever_is_eio) { pread_refused(EINTR); }
 
 /* Without CAP_IPC_LOCK, registered buffers are charged to RLIMIT_MEMLOCK: a 4 MiB region under a 64 KiB
  * limit is refused, and the reads into it still work, unregistered. */
