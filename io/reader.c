@@ -33,6 +33,7 @@
  * Then the ring is given up for pread, a piece the ring keeps refusing is read with pread, and a pread
  * that keeps refusing fails its copy (RF_EIO). */
 #define RD_TRIES 8u
+#define RD_SETUP_AGAIN_S 0.2 /* the least time between two tries of an io_uring_setup short of resources */
 #define RD_TRIES_S "8" /* RD_TRIES in words */
 
 typedef struct rd_copy {
@@ -73,10 +74,15 @@ struct rf__reader {
 	int bell_dead;   /* polling it failed: wait no longer counts on it */
 	int bell_rang;   /* reaped a ring of the doorbell that no wait has returned for yet */
 	unsigned enter_fails; /* io_uring_enter answered EAGAIN / EBUSY / EINTR, times in a row */
+	int setup_again; /* io_uring_setup failed for want of a descriptor or memory: try again when idle */
+	double setup_at; /* not before this time (rd_now) */
+	unsigned gen;    /* bumped whenever what describe says changes */
 	char why[160];   /* why pread: io_uring refused, or failed */
 	char err[512];   /* the last RF_EIO */
 	void *reg_base;  /* the registered region, when registered */
 	size_t reg_len;
+	void *want_base; /* the region asked for (registered once a ring exists) */
+	size_t want_len;
 	int reg_tried;
 	char reg_why[96];
 	rd_copy *copies;
@@ -93,6 +99,8 @@ struct rf__reader {
 	struct io_uring ring;
 #endif
 };
+
+static void rd_register(rf__reader *r);
 
 _Static_assert(RF__RD_PROBES % 2 == 1, "rd_median takes the middle sample");
 _Static_assert(RD_TRIES == 8, "RD_TRIES_S says RD_TRIES");
@@ -166,9 +174,15 @@ static void rd_backoff(unsigned k)
 /* Set up the ring, or say in r->why why not (the reader then reads with pread). */
 static void rd_uring_init(rf__reader *r)
 {
+	r->setup_again = 0;
 	int rc = io_uring_queue_init(RD_SQ_ENTRIES, &r->ring, 0);
 	if (rc < 0) {
-		snprintf(r->why, sizeof r->why, "io_uring refused: io_uring_setup: %s", strerror(-rc));
+		/* Out of descriptors or memory is a moment's shortage, not the system's word: try again later
+		 * (rd_uring_again); a refusal (EPERM, ENOSYS, io_uring_disabled) stands. */
+		r->setup_again = rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM || rc == -EAGAIN;
+		r->setup_at = rd_now() + RD_SETUP_AGAIN_S;
+		snprintf(r->why, sizeof r->why, "io_uring refused: io_uring_setup: %s%s", strerror(-rc),
+			 r->setup_again ? "; tried again when idle, at most five times a second" : "");
 		return;
 	}
 	/* A kernel without the read opcodes (before 5.6) is as good as none. */
@@ -261,6 +275,7 @@ static void rd_finish(rf__reader *r, unsigned ci)
 		if (k < RF__RD_PROBES) {
 			s->ns_per_byte[c->method][k] = (float)((rd_now() - c->t0) * 1e9 / (double)c->n);
 			s->n[c->method] = k + 1;
+			r->gen += (unsigned)rf__reader_rule_decided(s); /* the class has its rule: describe lists it */
 		}
 	}
 	r->done[(r->done_head + r->ndone) % r->max_copies] = ci;
@@ -409,6 +424,7 @@ static void rd_uring_broke(rf__reader *r, int err)
 	snprintf(r->why, sizeof r->why, "io_uring failed: io_uring_enter: %s%s", strerror(err),
 		 rd_transient(err) ? " (every try of " RD_TRIES_S ")" : "");
 	r->uring = 0;
+	r->gen++;
 	unsigned k = io_uring_sq_ready(&r->ring), head = *r->ring.sq.khead;
 	for (unsigned i = 0; i < k; i++) {
 		uint64_t ud = r->ring.sq.sqes[(head + i) & *r->ring.sq.kring_mask].user_data;
@@ -484,6 +500,23 @@ static void rd_progress(rf__reader *r)
 	rd_submit(r);
 }
 
+#ifdef RF_HAVE_LIBURING
+/* io_uring_setup failed for want of resources: try again (nothing in flight, nothing owed by a ring). */
+static void rd_uring_again(rf__reader *r)
+{
+	rd_uring_init(r); /* sets setup_again and setup_at again if it fails the same way */
+	if (!r->uring)
+		return;
+	r->setup_again = 0;
+	r->why[0] = '\0';
+	r->gen++;
+	if (r->reg_tried) {
+		r->reg_why[0] = '\0';
+		rd_register(r);
+	}
+}
+#endif
+
 int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
 		     unsigned flags, uint64_t tag)
 {
@@ -496,6 +529,10 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
 			       s->f->path, n, s->off, size);
 	if (r->nfree_copies == 0)
 		return rf__err(RF_EBUSY, "%s: %u copies in flight", who, r->max_copies);
+#ifdef RF_HAVE_LIBURING
+	if (r->setup_again && r->nfree_copies == r->max_copies && rd_now() >= r->setup_at)
+		rd_uring_again(r);
+#endif
 	unsigned ci = r->free_copies[--r->nfree_copies];
 	rd_copy *c = &r->copies[ci];
 	*c = (rd_copy){.tag = tag, .f = s->f, .dst = dst, .win_off = s->off, .win_len = n, .end = s->off + n, .n = n};
@@ -610,23 +647,33 @@ int rf__reader_register(rf__reader *r, void *base, size_t len)
 	r->reg_base = NULL, r->reg_len = 0;
 	r->reg_tried = len > 0;
 	r->reg_why[0] = '\0';
+	r->want_base = base, r->want_len = len;
+	r->gen++;
 	if (len == 0)
 		return RF_OK;
+	rd_register(r);
+	return RF_OK;
+}
+
+/* Register the region asked for with the ring, or say why not. */
+static void rd_register(rf__reader *r)
+{
+	void *base = r->want_base;
+	size_t len = r->want_len;
 #ifdef RF_HAVE_LIBURING
 	if (r->uring) {
 		struct iovec iov = {base, len};
 		int rc = io_uring_register_buffers(&r->ring, &iov, 1);
 		if (rc == 0) {
 			r->reg_base = base, r->reg_len = len;
-			return RF_OK;
+			return;
 		}
 		snprintf(r->reg_why, sizeof r->reg_why, "io_uring_register_buffers: %s%s", strerror(-rc),
 			 rc == -ENOMEM || rc == -EPERM ? " (RLIMIT_MEMLOCK)" : "");
-		return RF_OK;
+		return;
 	}
 #endif
 	snprintf(r->reg_why, sizeof r->reg_why, "no io_uring");
-	return RF_OK;
 }
 
 void rf__reader_destroy(rf__reader *r)
@@ -651,6 +698,16 @@ void rf__reader_destroy(rf__reader *r)
 	free(r->done);
 	free(r->pend);
 	free(r);
+}
+
+unsigned rf__reader_reads_out(const rf__reader *r)
+{
+	return r->ring_open ? rd_reads_out(r) : 0;
+}
+
+unsigned rf__reader_gen(const rf__reader *r)
+{
+	return r->gen;
 }
 
 const char *rf__reader_error(const rf__reader *r)

@@ -5,7 +5,9 @@
  *  - io_uring: a copy is cut into pieces, one read each, at most RF__RD_QD in flight; the rest are
  *    submitted as reads finish (poll, wait); reads into the registered region are fixed-buffer reads.
  *    Where io_uring is refused (old kernel, io_uring_disabled, seccomp) start preads the whole copy
- *    and poll hands it back: never a failure; describe says which and why.
+ *    and poll hands it back: never a failure; describe says which and why. An io_uring_setup that
+ *    failed for want of a descriptor or memory (EMFILE, ENFILE, ENOMEM, EAGAIN) is tried again by a
+ *    start that finds nothing in flight, at most five times a second: a shortage does not last.
  *  - O_DIRECT when the range's aligned window can land in dst: dst aligned to f->dio_mem_align,
  *    the range on a dio_align boundary or RF__RD_SHIFT_OK given, and dst_cap holding the
  *    window. A range off the boundary without RF__RD_SHIFT_OK is read buffered, or as its O_DIRECT
@@ -67,8 +69,14 @@ void rf__reader_wait(rf__reader *r);
 /* The sentence of the last copy poll handed back with RF_EIO; "" before any. Valid until next poll. */
 const char *rf__reader_error(const rf__reader *r);
 
-/* One line: how copies are read (io_uring or pread and why, O_DIRECT, registration, unaligned ranges). */
+/* One line: how copies are read now (io_uring or pread and why, O_DIRECT, registration, the rule each
+ * size class of unaligned ranges has settled on). */
 void rf__reader_describe(const rf__reader *r, char *buf, size_t cap);
+/* A number that changes whenever the describe line would (the reader's thread): a class's rule decided,
+ * the ring given up or set up again, a registration. */
+unsigned rf__reader_gen(const rf__reader *r);
+/* Reads in flight on a ring (what rf__reader_wait can wait for besides the bell); 0 in pread mode. */
+unsigned rf__reader_reads_out(const rf__reader *r);
 
 typedef struct rf__reader_counters {
 	uint64_t copies;       /* copies handed back, failed ones included */

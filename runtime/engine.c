@@ -110,12 +110,15 @@ static void rf__engine_describe_publish(rf__engine *e)
 	if (k + 1 >= RF__DESCRIBE_VERSIONS)
 		return;
 	char *d = e->describe[k + 1];
-	size_t cap = sizeof e->describe[0], a = strlen(e->desc_core), b = strlen(e->desc_note);
+	size_t cap = sizeof e->describe[0], a = strlen(e->desc_core), f = strlen(e->desc_files),
+	       b = strlen(e->desc_note);
 	a = a < cap - 1 ? a : cap - 1;
-	b = b < cap - 1 - a ? b : cap - 1 - a; /* a long line loses the end of its note */
+	f = f < cap - 1 - a ? f : cap - 1 - a;
+	b = b < cap - 1 - a - f ? b : cap - 1 - a - f; /* a long line loses the end of its note */
 	memcpy(d, e->desc_core, a);
-	memcpy(d + a, e->desc_note, b);
-	d[a + b] = '\0';
+	memcpy(d + a, e->desc_files, f);
+	memcpy(d + a + f, e->desc_note, b);
+	d[a + f + b] = '\0';
 	atomic_store_explicit(&e->desc_cur, k + 1, memory_order_release);
 }
 
@@ -142,8 +145,17 @@ int rf__engine_io(rf__engine *e, const char *who)
 	int rc = rf__flight_open(&e->io, host ? e->slots : NULL, host ? e->slots_len : 0);
 	if (rc != RF_OK)
 		return rf__err(rc, "%s: file reads: %s", who, rf__errmsg_peek());
-	rf__engine_describe_append(e, "; files: %s", e->io.why);
+	snprintf(e->desc_files, sizeof e->desc_files, "; files: %s", e->io.why);
+	rf__engine_describe_publish(e);
 	return RF_OK;
+}
+
+void rf__engine_io_refresh(rf__engine *e)
+{
+	if (!rf__flight_refresh(&e->io))
+		return;
+	snprintf(e->desc_files, sizeof e->desc_files, "; files: %s", e->io.why);
+	rf__engine_describe_publish(e);
 }
 
 void rf__engine_fini(rf__engine *e)
@@ -367,6 +379,7 @@ int rf__engine_keyed_begin(rf__engine *e, const char *who)
 
 void rf__engine_keyed_end(rf__engine *e)
 {
+	rf__engine_io_refresh(e); /* the call's misses may have changed how files are read */
 	int keyed = RF__KEYED;
 	if (!atomic_compare_exchange_strong_explicit(&e->state, &keyed, RF__IDLE, memory_order_release,
 						     memory_order_relaxed))
@@ -405,6 +418,8 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	int measuring = e->measure != NULL;
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile, nfile > 0 && nfile == nonempty);
 	rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
+	if (nfile > 0)
+		rf__engine_io_refresh(e);
 	if (e->collect_stats)
 		rf__stats_summarise(e);
 	rf__stats_publish(e);

@@ -60,14 +60,20 @@ typedef struct rf__flight {
 	char last[240];      /* the sentence of the last failed copy (a blocking read's) */
 	struct rf__trace *trace; /* the run's, while a run is in progress */
 	atomic_uint inflight;   /* copies in flight, for other threads deciding how to wait */
-	char why[240];       /* how the reader reads (describe), once open */
+	char why[320];       /* how the reader reads (describe), once open; rf__flight_refresh renews it */
+	unsigned why_gen;    /* rf__reader_gen when `why` was written */
+	char bell_why[80];   /* why there is no bell ("" when there is, or none was wanted) */
 } rf__flight;
 
 /* No reader yet. value: the queue's counter; ec/bell_slot: where the lane sleeps. */
 void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int64_t *value);
 /* Make the reader and the bell if not yet there, registering [base, base + len) (the ring). RF_OK,
- * RF_ENOMEM. On the owner's thread, while the lane is idle. */
+ * RF_ENOMEM (the reader's memory). A bell that cannot be made (EMFILE) is done without: the lane naps
+ * instead of sleeping on it, and `why` says so. On the owner's thread, while the lane is idle. */
 int rf__flight_open(rf__flight *f, void *base, size_t len);
+/* Rewrite `why` if what the reader would say has changed since (a class's rule decided, io_uring given
+ * up or set up again): 1 if it did, 0 if not or not open. The reader's thread. */
+int rf__flight_refresh(rf__flight *f);
 /* Wait for every copy in flight, free the reader and the bell. */
 void rf__flight_fini(rf__flight *f);
 

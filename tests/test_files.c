@@ -540,3 +540,33 @@ Test(files, ring_graph_reads_ahead_under_the_oracle_two_lanes)
 {
 	ring_graph_from_file(6, 2);
 }
+
+/* The describe line says how files are read now, not at the first read: once the reader has measured
+ * the two ways of reading unaligned ranges for a size class, the line lists the rule it settled on. */
+Test(files, describe_lists_the_unaligned_range_rule_once_decided)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	enum { N = 16, SZ = 100000 };
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	for (size_t i = 0; i < N; i++) { /* off every alignment; the slots hold the O_DIRECT window */
+		size_t off = i * (SZ + 4096) + 40;
+		srcs[i] = d + off, want[i] = g_ref + off, sizes[i] = SZ;
+	}
+	rf_pipeline *p = mk(2, 31 * 4096, 1); /* 4 KiB-aligned slots, room for the window */
+	run_checked(p, 1, srcs, sizes, want);
+	const char *before = rf_pipeline_describe(p);
+	cr_assert(strstr(before, "; files: ") != NULL, "%s", before);
+	cr_assert(strstr(before, "unaligned ranges:") == NULL, "decided after one copy? %s", before);
+	run_checked(p, N, srcs, sizes, want); /* five copies each way, and more */
+	const char *after = rf_pipeline_describe(p);
+	cr_assert(strstr(after, "unaligned ranges: <=128K ") != NULL, "%s", after);
+	cr_assert(strstr(before, "; files: ") != NULL && strstr(before, "unaligned ranges:") == NULL,
+		  "an earlier describe string changed: %s", before);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}

@@ -10,6 +10,7 @@
 #include "runtime/flight.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/audit.h>
@@ -600,17 +601,12 @@ static int pattern_cb(void *user, const rf_block *b)
 /* Through the public API on `backend`: a run of file blocks (one block from memory, so that "threads"
  * reads on its lanes too) and an acquire of a file range; both end with want (RF_OK: every byte right;
  * RF_EIO: rf_errmsg says errno's text). desc (cap bytes): the pipeline's describe line afterwards. */
-static int pipeline_reads(rf_file *f, unsigned seed, const char *backend, int want, char *desc, size_t cap)
+static int reads_on(rf_pipeline *p, rf_file *f, unsigned seed, const char *backend, int want, char *desc,
+		    size_t cap)
 {
 	enum { N = 6, SZ = 1 << 20 };
 	const unsigned char *d = rf_file_data(f);
 	static unsigned char mem[SZ];
-	rf_pipeline_params pp = {0};
-	pp.depth = 3;
-	pp.slot_bytes = SZ + 8192;
-	pp.backend = backend;
-	rf_pipeline *p;
-	CHILD_CHECK(rf_pipeline_create(&pp, &p) == RF_OK, "%s: create: %s", backend, rf_errmsg());
 	const void *srcs[N];
 	size_t sizes[N];
 	uint64_t offs[N];
@@ -638,8 +634,27 @@ static int pipeline_reads(rf_file *f, unsigned seed, const char *backend, int wa
 		CHILD_CHECK(strstr(rf_errmsg(), strerror(g_err)) != NULL, "%s: acquire: %s", backend, rf_errmsg());
 	}
 	snprintf(desc, cap, "%s", rf_pipeline_describe(p));
-	rf_pipeline_destroy(p);
 	return 0;
+}
+
+/* reads_on a new pipeline (depth 3, 1 MiB slots and room) on backend, destroyed after. */
+static int pipeline_reads(rf_file *f, unsigned seed, const char *backend, int want, char *desc, size_t cap)
+{
+	rf_pipeline_params pp = {0};
+	pp.depth = 3;
+	pp.slot_bytes = (1u << 20) + 8192;
+	pp.backend = backend;
+	rf_pipeline *p;
+	CHILD_CHECK(rf_pipeline_create(&pp, &p) == RF_OK, "%s: create: %s", backend, rf_errmsg());
+	int rc = reads_on(p, f, seed, backend, want, desc, cap);
+	rf_pipeline_destroy(p);
+	return rc;
+}
+
+/* The same on p, every read expected to land. */
+static int pipeline_reads_on(rf_pipeline *p, rf_file *f, unsigned seed, const char *backend, char *desc, size_t cap)
+{
+	return reads_on(p, f, seed, backend, RF_OK, desc, cap);
 }
 
 /* io_uring_enter answers g_err for ever (io_uring_setup still works): the reader gives the ring up after
@@ -667,10 +682,16 @@ static int enter_refused_child(const char *path)
 	CHILD_CHECK(c.copies == 8 && c.failed == 0, "counters: %llu copies, %llu failed", (unsigned long long)c.copies,
 		    (unsigned long long)c.failed);
 	rf__reader_destroy(r);
-	char desc[512];
-	if (pipeline_reads(f, 9, "cpu", RF_OK, desc, sizeof desc) != 0 ||
-	    pipeline_reads(f, 9, "threads", RF_OK, desc, sizeof desc) != 0)
+	/* describe says what the reads are now: pread since the ring gave up, not "io_uring". */
+	char desc[1024];
+	snprintf(want, sizeof want, "files: pread (io_uring failed: io_uring_enter: %s (every try of 8))",
+		 strerror(g_err));
+	if (pipeline_reads(f, 9, "cpu", RF_OK, desc, sizeof desc) != 0)
 		return 1;
+	CHILD_CHECK(strstr(desc, want) != NULL, "cpu: %s", desc);
+	if (pipeline_reads(f, 9, "threads", RF_OK, desc, sizeof desc) != 0)
+		return 1;
+	CHILD_CHECK(strstr(desc, want) != NULL, "threads: %s", desc);
 	rf_file_close(f);
 	return 0;
 }
@@ -716,7 +737,7 @@ static int pread_refused_child(const char *path)
 	}
 	free(dst);
 	rf__reader_destroy(r);
-	char desc[512];
+	char desc[1024];
 	if (pipeline_reads(f, 10, "cpu", RF_EIO, desc, sizeof desc) != 0 ||
 	    pipeline_reads(f, 10, "threads", RF_EIO, desc, sizeof desc) != 0)
 		return 1;
@@ -734,6 +755,85 @@ static void pread_refused(int err)
 
 Test(reader, pread_eagain_for_ever_is_eio) { pread_refused(EAGAIN); }
 Test(reader, pread_eintr_for_ever_is_eio) { pread_refused(EINTR); }
+
+/* ---- out of descriptors at the first file use ----------------------------------------------------- */
+
+/* The io_uring instances this process has open (/proc/self/fd). */
+static int io_urings(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (d == NULL)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		char p[300], t[64];
+		snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+		ssize_t k = readlink(p, t, sizeof t - 1);
+		if (k > 0) {
+			t[k] = '\0';
+			n += strcmp(t, "anon_inode:[io_uring]") == 0;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* RLIMIT_NOFILE leaves no descriptor when a pipeline first reads a file: the run and the acquire still
+ * succeed (pread; a lane without its doorbell), the describe line says why, not RF_ENOMEM. Once
+ * descriptors are back, the next run after a pause sets io_uring up again, on the caller and the lanes
+ * alike, and describe says so. Before, the lanes' eventfd made the run RF_ENOMEM, and a reader that had
+ * once fallen back stayed on pread for good. */
+static int emfile_child(const char *path)
+{
+	rf_file *f;
+	CHILD_CHECK(rf_file_open(path, 0, &f) == RF_OK, "open: %s", rf_errmsg());
+	static const char *const backends[] = {"cpu", "threads"};
+	for (unsigned i = 0; i < 2; i++) {
+		rf_pipeline_params pp = {0};
+		pp.depth = 3;
+		pp.slot_bytes = (1u << 20) + 8192;
+		pp.backend = backends[i];
+		rf_pipeline *p;
+		CHILD_CHECK(rf_pipeline_create(&pp, &p) == RF_OK, "create: %s", rf_errmsg());
+		struct rlimit old, none;
+		CHILD_CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
+		int lowest = dup(0); /* the lowest free descriptor: a limit there leaves none */
+		CHILD_CHECK(lowest >= 0, "dup");
+		close(lowest);
+		none = old;
+		none.rlim_cur = (rlim_t)lowest;
+		CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &none) == 0, "setrlimit");
+		CHILD_CHECK(dup(0) < 0 && errno == EMFILE, "a descriptor is still free");
+		char desc[1024];
+		g_err = EMFILE;
+		int rc = pipeline_reads(f, 11, backends[i], RF_OK, desc, sizeof desc);
+		CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0, "setrlimit back");
+		if (rc != 0)
+			return 1;
+		CHILD_CHECK(strstr(desc, "files: pread (io_uring refused: io_uring_setup: Too many open files") != NULL,
+			    "%s: %s", backends[i], desc);
+		CHILD_CHECK(io_urings() == 0, "%s: %d io_uring instances under the limit", backends[i], io_urings());
+		struct timespec pause = {0, 300 * 1000 * 1000}; /* past the reader's 0.2 s between setups */
+		nanosleep(&pause, NULL);
+		if (pipeline_reads_on(p, f, 11, backends[i], desc, sizeof desc) != 0)
+			return 1;
+		CHILD_CHECK(strstr(desc, "files: io_uring, up to") != NULL, "%s: %s", backends[i], desc);
+		int want = i == 0 ? 1 : 2; /* the caller's reader; on threads a lane's too */
+		CHILD_CHECK(io_urings() >= want, "%s: %d io_uring instances after the limit, not %d", backends[i],
+			    io_urings(), want);
+		rf_pipeline_destroy(p);
+	}
+	rf_file_close(f);
+	return 0;
+}
+
+Test(reader, out_of_descriptors_at_the_first_file_use)
+{
+	char *path = make_file(8u << 20, 11);
+	in_child(emfile_child, path);
+	drop(path);
+}
 
 /* Without CAP_IPC_LOCK, registered buffers are charged to RLIMIT_MEMLOCK: a 4 MiB region under a 64 KiB
  * limit is refused, and the reads into it still work, unregistered. */
