@@ -57,7 +57,7 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	e->nslots += e->nslots == 0;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
 			     e->nslots, e->wait_spin_ns, 0, cfg->oracle, cfg->handoff, cfg->overlap,
-			     cfg->worker_cpus};
+			     cfg->worker_cpus, &e->io};
 	int rc = rf__backend_lookup(backend, device, &e->be);
 	if (rc != RF_OK)
 		goto fail;
@@ -73,7 +73,8 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	if (rc != RF_OK)
 		goto fail;
 	rf__be_describe(e->be, e->ctx, e->desc_core, sizeof e->desc_core);
-	memcpy(e->describe[0], e->desc_core, sizeof e->describe[0]);
+	_Static_assert(sizeof e->describe[0] >= sizeof e->desc_core, "a version holds the core");
+	memcpy(e->describe[0], e->desc_core, sizeof e->desc_core);
 	if (why[0] != '\0')
 		rf__engine_describe_append(e, "; auto: cuda not used: %s", why);
 	e->forks = rf__fork_count();
@@ -145,16 +146,31 @@ int rf__engine_io(rf__engine *e, const char *who)
 	int rc = rf__flight_open(&e->io, host ? e->slots : NULL, host ? e->slots_len : 0);
 	if (rc != RF_OK)
 		return rf__err(rc, "%s: file reads: %s", who, rf__errmsg_peek());
-	snprintf(e->desc_files, sizeof e->desc_files, "; files: %s", e->io.why);
-	rf__engine_describe_publish(e);
+	e->files_gen = e->io.why_gen - 1; /* written below */
+	rf__engine_io_refresh(e);
 	return RF_OK;
 }
 
 void rf__engine_io_refresh(rf__engine *e)
 {
-	if (!rf__flight_refresh(&e->io))
+	if (atomic_load_explicit(&e->io.rd, memory_order_relaxed) == NULL)
 		return;
-	snprintf(e->desc_files, sizeof e->desc_files, "; files: %s", e->io.why);
+	rf__flight_refresh(&e->io);
+	unsigned lg = atomic_load_explicit(&e->io.lanes_gen, memory_order_acquire);
+	if (e->io.why_gen == e->files_gen && lg == e->lanes_gen)
+		return;
+	e->files_gen = e->io.why_gen, e->lanes_gen = lg;
+	char lane[sizeof e->io.lanes_why], d[sizeof e->desc_files];
+	unsigned no = 0;
+	rf__flight_lanes(&e->io, lane, sizeof lane, &no);
+	/* A lane's reader that reads as the caller's does goes unsaid; one that does not is named. */
+	if (lane[0] != '\0' && strcmp(lane, e->io.why) != 0)
+		snprintf(d, sizeof d, "; files: %s; copy lane %u: %s", e->io.why, no, lane);
+	else
+		snprintf(d, sizeof d, "; files: %s", e->io.why);
+	if (strcmp(d, e->desc_files) == 0)
+		return;
+	memcpy(e->desc_files, d, sizeof d);
 	rf__engine_describe_publish(e);
 }
 

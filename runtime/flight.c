@@ -5,6 +5,7 @@
 #include "runtime/trace.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -14,6 +15,7 @@
 void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int64_t *value)
 {
 	memset(f, 0, sizeof *f);
+	atomic_flag_clear(&f->lanes_lock);
 	f->bell = -1;
 	f->ec = ec;
 	f->bell_slot = bell_slot;
@@ -26,7 +28,18 @@ static rf__reader *rf__flight_rd(const rf__flight *f)
 	return atomic_load_explicit(&((rf__flight *)f)->rd, memory_order_acquire);
 }
 
-/* f->why from the reader as it reads now, and the doorbell's absence. */
+static void rf__flight_lock(rf__flight *f)
+{
+	while (atomic_flag_test_and_set_explicit(&f->lanes_lock, memory_order_acquire))
+		sched_yield(); /* held for a copy of a line */
+}
+
+static void rf__flight_unlock(rf__flight *f)
+{
+	atomic_flag_clear_explicit(&f->lanes_lock, memory_order_release);
+}
+
+/* f->why from the reader as it reads now, and the doorbell's absence; a lane tells the engine. */
 static void rf__flight_describe(rf__flight *f, const rf__reader *rd)
 {
 	f->why_gen = rf__reader_gen(rd);
@@ -34,6 +47,22 @@ static void rf__flight_describe(rf__flight *f, const rf__reader *rd)
 	size_t n = strlen(f->why);
 	if (f->bell_why[0] != '\0' && n < sizeof f->why)
 		snprintf(f->why + n, sizeof f->why - n, "; no doorbell (%s)", f->bell_why);
+	rf__flight *e = f->report;
+	if (e == NULL)
+		return;
+	rf__flight_lock(e);
+	memcpy(e->lanes_why, f->why, sizeof e->lanes_why);
+	e->lanes_no = f->bell_slot;
+	atomic_fetch_add_explicit(&e->lanes_gen, 1, memory_order_release);
+	rf__flight_unlock(e);
+}
+
+void rf__flight_lanes(rf__flight *f, char *buf, size_t cap, unsigned *lane)
+{
+	rf__flight_lock(f);
+	snprintf(buf, cap, "%s", f->lanes_why);
+	*lane = f->lanes_no;
+	rf__flight_unlock(f);
 }
 
 int rf__flight_open(rf__flight *f, void *base, size_t len)
@@ -68,6 +97,7 @@ void rf__flight_fini(rf__flight *f)
 	rf__reader *rd = rf__flight_rd(f);
 	if (rd == NULL)
 		return;
+	f->report = NULL; /* the engine may be going too: nothing more to say */
 	while (rf__flight_busy(f))
 		if (rf__flight_progress(f))
 			rf__reader_wait(rd);
@@ -139,6 +169,8 @@ int rf__flight_progress(rf__flight *f)
 	while (rf__reader_poll(rd, &tag, &rc, &shift))
 		rf__flight_landed(f, tag, rc);
 	rf__flight_fire(f);
+	if (rf__reader_gen(rd) != f->why_gen) /* what it landed changed how the reader reads */
+		rf__flight_describe(f, rd);
 	return rf__flight_busy(f);
 }
 

@@ -570,3 +570,32 @@ Test(files, describe_lists_the_unaligned_range_rule_once_decided)
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	leak_check();
 }
+
+/* The same when the copy lanes read (a run mixing memory and file blocks): on "threads" their readers
+ * measure, and the line names the lane whose reader reads otherwise than the caller's. */
+Test(files, describe_lists_a_copy_lanes_unaligned_range_rule)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	enum { N = 24, SZ = 100000 };
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	for (size_t i = 0; i < N; i++) { /* every fourth block from memory */
+		size_t off = i * (SZ + 4096) + 40;
+		srcs[i] = i % 4 == 3 ? (const void *)(g_ref + off) : (const void *)(d + off);
+		want[i] = g_ref + off, sizes[i] = SZ;
+	}
+	rf_pipeline *p = mk(3, 31 * 4096, 1);
+	run_checked(p, N, srcs, sizes, want);
+	const char *after = rf_pipeline_describe(p);
+	cr_log_info("%s", after);
+	cr_assert(strstr(after, "unaligned ranges: <=128K ") != NULL, "%s", after);
+	if (strcmp(test_backend(), "threads") == 0)
+		cr_assert(strstr(after, "; copy lane 0: io_uring") != NULL || strstr(after, "; copy lane 0: pread") != NULL,
+			  "%s", after);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}

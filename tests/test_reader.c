@@ -692,6 +692,27 @@ static int enter_refused_child(const char *path)
 	if (pipeline_reads(f, 9, "threads", RF_OK, desc, sizeof desc) != 0)
 		return 1;
 	CHILD_CHECK(strstr(desc, want) != NULL, "threads: %s", desc);
+	/* Only the lanes read (a run mixing memory and file blocks, no acquire): the line names a lane. */
+	rf_pipeline_params pp = {0};
+	pp.depth = 3;
+	pp.slot_bytes = (1u << 20) + 8192;
+	pp.backend = "threads";
+	rf_pipeline *p;
+	CHILD_CHECK(rf_pipeline_create(&pp, &p) == RF_OK, "create: %s", rf_errmsg());
+	const unsigned char *m = rf_file_data(f);
+	unsigned char *mem = malloc(1u << 20);
+	for (size_t i = 0; i < (1u << 20); i++)
+		mem[i] = byte_at(i, 9);
+	const void *srcs[4] = {mem, m + (1u << 20), m + (2u << 20), m + (3u << 20) + 8};
+	size_t sizes[4] = {1u << 20, 1u << 20, 1u << 20, (1u << 20) - 8};
+	uint64_t offs[4] = {0, 1u << 20, 2u << 20, (3u << 20) + 8};
+	pattern pt = {9, offs, 0};
+	CHILD_CHECK(rf_pipeline_run(p, 4, srcs, sizes, pattern_cb, &pt) == RF_OK && !pt.bad, "lanes' run: %s", rf_errmsg());
+	snprintf(want, sizeof want, "; copy lane 0: pread (io_uring failed: io_uring_enter: %s (every try of 8))",
+		 strerror(g_err));
+	CHILD_CHECK(strstr(rf_pipeline_describe(p), want) != NULL, "threads, lanes: %s", rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+	free(mem);
 	rf_file_close(f);
 	return 0;
 }
