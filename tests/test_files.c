@@ -2,7 +2,9 @@
  * against the shared library, oracle on: runs whose sources are file ranges (aligned, unaligned, mixed
  * with memory, several files), a file that shrinks (RF_EIO, the pipeline stays usable), keyed use from
  * files (hints, acquires, a failed hint counted wasted), close while copies may be in flight, the page
- * cache left cold by O_DIRECT reads, and the bytes counted in rf_stats and said in describe. */
+ * cache left cold by O_DIRECT reads, rf_graph_ring through rf_exec with reads in flight under the graph
+ * oracle, and the bytes counted in rf_stats and said in describe (the rule for unaligned ranges once
+ * the caller's or a copy lane's reader has decided it). */
 #define _GNU_SOURCE /* mincore, usleep */
 #include "support.h"
 
