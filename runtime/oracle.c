@@ -78,32 +78,34 @@ int rf__oracle_check(const rf__trace *t, size_t nblocks)
 
 /* ---- hand-built graphs ----------------------------------------------------------------------------- */
 
-/* One more predecessor u of v (k: its index), growing pred[] and started[] together. */
-static int rf__pred_add(rf__oracle_graph *og, size_t v, size_t u, int started, size_t *cap)
+/* One more predecessor u of v, growing pred[] and how[] together. */
+static int rf__pred_add(rf__oracle_graph *og, size_t v, size_t u, int how, size_t *cap)
 {
 	size_t k = og->start[v + 1]++;
 	if (k == *cap) {
 		size_t *np = rf__realloc(og->pred, 2 * *cap * sizeof *np);
 		if (np != NULL)
 			og->pred = np;
-		uint8_t *ns = np != NULL ? rf__realloc(og->started, 2 * *cap) : NULL;
-		if (ns == NULL)
+		uint8_t *nh = np != NULL ? rf__realloc(og->how, 2 * *cap) : NULL;
+		if (nh == NULL)
 			return RF_ENOMEM;
-		og->started = ns;
+		og->how = nh;
 		*cap *= 2;
 	}
 	og->pred[k] = u;
-	og->started[k] = (uint8_t)started;
+	og->how[k] = (uint8_t)how;
 	return RF_OK;
 }
 
 /* The work predecessors of v: walk back through explicit in-edges and queue order, passing through WAIT
- * nodes, stopping at (and collecting) COPY / COMPUTE / STAGE nodes. A COPY reached from a COPY v into
- * another ring slot by a path that never leaves v's queue ("local") need only have started before v: a
- * queue keeps several copies in flight (a lane's file reads), and nothing v does touches what it writes.
- * Whatever that copy had to follow, v follows through it (it started after them); the copies into one
- * slot are ordered apart (rf__oracle_waw). A node reached both ways counts as reached from outside the
- * queue. seen[u] == v: u reached from outside; seen_local[u] == v: reached locally. */
+ * nodes, stopping at (and collecting) COPY / COMPUTE / STAGE nodes. Reached by a path that leaves v's
+ * queue, u must have ended with all its queue did before it (RF__ORC_QUEUE_END: v waited for a signal
+ * behind them). By a path that never leaves v's queue ("local"): a COPY before a COPY v into another
+ * ring slot need only have started before v (a queue keeps several copies in flight, and nothing v does
+ * touches what it writes; whatever that copy had to follow, v follows through it, having started after
+ * it), anything else must have ended (RF__ORC_END); the copies into one slot are ordered apart
+ * (rf__oracle_waw). A node reached both ways is noted both ways. seen[u] == v: u reached from outside;
+ * seen_local[u] == v: reached locally. */
 static int rf__work_preds(const struct rf_graph *g, size_t v, size_t *seen, size_t *seen_local, size_t *stack,
 			  uint8_t *local, rf__oracle_graph *og, size_t *cap)
 {
@@ -131,8 +133,10 @@ static int rf__work_preds(const struct rf_graph *g, size_t v, size_t *seen, size
 				local[sp++] = (uint8_t)lu;
 				continue;
 			}
-			int started = lu && nv->kind == RF_NODE_COPY && nu->kind == RF_NODE_COPY && nu->slot != nv->slot;
-			if (rf__pred_add(og, v, u, started, cap) != RF_OK)
+			int how = !lu ? RF__ORC_QUEUE_END
+				  : nv->kind == RF_NODE_COPY && nu->kind == RF_NODE_COPY && nu->slot != nv->slot ? RF__ORC_START
+														    : RF__ORC_END;
+			if (rf__pred_add(og, v, u, how, cap) != RF_OK)
 				return RF_ENOMEM;
 		}
 	}
@@ -147,14 +151,19 @@ int rf__oracle_graph_build(const struct rf_graph *g, rf__oracle_graph *og)
 	og->work = rf__calloc(m, 1);
 	og->start = rf__calloc(n + 1, sizeof *og->start);
 	og->pred = rf__malloc(cap * sizeof *og->pred);
-	og->started = rf__malloc(cap);
+	og->how = rf__malloc(cap);
+	og->qwork = rf__malloc(m * sizeof *og->qwork);
 	size_t *seen = rf__malloc(m * sizeof *seen), *seen_local = rf__malloc(m * sizeof *seen_local);
 	size_t *stack = rf__malloc(2 * m * sizeof *stack);
 	uint8_t *local = rf__malloc(2 * m);
-	int rc = og->work && og->start && og->pred && og->started && seen && seen_local && stack && local ? RF_OK
-													      : RF_ENOMEM;
-	for (size_t i = 0; i < n && rc == RF_OK; i++)
+	int rc = og->work && og->start && og->pred && og->how && og->qwork && seen && seen_local && stack && local
+			 ? RF_OK
+			 : RF_ENOMEM;
+	for (size_t i = 0; i < n && rc == RF_OK; i++) { /* qprev < i: the one before is done */
+		size_t p = g->qprev[i];
 		seen[i] = seen_local[i] = RF__NONE;
+		og->qwork[i] = p == RF__NONE || g->nodes[p].kind != RF_NODE_WAIT ? p : og->qwork[p];
+	}
 	for (size_t v = 0; v < n && rc == RF_OK; v++) {
 		og->start[v + 1] = og->start[v];
 		og->work[v] = g->nodes[v].kind != RF_NODE_WAIT;
@@ -177,7 +186,8 @@ void rf__oracle_graph_free(rf__oracle_graph *og)
 	free(og->work);
 	free(og->start);
 	free(og->pred);
-	free(og->started);
+	free(og->how);
+	free(og->qwork);
 	memset(og, 0, sizeof *og);
 }
 
@@ -227,6 +237,10 @@ int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og)
 			else
 				ev[e->node] = e;
 		}
+	/* qend[v]: the last end among v and the work before it on its queue (node order is queue order). */
+	uint64_t *qend = rc == RF_OK ? rf__malloc((og->n ? og->n : 1) * sizeof *qend) : NULL;
+	if (rc == RF_OK && qend == NULL)
+		rc = rf__err(RF_ENOMEM, "oracle: out of memory");
 	for (size_t v = 0; v < og->n && rc == RF_OK; v++) {
 		if (!og->work[v])
 			continue;
@@ -234,24 +248,35 @@ int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og)
 			rc = rf__err(RF_EHAZARD, "oracle: node %zu never ran", v);
 			break;
 		}
+		size_t p = og->qwork[v];
+		qend[v] = p != RF__NONE && qend[p] > ev[v]->s1 ? qend[p] : ev[v]->s1;
+	}
+	for (size_t v = 0; v < og->n && rc == RF_OK; v++) {
+		if (!og->work[v])
+			continue;
 		for (size_t k = og->start[v]; k < og->start[v + 1]; k++) {
-			const rf__tev *u = ev[og->pred[k]];
-			if (u == NULL)
-				continue;
-			if (og->started[k] && ev[v]->s0 < u->s0) {
+			size_t u = og->pred[k];
+			uint64_t s0 = ev[v]->s0;
+			if (og->how[k] == RF__ORC_START && s0 < ev[u]->s0) {
 				rc = rf__err(RF_EHAZARD, "oracle: node %zu started before node %zu (before it on its queue) "
-							 "started", v, og->pred[k]);
+							 "started", v, u);
 				break;
 			}
-			if (!og->started[k] && ev[v]->s0 < u->s1) {
+			if (og->how[k] == RF__ORC_END && s0 < ev[u]->s1) {
 				rc = rf__err(RF_EHAZARD, "oracle: node %zu started before node %zu (which it must follow) ended",
-					     v, og->pred[k]);
+					     v, u);
+				break;
+			}
+			if (og->how[k] == RF__ORC_QUEUE_END && s0 < qend[u]) {
+				rc = rf__err(RF_EHAZARD, "oracle: node %zu started before node %zu (which it must follow)%s ended",
+					     v, u, s0 < ev[u]->s1 ? "" : " and the work before it on its queue");
 				break;
 			}
 		}
 	}
 	if (rc == RF_OK)
 		rc = rf__oracle_waw(ev, og->n);
+	free(qend);
 	free((void *)ev);
 	return rc;
 }

@@ -15,16 +15,23 @@ int rf__oracle_check(const rf__trace *t, size_t nblocks);
 
 /* A hand-built graph's promises for its rf_exec's runs: for every COPY / COMPUTE / STAGE node the work
  * nodes that must end before it starts (through edges, WAIT nodes and queue order), from the graph, not
- * the program. One exception: a COPY before a COPY into another ring slot on the same queue, with no path
- * between them through another queue, need only have started first: a queue may keep several copies in
- * flight (a lane's file reads), which neither touches the other's bytes nor lets anything after them on
- * another queue start early (that waits for their signals). */
+ * the program. A queue may keep several copies in flight (a lane's file reads), so within one queue a
+ * COPY before a COPY into another ring slot (no path between them through another queue) need only have
+ * started first; and what waits on another queue for a node waits for everything its queue did before
+ * it too (a queue's signal goes out once all of its earlier work has ended), which keeps a lane's copies
+ * in flight honest. */
+enum {
+	RF__ORC_QUEUE_END = 0, /* u, and everything before it on its queue, ended before v started */
+	RF__ORC_START = 1,     /* u started before v */
+	RF__ORC_END = 2,       /* u ended before v started (the same queue) */
+};
 typedef struct rf__oracle_graph {
 	size_t n;
-	uint8_t *work;    /* 1 for COPY, COMPUTE and STAGE nodes */
-	size_t *start;    /* the predecessors of v are pred[start[v] .. start[v + 1]) */
+	uint8_t *work;  /* 1 for COPY, COMPUTE and STAGE nodes */
+	size_t *start;  /* the predecessors of v are pred[start[v] .. start[v + 1]) */
 	size_t *pred;
-	uint8_t *started; /* per pred entry: 1 when it need only have started before v (the exception) */
+	uint8_t *how;   /* per pred entry: RF__ORC_* */
+	size_t *qwork;  /* the work node before v on its queue, or RF__NONE */
 } rf__oracle_graph;
 
 int rf__oracle_graph_build(const struct rf_graph *g, rf__oracle_graph *out);
