@@ -463,6 +463,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 		t->lane[i].walk.fn = rf__thr_walk_item;
 		t->lane[i].core = -1;
 		rf__flight_init(&t->lane[i].flight, &t->ec, i, &t->q[i + 1].value);
+		t->lane[i].flight.report = args->files_report; /* describe: how the lane's reader reads */
 		lctx[i] = &t->lane[i];
 	}
 	rf__ec_init(&t->ec);

@@ -215,8 +215,9 @@ RF_EXTERN const char *rf_pipeline_backend(const rf_pipeline *p);
 RF_EXTERN size_t rf_pipeline_slot_bytes(const rf_pipeline *p);
 /** Copy lanes the pipeline was created with (>= 1); 0 for NULL. */
 RF_EXTERN unsigned rf_pipeline_copy_queues(const rf_pipeline *p);
-/** One line on how the pipeline runs (queues, threads, cores, what depth = auto chose). Any thread, any
- * time; a returned string never changes and stays valid until the pipeline is destroyed. "" for NULL. */
+/** One line on how the pipeline runs (queues, threads, cores, what depth = auto chose, how files are
+ * read now: docs/files.md). Any thread, any time; a returned string never changes and stays valid until
+ * the pipeline is destroyed (a later call may return a newer line). "" for NULL. */
 RF_EXTERN const char *rf_pipeline_describe(const rf_pipeline *p);
 
 /** Time spent by one queue in the last run (collected only with rf_pipeline_collect_stats on). */

@@ -27,6 +27,14 @@
 
 #define RD_BELL UINT64_MAX /* user_data of the doorbell's poll */
 #define RD_SQ_ENTRIES 64u  /* the reads in flight, the doorbell, and room to spare */
+/* A read, or io_uring_enter, answered EAGAIN / EBUSY / EINTR is tried again after a short sleep (50 us,
+ * doubling: about 6 ms over all tries), this many times in a row at most: a kernel (a
+ * seccomp filter, a driver) that gives one of them for ever would otherwise spin the caller for ever.
+ * Then the ring is given up for pread, a piece the ring keeps refusing is read with pread, and a pread
+ * that keeps refusing fails its copy (RF_EIO). */
+#define RD_TRIES 8u
+#define RD_SETUP_AGAIN_S 0.2 /* the least time between two tries of an io_uring_setup short of resources */
+#define RD_TRIES_S "8" /* RD_TRIES in words */
 
 typedef struct rd_copy {
 	uint64_t tag;
@@ -53,6 +61,8 @@ typedef struct rd_piece {
 	uint64_t off;
 	size_t len;
 	unsigned char *dst;
+	unsigned tries;   /* EAGAIN / EBUSY / EINTR answers in a row from the ring */
+	int by_pread;     /* the last answer came from rd_pread (which retries on its own) */
 } rd_piece;
 
 struct rf__reader {
@@ -63,10 +73,16 @@ struct rf__reader {
 	int bell_armed;  /* a poll of bell_fd is in the ring */
 	int bell_dead;   /* polling it failed: wait no longer counts on it */
 	int bell_rang;   /* reaped a ring of the doorbell that no wait has returned for yet */
+	unsigned enter_fails; /* io_uring_enter answered EAGAIN / EBUSY / EINTR, times in a row */
+	int setup_again; /* io_uring_setup failed for want of a descriptor or memory: try again when idle */
+	double setup_at; /* not before this time (rd_now) */
+	unsigned gen;    /* bumped whenever what describe says changes */
 	char why[160];   /* why pread: io_uring refused, or failed */
 	char err[512];   /* the last RF_EIO */
 	void *reg_base;  /* the registered region, when registered */
 	size_t reg_len;
+	void *want_base; /* the region asked for (registered once a ring exists) */
+	size_t want_len;
 	int reg_tried;
 	char reg_why[96];
 	rd_copy *copies;
@@ -84,7 +100,10 @@ struct rf__reader {
 #endif
 };
 
+static void rd_register(rf__reader *r);
+
 _Static_assert(RF__RD_PROBES % 2 == 1, "rd_median takes the middle sample");
+_Static_assert(RD_TRIES == 8, "RD_TRIES_S says RD_TRIES");
 
 static float rd_median(const float *v) /* of RF__RD_PROBES samples, by insertion sort */
 {
@@ -137,13 +156,33 @@ static double rd_now(void)
 	return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
+/* An answer that says "not now" rather than "no": worth another try (RD_TRIES). */
+static int rd_transient(int err)
+{
+	return err == EAGAIN || err == EBUSY || err == EINTR;
+}
+
+/* The sleep before try k + 1 (k >= 1 tries made). */
+static void rd_backoff(unsigned k)
+{
+	long us = 50L << (k > 7 ? 7 : k - 1);
+	struct timespec d = {0, (us > 5000 ? 5000 : us) * 1000L};
+	nanosleep(&d, NULL);
+}
+
 #ifdef RF_HAVE_LIBURING
 /* Set up the ring, or say in r->why why not (the reader then reads with pread). */
 static void rd_uring_init(rf__reader *r)
 {
+	r->setup_again = 0;
 	int rc = io_uring_queue_init(RD_SQ_ENTRIES, &r->ring, 0);
 	if (rc < 0) {
-		snprintf(r->why, sizeof r->why, "io_uring refused: io_uring_setup: %s", strerror(-rc));
+		/* Out of descriptors or memory is a moment's shortage, not the system's word: try again later
+		 * (rd_uring_again); a refusal (EPERM, ENOSYS, io_uring_disabled) stands. */
+		r->setup_again = rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM || rc == -EAGAIN;
+		r->setup_at = rd_now() + RD_SETUP_AGAIN_S;
+		snprintf(r->why, sizeof r->why, "io_uring refused: io_uring_setup: %s%s", strerror(-rc),
+			 r->setup_again ? "; tried again when idle, at most five times a second" : "");
 		return;
 	}
 	/* A kernel without the read opcodes (before 5.6) is as good as none. */
@@ -211,8 +250,8 @@ static void rd_explain(rf__reader *r, const rd_copy *c)
 {
 	const char *path = c->f->path;
 	if (c->err_no != 0)
-		snprintf(r->err, sizeof r->err, "%s: read of %zu bytes at offset %" PRIu64 ": %s", path, c->err_len,
-			 c->err_off, strerror(c->err_no));
+		snprintf(r->err, sizeof r->err, "%s: read of %zu bytes at offset %" PRIu64 ": %s%s", path, c->err_len,
+			 c->err_off, strerror(c->err_no), rd_transient(c->err_no) ? " (every try of " RD_TRIES_S ")" : "");
 	else if (c->err_size != UINT64_MAX)
 		snprintf(r->err, sizeof r->err, "%s: short read at offset %" PRIu64 ": file shrank to %" PRIu64 " bytes",
 			 path, c->err_off, c->err_size);
@@ -236,6 +275,7 @@ static void rd_finish(rf__reader *r, unsigned ci)
 		if (k < RF__RD_PROBES) {
 			s->ns_per_byte[c->method][k] = (float)((rd_now() - c->t0) * 1e9 / (double)c->n);
 			s->n[c->method] = k + 1;
+			r->gen += (unsigned)rf__reader_rule_decided(s); /* the class has its rule: describe lists it */
 		}
 	}
 	r->done[(r->done_head + r->ndone) % r->max_copies] = ci;
@@ -243,6 +283,7 @@ static void rd_finish(rf__reader *r, unsigned ci)
 }
 
 static void rd_issue(rf__reader *r, unsigned pi);
+static void rd_pread(rf__reader *r, unsigned pi);
 
 /* Piece pi came back with res (bytes, or -errno). */
 static void rd_piece_done(rf__reader *r, unsigned pi, long res)
@@ -250,8 +291,13 @@ static void rd_piece_done(rf__reader *r, unsigned pi, long res)
 	rd_piece *p = &r->pieces[pi];
 	unsigned ci = p->copy;
 	rd_copy *c = &r->copies[ci];
-	if (res == -EINTR || res == -EAGAIN) { /* nothing read: the same read again */
-		rd_issue(r, pi);
+	if (res < 0 && rd_transient((int)-res) && c->rc == RF_OK && !p->by_pread) {
+		if (++p->tries < RD_TRIES) { /* nothing read: the same read again, after a pause */
+			rd_backoff(p->tries);
+			rd_issue(r, pi);
+		} else { /* the ring keeps refusing this one: pread it (which retries on its own) */
+			rd_pread(r, pi);
+		}
 		return;
 	}
 	uint64_t want = p->off + p->len < c->end ? p->off + p->len : c->end;
@@ -261,6 +307,7 @@ static void rd_piece_done(rf__reader *r, unsigned pi, long res)
 			p->off += (uint64_t)res;
 			p->dst += res;
 			p->len -= (size_t)res;
+			p->tries = 0;
 			rd_issue(r, pi);
 			return;
 		}
@@ -283,16 +330,21 @@ static void rd_pread(rf__reader *r, unsigned pi)
 	int fd = rf__file_fd(c->f, c->direct);
 	size_t got = 0;
 	long res = 0;
+	unsigned tries = 0;
 	while (got < p->len) {
 		ssize_t k = pread(fd, p->dst + got, p->len - got, (off_t)(p->off + got));
-		if (k < 0 && errno == EINTR)
+		if (k < 0 && rd_transient(errno) && ++tries < RD_TRIES) {
+			rd_backoff(tries);
 			continue;
+		}
 		if (k <= 0) {
 			res = k < 0 ? -errno : 0;
 			break;
 		}
 		got += (size_t)k;
+		tries = 0;
 	}
+	p->by_pread = 1;
 	rd_piece_done(r, pi, got > 0 || res == 0 ? (long)got : res);
 }
 
@@ -303,6 +355,7 @@ static void rd_issue(rf__reader *r, unsigned pi)
 	rd_copy *c = &r->copies[p->copy];
 	r->cnt.reads++;
 	r->cnt.reads_direct += c->direct;
+	p->by_pread = 0;
 #ifdef RF_HAVE_LIBURING
 	if (r->uring) {
 		/* Never NULL: RD_SQ_ENTRIES holds every piece and the doorbell (else: pread below). */
@@ -334,7 +387,7 @@ static void rd_top_up(rf__reader *r)
 		if (c->next < c->win_len) {
 			unsigned pi = r->free_pieces[--r->nfree_pieces];
 			size_t len = c->win_len - c->next < c->piece ? c->win_len - c->next : c->piece;
-			r->pieces[pi] = (rd_piece){ci, c->win_off + c->next, len, c->dst + c->next};
+			r->pieces[pi] = (rd_piece){ci, c->win_off + c->next, len, c->dst + c->next, 0, 0};
 			c->next += len;
 			c->out++;
 			rd_issue(r, pi);
@@ -368,8 +421,10 @@ static void rd_bell_drain(rf__reader *r)
  * here (the ring is never submitted to again); reads it took still complete through the ring. */
 static void rd_uring_broke(rf__reader *r, int err)
 {
-	snprintf(r->why, sizeof r->why, "io_uring failed: io_uring_enter: %s", strerror(err));
+	snprintf(r->why, sizeof r->why, "io_uring failed: io_uring_enter: %s%s", strerror(err),
+		 rd_transient(err) ? " (every try of " RD_TRIES_S ")" : "");
 	r->uring = 0;
+	r->gen++;
 	unsigned k = io_uring_sq_ready(&r->ring), head = *r->ring.sq.khead;
 	for (unsigned i = 0; i < k; i++) {
 		uint64_t ud = r->ring.sq.sqes[(head + i) & *r->ring.sq.kring_mask].user_data;
@@ -380,14 +435,28 @@ static void rd_uring_broke(rf__reader *r, int err)
 	}
 }
 
-/* Hand the queued submissions to the kernel; EAGAIN, EBUSY, EINTR leave them for the next call. */
+/* io_uring_enter answered -rc (rc < 0) or took what it was given (rc >= 0). EAGAIN / EBUSY / EINTR leave
+ * the submissions queued for the next call, after a pause, RD_TRIES times in a row at most; anything
+ * else, or one more of them, gives the ring up. */
+static void rd_entered(rf__reader *r, int rc)
+{
+	if (rc >= 0) {
+		r->enter_fails = 0;
+		return;
+	}
+	if (rd_transient(-rc) && ++r->enter_fails < RD_TRIES) {
+		rd_backoff(r->enter_fails);
+		return;
+	}
+	rd_uring_broke(r, -rc);
+}
+
+/* Hand the queued submissions to the kernel. */
 static void rd_submit(rf__reader *r)
 {
 	if (!r->uring || io_uring_sq_ready(&r->ring) == 0)
 		return;
-	int rc = io_uring_submit(&r->ring);
-	if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && rc != -EINTR)
-		rd_uring_broke(r, -rc);
+	rd_entered(r, io_uring_submit(&r->ring));
 }
 
 static void rd_reap(rf__reader *r)
@@ -410,6 +479,8 @@ static void rd_reap(rf__reader *r)
 		rd_piece_done(r, (unsigned)ud, res);
 	}
 	io_uring_cq_advance(&r->ring, n);
+	if (n > 0) /* the ring answers: an interrupted wait before this one was no refusal */
+		r->enter_fails = 0;
 	if (bell) {
 		rd_bell_drain(r);
 		r->bell_rang = 1;
@@ -429,6 +500,23 @@ static void rd_progress(rf__reader *r)
 	rd_submit(r);
 }
 
+#ifdef RF_HAVE_LIBURING
+/* io_uring_setup failed for want of resources: try again (nothing in flight, nothing owed by a ring). */
+static void rd_uring_again(rf__reader *r)
+{
+	rd_uring_init(r); /* sets setup_again and setup_at again if it fails the same way */
+	if (!r->uring)
+		return;
+	r->setup_again = 0;
+	r->why[0] = '\0';
+	r->gen++;
+	if (r->reg_tried) {
+		r->reg_why[0] = '\0';
+		rd_register(r);
+	}
+}
+#endif
+
 int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
 		     unsigned flags, uint64_t tag)
 {
@@ -441,6 +529,10 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
 			       s->f->path, n, s->off, size);
 	if (r->nfree_copies == 0)
 		return rf__err(RF_EBUSY, "%s: %u copies in flight", who, r->max_copies);
+#ifdef RF_HAVE_LIBURING
+	if (r->setup_again && r->nfree_copies == r->max_copies && rd_now() >= r->setup_at)
+		rd_uring_again(r);
+#endif
 	unsigned ci = r->free_copies[--r->nfree_copies];
 	rd_copy *c = &r->copies[ci];
 	*c = (rd_copy){.tag = tag, .f = s->f, .dst = dst, .win_off = s->off, .win_len = n, .end = s->off + n, .n = n};
@@ -522,15 +614,15 @@ void rf__reader_wait(rf__reader *r)
 		if (rd_reads_out(r) == 0 && !r->bell_armed)
 			return;
 		int rc = io_uring_submit_and_wait(&r->ring, 1);
-		if (rc < 0 && rc != -EAGAIN && rc != -EBUSY && rc != -EINTR && rc != -ETIME)
-			rd_uring_broke(r, -rc);
+		rd_entered(r, rc == -ETIME ? 0 : rc);
 		rd_progress(r); /* take what woke us now: a ring reaped here is this wait's reason to return */
 		r->bell_rang = 0;
 		return;
 	}
 	if (r->ring_open && rd_reads_out(r) != 0) { /* a broken ring still owes reads it took */
 		struct io_uring_cqe *cqe;
-		io_uring_wait_cqe(&r->ring, &cqe);
+		if (io_uring_wait_cqe(&r->ring, &cqe) < 0) /* they complete without us: no hot spin */
+			rd_backoff(3);
 		return;
 	}
 #endif
@@ -555,23 +647,33 @@ int rf__reader_register(rf__reader *r, void *base, size_t len)
 	r->reg_base = NULL, r->reg_len = 0;
 	r->reg_tried = len > 0;
 	r->reg_why[0] = '\0';
+	r->want_base = base, r->want_len = len;
+	r->gen++;
 	if (len == 0)
 		return RF_OK;
+	rd_register(r);
+	return RF_OK;
+}
+
+/* Register the region asked for with the ring, or say why not. */
+static void rd_register(rf__reader *r)
+{
+	void *base = r->want_base;
+	size_t len = r->want_len;
 #ifdef RF_HAVE_LIBURING
 	if (r->uring) {
 		struct iovec iov = {base, len};
 		int rc = io_uring_register_buffers(&r->ring, &iov, 1);
 		if (rc == 0) {
 			r->reg_base = base, r->reg_len = len;
-			return RF_OK;
+			return;
 		}
 		snprintf(r->reg_why, sizeof r->reg_why, "io_uring_register_buffers: %s%s", strerror(-rc),
 			 rc == -ENOMEM || rc == -EPERM ? " (RLIMIT_MEMLOCK)" : "");
-		return RF_OK;
+		return;
 	}
 #endif
 	snprintf(r->reg_why, sizeof r->reg_why, "no io_uring");
-	return RF_OK;
 }
 
 void rf__reader_destroy(rf__reader *r)
@@ -584,7 +686,8 @@ void rf__reader_destroy(rf__reader *r)
 	while (r->ring_open && rd_reads_out(r) != 0) {
 		rd_submit(r);
 		struct io_uring_cqe *cqe;
-		io_uring_wait_cqe(&r->ring, &cqe);
+		if (r->ring_open && rd_reads_out(r) != 0 && io_uring_wait_cqe(&r->ring, &cqe) < 0)
+			rd_backoff(3);
 		rd_reap(r);
 	}
 	if (r->ring_open)
@@ -595,6 +698,16 @@ void rf__reader_destroy(rf__reader *r)
 	free(r->done);
 	free(r->pend);
 	free(r);
+}
+
+unsigned rf__reader_reads_out(const rf__reader *r)
+{
+	return r->ring_open ? rd_reads_out(r) : 0;
+}
+
+unsigned rf__reader_gen(const rf__reader *r)
+{
+	return r->gen;
 }
 
 const char *rf__reader_error(const rf__reader *r)

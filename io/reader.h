@@ -5,7 +5,9 @@
  *  - io_uring: a copy is cut into pieces, one read each, at most RF__RD_QD in flight; the rest are
  *    submitted as reads finish (poll, wait); reads into the registered region are fixed-buffer reads.
  *    Where io_uring is refused (old kernel, io_uring_disabled, seccomp) start preads the whole copy
- *    and poll hands it back: never a failure; describe says which and why.
+ *    and poll hands it back: never a failure; describe says which and why. An io_uring_setup that
+ *    failed for want of a descriptor or memory (EMFILE, ENFILE, ENOMEM, EAGAIN) is tried again by a
+ *    start that finds nothing in flight, at most five times a second: a shortage does not last.
  *  - O_DIRECT when the range's aligned window can land in dst: dst aligned to f->dio_mem_align,
  *    the range on a dio_align boundary or RF__RD_SHIFT_OK given, and dst_cap holding the
  *    window. A range off the boundary without RF__RD_SHIFT_OK is read buffered, or as its O_DIRECT
@@ -14,6 +16,11 @@
  *    each cost a request and buy nothing the reads of the next blocks do not.
  *  - A failed read, or a short one (the file shrank), fails that copy with RF_EIO (rf__reader_error
  *    names path, offset and errno's text); the reader stays usable.
+ *  - "Not now" (EAGAIN, EBUSY, EINTR) from a read or from io_uring_enter is tried again after a short
+ *    sleep (50 us, doubling), 8 times in a row at most (about 6 ms): a kernel that answers one of them
+ *    for ever must not spin the thread for ever. Then io_uring_enter's ring is given up for pread (for
+ *    good; describe says why), a read the ring keeps refusing is made with pread, and a pread that
+ *    keeps refusing fails its copy with RF_EIO ("... (every try of 8)").
  * dst must stay valid and untouched, and the file open, until poll has handed the copy back. */
 #ifndef RF_IO_READER_H
 #define RF_IO_READER_H
@@ -51,7 +58,8 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
 		     unsigned flags, uint64_t tag);
 
 /* Hand back one finished copy, any order: 1 with *tag, *rc (RF_OK or RF_EIO) and *shift (data start
- * at dst + *shift; 0 without RF__RD_SHIFT_OK); 0 when none has finished. Never blocks. */
+ * at dst + *shift; 0 without RF__RD_SHIFT_OK); 0 when none has finished. Never waits for the device,
+ * only the pauses between tries of a refused read and the preads of a ring given up. */
 int rf__reader_poll(rf__reader *r, uint64_t *tag, int *rc, size_t *shift);
 
 /* Block until a copy may have finished or the bell rang; at once when a finished copy waits for poll
@@ -61,8 +69,14 @@ void rf__reader_wait(rf__reader *r);
 /* The sentence of the last copy poll handed back with RF_EIO; "" before any. Valid until next poll. */
 const char *rf__reader_error(const rf__reader *r);
 
-/* One line: how copies are read (io_uring or pread and why, O_DIRECT, registration, unaligned ranges). */
+/* One line: how copies are read now (io_uring or pread and why, O_DIRECT, registration, the rule each
+ * size class of unaligned ranges has settled on). */
 void rf__reader_describe(const rf__reader *r, char *buf, size_t cap);
+/* A number that changes whenever the describe line would (the reader's thread): a class's rule decided,
+ * the ring given up or set up again, a registration. */
+unsigned rf__reader_gen(const rf__reader *r);
+/* Reads in flight on a ring (what rf__reader_wait can wait for besides the bell); 0 in pread mode. */
+unsigned rf__reader_reads_out(const rf__reader *r);
 
 typedef struct rf__reader_counters {
 	uint64_t copies;       /* copies handed back, failed ones included */

@@ -57,7 +57,7 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	e->nslots += e->nslots == 0;
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
 			     e->nslots, e->wait_spin_ns, 0, cfg->oracle, cfg->handoff, cfg->overlap,
-			     cfg->worker_cpus};
+			     cfg->worker_cpus, &e->io};
 	int rc = rf__backend_lookup(backend, device, &e->be);
 	if (rc != RF_OK)
 		goto fail;
@@ -73,7 +73,8 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	if (rc != RF_OK)
 		goto fail;
 	rf__be_describe(e->be, e->ctx, e->desc_core, sizeof e->desc_core);
-	memcpy(e->describe[0], e->desc_core, sizeof e->describe[0]);
+	_Static_assert(sizeof e->describe[0] >= sizeof e->desc_core, "a version holds the core");
+	memcpy(e->describe[0], e->desc_core, sizeof e->desc_core);
 	if (why[0] != '\0')
 		rf__engine_describe_append(e, "; auto: cuda not used: %s", why);
 	e->forks = rf__fork_count();
@@ -110,12 +111,15 @@ static void rf__engine_describe_publish(rf__engine *e)
 	if (k + 1 >= RF__DESCRIBE_VERSIONS)
 		return;
 	char *d = e->describe[k + 1];
-	size_t cap = sizeof e->describe[0], a = strlen(e->desc_core), b = strlen(e->desc_note);
+	size_t cap = sizeof e->describe[0], a = strlen(e->desc_core), f = strlen(e->desc_files),
+	       b = strlen(e->desc_note);
 	a = a < cap - 1 ? a : cap - 1;
-	b = b < cap - 1 - a ? b : cap - 1 - a; /* a long line loses the end of its note */
+	f = f < cap - 1 - a ? f : cap - 1 - a;
+	b = b < cap - 1 - a - f ? b : cap - 1 - a - f; /* a long line loses the end of its note */
 	memcpy(d, e->desc_core, a);
-	memcpy(d + a, e->desc_note, b);
-	d[a + b] = '\0';
+	memcpy(d + a, e->desc_files, f);
+	memcpy(d + a + f, e->desc_note, b);
+	d[a + f + b] = '\0';
 	atomic_store_explicit(&e->desc_cur, k + 1, memory_order_release);
 }
 
@@ -142,8 +146,32 @@ int rf__engine_io(rf__engine *e, const char *who)
 	int rc = rf__flight_open(&e->io, host ? e->slots : NULL, host ? e->slots_len : 0);
 	if (rc != RF_OK)
 		return rf__err(rc, "%s: file reads: %s", who, rf__errmsg_peek());
-	rf__engine_describe_append(e, "; files: %s", e->io.why);
+	e->files_gen = e->io.why_gen - 1; /* written below */
+	rf__engine_io_refresh(e);
 	return RF_OK;
+}
+
+void rf__engine_io_refresh(rf__engine *e)
+{
+	if (atomic_load_explicit(&e->io.rd, memory_order_relaxed) == NULL)
+		return;
+	rf__flight_refresh(&e->io);
+	unsigned lg = atomic_load_explicit(&e->io.lanes_gen, memory_order_acquire);
+	if (e->io.why_gen == e->files_gen && lg == e->lanes_gen)
+		return;
+	e->files_gen = e->io.why_gen, e->lanes_gen = lg;
+	char lane[sizeof e->io.lanes_why], d[sizeof e->desc_files];
+	unsigned no = 0;
+	rf__flight_lanes(&e->io, lane, sizeof lane, &no);
+	/* A lane's reader that reads as the caller's does goes unsaid; one that does not is named. */
+	if (lane[0] != '\0' && strcmp(lane, e->io.why) != 0)
+		snprintf(d, sizeof d, "; files: %s; copy lane %u: %s", e->io.why, no, lane);
+	else
+		snprintf(d, sizeof d, "; files: %s", e->io.why);
+	if (strcmp(d, e->desc_files) == 0)
+		return;
+	memcpy(e->desc_files, d, sizeof d);
+	rf__engine_describe_publish(e);
 }
 
 void rf__engine_fini(rf__engine *e)
@@ -367,6 +395,7 @@ int rf__engine_keyed_begin(rf__engine *e, const char *who)
 
 void rf__engine_keyed_end(rf__engine *e)
 {
+	rf__engine_io_refresh(e); /* the call's misses may have changed how files are read */
 	int keyed = RF__KEYED;
 	if (!atomic_compare_exchange_strong_explicit(&e->state, &keyed, RF__IDLE, memory_order_release,
 						     memory_order_relaxed))
@@ -405,6 +434,8 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	int measuring = e->measure != NULL;
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile, nfile > 0 && nfile == nonempty);
 	rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
+	if (nfile > 0)
+		rf__engine_io_refresh(e);
 	if (e->collect_stats)
 		rf__stats_summarise(e);
 	rf__stats_publish(e);

@@ -32,10 +32,13 @@ typedef struct rf__engine {
 	atomic_int cancel; /* read by backends between nodes; pending until a run returns RF_ECANCELED */
 	/* rf_pipeline_describe: versions of the line, each written once and then published by desc_cur
 	 * (release), so that a reader on another thread never sees one being written. */
-	char describe[RF__DESCRIBE_VERSIONS][512];
+	char describe[RF__DESCRIBE_VERSIONS][1024];
 	atomic_uint desc_cur;
 	char desc_core[512]; /* what the versions are made of: the notes appended, then the backend's latest */
 	char desc_note[256]; /* schedule note (rf__run.note), replaced rather than appended */
+	char desc_files[680]; /* "; files: ", how the calling thread's reader reads now, and a copy lane's
+	                       * reader if it reads otherwise; replaced likewise */
+	unsigned files_gen, lanes_gen; /* e->io's why_gen and lanes_gen when desc_files was written */
 	int collect_stats;  /* rf_pipeline_collect_stats */
 	rf__qstats qstats[RF_MAX_QUEUES];
 	rf_stats last;      /* the run in progress (or the last one): the run thread's working copy */
@@ -101,6 +104,10 @@ void rf__engine_keyed_end(rf__engine *e);
 /* Open the calling thread's reader if it is not yet (the first file source); the describe line then
  * says how files are read. RF_OK or RF_ENOMEM. The run thread or a keyed call. */
 int rf__engine_io(rf__engine *e, const char *who);
+/* A new describe version if how that reader, or a copy lane's (rf__flight.report), reads has changed
+ * (io_uring given up or set up again, a class of unaligned ranges decided). The run thread after a run,
+ * a keyed call before it ends. */
+void rf__engine_io_refresh(rf__engine *e);
 
 /* Returns 1 if the owner may be freed now, 0 if a run or keyed call in progress will free it. */
 int rf__engine_destroy_begin(rf__engine *e);

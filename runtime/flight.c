@@ -5,14 +5,17 @@
 #include "runtime/trace.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int64_t *value)
 {
 	memset(f, 0, sizeof *f);
+	atomic_flag_clear(&f->lanes_lock);
 	f->bell = -1;
 	f->ec = ec;
 	f->bell_slot = bell_slot;
@@ -25,12 +28,53 @@ static rf__reader *rf__flight_rd(const rf__flight *f)
 	return atomic_load_explicit(&((rf__flight *)f)->rd, memory_order_acquire);
 }
 
+static void rf__flight_lock(rf__flight *f)
+{
+	while (atomic_flag_test_and_set_explicit(&f->lanes_lock, memory_order_acquire))
+		sched_yield(); /* held for a copy of a line */
+}
+
+static void rf__flight_unlock(rf__flight *f)
+{
+	atomic_flag_clear_explicit(&f->lanes_lock, memory_order_release);
+}
+
+/* f->why from the reader as it reads now, and the doorbell's absence; a lane tells the engine. */
+static void rf__flight_describe(rf__flight *f, const rf__reader *rd)
+{
+	f->why_gen = rf__reader_gen(rd);
+	rf__reader_describe(rd, f->why, sizeof f->why);
+	size_t n = strlen(f->why);
+	if (f->bell_why[0] != '\0' && n < sizeof f->why)
+		snprintf(f->why + n, sizeof f->why - n, "; no doorbell (%s)", f->bell_why);
+	rf__flight *e = f->report;
+	if (e == NULL)
+		return;
+	rf__flight_lock(e);
+	memcpy(e->lanes_why, f->why, sizeof e->lanes_why);
+	e->lanes_no = f->bell_slot;
+	atomic_fetch_add_explicit(&e->lanes_gen, 1, memory_order_release);
+	rf__flight_unlock(e);
+}
+
+void rf__flight_lanes(rf__flight *f, char *buf, size_t cap, unsigned *lane)
+{
+	rf__flight_lock(f);
+	snprintf(buf, cap, "%s", f->lanes_why);
+	*lane = f->lanes_no;
+	rf__flight_unlock(f);
+}
+
 int rf__flight_open(rf__flight *f, void *base, size_t len)
 {
 	if (rf__flight_rd(f) != NULL)
 		return RF_OK;
+	/* Out of descriptors (EMFILE at a pipeline's first file use) is no reason to fail the run: without
+	 * its bell the lane still hears of its reads (rf__flight_sleep), and the reader falls back to pread
+	 * if io_uring_setup is short of descriptors too, and tries it again later. */
+	f->bell_why[0] = '\0';
 	if (f->ec != NULL && (f->bell = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
-		return rf__err(RF_ENOMEM, "file copies: eventfd: %s", strerror(errno));
+		snprintf(f->bell_why, sizeof f->bell_why, "eventfd: %s", strerror(errno));
 	rf__reader *rd;
 	int rc = rf__reader_create(RF__FLIGHT_MAX, f->bell, &rd);
 	if (rc != RF_OK) {
@@ -41,7 +85,7 @@ int rf__flight_open(rf__flight *f, void *base, size_t len)
 	}
 	if (base != NULL && len > 0)
 		(void)rf__reader_register(rd, base, len); /* a refusal is said in describe */
-	rf__reader_describe(rd, f->why, sizeof f->why);
+	rf__flight_describe(f, rd);
 	if (f->ec != NULL)
 		rf__ec_set_bell(f->ec, f->bell_slot, f->bell);
 	atomic_store_explicit(&f->rd, rd, memory_order_release);
@@ -53,6 +97,7 @@ void rf__flight_fini(rf__flight *f)
 	rf__reader *rd = rf__flight_rd(f);
 	if (rd == NULL)
 		return;
+	f->report = NULL; /* the engine may be going too: nothing more to say */
 	while (rf__flight_busy(f))
 		if (rf__flight_progress(f))
 			rf__reader_wait(rd);
@@ -124,12 +169,32 @@ int rf__flight_progress(rf__flight *f)
 	while (rf__reader_poll(rd, &tag, &rc, &shift))
 		rf__flight_landed(f, tag, rc);
 	rf__flight_fire(f);
+	if (rf__reader_gen(rd) != f->why_gen) /* what it landed changed how the reader reads */
+		rf__flight_describe(f, rd);
 	return rf__flight_busy(f);
+}
+
+int rf__flight_refresh(rf__flight *f)
+{
+	rf__reader *rd = rf__flight_rd(f);
+	if (rd == NULL || rf__reader_gen(rd) == f->why_gen)
+		return 0;
+	rf__flight_describe(f, rd);
+	return 1;
 }
 
 void rf__flight_sleep(void *arg)
 {
-	rf__reader_wait(rf__flight_rd(arg));
+	rf__flight *f = arg;
+	rf__reader *rd = rf__flight_rd(f);
+	/* A lane without its bell (no descriptor was left for it) would come straight back from a reader
+	 * with no read in flight, and spin: it naps instead, and hears of the other queues within 100 us. */
+	if (f->ec != NULL && f->bell < 0 && rf__reader_reads_out(rd) == 0) {
+		struct timespec d = {0, 100000};
+		nanosleep(&d, NULL);
+		return;
+	}
+	rf__reader_wait(rd);
 }
 
 int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,

@@ -60,14 +60,32 @@ typedef struct rf__flight {
 	char last[240];      /* the sentence of the last failed copy (a blocking read's) */
 	struct rf__trace *trace; /* the run's, while a run is in progress */
 	atomic_uint inflight;   /* copies in flight, for other threads deciding how to wait */
-	char why[240];       /* how the reader reads (describe), once open */
+	char why[320];       /* how the reader reads (describe), once open; rf__flight_refresh renews it */
+	unsigned why_gen;    /* rf__reader_gen when `why` was written */
+	char bell_why[80];   /* why there is no bell ("" when there is, or none was wanted) */
+	/* A lane's flight: the engine's, told whenever `why` is written (NULL: none). Set by the backend
+	 * at open; bell_slot names the lane. */
+	struct rf__flight *report;
+	/* The engine's flight: `why` of the lane whose reader changed last, and a count of such reports,
+	 * under lanes_lock (lanes report from their threads; the engine reads from its own). */
+	atomic_flag lanes_lock;
+	char lanes_why[320];
+	unsigned lanes_no;
+	atomic_uint lanes_gen; /* bumped (release) after each report; read without the lock to see if any */
 } rf__flight;
 
 /* No reader yet. value: the queue's counter; ec/bell_slot: where the lane sleeps. */
 void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int64_t *value);
 /* Make the reader and the bell if not yet there, registering [base, base + len) (the ring). RF_OK,
- * RF_ENOMEM. On the owner's thread, while the lane is idle. */
+ * RF_ENOMEM (the reader's memory). A bell that cannot be made (EMFILE) is done without: the lane naps
+ * instead of sleeping on it, and `why` says so. On the owner's thread, while the lane is idle. */
 int rf__flight_open(rf__flight *f, void *base, size_t len);
+/* Rewrite `why` if what the reader would say has changed since (a class's rule decided, io_uring given
+ * up or set up again): 1 if it did, 0 if not or not open. The reader's thread. */
+int rf__flight_refresh(rf__flight *f);
+/* The engine's flight f: the lane whose reader changed last (its `why` into buf, cap bytes, its number
+ * into *lane); buf "" before any. Any thread. f->lanes_gen says whether a report came since. */
+void rf__flight_lanes(rf__flight *f, char *buf, size_t cap, unsigned *lane);
 /* Wait for every copy in flight, free the reader and the bell. */
 void rf__flight_fini(rf__flight *f);
 

@@ -78,33 +78,66 @@ int rf__oracle_check(const rf__trace *t, size_t nblocks)
 
 /* ---- hand-built graphs ----------------------------------------------------------------------------- */
 
-/* The work predecessors of v: walk back through explicit in-edges and queue order, passing through WAIT
- * nodes, stopping at (and collecting) COPY / COMPUTE nodes. mark[] holds the last v that saw a node. */
-static int rf__work_preds(const struct rf_graph *g, size_t v, size_t *mark, size_t *stack, rf__oracle_graph *og,
-			  size_t *cap)
+/* One more predecessor u of v, growing pred[] and how[] together. */
+static int rf__pred_add(rf__oracle_graph *og, size_t v, size_t u, int how, size_t *cap)
 {
+	size_t k = og->start[v + 1]++;
+	if (k == *cap) {
+		size_t *np = rf__realloc(og->pred, 2 * *cap * sizeof *np);
+		if (np != NULL)
+			og->pred = np;
+		uint8_t *nh = np != NULL ? rf__realloc(og->how, 2 * *cap) : NULL;
+		if (nh == NULL)
+			return RF_ENOMEM;
+		og->how = nh;
+		*cap *= 2;
+	}
+	og->pred[k] = u;
+	og->how[k] = (uint8_t)how;
+	return RF_OK;
+}
+
+/* The work predecessors of v: walk back through explicit in-edges and queue order, passing through WAIT
+ * nodes, stopping at (and collecting) COPY / COMPUTE / STAGE nodes. Reached by a path that leaves v's
+ * queue, u must have ended with all its queue did before it (RF__ORC_QUEUE_END: v waited for a signal
+ * behind them). By a path that never leaves v's queue ("local"): a COPY before a COPY v into another
+ * ring slot need only have started before v (a queue keeps several copies in flight, and nothing v does
+ * touches what it writes; whatever that copy had to follow, v follows through it, having started after
+ * it), anything else must have ended (RF__ORC_END); the copies into one slot are ordered apart
+ * (rf__oracle_waw). A node reached both ways is noted both ways. seen[u] == v: u reached from outside;
+ * seen_local[u] == v: reached locally. */
+static int rf__work_preds(const struct rf_graph *g, size_t v, size_t *seen, size_t *seen_local, size_t *stack,
+			  uint8_t *local, rf__oracle_graph *og, size_t *cap)
+{
+	const rf_node_desc *nv = &g->nodes[v];
 	size_t sp = 0;
-	stack[sp++] = v;
+	stack[sp] = v;
+	local[sp++] = 1;
 	while (sp > 0) {
 		size_t x = stack[--sp];
+		int lx = local[sp];
 		for (uint32_t e = 0; e <= g->in[x].n; e++) {
 			size_t u = e < g->in[x].n ? g->in[x].v[e] : g->qprev[x];
-			if (u == RF__NONE || mark[u] == v)
+			if (u == RF__NONE || seen[u] == v)
 				continue;
-			mark[u] = v;
-			if (g->nodes[u].kind == RF_NODE_WAIT) {
-				stack[sp++] = u;
+			const rf_node_desc *nu = &g->nodes[u];
+			int lu = lx && nu->queue == nv->queue;
+			if (lu && seen_local[u] == v)
+				continue;
+			if (lu)
+				seen_local[u] = v;
+			else
+				seen[u] = v;
+			if (nu->kind == RF_NODE_WAIT) {
+				stack[sp] = u; /* each node is pushed at most twice: 2n entries suffice */
+				local[sp++] = (uint8_t)lu;
 				continue;
 			}
-			size_t k = og->start[v + 1]++;
-			if (k == *cap) {
-				size_t *np = rf__realloc(og->pred, 2 * *cap * sizeof *np);
-				if (np == NULL)
-					return RF_ENOMEM;
-				og->pred = np;
-				*cap *= 2;
-			}
-			og->pred[k] = u;
+			int how = !lu ? RF__ORC_QUEUE_END
+				  : nv->kind == RF_NODE_COPY && nu->kind == RF_NODE_COPY && nu->slot != nv->slot ? RF__ORC_START
+														    : RF__ORC_END;
+			if (rf__pred_add(og, v, u, how, cap) != RF_OK)
+				return RF_ENOMEM;
 		}
 	}
 	return RF_OK;
@@ -112,24 +145,35 @@ static int rf__work_preds(const struct rf_graph *g, size_t v, size_t *mark, size
 
 int rf__oracle_graph_build(const struct rf_graph *g, rf__oracle_graph *og)
 {
-	size_t n = g->n, cap = 2 * n + 16;
+	size_t n = g->n, cap = 2 * n + 16, m = n ? n : 1;
 	memset(og, 0, sizeof *og);
 	og->n = n;
-	og->work = rf__calloc(n ? n : 1, 1);
+	og->work = rf__calloc(m, 1);
 	og->start = rf__calloc(n + 1, sizeof *og->start);
 	og->pred = rf__malloc(cap * sizeof *og->pred);
-	size_t *mark = rf__malloc((n ? n : 1) * sizeof *mark), *stack = rf__malloc((n ? n : 1) * sizeof *stack);
-	int rc = og->work && og->start && og->pred && mark && stack ? RF_OK : RF_ENOMEM;
-	for (size_t i = 0; i < n && rc == RF_OK; i++)
-		mark[i] = RF__NONE;
+	og->how = rf__malloc(cap);
+	og->qwork = rf__malloc(m * sizeof *og->qwork);
+	size_t *seen = rf__malloc(m * sizeof *seen), *seen_local = rf__malloc(m * sizeof *seen_local);
+	size_t *stack = rf__malloc(2 * m * sizeof *stack);
+	uint8_t *local = rf__malloc(2 * m);
+	int rc = og->work && og->start && og->pred && og->how && og->qwork && seen && seen_local && stack && local
+			 ? RF_OK
+			 : RF_ENOMEM;
+	for (size_t i = 0; i < n && rc == RF_OK; i++) { /* qprev < i: the one before is done */
+		size_t p = g->qprev[i];
+		seen[i] = seen_local[i] = RF__NONE;
+		og->qwork[i] = p == RF__NONE || g->nodes[p].kind != RF_NODE_WAIT ? p : og->qwork[p];
+	}
 	for (size_t v = 0; v < n && rc == RF_OK; v++) {
 		og->start[v + 1] = og->start[v];
 		og->work[v] = g->nodes[v].kind != RF_NODE_WAIT;
 		if (og->work[v])
-			rc = rf__work_preds(g, v, mark, stack, og, &cap);
+			rc = rf__work_preds(g, v, seen, seen_local, stack, local, og, &cap);
 	}
-	free(mark);
+	free(seen);
+	free(seen_local);
 	free(stack);
+	free(local);
 	if (rc != RF_OK) {
 		rf__oracle_graph_free(og);
 		return rf__err(RF_ENOMEM, "oracle: out of memory");
@@ -142,7 +186,41 @@ void rf__oracle_graph_free(rf__oracle_graph *og)
 	free(og->work);
 	free(og->start);
 	free(og->pred);
+	free(og->how);
+	free(og->qwork);
 	memset(og, 0, sizeof *og);
+}
+
+/* By (ring slot, block). */
+static int rf__tev_slot_cmp(const void *a, const void *b)
+{
+	const rf__tev *x = *(const rf__tev *const *)a, *y = *(const rf__tev *const *)b;
+	if (x->slot != y->slot)
+		return x->slot < y->slot ? -1 : 1;
+	return (x->block > y->block) - (x->block < y->block);
+}
+
+/* WAW: the copies into one ring slot, in block order (the order rf_graph_validate requires of them), each
+ * start after the one before ended. The predecessors catch this between neighbours on a queue; this
+ * catches it between copies that others came between (copies of one queue may overlap otherwise). */
+static int rf__oracle_waw(const rf__tev **ev, size_t n)
+{
+	const rf__tev **cp = rf__malloc((n ? n : 1) * sizeof *cp);
+	if (cp == NULL)
+		return rf__err(RF_ENOMEM, "oracle: out of memory");
+	size_t m = 0;
+	for (size_t v = 0; v < n; v++)
+		if (ev[v] != NULL && ev[v]->kind == RF_OP_COPY)
+			cp[m++] = ev[v];
+	qsort((void *)cp, m, sizeof *cp, rf__tev_slot_cmp);
+	int rc = RF_OK;
+	for (size_t i = 1; i < m && rc == RF_OK; i++)
+		if (cp[i]->slot == cp[i - 1]->slot && cp[i]->s0 < cp[i - 1]->s1)
+			rc = rf__err(RF_EHAZARD, "oracle: WAW: node %u (block %lld) started filling slot %u before node %u "
+						 "(block %lld) ended filling it", cp[i]->node, (long long)cp[i]->block,
+				     cp[i]->slot, cp[i - 1]->node, (long long)cp[i - 1]->block);
+	free((void *)cp);
+	return rc;
 }
 
 int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og)
@@ -159,6 +237,10 @@ int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og)
 			else
 				ev[e->node] = e;
 		}
+	/* qend[v]: the last end among v and the work before it on its queue (node order is queue order). */
+	uint64_t *qend = rc == RF_OK ? rf__malloc((og->n ? og->n : 1) * sizeof *qend) : NULL;
+	if (rc == RF_OK && qend == NULL)
+		rc = rf__err(RF_ENOMEM, "oracle: out of memory");
 	for (size_t v = 0; v < og->n && rc == RF_OK; v++) {
 		if (!og->work[v])
 			continue;
@@ -166,13 +248,35 @@ int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og)
 			rc = rf__err(RF_EHAZARD, "oracle: node %zu never ran", v);
 			break;
 		}
-		for (size_t k = og->start[v]; k < og->start[v + 1]; k++)
-			if (ev[og->pred[k]] != NULL && ev[v]->s0 < ev[og->pred[k]]->s1) {
-				rc = rf__err(RF_EHAZARD, "oracle: node %zu started before node %zu (which it must follow) ended", v,
-					     og->pred[k]);
+		size_t p = og->qwork[v];
+		qend[v] = p != RF__NONE && qend[p] > ev[v]->s1 ? qend[p] : ev[v]->s1;
+	}
+	for (size_t v = 0; v < og->n && rc == RF_OK; v++) {
+		if (!og->work[v])
+			continue;
+		for (size_t k = og->start[v]; k < og->start[v + 1]; k++) {
+			size_t u = og->pred[k];
+			uint64_t s0 = ev[v]->s0;
+			if (og->how[k] == RF__ORC_START && s0 < ev[u]->s0) {
+				rc = rf__err(RF_EHAZARD, "oracle: node %zu started before node %zu (before it on its queue) "
+							 "started", v, u);
 				break;
 			}
+			if (og->how[k] == RF__ORC_END && s0 < ev[u]->s1) {
+				rc = rf__err(RF_EHAZARD, "oracle: node %zu started before node %zu (which it must follow) ended",
+					     v, u);
+				break;
+			}
+			if (og->how[k] == RF__ORC_QUEUE_END && s0 < qend[u]) {
+				rc = rf__err(RF_EHAZARD, "oracle: node %zu started before node %zu (which it must follow)%s ended",
+					     v, u, s0 < ev[u]->s1 ? "" : " and the work before it on its queue");
+				break;
+			}
+		}
 	}
+	if (rc == RF_OK)
+		rc = rf__oracle_waw(ev, og->n);
+	free(qend);
 	free((void *)ev);
 	return rc;
 }

@@ -13,19 +13,32 @@
  * naming the blocks, or RF_ENOMEM. */
 int rf__oracle_check(const rf__trace *t, size_t nblocks);
 
-/* A hand-built graph's promises for its rf_exec's runs: for every COPY / COMPUTE node the work nodes that
- * must end before it starts (through edges, WAIT nodes and queue order), from the graph, not the program. */
+/* A hand-built graph's promises for its rf_exec's runs: for every COPY / COMPUTE / STAGE node the work
+ * nodes that must end before it starts (through edges, WAIT nodes and queue order), from the graph, not
+ * the program. A queue may keep several copies in flight (a lane's file reads), so within one queue a
+ * COPY before a COPY into another ring slot (no path between them through another queue) need only have
+ * started first; and what waits on another queue for a node waits for everything its queue did before
+ * it too (a queue's signal goes out once all of its earlier work has ended), which keeps a lane's copies
+ * in flight honest. */
+enum {
+	RF__ORC_QUEUE_END = 0, /* u, and everything before it on its queue, ended before v started */
+	RF__ORC_START = 1,     /* u started before v */
+	RF__ORC_END = 2,       /* u ended before v started (the same queue) */
+};
 typedef struct rf__oracle_graph {
 	size_t n;
-	uint8_t *work; /* 1 for COPY and COMPUTE nodes */
-	size_t *start; /* the predecessors of v are pred[start[v] .. start[v + 1]) */
+	uint8_t *work;  /* 1 for COPY, COMPUTE and STAGE nodes */
+	size_t *start;  /* the predecessors of v are pred[start[v] .. start[v + 1]) */
 	size_t *pred;
+	uint8_t *how;   /* per pred entry: RF__ORC_* */
+	size_t *qwork;  /* the work node before v on its queue, or RF__NONE */
 } rf__oracle_graph;
 
 int rf__oracle_graph_build(const struct rf_graph *g, rf__oracle_graph *out);
 void rf__oracle_graph_free(rf__oracle_graph *og);
-/* Every work node ran exactly once, after every one of its predecessors ended. RF_OK, RF_EHAZARD or
- * RF_ENOMEM. */
+/* Every work node ran exactly once, after every one of its predecessors ended (or started, for the
+ * exception); the copies into each ring slot, in block order, each after the one before ended (WAW).
+ * RF_OK, RF_EHAZARD or RF_ENOMEM. */
 int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og);
 
 #endif

@@ -2,7 +2,9 @@
  * against the shared library, oracle on: runs whose sources are file ranges (aligned, unaligned, mixed
  * with memory, several files), a file that shrinks (RF_EIO, the pipeline stays usable), keyed use from
  * files (hints, acquires, a failed hint counted wasted), close while copies may be in flight, the page
- * cache left cold by O_DIRECT reads, and the bytes counted in rf_stats and said in describe. */
+ * cache left cold by O_DIRECT reads, rf_graph_ring through rf_exec with reads in flight under the graph
+ * oracle, and the bytes counted in rf_stats and said in describe (the rule for unaligned ranges once
+ * the caller's or a copy lane's reader has decided it). */
 #define _GNU_SOURCE /* mincore, usleep */
 #include "support.h"
 
@@ -570,4 +572,96 @@ Test(files, direct_reads_leave_the_page_cache_cold)
 	cr_assert_lt(resident, sizeof vec / 8, "%zu of %zu pages in the page cache after O_DIRECT reads", resident,
 		     sizeof vec);
 	cr_assert_eq(rf_file_close(f), RF_OK);
+}
+
+/* rf_graph_ring through rf_exec with file sources, the graph oracle on (RINGFETCH_ORACLE=1 in this
+ * suite): a lane keeps the reads of the blocks ahead in flight, so a queue's copies overlap one another,
+ * which the graph allows (they fill different slots, and what follows them waits for their signals). */
+static void ring_graph_from_file(unsigned depth, unsigned kq)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	enum { N = 40, SZ = 131072 };
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	for (size_t i = 0; i < N; i++) { /* aligned (O_DIRECT) and not (buffered or moved) */
+		size_t off = i * SZ + (i % 3 == 1 ? 40 : 0);
+		srcs[i] = d + off, want[i] = g_ref + off, sizes[i] = SZ - (i % 3 == 1 ? 40 : 0);
+	}
+	rf_graph *g;
+	cr_assert_eq(rf_graph_ring(N, depth, kq, &g), RF_OK, "%s", rf_errmsg());
+	exec_checked(g, SZ, N, srcs, sizes, want, 3, 1);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}
+
+Test(files, ring_graph_reads_ahead_under_the_oracle_one_lane)
+{
+	ring_graph_from_file(4, 1);
+}
+
+Test(files, ring_graph_reads_ahead_under_the_oracle_two_lanes)
+{
+	ring_graph_from_file(6, 2);
+}
+
+/* The describe line says how files are read now, not at the first read: once the reader has measured
+ * the two ways of reading unaligned ranges for a size class, the line lists the rule it settled on. */
+Test(files, describe_lists_the_unaligned_range_rule_once_decided)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	enum { N = 16, SZ = 100000 };
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	for (size_t i = 0; i < N; i++) { /* off every alignment; the slots hold the O_DIRECT window */
+		size_t off = i * (SZ + 4096) + 40;
+		srcs[i] = d + off, want[i] = g_ref + off, sizes[i] = SZ;
+	}
+	rf_pipeline *p = mk(2, 31 * 4096, 1); /* 4 KiB-aligned slots, room for the window */
+	run_checked(p, 1, srcs, sizes, want);
+	const char *before = rf_pipeline_describe(p);
+	cr_assert(strstr(before, "; files: ") != NULL, "%s", before);
+	cr_assert(strstr(before, "unaligned ranges:") == NULL, "decided after one copy? %s", before);
+	run_checked(p, N, srcs, sizes, want); /* five copies each way, and more */
+	const char *after = rf_pipeline_describe(p);
+	cr_assert(strstr(after, "unaligned ranges: <=128K ") != NULL, "%s", after);
+	cr_assert(strstr(before, "; files: ") != NULL && strstr(before, "unaligned ranges:") == NULL,
+		  "an earlier describe string changed: %s", before);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}
+
+/* The same when the copy lanes read (a run mixing memory and file blocks): on "threads" their readers
+ * measure, and the line names the lane whose reader reads otherwise than the caller's. */
+Test(files, describe_lists_a_copy_lanes_unaligned_range_rule)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	enum { N = 24, SZ = 100000 };
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	for (size_t i = 0; i < N; i++) { /* every fourth block from memory */
+		size_t off = i * (SZ + 4096) + 40;
+		srcs[i] = i % 4 == 3 ? (const void *)(g_ref + off) : (const void *)(d + off);
+		want[i] = g_ref + off, sizes[i] = SZ;
+	}
+	rf_pipeline *p = mk(3, 31 * 4096, 1);
+	run_checked(p, N, srcs, sizes, want);
+	const char *after = rf_pipeline_describe(p);
+	cr_log_info("%s", after);
+	cr_assert(strstr(after, "unaligned ranges: <=128K ") != NULL, "%s", after);
+	if (strcmp(test_backend(), "threads") == 0 && strstr(after, "overlap off") == NULL) /* the lanes read */
+		cr_assert(strstr(after, "; copy lane 0: io_uring") != NULL || strstr(after, "; copy lane 0: pread") != NULL,
+			  "%s", after);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
 }

@@ -127,3 +127,91 @@ Test(oracle, graph_refuses_a_node_that_started_before_its_predecessor_ended)
 	rf__oracle_graph_free(&og);
 	rf_graph_destroy(g);
 }
+
+static size_t add(rf_graph *g, rf_node_kind kind, unsigned queue, size_t block, unsigned slot)
+{
+	rf_node_desc d = {kind, queue, block, slot, 0};
+	size_t id;
+	cr_assert_eq(rf_graph_add_node(g, &d, &id), RF_OK);
+	return id;
+}
+
+/* A lane keeps several copies in flight: copies on one queue into different slots may overlap (each
+ * starting after the one before it started); into one slot they may not, even with another between them;
+ * what waits for them on another queue, or follows them on their own, still waits for their end. */
+Test(oracle, graph_lets_a_queues_copies_overlap_unless_they_fill_one_slot)
+{
+	rf_graph *g;
+	cr_assert_eq(rf_graph_create(0, &g), RF_OK);
+	size_t c0 = add(g, RF_NODE_COPY, 1, 0, 0), c1 = add(g, RF_NODE_COPY, 1, 1, 1), c2 = add(g, RF_NODE_COPY, 1, 2, 0);
+	size_t w = add(g, RF_NODE_WAIT, 0, 0, 0), m1 = add(g, RF_NODE_COMPUTE, 0, 1, 1), m2 = add(g, RF_NODE_COMPUTE, 0, 2, 0);
+	cr_assert_eq(rf_graph_add_edge(g, c1, w), RF_OK);
+	cr_assert_eq(rf_graph_add_edge(g, c2, w), RF_OK);
+	cr_assert_eq(rf_graph_validate(g), RF_OK, "%s", rf_errmsg());
+	rf__oracle_graph og;
+	cr_assert_eq(rf__oracle_graph_build(g, &og), RF_OK);
+	cr_assert_eq(og.start[c1 + 1] - og.start[c1], 1u);
+	cr_assert(og.pred[og.start[c1]] == c0 && og.how[og.start[c1]] == RF__ORC_START, "c1 need only start after c0");
+	for (size_t k = og.start[m1]; k < og.start[m1 + 1]; k++)
+		cr_assert(og.how[k] == RF__ORC_QUEUE_END, "a compute waits for the end of what it follows");
+#define E(kind, b, s, node, a, z) {kind, b, s, (unsigned)(node), a, z}
+	ev good[] = {E(RF_OP_COPY, 0, 0, c0, 0, 2), E(RF_OP_COPY, 1, 1, c1, 1, 4), E(RF_OP_COPY, 2, 0, c2, 3, 5),
+		     E(RF_OP_COMPUTE, 1, 1, m1, 6, 7), E(RF_OP_COMPUTE, 2, 0, m2, 8, 9)};
+	ev waw[] = {E(RF_OP_COPY, 0, 0, c0, 0, 5), E(RF_OP_COPY, 1, 1, c1, 1, 2), E(RF_OP_COPY, 2, 0, c2, 3, 4),
+		    E(RF_OP_COMPUTE, 1, 1, m1, 6, 7), E(RF_OP_COMPUTE, 2, 0, m2, 8, 9)};
+	ev order[] = {E(RF_OP_COPY, 0, 0, c0, 1, 2), E(RF_OP_COPY, 1, 1, c1, 0, 4), E(RF_OP_COPY, 2, 0, c2, 3, 5),
+		      E(RF_OP_COMPUTE, 1, 1, m1, 6, 7), E(RF_OP_COMPUTE, 2, 0, m2, 8, 9)};
+	ev raw[] = {E(RF_OP_COPY, 0, 0, c0, 0, 2), E(RF_OP_COPY, 1, 1, c1, 1, 7), E(RF_OP_COPY, 2, 0, c2, 3, 5),
+		    E(RF_OP_COMPUTE, 1, 1, m1, 6, 8), E(RF_OP_COMPUTE, 2, 0, m2, 9, 10)};
+	rf__trace t;
+	make_log(&t, good, 5);
+	cr_assert_eq(rf__oracle_check_graph(&t, &og), RF_OK, "%s", rf_errmsg());
+	make_log(&t, waw, 5);
+	cr_assert_eq(rf__oracle_check_graph(&t, &og), RF_EHAZARD);
+	cr_assert(strstr(rf_errmsg(), "WAW") != NULL && strstr(rf_errmsg(), "slot 0") != NULL, "%s", rf_errmsg());
+	make_log(&t, order, 5);
+	cr_assert_eq(rf__oracle_check_graph(&t, &og), RF_EHAZARD);
+	cr_assert(strstr(rf_errmsg(), "before it on its queue") != NULL, "%s", rf_errmsg());
+	make_log(&t, raw, 5);
+	cr_assert_eq(rf__oracle_check_graph(&t, &og), RF_EHAZARD);
+	cr_assert(strstr(rf_errmsg(), "node 4 started before node 1") != NULL, "%s", rf_errmsg());
+	rf__oracle_graph_free(&og);
+	rf_graph_destroy(g);
+
+	/* What waits for a copy on another queue waits for the copies before it on that queue too: a lane's
+	 * signal goes out once all of them have landed, not just the last (here the compute reads c0's slot
+	 * and is ordered after it only through c1). */
+	cr_assert_eq(rf_graph_create(0, &g), RF_OK);
+	c0 = add(g, RF_NODE_COPY, 1, 0, 0);
+	c1 = add(g, RF_NODE_COPY, 1, 1, 1);
+	w = add(g, RF_NODE_WAIT, 0, 0, 0);
+	m1 = add(g, RF_NODE_COMPUTE, 0, 0, 0);
+	cr_assert_eq(rf_graph_add_edge(g, c1, w), RF_OK);
+	cr_assert_eq(rf_graph_validate(g), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf__oracle_graph_build(g, &og), RF_OK);
+	{
+		ev ok[] = {E(RF_OP_COPY, 0, 0, c0, 0, 3), E(RF_OP_COPY, 1, 1, c1, 1, 2), E(RF_OP_COMPUTE, 0, 0, m1, 4, 5)};
+		ev soon[] = {E(RF_OP_COPY, 0, 0, c0, 0, 6), E(RF_OP_COPY, 1, 1, c1, 1, 2), E(RF_OP_COMPUTE, 0, 0, m1, 3, 4)};
+		make_log(&t, ok, 3);
+		cr_assert_eq(rf__oracle_check_graph(&t, &og), RF_OK, "%s", rf_errmsg());
+		make_log(&t, soon, 3);
+		cr_assert_eq(rf__oracle_check_graph(&t, &og), RF_EHAZARD);
+		cr_assert(strstr(rf_errmsg(), "node 3 started before node 1 (which it must follow) and the work before it "
+					      "on its queue ended") != NULL, "%s", rf_errmsg());
+	}
+	rf__oracle_graph_free(&og);
+	rf_graph_destroy(g);
+
+	/* A compute on the copy's own queue reads the slot: it waits for the copy's end. */
+	cr_assert_eq(rf_graph_create(0, &g), RF_OK);
+	c0 = add(g, RF_NODE_COPY, 1, 0, 0);
+	m1 = add(g, RF_NODE_COMPUTE, 1, 0, 0);
+	cr_assert_eq(rf__oracle_graph_build(g, &og), RF_OK);
+	ev early[] = {E(RF_OP_COPY, 0, 0, c0, 0, 3), E(RF_OP_COMPUTE, 0, 0, m1, 1, 2)};
+	make_log(&t, early, 2);
+	cr_assert_eq(rf__oracle_check_graph(&t, &og), RF_EHAZARD);
+	cr_assert(strstr(rf_errmsg(), "node 1 started before node 0") != NULL, "%s", rf_errmsg());
+#undef E
+	rf__oracle_graph_free(&og);
+	rf_graph_destroy(g);
+}

@@ -1,8 +1,11 @@
 /* tests/test_reader.c — the file reader (io/reader.h): bytes at many offsets and sizes, aligned and
  * not, shifted and not, into registered and unregistered memory; many copies in flight; a file that
- * shrinks; the pread fallback under a seccomp filter that refuses io_uring; a refused registration; the
+ * shrinks; the pread fallback under a seccomp filter that refuses io_uring; io_uring_enter and pread
+ * answering EAGAIN / EBUSY / EINTR for ever (seccomp again: bounded tries, then pread or RF_EIO); no
+ * descriptor left at a pipeline's first file use (RLIMIT_NOFILE); a refused registration; the
  * doorbell; O_DIRECT leaving the page cache cold (mincore); the unaligned-range rule on synthetic
- * samples; the signals a flight of copies holds back (runtime/flight.h). Files live in the working directory (the build tree: a disk that takes O_DIRECT). */
+ * samples; the signals a flight of copies holds back (runtime/flight.h). Files live in the working
+ * directory (the build tree: a disk that takes O_DIRECT). */
 #define _GNU_SOURCE
 #include "io/file.h"
 #include "io/reader.h"
@@ -10,6 +13,7 @@
 #include "runtime/flight.h"
 
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/audit.h>
@@ -459,34 +463,70 @@ Test(reader, direct_reads_leave_the_page_cache_cold)
 #error "tests/test_reader.c: the seccomp filter needs this architecture's AUDIT_ARCH"
 #endif
 
+/* A system call and the errno a seccomp filter answers it with. */
+typedef struct refusal {
+	int nr, err;
+} refusal;
+
+/* Answer each of the n (<= 4) calls with its errno, on every thread of the process (TSYNC: threads made
+ * before, a pipeline's lanes, too), as a container's seccomp profile or a flaky driver would. */
+static int refuse(const refusal *rs, unsigned n)
+{
+	struct sock_filter prog[5 + 2 * 4];
+	unsigned k = 0;
+	prog[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+	prog[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, RF_AUDIT_ARCH, 1, 0);
+	prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+	prog[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+	for (unsigned i = 0; i < n && i < 4; i++) {
+		prog[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)rs[i].nr, 0, 1);
+		prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (unsigned)rs[i].err);
+	}
+	prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+	struct sock_fprog fp = {(unsigned short)k, prog};
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		return -1;
+	return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fp);
+}
+
 /* Refuse io_uring_setup with EPERM, as a container's seccomp profile does. */
 static int refuse_io_uring(void)
 {
-	struct sock_filter prog[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, RF_AUDIT_ARCH, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog fp = {(unsigned short)(sizeof prog / sizeof prog[0]), prog};
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-		return -1;
-	return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &fp);
+	refusal r = {__NR_io_uring_setup, EPERM};
+	return refuse(&r, 1);
 }
 
-/* Run fn in a forked child; its exit status (0 = pass) is the test's. Messages on stderr. */
+#define NO_IO_URING 77 /* a child's exit status: the test needs io_uring, which this system refuses */
+
+/* Run fn in a forked child; its exit status (0 = pass, NO_IO_URING = skipped) is the test's. Messages
+ * on stderr. A child that hangs is killed by its alarm (SIGALRM): a failure, not a stuck suite. */
 static void in_child(int (*fn)(const char *path), const char *path)
 {
 	pid_t pid = fork();
 	cr_assert(pid >= 0);
-	if (pid == 0)
+	if (pid == 0) {
+		alarm(30);
 		_exit(fn(path));
+	}
 	int st;
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(!WIFSIGNALED(st), "child killed by signal %d%s", WTERMSIG(st),
+		  WTERMSIG(st) == SIGALRM ? " (its alarm: it hung)" : "");
+	if (WIFEXITED(st) && WEXITSTATUS(st) == NO_IO_URING)
+		cr_skip_test("this kernel or container refuses io_uring: nothing to take away from the reader");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child failed: status %d", st);
+}
+
+/* 1 if a reader made here reads through io_uring. */
+static int have_io_uring(void)
+{
+	rf__reader *r;
+	if (rf__reader_create(1, -1, &r) != RF_OK)
+		return 0;
+	char d[512];
+	rf__reader_describe(r, d, sizeof d);
+	rf__reader_destroy(r);
+	return strncmp(d, "io_uring", 8) == 0;
 }
 
 #define CHILD_CHECK(cond, ...)                                                                             \
@@ -557,6 +597,283 @@ Test(reader, pread_when_io_uring_is_refused)
 {
 	char *path = make_file(4u << 20, 6);
 	in_child(pread_child, path);
+	drop(path);
+}
+
+/* ---- a kernel that answers "not now" for ever: bounded retries, then pread, or RF_EIO ---------------- */
+
+static int g_err; /* the errno the filter answers with (each test's child) */
+
+typedef struct pattern {
+	unsigned seed;
+	const uint64_t *offs; /* block b holds the file's bytes from offs[b] */
+	int bad;
+} pattern;
+
+static int pattern_cb(void *user, const rf_block *b)
+{
+	pattern *p = user;
+	p->bad |= !check_bytes(b->data, p->offs[b->index], b->bytes, p->seed);
+	return 0;
+}
+
+/* Through the public API on `backend`: a run of file blocks (one block from memory, so that "threads"
+ * reads on its lanes too) and an acquire of a file range; both end with want (RF_OK: every byte right;
+ * RF_EIO: rf_errmsg says errno's text). desc (cap bytes): the pipeline's describe line afterwards. */
+static int reads_on(rf_pipeline *p, rf_file *f, unsigned seed, const char *backend, int want, char *desc,
+		    size_t cap)
+{
+	enum { N = 6, SZ = 1 << 20 };
+	const unsigned char *d = rf_file_data(f);
+	static unsigned char mem[SZ];
+	const void *srcs[N];
+	size_t sizes[N];
+	uint64_t offs[N];
+	for (size_t b = 0; b < N; b++) { /* aligned and not; block 2 from memory (the file's bytes there) */
+		offs[b] = b * SZ + (b % 2 ? 100 : 0);
+		srcs[b] = b == 2 ? (const void *)mem : d + offs[b];
+		sizes[b] = SZ - 200;
+	}
+	for (size_t i = 0; i < SZ; i++)
+		mem[i] = byte_at(offs[2] + i, seed);
+	pattern pt = {seed, offs, 0};
+	int rc = rf_pipeline_run(p, N, srcs, sizes, pattern_cb, &pt);
+	CHILD_CHECK(rc == want, "%s: run: %s (want %s): %s", backend, rf_err_name(rc), rf_err_name(want), rf_errmsg());
+	if (want == RF_EIO)
+		CHILD_CHECK(strstr(rf_errmsg(), strerror(g_err)) != NULL, "%s: run: %s", backend, rf_errmsg());
+	rf_block blk;
+	rc = rf_pipeline_acquire(p, 7, d + 3 * SZ + 32, SZ - 64, NULL, 0, &blk);
+	CHILD_CHECK(rc == want, "%s: acquire: %s (want %s): %s", backend, rf_err_name(rc), rf_err_name(want),
+		    rf_errmsg());
+	if (want == RF_OK) {
+		CHILD_CHECK(!pt.bad, "%s: a block held wrong bytes", backend);
+		CHILD_CHECK(check_bytes(blk.data, 3 * SZ + 32, SZ - 64, seed), "%s: the acquired block's bytes", backend);
+		CHILD_CHECK(rf_pipeline_release(p, &blk) == RF_OK, "release");
+	} else {
+		CHILD_CHECK(strstr(rf_errmsg(), strerror(g_err)) != NULL, "%s: acquire: %s", backend, rf_errmsg());
+	}
+	snprintf(desc, cap, "%s", rf_pipeline_describe(p));
+	return 0;
+}
+
+/* reads_on a new pipeline (depth 3, 1 MiB slots and room) on backend, destroyed after. */
+static int pipeline_reads(rf_file *f, unsigned seed, const char *backend, int want, char *desc, size_t cap)
+{
+	rf_pipeline_params pp = {0};
+	pp.depth = 3;
+	pp.slot_bytes = (1u << 20) + 8192;
+	pp.backend = backend;
+	rf_pipeline *p;
+	CHILD_CHECK(rf_pipeline_create(&pp, &p) == RF_OK, "%s: create: %s", backend, rf_errmsg());
+	int rc = reads_on(p, f, seed, backend, want, desc, cap);
+	rf_pipeline_destroy(p);
+	return rc;
+}
+
+/* The same on p, every read expected to land. */
+static int pipeline_reads_on(rf_pipeline *p, rf_file *f, unsigned seed, const char *backend, char *desc, size_t cap)
+{
+	return reads_on(p, f, seed, backend, RF_OK, desc, cap);
+}
+
+/* io_uring_enter answers g_err for ever (io_uring_setup still works): the reader gives the ring up after
+ * a few tries and reads with pread; every copy lands, the describe line says why. Without the bound,
+ * the first wait spun for ever. */
+static int enter_refused_child(const char *path)
+{
+	rf_file *f;
+	rf__reader *r;
+	CHILD_CHECK(rf_file_open(path, 0, &f) == RF_OK, "open: %s", rf_errmsg());
+	if (!have_io_uring())
+		return NO_IO_URING;
+	CHILD_CHECK(rf__reader_create(4, -1, &r) == RF_OK, "create: %s", rf_errmsg());
+	char d[512];
+	refusal rs = {__NR_io_uring_enter, g_err};
+	CHILD_CHECK(refuse(&rs, 1) == 0, "seccomp: %s", strerror(errno));
+	if (child_copies(r, f, 9) != 0)
+		return 1;
+	rf__reader_describe(r, d, sizeof d);
+	char want[160];
+	snprintf(want, sizeof want, "pread (io_uring failed: io_uring_enter: %s (every try of 8))", strerror(g_err));
+	CHILD_CHECK(strncmp(d, want, strlen(want)) == 0, "%s", d);
+	rf__reader_counters c;
+	rf__reader_counters_get(r, &c);
+	CHILD_CHECK(c.copies == 8 && c.failed == 0, "counters: %llu copies, %llu failed", (unsigned long long)c.copies,
+		    (unsigned long long)c.failed);
+	rf__reader_destroy(r);
+	/* describe says what the reads are now: pread since the ring gave up, not "io_uring". */
+	char desc[1024];
+	snprintf(want, sizeof want, "files: pread (io_uring failed: io_uring_enter: %s (every try of 8))",
+		 strerror(g_err));
+	if (pipeline_reads(f, 9, "cpu", RF_OK, desc, sizeof desc) != 0)
+		return 1;
+	CHILD_CHECK(strstr(desc, want) != NULL, "cpu: %s", desc);
+	if (pipeline_reads(f, 9, "threads", RF_OK, desc, sizeof desc) != 0)
+		return 1;
+	CHILD_CHECK(strstr(desc, want) != NULL, "threads: %s", desc);
+	/* Only the lanes read (a run mixing memory and file blocks, no acquire): the line names a lane. */
+	rf_pipeline_params pp = {0};
+	pp.depth = 3;
+	pp.slot_bytes = (1u << 20) + 8192;
+	pp.backend = "threads";
+	rf_pipeline *p;
+	CHILD_CHECK(rf_pipeline_create(&pp, &p) == RF_OK, "create: %s", rf_errmsg());
+	const unsigned char *m = rf_file_data(f);
+	unsigned char *mem = malloc(1u << 20);
+	for (size_t i = 0; i < (1u << 20); i++)
+		mem[i] = byte_at(i, 9);
+	const void *srcs[4] = {mem, m + (1u << 20), m + (2u << 20), m + (3u << 20) + 8};
+	size_t sizes[4] = {1u << 20, 1u << 20, 1u << 20, (1u << 20) - 8};
+	uint64_t offs[4] = {0, 1u << 20, 2u << 20, (3u << 20) + 8};
+	pattern pt = {9, offs, 0};
+	CHILD_CHECK(rf_pipeline_run(p, 4, srcs, sizes, pattern_cb, &pt) == RF_OK && !pt.bad, "lanes' run: %s", rf_errmsg());
+	snprintf(want, sizeof want, "; copy lane 0: pread (io_uring failed: io_uring_enter: %s (every try of 8))",
+		 strerror(g_err));
+	CHILD_CHECK(strstr(rf_pipeline_describe(p), want) != NULL, "threads, lanes: %s", rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+	free(mem);
+	rf_file_close(f);
+	return 0;
+}
+
+static void enter_refused(int err)
+{
+	char *path = make_file(8u << 20, 9);
+	g_err = err;
+	in_child(enter_refused_child, path);
+	drop(path);
+}
+
+Test(reader, io_uring_enter_eagain_for_ever_falls_back_to_pread) { enter_refused(EAGAIN); }
+Test(reader, io_uring_enter_ebusy_for_ever_falls_back_to_pread) { enter_refused(EBUSY); }
+Test(reader, io_uring_enter_eintr_for_ever_falls_back_to_pread) { enter_refused(EINTR); }
+
+/* io_uring refused and pread answering g_err for ever: each copy fails with RF_EIO after a few tries,
+ * its message names the read and errno's text, the reader stays usable; through a pipeline the run and
+ * the acquire are RF_EIO. Without the bound, the first copy was read again for ever. */
+static int pread_refused_child(const char *path)
+{
+	rf_file *f;
+	rf__reader *r;
+	CHILD_CHECK(rf_file_open(path, 0, &f) == RF_OK, "open: %s", rf_errmsg());
+	refusal rs[2] = {{__NR_io_uring_setup, EPERM}, {__NR_pread64, g_err}};
+	CHILD_CHECK(refuse(rs, 2) == 0, "seccomp: %s", strerror(errno));
+	CHILD_CHECK(rf__reader_create(4, -1, &r) == RF_OK, "create: %s", rf_errmsg());
+	size_t cap = 2u << 20;
+	unsigned char *dst = aligned_alloc(4096, cap);
+	for (unsigned i = 0; i < 3; i++) {
+		rf__fsrc s = {f, i * 4096u + (i == 1 ? 32 : 0)};
+		size_t shift;
+		CHILD_CHECK(rf__reader_start(r, &s, 1u << 20, dst, cap, 0, i) == RF_OK, "start: %s", rf_errmsg());
+		uint64_t tag;
+		int rc;
+		while (rf__reader_poll(r, &tag, &rc, &shift) == 0)
+			rf__reader_wait(r);
+		char want[200];
+		snprintf(want, sizeof want, ": %s (every try of 8)", strerror(g_err));
+		CHILD_CHECK(tag == i && rc == RF_EIO, "copy %u: rc %d", i, rc);
+		CHILD_CHECK(strstr(rf__reader_error(r), path) != NULL && strstr(rf__reader_error(r), want) != NULL,
+			    "copy %u: %s", i, rf__reader_error(r));
+	}
+	free(dst);
+	rf__reader_destroy(r);
+	char desc[1024];
+	if (pipeline_reads(f, 10, "cpu", RF_EIO, desc, sizeof desc) != 0 ||
+	    pipeline_reads(f, 10, "threads", RF_EIO, desc, sizeof desc) != 0)
+		return 1;
+	rf_file_close(f);
+	return 0;
+}
+
+static void pread_refused(int err)
+{
+	char *path = make_file(8u << 20, 10);
+	g_err = err;
+	in_child(pread_refused_child, path);
+	drop(path);
+}
+
+Test(reader, pread_eagain_for_ever_is_eio) { pread_refused(EAGAIN); }
+Test(reader, pread_eintr_for_ever_is_eio) { pread_refused(EINTR); }
+
+/* ---- out of descriptors at the first file use ----------------------------------------------------- */
+
+/* The io_uring instances this process has open (/proc/self/fd). */
+static int io_urings(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	if (d == NULL)
+		return -1;
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		char p[300], t[64];
+		snprintf(p, sizeof p, "/proc/self/fd/%s", e->d_name);
+		ssize_t k = readlink(p, t, sizeof t - 1);
+		if (k > 0) {
+			t[k] = '\0';
+			n += strcmp(t, "anon_inode:[io_uring]") == 0;
+		}
+	}
+	closedir(d);
+	return n;
+}
+
+/* RLIMIT_NOFILE leaves no descriptor when a pipeline first reads a file: the run and the acquire still
+ * succeed (pread; a lane without its doorbell), the describe line says why, not RF_ENOMEM. Once
+ * descriptors are back, the next run after a pause sets io_uring up again, on the caller and the lanes
+ * alike, and describe says so. Before, the lanes' eventfd made the run RF_ENOMEM, and a reader that had
+ * once fallen back stayed on pread for good. */
+static int emfile_child(const char *path)
+{
+	if (!have_io_uring())
+		return NO_IO_URING;
+	rf_file *f;
+	CHILD_CHECK(rf_file_open(path, 0, &f) == RF_OK, "open: %s", rf_errmsg());
+	static const char *const backends[] = {"cpu", "threads"};
+	for (unsigned i = 0; i < 2; i++) {
+		rf_pipeline_params pp = {0};
+		pp.depth = 3;
+		pp.slot_bytes = (1u << 20) + 8192;
+		pp.backend = backends[i];
+		rf_pipeline *p;
+		CHILD_CHECK(rf_pipeline_create(&pp, &p) == RF_OK, "create: %s", rf_errmsg());
+		struct rlimit old, none;
+		CHILD_CHECK(getrlimit(RLIMIT_NOFILE, &old) == 0, "getrlimit");
+		int lowest = dup(0); /* the lowest free descriptor: a limit there leaves none */
+		CHILD_CHECK(lowest >= 0, "dup");
+		close(lowest);
+		none = old;
+		none.rlim_cur = (rlim_t)lowest;
+		CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &none) == 0, "setrlimit");
+		CHILD_CHECK(dup(0) < 0 && errno == EMFILE, "a descriptor is still free");
+		char desc[1024];
+		g_err = EMFILE;
+		int rc = pipeline_reads(f, 11, backends[i], RF_OK, desc, sizeof desc);
+		CHILD_CHECK(setrlimit(RLIMIT_NOFILE, &old) == 0, "setrlimit back");
+		if (rc != 0)
+			return 1;
+		CHILD_CHECK(strstr(desc, "files: pread (io_uring refused: io_uring_setup: Too many open files") != NULL,
+			    "%s: %s", backends[i], desc);
+		CHILD_CHECK(io_urings() == 0, "%s: %d io_uring instances under the limit", backends[i], io_urings());
+		struct timespec pause = {0, 300 * 1000 * 1000}; /* past the reader's 0.2 s between setups */
+		nanosleep(&pause, NULL);
+		if (pipeline_reads_on(p, f, 11, backends[i], desc, sizeof desc) != 0)
+			return 1;
+		CHILD_CHECK(strstr(desc, "files: io_uring, up to") != NULL, "%s: %s", backends[i], desc);
+		int want = i == 0 ? 1 : 2; /* the caller's reader; on threads a lane's too */
+		CHILD_CHECK(io_urings() >= want, "%s: %d io_uring instances after the limit, not %d", backends[i],
+			    io_urings(), want);
+		rf_pipeline_destroy(p);
+	}
+	rf_file_close(f);
+	return 0;
+}
+
+Test(reader, out_of_descriptors_at_the_first_file_use)
+{
+	char *path = make_file(8u << 20, 11);
+	in_child(emfile_child, path);
 	drop(path);
 }
 
