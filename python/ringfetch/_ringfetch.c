@@ -12,8 +12,9 @@
  *  - the sources of keyed calls are kept alive (their buffers held) until no copy can read them: until
  *    evict(key), a run that emptied the cache, or close — the C rule "src stays valid until evict";
  *  - Blocks are views of a slot that know when they stop being valid (after their compute returned,
- *    after release), count the buffer and DLPack views they handed out, and refuse to release or close
- *    while one is alive, so that no Python object ever points into a slot that was given back.
+ *    after release), count the buffer, DLPack and View views they handed out, and refuse to release or
+ *    close while one is alive; a compute that returns with one alive stops the run, and no slot is
+ *    refilled until it ends: no Python object ever reads a slot that was given back.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -270,6 +271,8 @@ typedef struct {
 	int busy;                /* a thread is inside the library on p (read and written under the GIL) */
 	unsigned long owner;     /* that thread's ident while busy */
 	Py_ssize_t exports;      /* live buffer and DLPack views of its blocks */
+	Py_ssize_t kept;         /* of those, views of a run's block that outlived its compute */
+	size_t kept_index;       /* that block's index (the last one kept) */
 	PyObject *pins;          /* dict: key -> Pin, the source of each key a copy may read */
 	int device;              /* params.device */
 	int memory;              /* params.memory */
@@ -284,6 +287,7 @@ typedef struct {
 	PipelineObject *pipe; /* strong: the slot's memory lives as long as a Block of it */
 	rf_block b;
 	int state;
+	int kept;           /* a run's block whose compute returned while views of it were alive */
 	Py_ssize_t exports; /* live buffers, DLPack tensors and Views taken from it */
 } BlockObject;
 
@@ -377,6 +381,19 @@ static void pipe_leave(PipelineObject *self)
 {
 	self->busy = 0;
 	self->owner = 0;
+}
+
+/* Before anything that may write a slot (run, acquire, prefetch): a view of a run's block that outlived
+ * its compute still reads that block's slot, and must never see another block's bytes there. */
+static int pipe_kept_check(PipelineObject *self, const char *who)
+{
+	if (self->kept == 0)
+		return 0;
+	PyErr_Format(PyExc_BufferError,
+		     "%s: %zd view(s) of block %zu of an earlier run outlived its compute, and no slot is refilled "
+		     "while they live (drop them; a view kept by an exception's traceback counts too)",
+		     who, self->kept, self->kept_index);
+	return -1;
 }
 
 /* ---- Pin: a keyed source kept alive --------------------------------------------------------------------- */
@@ -497,6 +514,7 @@ static PyObject *block_new(PipelineObject *pipe, const rf_block *b, int state)
 	self->pipe = pipe;
 	self->b = *b;
 	self->state = state;
+	self->kept = 0;
 	self->exports = 0;
 	return (PyObject *)self;
 }
@@ -583,7 +601,8 @@ static PyObject *Block_repr(BlockObject *self)
 /* ---- views of a block: buffers, DLPack tensors, View objects ----------------------------------------- */
 
 /* Everything taken from a block that can read its slot counts: while one lives the block cannot be given
- * back (release, close). */
+ * back (release, close), and a run's block whose compute returns with one alive stops the run and is
+ * "kept": no slot of the pipeline is refilled until its last view ends (pipe_kept_check). */
 static void blk_export_begin(BlockObject *b)
 {
 	b->exports++;
@@ -594,6 +613,8 @@ static void blk_export_end(BlockObject *b)
 {
 	b->exports--;
 	b->pipe->exports--;
+	if (b->kept)
+		b->pipe->kept--;
 }
 
 /* The owner of a buffer or DLPack tensor: a Block, or a View (whose own life counts for its block). */
@@ -1415,12 +1436,23 @@ static int run_compute(void *user, const rf_block *b)
 	BlockObject *blk = (BlockObject *)block_new(ctx->self, b, BLOCK_RUN);
 	if (blk != NULL) {
 		PyObject *r = PyObject_CallFunctionObjArgs(ctx->compute, (PyObject *)blk, NULL);
+		fail = r == NULL;
+		Py_XDECREF(r); /* a view returned by compute is not kept */
 		blk->state = BLOCK_DONE;
-		Py_DECREF((PyObject *)blk);
-		if (r != NULL) {
-			Py_DECREF(r);
-			fail = 0;
+		if (blk->exports > 0) {
+			/* Once compute returns, the library may refill the slot: a view alive now would read
+			 * another block's bytes. Stop the run, and keep every slot as it is while they live. */
+			blk->kept = 1;
+			ctx->self->kept += blk->exports;
+			ctx->self->kept_index = b->index;
+			if (!fail)
+				PyErr_Format(PyExc_BufferError,
+					     "run: compute returned while %zd view(s) of block %zu were alive (a view may "
+					     "be used only until its compute returns: copy what must outlive it)",
+					     blk->exports, b->index);
+			fail = 1;
 		}
+		Py_DECREF((PyObject *)blk);
 	}
 	if (fail)
 		PyErr_Fetch(&ctx->et, &ctx->ev, &ctx->etb);
@@ -1459,7 +1491,7 @@ static PyObject *Pipeline_run(PipelineObject *self, PyObject *args, PyObject *kw
 		srcs[got] = views[got].buf;
 		sizes[got] = (size_t)views[got].len;
 	}
-	if (pipe_enter(self, "run") < 0)
+	if (pipe_kept_check(self, "run") < 0 || pipe_enter(self, "run") < 0)
 		goto out;
 	struct run_ctx ctx = {self, compute, NULL, NULL, NULL};
 	int rc;
@@ -1577,7 +1609,7 @@ static PyObject *Pipeline_acquire(PipelineObject *self, PyObject *const *args, P
 	PyObject *key_o = key_arg(args[0], &key);
 	if (key_o == NULL)
 		return NULL;
-	if (pipe_enter(self, "acquire") < 0) {
+	if (pipe_kept_check(self, "acquire") < 0 || pipe_enter(self, "acquire") < 0) {
 		Py_DECREF(key_o);
 		return NULL;
 	}
@@ -1628,7 +1660,7 @@ static PyObject *Pipeline_prefetch(PipelineObject *self, PyObject *const *args, 
 	PyObject *key_o = key_arg(args[0], &key);
 	if (key_o == NULL)
 		return NULL;
-	if (pipe_enter(self, "prefetch") < 0) {
+	if (pipe_kept_check(self, "prefetch") < 0 || pipe_enter(self, "prefetch") < 0) {
 		Py_DECREF(key_o);
 		return NULL;
 	}
@@ -1898,7 +1930,9 @@ static PyMethodDef Pipeline_methods[] = {
 	 "of an rf.File, mixed) through the ring: compute(block) is called once per block, in order, on this "
 	 "thread, while the next blocks are copied. The GIL is released while the library waits and copies. "
 	 "An exception in compute stops the run (no compute after it, copies drained) and run() raises that "
-	 "exception. Raises rf.Busy with a block held."},
+	 "exception. A compute that returns while a view of its block is alive stops the run with BufferError; "
+	 "until that view is dropped, run, acquire and prefetch raise BufferError (no slot is refilled under "
+	 "it). Raises rf.Busy with a block held."},
 	{"acquire", (PyCFunction)(void (*)(void))Pipeline_acquire, METH_FASTCALL | METH_KEYWORDS,
 	 "acquire($self, key, src, /, *, stream=None)\n--\n\n"
 	 "Hold key (an int in 0 .. 2**64-1) in its slot, copying src first unless the key is resident or on its "
