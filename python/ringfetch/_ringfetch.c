@@ -10,7 +10,8 @@
  *    inside the library on one pipeline at once (the C rule "one thread at a time"): the second gets
  *    rf.Busy;
  *  - the sources of keyed calls are kept alive (their buffers held) until no copy can read them: until
- *    evict(key), a run that emptied the cache, or close — the C rule "src stays valid until evict";
+ *    evict(key), a run that emptied the cache, close, or a later keyed call that finds the key gone
+ *    with no copy of it in flight — the C rule "src stays valid until evict";
  *  - Blocks are views of a slot that know when they stop being valid (after their compute returned,
  *    after release), count the buffer, DLPack and View views they handed out, and refuse to release or
  *    close while one is alive; a compute that returns with one alive stops the run, and no slot is
@@ -279,6 +280,7 @@ typedef struct {
 	Py_ssize_t kept;         /* of those, views of a run's block that outlived its compute */
 	size_t kept_index;       /* that block's index (the last one kept) */
 	PyObject *pins;          /* dict: key -> Pin, the source of each key a copy may read */
+	Py_ssize_t pins_sweep_at; /* sweep the pins of absent keys when there are that many (pins_sweep) */
 	int device;              /* params.device */
 	int memory;              /* params.memory */
 	int inline_copies;       /* backend "cpu": hints copy on the caller */
@@ -469,32 +471,66 @@ static int pin_prepare(PipelineObject *self, PyObject *key_obj, uint64_t key, Py
 	return *newpin ? 0 : -1;
 }
 
-/* After a run (or anything that may have emptied the cache): let go of the sources of absent keys. */
-static int pins_drop_absent(PipelineObject *self)
+/*
+ * Let go of the sources of keys that left the cache. lookup says a key is absent, but a hint's copy of it
+ * may still be in flight (its slot was taken for another key meanwhile); evict(key) of an absent key
+ * changes nothing and returns once no copy reads its source, so the sources are let go only after it.
+ * Called after a run (which empties the cache) and, from keyed calls, whenever the pins have doubled
+ * since the last sweep: each sweep costs O(pins) and leaves at most the resident keys' (the slots), so
+ * keyed calls pay O(1) each, amortised, and a pipeline never pins more than about twice its slots' worth
+ * of sources (plus RFPY_PINS_SLACK) however many distinct keys go through it. Any exception pending is
+ * kept; a key whose evict fails keeps its source. Called with the pipeline entered.
+ */
+#define RFPY_PINS_SLACK 16
+
+static void pins_sweep(PipelineObject *self)
 {
-	if (PyDict_Size(self->pins) == 0)
-		return 0;
-	PyObject *gone = PyList_New(0);
-	if (gone == NULL)
-		return -1;
-	Py_ssize_t pos = 0;
-	PyObject *k, *v;
-	while (PyDict_Next(self->pins, &pos, &k, &v)) {
-		unsigned long long key = PyLong_AsUnsignedLongLong(k);
-		rf_key_state st = RF_KEY_ABSENT;
-		if (!PyErr_Occurred())
-			(void)rf_pipeline_lookup(self->p, (uint64_t)key, &st, NULL);
-		PyErr_Clear();
-		if (st == RF_KEY_ABSENT && PyList_Append(gone, k) < 0) {
-			Py_DECREF(gone);
-			return -1;
+	PyObject *et, *ev, *etb;
+	PyErr_Fetch(&et, &ev, &etb);
+	Py_ssize_t n = PyDict_Size(self->pins);
+	PyObject **gone = n > 0 ? PyMem_Calloc((size_t)n, sizeof *gone) : NULL;
+	uint64_t *keys = n > 0 ? PyMem_Calloc((size_t)n, sizeof *keys) : NULL;
+	int *ok = n > 0 ? PyMem_Calloc((size_t)n, sizeof *ok) : NULL;
+	Py_ssize_t ng = 0;
+	if (n > 0 && gone != NULL && keys != NULL && ok != NULL) {
+		Py_ssize_t pos = 0;
+		PyObject *k, *v;
+		while (PyDict_Next(self->pins, &pos, &k, &v)) {
+			unsigned long long key = PyLong_AsUnsignedLongLong(k);
+			rf_key_state st = RF_KEY_READY;
+			if (!PyErr_Occurred())
+				(void)rf_pipeline_lookup(self->p, (uint64_t)key, &st, NULL);
+			PyErr_Clear();
+			if (st == RF_KEY_ABSENT) {
+				Py_INCREF(k);
+				gone[ng] = k;
+				keys[ng++] = (uint64_t)key;
+			}
+		}
+		rf_pipeline *p = self->p;
+		Py_BEGIN_ALLOW_THREADS
+		for (Py_ssize_t i = 0; i < ng; i++)
+			ok[i] = rf_pipeline_evict(p, keys[i]) == RF_OK;
+		Py_END_ALLOW_THREADS
+		for (Py_ssize_t i = 0; i < ng; i++) {
+			if (ok[i] && PyDict_DelItem(self->pins, gone[i]) < 0)
+				PyErr_Clear();
+			Py_DECREF(gone[i]);
 		}
 	}
-	for (Py_ssize_t i = 0; i < PyList_Size(gone); i++)
-		if (PyDict_DelItem(self->pins, PyList_GetItem(gone, i)) < 0)
-			PyErr_Clear();
-	Py_DECREF(gone);
-	return 0;
+	PyMem_Free(gone);
+	PyMem_Free(keys);
+	PyMem_Free(ok);
+	self->pins_sweep_at = 2 * PyDict_Size(self->pins) + RFPY_PINS_SLACK;
+	PyErr_Clear();
+	PyErr_Restore(et, ev, etb);
+}
+
+/* After a keyed call pinned a new source. */
+static void pins_added(PipelineObject *self)
+{
+	if (PyDict_Size(self->pins) >= self->pins_sweep_at)
+		pins_sweep(self);
 }
 
 /* ---- Block ------------------------------------------------------------------------------------------- */
@@ -1340,6 +1376,7 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 		return NULL;
 	self->device = pp.device;
 	self->memory = (int)pp.memory;
+	self->pins_sweep_at = RFPY_PINS_SLACK;
 	self->pins = PyDict_New();
 	if (self->pins == NULL) {
 		Py_DECREF((PyObject *)self);
@@ -1505,7 +1542,7 @@ static PyObject *Pipeline_run(PipelineObject *self, PyObject *args, PyObject *kw
 	Py_END_ALLOW_THREADS
 	/* A run that started work emptied the keyed cache: the sources of its keys are free. */
 	if (n > 0 && rc != RF_EINVAL && rc != RF_EBUSY)
-		(void)pins_drop_absent(self);
+		pins_sweep(self);
 	pipe_leave(self);
 	if (ctx.et != NULL) {
 		/* compute raised: that exception, of its own type, is run()'s. */
@@ -1644,6 +1681,8 @@ static PyObject *Pipeline_acquire(PipelineObject *self, PyObject *const *args, P
 	ret = block_new(self, &b, BLOCK_HELD);
 	if (ret == NULL)
 		goto undo;
+	if (ks.pin != NULL)
+		pins_added(self);
 	goto done;
 undo:
 	(void)rf_pipeline_release(self->p, &b);
@@ -1689,9 +1728,11 @@ static PyObject *Pipeline_prefetch(PipelineObject *self, PyObject *const *args, 
 		goto done;
 	}
 	/* The hint succeeded: its copy may read src from now on, so src is pinned even if the Python call
-	 * fails from here (it is let go at evict, a run, or close). */
+	 * fails from here (it is let go at evict, a run, close, or once the key has left the cache). */
 	if (ks.pin != NULL && PyDict_SetItem(self->pins, key_o, ks.pin) < 0)
 		goto done;
+	if (ks.pin != NULL)
+		pins_added(self);
 	ret = Py_None;
 	Py_INCREF(ret);
 done:
@@ -1943,7 +1984,7 @@ static PyMethodDef Pipeline_methods[] = {
 	 "Hold key (an int in 0 .. 2**64-1) in its slot, copying src first unless the key is resident or on its "
 	 "way; returns a Block (a context manager that releases it). stream: a cudaStream_t as an int on a "
 	 "device pipeline (None or 0: the legacy default stream); None on a host pipeline. src is kept alive "
-	 "until evict(key), a run, or close()."},
+	 "until evict(key), a run, close(), or a later keyed call that finds the key gone from the cache."},
 	{"prefetch", (PyCFunction)(void (*)(void))Pipeline_prefetch, METH_FASTCALL | METH_KEYWORDS,
 	 "prefetch($self, key, src, /)\n--\n\n"
 	 "A hint that key will be acquired soon: its copy starts now or when a copy lane frees; returns without "
