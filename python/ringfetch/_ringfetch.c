@@ -547,7 +547,7 @@ static PyObject *block_new(PipelineObject *pipe, const rf_block *b, int state)
 		self = block_free[--block_nfree];
 		PyObject_Init((PyObject *)self, Block_Type);
 	} else {
-		self = PyObject_New(BlockObject, Block_Type);
+		self = PyObject_GC_New(BlockObject, Block_Type);
 		if (self == NULL)
 			return NULL;
 	}
@@ -557,6 +557,7 @@ static PyObject *block_new(PipelineObject *pipe, const rf_block *b, int state)
 	self->state = state;
 	self->kept = 0;
 	self->exports = 0;
+	PyObject_GC_Track(self);
 	return (PyObject *)self;
 }
 
@@ -571,10 +572,24 @@ static int block_valid(BlockObject *self, const char *who)
 	return 0;
 }
 
+/*
+ * The collector's view (a cycle through a held block's views, or through a source that refers to a
+ * Block, is collected): a Block refers to its pipeline, a View to its block, a pipeline to every source
+ * it pins. Only the pipeline breaks cycles (Pipeline_clear): a Block or View never lets go of what it
+ * points into, so no object left in a cycle ever points at freed slot memory.
+ */
+static int Block_traverse(BlockObject *self, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE((PyObject *)self));
+	Py_VISIT((PyObject *)self->pipe);
+	return 0;
+}
+
 static void block_dealloc(BlockObject *self)
 {
 	PyTypeObject *tp = Py_TYPE((PyObject *)self);
 	PipelineObject *pipe = self->pipe;
+	PyObject_GC_UnTrack(self);
 	/* A held block dropped without release: release it here (a destructor never leaks a hold). Another
 	 * thread may be inside the library on this pipeline: wait for it, without the GIL. */
 	if (self->state == BLOCK_HELD && pipe->owner != PyThread_get_thread_ident()) {
@@ -592,7 +607,7 @@ static void block_dealloc(BlockObject *self)
 	if (block_nfree < BLOCK_FREE_MAX) {
 		block_free[block_nfree++] = self;
 	} else {
-		PyObject_Free(self);
+		PyObject_GC_Del(self);
 	}
 	Py_DECREF(tp);
 }
@@ -1015,7 +1030,7 @@ static PyObject *Block_view(BlockObject *self, PyObject *args, PyObject *kwds)
 	if (off % (dt->bits / 8) != 0)
 		return rfpy_raisef(RF_EINVAL, "view: offset %llu is not a multiple of %s's %u bytes", off, dt->name,
 				   dt->bits / 8u);
-	ViewObject *v = PyObject_New(ViewObject, View_Type);
+	ViewObject *v = PyObject_GC_New(ViewObject, View_Type);
 	if (v == NULL)
 		return NULL;
 	v->blk = NULL;
@@ -1038,6 +1053,7 @@ static PyObject *Block_view(BlockObject *self, PyObject *args, PyObject *kwds)
 	Py_INCREF((PyObject *)self);
 	v->blk = self;
 	blk_export_begin(self);
+	PyObject_GC_Track(v);
 	return (PyObject *)v;
 }
 
@@ -1061,12 +1077,20 @@ static void view_end(ViewObject *self)
 	}
 }
 
+static int View_traverse(ViewObject *self, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE((PyObject *)self));
+	Py_VISIT((PyObject *)self->blk);
+	return 0;
+}
+
 static void View_dealloc(ViewObject *self)
 {
 	PyTypeObject *tp = Py_TYPE((PyObject *)self);
+	PyObject_GC_UnTrack(self);
 	view_end(self);
 	PyMem_Free(self->shape);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 	Py_DECREF(tp);
 }
 
@@ -1225,6 +1249,7 @@ static PyMethodDef View_methods[] = {
 
 static PyType_Slot View_slots[] = {
 	{Py_tp_dealloc, View_dealloc},
+	{Py_tp_traverse, View_traverse},
 	{Py_tp_repr, View_repr},
 	{Py_tp_getset, View_getset},
 	{Py_tp_methods, View_methods},
@@ -1240,7 +1265,7 @@ static PyType_Slot View_slots[] = {
 	{0, NULL},
 };
 static PyType_Spec View_spec = {"ringfetch.View", sizeof(ViewObject), 0,
-				 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, View_slots};
+				 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION, View_slots};
 
 static PyObject *pipe_release_block(PipelineObject *self, BlockObject *b);
 
@@ -1300,6 +1325,7 @@ static PyMethodDef Block_methods[] = {
 
 static PyType_Slot Block_slots[] = {
 	{Py_tp_dealloc, block_dealloc},
+	{Py_tp_traverse, Block_traverse},
 	{Py_tp_repr, Block_repr},
 	{Py_tp_getset, Block_getset},
 	{Py_tp_methods, Block_methods},
@@ -1315,7 +1341,7 @@ static PyType_Slot Block_slots[] = {
 	{0, NULL},
 };
 static PyType_Spec Block_spec = {"ringfetch.Block", sizeof(BlockObject), 0,
-				  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, Block_slots};
+				  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION, Block_slots};
 
 /* ---- Pipeline ---------------------------------------------------------------------------------------- */
 
@@ -1412,16 +1438,40 @@ static void pipe_destroy(PipelineObject *self)
 		PyDict_Clear(self->pins);
 }
 
+/* The pins (a private dict of private, untracked Pin objects) are the pipeline's own: it visits the
+ * source each one holds, one reference per Pin, as if it held them itself. They are not left to the
+ * collector to clear on their own, which could release a source while a hint's copy still reads it. */
+static int Pipeline_traverse(PipelineObject *self, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE((PyObject *)self));
+	if (self->pins != NULL) {
+		Py_ssize_t pos = 0;
+		PyObject *k, *v;
+		while (PyDict_Next(self->pins, &pos, &k, &v))
+			Py_VISIT(((PinObject *)v)->view.obj);
+	}
+	return 0;
+}
+
+/* A pipeline in a cycle that is garbage: destroy it (no copy reads a source after that), then let go of
+ * its sources, which breaks the cycle. Its Blocks and Views keep pointing at it, never read again. */
+static int Pipeline_clear(PipelineObject *self)
+{
+	pipe_destroy(self);
+	return 0;
+}
+
 static void Pipeline_dealloc(PipelineObject *self)
 {
 	PyTypeObject *tp = Py_TYPE((PyObject *)self);
+	PyObject_GC_UnTrack(self);
 	if (self->weakrefs)
 		PyObject_ClearWeakRefs((PyObject *)self);
 	/* Any Block of it would hold a reference, so none is left: no view, no hold of a Block object. Holds
 	 * are dropped by destroy, as in C. */
 	pipe_destroy(self);
 	Py_CLEAR(self->pins);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 	Py_DECREF(tp);
 }
 
@@ -1835,6 +1885,20 @@ static PyObject *Pipeline_cancel(PipelineObject *self, PyObject *unused)
 	Py_RETURN_NONE;
 }
 
+/* cancel_clear(): between runs, on the thread that runs the pipeline (entering it refuses a call made
+ * while a run is in progress, from its compute or from another thread). */
+static PyObject *Pipeline_cancel_clear(PipelineObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (pipe_enter(self, "cancel_clear") < 0)
+		return NULL;
+	int rc = rf_pipeline_cancel_clear(self->p);
+	pipe_leave(self);
+	if (rc != RF_OK)
+		return rfpy_raise(rc);
+	Py_RETURN_NONE;
+}
+
 static PyObject *Pipeline_collect_stats(PipelineObject *self, PyObject *args, PyObject *kwds)
 {
 	static char *kwlist[] = {"on", NULL};
@@ -2003,6 +2067,11 @@ static PyMethodDef Pipeline_methods[] = {
 	 "\"ready\". Any thread."},
 	{"cancel", (PyCFunction)Pipeline_cancel, METH_NOARGS,
 	 "cancel($self, /)\n--\n\nStop the run in progress, or else the next run (rf.Canceled). Any thread."},
+	{"cancel_clear", (PyCFunction)Pipeline_cancel_clear, METH_NOARGS,
+	 "cancel_clear($self, /)\n--\n\n"
+	 "Withdraw a pending cancel that no run has consumed (a cancel() that came after the run it meant had "
+	 "ended would otherwise stop the next run); nothing pending: nothing happens. Between runs: rf.Busy "
+	 "while a run or keyed call is in progress (another thread, or a compute callback)."},
 	{"collect_stats", (PyCFunction)(void (*)(void))Pipeline_collect_stats, METH_VARARGS | METH_KEYWORDS,
 	 "collect_stats($self, /, on=True)\n--\n\nCollect per-queue times (stats()['queue'], exposed_ns, ...) in later runs."},
 	{"describe", (PyCFunction)Pipeline_describe, METH_NOARGS,
@@ -2028,6 +2097,8 @@ static PyMemberDef Pipeline_members[] = {
 static PyType_Slot Pipeline_slots[] = {
 	{Py_tp_new, Pipeline_new},
 	{Py_tp_dealloc, Pipeline_dealloc},
+	{Py_tp_traverse, Pipeline_traverse},
+	{Py_tp_clear, Pipeline_clear},
 	{Py_tp_repr, Pipeline_repr},
 	{Py_tp_methods, Pipeline_methods},
 	{Py_tp_getset, Pipeline_getset},
@@ -2041,8 +2112,8 @@ static PyType_Slot Pipeline_slots[] = {
 	 "(close() on exit). Wrong types raise TypeError, wrong values rf.InvalidArgument."},
 	{0, NULL},
 };
-static PyType_Spec Pipeline_spec = {"ringfetch.Pipeline", sizeof(PipelineObject), 0, Py_TPFLAGS_DEFAULT,
-				    Pipeline_slots};
+static PyType_Spec Pipeline_spec = {"ringfetch.Pipeline", sizeof(PipelineObject), 0,
+				    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, Pipeline_slots};
 
 /* ---- plain reads of a File's mapping after the file shrank ----------------------------------------------
  *
