@@ -2196,10 +2196,17 @@ static void rfpy_bus_handler(int sig, siginfo_t *si, void *uc)
 	rfpy_bus_chain(sig, si, uc);
 }
 
+/* Once, with the first File; again only where ours was taken away and SIGBUS went back to its default
+ * (faulthandler.disable() restores what it found, which may be the default). Never over another
+ * handler: one installed after ours may pass signals back to ours, and ours would pass them to it. */
 static int rfpy_bus_install(void)
 {
-	if (rfpy_bus_installed)
-		return 0;
+	if (rfpy_bus_installed) {
+		struct sigaction cur;
+		if (sigaction(SIGBUS, NULL, &cur) != 0 || (cur.sa_flags & SA_SIGINFO) || cur.sa_handler != SIG_DFL)
+			return 0;
+		rfpy_bus_installed = 0;
+	}
 	rfpy_page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
