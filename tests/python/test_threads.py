@@ -128,11 +128,11 @@ def test_two_threads_one_pipeline(backend):
 
     def compute(b):
         inside.set()
-        go_on.wait(5)     # releases the GIL: the main thread tries the pipeline meanwhile
+        go_on.wait(120)   # releases the GIL: the main thread tries the pipeline meanwhile
 
     t = threading.Thread(target=lambda: p.run([bytes(1 << 20)] * 2, compute))
     t.start()
-    assert inside.wait(5)
+    assert inside.wait(120)
     for call in (lambda: p.acquire(1, b"x"), lambda: p.run([b"y"], lambda b: None), p.close,
                  lambda: p.prefetch(2, b"z")):
         try:
