@@ -15,7 +15,9 @@
  *  - Blocks are views of a slot that know when they stop being valid (after their compute returned,
  *    after release), count the buffer, DLPack and View views they handed out, and refuse to release or
  *    close while one is alive; a compute that returns with one alive stops the run, and no slot is
- *    refilled until it ends: no Python object ever reads a slot that was given back.
+ *    refilled until it ends: no Python object ever reads a slot that was given back;
+ *  - plain reads of an rf.File's buffer (its mapping) never die of SIGBUS when the file shrank: a SIGBUS
+ *    handler of the package maps zeros over the faulting page (see "plain reads" below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -1333,11 +1335,12 @@ static PyType_Slot Block_slots[] = {
 	{Py_bf_releasebuffer, Block_releasebuffer},
 	{Py_tp_doc,
 	 "One block in its slot: what compute() is given and acquire() returns.\n\n"
-	 "Its bytes: the read-only buffer protocol (host memory: numpy.frombuffer(block, dtype), memoryview) and "
-	 "DLPack (numpy.from_dlpack, torch.from_dlpack), all zero-copy. A view may be used only while the "
-	 "block is valid: in compute() until it returns; after acquire() until release(). release() while a "
-	 "view is alive raises BufferError and keeps the hold; using a block after its run or release raises "
-	 "rf.InvalidArgument. A held block is a context manager that releases it."},
+	 "Its bytes: the read-only buffer protocol (host memory: numpy.frombuffer(block, dtype), memoryview), "
+	 "DLPack (numpy.from_dlpack, torch.from_dlpack) and typed views (block.view(dtype, shape)), all "
+	 "zero-copy. A view may be used only while the block is valid: in compute() until it returns; after "
+	 "acquire() until release(). release() while a view is alive raises BufferError and keeps the hold; a "
+	 "compute that returns with a view alive stops the run with BufferError; using a block after its run "
+	 "or release raises rf.InvalidArgument. A held block is a context manager that releases it."},
 	{0, NULL},
 };
 static PyType_Spec Block_spec = {"ringfetch.Block", sizeof(BlockObject), 0,
