@@ -273,7 +273,7 @@ enum {
 
 static PyTypeObject *Pipeline_Type, *Block_Type, *View_Type, *File_Type, *Pin_Type;
 
-typedef struct {
+typedef struct PipelineObject {
 	PyObject_HEAD
 	rf_pipeline *p;          /* NULL once closed */
 	int busy;                /* a thread is inside the library on p (read and written under the GIL) */
@@ -283,6 +283,7 @@ typedef struct {
 	size_t kept_index;       /* that block's index (the last one kept) */
 	PyObject *pins;          /* dict: key -> Pin, the source of each key a copy may read */
 	Py_ssize_t pins_sweep_at; /* sweep the pins of absent keys when there are that many (pins_sweep) */
+	struct PipelineObject *next_pipe, *prev_pipe; /* every Pipeline alive (rfpy_pipes), under the GIL */
 	int device;              /* params.device */
 	int memory;              /* params.memory */
 	int inline_copies;       /* backend "cpu": hints copy on the caller */
@@ -533,6 +534,31 @@ static void pins_added(PipelineObject *self)
 {
 	if (PyDict_Size(self->pins) >= self->pins_sweep_at)
 		pins_sweep(self);
+}
+
+/* Every Pipeline alive, linked under the GIL from creation to dealloc. */
+static PipelineObject *rfpy_pipes;
+
+/* Sweep every open pipeline that no thread is inside (File.close: a file whose keys all left the cache
+ * closes at once, not at some later keyed call). A sweep releases the GIL: the pipeline being swept is
+ * held (so linked), and the next one is read only after it. */
+static void pipes_sweep_all(void)
+{
+	PipelineObject *q = rfpy_pipes;
+	while (q != NULL) {
+		if (q->p == NULL || q->busy || q->pins == NULL || PyDict_Size(q->pins) == 0) {
+			q = q->next_pipe;
+			continue;
+		}
+		Py_INCREF((PyObject *)q);
+		q->busy = 1;
+		q->owner = PyThread_get_thread_ident();
+		pins_sweep(q);
+		pipe_leave(q);
+		PipelineObject *next = q->next_pipe;
+		Py_DECREF((PyObject *)q);
+		q = next;
+	}
 }
 
 /* ---- Block ------------------------------------------------------------------------------------------- */
@@ -1403,6 +1429,10 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 	PipelineObject *self = (PipelineObject *)PyType_GenericAlloc(type, 0);
 	if (self == NULL)
 		return NULL;
+	self->next_pipe = rfpy_pipes;
+	if (rfpy_pipes != NULL)
+		rfpy_pipes->prev_pipe = self;
+	rfpy_pipes = self;
 	self->device = pp.device;
 	self->memory = (int)pp.memory;
 	self->pins_sweep_at = RFPY_PINS_SLACK;
@@ -1468,6 +1498,12 @@ static void Pipeline_dealloc(PipelineObject *self)
 {
 	PyTypeObject *tp = Py_TYPE((PyObject *)self);
 	PyObject_GC_UnTrack(self);
+	if (self->prev_pipe != NULL)
+		self->prev_pipe->next_pipe = self->next_pipe;
+	else
+		rfpy_pipes = self->next_pipe;
+	if (self->next_pipe != NULL)
+		self->next_pipe->prev_pipe = self->prev_pipe;
 	if (self->weakrefs)
 		PyObject_ClearWeakRefs((PyObject *)self);
 	/* Any Block of it would hold a reference, so none is left: no view, no hold of a Block object. Holds
@@ -2327,6 +2363,11 @@ static PyObject *File_close(FileObject *self, PyObject *unused)
 	if (self->f == NULL)
 		Py_RETURN_NONE;
 	if (self->exports > 0) {
+		pipes_sweep_all(); /* pipelines let go of the file's slices whose keys left their cache */
+		if (self->f == NULL) /* closed by another thread meanwhile */
+			Py_RETURN_NONE;
+	}
+	if (self->exports > 0) {
 		PyErr_Format(PyExc_BufferError,
 			     "close: %zd view(s) of the file are still alive (memoryview slices, pipelines' keyed "
 			     "sources: evict those keys or close those pipelines first)",
@@ -2414,7 +2455,8 @@ static PyMethodDef File_methods[] = {
 	{"close", (PyCFunction)File_close, METH_NOARGS,
 	 "close($self, /)\n--\n\n"
 	 "Unmap and close. BufferError while a view of the file is alive (a memoryview, or a pipeline's keyed "
-	 "source: evict the key or close the pipeline first); rf.Busy while a copy reads it."},
+	 "source of a key still in its cache: evict the key or close the pipeline first; the sources of keys "
+	 "that left the caches are let go first); rf.Busy while a copy reads it."},
 	{"__enter__", (PyCFunction)File_enter, METH_NOARGS, NULL},
 	{"__exit__", (PyCFunction)File_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},

@@ -231,3 +231,31 @@ def test_resident_keys_keep_their_sources(backend):
         assert [p.lookup(i)[0] for i in range(4)] == ["ready"] * 4
         assert all(pinned(s) for s in keep)
         assert p.keyed_stats()["bytes_copied"] == 256 * (4 + 390)   # keys 0..3 copied once each
+
+
+def test_file_closes_once_its_keys_left_the_cache(backend, tmp_path):
+    """A few file keys, then a few others that push them out: File.close() lets the pipelines drop the
+    slices of absent keys at once (no need to wait for many more keyed calls)."""
+    path = tmp_path / "w.bin"
+    path.write_bytes(bytes(range(256)) * 64)
+    f, g = rf.File(path), rf.File(path)
+    with rf.Pipeline(4096, depth=4, backend=backend) as p, rf.Pipeline(4096, depth=2, backend=backend) as q:
+        mv = memoryview(f)
+        for k in range(3):
+            with p.acquire(k, mv[k * 4096:(k + 1) * 4096]):
+                pass
+        q.prefetch(1, memoryview(g)[:4096])             # another pipeline, another file, resident
+        del mv
+        with pytest.raises(BufferError):
+            f.close()                                    # keys 0..2 are resident
+        for k in range(10, 14):
+            with p.acquire(k, bytes([k]) * 4096):        # 4 slots: 0..2 leave
+                pass
+        assert [p.lookup(k)[0] for k in range(3)] == ["absent"] * 3
+        f.close()
+        assert f.closed
+        with pytest.raises(BufferError):
+            g.close()                                    # q's key is resident: its slice stays
+        assert q.lookup(1)[0] in ("ready", "copying")
+        q.evict(1)
+        g.close()
