@@ -1141,7 +1141,8 @@ static int View_getbuffer(ViewObject *self, Py_buffer *view, int flags)
 		view->ndim = self->ndim;
 		view->itemsize = self->dt->bits / 8;
 		view->shape = self->ndim > 0 ? self->shape : NULL;
-		view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES && self->ndim > 0 ? self->shape + self->ndim : NULL;
+		int strided = (flags & PyBUF_STRIDES) == PyBUF_STRIDES && self->ndim > 0;
+		view->strides = strided ? self->shape + self->ndim : NULL;
 		if ((flags & PyBUF_FORMAT) == PyBUF_FORMAT)
 			view->format = (char *)self->dt->fmt;
 		if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && !PyBuffer_IsContiguous(view, 'F')) {
@@ -1181,8 +1182,8 @@ static PyObject *View_release(ViewObject *self, PyObject *unused)
 {
 	(void)unused;
 	if (self->exports > 0) {
-		PyErr_Format(PyExc_BufferError,
-			     "View.release: %zd buffer(s) or tensor(s) taken from the view are still alive", self->exports);
+		PyErr_Format(PyExc_BufferError, "View.release: %zd buffer(s) or tensor(s) of the view are alive",
+			     self->exports);
 		return NULL;
 	}
 	view_end(self);
@@ -1243,16 +1244,19 @@ static PyObject *View_repr(ViewObject *self)
 	PyObject *shape = View_shape(self, NULL);
 	if (shape == NULL)
 		return NULL;
-	PyObject *r = self->blk == NULL
-			      ? PyUnicode_FromFormat("<ringfetch.View %s %R (released)>", self->dt->name, shape)
-			      : PyUnicode_FromFormat("<ringfetch.View %s %R offset=%zu of block %zu>", self->dt->name, shape,
-						     self->offset, self->blk->b.index);
+	PyObject *r;
+	if (self->blk == NULL)
+		r = PyUnicode_FromFormat("<ringfetch.View %s %R (released)>", self->dt->name, shape);
+	else
+		r = PyUnicode_FromFormat("<ringfetch.View %s %R offset=%zu of block %zu>", self->dt->name, shape,
+					 self->offset, self->blk->b.index);
 	Py_DECREF(shape);
 	return r;
 }
 
 static PyGetSetDef View_getset[] = {
-	{"dtype", (getter)View_dtype, NULL, "The element type, as safetensors names it (\"F32\", \"BF16\", ...).", NULL},
+	{"dtype", (getter)View_dtype, NULL, "The element type, as safetensors names it (\"F32\", \"BF16\", ...).",
+	 NULL},
 	{"shape", (getter)View_shape, NULL, "The extents (a tuple; row-major).", NULL},
 	{"offset", (getter)View_offset, NULL, "Where the view starts in its block, in bytes.", NULL},
 	{"nbytes", (getter)View_nbytes, NULL, "The bytes the view covers: the product of shape x the itemsize.", NULL},
@@ -1293,7 +1297,8 @@ static PyType_Slot View_slots[] = {
 	{0, NULL},
 };
 static PyType_Spec View_spec = {"ringfetch.View", sizeof(ViewObject), 0,
-				 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION, View_slots};
+				 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+				 View_slots};
 
 static PyObject *pipe_release_block(PipelineObject *self, BlockObject *b);
 
@@ -1370,7 +1375,8 @@ static PyType_Slot Block_slots[] = {
 	{0, NULL},
 };
 static PyType_Spec Block_spec = {"ringfetch.Block", sizeof(BlockObject), 0,
-				  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION, Block_slots};
+				  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+				  Block_slots};
 
 /* ---- Pipeline ---------------------------------------------------------------------------------------- */
 
@@ -1578,8 +1584,8 @@ static int run_compute(void *user, const rf_block *b)
 			ctx->self->kept_index = b->index;
 			if (!fail)
 				PyErr_Format(PyExc_BufferError,
-					     "run: compute returned while %zd view(s) of block %zu were alive (a view may "
-					     "be used only until its compute returns: copy what must outlive it)",
+					     "run: compute returned while %zd view(s) of block %zu were alive (a view "
+					     "may be used only until its compute returns: copy what must outlive it)",
 					     blk->exports, b->index);
 			fail = 1;
 		}
@@ -2226,7 +2232,8 @@ static void rfpy_bus_handler(int sig, siginfo_t *si, void *uc)
 	 * or a page it could not read (BUS_ADRERR, BUS_OBJERR); never a hardware memory error. */
 	if ((si->si_code == BUS_ADRERR || si->si_code == BUS_OBJERR) && rfpy_map_find(a)) {
 		void *page = (void *)(a & ~(rfpy_page - 1));
-		if (mmap(page, (size_t)rfpy_page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+		void *z = mmap(page, (size_t)rfpy_page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		if (z != MAP_FAILED) {
 			errno = saved;
 			return; /* the read is retried, on zeros */
 		}
