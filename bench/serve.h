@@ -141,13 +141,13 @@ void rfs_contestant_destroy(rfs_contestant *c);
 
 /* A keyed contestant's misses and reads since create (warm-up included) beside the fewest any policy
  * could have had on the same acquires at the same slots (Belady's MIN, bench/replay.h: its reads are
- * its misses, and no schedule, hinted or not, reads fewer blocks), and lru's replay of its calls (equal
- * to ringfetch's misses when no hint was held back). */
+ * its misses, and no schedule, hinted or not, reads fewer blocks), and the reads of lru's replay of its
+ * calls (misses and hints' reads: equal to ringfetch's reads when no hint was held back). */
 typedef struct rfs_bound {
 	int have; /* 0: not a keyed contestant */
 	unsigned slots;
 	uint64_t acquires, misses, reads; /* reads: copies issued, hints' included */
-	uint64_t min_misses, lru_misses;
+	uint64_t min_misses, lru_reads;
 } rfs_bound;
 /* 0 (out->have 0 for the others), or -1 (out of memory, or the calls' log is not a valid trace:
  * message printed). */

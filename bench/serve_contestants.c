@@ -347,7 +347,8 @@ int rfs_contestant_bound(rfs_contestant *c, rfs_bound *out)
 		fprintf(stderr, "%s: the replay of its calls: %s\n", rfs_kind_name(c->kind), err);
 		return -1;
 	}
-	*out = (rfs_bound){1, slots, st.acquires, st.acquires - st.hits, st.bytes_copied / bytes, min.misses, lru.misses};
+	*out = (rfs_bound){1, slots, st.acquires, st.acquires - st.hits, st.bytes_copied / bytes, min.misses,
+			   lru.misses + lru.hint_reads};
 	return 0;
 }
 
