@@ -114,8 +114,8 @@ int main(int argc, char **argv)
 		for (int p = 0; p < RPL_NPOLICIES; p++) {
 			if (!want[p])
 				continue;
-			rpl_result x;
-			int s = rpl_simulate(&t, (rpl_policy)p, slots[k], hints, &x);
+			rpl_result x = best;
+			int s = p == RPL_MIN ? (have_min ? 0 : -1) : rpl_simulate(&t, (rpl_policy)p, slots[k], hints, &x);
 			if (s == -1) {
 				printf("%8u %-6s %12s   (the trace holds %u keys at once)\n", slots[k], rpl_policy_name(p), "-",
 				       t.peak_held);
