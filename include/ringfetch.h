@@ -406,10 +406,12 @@ typedef enum rf_keyed_trace_kind {
  * written with write(2), on the thread of the keyed call that fills it, every 2048 records. Stop (or
  * rf_pipeline_destroy) writes the rest and closes the file. A write that fails (the disk full, EIO)
  * fails no keyed call: the trace stops writing, later records are lost, and the stop returns RF_EIO
- * saying why and how many records were lost (the file then holds the header and whole records up
- * to the failure). destroy cannot report that: stop first to know. Off, a keyed call pays one
- * predictable branch. The thread rules of keyed calls apply (one thread at a time, not from a compute
- * callback). RINGFETCH_KEYED_TRACE=path starts one at rf_pipeline_create for each pipeline (docs/serving.md).
+ * saying why and how many records were lost (the file then holds the header and the records up to
+ * the failure, the last one possibly cut short); destroy cannot report it: stop first to know. Off, a
+ * keyed call pays one predictable branch. Keys resident when a trace starts are not recorded: start
+ * it before the first keyed call (or after a run) for a replay of the cache from empty. The thread
+ * rules of keyed calls apply (one thread at a time, not from a compute callback).
+ * RINGFETCH_KEYED_TRACE=path starts one at rf_pipeline_create for each pipeline (docs/serving.md).
  * \return RF_OK (stop: also when none was on);
  *         RF_EINVAL (p NULL, path "", flags != 0);
  *         RF_EBUSY (start while a trace is on; a run or keyed call in progress; from a compute callback);
