@@ -206,18 +206,19 @@ int rpl_trace_load(rpl_trace *t, const char *path, char *err, size_t cap)
 		rc = -1;
 	}
 	t->slots = h.slots, t->slot_bytes = h.slot_bytes;
-	static rec buf[4096];
+	enum { NBUF = 4096 };
+	rec *buf = rc == 0 ? malloc(NBUF * sizeof *buf) : NULL;
+	if (rc == 0 && buf == NULL) {
+		snprintf(err, cap, "%s: out of memory", path);
+		rc = -1;
+	}
 	uint64_t nrec = 0;
 	size_t got;
-	while (rc == 0 && (got = fread(buf, 1, sizeof buf, f)) > 0) {
+	while (rc == 0 && (got = fread(buf, 1, NBUF * sizeof *buf, f)) > 0) {
 		size_t whole = got / sizeof(rec);
-		if (got % sizeof(rec) != 0) { /* only the file's very end may hold a partial record */
-			t->trailing = got % sizeof(rec);
-			if (fread(buf + whole, 1, 1, f) != 0) {
-				snprintf(err, cap, "%s: cannot read it whole", path);
-				rc = -1;
-			}
-		}
+		/* fread is short only at the end (or on an error, checked below): a partial last record, as a
+		 * failed write can leave, is ignored and reported */
+		t->trailing = got % sizeof(rec);
 		for (size_t i = 0; i < whole && rc == 0; i++, nrec++) {
 			const rec *r = &buf[i];
 			static const int ops[] = {-1, RPL_ACQUIRE, RPL_ACQUIRE, RPL_ACQUIRE, RPL_PREFETCH, RPL_PREFETCH,
@@ -249,6 +250,7 @@ int rpl_trace_load(rpl_trace *t, const char *path, char *err, size_t cap)
 		snprintf(err, cap, "%s: read error", path);
 		rc = -1;
 	}
+	free(buf);
 	fclose(f);
 	if (rc != 0)
 		rpl_trace_free(t);
