@@ -92,6 +92,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "ringfetch-replay: %s\n", err);
 		return 1;
 	}
+	if (nslots == 0 && t.slots == 0) {
+		fprintf(stderr, "ringfetch-replay: %s names no slot count: give --slots\n", path);
+		rpl_trace_free(&t);
+		return 2;
+	}
 	if (nslots == 0)
 		slots[nslots++] = t.slots;
 	if (t.trailing)
@@ -117,8 +122,8 @@ int main(int argc, char **argv)
 			rpl_result x = best;
 			int s = p == RPL_MIN ? (have_min ? 0 : -1) : rpl_simulate(&t, (rpl_policy)p, slots[k], hints, &x);
 			if (s == -1) {
-				printf("%8u %-6s %12s   (the trace holds %u keys at once)\n", slots[k], rpl_policy_name(p), "-",
-				       t.peak_held);
+				printf("%8u %-6s %12s   (cannot replay: the trace holds %u keys at once)\n", slots[k],
+				       rpl_policy_name(p), "-", t.peak_held);
 				continue;
 			}
 			if (s != 0) {
