@@ -183,73 +183,78 @@ typedef struct rec {
 	uint32_t kind, slot;
 } rec;
 
+/* Record number nrec of the file: into the trace, and what it says ringfetch did into t->rec. */
+static int add_record(rpl_trace *t, const rec *r, uint64_t nrec, const char *path, char *err, size_t cap)
+{
+	static const int ops[] = {-1, RPL_ACQUIRE, RPL_ACQUIRE, RPL_ACQUIRE, RPL_PREFETCH, RPL_PREFETCH, RPL_RELEASE,
+				  RPL_EVICT, RPL_RESET};
+	char why[160];
+	if (r->kind == 0 || r->kind >= sizeof ops / sizeof ops[0]) {
+		snprintf(err, cap, "%s: record %llu: unknown kind %u", path, (unsigned long long)nrec, r->kind);
+		return -1;
+	}
+	if (rpl_trace_add(t, (rpl_op)ops[r->kind], r->key, r->bytes, why, sizeof why) != 0) {
+		snprintf(err, cap, "%s: record %llu: %s", path, (unsigned long long)nrec, why);
+		return -1;
+	}
+	rpl_recorded *x = &t->rec;
+	int miss = r->kind == RF_KTRACE_ACQUIRE_MISS || r->kind == RF_KTRACE_ACQUIRE_HINTED;
+	x->acquires += ops[r->kind] == RPL_ACQUIRE;
+	x->hits += r->kind == RF_KTRACE_ACQUIRE_HIT;
+	x->misses += miss;
+	x->hinted += r->kind == RF_KTRACE_ACQUIRE_HINTED;
+	x->miss_bytes += miss ? r->bytes : 0;
+	if (r->kind == RF_KTRACE_PREFETCH)
+		x->prefetches++, x->prefetch_bytes += r->bytes;
+	t->duration_ns = r->ns;
+	return 0;
+}
+
+/* The header: 0, or -1 with the reason. */
+static int read_header(rpl_trace *t, FILE *f, const char *path, char *err, size_t cap)
+{
+	struct {
+		char magic[8];
+		uint32_t version, record_bytes, slots, flags;
+		uint64_t slot_bytes;
+	} h;
+	if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, "RFKTRACE", 8) != 0) {
+		snprintf(err, cap, "%s: not a keyed trace (no RFKTRACE header)", path);
+		return -1;
+	}
+	if (h.version != 1 || h.record_bytes != sizeof(rec)) {
+		snprintf(err, cap, "%s: trace version %u with %u-byte records (this reader: version 1, 32 bytes; or "
+				   "another byte order)", path, h.version, h.record_bytes);
+		return -1;
+	}
+	t->slots = h.slots, t->slot_bytes = h.slot_bytes;
+	return 0;
+}
+
 int rpl_trace_load(rpl_trace *t, const char *path, char *err, size_t cap)
 {
+	enum { NBUF = 4096 };
 	rpl_trace_init(t, 0);
 	FILE *f = fopen(path, "rb");
 	if (f == NULL) {
 		snprintf(err, cap, "%s: %s", path, strerror(errno));
 		return -1;
 	}
-	struct {
-		char magic[8];
-		uint32_t version, record_bytes, slots, flags;
-		uint64_t slot_bytes;
-	} h;
-	int rc = 0;
-	if (fread(&h, sizeof h, 1, f) != 1 || memcmp(h.magic, "RFKTRACE", 8) != 0) {
-		snprintf(err, cap, "%s: not a keyed trace (no RFKTRACE header)", path);
-		rc = -1;
-	} else if (h.version != 1 || h.record_bytes != sizeof(rec)) {
-		snprintf(err, cap, "%s: trace version %u with %u-byte records (this reader: version 1, 32 bytes; or "
-				   "another byte order)", path, h.version, h.record_bytes);
-		rc = -1;
-	}
-	t->slots = h.slots, t->slot_bytes = h.slot_bytes;
-	enum { NBUF = 4096 };
+	int rc = read_header(t, f, path, err, cap);
 	rec *buf = rc == 0 ? malloc(NBUF * sizeof *buf) : NULL;
-	if (rc == 0 && buf == NULL) {
-		snprintf(err, cap, "%s: out of memory", path);
-		rc = -1;
-	}
+	if (rc == 0 && buf == NULL)
+		rc = -1, snprintf(err, cap, "%s: out of memory", path);
 	uint64_t nrec = 0;
 	size_t got;
 	while (rc == 0 && (got = fread(buf, 1, NBUF * sizeof *buf, f)) > 0) {
-		size_t whole = got / sizeof(rec);
 		/* fread is short only at the end (or on an error, checked below): a partial last record, as a
 		 * failed write can leave, is ignored and reported */
 		t->trailing = got % sizeof(rec);
-		for (size_t i = 0; i < whole && rc == 0; i++, nrec++) {
-			const rec *r = &buf[i];
-			static const int ops[] = {-1, RPL_ACQUIRE, RPL_ACQUIRE, RPL_ACQUIRE, RPL_PREFETCH, RPL_PREFETCH,
-						  RPL_RELEASE, RPL_EVICT, RPL_RESET};
-			if (r->kind == 0 || r->kind >= sizeof ops / sizeof ops[0]) {
-				snprintf(err, cap, "%s: record %llu: unknown kind %u", path, (unsigned long long)nrec, r->kind);
-				rc = -1;
-				break;
-			}
-			char why[160];
-			if (rpl_trace_add(t, (rpl_op)ops[r->kind], r->key, r->bytes, why, sizeof why) != 0) {
-				snprintf(err, cap, "%s: record %llu: %s", path, (unsigned long long)nrec, why);
-				rc = -1;
-				break;
-			}
-			rpl_recorded *x = &t->rec;
-			x->acquires += ops[r->kind] == RPL_ACQUIRE;
-			x->hits += r->kind == RF_KTRACE_ACQUIRE_HIT;
-			x->misses += r->kind == RF_KTRACE_ACQUIRE_MISS || r->kind == RF_KTRACE_ACQUIRE_HINTED;
-			x->hinted += r->kind == RF_KTRACE_ACQUIRE_HINTED;
-			if (r->kind == RF_KTRACE_ACQUIRE_MISS || r->kind == RF_KTRACE_ACQUIRE_HINTED)
-				x->miss_bytes += r->bytes;
-			if (r->kind == RF_KTRACE_PREFETCH)
-				x->prefetches++, x->prefetch_bytes += r->bytes;
-			t->duration_ns = r->ns;
-		}
+		for (size_t i = 0; i < got / sizeof(rec) && rc == 0; i++)
+			rc = add_record(t, &buf[i], nrec++, path, err, cap);
 	}
-	if (rc == 0 && ferror(f)) {
-		snprintf(err, cap, "%s: read error", path);
-		rc = -1;
-	}
+	if (rc == 0 && ferror(f))
+		rc = -1, snprintf(err, cap, "%s: read error", path);
 	free(buf);
 	fclose(f);
 	if (rc != 0)
@@ -441,6 +446,81 @@ static int next_index(rpl_trace *t)
 	return 0;
 }
 
+/* An acquire of e->id: a hit, or a miss that brings it in. 0, or -1 when no slot is free (which cannot
+ * happen at slots >= peak_held). */
+static int on_acquire(sim *s, const rpl_event *e, rpl_result *out)
+{
+	uint32_t id = e->id;
+	out->acquires++;
+	if (s->res[id]) {
+		out->hits++;
+		if (s->refs[id] == 0)
+			ev_del(s, id);
+		if (s->pol == RPL_SLRU)
+			promote(s, id);
+	} else {
+		out->misses++, out->miss_bytes += e->bytes;
+		if (make_room(s) != 0)
+			return -1;
+		s->res[id] = 1, s->nres++, s->a[id] = 0;
+	}
+	s->a[id] += s->pol == RPL_LFU;
+	s->refs[id]++;
+	return 0;
+}
+
+/* A hint (applied): a present unheld block is used (lru, slru: to its list's tail), an absent one
+ * comes in unheld when a slot can be had. */
+static void on_hint(sim *s, const rpl_event *e, size_t i, rpl_result *out)
+{
+	uint32_t id = e->id;
+	if (s->res[id]) {
+		if (s->refs[id] == 0 && !uses_heap(s))
+			ev_del(s, id), ev_add(s, id, i);
+		return;
+	}
+	if (make_room(s) != 0) {
+		out->hints_dropped++;
+		return;
+	}
+	s->res[id] = 1, s->nres++, s->a[id] = 0;
+	ev_add(s, id, i);
+	out->hint_reads++, out->hint_bytes += e->bytes;
+}
+
+/* Event i of the trace. 0, or -1 (no slot for an acquire). */
+static int step(sim *s, size_t i, int apply, rpl_result *out)
+{
+	const rpl_event *e = &s->t->ev[i];
+	uint32_t id = e->id;
+	switch (e->op) {
+	case RPL_ACQUIRE:
+		return on_acquire(s, e, out);
+	case RPL_RELEASE:
+		if (--s->refs[id] == 0)
+			ev_add(s, id, i);
+		return 0;
+	case RPL_PREFETCH:
+		if (apply)
+			on_hint(s, e, i, out);
+		return 0;
+	case RPL_EVICT:
+		if (s->res[id])
+			leave(s, id);
+		return 0;
+	default: /* RPL_RESET: nothing is held, so every resident block is evictable */
+		while ((id = victim(s)) != NONE)
+			leave(s, id);
+		return 0;
+	}
+}
+
+static void sim_free(sim *s)
+{
+	free(s->res), free(s->seg), free(s->refs), free(s->prev), free(s->nxt), free(s->heap), free(s->pos);
+	free(s->a), free(s->b);
+}
+
 int rpl_simulate(rpl_trace *t, rpl_policy pol, unsigned slots, int hints, rpl_result *out)
 {
 	memset(out, 0, sizeof *out);
@@ -456,62 +536,10 @@ int rpl_simulate(rpl_trace *t, rpl_policy pol, unsigned slots, int hints, rpl_re
 	s.heap = malloc(n * sizeof *s.heap), s.pos = malloc(n * sizeof *s.pos);
 	s.a = calloc(n, sizeof *s.a), s.b = calloc(n, sizeof *s.b);
 	int rc = s.res && s.seg && s.refs && s.prev && s.nxt && s.heap && s.pos && s.a && s.b ? 0 : -2;
-	int apply = hints && pol != RPL_MIN;
-	for (size_t i = 0; i < t->n && rc == 0; i++, s.now++) {
-		const rpl_event *e = &t->ev[i];
-		uint32_t id = e->id;
-		switch (e->op) {
-		case RPL_ACQUIRE:
-			out->acquires++;
-			if (s.res[id]) {
-				out->hits++;
-				if (s.refs[id] == 0)
-					ev_del(&s, id);
-				if (pol == RPL_SLRU)
-					promote(&s, id);
-			} else {
-				out->misses++, out->miss_bytes += e->bytes;
-				if (make_room(&s) != 0) { /* cannot happen at slots >= peak_held */
-					rc = -1;
-					break;
-				}
-				s.res[id] = 1, s.nres++, s.a[id] = 0;
-			}
-			s.a[id] += pol == RPL_LFU;
-			s.refs[id]++;
-			break;
-		case RPL_RELEASE:
-			if (--s.refs[id] == 0)
-				ev_add(&s, id, i);
-			break;
-		case RPL_PREFETCH:
-			if (!apply)
-				break;
-			if (s.res[id]) {
-				if (s.refs[id] == 0 && !uses_heap(&s)) /* a use: to its list's tail */
-					ev_del(&s, id), ev_add(&s, id, i);
-				break;
-			}
-			if (make_room(&s) != 0) {
-				out->hints_dropped++;
-				break;
-			}
-			s.res[id] = 1, s.nres++, s.a[id] = 0;
-			ev_add(&s, id, i);
-			out->hint_reads++, out->hint_bytes += e->bytes;
-			break;
-		case RPL_EVICT:
-			if (s.res[id])
-				leave(&s, id);
-			break;
-		default: /* RPL_RESET: nothing is held, so every resident block is evictable */
-			while ((id = victim(&s)) != NONE)
-				leave(&s, id);
-			break;
-		}
-	}
-	free(s.res), free(s.seg), free(s.refs), free(s.prev), free(s.nxt), free(s.heap), free(s.pos), free(s.a),
-		free(s.b);
+	int apply = hints && pol != RPL_MIN; /* min knows the future: hints tell it nothing */
+	for (size_t i = 0; i < t->n && rc == 0; i++, s.now++)
+		rc = step(&s, i, apply, out);
+	sim_free(&s);
 	return rc;
 }
 

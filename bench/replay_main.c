@@ -37,109 +37,140 @@ static double pct(uint64_t a, uint64_t b)
 	return b ? 100.0 * (double)a / (double)b : 0;
 }
 
-int main(int argc, char **argv)
+typedef struct args {
+	const char *path;
+	unsigned slots[MAXSLOTS], nslots;
+	int want[RPL_NPOLICIES], hints;
+} args;
+
+/* A comma-separated list of counts or of policies: 0, or 2 with the message printed. */
+static int parse_slots(args *a, const char *v)
 {
-	const char *path = NULL;
-	unsigned slots[MAXSLOTS], nslots = 0;
-	int want[RPL_NPOLICIES] = {1, 1, 1, 1}, hints = 1;
+	char buf[512], *save = NULL;
+	snprintf(buf, sizeof buf, "%s", v);
+	a->nslots = 0;
+	for (char *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
+		unsigned long long n;
+		if (a->nslots == MAXSLOTS || rfb_parse_count(s, 1, 1u << 24, &n) != 0)
+			return fail("--slots: expected up to 64 counts in 1..16777216, got", v);
+		a->slots[a->nslots++] = (unsigned)n;
+	}
+	return a->nslots ? 0 : fail("--slots: expected counts, got", v);
+}
+
+static int parse_policies(args *a, const char *v)
+{
+	char buf[512], *save = NULL;
+	snprintf(buf, sizeof buf, "%s", v);
+	memset(a->want, 0, sizeof a->want);
+	int any = 0;
+	for (char *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
+		rpl_policy p;
+		if (rpl_policy_parse(s, &p) != 0)
+			return fail("--policy: expected lru, slru, lfu, min or belady, got", s);
+		a->want[p] = any = 1;
+	}
+	return any ? 0 : fail("--policy: expected policies, got", v);
+}
+
+/* 0, 1 (--help printed) or 2 (message printed). */
+static int parse(int argc, char **argv, args *a)
+{
+	*a = (args){.want = {1, 1, 1, 1}, .hints = 1};
 	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+		const char *o = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int rc = 0;
+		if (!strcmp(o, "--help") || !strcmp(o, "-h")) {
 			fputs(usage, stdout);
-			return 0;
-		} else if (!strcmp(a, "--slots") && v) {
-			char buf[512], *save = NULL;
-			snprintf(buf, sizeof buf, "%s", v);
-			nslots = 0;
-			for (char *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
-				unsigned long long n;
-				if (nslots == MAXSLOTS || rfb_parse_count(s, 1, 1u << 24, &n) != 0)
-					return fail("--slots: expected up to 64 counts in 1..16777216, got", v);
-				slots[nslots++] = (unsigned)n;
-			}
-			if (nslots == 0)
-				return fail("--slots: expected counts, got", v);
-			i++;
-		} else if (!strcmp(a, "--policy") && v) {
-			char buf[512], *save = NULL;
-			snprintf(buf, sizeof buf, "%s", v);
-			memset(want, 0, sizeof want);
-			int any = 0;
-			for (char *s = strtok_r(buf, ",", &save); s; s = strtok_r(NULL, ",", &save)) {
-				rpl_policy p;
-				if (rpl_policy_parse(s, &p) != 0)
-					return fail("--policy: expected lru, slru, lfu, min or belady, got", s);
-				want[p] = any = 1;
-			}
-			if (!any)
-				return fail("--policy: expected policies, got", v);
-			i++;
-		} else if (!strcmp(a, "--hints") && v) {
+			return 1;
+		} else if (!strcmp(o, "--slots") && v) {
+			rc = parse_slots(a, v), i++;
+		} else if (!strcmp(o, "--policy") && v) {
+			rc = parse_policies(a, v), i++;
+		} else if (!strcmp(o, "--hints") && v) {
 			if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0)
 				return fail("--hints: expected on or off, got", v);
-			hints = v[1] == 'n', i++;
-		} else if (a[0] == '-' || path != NULL) {
-			return fail("unexpected argument", a);
+			a->hints = v[1] == 'n', i++;
+		} else if (o[0] == '-' || a->path != NULL) {
+			return fail("unexpected argument", o);
 		} else {
-			path = a;
+			a->path = o;
 		}
+		if (rc != 0)
+			return rc;
 	}
-	if (path == NULL)
-		return fail("no trace given:", "");
-	rpl_trace t;
-	char err[512];
-	if (rpl_trace_load(&t, path, err, sizeof err) != 0) {
-		fprintf(stderr, "ringfetch-replay: %s\n", err);
-		return 1;
-	}
-	if (nslots == 0 && t.slots == 0) {
-		fprintf(stderr, "ringfetch-replay: %s names no slot count: give --slots\n", path);
-		rpl_trace_free(&t);
-		return 2;
-	}
-	if (nslots == 0)
-		slots[nslots++] = t.slots;
-	if (t.trailing)
-		fprintf(stderr, "ringfetch-replay: %s: %llu bytes of a partial last record ignored\n", path,
-			(unsigned long long)t.trailing);
-	const rpl_recorded *r = &t.rec;
+	return a->path ? 0 : fail("no trace given:", "");
+}
+
+static void print_recorded(const rpl_trace *t, const char *path)
+{
+	const rpl_recorded *r = &t->rec;
 	printf("%s: %zu calls over %.3f s, %llu keys, at most %u held at once; recorded on %u slots of %llu KiB\n",
-	       path, t.n, (double)t.duration_ns / 1e9, (unsigned long long)t.keys, t.peak_held, t.slots,
-	       (unsigned long long)(t.slot_bytes >> 10));
+	       path, t->n, (double)t->duration_ns / 1e9, (unsigned long long)t->keys, t->peak_held, t->slots,
+	       (unsigned long long)(t->slot_bytes >> 10));
 	printf("ringfetch: %llu acquires, %llu misses (%llu of them hinted keys not yet copied), hit rate %.2f%%; "
 	       "%.1f MiB read by misses, %.1f MiB by %llu hints\n",
 	       (unsigned long long)r->acquires, (unsigned long long)r->misses, (unsigned long long)r->hinted,
 	       pct(r->hits, r->acquires), mib(r->miss_bytes), mib(r->prefetch_bytes), (unsigned long long)r->prefetches);
+}
+
+/* The rows of one slot count: 0, or 1 out of memory. */
+static int print_slots(rpl_trace *t, const args *a, unsigned slots)
+{
+	rpl_result best;
+	int have_min = rpl_simulate(t, RPL_MIN, slots, 0, &best) == 0;
+	for (int p = 0; p < RPL_NPOLICIES; p++) {
+		if (!a->want[p])
+			continue;
+		rpl_result x = best;
+		int s = p == RPL_MIN ? (have_min ? 0 : -1) : rpl_simulate(t, (rpl_policy)p, slots, a->hints, &x);
+		if (s == -1) {
+			printf("%8u %-6s %12s   (cannot replay: the trace holds %u keys at once)\n", slots,
+			       rpl_policy_name((rpl_policy)p), "-", t->peak_held);
+			continue;
+		}
+		if (s != 0) {
+			fprintf(stderr, "ringfetch-replay: out of memory\n");
+			return 1;
+		}
+		char hr[24] = "-", vs[24] = "-";
+		if (p != RPL_MIN && a->hints)
+			snprintf(hr, sizeof hr, "%llu", (unsigned long long)x.hint_reads);
+		if (have_min && best.misses > 0)
+			snprintf(vs, sizeof vs, "%.3fx", (double)x.misses / (double)best.misses);
+		printf("%8u %-6s %12llu %12.1f %8.2f%% %12s %10s\n", slots, rpl_policy_name((rpl_policy)p),
+		       (unsigned long long)x.misses, mib(x.miss_bytes + x.hint_bytes), pct(x.hits, x.acquires), hr, vs);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	args a;
+	int rc = parse(argc, argv, &a);
+	if (rc != 0)
+		return rc == 1 ? 0 : 2;
+	rpl_trace t;
+	char err[512];
+	if (rpl_trace_load(&t, a.path, err, sizeof err) != 0) {
+		fprintf(stderr, "ringfetch-replay: %s\n", err);
+		return 1;
+	}
+	if (a.nslots == 0 && t.slots == 0) {
+		fprintf(stderr, "ringfetch-replay: %s names no slot count: give --slots\n", a.path);
+		rpl_trace_free(&t);
+		return 2;
+	}
+	if (a.nslots == 0)
+		a.slots[a.nslots++] = t.slots;
+	if (t.trailing)
+		fprintf(stderr, "ringfetch-replay: %s: %llu bytes of a partial last record ignored\n", a.path,
+			(unsigned long long)t.trailing);
+	print_recorded(&t, a.path);
 	printf("%8s %-6s %12s %12s %9s %12s %10s\n", "slots", "policy", "misses", "MiB read", "hit rate",
 	       "hint reads", "vs min");
-	int rc = 0;
-	for (unsigned k = 0; k < nslots; k++) {
-		rpl_result best;
-		int have_min = rpl_simulate(&t, RPL_MIN, slots[k], 0, &best) == 0;
-		for (int p = 0; p < RPL_NPOLICIES; p++) {
-			if (!want[p])
-				continue;
-			rpl_result x = best;
-			int s = p == RPL_MIN ? (have_min ? 0 : -1) : rpl_simulate(&t, (rpl_policy)p, slots[k], hints, &x);
-			if (s == -1) {
-				printf("%8u %-6s %12s   (cannot replay: the trace holds %u keys at once)\n", slots[k],
-				       rpl_policy_name(p), "-", t.peak_held);
-				continue;
-			}
-			if (s != 0) {
-				fprintf(stderr, "ringfetch-replay: out of memory\n");
-				rc = 1;
-				break;
-			}
-			char hr[24] = "-", vs[24] = "-";
-			if (p != RPL_MIN && hints)
-				snprintf(hr, sizeof hr, "%llu", (unsigned long long)x.hint_reads);
-			if (have_min && best.misses > 0)
-				snprintf(vs, sizeof vs, "%.3fx", (double)x.misses / (double)best.misses);
-			printf("%8u %-6s %12llu %12.1f %8.2f%% %12s %10s\n", slots[k], rpl_policy_name(p),
-			       (unsigned long long)x.misses, mib(x.miss_bytes + x.hint_bytes), pct(x.hits, x.acquires), hr, vs);
-		}
-	}
+	for (unsigned k = 0; k < a.nslots && rc == 0; k++)
+		rc = print_slots(&t, &a, a.slots[k]);
 	rpl_trace_free(&t);
 	return rc;
 }
