@@ -266,8 +266,16 @@ rfs_contestant *rfs_contestant_create(const rfs_model *m, rfs_kind kind, const c
 		fprintf(stderr, "%s: out of memory\n", rfs_kind_name(kind));
 	if (rc == 0 && kind == RFS_LAYER)
 		rc = create_pipeline(c, backend, o->depth);
-	if (rc == 0 && (kind == RFS_KEYED || kind == RFS_KEYED_HINTS))
-		rc = create_pipeline(c, backend, o->slots);
+	if (rc == 0 && (kind == RFS_KEYED || kind == RFS_KEYED_HINTS)) {
+		/* room for the whole run's calls (warm-up round included), so that no round grows the log */
+		size_t routed = o->topk * o->batch < o->experts ? o->topk * o->batch : o->experts;
+		c->caplog = (size_t)(o->rounds + 1) * o->steps * o->layers * (3 * routed + o->hint_next);
+		rc = (c->log = malloc(c->caplog * sizeof *c->log)) ? 0 : -1;
+		if (rc != 0)
+			fprintf(stderr, "%s: out of memory for the log of its calls\n", rfs_kind_name(kind));
+		else
+			rc = create_pipeline(c, backend, o->slots);
+	}
 	if (rc != 0) {
 		rfs_contestant_destroy(c);
 		return NULL;
