@@ -385,6 +385,21 @@ static int nop_cb(void *user, const rf_block *b)
 	return 0;
 }
 
+typedef struct cb_ctx {
+	rf_pipeline *p;
+	const char *path;
+	int rc_start, rc_stop;
+} cb_ctx;
+
+static int trace_from_callback(void *user, const rf_block *b)
+{
+	cb_ctx *c = user;
+	(void)b;
+	c->rc_start = rf_pipeline_keyed_trace(c->p, c->path, 0);
+	c->rc_stop = rf_pipeline_keyed_trace(c->p, NULL, 0);
+	return 0;
+}
+
 static char *tmp_path(void)
 {
 	static char path[64];
@@ -505,6 +520,13 @@ Test(replay, trace_call_errors)
 	cr_assert_eq(mkfifo(fifo, 0600), 0);
 	cr_assert_eq(rf_pipeline_keyed_trace(p, fifo, 0), RF_EIO);
 	unlink(fifo);
+	static unsigned char blk[4096];
+	const void *one[1] = {blk};
+	size_t one_size[1] = {sizeof blk};
+	cb_ctx cb = {p, path, 0, 0};
+	cr_assert_eq(rf_pipeline_run(p, 1, one, one_size, trace_from_callback, &cb), RF_OK);
+	cr_assert(cb.rc_start == RF_EBUSY && cb.rc_stop == RF_EBUSY, "from a compute callback: %d, %d", cb.rc_start,
+		  cb.rc_stop);
 	cr_assert_eq(rf_pipeline_keyed_trace(p, path, 0), RF_OK, "%s", rf_errmsg());
 	cr_assert_eq(rf_pipeline_keyed_trace(p, path, 0), RF_EBUSY, "a second start");
 	static unsigned char a[4096];
