@@ -139,8 +139,9 @@ static double paired_ratio(const bench *b, const entry *x, const entry *ref)
 	return rfb_median(v, b->o->rounds);
 }
 
-static void records(const bench *b, rfs_record *r)
+static int records(const bench *b, rfs_record *r)
 {
+	int rc = 0;
 	const entry *seq = NULL, *spin = NULL;
 	for (size_t j = 0; j < b->n; j++) {
 		seq = b->e[j].kind == RFS_SEQUENTIAL ? &b->e[j] : seq;
@@ -172,7 +173,10 @@ static void records(const bench *b, rfs_record *r)
 				    .vs_spin = paired_ratio(b, x, spin),
 				    .checksum = x->checksum,
 				    .checksum_ok = x->checksum_ok};
+		if (rfs_contestant_bound(x->c, &r[j].bound) != 0)
+			rc = -1;
 	}
+	return rc;
 }
 
 static int outputs(const bench *b, const rfs_record *r)
@@ -200,8 +204,9 @@ static int run(bench *b)
 	if (!b->o->quiet && rfs_now() - b->t0 >= 2)
 		fprintf(stderr, "\r%40s\r", "");
 	rfs_record r[RFS_NKINDS * RFB_MAX_LIST];
+	if (rc == 0)
+		rc = records(b, r);
 	if (rc == 0) {
-		records(b, r);
 		const rfs_opts *o = b->o;
 		printf("ringfetch-serve-bench %s: %u layers x %u experts of %zu KiB, top-%u, batch %u, skew %g, "
 		       "compute = sum + %g us (%llu iterations) per expert and token\n"
@@ -210,6 +215,7 @@ static int run(bench *b)
 		       rf_version_string(), o->layers, o->experts, o->expert_bytes >> 10, o->topk, o->batch, o->skew,
 		       o->compute_us, (unsigned long long)b->m->iters, o->steps, o->rounds);
 		rfs_print_table(r, b->n, stdout);
+		rfs_print_bounds(r, b->n, stdout);
 		rc = outputs(b, r);
 	}
 	for (size_t j = 0; j < b->n; j++) {

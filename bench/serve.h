@@ -139,6 +139,20 @@ const char *rfs_contestant_backend(const rfs_contestant *c);
 unsigned rfs_contestant_slots(const rfs_contestant *c);
 void rfs_contestant_destroy(rfs_contestant *c);
 
+/* A keyed contestant's misses and reads since create (warm-up included) beside the fewest any policy
+ * could have had on the same acquires at the same slots (Belady's MIN, bench/replay.h: its reads are
+ * its misses, and no schedule, hinted or not, reads fewer blocks), and the reads of lru's replay of its
+ * calls (misses and hints' reads: equal to ringfetch's reads when no hint was held back). */
+typedef struct rfs_bound {
+	int have; /* 0: not a keyed contestant */
+	unsigned slots;
+	uint64_t acquires, misses, reads; /* reads: copies issued, hints' included */
+	uint64_t min_misses, lru_reads;
+} rfs_bound;
+/* 0 (out->have 0 for the others), or -1 (out of memory, or the calls' log is not a valid trace:
+ * message printed). */
+int rfs_contestant_bound(rfs_contestant *c, rfs_bound *out);
+
 /* ---- the report (serve_report.c) ------------------------------------------------------------------ */
 
 typedef struct rfs_record {
@@ -156,9 +170,12 @@ typedef struct rfs_record {
 	                                   round; NAN when not measured */
 	uint64_t checksum;              /* the last round's */
 	int checksum_ok;                /* every round's checksum equal to the direct line's */
+	rfs_bound bound;                /* keyed: misses over the run beside MIN's */
 } rfs_record;
 
 void rfs_print_table(const rfs_record *r, size_t n, FILE *f);
+/* The keyed contestants' misses beside MIN's (r[i].bound; those without `have` skipped), indented. */
+void rfs_print_bounds(const rfs_record *r, size_t n, FILE *f);
 int rfs_write_json(const rfs_record *r, size_t n, const rfs_opts *o, const rfs_model *m, const char *machine,
 		   const char *path);
 int rfs_write_csv(const rfs_record *r, size_t n, const char *path);

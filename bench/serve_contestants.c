@@ -11,6 +11,7 @@
  *   keyed-hints  the same, after prefetching the layer's routed experts (their copies start together)
  *                and the next layer's likeliest experts.
  * All call rfs_compute, which checks every sum against the source's. */
+#include "replay.h"
 #include "serve.h"
 
 #include <pthread.h>
@@ -85,7 +86,28 @@ struct rfs_contestant {
 	rfs_layer *L;         /* layer: the callback's view of the layer being run */
 	rfs_tally *t;
 	int fault;            /* RFS_SERVE_FAULT names this contestant: it is fed a wrong expert */
+	/* keyed: every RF_OK call, for rfs_contestant_bound (an append: the replay runs after the rounds) */
+	struct kcall {
+		uint64_t key;
+		uint32_t op; /* rpl_op */
+	} *log;
+	size_t nlog, caplog;
 };
+
+static int log_call(rfs_contestant *c, rpl_op op, uint64_t key)
+{
+	if (c->nlog == c->caplog) {
+		size_t cap = c->caplog ? 2 * c->caplog : 4096;
+		struct kcall *l = realloc(c->log, cap * sizeof *l);
+		if (l == NULL) {
+			fprintf(stderr, "\nkeyed: out of memory for the log of its calls\n");
+			return -1;
+		}
+		c->log = l, c->caplog = cap;
+	}
+	c->log[c->nlog++] = (struct kcall){key, (uint32_t)op};
+	return 0;
+}
 
 static int seq_layer(void *self, rfs_layer *L, rfs_tally *t)
 {
@@ -166,6 +188,8 @@ static int keyed_layer(void *self, rfs_layer *L, rfs_tally *t)
 		rfs_compute(c->m, L, i, b.data, t);
 		if ((rc = rf_pipeline_release(c->p, &b)) != RF_OK)
 			return keyed_fail("rf_pipeline_release", rc);
+		if (log_call(c, RPL_ACQUIRE, L->key[i]) != 0 || log_call(c, RPL_RELEASE, L->key[i]) != 0)
+			return -1;
 	}
 	return 0;
 }
@@ -184,6 +208,8 @@ static int keyed_hints_layer(void *self, rfs_layer *L, rfs_tally *t)
 		int rc = rf_pipeline_prefetch(c->p, key, src, c->m->o->expert_bytes, 0);
 		if (rc != RF_OK && rc != RF_ENOSPC)
 			return keyed_fail("rf_pipeline_prefetch", rc);
+		if (rc == RF_OK && log_call(c, RPL_PREFETCH, key) != 0)
+			return -1;
 	}
 	return keyed_layer(self, L, t);
 }
@@ -240,8 +266,16 @@ rfs_contestant *rfs_contestant_create(const rfs_model *m, rfs_kind kind, const c
 		fprintf(stderr, "%s: out of memory\n", rfs_kind_name(kind));
 	if (rc == 0 && kind == RFS_LAYER)
 		rc = create_pipeline(c, backend, o->depth);
-	if (rc == 0 && (kind == RFS_KEYED || kind == RFS_KEYED_HINTS))
-		rc = create_pipeline(c, backend, o->slots);
+	if (rc == 0 && (kind == RFS_KEYED || kind == RFS_KEYED_HINTS)) {
+		/* room for the whole run's calls (warm-up round included), so that no round grows the log */
+		size_t routed = o->topk * o->batch < o->experts ? o->topk * o->batch : o->experts;
+		c->caplog = (size_t)(o->rounds + 1) * o->steps * o->layers * (3 * routed + o->hint_next);
+		rc = (c->log = malloc(c->caplog * sizeof *c->log)) ? 0 : -1;
+		if (rc != 0)
+			fprintf(stderr, "%s: out of memory for the log of its calls\n", rfs_kind_name(kind));
+		else
+			rc = create_pipeline(c, backend, o->slots);
+	}
 	if (rc != 0) {
 		rfs_contestant_destroy(c);
 		return NULL;
@@ -297,11 +331,41 @@ unsigned rfs_contestant_slots(const rfs_contestant *c)
 	return c->p ? rf_pipeline_depth(c->p) : 0;
 }
 
+int rfs_contestant_bound(rfs_contestant *c, rfs_bound *out)
+{
+	memset(out, 0, sizeof *out);
+	if (c->kind != RFS_KEYED && c->kind != RFS_KEYED_HINTS)
+		return 0;
+	rf_keyed_stats st;
+	if (keyed_snapshot(c, &st) != 0)
+		return -1;
+	rpl_trace t;
+	char err[256];
+	size_t bytes = c->m->o->expert_bytes;
+	unsigned slots = rfs_contestant_slots(c);
+	rpl_trace_init(&t, slots);
+	int rc = rpl_trace_reserve(&t, c->nlog);
+	for (size_t i = 0; i < c->nlog && rc == 0; i++)
+		rc = rpl_trace_add(&t, (rpl_op)c->log[i].op, c->log[i].key, bytes, err, sizeof err);
+	rpl_result min, lru;
+	if (rc == 0 && (rpl_simulate(&t, RPL_MIN, slots, 0, &min) != 0 || rpl_simulate(&t, RPL_LRU, slots, 1, &lru) != 0))
+		rc = -1, snprintf(err, sizeof err, "cannot replay at %u slots", slots);
+	rpl_trace_free(&t);
+	if (rc != 0) {
+		fprintf(stderr, "%s: the replay of its calls: %s\n", rfs_kind_name(c->kind), err);
+		return -1;
+	}
+	*out = (rfs_bound){1, slots, st.acquires, st.acquires - st.hits, st.bytes_copied / bytes, min.misses,
+			   lru.misses + lru.hint_reads};
+	return 0;
+}
+
 void rfs_contestant_destroy(rfs_contestant *c)
 {
 	if (c == NULL)
 		return;
 	rf_pipeline_destroy(c->p);
+	free(c->log);
 	free(c->buf);
 	if (c->ring)
 		free(c->ring->slots);

@@ -40,6 +40,7 @@ typedef struct report {
 	int rc;
 	rfs_tally t[MAXROUNDS];
 	uint64_t read_bytes; /* over the measured rounds */
+	rfs_bound bound;     /* keyed: its whole run's misses beside MIN's */
 } report;
 
 typedef struct fctx {
@@ -281,6 +282,8 @@ static int child_run(fctx *x, int kind, unsigned first_round, report *rep)
 		}
 	}
 	rep->read_bytes = rc == 0 ? read_bytes_now() - rep->read_bytes : 0;
+	if (rc == 0 && c != NULL)
+		rc = rfs_contestant_bound(c, &rep->bound);
 	rfs_contestant_destroy(c);
 	rf_file_close(f);
 	if (map != MAP_FAILED)
@@ -504,6 +507,7 @@ int main(int argc, char **argv)
 		printf("%-12s %9s %9s %12s %9s %10s %9s %9s\n", "contestant", "ms/step", "cpu ms", "MiB read/step",
 		       "hit rate", "peak MiB", "vs mmap", "vs pread");
 		double ms[NC];
+		rfs_bound bounds[NC];
 		FILE *j = x.json ? fopen(x.json, "w") : NULL;
 		if (j)
 			fprintf(j, "{\"machine\": %s, \"file_mib\": %zu, \"budget_mib\": %zu, \"cgroup\": %d, \"results\": [\n",
@@ -523,16 +527,39 @@ int main(int argc, char **argv)
 			}
 			ms[k] = med(v, n);
 			double c = med(cpu, n), mb = med(mib, x.reps), h = k >= C_KEYED ? med(hit, n) : NAN, p = med(pk, x.reps);
-			char hs[32] = "null";
+			char hs[32] = "null", bs[160] = "";
 			if (!isnan(h))
 				snprintf(hs, sizeof hs, "%.3f", h);
+			rfs_bound sum = {0};
+			for (unsigned r = 0; r < x.reps; r++) {
+				const rfs_bound *b = &reps[k * x.reps + r].bound;
+				sum.acquires += b->acquires, sum.misses += b->misses, sum.reads += b->reads;
+				sum.min_misses += b->min_misses;
+			}
+			if (k >= C_KEYED)
+				snprintf(bs, sizeof bs, ", \"run_acquires\": %llu, \"run_misses\": %llu, \"run_reads\": %llu, "
+					 "\"run_min_misses\": %llu", (unsigned long long)sum.acquires, (unsigned long long)sum.misses,
+					 (unsigned long long)sum.reads, (unsigned long long)sum.min_misses);
+			bounds[k] = sum;
 			printf("%-12s %9.2f %9.2f %12.1f %9.3f %10.1f %9.2f %9.2f\n", cname[k], ms[k], c, mb, h, p,
 			       ms[k] / ms[C_MMAP], k >= C_PREAD ? ms[k] / ms[C_PREAD] : NAN);
 			if (j)
 				fprintf(j,
 					"  {\"contestant\": \"%s\", \"ms_step\": %.3f, \"cpu_ms_step\": %.3f, \"mib_read_step\": %.2f, "
-					"\"hit_rate\": %s, \"peak_mib\": %.1f}%s\n",
-					cname[k], ms[k], c, mb, hs, p, k + 1 < NC ? "," : "");
+					"\"hit_rate\": %s, \"peak_mib\": %.1f%s}%s\n",
+					cname[k], ms[k], c, mb, hs, p, bs, k + 1 < NC ? "," : "");
+		}
+		/* The keyed processes' whole runs (warm-up included), summed over the repetitions, beside MIN's. */
+		printf("keyed reads beside Belady's MIN on the same acquires at %u slots, each process's whole run "
+		       "(warm-up included), summed over the repetitions (bench/replay.h):\n"
+		       "  %-12s %10s %10s %10s %10s %13s\n", o->slots, "contestant", "acquires", "misses", "reads", "MIN",
+		       "reads vs MIN");
+		for (int k = C_KEYED; k < NC; k++) {
+			const rfs_bound sum = bounds[k];
+			printf("  %-12s %10llu %10llu %10llu %10llu %12.2fx\n", cname[k], (unsigned long long)sum.acquires,
+			       (unsigned long long)sum.misses, (unsigned long long)sum.reads,
+			       (unsigned long long)sum.min_misses,
+			       sum.min_misses ? (double)sum.reads / (double)sum.min_misses : NAN);
 		}
 		if (j) {
 			fprintf(j, "]}\n");

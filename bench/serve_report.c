@@ -36,12 +36,43 @@ void rfs_print_table(const rfs_record *r, size_t n, FILE *f)
 	}
 }
 
+void rfs_print_bounds(const rfs_record *r, size_t n, FILE *f)
+{
+	int any = 0;
+	for (size_t i = 0; i < n; i++) {
+		const rfs_bound *b = &r[i].bound;
+		if (!b->have)
+			continue;
+		if (!any++)
+			fprintf(f, "each keyed pipeline's whole run (warm-up round included) beside Belady's MIN on the same "
+				   "acquires at the same slots\n(MIN reads only on its misses; no policy, hinted or not, reads "
+				   "fewer blocks; bench/replay.h):\n"
+				   "  %-12s %-8s %5s %10s %10s %10s %10s %13s %10s\n", "contestant", "backend", "slots",
+				"acquires", "misses", "reads", "MIN", "reads vs MIN", "lru reads");
+		char vs[24] = "-";
+		if (b->min_misses > 0)
+			snprintf(vs, sizeof vs, "%.2fx", (double)b->reads / (double)b->min_misses);
+		fprintf(f, "  %-12s %-8s %5u %10llu %10llu %10llu %10llu %13s %10llu\n", rfs_kind_name(r[i].kind),
+			r[i].backend, b->slots, (unsigned long long)b->acquires, (unsigned long long)b->misses,
+			(unsigned long long)b->reads, (unsigned long long)b->min_misses, vs,
+			(unsigned long long)b->lru_reads);
+	}
+}
+
 static void jnum(FILE *f, const char *key, double v)
 {
 	if (isnan(v))
 		fprintf(f, ", \"%s\": null", key);
 	else
 		fprintf(f, ", \"%s\": %.6g", key, v);
+}
+
+static void jint(FILE *f, const char *key, int have, uint64_t v)
+{
+	if (have)
+		fprintf(f, ", \"%s\": %llu", key, (unsigned long long)v);
+	else
+		fprintf(f, ", \"%s\": null", key);
 }
 
 int rfs_write_json(const rfs_record *r, size_t n, const rfs_opts *o, const rfs_model *m, const char *machine,
@@ -76,6 +107,11 @@ int rfs_write_json(const rfs_record *r, size_t n, const rfs_opts *o, const rfs_m
 		jnum(f, "dropped_per_step", x->dropped_step);
 		jnum(f, "ratio_vs_sequential", x->vs_seq);
 		jnum(f, "ratio_vs_spin", x->vs_spin);
+		jint(f, "run_acquires", x->bound.have, x->bound.acquires);
+		jint(f, "run_misses", x->bound.have, x->bound.misses);
+		jint(f, "run_reads", x->bound.have, x->bound.reads);
+		jint(f, "run_min_misses", x->bound.have, x->bound.min_misses);
+		jint(f, "run_lru_replay_reads", x->bound.have, x->bound.lru_reads);
 		fprintf(f, ", \"checksum\": \"%016llx\", \"checksum_ok\": %s}%s\n", (unsigned long long)x->checksum,
 			x->checksum_ok ? "true" : "false", i + 1 < n ? "," : "");
 	}

@@ -380,6 +380,48 @@ typedef struct rf_keyed_stats {
  * atomically, together not one snapshot. \return RF_OK; RF_EINVAL (p or out NULL). */
 RF_EXTERN int rf_pipeline_keyed_stats(const rf_pipeline *p, rf_keyed_stats *out);
 
+/* A keyed access trace (docs/serving.md, "Access traces"): a 32-byte header, then one 32-byte record per
+ * RF_OK keyed call, host byte order (little-endian on every supported machine):
+ *   header: char magic[8] = "RFKTRACE"; uint32_t version = 1; uint32_t record_bytes = 32;
+ *           uint32_t slots (the pipeline's); uint32_t flags = 0; uint64_t slot_bytes;
+ *   record: uint64_t key; uint64_t bytes; uint64_t ns (CLOCK_MONOTONIC since the trace started);
+ *           uint32_t kind (below); uint32_t slot (UINT32_MAX: none). key, bytes: the call's (release:
+ *           the block's index and bytes; reset: 0). ringfetch-replay reads it. */
+typedef enum rf_keyed_trace_kind {
+	RF_KTRACE_ACQUIRE_HIT = 1,      /* an acquire that issued no copy (late hits included) */
+	RF_KTRACE_ACQUIRE_MISS = 2,     /* an acquire that copied a key that was absent */
+	RF_KTRACE_ACQUIRE_HINTED = 3,   /* an acquire that copied a key whose hint had a slot but no copy
+	                                   made yet (held back or overtaken): a miss, the key not absent */
+	RF_KTRACE_PREFETCH = 4,         /* a hint that found the key absent (its slot chosen now) */
+	RF_KTRACE_PREFETCH_PRESENT = 5, /* a hint that found the key resident, held or on its way */
+	RF_KTRACE_RELEASE = 6,
+	RF_KTRACE_EVICT = 7,            /* also of an absent key */
+	RF_KTRACE_RESET = 8             /* a run started work: every key left its slot */
+} rf_keyed_trace_kind;
+
+/**
+ * Record p's keyed calls to a file (path non-NULL: start; NULL: stop). Start creates or truncates path
+ * (mode 0666 less the umask; a FIFO without a reader is RF_EIO, never a wait) and allocates a 64 KiB
+ * buffer here; from then on every RF_OK acquire, prefetch, release and evict, and every run that
+ * empties the cache, adds a record without allocating (a failed call adds none), and the buffer is
+ * written with write(2), on the thread of the keyed call that fills it, every 2048 records. Stop (or
+ * rf_pipeline_destroy) writes the rest and closes the file. A write that fails (the disk full, EIO)
+ * fails no keyed call: the trace stops writing, later records are lost, and the stop returns RF_EIO
+ * saying why and how many records were lost (the file then holds the header and the records up to
+ * the failure, the last one possibly cut short); destroy cannot report it: stop first to know. Off, a
+ * keyed call pays one predictable branch. Keys resident when a trace starts are not recorded: start
+ * it before the first keyed call (or after a run) for a replay of the cache from empty. The thread
+ * rules of keyed calls apply (one thread at a time, not from a compute callback).
+ * RINGFETCH_KEYED_TRACE=path starts one at rf_pipeline_create for each pipeline (docs/serving.md).
+ * \return RF_OK (stop: also when none was on);
+ *         RF_EINVAL (p NULL, path "", flags != 0);
+ *         RF_EBUSY (start while a trace is on; a run or keyed call in progress; from a compute callback);
+ *         RF_ENOTSUP (the backend has no keyed use);
+ *         RF_EIO (start: the file cannot be created or its header written; stop: a write or the close
+ *                 failed; the trace is stopped either way); RF_ENOMEM.
+ */
+RF_EXTERN int rf_pipeline_keyed_trace(rf_pipeline *p, const char *path, unsigned flags);
+
 #ifdef __cplusplus
 }
 #endif

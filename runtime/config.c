@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/parse.h"
 #include "memory/staging.h"
+#include "runtime/ktrace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -93,7 +94,7 @@ static int rf__set_string(char *dst, size_t cap, const char *v)
 
 /* How a row's value is checked and stored. */
 enum { RF__K_DEPTH, RF__K_BACKEND, RF__K_QUEUES, RF__K_STAGING, RF__K_TRACE, RF__K_BUDGET, RF__K_WAIT,
-       RF__K_HANDOFF, RF__K_OVERLAP, RF__K_CPUS, RF__K_ORACLE };
+       RF__K_HANDOFF, RF__K_OVERLAP, RF__K_CPUS, RF__K_ORACLE, RF__K_KTRACE };
 
 /* Check value for a row of `kind` and store it: 0, or -1 when it is malformed (nothing stored). `from`
  * says where it came from ("memory_budget in FILE", "RINGFETCH_BACKEND"), for later messages. */
@@ -128,6 +129,12 @@ static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
 		return rf__set_string(c->staging, sizeof c->staging, v);
 	case RF__K_TRACE:
 		return rf__set_string(c->trace, sizeof c->trace, v);
+	case RF__K_KTRACE: { /* checked whole now: a bad '%' is RF_ECONFIG at create, not a surprise file */
+		char path[sizeof c->keyed_trace];
+		if (rf__ktrace_expand(v, 0, path, sizeof path) != 0)
+			return -1;
+		return rf__set_string(c->keyed_trace, sizeof c->keyed_trace, v);
+	}
 	case RF__K_BUDGET:
 		if (rf__parse_bytes(v, &c->memory_budget) != 0)
 			return -1;
@@ -182,6 +189,7 @@ static const rf__cfg_key rf__cfg_keys[] = {
 	{"worker_cpus", "RINGFETCH_WORKER_CPUS", 0, "a CPU list like 2-3,6 (CPUs and ranges lo-hi, lo <= hi)",
 	 RF__K_CPUS},
 	{NULL, "RINGFETCH_ORACLE", 0, "0 or 1", RF__K_ORACLE},
+	{NULL, "RINGFETCH_KEYED_TRACE", 0, "a file path (1..1023 bytes; %p: the process id, %%: a %)", RF__K_KTRACE},
 };
 #define RF__NKEYS (sizeof rf__cfg_keys / sizeof rf__cfg_keys[0])
 

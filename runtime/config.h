@@ -28,6 +28,7 @@ typedef struct rf__config {
 	int overlap;
 	char worker_cpus[128]; /* the copy workers' OS CPUs, e.g. "2-3,6" ("" unset: the caller's binding) */
 	char trace[1024];
+	char keyed_trace[1024]; /* RINGFETCH_KEYED_TRACE, as given (%p expanded at create) */
 	unsigned long long memory_budget;
 	char budget_from[160]; /* where memory_budget came from, for messages */
 	int oracle;            /* RINGFETCH_ORACLE=1: check every run's execution log (slow; debugging) */

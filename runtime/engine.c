@@ -7,6 +7,7 @@
 #include "runtime/autodepth.h"
 #include "runtime/engine.h"
 #include "runtime/keyed.h"
+#include "runtime/ktrace.h"
 #include "runtime/oracle.h"
 #include "runtime/trace.h"
 
@@ -427,6 +428,8 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	}
 	if (e->keyed != NULL) /* the run reuses every slot: no key stays resident */
 		rf__keyed_reset(e->keyed);
+	if (e->ktrace != NULL)
+		rf__ktrace_add(e->ktrace, RF_KTRACE_RESET, 0, 0, UINT32_MAX);
 	memset(&e->last, 0, sizeof e->last);
 	e->last.blocks = nblocks;
 	e->last.bytes = bytes;

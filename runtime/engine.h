@@ -55,6 +55,7 @@ typedef struct rf__engine {
 	/* Keyed use (runtime/keyed.h), or NULL: a run refuses to start while it holds a block and empties
 	 * it before the run reuses the slots. */
 	struct rf__keyed *keyed;
+	struct rf__ktrace *ktrace; /* rf_pipeline_keyed_trace, or NULL: a reset is recorded there */
 	/* RINGFETCH_ORACLE=1 (set by init): check every successful run's execution log (runtime/oracle.h),
 	 * as a ring's, or against `graph`'s promises when non-NULL (rf_exec). */
 	int oracle;

@@ -4,6 +4,7 @@
 #include "runtime/config.h"
 #include "runtime/engine.h"
 #include "runtime/keyed.h"
+#include "runtime/ktrace.h"
 #include "base/error.h"
 #include "runtime/trace.h"
 
@@ -63,6 +64,7 @@ static void rf__pipeline_free(void *p)
 		if (i != pl->probe.cur)
 			rf_program_destroy(pl->cprog[i]);
 	rf__keyed_destroy(pl->eng.keyed); /* waits for keyed copies: before the slots go */
+	rf__ktrace_close(pl->eng.ktrace, NULL); /* nobody to tell of a failed write: stop it first to know */
 	rf__engine_fini(&pl->eng);
 	free(pl);
 }
@@ -95,6 +97,21 @@ static int rf__pipeline_auto(const rf_pipeline_params *pp, rf__resolved *r)
 	r->auto_max = max;
 	r->depth = lo < max ? lo : max;
 	return RF_OK;
+}
+
+/* RINGFETCH_KEYED_TRACE: this process's first pipeline writes the path itself, later ones path.1, ... */
+static int rf__pipeline_ktrace_env(rf_pipeline *p, const rf__config *c)
+{
+	char path[sizeof c->keyed_trace + 16];
+	unsigned seq = rf__ktrace_next_seq();
+	if (rf__ktrace_expand(c->keyed_trace, seq, path, sizeof path) != 0)
+		return rf__err(RF_ECONFIG, "rf_pipeline_create: RINGFETCH_KEYED_TRACE=\"%.200s\" does not expand to a path "
+					   "of at most %zu bytes", c->keyed_trace, sizeof path - 1);
+	int rc = rf__ktrace_open("rf_pipeline_create", path, p->eng.nslots, p->eng.slot_bytes, &p->eng.ktrace);
+	if (rc == RF_EIO)
+		rc = rf__err(RF_ECONFIG, "rf_pipeline_create: RINGFETCH_KEYED_TRACE=\"%.200s\": %s", c->keyed_trace,
+			     rf__errmsg_peek());
+	return rc;
 }
 
 static int rf__pipeline_resolve(const rf_pipeline_params *pp, rf__resolved *r)
@@ -312,6 +329,8 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 					   p->eng.local ? "" : ", from depth 2 (copy queues + 1) on");
 	if (r.cfg.trace[0] != '\0' && (rc = rf__engine_trace(&p->eng, "rf_pipeline_create", r.cfg.trace)))
 		goto fail_free;
+	if (r.cfg.keyed_trace[0] != '\0' && p->eng.keyed != NULL && (rc = rf__pipeline_ktrace_env(p, &r.cfg)) != RF_OK)
+		goto fail_free;
 	*out = p;
 	return RF_OK;
 fail_free:
@@ -451,10 +470,75 @@ static int rf__keyed_end(rf_pipeline *p, int rc)
 	return rc;
 }
 
+/* ---- the keyed trace: each call's record, classified from the cache's own counters -------------- */
+
+static unsigned rf__ktrace_slot(const rf_pipeline *p, uint64_t key)
+{
+	rf_key_state st;
+	unsigned slot = UINT32_MAX;
+	rf__keyed_lookup(p->eng.keyed, key, &st, &slot);
+	return st == RF_KEY_ABSENT ? UINT32_MAX : slot;
+}
+
+static int rf__ktrace_prefetch(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, unsigned flags)
+{
+	rf_keyed_stats a, b;
+	rf__keyed_stats(p->eng.keyed, &a);
+	int rc = rf__keyed_prefetch(p->eng.keyed, key, src, bytes, flags);
+	if (rc != RF_OK)
+		return rc;
+	rf__keyed_stats(p->eng.keyed, &b);
+	rf__ktrace_add(p->eng.ktrace, b.prefetches != a.prefetches ? RF_KTRACE_PREFETCH : RF_KTRACE_PREFETCH_PRESENT,
+		       key, bytes, rf__ktrace_slot(p, key));
+	return RF_OK;
+}
+
+static int rf__ktrace_acquire(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, void *stream,
+			      unsigned flags, rf_block *out)
+{
+	rf_keyed_stats a, b;
+	int present = rf__ktrace_slot(p, key) != UINT32_MAX;
+	rf__keyed_stats(p->eng.keyed, &a);
+	int rc = rf__keyed_acquire(p->eng.keyed, key, src, bytes, stream, flags, out);
+	if (rc != RF_OK)
+		return rc;
+	rf__keyed_stats(p->eng.keyed, &b);
+	unsigned kind = b.hits != a.hits ? RF_KTRACE_ACQUIRE_HIT : present ? RF_KTRACE_ACQUIRE_HINTED
+									    : RF_KTRACE_ACQUIRE_MISS;
+	rf__ktrace_add(p->eng.ktrace, kind, key, bytes, out->slot);
+	return RF_OK;
+}
+
+int rf_pipeline_keyed_trace(rf_pipeline *p, const char *path, unsigned flags)
+{
+	static const char who[] = "rf_pipeline_keyed_trace";
+	if (p != NULL && path != NULL && path[0] == '\0')
+		return rf__err(RF_EINVAL, "%s: empty path", who);
+	if (p != NULL && flags != 0)
+		return rf__err(RF_EINVAL, "%s: flags must be 0 (got %#x)", who, flags);
+	int rc = rf__keyed_begin(p, who);
+	if (rc != RF_OK)
+		return rc;
+	if (path == NULL) {
+		rc = rf__ktrace_close(p->eng.ktrace, who);
+		p->eng.ktrace = NULL;
+	} else if (p->eng.ktrace != NULL) {
+		rc = rf__err(RF_EBUSY, "%s: a keyed trace is already being recorded (stop it first)", who);
+	} else {
+		rc = rf__ktrace_open(who, path, p->eng.nslots, p->eng.slot_bytes, &p->eng.ktrace);
+	}
+	return rf__keyed_end(p, rc);
+}
+
+/* With a trace on, each call is wrapped by its recording twin (one predictable branch when off). */
 int rf_pipeline_prefetch(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, unsigned flags)
 {
 	int rc = rf__keyed_begin(p, "rf_pipeline_prefetch");
-	return rc != RF_OK ? rc : rf__keyed_end(p, rf__keyed_prefetch(p->eng.keyed, key, src, bytes, flags));
+	if (rc != RF_OK)
+		return rc;
+	if (p->eng.ktrace != NULL)
+		return rf__keyed_end(p, rf__ktrace_prefetch(p, key, src, bytes, flags));
+	return rf__keyed_end(p, rf__keyed_prefetch(p->eng.keyed, key, src, bytes, flags));
 }
 
 int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, void *stream,
@@ -463,19 +547,31 @@ int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src, size_t by
 	int rc = rf__keyed_begin(p, "rf_pipeline_acquire");
 	if (rc != RF_OK)
 		return rc;
+	if (p->eng.ktrace != NULL)
+		return rf__keyed_end(p, rf__ktrace_acquire(p, key, src, bytes, stream, flags, out));
 	return rf__keyed_end(p, rf__keyed_acquire(p->eng.keyed, key, src, bytes, stream, flags, out));
 }
 
 int rf_pipeline_release(rf_pipeline *p, const rf_block *block)
 {
 	int rc = rf__keyed_begin(p, "rf_pipeline_release");
-	return rc != RF_OK ? rc : rf__keyed_end(p, rf__keyed_release(p->eng.keyed, block));
+	if (rc != RF_OK)
+		return rc;
+	rc = rf__keyed_release(p->eng.keyed, block);
+	if (rc == RF_OK && p->eng.ktrace != NULL)
+		rf__ktrace_add(p->eng.ktrace, RF_KTRACE_RELEASE, (uint64_t)block->index, block->bytes, block->slot);
+	return rf__keyed_end(p, rc);
 }
 
 int rf_pipeline_evict(rf_pipeline *p, uint64_t key)
 {
 	int rc = rf__keyed_begin(p, "rf_pipeline_evict");
-	return rc != RF_OK ? rc : rf__keyed_end(p, rf__keyed_evict(p->eng.keyed, key));
+	if (rc != RF_OK)
+		return rc;
+	rc = rf__keyed_evict(p->eng.keyed, key);
+	if (rc == RF_OK && p->eng.ktrace != NULL)
+		rf__ktrace_add(p->eng.ktrace, RF_KTRACE_EVICT, key, 0, UINT32_MAX);
+	return rf__keyed_end(p, rc);
 }
 
 int rf_pipeline_lookup(const rf_pipeline *p, uint64_t key, rf_key_state *state, unsigned *slot)

@@ -43,7 +43,16 @@ assert all((x['hit_rate'] is not None) == x['contestant'].startswith('keyed') fo
 assert all(x['mib_copied_per_step'] == 0 for x in r if x['contestant'] == 'direct')
 assert all(x['mib_copied_per_step'] > 0 for x in r if x['contestant'] in ('sequential', 'spin', 'layer'))
 EOF"
+	check "JSON: keyed reads at least MIN's, and lru's replay of keyed reads what keyed read" "python3 - \"$out/s.json\" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))['records']
+k = [x for x in r if x['contestant'].startswith('keyed')]
+assert len(k) == 4 and all(x['run_acquires'] > 0 and 0 < x['run_min_misses'] <= x['run_reads'] for x in k)
+assert all(x['run_lru_replay_reads'] == x['run_reads'] == x['run_misses'] for x in k if x['contestant'] == 'keyed')
+assert all(x['run_min_misses'] is None for x in r if not x['contestant'].startswith('keyed'))
+EOF"
 fi
+check "the table shows MIN beside the keyed misses" "grep -q \"Belady's MIN\" \"$out/table.txt\""
 
 # A keyed cache of 2 slots under a batch that routes up to 4 experts a layer, hints included.
 "$bench" $tiny --backend cpu,threads --slots 2 --hint-next 3 --contestants keyed,keyed-hints > "$out/small.txt"
