@@ -224,9 +224,13 @@ def _locate_experts(experts, files, weight_map, meta_model, hf_kwargs):
                     raise _rf.InvalidArgument("%s: tensor %r has shape %r, the model's %s has %r" % (
                         path, key, list(shape), renamed, list(param.shape)))
                 per = nbytes // E
+                nparts = 2 if pname == "gate_up_proj" else 1     # gate, up: the halves of a slice
+                prow, pbytes = rows // nparts, per // nparts
                 for e in range(E):
-                    pieces[mname, pname][e].append(
-                        _Piece(pname, 0, rows, path, offset + e * per, per, dtype, (rows, cols)))
+                    for part in range(nparts):
+                        pieces[mname, pname][e].append(_Piece(pname, part * prow, (part + 1) * prow, path,
+                                                              offset + e * per + part * pbytes, pbytes, dtype,
+                                                              (prow, cols)))
                 continue
             parts = _converter_parts(by_pattern[pattern], pattern)
             m = _pattern_regex(pattern).search(apply_renamings(key, renamings))
@@ -348,25 +352,22 @@ class _OneCaller:
 class _Layer:
     """One served experts module: its experts' keys, file sources and how to view their slots."""
 
-    def __init__(self, server, name, module, gate, experts_pieces, top_k):
+    def __init__(self, name, pieces, top_k):
         import torch
 
-        self.server, self.name, self.act_fn, self.gate, self.top_k = server, name, module.act_fn, gate, top_k
-        self.E = module.gate_up_proj.shape[0]
-        self.param_dtype = {p: getattr(module, p).dtype for p in ("gate_up_proj", "down_proj")}
-        self.keys, self.srcs, self.views = [], [], []
-        self.ranges = []            # per expert: [(path, begin, end)]
-        for e in range(self.E):
-            ps = experts_pieces["gate_up_proj"][e] + experts_pieces["down_proj"][e]
-            self.ranges.append(_plan_ranges(ps))
-        self.expert_bytes = max(sum(b - a for _, a, b in r) for r in self.ranges)
-        self._pieces = experts_pieces
         self._torch = torch
+        self.name, self.top_k = name, top_k
+        self.E = len(pieces["gate_up_proj"])
+        self.server = self.act_fn = self.gate = self.param_dtype = None
+        self.keys, self.srcs, self.views = [], [], []
+        self.ranges = [_plan_ranges(pieces["gate_up_proj"][e] + pieces["down_proj"][e]) for e in range(self.E)]
+        self.expert_bytes = max(sum(b - a for _, a, b in r) for r in self.ranges)
+        self._pieces = pieces
         self.next = None            # the next served layer (hints)
         self.predicted = None       # experts hinted for this layer from the previous one
 
     def bind(self, files, first_key):
-        """Keys from first_key on; file sources of each range; the view of each piece in its slot."""
+        """Keys from first_key on; file sources of each range; where each piece lies in its slot."""
         torch = self._torch
         key = first_key
         for e in range(self.E):
@@ -377,15 +378,19 @@ class _Layer:
                 key += 1
                 ss.append(files[path].file_source(a, b - a))
             for pname in ("gate_up_proj", "down_proj"):
-                for p in _merge_views(self._pieces[pname][e]):
-                    r = next(i for i, (path, a, b) in enumerate(rng) if path == p.path and a <= p.offset < b)
-                    vs[pname].append((r, p.offset - rng[r][1], p.nbytes, getattr(torch, _TORCH_DTYPES[p.dtype]),
-                                      p.shape))
+                for r, off, p in _merge_views(self._pieces[pname][e], rng):
+                    vs[pname].append((r, off, p.nbytes, getattr(torch, _TORCH_DTYPES[p.dtype]), p.shape))
             self.keys.append(tuple(ks))
             self.srcs.append(tuple(ss))
             self.views.append(vs)
         self._pieces = None
         return key
+
+    def attach(self, server, module, gate):
+        """The loaded module: its activation, the dtype transformers gave its parameters (the slots' bytes
+        are cast to it where the checkpoint's differs), and its router (for the hints)."""
+        self.server, self.act_fn, self.gate = server, module.act_fn, gate
+        self.param_dtype = {p: getattr(module, p).dtype for p in ("gate_up_proj", "down_proj")}
 
     def predict(self, hidden_states):
         """The experts this layer's router picks for hidden_states (the previous layer's input): the
@@ -507,8 +512,10 @@ class _Layer:
 
 
 def _plan_ranges(pieces):
-    """An expert's pieces as the byte ranges to read: adjacent pieces of one file (gaps under 4 KiB read
-    along) make one range, so an expert whose tensors sit together is one read and one key."""
+    """An expert's pieces as the byte ranges to read, one key each: adjacent pieces of one file (gaps
+    under 4 KiB read along) make one range, so an expert whose tensors sit together is one read. Where
+    that leaves ranges of unequal sizes (a fused checkpoint: gate_up_proj[e] in one tensor, down_proj[e]
+    in another), which would waste a quarter of the slots or more, each piece is a range of its own."""
     spans = sorted((p.path, p.offset, p.offset + p.nbytes) for p in pieces)
     out = []
     for path, a, b in spans:
@@ -516,20 +523,26 @@ def _plan_ranges(pieces):
             out[-1] = (path, out[-1][1], max(out[-1][2], b))
         else:
             out.append((path, a, b))
+    sizes = [b - a for _, a, b in out]
+    if max(sizes) * len(sizes) * 4 > sum(sizes) * 5:
+        out = spans
     return out
 
 
-def _merge_views(pieces):
-    """The pieces of one parameter's expert slice, rows in order, consecutive ones that are also
-    consecutive in the file merged (so gate and up, adjacent, are one [2I, H] view, as the parameter)."""
+def _merge_views(pieces, ranges):
+    """[(range index, offset in its slot, piece)] for the pieces of one parameter's expert slice, rows in
+    order; consecutive rows that are also consecutive bytes of one range are one view (gate and up,
+    adjacent, are one [2I, H] view, as the parameter is)."""
     out = []
     for p in sorted(pieces, key=lambda p: p.row0):
-        q = out[-1] if out else None
-        if q is not None and q.path == p.path and q.offset + q.nbytes == p.offset and q.row1 == p.row0:
-            out[-1] = _Piece(q.param, q.row0, p.row1, q.path, q.offset, q.nbytes + p.nbytes, q.dtype,
-                             (q.shape[0] + p.shape[0], q.shape[1]))
-        else:
-            out.append(p)
+        r = next(i for i, (path, a, b) in enumerate(ranges) if path == p.path and a <= p.offset < b)
+        if out:
+            r0, off0, q = out[-1]
+            if r0 == r and q.offset + q.nbytes == p.offset and q.row1 == p.row0:
+                out[-1] = (r0, off0, _Piece(q.param, q.row0, p.row1, q.path, q.offset, q.nbytes + p.nbytes,
+                                            q.dtype, (q.shape[0] + p.shape[0], q.shape[1])))
+                continue
+        out.append((r, p.offset - ranges[r][1], p))
     return out
 
 
@@ -546,6 +559,8 @@ class ExpertServer:
         self._hits = self._misses = self._late = self._prefetches = 0
         self._hinted = self._hint_correct = 0
         self._pipeline = None
+        self._last_keyed = {"acquires": 0, "hits": 0, "late": 0, "prefetches": 0, "dropped": 0, "wasted": 0,
+                            "bytes_copied": 0}
         nkeys = sum(len(r) for layer in layers for r in layer.ranges)
         per_expert = max(len(r) for layer in layers for r in layer.ranges)
         largest = max(b - a for layer in layers for rng in layer.ranges for _, a, b in rng)
@@ -558,18 +573,23 @@ class ExpertServer:
         if budget < minimum:
             raise _rf.InvalidArgument(
                 "ringfetch.transformers: memory_budget %d bytes (%s) is under the minimum, %d bytes (%s): "
-                "2 x top_k = %d experts of the largest layer, %d slot(s) of %d bytes each (an expert's "
-                "read plus room for O_DIRECT alignment)" % (
-                    budget, _fmt_bytes(budget), minimum, _fmt_bytes(minimum), 2 * top_k, per_expert,
-                    self.slot_bytes))
+                "2 x top_k = %d experts of the largest layer, in %d slots of %d bytes (%d per expert: its "
+                "largest read plus room for O_DIRECT alignment)" % (
+                    budget, _fmt_bytes(budget), minimum, _fmt_bytes(minimum), 2 * top_k, need,
+                    self.slot_bytes, per_expert))
         self.slots = min(budget // self.slot_bytes, _MAX_SLOTS, nkeys)
         self.blocks_per_expert = per_expert
         self.expert_bytes = max(layer.expert_bytes for layer in layers)
         self.top_k = top_k
-        key = 0
-        for layer in layers:
-            key = layer.bind(files, key)
-        self._pipeline = _rf.Pipeline(self.slot_bytes, depth=self.slots, backend=backend)
+        try:
+            key = 0
+            for layer in layers:
+                key = layer.bind(files, key)
+            self._pipeline = _rf.Pipeline(self.slot_bytes, depth=self.slots, backend=backend)
+        except BaseException:
+            for layer in layers:
+                layer.srcs = []
+            raise
 
     @property
     def closed(self):
@@ -672,6 +692,7 @@ def from_pretrained(model_dir, memory_budget, *, backend=None, prefetch=True, **
         config = AutoConfig.from_pretrained(model_dir, trust_remote_code=hf_kwargs.get("trust_remote_code",
                                                                                          False))
     files = {}
+    server = None
     try:
         for path in paths:
             files[path] = _rst.open(path)
@@ -687,25 +708,27 @@ def from_pretrained(model_dir, memory_budget, *, backend=None, prefetch=True, **
         names = ["%s.%s" % (n, p) if n else p for n, _ in experts for p in ("gate_up_proj", "down_proj")]
         unexpected = "^(?:%s)$" % "|".join(re.escape(n) for n in names)
         classes = sorted({type(m) for _, m in experts}, key=lambda c: c.__qualname__)
+        top_k = getattr(config, "num_experts_per_tok", None) or 2
+        layers = [_Layer(name, {p: pieces[name, p] for p in ("gate_up_proj", "down_proj")}, top_k)
+                  for name, _ in experts]
+        # The budget is checked, and the slots made, before transformers loads anything.
+        server = ExpertServer(config.model_type, files, layers, budget, backend, prefetch)
+        files = {}
         with _LOAD_LOCK, _PatchExperts(classes, type(meta_model), unexpected):
             model = AutoModelForCausalLM.from_pretrained(model_dir, **hf_kwargs)
         del meta_model
         _own_the_weights(model)
-        top_k = getattr(model.config, "num_experts_per_tok", None) or 2
-        layers = []
-        server = ExpertServer.__new__(ExpertServer)
-        for name, _ in experts:
-            mod = model.get_submodule(name)
-            parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else None
+        for layer in layers:
+            mod = model.get_submodule(layer.name)
+            parent = model.get_submodule(layer.name.rsplit(".", 1)[0]) if "." in layer.name else None
             gate = getattr(parent, "gate", None) if parent is not None else None
-            per = {p: [pieces[name, p][e] for e in range(mod.gate_up_proj.shape[0])]
-                   for p in ("gate_up_proj", "down_proj")}
-            layers.append(_Layer(server, name, mod, gate if callable(gate) else None, per, top_k))
+            layer.attach(server, mod, gate if callable(gate) else None)
         for a, b in zip(layers, layers[1:]):
             if b.gate is not None:
                 a.next = b
-        server.__init__(model.config.model_type, files, layers, budget, backend, prefetch)
     except BaseException:
+        if server is not None:
+            server.close()
         for f in files.values():
             f.close()
         raise
