@@ -379,10 +379,13 @@ class _Layer:
                 ss.append(files[path].file_source(a, b - a))
             for pname in ("gate_up_proj", "down_proj"):
                 for r, off, p in _merge_views(self._pieces[pname][e], rng):
-                    vs[pname].append((r, off, p.nbytes, getattr(torch, _TORCH_DTYPES[p.dtype]), p.shape))
+                    vs[pname].append((r, off, p.dtype, p.shape, getattr(torch, _TORCH_DTYPES[p.dtype])))
+            if len(vs["down_proj"]) != 1:
+                raise ValueError("ringfetch.transformers: %s: expert %d's down_proj is not one tensor in the "
+                                 "checkpoint" % (self.name, e))
             self.keys.append(tuple(ks))
             self.srcs.append(tuple(ss))
-            self.views.append(vs)
+            self.views.append((tuple(vs["gate_up_proj"]), vs["down_proj"][0]))
         self._pieces = None
         return key
 
@@ -390,7 +393,7 @@ class _Layer:
         """The loaded module: its activation, the dtype transformers gave its parameters (the slots' bytes
         are cast to it where the checkpoint's differs), and its router (for the hints)."""
         self.server, self.act_fn, self.gate = server, module.act_fn, gate
-        self.param_dtype = {p: getattr(module, p).dtype for p in ("gate_up_proj", "down_proj")}
+        self.param_dtype = (module.gate_up_proj.dtype, module.down_proj.dtype)
 
     def predict(self, hidden_states):
         """The experts this layer's router picks for hidden_states (the previous layer's input): the
@@ -479,36 +482,41 @@ class _Layer:
                 return
 
     def _expert(self, p, e, state, weights):
-        """act(x W_gate^T) * (x W_up^T), then W_down, times the routing weights: on views of the slots."""
+        """act(x W_gate^T) * (x W_up^T), then W_down, times the routing weights: on views of the slots.
+        The views live only in `w`, emptied before the blocks are released (a view alive at release is
+        BufferError: a slot is never refilled under a tensor that reads it)."""
         torch = self._torch
         F = torch.nn.functional
-        blocks = []
-        base = []
+        blocks, w = [], []
         try:
             for k, s in zip(self.keys[e], self.srcs[e]):
                 blocks.append(p.acquire(k, s))
-            base = [torch.from_dlpack(b) for b in blocks]
-            vs = self.views[e]
-            gu = [self._view(base, v, self.param_dtype["gate_up_proj"]) for v in vs["gate_up_proj"]]
-            if len(gu) == 1:
-                proj = F.linear(state, gu[0])
+            gate_up, down = self.views[e]
+            want = self.param_dtype
+            for spec in gate_up:
+                w.append(_typed_view(torch, blocks, spec, want[0]))
+            if len(w) == 1:
+                proj = F.linear(state, w[0])
             else:
-                proj = torch.cat([F.linear(state, w) for w in gu], dim=-1)
-            gu.clear()
+                proj = torch.cat([F.linear(state, w[i]) for i in range(len(w))], dim=-1)
+            w.clear()
             gate, up = proj.chunk(2, dim=-1)
             h = self.act_fn(gate) * up
-            h = F.linear(h, self._view(base, vs["down_proj"][0], self.param_dtype["down_proj"]))
+            w.append(_typed_view(torch, blocks, down, want[1]))
+            h = F.linear(h, w[0])
             return h * weights
         finally:
-            base.clear()
+            w.clear()
             for b in blocks:
                 p.release(b)
 
-    @staticmethod
-    def _view(base, spec, want):
-        r, off, nb, dt, shape = spec
-        w = base[r][off:off + nb].view(dt).view(shape)
-        return w if dt == want else w.to(want)
+
+def _typed_view(torch, blocks, spec, want):
+    """A tensor over bytes [offset, offset + nbytes) of blocks[r] (Block.view: zero-copy, DLPack), cast
+    to `want` (a copy) where transformers would have cast the parameter on loading."""
+    r, off, dtype, shape, tdtype = spec
+    t = torch.from_dlpack(blocks[r].view(dtype, shape, offset=off))
+    return t if tdtype == want else t.to(want)
 
 
 def _plan_ranges(pieces):

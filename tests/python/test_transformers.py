@@ -312,3 +312,15 @@ def test_import_ringfetch_imports_no_torch():
             "bad = [m for m in ('torch', 'transformers', 'numpy', 'safetensors') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_dtype_other_than_the_checkpoints(tmp_path_factory):
+    """dtype= as transformers takes it: the experts' bytes (bf16 in the file) cast as the parameters
+    would have been on loading."""
+    path = checkpoint(tmp_path_factory, "qwen3_moe", dtype="bfloat16")
+    want, want_toks = decode(eager(path, dtype=torch.float32), PROMPT, 3)
+    model = from_pretrained(path, "64MiB", dtype=torch.float32)
+    assert model.dtype == torch.float32
+    got, toks = decode(model, PROMPT, 3)
+    assert toks == want_toks
+    assert_same_logits(got, want)
