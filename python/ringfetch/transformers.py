@@ -18,6 +18,7 @@ docs/transformers.md is the guide.
 Importing this module imports neither torch nor transformers; from_pretrained does.
 """
 import functools
+import heapq
 import json
 import os
 import re
@@ -365,6 +366,9 @@ class _Layer:
         self._pieces = pieces
         self.next = None            # the next served layer (hints)
         self.predicted = None       # experts hinted for this layer from the previous one
+        self.index = 0              # its place among the served layers
+        self.counts = [0] * self.E  # times each expert was routed
+        self.retain = set()         # experts kept in their slots after use (when the slots are short)
 
     def bind(self, files, first_key):
         """Keys from first_key on; file sources of each range; where each piece lies in its slot."""
@@ -395,19 +399,18 @@ class _Layer:
         self.server, self.act_fn, self.gate = server, module.act_fn, gate
         self.param_dtype = (module.gate_up_proj.dtype, module.down_proj.dtype)
 
-    def predict(self, hidden_states):
-        """The experts this layer's router picks for hidden_states (the previous layer's input): the
-        top_k most picked, over the tokens."""
+    def predict(self, hidden_states, n):
+        """The n experts this layer's router ranks first for hidden_states (the previous layer's input),
+        most likely first: for one token the router's own order, for several the most picked."""
         torch = self._torch
         out = self.gate(hidden_states)
         idx = out[-1] if isinstance(out, tuple) else None
         if idx is None or not isinstance(idx, torch.Tensor) or idx.dtype.is_floating_point:
             return []
-        flat = idx.reshape(-1)
-        if flat.numel() <= self.top_k:
-            return sorted(set(flat.tolist()))
-        counts = torch.bincount(flat, minlength=self.E)
-        return sorted(torch.topk(counts, self.top_k).indices.tolist())
+        if idx.dim() == 2 and idx.shape[0] == 1:
+            return idx[0].tolist()[:n]
+        counts = torch.bincount(idx.reshape(-1), minlength=self.E)
+        return torch.topk(counts, min(n, self.E)).indices.tolist()
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         srv = self.server
@@ -430,9 +433,17 @@ class _Layer:
         expert_mask = F.one_hot(top_k_index, num_classes=E + 1).permute(2, 1, 0)
         routed = [e for e in torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero().view(-1).tolist()
                   if e < E]
-        if self.predicted is not None:
+        if self.predicted:
+            right = len(self.predicted.intersection(routed))
             srv._hinted += len(self.predicted)
-            srv._hint_correct += len(self.predicted.intersection(routed))
+            srv._hint_correct += right
+            srv._hint_precision += 0.05 * (right / len(self.predicted) - srv._hint_precision)
+            if srv._retain_slots is not None:
+                # a wrong hint's slot is free again once read (not waiting on a read still in flight)
+                for e in self.predicted.difference(routed, self.retain):
+                    if all(p.lookup(k)[0] == "ready" for k in self.keys[e]):
+                        for k in self.keys[e]:
+                            p.evict(k)
             self.predicted = None
         # Hits first (ready, then on their way), then the misses, their reads issued together.
         lookup = p.lookup
@@ -448,13 +459,21 @@ class _Layer:
         srv._hits += len(ready) + len(coming)
         srv._late += len(coming)
         srv._misses += len(absent)
+        counts = self.counts
+        for e in routed:
+            counts[e] += 1
+        if self.index == 0 and srv._retain_slots is not None:
+            srv._plan_retention()
         hints = self.next is not None and srv.prefetch
-        window = max(1, srv.slots - (self.top_k if hints else 0) - 1)
+        # misses' reads in flight at once: what the slots hold beside the hints and the expert in use
+        window = max(1, srv.slots // srv.blocks_per_expert - (self.top_k if hints else 0) - 1)
         for e in absent[:window]:
             self._prefetch(p, e)
         if hints:
             nxt = self.next
-            guess = nxt.predict(hidden_states)
+            srv._forwards += 1
+            n = hint_count(srv._hint_precision, srv._hinted, self.top_k, srv._forwards)
+            guess = nxt.predict(hidden_states, n) if n else []
             nxt.predicted = set(guess)
             for e in guess:
                 if any(lookup(k)[0] == "absent" for k in nxt.keys[e]):
@@ -466,6 +485,9 @@ class _Layer:
             top_k_pos, token_idx = torch.where(expert_mask[e])
             outs[e] = (token_idx, self._expert(p, e, hidden_states[token_idx],
                                                top_k_weights[token_idx, top_k_pos, None]))
+            if srv._retain_slots is not None and e not in self.retain:
+                for k in self.keys[e]:      # streamed, not kept: its slot is free for the next read
+                    p.evict(k)
             j = i - len(ready) - len(coming) + window
             if 0 <= j < len(absent):
                 self._prefetch(p, absent[j])
@@ -519,6 +541,19 @@ def _typed_view(torch, blocks, spec, want):
     return t if tdtype == want else t.to(want)
 
 
+def hint_count(precision, hinted, top_k, forwards):
+    """How many of the next layer's experts to hint, from the hints' measured precision (an average over
+    the last few dozen layers): each wrong hint is a read of a whole expert for nothing, taking the
+    disk from the reads a step waits for, while a right one only moves a read earlier. All top_k while
+    they are mostly right (or not yet measured: the first 32 hints), the likeliest one while at least
+    3 in 5 are, and otherwise none -- but one every 16th layer, to go on measuring."""
+    if hinted < 32 or precision >= 0.8:
+        return top_k
+    if precision >= 0.6:
+        return 1
+    return 1 if forwards % 16 == 0 else 0
+
+
 def _plan_ranges(pieces):
     """An expert's pieces as the byte ranges to read, one key each: adjacent pieces of one file (gaps
     under 4 KiB read along) make one range, so an expert whose tensors sit together is one read. Where
@@ -566,6 +601,8 @@ class ExpertServer:
         self._caller = _OneCaller()
         self._hits = self._misses = self._late = self._prefetches = 0
         self._hinted = self._hint_correct = 0
+        self._hint_precision = 1.0
+        self._forwards = 0
         self._pipeline = None
         self._last_keyed = {"acquires": 0, "hits": 0, "late": 0, "prefetches": 0, "dropped": 0, "wasted": 0,
                             "bytes_copied": 0}
@@ -589,6 +626,16 @@ class ExpertServer:
         self.blocks_per_expert = per_expert
         self.expert_bytes = max(layer.expert_bytes for layer in layers)
         self.top_k = top_k
+        # Slots short of one forward's experts (each layer's top_k, and the hints): least recently used
+        # is then the worst choice -- the layers come round in order, so it evicts what the next forward
+        # needs first and nothing is ever hit. Instead the most routed experts keep their slots (as many
+        # as the slots hold beside the reads in flight) and the others are evicted once used.
+        slots_e = self.slots // per_expert
+        per_forward = sum(layer.top_k for layer in layers) + 2 * top_k
+        self._retain_slots = max(0, slots_e - 2 * top_k) if slots_e < per_forward else None
+        self._retain_age = 0
+        for i, layer in enumerate(layers):
+            layer.index = i
         try:
             key = 0
             for layer in layers:
@@ -598,6 +645,19 @@ class ExpertServer:
             for layer in layers:
                 layer.srcs = []
             raise
+
+    def _plan_retention(self):
+        """Which experts keep their slots: the most routed so far (ties: the earlier layer), chosen again
+        at every forward for the first 16, then every 16th (a heap over every expert costs)."""
+        self._retain_age += 1
+        if self._retain_age > 16 and self._retain_age % 16:
+            return
+        ranked = heapq.nlargest(self._retain_slots, ((c, -i, e) for i, layer in enumerate(self._layers)
+                                                     for e, c in enumerate(layer.counts) if c))
+        for layer in self._layers:
+            layer.retain = set()
+        for _, neg_i, e in ranked:
+            self._layers[-neg_i].retain.add(e)
 
     @property
     def closed(self):

@@ -324,3 +324,39 @@ def test_dtype_other_than_the_checkpoints(tmp_path_factory):
     got, toks = decode(model, PROMPT, 3)
     assert toks == want_toks
     assert_same_logits(got, want)
+
+
+def test_hint_count_rule():
+    """The rule that sizes the hints, as a pure function of the measured precision."""
+    from ringfetch.transformers import hint_count
+
+    assert hint_count(0.0, 0, 2, 1) == 2              # nothing measured yet: hint them all
+    assert hint_count(0.1, 31, 2, 1) == 2
+    assert hint_count(0.9, 1000, 2, 1) == 2            # mostly right
+    assert hint_count(0.7, 1000, 2, 1) == 1            # the likeliest only
+    assert [hint_count(0.3, 1000, 2, f) for f in range(32)].count(1) == 2    # a probe every 16th
+    assert hint_count(0.8, 1000, 4, 3) == 4
+
+
+def test_short_slots_keep_the_most_routed(tmp_path_factory):
+    """Slots fewer than one forward's experts: the most routed experts keep theirs (plain LRU would
+    evict, layer after layer, what the next forward needs first); the logits stay exact."""
+    path = checkpoint(tmp_path_factory, "mixtral")
+    want, want_toks = decode(eager(path), PROMPT, 5)
+    minimum = int(re.search(r"minimum, (\d+) bytes", _budget_error(path)).group(1))
+    model = from_pretrained(path, minimum // 4 * 6, prefetch=False)    # 6 slots, 3 layers x top-2
+    srv = model.ringfetch
+    assert srv.slots == 6 and srv._retain_slots == 2
+    got, toks = decode(model, PROMPT, 5)
+    assert toks == want_toks
+    assert_same_logits(got, want)
+    kept = sum(len(layer.retain) for layer in srv._layers)
+    assert kept == 2
+    st = srv.stats()
+    assert st["bytes_read"] == st["misses"] * st["expert_bytes"]
+    srv._retain_age = 0
+    srv._plan_retention()
+    for layer in srv._layers:                          # what is kept is what was routed most
+        for e in layer.retain:
+            assert layer.counts[e] >= max(c for lay in srv._layers for i, c in enumerate(lay.counts)
+                                          if i not in lay.retain)
