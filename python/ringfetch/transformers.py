@@ -353,7 +353,7 @@ class _OneCaller:
 class _Layer:
     """One served experts module: its experts' keys, file sources and how to view their slots."""
 
-    def __init__(self, name, pieces, top_k):
+    def __init__(self, name, pieces, top_k, sizes):
         import torch
 
         self._torch = torch
@@ -361,8 +361,10 @@ class _Layer:
         self.E = len(pieces["gate_up_proj"])
         self.server = self.act_fn = self.gate = self.param_dtype = None
         self.keys, self.srcs, self.views = [], [], []
-        self.ranges = [_plan_ranges(pieces["gate_up_proj"][e] + pieces["down_proj"][e]) for e in range(self.E)]
-        self.expert_bytes = max(sum(b - a for _, a, b in r) for r in self.ranges)
+        self.ranges = [_plan_ranges(pieces["gate_up_proj"][e] + pieces["down_proj"][e], sizes)
+                       for e in range(self.E)]
+        self.expert_bytes = max(sum(p.nbytes for p in pieces["gate_up_proj"][e] + pieces["down_proj"][e])
+                                for e in range(self.E))
         self._pieces = pieces
         self.next = None            # the next served layer (hints)
         self.predicted = None       # experts hinted for this layer from the previous one
@@ -554,21 +556,34 @@ def hint_count(precision, hinted, top_k, forwards):
     return 1 if forwards % 16 == 0 else 0
 
 
-def _plan_ranges(pieces):
+_ALIGN = 4096
+
+
+def _plan_ranges(pieces, sizes):
     """An expert's pieces as the byte ranges to read, one key each: adjacent pieces of one file (gaps
     under 4 KiB read along) make one range, so an expert whose tensors sit together is one read. Where
     that leaves ranges of unequal sizes (a fused checkpoint: gate_up_proj[e] in one tensor, down_proj[e]
-    in another), which would waste a quarter of the slots or more, each piece is a range of its own."""
+    in another), which would waste a quarter of the slots or more, each piece is a range of its own.
+
+    Each range is then widened to 4 KiB boundaries (not past the end of its file): safetensors puts
+    tensors on 8-byte boundaries only, and the reader would read an unaligned range either through the
+    page cache (a second copy of the expert, charged to the same memory budget) or with O_DIRECT into
+    the slot and then move it down by the misalignment (a pass over the whole expert). An aligned
+    window is read straight into the slot, and the pieces are viewed at their offsets in it. (Pieces
+    off 8-byte boundaries, which no safetensors writer makes, keep their exact ranges: a typed view
+    needs an offset that is a multiple of its itemsize.)"""
     spans = sorted((p.path, p.offset, p.offset + p.nbytes) for p in pieces)
     out = []
     for path, a, b in spans:
-        if out and out[-1][0] == path and 0 <= a - out[-1][2] < 4096:
+        if out and out[-1][0] == path and 0 <= a - out[-1][2] < _ALIGN:
             out[-1] = (path, out[-1][1], max(out[-1][2], b))
         else:
             out.append((path, a, b))
-    sizes = [b - a for _, a, b in out]
-    if max(sizes) * len(sizes) * 4 > sum(sizes) * 5:
+    sizes_ = [b - a for _, a, b in out]
+    if max(sizes_) * len(sizes_) * 4 > sum(sizes_) * 5:
         out = spans
+    if all(p.offset % 8 == 0 for p in pieces):
+        out = [(path, a - a % _ALIGN, min(-(-b // _ALIGN) * _ALIGN, sizes[path])) for path, a, b in out]
     return out
 
 
@@ -578,10 +593,12 @@ def _merge_views(pieces, ranges):
     adjacent, are one [2I, H] view, as the parameter is)."""
     out = []
     for p in sorted(pieces, key=lambda p: p.row0):
-        r = next(i for i, (path, a, b) in enumerate(ranges) if path == p.path and a <= p.offset < b)
+        end = p.offset + p.nbytes
+        r = next(i for i, (path, a, b) in enumerate(ranges) if path == p.path and a <= p.offset and end <= b)
         if out:
             r0, off0, q = out[-1]
-            if r0 == r and q.offset + q.nbytes == p.offset and q.row1 == p.row0:
+            if q.path == p.path and q.offset + q.nbytes == p.offset and q.row1 == p.row0 and \
+                    end <= ranges[r0][2]:
                 out[-1] = (r0, off0, _Piece(q.param, q.row0, p.row1, q.path, q.offset, q.nbytes + p.nbytes,
                                             q.dtype, (q.shape[0] + p.shape[0], q.shape[1])))
                 continue
@@ -609,10 +626,11 @@ class ExpertServer:
         nkeys = sum(len(r) for layer in layers for r in layer.ranges)
         per_expert = max(len(r) for layer in layers for r in layer.ranges)
         largest = max(b - a for layer in layers for rng in layer.ranges for _, a, b in rng)
+        aligned = all(a % _ALIGN == 0 for layer in layers for rng in layer.ranges for _, a, _ in rng)
         top_k = max(layer.top_k for layer in layers)
-        # Room for the O_DIRECT window of an unaligned range: two file-system blocks (docs/files.md).
-        fs_block = max(4096, min(os.statvfs(path).f_bsize for path in files))
-        self.slot_bytes = -(-(largest + 2 * fs_block) // 4096) * 4096
+        # An unaligned range needs room for its O_DIRECT window: two file-system blocks (docs/files.md).
+        room = 0 if aligned else 2 * max(_ALIGN, min(os.statvfs(path).f_bsize for path in files))
+        self.slot_bytes = -(-(largest + room) // _ALIGN) * _ALIGN
         need = min(2 * top_k * per_expert, nkeys)
         minimum = need * self.slot_bytes
         if budget < minimum:
@@ -710,7 +728,10 @@ class ExpertServer:
             layer.srcs = []
         files, self._files = self._files, {}
         for f in files.values():
-            f.close()
+            try:
+                f.close()
+            except BufferError:     # a source still referenced (a traceback's frame): closed with it
+                pass
 
     def __repr__(self):
         return "<ringfetch.transformers.ExpertServer %s, %d slots%s>" % (
@@ -777,7 +798,8 @@ def from_pretrained(model_dir, memory_budget, *, backend=None, prefetch=True, **
         unexpected = "^(?:%s)$" % "|".join(re.escape(n) for n in names)
         classes = sorted({type(m) for _, m in experts}, key=lambda c: c.__qualname__)
         top_k = getattr(config, "num_experts_per_tok", None) or 2
-        layers = [_Layer(name, {p: pieces[name, p] for p in ("gate_up_proj", "down_proj")}, top_k)
+        sizes = {path: f.size for path, f in files.items()}
+        layers = [_Layer(name, {p: pieces[name, p] for p in ("gate_up_proj", "down_proj")}, top_k, sizes)
                   for name, _ in experts]
         # The budget is checked, and the slots made, before transformers loads anything.
         server = ExpertServer(config.model_type, files, layers, budget, backend, prefetch)

@@ -179,6 +179,11 @@ def test_budget(tmp_path_factory):
         parse_budget(0)
 
 
+def reads(st, n):
+    """bytes_read is n experts' bytes, each read widened to 4 KiB boundaries (at most 8 KiB more)."""
+    return n * st["expert_bytes"] <= st["bytes_read"] <= n * (st["expert_bytes"] + 8192 * st["blocks_per_expert"])
+
+
 def test_stats(tmp_path_factory):
     path = checkpoint(tmp_path_factory, "mixtral")
     # without hints, every read is a miss: bytes_read = misses x an expert's bytes
@@ -187,19 +192,19 @@ def test_stats(tmp_path_factory):
     decode(model, PROMPT, 3)
     st = srv.stats()
     assert st["misses"] > 0 and st["prefetches"] == 0 and st["wasted"] == 0 and st["hint_accuracy"] is None
-    assert st["bytes_read"] == st["misses"] * st["expert_bytes"]
+    assert reads(st, st["misses"])
     assert st["slots"] == 3 * 8            # a budget that holds every expert: nothing is read twice
     assert st["misses"] <= 3 * 8
     first = st["misses"]
     decode(model, PROMPT, 3)               # the same routes again: hits only
     st = srv.stats()
-    assert st["misses"] == first and st["hits"] > 0 and st["bytes_read"] == first * st["expert_bytes"]
+    assert st["misses"] == first and st["hits"] > 0 and reads(st, first)
     # with hints: every read is a miss or a hint
     model = from_pretrained(path, "64MiB", prefetch=True)
     decode(model, PROMPT, 3)
     st = model.ringfetch.stats()
     assert st["prefetches"] > 0 and 0 <= st["hint_correct"] <= st["hinted"]
-    assert st["bytes_read"] == (st["misses"] + st["prefetches"]) * st["expert_bytes"]
+    assert reads(st, st["misses"] + st["prefetches"])
     assert 0.0 <= st["hint_accuracy"] <= 1.0
     for k in ("hits", "misses", "bytes_read", "prefetches", "wasted"):
         assert isinstance(st[k], int)
@@ -353,7 +358,7 @@ def test_short_slots_keep_the_most_routed(tmp_path_factory):
     kept = sum(len(layer.retain) for layer in srv._layers)
     assert kept == 2
     st = srv.stats()
-    assert st["bytes_read"] == st["misses"] * st["expert_bytes"]
+    assert reads(st, st["misses"])
     srv._retain_age = 0
     srv._plan_retention()
     for layer in srv._layers:                          # what is kept is what was routed most
