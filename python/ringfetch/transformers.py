@@ -719,11 +719,17 @@ class ExpertServer:
         return head + "; pipeline: " + self._pipeline.describe()
 
     def close(self):
-        """Free the slots and close the checkpoint's files; the model's experts cannot run after it."""
-        p, self._pipeline = self._pipeline, None
-        if p is not None:
-            self._last_keyed = p.keyed_stats()
-            p.close()
+        """Free the slots and close the checkpoint's files; the model's experts cannot run after it.
+        rf.Busy (nothing changes) while another thread runs the model."""
+        self._caller.enter()
+        try:
+            p = self._pipeline
+            if p is not None:
+                self._last_keyed = p.keyed_stats()
+                p.close()
+                self._pipeline = None
+        finally:
+            self._caller.exit()
         for layer in self._layers:
             layer.srcs = []
         files, self._files = self._files, {}

@@ -285,6 +285,9 @@ def test_one_forward_at_a_time(tmp_path_factory):
     with pytest.raises(rf.Busy):
         model.model.layers[0].mlp.experts(torch.zeros(1, 64), torch.zeros(1, 2, dtype=torch.long),
                                           torch.ones(1, 2))
+    with pytest.raises(rf.Busy):
+        model.ringfetch.close()                              # not under a forward
+    assert not model.ringfetch.closed
     go.set()
     t.join(60)
     h.remove()
