@@ -15,6 +15,23 @@ memory, and computed from zero-copy views of the slots with the ops, in the orde
 experts loop (so the logits are those of the model loaded whole with experts_implementation="eager").
 docs/transformers.md is the guide.
 
+How the experts are served:
+- Reads. An expert whose tensors are adjacent in its file (Mixtral's w1, w2, w3; Qwen's down, gate,
+  up, as save_pretrained writes them) is one range, one key, one read; a fused checkpoint (3-D
+  tensors) is read as its gate, up and down slices. Each range is widened to 4 KiB boundaries, so it is
+  read with O_DIRECT straight into its slot: no page-cache copy, no move.
+- Order. At each experts module the routed experts are looked up first: those in the slots are
+  computed first, while the misses' reads (issued together) are in flight; the results are added in
+  the eager loop's order (ascending expert), so the sums are bit for bit the same.
+- Hints (prefetch=True). The next experts module's router is applied to the current hidden state and
+  its likeliest experts are hinted; how many follows the hints' measured precision (hint_count):
+  a wrong hint is a whole expert read for nothing. stats()["hint_accuracy"] says how they fare.
+- Short slots. With fewer slots than one forward's experts, least-recently-used would evict, layer after
+  layer, what the next forward needs first; the most routed experts keep their slots instead, and the
+  others are evicted once used.
+- The non-expert weights get memory of their own (transformers would leave them views of its mapping
+  of the checkpoint, which a file shrinking later would turn into a SIGBUS).
+
 Importing this module imports neither torch nor transformers; from_pretrained does.
 """
 import functools
