@@ -368,3 +368,25 @@ def test_short_slots_keep_the_most_routed(tmp_path_factory):
         for e in layer.retain:
             assert layer.counts[e] >= max(c for lay in srv._layers for i, c in enumerate(lay.counts)
                                           if i not in lay.retain)
+
+
+def test_checkpoint_without_all_experts(tmp_path_factory, tmp_path):
+    """An expert tensor missing or of the wrong shape is refused at from_pretrained (transformers would
+    give the missing one random weights)."""
+    from safetensors.torch import load_file, save_file
+
+    src = checkpoint(tmp_path_factory, "mixtral")
+    sd = load_file(os.path.join(src, "model.safetensors"))
+    victim = "model.layers.1.block_sparse_moe.experts.3.w2.weight"
+    for case in ("missing", "shape"):
+        d = tmp_path / case
+        shutil.copytree(src, d)
+        broken = dict(sd)
+        if case == "missing":
+            del broken[victim]
+        else:
+            broken[victim] = broken[victim][:, :-1].contiguous()
+        save_file(broken, str(d / "model.safetensors"), metadata={"format": "pt"})
+        err = ValueError if case == "missing" else rf.InvalidArgument
+        with pytest.raises(err, match="expert 3" if case == "missing" else re.escape(victim)):
+            from_pretrained(str(d), "64MiB")
