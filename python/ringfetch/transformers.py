@@ -446,6 +446,9 @@ class _Layer:
         p = srv._pipeline
         if p is None:
             raise _rf.InvalidArgument("ringfetch.transformers: this model's experts server is closed")
+        if hidden_states.device.type != "cpu":
+            raise _rf.NotSupported("ringfetch.transformers: the experts are served to CPU compute; %s got "
+                                   "hidden states on %s" % (self.name, hidden_states.device))
         E = self.E
         final = torch.zeros_like(hidden_states)
         # As transformers' eager loop: which experts are routed, and to which tokens.

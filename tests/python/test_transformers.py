@@ -307,7 +307,12 @@ def test_close_and_collect(tmp_path_factory):
     with pytest.raises(rf.InvalidArgument, match="closed"):
         model(PROMPT)
     srv.close()
+    with pytest.raises(rf.NotSupported, match="device_map"):
+        from_pretrained(path, "64MiB", device_map="auto")
     model = from_pretrained(path, "64MiB")
+    with pytest.raises(rf.NotSupported, match="CPU"):
+        model.model.layers[0].mlp.experts(torch.zeros(1, 64, device="meta"),
+                                          torch.zeros(1, 2, dtype=torch.long), torch.ones(1, 2))
     srv = model.ringfetch
     decode(model, PROMPT, 1)
     del model
