@@ -140,12 +140,13 @@ def test_generate_token_for_token(tmp_path_factory, family):
         "ringfetch.transformers: %s, %d experts modules" % (family, model.config.num_hidden_layers))
 
 
-def test_sharded_checkpoint(tmp_path_factory):
+def test_sharded_checkpoint(tmp_path_factory, backend):
     path = checkpoint(tmp_path_factory, "mixtral", shard="60KB")
     files = [f for f in os.listdir(path) if f.endswith(".safetensors")]
     assert len(files) > 3 and os.path.exists(os.path.join(path, "model.safetensors.index.json"))
     want, want_toks = decode(eager(path), PROMPT, 4)
-    model = from_pretrained(path, "8MiB")
+    model = from_pretrained(path, "8MiB", backend=backend)
+    assert model.ringfetch.pipeline.backend == backend
     got, toks = decode(model, PROMPT, 4)
     assert toks == want_toks
     assert_same_logits(got, want)
