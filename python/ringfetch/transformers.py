@@ -634,6 +634,7 @@ class ExpertServer:
         self.prefetch = bool(prefetch)
         self.budget = budget
         self._files = files
+        self._nfiles = len(files)
         self._layers = layers
         self._caller = _OneCaller()
         self._hits = self._misses = self._late = self._prefetches = 0
@@ -647,6 +648,7 @@ class ExpertServer:
         per_expert = max(len(r) for layer in layers for r in layer.ranges)
         largest = max(b - a for layer in layers for rng in layer.ranges for _, a, b in rng)
         aligned = all(a % _ALIGN == 0 for layer in layers for rng in layer.ranges for _, a, _ in rng)
+        self._aligned = aligned
         top_k = max(layer.top_k for layer in layers)
         # An unaligned range needs room for its O_DIRECT window: two file-system blocks (docs/files.md).
         room = 0 if aligned else 2 * max(_ALIGN, min(os.statvfs(path).f_bsize for path in files))
@@ -656,8 +658,8 @@ class ExpertServer:
         if budget < minimum:
             raise _rf.InvalidArgument(
                 "ringfetch.transformers: memory_budget %d bytes (%s) is under the minimum, %d bytes (%s): "
-                "2 x top_k = %d experts of the largest layer, in %d slots of %d bytes (%d per expert: its "
-                "largest read plus room for O_DIRECT alignment)" % (
+                "2 x top_k = %d experts of the largest layer, in %d slots of %d bytes (%d per expert; a slot "
+                "holds the largest read, widened to O_DIRECT's alignment)" % (
                     budget, _fmt_bytes(budget), minimum, _fmt_bytes(minimum), 2 * top_k, need,
                     self.slot_bytes, per_expert))
         self.slots = min(budget // self.slot_bytes, _MAX_SLOTS, nkeys)
@@ -728,12 +730,21 @@ class ExpertServer:
 
     def describe(self):
         nexp = sum(layer.E for layer in self._layers)
+        if not self.prefetch:
+            hints = "off"
+        else:
+            hints = "the next layer's router on the current hidden state (%d of top-%d now; %s)" % (
+                hint_count(self._hint_precision, self._hinted, self.top_k, 1), self.top_k,
+                "precision %.2f" % (self._hint_correct / self._hinted) if self._hinted else "not measured yet")
+        keep = ("every expert's slot reused least recently used first" if self._retain_slots is None else
+                "slots short of a forward's experts: the %d most routed keep theirs, the rest are evicted once "
+                "used" % self._retain_slots)
         head = ("ringfetch.transformers: %s, %d experts modules (%d experts), top-%d; experts of %s read from "
-                "%d file(s), %d read(s) per expert; %d slots of %s (%s of a %s budget); hints: %s" % (
+                "%d file(s), %d read(s) per expert, %s; %d slots of %s (%s of a %s budget); %s; hints: %s" % (
                     self.model_type, len(self._layers), nexp, self.top_k, _fmt_bytes(self.expert_bytes),
-                    len(self._files), self.blocks_per_expert, self.slots, _fmt_bytes(self.slot_bytes),
-                    _fmt_bytes(self.slots * self.slot_bytes), _fmt_bytes(self.budget),
-                    "the next layer's router on the current hidden state" if self.prefetch else "off"))
+                    self._nfiles, self.blocks_per_expert,
+                    "in 4 KiB-aligned windows" if self._aligned else "at their offsets (some off 8 bytes)", self.slots, _fmt_bytes(self.slot_bytes),
+                    _fmt_bytes(self.slots * self.slot_bytes), _fmt_bytes(self.budget), keep, hints))
         if self._pipeline is None:
             return head + "; closed"
         return head + "; pipeline: " + self._pipeline.describe()
