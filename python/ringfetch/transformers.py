@@ -416,6 +416,7 @@ class _Layer:
         """The loaded module: its activation, the dtype transformers gave its parameters (the slots' bytes
         are cast to it where the checkpoint's differs), and its router (for the hints)."""
         self.server, self.act_fn, self.gate = server, module.act_fn, gate
+        self._token0 = self._torch.zeros(1, dtype=self._torch.long)
         self.param_dtype = (module.gate_up_proj.dtype, module.down_proj.dtype)
 
     def predict(self, hidden_states, n):
@@ -451,10 +452,16 @@ class _Layer:
                                    "hidden states on %s" % (self.name, hidden_states.device))
         E = self.E
         final = torch.zeros_like(hidden_states)
-        # As transformers' eager loop: which experts are routed, and to which tokens.
-        expert_mask = F.one_hot(top_k_index, num_classes=E + 1).permute(2, 1, 0)
-        routed = [e for e in torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero().view(-1).tolist()
-                  if e < E]
+        # As transformers' eager loop: which experts are routed, and to which tokens (for one token, a
+        # decode step, the same read off its row: the same rows, weights and sums, without the mask).
+        if top_k_index.shape[0] == 1:
+            row = top_k_index[0].tolist()
+            routed = sorted({e for e in row if 0 <= e < E})
+            expert_mask = None
+        else:
+            expert_mask = F.one_hot(top_k_index, num_classes=E + 1).permute(2, 1, 0)
+            routed = [e for e in torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero().view(-1).tolist()
+                      if e < E]
         if self.predicted:
             right = len(self.predicted.intersection(routed))
             srv._hinted += len(self.predicted)
@@ -504,9 +511,14 @@ class _Layer:
         outs = {}
         order = ready + coming + absent
         for i, e in enumerate(order):
-            top_k_pos, token_idx = torch.where(expert_mask[e])
-            outs[e] = (token_idx, self._expert(p, e, hidden_states[token_idx],
-                                               top_k_weights[token_idx, top_k_pos, None]))
+            if expert_mask is None:
+                k = row.index(e)
+                token_idx = self._token0
+                outs[e] = (token_idx, self._expert(p, e, hidden_states[:1], top_k_weights[:1, k:k + 1]))
+            else:
+                top_k_pos, token_idx = torch.where(expert_mask[e])
+                outs[e] = (token_idx, self._expert(p, e, hidden_states[token_idx],
+                                                   top_k_weights[token_idx, top_k_pos, None]))
             if srv._retain_slots is not None and e not in self.retain:
                 for k in self.keys[e]:      # streamed, not kept: its slot is free for the next read
                     p.evict(k)
