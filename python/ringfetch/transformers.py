@@ -22,7 +22,11 @@ How the experts are served:
   read with O_DIRECT straight into its slot: no page-cache copy, no move.
 - Order. At each experts module the routed experts are looked up first: those in the slots are
   computed first, while the misses' reads (issued together) are in flight; the results are added in
-  the eager loop's order (ascending expert), so the sums are bit for bit the same.
+  the eager loop's order (ascending expert), so the sums are the same: bit for bit where the same
+  kernels run. (They do not quite where the checkpoint puts an expert's tensors on 8 but not 16 bytes
+  -- half of all safetensors files, whose data start at 8 + the header's length, a multiple of 8: the
+  slot keeps the file's alignment, and the BLAS takes another path for a matrix off 16 bytes; a
+  last-bit difference, ~1e-7 relative.)
 - Hints (prefetch=True). The next experts module's router is applied to the current hidden state and
   its likeliest experts are hinted; how many follows the hints' measured precision (hint_count):
   a wrong hint is a whole expert read for nothing. stats()["hint_accuracy"] says how they fare.
@@ -423,7 +427,9 @@ class _Layer:
         """The n experts this layer's router ranks first for hidden_states (the previous layer's input),
         most likely first: for one token the router's own order, for several the most picked."""
         torch = self._torch
-        out = self.gate(hidden_states)
+        # its forward, not the module's call: hooks on the router (transformers records router_logits
+        # with them, for output_router_logits and the aux loss) must not see a call the model did not make
+        out = self.gate.forward(hidden_states)
         idx = out[-1] if isinstance(out, tuple) else None
         if idx is None or not isinstance(idx, torch.Tensor) or idx.dtype.is_floating_point:
             return []

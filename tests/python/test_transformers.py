@@ -140,6 +140,18 @@ def test_generate_token_for_token(tmp_path_factory, family):
         "ringfetch.transformers: %s, %d experts modules" % (family, model.config.num_hidden_layers))
 
 
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_router_logits_and_aux_loss(tmp_path_factory, family):
+    """The hints' router calls are not the model's: output_router_logits and the aux loss are eager's."""
+    path = checkpoint(tmp_path_factory, family)
+    with torch.no_grad():
+        want = eager(path)(PROMPT, output_router_logits=True)
+        got = from_pretrained(path, "64MiB", prefetch=True)(PROMPT, output_router_logits=True)
+    assert len(got.router_logits) == len(want.router_logits)
+    assert_same_logits(got.router_logits, want.router_logits)
+    assert torch.allclose(got.aux_loss, want.aux_loss, rtol=1e-5, atol=0)
+
+
 def test_sharded_checkpoint(tmp_path_factory, backend):
     path = checkpoint(tmp_path_factory, "mixtral", shard="60KB")
     files = [f for f in os.listdir(path) if f.endswith(".safetensors")]
