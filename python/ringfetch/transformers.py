@@ -761,7 +761,8 @@ class ExpertServer:
                 "%d file(s), %d read(s) per expert, %s; %d slots of %s (%s of a %s budget); %s; hints: %s" % (
                     self.model_type, len(self._layers), nexp, self.top_k, _fmt_bytes(self.expert_bytes),
                     self._nfiles, self.blocks_per_expert,
-                    "in 4 KiB-aligned windows" if self._aligned else "at their offsets (some off 8 bytes)", self.slots, _fmt_bytes(self.slot_bytes),
+                    "in 4 KiB-aligned windows" if self._aligned else "at their offsets (some off 8 bytes)",
+                    self.slots, _fmt_bytes(self.slot_bytes),
                     _fmt_bytes(self.slots * self.slot_bytes), _fmt_bytes(self.budget), keep, hints))
         if self._pipeline is None:
             return head + "; closed"
