@@ -19,7 +19,16 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from ringfetch.transformers import from_pretrained, parse_budget  # noqa: E402
 
-torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """One torch thread: small matrices on a busy machine, and the same kernels on both sides."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
 
 CONFIGS = {
     "mixtral": lambda: transformers.MixtralConfig(
