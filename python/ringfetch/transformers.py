@@ -504,27 +504,37 @@ class _Layer:
         window = max(1, srv.slots // srv.blocks_per_expert - (self.top_k if hints else 0) - 1)
         for e in absent[:window]:
             self._prefetch(p, e)
+        guess = []
         if hints:
             nxt = self.next
             srv._forwards += 1
             n = hint_count(srv._hint_precision, srv._hinted, self.top_k, srv._forwards)
             guess = nxt.predict(hidden_states, n) if n else []
             nxt.predicted = set(guess)
+
+        def issue_hints():
+            # Once this layer's reads are in: the hints take the disk only while it would be idle (the
+            # rest of this layer's compute, the next layer's attention), never from this layer's misses.
             for e in guess:
                 if any(lookup(k)[0] == "absent" for k in nxt.keys[e]):
                     srv._prefetches += 1
                 nxt._prefetch(p, e)
-        outs = {}
+
         order = ready + coming + absent
+        last_read = order[-1] if (coming or absent) else None
+        if guess and last_read is None:
+            issue_hints()
+        outs = {}
         for i, e in enumerate(order):
+            then = issue_hints if guess and e == last_read else None
             if expert_mask is None:
                 k = row.index(e)
                 token_idx = self._token0
-                outs[e] = (token_idx, self._expert(p, e, hidden_states[:1], top_k_weights[:1, k:k + 1]))
+                outs[e] = (token_idx, self._expert(p, e, hidden_states[:1], top_k_weights[:1, k:k + 1], then))
             else:
                 top_k_pos, token_idx = torch.where(expert_mask[e])
                 outs[e] = (token_idx, self._expert(p, e, hidden_states[token_idx],
-                                                   top_k_weights[token_idx, top_k_pos, None]))
+                                                   top_k_weights[token_idx, top_k_pos, None], then))
             if srv._retain_slots is not None and e not in self.retain:
                 for k in self.keys[e]:      # streamed, not kept: its slot is free for the next read
                     p.evict(k)
@@ -543,9 +553,9 @@ class _Layer:
             except _rf.NoSpace:       # every slot held: a hint is only a hint
                 return
 
-    def _expert(self, p, e, state, weights):
-        """act(x W_gate^T) * (x W_up^T), then W_down, times the routing weights: on views of the slots.
-        The views live only in `w`, emptied before the blocks are released (a view alive at release is
+    def _expert(self, p, e, state, weights, then=None):
+        """act(x W_gate^T) * (x W_up^T), then W_down, times the routing weights: on views of the slots
+        (then(), if given, once the expert's bytes are in, before the compute). The views live only in `w`, emptied before the blocks are released (a view alive at release is
         BufferError: a slot is never refilled under a tensor that reads it)."""
         torch = self._torch
         F = torch.nn.functional
@@ -553,6 +563,8 @@ class _Layer:
         try:
             for k, s in zip(self.keys[e], self.srcs[e]):
                 blocks.append(p.acquire(k, s))
+            if then is not None:
+                then()
             gate_up, down = self.views[e]
             want = self.param_dtype
             for spec in gate_up:
