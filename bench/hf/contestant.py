@@ -39,6 +39,36 @@ def read_bytes():
     return 0
 
 
+def memory_now():
+    """This process's peak and current resident set (VmHWM, VmRSS: file pages it maps included) and its
+    memory cgroup's split (v1 memory.stat total_rss / total_cache / total_mapped_file; v2 anon / file /
+    file_mapped), in bytes."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmHWM", "VmRSS"):
+                out[k] = int(v.split()[0]) * 1024
+    with open("/proc/self/cgroup") as f:
+        lines = [ln.rstrip("\n").split(":", 2) for ln in f]
+    for hid, ctl, path in lines:
+        if "memory" in ctl.split(","):
+            stat, keys = f"/sys/fs/cgroup/memory{path}/memory.stat", ("total_rss", "total_cache", "total_mapped_file")
+            break
+    else:
+        path = next((p for h, c, p in lines if h == "0" and c == ""), None)
+        stat, keys = f"/sys/fs/cgroup{path}/memory.stat", ("anon", "file", "file_mapped")
+    try:
+        with open(stat) as f:
+            for line in f:
+                k, _, v = line.partition(" ")
+                if k in keys:
+                    out["cg_" + k.replace("total_", "")] = int(v)
+    except OSError:
+        pass
+    return out
+
+
 def drop_cache(paths):
     """Make the files cold: write back what is dirty, then drop their clean pages from the page cache."""
     for p in paths:
@@ -274,6 +304,7 @@ def main():
             logits_out.write(last.numpy().tobytes())
             logits_out.close()
     rep["decode_read_bytes"] = read_bytes() - rb1
+    rep["memory_end"] = memory_now()
     rep["step_ms"] = times
     rep["tokens"] = tokens
     rep["vocab"] = vocab

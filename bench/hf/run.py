@@ -47,6 +47,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 MiB = 1 << 20
 CONTESTANTS = ["ringfetch", "mmap", "accelerate", "whole"]
 FAMILIES = ["mixtral", "qwen3_moe"]
+# model.ringfetch.stats()'s counters (the rest are settings or ratios)
+COUNTERS = ("hits", "misses", "late", "bytes_read", "prefetches", "wasted", "hinted", "hint_correct", "acquires")
 
 
 def parse_size(s):
@@ -183,34 +185,46 @@ def drop_cache(paths):
             os.close(fd)
 
 
-def device_read_rate(path, chunk, nchunks, inflight):
-    """O_DIRECT reads of `chunk` bytes (aligned) at spread offsets of the cold file, `inflight` at a
-    time (threads; os.preadv drops the GIL): bytes per second."""
-    size = os.path.getsize(path)
-    chunk = chunk // 4096 * 4096
-    slots = max(1, (size - chunk) // chunk)
-    offs = [((i * 5) % slots) * chunk for i in range(min(nchunks, slots))]  # a fixed spread, not sequential
-    drop_cache([path])
+def expert_ranges(path):
+    """Each expert's bytes in the file, (begin, end) absolute: its tensors' union (adjacent in these files)."""
+    start, h = safetensors_tensors(path)
+    ex = {}
+    for name, t in h.items():
+        if ".experts." not in name:
+            continue
+        key = name.split(".experts.")[0] + "." + name.split(".experts.")[1].split(".")[0]
+        b, e = t["data_offsets"]
+        lo, hi = ex.get(key, (b, e))
+        ex[key] = (min(lo, b), max(hi, e))
+    return sorted((start + b, start + e) for b, e in ex.values())
+
+
+def spread(ranges, n):
+    """n of the ranges in a fixed scattered order (every 5th, wrapping): no two neighbours in a row."""
+    return [ranges[(i * 5) % len(ranges)] for i in range(min(n, len(ranges)))]
+
+
+def rate_pread(path, ranges, inflight):
+    """O_DIRECT preadv of each range's aligned window, `inflight` threads at a time (os.preadv drops the
+    GIL), into page-aligned buffers: bytes per second."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-    bufs = [mmap.mmap(-1, chunk) for _ in range(inflight)]  # page-aligned
-    nxt = [0]
-    lock = threading.Lock()
-    err = []
+    wins = [(b // 4096 * 4096, -(-e // 4096) * 4096) for b, e in ranges]
+    size = max(e - b for b, e in wins)
+    bufs = [mmap.mmap(-1, size) for _ in range(inflight)]
+    nxt, lock, err = [0], threading.Lock(), []
 
     def worker(buf):
+        mv = memoryview(buf)
         while True:
             with lock:
-                if nxt[0] >= len(offs):
+                if nxt[0] >= len(wins) or err:
                     return
-                off = offs[nxt[0]]
+                b, e = wins[nxt[0]]
                 nxt[0] += 1
             try:
-                got = os.preadv(fd, [buf], off)
-                if got != chunk:
-                    err.append(f"short read {got}")
-            except OSError as e:
-                err.append(str(e))
-                return
+                os.preadv(fd, [mv[:e - b]], b)
+            except OSError as x:
+                err.append(str(x))
     t0 = time.perf_counter()
     ts = [threading.Thread(target=worker, args=(b,)) for b in bufs]
     for t in ts:
@@ -219,11 +233,64 @@ def device_read_rate(path, chunk, nchunks, inflight):
         t.join()
     dt = time.perf_counter() - t0
     os.close(fd)
-    for b in bufs:
-        b.close()
     if err:
-        raise OSError(f"device read rate: {err[0]}")
-    return len(offs) * chunk / dt
+        raise OSError(err[0])
+    return sum(e - b for b, e in wins) / dt
+
+
+def rate_fio(path, bs, depth, nbytes):
+    """fio's io_uring O_DIRECT random reads of bs at depth: bytes per second, or None without fio."""
+    if shutil.which("fio") is None:
+        return None
+    r = subprocess.run(["fio", "--name=rate", f"--filename={path}", "--readonly", "--rw=randread", f"--bs={bs}",
+                        "--direct=1", "--ioengine=io_uring", f"--iodepth={depth}", f"--io_size={nbytes}",
+                        "--output-format=json"], capture_output=True, text=True)
+    try:
+        return json.loads(r.stdout)["jobs"][0]["read"]["bw_bytes"]
+    except (ValueError, KeyError, IndexError):
+        return None
+
+
+def rate_ringfetch(path, ranges, depth):
+    """ringfetch's own reader on the same ranges (rf.Pipeline.run over rf.File slices, a compute that does
+    nothing): the rate the library's reads reach on this disk with nothing else to do; None without it."""
+    try:
+        import ringfetch as rf
+    except ImportError:
+        return None
+    slot = -(-(max(e - b for b, e in ranges) + 8192) // 4096) * 4096
+    with rf.File(path) as f:
+        m = memoryview(f)
+        with rf.Pipeline(slot, depth=depth, backend="threads") as p:
+            srcs = [m[b:e] for b, e in ranges]
+            t0 = time.perf_counter()
+            p.run(srcs, lambda blk: None)
+            dt = time.perf_counter() - t0
+            del srcs
+        m.release()
+    return sum(e - b for b, e in ranges) / dt
+
+
+def device_rates(path, n):
+    """The device's read rate, cold, in the experts' own requests, measured several ways: {how: B/s}."""
+    ranges = spread(expert_ranges(path), n)
+    nbytes = sum(e - b for b, e in ranges)
+    bs = max(1 << 20, (max(e - b for b, e in ranges) // (1 << 20)) << 20)
+    out = {}
+    for how, fn in (("pread-qd1", lambda: rate_pread(path, ranges, 1)),
+                    ("pread-qd4", lambda: rate_pread(path, ranges, 4)),
+                    ("fio-io_uring-qd8", lambda: rate_fio(path, bs, 8, nbytes)),
+                    ("fio-io_uring-qd32", lambda: rate_fio(path, bs, 32, nbytes)),
+                    ("ringfetch-run-depth10", lambda: rate_ringfetch(path, ranges, 10))):
+        drop_cache([path])
+        try:
+            v = fn()
+        except Exception as e:  # a way that cannot run here is left out, and said so
+            log(f"  device rate {how}: {e}")
+            v = None
+        if v:
+            out[how] = v
+    return out
 
 
 # ---- one contestant in its child -----------------------------------------------------------------------
@@ -323,6 +390,11 @@ def summarize(runs, facts, whole_ms):
     out["mib_read_per_step"] = median([r["decode_read_bytes"] / len(r["step_ms"]) / MiB for r in ok])
     out["prefill_ms"] = median([r["prefill_ms"] for r in ok])
     out["load_s"] = median([r["load_s"] for r in ok])
+    out["loadavg_at_start"] = [r["loadavg"] for r in runs]
+    for k in ("VmHWM", "cg_rss", "cg_cache", "cg_mapped_file", "cg_anon", "cg_file", "cg_file_mapped"):
+        v = [r["memory_end"][k] for r in ok if k in r.get("memory_end", {})]
+        if v:
+            out[f"{k}_mib"] = max(v) / MiB
     peaks = [r["peak"] for r in ok if r.get("peak")]
     out["peak_mib"] = max(peaks) / MiB if peaks else None
     out["wall_s"] = sum(r["wall_s"] for r in ok)
@@ -333,16 +405,22 @@ def summarize(runs, facts, whole_ms):
         out["device_map_modules"] = ok[0]["device_map_modules"]
     if ok[0].get("stats_end") is not None:
         hits = misses = used = 0
+        agg = {}
         for r in ok:
             s1, s2 = r["stats_after_prefill"], r["stats_end"]
-            d = {k: s2[k] - s1[k] for k in s2 if isinstance(s2.get(k), (int, float)) and k in s1}
+            d = {k: s2[k] - s1[k] for k in COUNTERS if isinstance(s2.get(k), (int, float)) and k in s1}
             r["stats_decode"] = d
             hits += d.get("hits", 0)
             misses += d.get("misses", 0)
-            # the bytes that had to come from the disk: what was read, less the hints that were never used
-            wasted_b = d.get("wasted_bytes", d.get("wasted", 0) * facts["expert_bytes"])
-            used += max(0, d.get("bytes_read", misses * facts["expert_bytes"]) - wasted_b)
+            # the bytes that had to come from the disk: what was read, less the hints never used (wasted
+            # counts blocks, blocks_per_expert of them an expert)
+            wasted_b = d.get("wasted", 0) * s2.get("expert_bytes", facts["expert_bytes"]) / s2.get("blocks_per_expert", 1)
+            used += max(0, d.get("bytes_read", 0) - wasted_b)
+            for k in ("prefetches", "late", "hinted", "hint_correct", "wasted"):
+                agg[k] = agg.get(k, 0) + d.get(k, 0)
         out["hit_rate"] = hits / (hits + misses) if hits + misses else None
+        out["hint_accuracy"] = agg["hint_correct"] / agg["hinted"] if agg.get("hinted") else None
+        out["decode_counts"] = dict(agg, hits=hits, misses=misses)
         out["stats_decode_last"] = ok[-1]["stats_decode"]
         out["needed_mib_per_step"] = used / sum(len(r["step_ms"]) for r in ok) / MiB
         out["describe"] = ok[-1].get("describe")
@@ -431,16 +509,6 @@ def main():
     log(f"baseline (torch, transformers, accelerate, safetensors, ringfetch imported, a tiny model decoded): "
         + " then ".join(fmt(v, ".0f") for v in res["baseline_runs_mib"]) + " MiB as the cgroup counts it")
 
-    # the device's read rate, with O_DIRECT in expert-sized requests
-    f0 = facts[fams[0]]
-    rates = {}
-    for qd in (1, 4):
-        rates[qd] = device_read_rate(f0["files"][0], max(f0["expert_bytes"], 1 << 20), 24, qd)
-    res["device_read_gbps"] = {str(k): v / 1e9 for k, v in rates.items()}
-    rate = max(rates.values())
-    log(f"device: O_DIRECT reads of {max(f0['expert_bytes'], 1 << 20) / MiB:.0f} MiB, cold: "
-        + ", ".join(f"{v / 1e9:.2f} GB/s with {k} in flight" for k, v in rates.items()))
-
     failed = False
     for fam in fams:
         f = facts[fam]
@@ -454,7 +522,13 @@ def main():
                f"{f['non_expert_bytes'] / MiB:.0f} + budget {budget / MiB:.0f} + {slack / MiB:.0f} (whole: no limit)"
                if limit else "NONE (not enforced)"))
         runs = {c: [] for c in cons}
+        rates = {}
         for rep in range(reps):
+            # the device's read rate now, beside the contestants (the disk is shared)
+            for how, v in device_rates(f["files"][0], 16).items():
+                rates.setdefault(how, []).append(v)
+            log(f"  rep {rep} device, cold, the experts' reads: "
+                + ", ".join(f"{how} {v[-1] / 1e9:.2f}" for how, v in rates.items()) + " GB/s")
             order = cons if rep % 2 == 0 else list(reversed(cons))
             for c in order:
                 tag = f"rf-hf-{os.getpid()}-{fam}-{c}-{rep}"
@@ -466,9 +540,10 @@ def main():
                 if c == "accelerate":
                     argv += ["--offload", offload]
                 drop_cache(f["files"])
+                load_start = os.getloadavg()[0]
                 rc, peak, ooms, wall, cpu, err = run_child(cg, tag, None if c == "whole" else limit, argv, a.timeout)
                 shutil.rmtree(offload, ignore_errors=True)
-                r = {"rep": rep, "peak": peak, "oom_kills": ooms, "wall_s": wall, "cpu_s": cpu}
+                r = {"rep": rep, "peak": peak, "oom_kills": ooms, "wall_s": wall, "cpu_s": cpu, "loadavg": load_start}
                 if rc == 0 and os.path.exists(rpath):
                     r.update(json.load(open(rpath)), ok=True, logits=lpath)
                 else:
@@ -496,8 +571,15 @@ def main():
             o = cs.get(other, {}).get("ms_per_step")
             if rf_ms and o:
                 fres[f"ringfetch_over_{other}"] = rf_ms / o
+        # what ringfetch's own reads reached during its decode is a rate the device gave too
+        rf_ok = [r for r in runs.get("ringfetch", []) if r.get("ok") and r.get("step_ms")]
+        if rf_ok:
+            rates["ringfetch-decode"] = [r["decode_read_bytes"] / (sum(r["step_ms"]) / 1e3) for r in rf_ok]
+        fres["device_read_gbps"] = {how: median(v) / 1e9 for how, v in rates.items()}
+        rate = max(median(v) for v in rates.values()) if rates else None
+        fres["device_rate_gbps"] = rate / 1e9 if rate else None
         need = cs.get("ringfetch", {}).get("needed_mib_per_step")
-        if need is not None and whole_ms:
+        if need is not None and whole_ms and rate:
             fres["disk_bound_ms"] = need * MiB / rate * 1e3 + whole_ms
             fres["ringfetch_over_disk_bound"] = rf_ms / fres["disk_bound_ms"] if rf_ms else None
         rfc = cs.get("ringfetch", {})
@@ -519,7 +601,10 @@ def report(res, cons, fams, out):
         fr = res["families"][fam]
         log(f"{fam}: budget {fr['budget_mib']:.0f} MiB, cgroup {fmt(fr['limit_mib'], '.0f')} MiB"
             f"{'' if fr['enforced'] else ' (NOT enforced: unconstrained)'}; medians over {res['reps']} x {res['steps']} steps")
-        log(f"  {'contestant':11s} {'ms/step':>9s} {'MiB read/step':>14s} {'hit rate':>9s} {'peak MiB':>9s} {'load s':>7s}  tokens = whole's")
+        log("  (peak: the group's, page cache included; RSS: the process's peak resident set, mapped file pages"
+            " included; cache: the group's page cache after the decode)")
+        log(f"  {'contestant':11s} {'ms/step':>9s} {'MiB read/step':>14s} {'hit rate':>9s} {'peak MiB':>9s} "
+            f"{'RSS MiB':>8s} {'cache MiB':>9s} {'load s':>7s}  tokens = whole's")
         for c in cons:
             s = fr["contestants"][c]
             if not s.get("ok"):
@@ -528,7 +613,8 @@ def report(res, cons, fams, out):
             tok = "bound" if c == "whole" else (f"{s['argmax_steps']}" + (f", max rel diff {s['max_rel_diff']:.1e}" if c == "ringfetch" else "")) \
                 if "argmax_steps" in s else "-"
             log(f"  {c:11s} {s['ms_per_step']:9.1f} {s['mib_read_per_step']:14.1f} {fmt(s.get('hit_rate'), '9.2f'):>9s} "
-                f"{fmt(s['peak_mib'], '9.0f'):>9s} {s['load_s']:7.1f}  {tok}")
+                f"{fmt(s['peak_mib'], '9.0f'):>9s} {fmt(s.get('VmHWM_mib'), '8.0f'):>8s} "
+                f"{fmt(s.get('cg_cache_mib', s.get('cg_file_mib')), '9.0f'):>9s} {s['load_s']:7.1f}  {tok}")
         ratios = [f"ringfetch / {o} = {fr[k]:.2f}x" for o, k in (("accelerate", "ringfetch_over_accelerate"),
                                                                 ("mmap", "ringfetch_over_mmap"),
                                                                 ("whole", "ringfetch_over_whole")) if k in fr]
@@ -537,7 +623,8 @@ def report(res, cons, fams, out):
         if "disk_bound_ms" in fr:
             rc = fr["contestants"]["ringfetch"]
             log(f"  disk bound: {rc['needed_mib_per_step']:.1f} MiB of experts to read per step / "
-                f"{max(res['device_read_gbps'].values()):.2f} GB/s + whole {fr['contestants']['whole']['ms_per_step']:.1f} ms "
+                f"{fr['device_rate_gbps']:.2f} GB/s (the best of " + ", ".join(f"{k} {v:.2f}" for k, v in fr["device_read_gbps"].items())
+                + f") + whole {fr['contestants']['whole']['ms_per_step']:.1f} ms "
                 f"= {fr['disk_bound_ms']:.1f} ms/step; ringfetch {fr['ringfetch_over_disk_bound']:.2f}x it")
         if "ringfetch_logits_match" in fr:
             log("  ringfetch's logits: " + ("equal to the whole model's (argmax at every step, max relative difference "
@@ -556,12 +643,17 @@ def report(res, cons, fams, out):
 def plot(res, cons, fams, out):
     """ms/step per family and contestant (log scale), with the disk bound beside them: gnuplot, where it is."""
     dat = os.path.join(out, "hf.dat")
-    cols = cons + ["disk-bound"]
+    cols = [c for c in cons if any(res["families"][fam]["contestants"][c].get("ms_per_step") for fam in fams)]
+    vals_of = {c: [res["families"][fam]["contestants"][c].get("ms_per_step") for fam in fams] for c in cols}
+    if any(res["families"][fam].get("disk_bound_ms") for fam in fams):
+        cols.append("disk-bound")
+        vals_of["disk-bound"] = [res["families"][fam].get("disk_bound_ms") for fam in fams]
+    if not cols:
+        return
     with open(dat, "w") as f:
         f.write("# family " + " ".join(cols) + "  (ms per decode step; NaN: not run or failed)\n")
         for fam in fams:
-            fr = res["families"][fam]
-            vals = [fr["contestants"][c].get("ms_per_step") for c in cons] + [fr.get("disk_bound_ms")]
+            vals = [vals_of[c][fams.index(fam)] for c in cols]
             f.write(fam + " " + " ".join("NaN" if v is None else f"{v:.3f}" for v in vals) + "\n")
     if shutil.which("gnuplot") is None:
         return
