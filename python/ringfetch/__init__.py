@@ -26,6 +26,7 @@ from ._ringfetch import (
     NotSupported,
     OutOfMemory,
     Pipeline,
+    View,
     __version__,
     plan_ring,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "plan_ring",
     "Pipeline",
     "Block",
+    "View",
     "File",
     "Error",
     "InvalidArgument",

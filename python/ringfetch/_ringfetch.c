@@ -12,8 +12,9 @@
  *  - the sources of keyed calls are kept alive (their buffers held) until no copy can read them: until
  *    evict(key), a run that emptied the cache, or close — the C rule "src stays valid until evict";
  *  - Blocks are views of a slot that know when they stop being valid (after their compute returned,
- *    after release), count the buffer and DLPack views they handed out, and refuse to release or close
- *    while one is alive, so that no Python object ever points into a slot that was given back.
+ *    after release), count the buffer, DLPack and View views they handed out, and refuse to release or
+ *    close while one is alive; a compute that returns with one alive stops the run, and no slot is
+ *    refilled until it ends: no Python object ever reads a slot that was given back.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -243,12 +244,26 @@ typedef struct rfpy_DLManagedTensorVersioned {
 	uint64_t flags;
 	rfpy_DLTensor dl_tensor;
 } rfpy_DLManagedTensorVersioned;
-enum { RFPY_kDLCPU = 1, RFPY_kDLCUDA = 2, RFPY_kDLUInt = 1 };
+enum { RFPY_kDLCPU = 1, RFPY_kDLCUDA = 2 };
+/* DLDataTypeCode (dlpack.h 1.1: the float8 kinds are 10 .. 14) */
+enum {
+	RFPY_kDLInt = 0,
+	RFPY_kDLUInt = 1,
+	RFPY_kDLFloat = 2,
+	RFPY_kDLBfloat = 4,
+	RFPY_kDLComplex = 5,
+	RFPY_kDLBool = 6,
+	RFPY_kDLFloat8_e4m3fn = 10,
+	RFPY_kDLFloat8_e4m3fnuz = 11,
+	RFPY_kDLFloat8_e5m2 = 12,
+	RFPY_kDLFloat8_e5m2fnuz = 13,
+	RFPY_kDLFloat8_e8m0fnu = 14,
+};
 #define RFPY_DLPACK_FLAG_READ_ONLY 1ull
 
 /* ---- types ------------------------------------------------------------------------------------------- */
 
-static PyTypeObject *Pipeline_Type, *Block_Type, *File_Type, *Pin_Type;
+static PyTypeObject *Pipeline_Type, *Block_Type, *View_Type, *File_Type, *Pin_Type;
 
 typedef struct {
 	PyObject_HEAD
@@ -256,6 +271,8 @@ typedef struct {
 	int busy;                /* a thread is inside the library on p (read and written under the GIL) */
 	unsigned long owner;     /* that thread's ident while busy */
 	Py_ssize_t exports;      /* live buffer and DLPack views of its blocks */
+	Py_ssize_t kept;         /* of those, views of a run's block that outlived its compute */
+	size_t kept_index;       /* that block's index (the last one kept) */
 	PyObject *pins;          /* dict: key -> Pin, the source of each key a copy may read */
 	int device;              /* params.device */
 	int memory;              /* params.memory */
@@ -270,8 +287,52 @@ typedef struct {
 	PipelineObject *pipe; /* strong: the slot's memory lives as long as a Block of it */
 	rf_block b;
 	int state;
-	Py_ssize_t exports;
+	int kept;           /* a run's block whose compute returned while views of it were alive */
+	Py_ssize_t exports; /* live buffers, DLPack tensors and Views taken from it */
 } BlockObject;
+
+/* The element types of Block.view, named as safetensors names them. `fmt` is the buffer protocol's
+ * (struct module) format; types it has no letter for (BF16, the float8 kinds) are exported to it as
+ * unsigned integers of their width, their raw bits, while DLPack names them. */
+static const struct rfpy_dtype {
+	const char *name;
+	const char *fmt;
+	uint8_t code, bits;
+} rfpy_dtypes[] = {
+	{"F64", "d", RFPY_kDLFloat, 64},
+	{"F32", "f", RFPY_kDLFloat, 32},
+	{"F16", "e", RFPY_kDLFloat, 16},
+	{"BF16", "H", RFPY_kDLBfloat, 16},
+	{"I64", "q", RFPY_kDLInt, 64},
+	{"I32", "i", RFPY_kDLInt, 32},
+	{"I16", "h", RFPY_kDLInt, 16},
+	{"I8", "b", RFPY_kDLInt, 8},
+	{"U64", "Q", RFPY_kDLUInt, 64},
+	{"U32", "I", RFPY_kDLUInt, 32},
+	{"U16", "H", RFPY_kDLUInt, 16},
+	{"U8", "B", RFPY_kDLUInt, 8},
+	{"BOOL", "?", RFPY_kDLBool, 8},
+	{"C64", "Zf", RFPY_kDLComplex, 64},
+	{"F8_E4M3", "B", RFPY_kDLFloat8_e4m3fn, 8},
+	{"F8_E4M3FNUZ", "B", RFPY_kDLFloat8_e4m3fnuz, 8},
+	{"F8_E5M2", "B", RFPY_kDLFloat8_e5m2, 8},
+	{"F8_E5M2FNUZ", "B", RFPY_kDLFloat8_e5m2fnuz, 8},
+	{"F8_E8M0", "B", RFPY_kDLFloat8_e8m0fnu, 8},
+};
+#define RFPY_NDTYPES (sizeof rfpy_dtypes / sizeof rfpy_dtypes[0])
+_Static_assert(sizeof(int) == 4 && sizeof(long long) == 8, "the buffer formats i/I and q/Q name 32 and 64 bits");
+
+/* Block.view(dtype, shape, *, offset=0): a typed, C-contiguous window of a block's bytes. It counts as
+ * one view of its block while it lives; the buffers and tensors taken from it keep it alive. */
+typedef struct {
+	PyObject_HEAD
+	BlockObject *blk; /* strong; NULL once released */
+	const struct rfpy_dtype *dt;
+	Py_ssize_t exports; /* buffers and DLPack tensors taken from it */
+	size_t offset, nbytes;
+	int ndim;
+	Py_ssize_t *shape; /* ndim extents, then ndim strides (NULL for ndim 0) */
+} ViewObject;
 
 typedef struct {
 	PyObject_HEAD
@@ -320,6 +381,19 @@ static void pipe_leave(PipelineObject *self)
 {
 	self->busy = 0;
 	self->owner = 0;
+}
+
+/* Before anything that may write a slot (run, acquire, prefetch): a view of a run's block that outlived
+ * its compute still reads that block's slot, and must never see another block's bytes there. */
+static int pipe_kept_check(PipelineObject *self, const char *who)
+{
+	if (self->kept == 0)
+		return 0;
+	PyErr_Format(PyExc_BufferError,
+		     "%s: %zd view(s) of block %zu of an earlier run outlived its compute, and no slot is refilled "
+		     "while they live (drop them; a view kept by an exception's traceback counts too)",
+		     who, self->kept, self->kept_index);
+	return -1;
 }
 
 /* ---- Pin: a keyed source kept alive --------------------------------------------------------------------- */
@@ -440,6 +514,7 @@ static PyObject *block_new(PipelineObject *pipe, const rf_block *b, int state)
 	self->pipe = pipe;
 	self->b = *b;
 	self->state = state;
+	self->kept = 0;
 	self->exports = 0;
 	return (PyObject *)self;
 }
@@ -523,6 +598,42 @@ static PyObject *Block_repr(BlockObject *self)
 				    self->b.bytes, self->state == BLOCK_HELD ? " held" : "");
 }
 
+/* ---- views of a block: buffers, DLPack tensors, View objects ----------------------------------------- */
+
+/* Everything taken from a block that can read its slot counts: while one lives the block cannot be given
+ * back (release, close), and a run's block whose compute returns with one alive stops the run and is
+ * "kept": no slot of the pipeline is refilled until its last view ends (pipe_kept_check). */
+static void blk_export_begin(BlockObject *b)
+{
+	b->exports++;
+	b->pipe->exports++;
+}
+
+static void blk_export_end(BlockObject *b)
+{
+	b->exports--;
+	b->pipe->exports--;
+	if (b->kept)
+		b->pipe->kept--;
+}
+
+/* The owner of a buffer or DLPack tensor: a Block, or a View (whose own life counts for its block). */
+static void owner_export_begin(PyObject *o)
+{
+	if (Py_TYPE(o) == View_Type)
+		((ViewObject *)o)->exports++;
+	else
+		blk_export_begin((BlockObject *)o);
+}
+
+static void owner_export_end(PyObject *o)
+{
+	if (Py_TYPE(o) == View_Type)
+		((ViewObject *)o)->exports--;
+	else
+		blk_export_end((BlockObject *)o);
+}
+
 static int Block_getbuffer(BlockObject *self, Py_buffer *view, int flags)
 {
 	if (block_valid(self, "Block buffer") < 0)
@@ -534,40 +645,38 @@ static int Block_getbuffer(BlockObject *self, Py_buffer *view, int flags)
 	}
 	if (PyBuffer_FillInfo(view, (PyObject *)self, (void *)self->b.data, (Py_ssize_t)self->b.bytes, 1, flags) < 0)
 		return -1;
-	self->exports++;
-	self->pipe->exports++;
+	blk_export_begin(self);
 	return 0;
 }
 
 static void Block_releasebuffer(BlockObject *self, Py_buffer *view)
 {
 	(void)view;
-	self->exports--;
-	self->pipe->exports--;
+	blk_export_end(self);
 }
 
-/* DLPack: the capsule's tensor keeps the Block (and so the slot) alive and counts as a view. */
-static void dl_done(BlockObject *blk)
+/* DLPack: the capsule's tensor keeps its owner (and so the slot) alive and counts as one of its views
+ * until the consumer's deleter runs (any thread: it takes the GIL). */
+static void dl_done(PyObject *owner)
 {
 	PyGILState_STATE g = PyGILState_Ensure();
-	blk->exports--;
-	blk->pipe->exports--;
-	Py_DECREF((PyObject *)blk);
+	owner_export_end(owner);
+	Py_DECREF(owner);
 	PyGILState_Release(g);
 }
 
 static void dl_deleter(rfpy_DLManagedTensor *t)
 {
-	BlockObject *blk = t->manager_ctx;
+	PyObject *owner = t->manager_ctx;
 	free(t);
-	dl_done(blk);
+	dl_done(owner);
 }
 
 static void dl_deleter_v(rfpy_DLManagedTensorVersioned *t)
 {
-	BlockObject *blk = t->manager_ctx;
+	PyObject *owner = t->manager_ctx;
 	free(t);
-	dl_done(blk);
+	dl_done(owner);
 }
 
 static void dl_capsule_free(PyObject *cap)
@@ -635,17 +744,26 @@ static int dl_cuda_sync(BlockObject *self, PyObject *stream)
 }
 #endif
 
-static PyObject *Block_dlpack(BlockObject *self, PyObject *args, PyObject *kwds)
+/* What a DLPack export describes: the bytes at the block's slot + offset, as ndim extents of dtype
+ * (row-major, strides NULL: compact). */
+struct dl_what {
+	rfpy_DLDataType dtype;
+	uint64_t offset;
+	int ndim;
+	const Py_ssize_t *shape;
+};
+
+/* __dlpack__ of a Block or a View (owner) of block blk: the protocol's arguments checked, the consumer's
+ * stream ordered (cuda), and a capsule whose tensor keeps owner alive and counts as its view. */
+static PyObject *dl_export(PyObject *owner, BlockObject *blk, const struct dl_what *w, PyObject *args, PyObject *kwds)
 {
 	static char *kwlist[] = {"stream", "max_version", "dl_device", "copy", NULL};
 	PyObject *stream = Py_None, *max_version = Py_None, *dl_device = Py_None, *copy = Py_None;
 	if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOOO:__dlpack__", kwlist, &stream, &max_version, &dl_device,
 					 &copy))
 		return NULL;
-	if (block_valid(self, "__dlpack__") < 0)
-		return NULL;
-	int dev_type = self->pipe->memory == RF_MEMORY_DEVICE ? RFPY_kDLCUDA : RFPY_kDLCPU;
-	int dev_id = dev_type == RFPY_kDLCUDA ? self->pipe->device : 0;
+	int dev_type = blk->pipe->memory == RF_MEMORY_DEVICE ? RFPY_kDLCUDA : RFPY_kDLCPU;
+	int dev_id = dev_type == RFPY_kDLCUDA ? blk->pipe->device : 0;
 	if (stream != Py_None && !PyLong_Check(stream))
 		return rfpy_type_error("__dlpack__: stream", "an int or None", stream);
 	if (copy != Py_None && PyObject_IsTrue(copy)) {
@@ -678,7 +796,7 @@ static PyObject *Block_dlpack(BlockObject *self, PyObject *args, PyObject *kwds)
 		}
 	} else {
 #if RFPY_CUDA
-		if (dl_cuda_sync(self, stream) < 0)
+		if (dl_cuda_sync(blk, stream) < 0)
 			return NULL;
 #endif
 	}
@@ -691,53 +809,71 @@ static PyObject *Block_dlpack(BlockObject *self, PyObject *args, PyObject *kwds)
 			return NULL;
 		versioned = major >= 1;
 	}
+	/* data points at the view itself, byte_offset 0: torch refuses any other byte_offset (and exports
+	 * its own offset tensors that way). */
 	rfpy_DLTensor t = {
-		.data = (void *)self->b.data,
+		.data = (char *)blk->b.data + w->offset,
 		.device = {dev_type, dev_id},
-		.ndim = 1,
-		.dtype = {RFPY_kDLUInt, 8, 1},
+		.ndim = w->ndim,
+		.dtype = w->dtype,
 		.shape = NULL,
 		.strides = NULL,
 		.byte_offset = 0,
 	};
+	size_t extra = (size_t)(w->ndim > 0 ? w->ndim : 1) * sizeof(int64_t);
+	void *mem;
+	int64_t *shape;
 	PyObject *cap;
 	if (versioned) {
-		rfpy_DLManagedTensorVersioned *m = calloc(1, sizeof *m + sizeof(int64_t));
+		rfpy_DLManagedTensorVersioned *m = calloc(1, sizeof *m + extra);
 		if (m == NULL)
 			return PyErr_NoMemory();
 		m->version.major = 1;
 		m->version.minor = 0;
-		m->manager_ctx = self;
+		m->manager_ctx = owner;
 		m->deleter = dl_deleter_v;
 		m->flags = RFPY_DLPACK_FLAG_READ_ONLY;
 		m->dl_tensor = t;
-		m->dl_tensor.shape = (int64_t *)(m + 1);
-		m->dl_tensor.shape[0] = (int64_t)self->b.bytes;
+		shape = m->dl_tensor.shape = (int64_t *)(m + 1);
+		mem = m;
 		cap = PyCapsule_New(m, "dltensor_versioned", dl_capsule_free);
-		if (cap == NULL) {
-			free(m);
-			return NULL;
-		}
 	} else {
-		rfpy_DLManagedTensor *m = calloc(1, sizeof *m + sizeof(int64_t));
+		rfpy_DLManagedTensor *m = calloc(1, sizeof *m + extra);
 		if (m == NULL)
 			return PyErr_NoMemory();
-		m->manager_ctx = self;
+		m->manager_ctx = owner;
 		m->deleter = dl_deleter;
 		m->dl_tensor = t;
-		m->dl_tensor.shape = (int64_t *)(m + 1);
-		m->dl_tensor.shape[0] = (int64_t)self->b.bytes;
+		shape = m->dl_tensor.shape = (int64_t *)(m + 1);
+		mem = m;
 		cap = PyCapsule_New(m, "dltensor", dl_capsule_free);
-		if (cap == NULL) {
-			free(m);
-			return NULL;
-		}
 	}
+	if (cap == NULL) {
+		free(mem);
+		return NULL;
+	}
+	for (int d = 0; d < w->ndim; d++)
+		shape[d] = (int64_t)w->shape[d];
 	/* The tensor's reference and view count, given back by its deleter. */
-	Py_INCREF((PyObject *)self);
-	self->exports++;
-	self->pipe->exports++;
+	Py_INCREF(owner);
+	owner_export_begin(owner);
 	return cap;
+}
+
+static PyObject *dl_device(BlockObject *blk)
+{
+	if (blk->pipe->memory == RF_MEMORY_DEVICE)
+		return Py_BuildValue("(ii)", RFPY_kDLCUDA, blk->pipe->device);
+	return Py_BuildValue("(ii)", RFPY_kDLCPU, 0);
+}
+
+static PyObject *Block_dlpack(BlockObject *self, PyObject *args, PyObject *kwds)
+{
+	if (block_valid(self, "__dlpack__") < 0)
+		return NULL;
+	Py_ssize_t n = (Py_ssize_t)self->b.bytes;
+	struct dl_what w = {{RFPY_kDLUInt, 8, 1}, 0, 1, &n};
+	return dl_export((PyObject *)self, self, &w, args, kwds);
 }
 
 static PyObject *Block_dlpack_device(BlockObject *self, PyObject *unused)
@@ -745,10 +881,325 @@ static PyObject *Block_dlpack_device(BlockObject *self, PyObject *unused)
 	(void)unused;
 	if (block_valid(self, "__dlpack_device__") < 0)
 		return NULL;
-	if (self->pipe->memory == RF_MEMORY_DEVICE)
-		return Py_BuildValue("(ii)", RFPY_kDLCUDA, self->pipe->device);
-	return Py_BuildValue("(ii)", RFPY_kDLCPU, 0);
+	return dl_device(self);
 }
+
+/* ---- View: Block.view(dtype, shape, *, offset=0) -------------------------------------------------------- */
+
+static const struct rfpy_dtype *dtype_arg(PyObject *o)
+{
+	if (!PyUnicode_Check(o)) {
+		rfpy_type_error("view: dtype", "a str (\"F32\", \"BF16\", ...)", o);
+		return NULL;
+	}
+	for (size_t i = 0; i < RFPY_NDTYPES; i++)
+		if (PyUnicode_CompareWithASCIIString(o, rfpy_dtypes[i].name) == 0)
+			return &rfpy_dtypes[i];
+	rfpy_raisef(RF_EINVAL,
+		    "view: unknown dtype %R (safetensors' names: F64 F32 F16 BF16 I64 I32 I16 I8 U64 U32 U16 U8 BOOL "
+		    "C64 F8_E4M3 F8_E4M3FNUZ F8_E5M2 F8_E5M2FNUZ F8_E8M0)",
+		    o);
+	return NULL;
+}
+
+/* shape: a tuple or list of ints (or one int, for 1-D) into v->ndim / v->shape, with the C-contiguous
+ * strides after the extents; v->nbytes = their product x itemsize. */
+static int shape_arg(ViewObject *v, PyObject *o)
+{
+	PyObject *seq;
+	if (PyTuple_Check(o) || PyList_Check(o)) {
+		seq = PySequence_Tuple(o);
+	} else if (PyLong_Check(o) || PyIndex_Check(o)) {
+		seq = PyTuple_Pack(1, o);
+	} else {
+		rfpy_type_error("view: shape", "a tuple of ints", o);
+		return -1;
+	}
+	if (seq == NULL)
+		return -1;
+	Py_ssize_t nd = PyTuple_Size(seq);
+	if (nd > PyBUF_MAX_NDIM) {
+		Py_DECREF(seq);
+		rfpy_raisef(RF_EINVAL, "view: shape has %zd dimensions, at most %d", nd, PyBUF_MAX_NDIM);
+		return -1;
+	}
+	Py_ssize_t *sh = nd > 0 ? PyMem_Calloc((size_t)nd * 2, sizeof *sh) : NULL;
+	if (nd > 0 && sh == NULL) {
+		Py_DECREF(seq);
+		PyErr_NoMemory();
+		return -1;
+	}
+	size_t n = v->dt->bits / 8;
+	int bad = 0;
+	for (Py_ssize_t d = 0; !bad && d < nd; d++) {
+		unsigned long long e;
+		bad = rfpy_uint(PyTuple_GetItem(seq, d), "view: each extent of shape", PY_SSIZE_T_MAX, &e) < 0;
+		if (!bad && (__builtin_mul_overflow(n, (size_t)e, &n) || n > (size_t)PY_SSIZE_T_MAX)) {
+			rfpy_raisef(RF_EINVAL, "view: shape %R of %s is more bytes than memory holds", o, v->dt->name);
+			bad = 1;
+		}
+		if (!bad)
+			sh[d] = (Py_ssize_t)e;
+	}
+	Py_DECREF(seq);
+	if (bad) {
+		PyMem_Free(sh);
+		return -1;
+	}
+	Py_ssize_t stride = v->dt->bits / 8;
+	for (Py_ssize_t d = nd - 1; d >= 0; d--) {
+		sh[nd + d] = stride;
+		stride *= sh[d] > 0 ? sh[d] : 1;
+	}
+	v->ndim = (int)nd;
+	v->shape = sh;
+	v->nbytes = n;
+	return 0;
+}
+
+static PyObject *Block_view(BlockObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"dtype", "shape", "offset", NULL};
+	PyObject *dtype_o, *shape_o, *offset_o = NULL;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO|$O:view", kwlist, &dtype_o, &shape_o, &offset_o))
+		return NULL;
+	if (block_valid(self, "view") < 0)
+		return NULL;
+	const struct rfpy_dtype *dt = dtype_arg(dtype_o);
+	if (dt == NULL)
+		return NULL;
+	unsigned long long off = 0;
+	if (offset_o != NULL && rfpy_uint(offset_o, "view: offset", SIZE_MAX, &off) < 0)
+		return NULL;
+	if (off % (dt->bits / 8) != 0)
+		return rfpy_raisef(RF_EINVAL, "view: offset %llu is not a multiple of %s's %u bytes", off, dt->name,
+				   dt->bits / 8u);
+	ViewObject *v = PyObject_New(ViewObject, View_Type);
+	if (v == NULL)
+		return NULL;
+	v->blk = NULL;
+	v->dt = dt;
+	v->exports = 0;
+	v->offset = (size_t)off;
+	v->ndim = 0;
+	v->shape = NULL;
+	if (shape_arg(v, shape_o) < 0) {
+		Py_DECREF((PyObject *)v);
+		return NULL;
+	}
+	/* A prefix (or any window) of the block: what is past the view is not the view's. */
+	if (v->offset > self->b.bytes || v->nbytes > self->b.bytes - v->offset) {
+		rfpy_raisef(RF_EINVAL, "view: shape %R of %s is %zu bytes at offset %zu, past the block's %zu", shape_o,
+			    dt->name, v->nbytes, v->offset, self->b.bytes);
+		Py_DECREF((PyObject *)v);
+		return NULL;
+	}
+	Py_INCREF((PyObject *)self);
+	v->blk = self;
+	blk_export_begin(self);
+	return (PyObject *)v;
+}
+
+static int view_valid(ViewObject *self, const char *who)
+{
+	if (self->blk == NULL) {
+		rfpy_raisef(RF_EINVAL, "%s: the view was released", who);
+		return -1;
+	}
+	return block_valid(self->blk, who);
+}
+
+/* Let go of the block (its view count) now. */
+static void view_end(ViewObject *self)
+{
+	BlockObject *b = self->blk;
+	if (b != NULL) {
+		self->blk = NULL;
+		blk_export_end(b);
+		Py_DECREF((PyObject *)b);
+	}
+}
+
+static void View_dealloc(ViewObject *self)
+{
+	PyTypeObject *tp = Py_TYPE((PyObject *)self);
+	view_end(self);
+	PyMem_Free(self->shape);
+	PyObject_Free(self);
+	Py_DECREF(tp);
+}
+
+static int View_getbuffer(ViewObject *self, Py_buffer *view, int flags)
+{
+	if (view_valid(self, "View buffer") < 0)
+		return -1;
+	BlockObject *b = self->blk;
+	if (b->pipe->memory == RF_MEMORY_DEVICE) {
+		PyErr_SetString(PyExc_BufferError,
+				"the block is device memory: use DLPack (__dlpack__, e.g. torch.from_dlpack)");
+		return -1;
+	}
+	char *buf = (char *)b->b.data + self->offset;
+	if (PyBuffer_FillInfo(view, (PyObject *)self, buf, (Py_ssize_t)self->nbytes, 1, flags) < 0)
+		return -1;
+	/* Typed when the consumer takes a shape; a consumer that asks for bytes only (PyBUF_SIMPLE, as
+	 * numpy.frombuffer does) gets the bytes. */
+	if ((flags & PyBUF_ND) == PyBUF_ND) {
+		view->ndim = self->ndim;
+		view->itemsize = self->dt->bits / 8;
+		view->shape = self->ndim > 0 ? self->shape : NULL;
+		view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES && self->ndim > 0 ? self->shape + self->ndim : NULL;
+		if ((flags & PyBUF_FORMAT) == PyBUF_FORMAT)
+			view->format = (char *)self->dt->fmt;
+		if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && !PyBuffer_IsContiguous(view, 'F')) {
+			view->obj = NULL;
+			Py_DECREF((PyObject *)self);
+			PyErr_SetString(PyExc_BufferError, "View: the view is C-contiguous (row-major), not Fortran");
+			return -1;
+		}
+	}
+	owner_export_begin((PyObject *)self);
+	return 0;
+}
+
+static void View_releasebuffer(ViewObject *self, Py_buffer *view)
+{
+	(void)view;
+	owner_export_end((PyObject *)self);
+}
+
+static PyObject *View_dlpack(ViewObject *self, PyObject *args, PyObject *kwds)
+{
+	if (view_valid(self, "__dlpack__") < 0)
+		return NULL;
+	struct dl_what w = {{self->dt->code, self->dt->bits, 1}, self->offset, self->ndim, self->shape};
+	return dl_export((PyObject *)self, self->blk, &w, args, kwds);
+}
+
+static PyObject *View_dlpack_device(ViewObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (view_valid(self, "__dlpack_device__") < 0)
+		return NULL;
+	return dl_device(self->blk);
+}
+
+static PyObject *View_release(ViewObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (self->exports > 0) {
+		PyErr_Format(PyExc_BufferError,
+			     "View.release: %zd buffer(s) or tensor(s) taken from the view are still alive", self->exports);
+		return NULL;
+	}
+	view_end(self);
+	Py_RETURN_NONE;
+}
+
+static PyObject *View_enter(ViewObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (view_valid(self, "View.__enter__") < 0)
+		return NULL;
+	Py_INCREF((PyObject *)self);
+	return (PyObject *)self;
+}
+
+static PyObject *View_exit(ViewObject *self, PyObject *args)
+{
+	(void)args;
+	PyObject *r = View_release(self, NULL);
+	if (r == NULL)
+		return NULL;
+	Py_DECREF(r);
+	Py_RETURN_FALSE;
+}
+
+static PyObject *View_dtype(ViewObject *self, void *c)
+{
+	(void)c;
+	return PyUnicode_FromString(self->dt->name);
+}
+
+static PyObject *View_shape(ViewObject *self, void *c)
+{
+	(void)c;
+	PyObject *t = PyTuple_New(self->ndim);
+	for (int d = 0; t != NULL && d < self->ndim; d++) {
+		PyObject *e = PyLong_FromSsize_t(self->shape[d]);
+		if (e == NULL || PyTuple_SetItem(t, d, e) < 0)
+			Py_CLEAR(t);
+	}
+	return t;
+}
+
+static PyObject *View_offset(ViewObject *self, void *c)
+{
+	(void)c;
+	return PyLong_FromSize_t(self->offset);
+}
+
+static PyObject *View_nbytes(ViewObject *self, void *c)
+{
+	(void)c;
+	return PyLong_FromSize_t(self->nbytes);
+}
+
+static PyObject *View_repr(ViewObject *self)
+{
+	PyObject *shape = View_shape(self, NULL);
+	if (shape == NULL)
+		return NULL;
+	PyObject *r = self->blk == NULL
+			      ? PyUnicode_FromFormat("<ringfetch.View %s %R (released)>", self->dt->name, shape)
+			      : PyUnicode_FromFormat("<ringfetch.View %s %R offset=%zu of block %zu>", self->dt->name, shape,
+						     self->offset, self->blk->b.index);
+	Py_DECREF(shape);
+	return r;
+}
+
+static PyGetSetDef View_getset[] = {
+	{"dtype", (getter)View_dtype, NULL, "The element type, as safetensors names it (\"F32\", \"BF16\", ...).", NULL},
+	{"shape", (getter)View_shape, NULL, "The extents (a tuple; row-major).", NULL},
+	{"offset", (getter)View_offset, NULL, "Where the view starts in its block, in bytes.", NULL},
+	{"nbytes", (getter)View_nbytes, NULL, "The bytes the view covers: the product of shape x the itemsize.", NULL},
+	{NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef View_methods[] = {
+	{"__dlpack__", (PyCFunction)(void (*)(void))View_dlpack, METH_VARARGS | METH_KEYWORDS,
+	 "__dlpack__($self, /, *, stream=None, max_version=None, dl_device=None, copy=None)\n--\n\n"
+	 "The view as a DLPack capsule of its dtype and shape, read-only; the protocol's arguments as for "
+	 "Block.__dlpack__."},
+	{"__dlpack_device__", (PyCFunction)View_dlpack_device, METH_NOARGS,
+	 "(kDLCPU=1, 0) for a host block, (kDLCUDA=2, device) for a device block."},
+	{"release", (PyCFunction)View_release, METH_NOARGS,
+	 "release($self, /)\n--\n\n"
+	 "End the view now (it then no longer counts as a view of its block). BufferError while a buffer or "
+	 "tensor taken from it is alive. Releasing twice is a no-op."},
+	{"__enter__", (PyCFunction)View_enter, METH_NOARGS, NULL},
+	{"__exit__", (PyCFunction)View_exit, METH_VARARGS, "release()"},
+	{NULL, NULL, 0, NULL},
+};
+
+static PyType_Slot View_slots[] = {
+	{Py_tp_dealloc, View_dealloc},
+	{Py_tp_repr, View_repr},
+	{Py_tp_getset, View_getset},
+	{Py_tp_methods, View_methods},
+	{Py_bf_getbuffer, View_getbuffer},
+	{Py_bf_releasebuffer, View_releasebuffer},
+	{Py_tp_doc,
+	 "A typed zero-copy window of a block's bytes: Block.view(dtype, shape, *, offset=0).\n\n"
+	 "The buffer protocol with its format and shape (numpy.asarray(v) has that dtype and shape; BF16 and "
+	 "the float8 kinds, which the buffer protocol cannot name, export their raw bits as unsigned integers "
+	 "of their width) and DLPack with the real dtype (torch.from_dlpack(v)). Valid as long as its block "
+	 "is; while it or anything taken from it lives, it counts as a view of the block. A context manager "
+	 "(release() on exit)."},
+	{0, NULL},
+};
+static PyType_Spec View_spec = {"ringfetch.View", sizeof(ViewObject), 0,
+				 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, View_slots};
 
 static PyObject *pipe_release_block(PipelineObject *self, BlockObject *b);
 
@@ -791,6 +1242,16 @@ static PyMethodDef Block_methods[] = {
 	 "ordering), made to wait on the device for the block's work."},
 	{"__dlpack_device__", (PyCFunction)Block_dlpack_device, METH_NOARGS,
 	 "(kDLCPU=1, 0) for a host block, (kDLCUDA=2, device) for a device block."},
+	{"view", (PyCFunction)(void (*)(void))Block_view, METH_VARARGS | METH_KEYWORDS,
+	 "view($self, /, dtype, shape, *, offset=0)\n--\n\n"
+	 "A typed zero-copy view (a ringfetch.View) of the block's bytes at offset: dtype as safetensors names "
+	 "it (\"F32\", \"F16\", \"BF16\", \"F64\", \"I8\" .. \"I64\", \"U8\" .. \"U64\", \"BOOL\", \"C64\", "
+	 "\"F8_E4M3\", \"F8_E5M2\", ...), shape a tuple of ints, row-major. offset (bytes) must be a multiple "
+	 "of the itemsize, and offset + the view's bytes at most nbytes: a view may cover a prefix or any "
+	 "window of the block. The view exports the buffer protocol (format and shape) and DLPack "
+	 "(torch.from_dlpack(b.view(\"BF16\", (4096, 1024)))), is valid as long as the block is, and counts "
+	 "as a view of the block while it or anything taken from it lives. rf.InvalidArgument for an unknown "
+	 "dtype, a negative extent, a misaligned offset or a view past the block's bytes."},
 	{"__enter__", (PyCFunction)Block_enter, METH_NOARGS, NULL},
 	{"__exit__", (PyCFunction)Block_exit, METH_VARARGS, "Release a held block (acquire)."},
 	{NULL, NULL, 0, NULL},
@@ -975,12 +1436,23 @@ static int run_compute(void *user, const rf_block *b)
 	BlockObject *blk = (BlockObject *)block_new(ctx->self, b, BLOCK_RUN);
 	if (blk != NULL) {
 		PyObject *r = PyObject_CallFunctionObjArgs(ctx->compute, (PyObject *)blk, NULL);
+		fail = r == NULL;
+		Py_XDECREF(r); /* a view returned by compute is not kept */
 		blk->state = BLOCK_DONE;
-		Py_DECREF((PyObject *)blk);
-		if (r != NULL) {
-			Py_DECREF(r);
-			fail = 0;
+		if (blk->exports > 0) {
+			/* Once compute returns, the library may refill the slot: a view alive now would read
+			 * another block's bytes. Stop the run, and keep every slot as it is while they live. */
+			blk->kept = 1;
+			ctx->self->kept += blk->exports;
+			ctx->self->kept_index = b->index;
+			if (!fail)
+				PyErr_Format(PyExc_BufferError,
+					     "run: compute returned while %zd view(s) of block %zu were alive (a view may "
+					     "be used only until its compute returns: copy what must outlive it)",
+					     blk->exports, b->index);
+			fail = 1;
 		}
+		Py_DECREF((PyObject *)blk);
 	}
 	if (fail)
 		PyErr_Fetch(&ctx->et, &ctx->ev, &ctx->etb);
@@ -1019,7 +1491,7 @@ static PyObject *Pipeline_run(PipelineObject *self, PyObject *args, PyObject *kw
 		srcs[got] = views[got].buf;
 		sizes[got] = (size_t)views[got].len;
 	}
-	if (pipe_enter(self, "run") < 0)
+	if (pipe_kept_check(self, "run") < 0 || pipe_enter(self, "run") < 0)
 		goto out;
 	struct run_ctx ctx = {self, compute, NULL, NULL, NULL};
 	int rc;
@@ -1137,7 +1609,7 @@ static PyObject *Pipeline_acquire(PipelineObject *self, PyObject *const *args, P
 	PyObject *key_o = key_arg(args[0], &key);
 	if (key_o == NULL)
 		return NULL;
-	if (pipe_enter(self, "acquire") < 0) {
+	if (pipe_kept_check(self, "acquire") < 0 || pipe_enter(self, "acquire") < 0) {
 		Py_DECREF(key_o);
 		return NULL;
 	}
@@ -1188,7 +1660,7 @@ static PyObject *Pipeline_prefetch(PipelineObject *self, PyObject *const *args, 
 	PyObject *key_o = key_arg(args[0], &key);
 	if (key_o == NULL)
 		return NULL;
-	if (pipe_enter(self, "prefetch") < 0) {
+	if (pipe_kept_check(self, "prefetch") < 0 || pipe_enter(self, "prefetch") < 0) {
 		Py_DECREF(key_o);
 		return NULL;
 	}
@@ -1458,7 +1930,9 @@ static PyMethodDef Pipeline_methods[] = {
 	 "of an rf.File, mixed) through the ring: compute(block) is called once per block, in order, on this "
 	 "thread, while the next blocks are copied. The GIL is released while the library waits and copies. "
 	 "An exception in compute stops the run (no compute after it, copies drained) and run() raises that "
-	 "exception. Raises rf.Busy with a block held."},
+	 "exception. A compute that returns while a view of its block is alive stops the run with BufferError; "
+	 "until that view is dropped, run, acquire and prefetch raise BufferError (no slot is refilled under "
+	 "it). Raises rf.Busy with a block held."},
 	{"acquire", (PyCFunction)(void (*)(void))Pipeline_acquire, METH_FASTCALL | METH_KEYWORDS,
 	 "acquire($self, key, src, /, *, stream=None)\n--\n\n"
 	 "Hold key (an int in 0 .. 2**64-1) in its slot, copying src first unless the key is resident or on its "
@@ -1800,6 +2274,7 @@ PyMODINIT_FUNC PyInit__ringfetch(void)
 		return NULL;
 	if ((Pipeline_Type = add_type(m, &Pipeline_spec, "Pipeline")) == NULL ||
 	    (Block_Type = add_type(m, &Block_spec, "Block")) == NULL ||
+	    (View_Type = add_type(m, &View_spec, "View")) == NULL ||
 	    (File_Type = add_type(m, &File_spec, "File")) == NULL || (Pin_Type = add_type(m, &Pin_spec, NULL)) == NULL ||
 	    add_errors(m) < 0 || PyModule_AddStringConstant(m, "__version__", rf_version_string()) < 0 ||
 	    PyModule_AddIntConstant(m, "HAVE_CUDA", RFPY_CUDA) < 0) {

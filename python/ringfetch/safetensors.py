@@ -19,6 +19,7 @@ is rf.InvalidArgument naming the file and the tensor (or the header), never anot
 """
 import json
 import os
+import stat
 
 from ._ringfetch import File, InvalidArgument
 
@@ -141,7 +142,9 @@ class SafetensorsFile:
 
     def __init__(self, path, *, buffered=False):
         self.path = os.fspath(path)
-        if os.path.isfile(self.path) and os.path.getsize(self.path) == 0:
+        self._file = self._mv = None
+        st = os.stat(self.path)          # FileNotFoundError for a missing file, as open() gives
+        if stat.S_ISREG(st.st_mode) and st.st_size == 0:
             raise InvalidArgument("%s: an empty file is not a safetensors file" % self.path)
         self._file = File(self.path, buffered=buffered)
         try:
@@ -167,7 +170,7 @@ class SafetensorsFile:
 
     @property
     def closed(self):
-        return self._file.closed
+        return self._file is None or self._file.closed
 
     def keys(self):
         """The tensors' names, sorted (as the safetensors package lists them)."""
@@ -196,7 +199,7 @@ class SafetensorsFile:
         """A file source of the tensor's bytes (or of bytes [start, stop) of them): a read-only memoryview
         slice of this file's rf.File, for Pipeline.run / acquire / prefetch. Keep it no longer than
         needed: close() is BufferError while one is alive (a pipeline keeps a key's source until evict)."""
-        if self._file.closed:
+        if self.closed:
             raise InvalidArgument("%s: the file is closed" % self.path)
         _, _, off, nbytes = self.info(name)
         stop = nbytes if stop is None else stop
@@ -208,7 +211,7 @@ class SafetensorsFile:
     def file_source(self, offset, nbytes):
         """A file source of any nbytes bytes of the file from the absolute `offset` (several adjacent
         tensors read as one, say)."""
-        if self._file.closed:
+        if self.closed:
             raise InvalidArgument("%s: the file is closed" % self.path)
         if not (_is_int(offset) and _is_int(nbytes)) or offset < 0 or nbytes < 0 or offset + nbytes > self.size:
             raise InvalidArgument("%s: bytes [%r, +%r) are not inside the file (%d bytes)"
@@ -237,7 +240,7 @@ class SafetensorsFile:
         return False
 
     def __repr__(self):
-        state = "closed" if self.closed else "%d tensors" % len(self._tensors)
+        state = "closed" if self.closed else "%d tensors" % len(getattr(self, "_tensors", ()))
         return "<ringfetch.safetensors file %r, %s>" % (self.path, state)
 
 

@@ -18,6 +18,7 @@ docs/transformers.md is the guide.
 Importing this module imports neither torch nor transformers; from_pretrained does.
 """
 import functools
+import heapq
 import json
 import os
 import re
@@ -224,9 +225,13 @@ def _locate_experts(experts, files, weight_map, meta_model, hf_kwargs):
                     raise _rf.InvalidArgument("%s: tensor %r has shape %r, the model's %s has %r" % (
                         path, key, list(shape), renamed, list(param.shape)))
                 per = nbytes // E
+                nparts = 2 if pname == "gate_up_proj" else 1     # gate, up: the halves of a slice
+                prow, pbytes = rows // nparts, per // nparts
                 for e in range(E):
-                    pieces[mname, pname][e].append(
-                        _Piece(pname, 0, rows, path, offset + e * per, per, dtype, (rows, cols)))
+                    for part in range(nparts):
+                        pieces[mname, pname][e].append(_Piece(pname, part * prow, (part + 1) * prow, path,
+                                                              offset + e * per + part * pbytes, pbytes, dtype,
+                                                              (prow, cols)))
                 continue
             parts = _converter_parts(by_pattern[pattern], pattern)
             m = _pattern_regex(pattern).search(apply_renamings(key, renamings))
@@ -348,25 +353,25 @@ class _OneCaller:
 class _Layer:
     """One served experts module: its experts' keys, file sources and how to view their slots."""
 
-    def __init__(self, server, name, module, gate, experts_pieces, top_k):
+    def __init__(self, name, pieces, top_k):
         import torch
 
-        self.server, self.name, self.act_fn, self.gate, self.top_k = server, name, module.act_fn, gate, top_k
-        self.E = module.gate_up_proj.shape[0]
-        self.param_dtype = {p: getattr(module, p).dtype for p in ("gate_up_proj", "down_proj")}
-        self.keys, self.srcs, self.views = [], [], []
-        self.ranges = []            # per expert: [(path, begin, end)]
-        for e in range(self.E):
-            ps = experts_pieces["gate_up_proj"][e] + experts_pieces["down_proj"][e]
-            self.ranges.append(_plan_ranges(ps))
-        self.expert_bytes = max(sum(b - a for _, a, b in r) for r in self.ranges)
-        self._pieces = experts_pieces
         self._torch = torch
+        self.name, self.top_k = name, top_k
+        self.E = len(pieces["gate_up_proj"])
+        self.server = self.act_fn = self.gate = self.param_dtype = None
+        self.keys, self.srcs, self.views = [], [], []
+        self.ranges = [_plan_ranges(pieces["gate_up_proj"][e] + pieces["down_proj"][e]) for e in range(self.E)]
+        self.expert_bytes = max(sum(b - a for _, a, b in r) for r in self.ranges)
+        self._pieces = pieces
         self.next = None            # the next served layer (hints)
         self.predicted = None       # experts hinted for this layer from the previous one
+        self.index = 0              # its place among the served layers
+        self.counts = [0] * self.E  # times each expert was routed
+        self.retain = set()         # experts kept in their slots after use (when the slots are short)
 
     def bind(self, files, first_key):
-        """Keys from first_key on; file sources of each range; the view of each piece in its slot."""
+        """Keys from first_key on; file sources of each range; where each piece lies in its slot."""
         torch = self._torch
         key = first_key
         for e in range(self.E):
@@ -377,29 +382,35 @@ class _Layer:
                 key += 1
                 ss.append(files[path].file_source(a, b - a))
             for pname in ("gate_up_proj", "down_proj"):
-                for p in _merge_views(self._pieces[pname][e]):
-                    r = next(i for i, (path, a, b) in enumerate(rng) if path == p.path and a <= p.offset < b)
-                    vs[pname].append((r, p.offset - rng[r][1], p.nbytes, getattr(torch, _TORCH_DTYPES[p.dtype]),
-                                      p.shape))
+                for r, off, p in _merge_views(self._pieces[pname][e], rng):
+                    vs[pname].append((r, off, p.dtype, p.shape, getattr(torch, _TORCH_DTYPES[p.dtype])))
+            if len(vs["down_proj"]) != 1:
+                raise ValueError("ringfetch.transformers: %s: expert %d's down_proj is not one tensor in the "
+                                 "checkpoint" % (self.name, e))
             self.keys.append(tuple(ks))
             self.srcs.append(tuple(ss))
-            self.views.append(vs)
+            self.views.append((tuple(vs["gate_up_proj"]), vs["down_proj"][0]))
         self._pieces = None
         return key
 
-    def predict(self, hidden_states):
-        """The experts this layer's router picks for hidden_states (the previous layer's input): the
-        top_k most picked, over the tokens."""
+    def attach(self, server, module, gate):
+        """The loaded module: its activation, the dtype transformers gave its parameters (the slots' bytes
+        are cast to it where the checkpoint's differs), and its router (for the hints)."""
+        self.server, self.act_fn, self.gate = server, module.act_fn, gate
+        self.param_dtype = (module.gate_up_proj.dtype, module.down_proj.dtype)
+
+    def predict(self, hidden_states, n):
+        """The n experts this layer's router ranks first for hidden_states (the previous layer's input),
+        most likely first: for one token the router's own order, for several the most picked."""
         torch = self._torch
         out = self.gate(hidden_states)
         idx = out[-1] if isinstance(out, tuple) else None
         if idx is None or not isinstance(idx, torch.Tensor) or idx.dtype.is_floating_point:
             return []
-        flat = idx.reshape(-1)
-        if flat.numel() <= self.top_k:
-            return sorted(set(flat.tolist()))
-        counts = torch.bincount(flat, minlength=self.E)
-        return sorted(torch.topk(counts, self.top_k).indices.tolist())
+        if idx.dim() == 2 and idx.shape[0] == 1:
+            return idx[0].tolist()[:n]
+        counts = torch.bincount(idx.reshape(-1), minlength=self.E)
+        return torch.topk(counts, min(n, self.E)).indices.tolist()
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
         srv = self.server
@@ -422,9 +433,17 @@ class _Layer:
         expert_mask = F.one_hot(top_k_index, num_classes=E + 1).permute(2, 1, 0)
         routed = [e for e in torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero().view(-1).tolist()
                   if e < E]
-        if self.predicted is not None:
+        if self.predicted:
+            right = len(self.predicted.intersection(routed))
             srv._hinted += len(self.predicted)
-            srv._hint_correct += len(self.predicted.intersection(routed))
+            srv._hint_correct += right
+            srv._hint_precision += 0.05 * (right / len(self.predicted) - srv._hint_precision)
+            if srv._retain_slots is not None:
+                # a wrong hint's slot is free again once read (not waiting on a read still in flight)
+                for e in self.predicted.difference(routed, self.retain):
+                    if all(p.lookup(k)[0] == "ready" for k in self.keys[e]):
+                        for k in self.keys[e]:
+                            p.evict(k)
             self.predicted = None
         # Hits first (ready, then on their way), then the misses, their reads issued together.
         lookup = p.lookup
@@ -440,13 +459,21 @@ class _Layer:
         srv._hits += len(ready) + len(coming)
         srv._late += len(coming)
         srv._misses += len(absent)
+        counts = self.counts
+        for e in routed:
+            counts[e] += 1
+        if self.index == 0 and srv._retain_slots is not None:
+            srv._plan_retention()
         hints = self.next is not None and srv.prefetch
-        window = max(1, srv.slots - (self.top_k if hints else 0) - 1)
+        # misses' reads in flight at once: what the slots hold beside the hints and the expert in use
+        window = max(1, srv.slots // srv.blocks_per_expert - (self.top_k if hints else 0) - 1)
         for e in absent[:window]:
             self._prefetch(p, e)
         if hints:
             nxt = self.next
-            guess = nxt.predict(hidden_states)
+            srv._forwards += 1
+            n = hint_count(srv._hint_precision, srv._hinted, self.top_k, srv._forwards)
+            guess = nxt.predict(hidden_states, n) if n else []
             nxt.predicted = set(guess)
             for e in guess:
                 if any(lookup(k)[0] == "absent" for k in nxt.keys[e]):
@@ -458,6 +485,9 @@ class _Layer:
             top_k_pos, token_idx = torch.where(expert_mask[e])
             outs[e] = (token_idx, self._expert(p, e, hidden_states[token_idx],
                                                top_k_weights[token_idx, top_k_pos, None]))
+            if srv._retain_slots is not None and e not in self.retain:
+                for k in self.keys[e]:      # streamed, not kept: its slot is free for the next read
+                    p.evict(k)
             j = i - len(ready) - len(coming) + window
             if 0 <= j < len(absent):
                 self._prefetch(p, absent[j])
@@ -474,41 +504,61 @@ class _Layer:
                 return
 
     def _expert(self, p, e, state, weights):
-        """act(x W_gate^T) * (x W_up^T), then W_down, times the routing weights: on views of the slots."""
+        """act(x W_gate^T) * (x W_up^T), then W_down, times the routing weights: on views of the slots.
+        The views live only in `w`, emptied before the blocks are released (a view alive at release is
+        BufferError: a slot is never refilled under a tensor that reads it)."""
         torch = self._torch
         F = torch.nn.functional
-        blocks = []
-        base = []
+        blocks, w = [], []
         try:
             for k, s in zip(self.keys[e], self.srcs[e]):
                 blocks.append(p.acquire(k, s))
-            base = [torch.from_dlpack(b) for b in blocks]
-            vs = self.views[e]
-            gu = [self._view(base, v, self.param_dtype["gate_up_proj"]) for v in vs["gate_up_proj"]]
-            if len(gu) == 1:
-                proj = F.linear(state, gu[0])
+            gate_up, down = self.views[e]
+            want = self.param_dtype
+            for spec in gate_up:
+                w.append(_typed_view(torch, blocks, spec, want[0]))
+            if len(w) == 1:
+                proj = F.linear(state, w[0])
             else:
-                proj = torch.cat([F.linear(state, w) for w in gu], dim=-1)
-            gu.clear()
+                proj = torch.cat([F.linear(state, w[i]) for i in range(len(w))], dim=-1)
+            w.clear()
             gate, up = proj.chunk(2, dim=-1)
             h = self.act_fn(gate) * up
-            h = F.linear(h, self._view(base, vs["down_proj"][0], self.param_dtype["down_proj"]))
+            w.append(_typed_view(torch, blocks, down, want[1]))
+            h = F.linear(h, w[0])
             return h * weights
         finally:
-            base.clear()
+            w.clear()
             for b in blocks:
                 p.release(b)
 
-    @staticmethod
-    def _view(base, spec, want):
-        r, off, nb, dt, shape = spec
-        w = base[r][off:off + nb].view(dt).view(shape)
-        return w if dt == want else w.to(want)
+
+def _typed_view(torch, blocks, spec, want):
+    """A tensor over bytes [offset, offset + nbytes) of blocks[r] (Block.view: zero-copy, DLPack), cast
+    to `want` (a copy) where transformers would have cast the parameter on loading."""
+    r, off, dtype, shape, tdtype = spec
+    t = torch.from_dlpack(blocks[r].view(dtype, shape, offset=off))
+    return t if tdtype == want else t.to(want)
+
+
+def hint_count(precision, hinted, top_k, forwards):
+    """How many of the next layer's experts to hint, from the hints' measured precision (an average over
+    the last few dozen layers): each wrong hint is a read of a whole expert for nothing, taking the
+    disk from the reads a step waits for, while a right one only moves a read earlier. All top_k while
+    they are mostly right (or not yet measured: the first 32 hints), the likeliest one while at least
+    3 in 5 are, and otherwise none -- but one every 16th layer, to go on measuring."""
+    if hinted < 32 or precision >= 0.8:
+        return top_k
+    if precision >= 0.6:
+        return 1
+    return 1 if forwards % 16 == 0 else 0
 
 
 def _plan_ranges(pieces):
-    """An expert's pieces as the byte ranges to read: adjacent pieces of one file (gaps under 4 KiB read
-    along) make one range, so an expert whose tensors sit together is one read and one key."""
+    """An expert's pieces as the byte ranges to read, one key each: adjacent pieces of one file (gaps
+    under 4 KiB read along) make one range, so an expert whose tensors sit together is one read. Where
+    that leaves ranges of unequal sizes (a fused checkpoint: gate_up_proj[e] in one tensor, down_proj[e]
+    in another), which would waste a quarter of the slots or more, each piece is a range of its own."""
     spans = sorted((p.path, p.offset, p.offset + p.nbytes) for p in pieces)
     out = []
     for path, a, b in spans:
@@ -516,20 +566,26 @@ def _plan_ranges(pieces):
             out[-1] = (path, out[-1][1], max(out[-1][2], b))
         else:
             out.append((path, a, b))
+    sizes = [b - a for _, a, b in out]
+    if max(sizes) * len(sizes) * 4 > sum(sizes) * 5:
+        out = spans
     return out
 
 
-def _merge_views(pieces):
-    """The pieces of one parameter's expert slice, rows in order, consecutive ones that are also
-    consecutive in the file merged (so gate and up, adjacent, are one [2I, H] view, as the parameter)."""
+def _merge_views(pieces, ranges):
+    """[(range index, offset in its slot, piece)] for the pieces of one parameter's expert slice, rows in
+    order; consecutive rows that are also consecutive bytes of one range are one view (gate and up,
+    adjacent, are one [2I, H] view, as the parameter is)."""
     out = []
     for p in sorted(pieces, key=lambda p: p.row0):
-        q = out[-1] if out else None
-        if q is not None and q.path == p.path and q.offset + q.nbytes == p.offset and q.row1 == p.row0:
-            out[-1] = _Piece(q.param, q.row0, p.row1, q.path, q.offset, q.nbytes + p.nbytes, q.dtype,
-                             (q.shape[0] + p.shape[0], q.shape[1]))
-        else:
-            out.append(p)
+        r = next(i for i, (path, a, b) in enumerate(ranges) if path == p.path and a <= p.offset < b)
+        if out:
+            r0, off0, q = out[-1]
+            if r0 == r and q.offset + q.nbytes == p.offset and q.row1 == p.row0:
+                out[-1] = (r0, off0, _Piece(q.param, q.row0, p.row1, q.path, q.offset, q.nbytes + p.nbytes,
+                                            q.dtype, (q.shape[0] + p.shape[0], q.shape[1])))
+                continue
+        out.append((r, p.offset - ranges[r][1], p))
     return out
 
 
@@ -545,7 +601,11 @@ class ExpertServer:
         self._caller = _OneCaller()
         self._hits = self._misses = self._late = self._prefetches = 0
         self._hinted = self._hint_correct = 0
+        self._hint_precision = 1.0
+        self._forwards = 0
         self._pipeline = None
+        self._last_keyed = {"acquires": 0, "hits": 0, "late": 0, "prefetches": 0, "dropped": 0, "wasted": 0,
+                            "bytes_copied": 0}
         nkeys = sum(len(r) for layer in layers for r in layer.ranges)
         per_expert = max(len(r) for layer in layers for r in layer.ranges)
         largest = max(b - a for layer in layers for rng in layer.ranges for _, a, b in rng)
@@ -558,18 +618,46 @@ class ExpertServer:
         if budget < minimum:
             raise _rf.InvalidArgument(
                 "ringfetch.transformers: memory_budget %d bytes (%s) is under the minimum, %d bytes (%s): "
-                "2 x top_k = %d experts of the largest layer, %d slot(s) of %d bytes each (an expert's "
-                "read plus room for O_DIRECT alignment)" % (
-                    budget, _fmt_bytes(budget), minimum, _fmt_bytes(minimum), 2 * top_k, per_expert,
-                    self.slot_bytes))
+                "2 x top_k = %d experts of the largest layer, in %d slots of %d bytes (%d per expert: its "
+                "largest read plus room for O_DIRECT alignment)" % (
+                    budget, _fmt_bytes(budget), minimum, _fmt_bytes(minimum), 2 * top_k, need,
+                    self.slot_bytes, per_expert))
         self.slots = min(budget // self.slot_bytes, _MAX_SLOTS, nkeys)
         self.blocks_per_expert = per_expert
         self.expert_bytes = max(layer.expert_bytes for layer in layers)
         self.top_k = top_k
-        key = 0
-        for layer in layers:
-            key = layer.bind(files, key)
-        self._pipeline = _rf.Pipeline(self.slot_bytes, depth=self.slots, backend=backend)
+        # Slots short of one forward's experts (each layer's top_k, and the hints): least recently used
+        # is then the worst choice -- the layers come round in order, so it evicts what the next forward
+        # needs first and nothing is ever hit. Instead the most routed experts keep their slots (as many
+        # as the slots hold beside the reads in flight) and the others are evicted once used.
+        slots_e = self.slots // per_expert
+        per_forward = sum(layer.top_k for layer in layers) + 2 * top_k
+        self._retain_slots = max(0, slots_e - 2 * top_k) if slots_e < per_forward else None
+        self._retain_age = 0
+        for i, layer in enumerate(layers):
+            layer.index = i
+        try:
+            key = 0
+            for layer in layers:
+                key = layer.bind(files, key)
+            self._pipeline = _rf.Pipeline(self.slot_bytes, depth=self.slots, backend=backend)
+        except BaseException:
+            for layer in layers:
+                layer.srcs = []
+            raise
+
+    def _plan_retention(self):
+        """Which experts keep their slots: the most routed so far (ties: the earlier layer), chosen again
+        at every forward for the first 16, then every 16th (a heap over every expert costs)."""
+        self._retain_age += 1
+        if self._retain_age > 16 and self._retain_age % 16:
+            return
+        ranked = heapq.nlargest(self._retain_slots, ((c, -i, e) for i, layer in enumerate(self._layers)
+                                                     for e, c in enumerate(layer.counts) if c))
+        for layer in self._layers:
+            layer.retain = set()
+        for _, neg_i, e in ranked:
+            self._layers[-neg_i].retain.add(e)
 
     @property
     def closed(self):
@@ -672,6 +760,7 @@ def from_pretrained(model_dir, memory_budget, *, backend=None, prefetch=True, **
         config = AutoConfig.from_pretrained(model_dir, trust_remote_code=hf_kwargs.get("trust_remote_code",
                                                                                          False))
     files = {}
+    server = None
     try:
         for path in paths:
             files[path] = _rst.open(path)
@@ -687,25 +776,27 @@ def from_pretrained(model_dir, memory_budget, *, backend=None, prefetch=True, **
         names = ["%s.%s" % (n, p) if n else p for n, _ in experts for p in ("gate_up_proj", "down_proj")]
         unexpected = "^(?:%s)$" % "|".join(re.escape(n) for n in names)
         classes = sorted({type(m) for _, m in experts}, key=lambda c: c.__qualname__)
+        top_k = getattr(config, "num_experts_per_tok", None) or 2
+        layers = [_Layer(name, {p: pieces[name, p] for p in ("gate_up_proj", "down_proj")}, top_k)
+                  for name, _ in experts]
+        # The budget is checked, and the slots made, before transformers loads anything.
+        server = ExpertServer(config.model_type, files, layers, budget, backend, prefetch)
+        files = {}
         with _LOAD_LOCK, _PatchExperts(classes, type(meta_model), unexpected):
             model = AutoModelForCausalLM.from_pretrained(model_dir, **hf_kwargs)
         del meta_model
         _own_the_weights(model)
-        top_k = getattr(model.config, "num_experts_per_tok", None) or 2
-        layers = []
-        server = ExpertServer.__new__(ExpertServer)
-        for name, _ in experts:
-            mod = model.get_submodule(name)
-            parent = model.get_submodule(name.rsplit(".", 1)[0]) if "." in name else None
+        for layer in layers:
+            mod = model.get_submodule(layer.name)
+            parent = model.get_submodule(layer.name.rsplit(".", 1)[0]) if "." in layer.name else None
             gate = getattr(parent, "gate", None) if parent is not None else None
-            per = {p: [pieces[name, p][e] for e in range(mod.gate_up_proj.shape[0])]
-                   for p in ("gate_up_proj", "down_proj")}
-            layers.append(_Layer(server, name, mod, gate if callable(gate) else None, per, top_k))
+            layer.attach(server, mod, gate if callable(gate) else None)
         for a, b in zip(layers, layers[1:]):
             if b.gate is not None:
                 a.next = b
-        server.__init__(model.config.model_type, files, layers, budget, backend, prefetch)
     except BaseException:
+        if server is not None:
+            server.close()
         for f in files.values():
             f.close()
         raise
