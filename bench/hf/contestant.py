@@ -7,6 +7,7 @@ from storage during the decode from /proc/self/io, ringfetch's stats) and the lo
 (prefill's last position first) as raw float32, for the driver's comparison with the whole model.
 
   ringfetch   ringfetch.transformers.from_pretrained(dir, budget): the experts served from the file;
+  ringfetch-nohints   the same with prefetch=False (no hints for the next layer's experts);
   mmap        every tensor a zero-copy view of one mapping of the file (torch.frombuffer, assigned with
               load_state_dict(assign=True)), each expert's projections as the file holds them: the
               page cache and the page faults serve the experts (what llama.cpp does with its mmap);
@@ -113,9 +114,13 @@ def load_accelerate(model_dir, a):
     return m, {"device_map_modules": placed}
 
 
-def load_ringfetch(model_dir, a):
+def load_ringfetch(model_dir, a, prefetch=True):
     from ringfetch.transformers import from_pretrained
-    return from_pretrained(model_dir, a.budget, experts_implementation="eager"), {}
+    return from_pretrained(model_dir, a.budget, prefetch=prefetch, experts_implementation="eager"), {}
+
+
+def load_ringfetch_nohints(model_dir, a):
+    return load_ringfetch(model_dir, a, prefetch=False)
 
 
 # The checkpoint's names for one expert's projections, by family: (gate, up, down) under the layer's
@@ -228,7 +233,8 @@ def baseline(a, rep):
         json.dump(rep, f)
 
 
-LOADERS = {"whole": load_whole, "accelerate": load_accelerate, "ringfetch": load_ringfetch, "mmap": load_mmap}
+LOADERS = {"whole": load_whole, "accelerate": load_accelerate, "ringfetch": load_ringfetch,
+           "ringfetch-nohints": load_ringfetch_nohints, "mmap": load_mmap}
 
 
 def ringfetch_stats(model):

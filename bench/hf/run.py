@@ -9,6 +9,7 @@ with the checkpoint dropped from the page cache before it starts and again after
 thread, greedy decoding one token per step from a fixed prompt:
 
   ringfetch   ringfetch.transformers.from_pretrained(dir, BUDGET)
+  ringfetch-nohints   the same, prefetch=False: what the hints for the next layer buy
   mmap        every tensor a zero-copy torch view of an mmap of the file (the llama.cpp way)
   accelerate  from_pretrained(device_map="auto", max_memory={"cpu": BUDGET}, offload_folder=...)
   whole       the whole model in memory, in a group with no limit: the bound
@@ -27,7 +28,8 @@ within 1e-5 relative difference of its logits). Repetitions alternate the contes
 Writes OUT/hf.json, OUT/hf.dat and OUT/hf.png (gnuplot). Exit status 0, 1 (a contestant failed or a
 check did not hold), 2 (bad options).
 
-usage: run.py [--quick] [--out DIR] [--families mixtral,qwen3_moe] [--contestants ringfetch,mmap,accelerate,whole]
+usage: run.py [--quick] [--out DIR] [--families mixtral,qwen3_moe]
+              [--contestants ringfetch,ringfetch-nohints,mmap,accelerate,whole]
               [--steps N] [--reps R] [--budget 256MiB] [--slack 96MiB] [--timeout S]
 """
 import argparse
@@ -45,7 +47,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MiB = 1 << 20
-CONTESTANTS = ["ringfetch", "mmap", "accelerate", "whole"]
+CONTESTANTS = ["ringfetch", "ringfetch-nohints", "mmap", "accelerate", "whole"]
 FAMILIES = ["mixtral", "qwen3_moe"]
 # model.ringfetch.stats()'s counters (the rest are settings or ratios)
 COUNTERS = ("hits", "misses", "late", "bytes_read", "prefetches", "wasted", "hinted", "hint_correct", "acquires")
@@ -442,7 +444,7 @@ def main():
     ap.add_argument("--out", default="build/results/hf")
     ap.add_argument("--families", default=",".join(FAMILIES))
     ap.add_argument("--contestants", default=",".join(CONTESTANTS))
-    ap.add_argument("--steps", type=int, default=None, help="decode steps per contestant (default 24; quick 4)")
+    ap.add_argument("--steps", type=int, default=None, help="decode steps per contestant (default 16; quick 4)")
     ap.add_argument("--reps", type=int, default=None, help="repetitions, orders alternating (default 2; quick 1)")
     ap.add_argument("--budget", default=None, help="the experts' memory (default 256MiB; quick 10 experts)")
     ap.add_argument("--slack", default="96MiB", help="the cgroup's room beyond imports + weights + budget")
@@ -455,7 +457,7 @@ def main():
     if bad or not fams or not cons:
         print(f"run.py: unknown or no family / contestant: {bad}", file=sys.stderr)
         return 2
-    steps = a.steps or (4 if a.quick else 24)
+    steps = a.steps or (4 if a.quick else 16)
     reps = a.reps or (1 if a.quick else 2)
     slack = parse_size(a.slack)
     out = os.path.abspath(a.out)
@@ -551,7 +553,7 @@ def main():
                     r.update(ok=False, error=f"{why}: {err.strip().splitlines()[-1] if err.strip() else ''}")
                     failed = True
                 runs[c].append(r)
-                log(f"  rep {rep} {c:10s} " + (f"{median(r['step_ms']):8.1f} ms/step  {r['decode_read_bytes'] / len(r['step_ms']) / MiB:7.1f} MiB read/step  "
+                log(f"  rep {rep} {c:17s} " + (f"{median(r['step_ms']):8.1f} ms/step  {r['decode_read_bytes'] / len(r['step_ms']) / MiB:7.1f} MiB read/step  "
                                              f"peak {fmt(peak / MiB if peak else None, '.0f')} MiB  load {r['load_s']:.1f} s  ({wall:.0f} s)"
                                              if r["ok"] else f"FAILED: {r['error']}\n{err}"))
         # every contestant's tokens and logits against the whole model's, repetition by repetition
@@ -582,11 +584,14 @@ def main():
         if need is not None and whole_ms and rate:
             fres["disk_bound_ms"] = need * MiB / rate * 1e3 + whole_ms
             fres["ringfetch_over_disk_bound"] = rf_ms / fres["disk_bound_ms"] if rf_ms else None
-        rfc = cs.get("ringfetch", {})
-        if "argmax_equal" in rfc:
-            good = rfc["argmax_equal"] and rfc["max_rel_diff"] <= 1e-5
-            fres["ringfetch_logits_match"] = good
-            failed |= not good
+        nh = cs.get("ringfetch-nohints", {}).get("ms_per_step")
+        if rf_ms and nh:
+            fres["ringfetch_over_ringfetch-nohints"] = rf_ms / nh
+        for c in ("ringfetch", "ringfetch-nohints"):
+            rfc = cs.get(c, {})
+            if "argmax_equal" in rfc:  # the contract: argmax at every step, <= 1e-5 relative difference
+                rfc["logits_match"] = good = rfc["argmax_equal"] and rfc["max_rel_diff"] <= 1e-5
+                failed |= not good
 
     res["loadavg_end"] = os.getloadavg()
     res["seconds"] = time.monotonic() - t_start
@@ -603,33 +608,45 @@ def report(res, cons, fams, out):
             f"{'' if fr['enforced'] else ' (NOT enforced: unconstrained)'}; medians over {res['reps']} x {res['steps']} steps")
         log("  (peak: the group's, page cache included; RSS: the process's peak resident set, mapped file pages"
             " included; cache: the group's page cache after the decode)")
-        log(f"  {'contestant':11s} {'ms/step':>9s} {'MiB read/step':>14s} {'hit rate':>9s} {'peak MiB':>9s} "
+        log(f"  {'contestant':17s} {'ms/step':>9s} {'MiB read/step':>14s} {'hit rate':>9s} {'peak MiB':>9s} "
             f"{'RSS MiB':>8s} {'cache MiB':>9s} {'load s':>7s}  tokens = whole's")
         for c in cons:
             s = fr["contestants"][c]
             if not s.get("ok"):
-                log(f"  {c:11s} FAILED: {s.get('error')}")
+                log(f"  {c:17s} FAILED: {s.get('error')}")
                 continue
-            tok = "bound" if c == "whole" else (f"{s['argmax_steps']}" + (f", max rel diff {s['max_rel_diff']:.1e}" if c == "ringfetch" else "")) \
+            tok = "bound" if c == "whole" else (f"{s['argmax_steps']}" + (f", max rel diff {s['max_rel_diff']:.1e}" if c.startswith("ringfetch") else "")) \
                 if "argmax_steps" in s else "-"
-            log(f"  {c:11s} {s['ms_per_step']:9.1f} {s['mib_read_per_step']:14.1f} {fmt(s.get('hit_rate'), '9.2f'):>9s} "
+            log(f"  {c:17s} {s['ms_per_step']:9.1f} {s['mib_read_per_step']:14.1f} {fmt(s.get('hit_rate'), '9.2f'):>9s} "
                 f"{fmt(s['peak_mib'], '9.0f'):>9s} {fmt(s.get('VmHWM_mib'), '8.0f'):>8s} "
                 f"{fmt(s.get('cg_cache_mib', s.get('cg_file_mib')), '9.0f'):>9s} {s['load_s']:7.1f}  {tok}")
         ratios = [f"ringfetch / {o} = {fr[k]:.2f}x" for o, k in (("accelerate", "ringfetch_over_accelerate"),
                                                                 ("mmap", "ringfetch_over_mmap"),
+                                                                ("ringfetch-nohints", "ringfetch_over_ringfetch-nohints"),
                                                                 ("whole", "ringfetch_over_whole")) if k in fr]
         if ratios:
             log("  " + "; ".join(ratios))
+        for c in ("ringfetch", "ringfetch-nohints"):
+            d = fr["contestants"].get(c, {}).get("decode_counts")
+            if d:
+                n = res["reps"] * res["steps"]
+                log(f"  {c}: per step {d['hits'] / n:.1f} hits ({d['late'] / n:.1f} of them still reading), "
+                    f"{d['misses'] / n:.1f} misses"
+                    + (f"; {d['hinted'] / n:.1f} hinted, {fmt(fr['contestants'][c].get('hint_accuracy'), '.0%')} of them routed, "
+                       f"{d['wasted'] / n:.1f} hint reads never used" if d.get("hinted") else ""))
         if "disk_bound_ms" in fr:
             rc = fr["contestants"]["ringfetch"]
             log(f"  disk bound: {rc['needed_mib_per_step']:.1f} MiB of experts to read per step / "
                 f"{fr['device_rate_gbps']:.2f} GB/s (the best of " + ", ".join(f"{k} {v:.2f}" for k, v in fr["device_read_gbps"].items())
                 + f") + whole {fr['contestants']['whole']['ms_per_step']:.1f} ms "
                 f"= {fr['disk_bound_ms']:.1f} ms/step; ringfetch {fr['ringfetch_over_disk_bound']:.2f}x it")
-        if "ringfetch_logits_match" in fr:
-            log("  ringfetch's logits: " + ("equal to the whole model's (argmax at every step, max relative difference "
-                                            f"{fr['contestants']['ringfetch']['max_rel_diff']:.1e} <= 1e-5)"
-                                            if fr["ringfetch_logits_match"] else "DIFFER from the whole model's"))
+        for c in ("ringfetch", "ringfetch-nohints"):
+            rc = fr["contestants"].get(c, {})
+            if "logits_match" in rc:
+                log(f"  {c}'s logits: " + (f"equal to the whole model's (argmax at every step, max relative difference "
+                                          f"{rc['max_rel_diff']:.1e} <= 1e-5)" if rc["logits_match"]
+                                          else f"DIFFER from the whole model's (argmax equal at {rc['argmax_steps']} "
+                                               f"steps, max relative difference {rc['max_rel_diff']:.1e})"))
         log("")
     la, lb = res["loadavg_start"], res["loadavg_end"]
     log(f"load average at the start {la[0]:.2f}, at the end {lb[0]:.2f} ({res['machine']['cpus']} CPUs); "
@@ -659,10 +676,12 @@ def plot(res, cons, fams, out):
         return
     m = res["machine"]
     fr0 = res["families"][fams[0]]
+    nb = fr0["checkpoint"]["file_bytes"]
+    size_txt = f"{nb / (1 << 30):.1f} GiB" if nb >= 1 << 30 else f"{nb / MiB:.0f} MiB"
     script = f"""
-set terminal pngcairo size 900,520 font ",10"
+set terminal pngcairo size 900,520 font ",10" noenhanced
 set output "{os.path.join(out, 'hf.png')}"
-set title "Greedy decode of a {fr0['checkpoint']['file_bytes'] / (1 << 30):.1f} GiB MoE checkpoint in a {fmt(fr0['limit_mib'], '.0f')} MiB memory cgroup\\n{m['cpu']}, {m['cpus']} CPUs, one torch thread"
+set title "Greedy decode of a {size_txt} MoE checkpoint in a {fmt(fr0['limit_mib'], '.0f')} MiB memory cgroup\\n{m['cpu']}, {m['cpus']} CPUs, one torch thread"
 set style data histogram
 set style histogram cluster gap 1
 set style fill solid 0.8 border -1
