@@ -1,8 +1,8 @@
 """bench/hf/contestant.py — one contestant of the transformers benchmark, in this (fresh) process.
 
 Started by bench/hf/run.py inside its memory cgroup. Loads the checkpoint the contestant's way, makes
-the file cold, then decodes greedily from a fixed prompt: a prefill, then one token per step for
-`--steps` steps, one torch thread, timing each step. Writes a JSON report (per-step times, bytes read
+the file cold, then decodes from a fixed prompt: a prefill, then one token per step for `--steps` steps
+(the tokens of a fixed stream, or with --greedy each step's argmax), one torch thread, timing each step. Writes a JSON report (per-step times, bytes read
 from storage during the decode from /proc/self/io, ringfetch's stats) and the logits of every step
 (prefill's last position first) as raw float32, for the driver's comparison with the whole model.
 
@@ -17,7 +17,7 @@ from storage during the decode from /proc/self/io, ringfetch's stats) and the lo
   baseline    imports what the others import, loads nothing (the memory torch + transformers take).
 
 usage: python contestant.py KIND MODEL_DIR --budget BYTES --steps N --out REPORT.json
-                            [--logits OUT.f32] [--offload DIR] [--prompt-len L] [--threads 1]
+                            [--logits OUT.f32] [--offload DIR] [--prompt-len L] [--threads 1] [--greedy]
 """
 import argparse
 import json
@@ -254,6 +254,7 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--offload", default=None)
+    ap.add_argument("--greedy", action="store_true", help="feed each step the argmax of the one before")
     ap.add_argument("--out", required=True)
     ap.add_argument("--logits", default=None)
     a = ap.parse_args()
@@ -284,6 +285,10 @@ def main():
     vocab = model.config.get_text_config().vocab_size
     g = torch.Generator().manual_seed(1234)
     prompt = torch.randint(0, vocab, (1, a.prompt_len), generator=g)
+    # The token each step decodes: by default the next of a fixed stream (the same inputs for every
+    # contestant, routes that vary as a text's do); --greedy: the argmax of the step before, which in a
+    # random-weight model soon repeats one token, and with it the same experts at every step.
+    stream = torch.randint(0, vocab, (a.steps,), generator=g).tolist()
     logits_out = open(a.logits, "wb") if a.logits else None
     stats0 = ringfetch_stats(model)
     rb0 = read_bytes()
@@ -296,9 +301,9 @@ def main():
         cache, last = out.cache, out.logits[0, -1].float()
         stats1 = ringfetch_stats(model)
         rb1 = read_bytes()
-        for _ in range(a.steps):
-            tok = int(last.argmax())
-            tokens.append(tok)
+        for i in range(a.steps):
+            tokens.append(int(last.argmax()))
+            tok = tokens[-1] if a.greedy else stream[i]
             if logits_out:
                 logits_out.write(last.numpy().tobytes())
             t0 = time.perf_counter()

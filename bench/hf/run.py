@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""bench/hf/run.py — a transformers MoE checkpoint larger than its memory, decoded four ways (`make run-hf`).
+"""bench/hf/run.py — a transformers MoE checkpoint larger than its memory, decoded five ways (`make run-hf`).
 
 The checkpoints (bench/hf/checkpoint.py) are made on first use and kept in OUT: a Mixtral and a Qwen3-MoE
 of hidden 1024, 8 layers x 8 experts of 24 MiB (fp32), top-2; 1.6 GiB each, 1.5 GiB of it experts, one
 safetensors file. Each contestant (bench/hf/contestant.py) runs in a fresh child process inside a fresh
 memory cgroup (as root: cgroup v1 memory.limit_in_bytes or v2 memory.max; page cache is charged to it),
 with the checkpoint dropped from the page cache before it starts and again after its load, one torch
-thread, greedy decoding one token per step from a fixed prompt:
+thread, decoding one token per step after a fixed prompt (each step's input the next token of a fixed
+stream, the same for every contestant; --greedy feeds each step its own argmax instead, which a
+random-weight model soon turns into one token repeated, and its experts with it):
 
   ringfetch   ringfetch.transformers.from_pretrained(dir, BUDGET)
   ringfetch-nohints   the same, prefetch=False: what the hints for the next layer buy
@@ -15,22 +17,25 @@ thread, greedy decoding one token per step from a fixed prompt:
   whole       the whole model in memory, in a group with no limit: the bound
 
 The limit is what torch + transformers take as the cgroup counts it (a child that imports them and
-loads nothing, measured first) + the checkpoint's non-expert weights + BUDGET (256 MiB) + SLACK (96 MiB).
+decodes a tiny model of the family, reading nothing of the checkpoint; run twice, the second counted)
++ the checkpoint's non-expert weights + BUDGET (256 MiB) + SLACK (96 MiB).
 Where no cgroup can be made the run goes on unconstrained and every output says so.
 
 Reported per family and contestant: ms/step (the median over every decode step of every repetition),
 MiB read from storage per step (/proc/self/io read_bytes of the child, io_uring's workers included),
 ringfetch's hit rate (model.ringfetch.stats() over the decode), the group's peak memory, load time;
 ratios ringfetch / accelerate and ringfetch / mmap; the disk bound (bytes of the experts ringfetch had
-to read per step / the device's read rate measured here with O_DIRECT, + the whole model's ms/step);
-and whether every contestant's greedy token at every step equals the whole model's (ringfetch's also
+to read per step / the best read rate the device gave here, cold, in the experts' own O_DIRECT reads
+(pread threads, fio's io_uring, ringfetch's own reader; and what ringfetch's decode itself reached),
++ the whole model's ms/step);
+and whether every contestant's argmax at every step equals the whole model's (ringfetch's also
 within 1e-5 relative difference of its logits). Repetitions alternate the contestants' order.
 Writes OUT/hf.json, OUT/hf.dat and OUT/hf.png (gnuplot). Exit status 0, 1 (a contestant failed or a
 check did not hold), 2 (bad options).
 
 usage: run.py [--quick] [--out DIR] [--families mixtral,qwen3_moe]
               [--contestants ringfetch,ringfetch-nohints,mmap,accelerate,whole]
-              [--steps N] [--reps R] [--budget 256MiB] [--slack 96MiB] [--timeout S]
+              [--steps N] [--reps R] [--budget 256MiB] [--slack 96MiB] [--timeout S] [--greedy]
 """
 import argparse
 import json
@@ -449,6 +454,8 @@ def main():
     ap.add_argument("--budget", default=None, help="the experts' memory (default 256MiB; quick 10 experts)")
     ap.add_argument("--slack", default="96MiB", help="the cgroup's room beyond imports + weights + budget")
     ap.add_argument("--timeout", type=int, default=300, help="seconds a contestant may take in all")
+    ap.add_argument("--greedy", action="store_true",
+                    help="feed each step its own argmax (default: a fixed token stream, see contestant.py)")
     ap.add_argument("--python", default=sys.executable)
     a = ap.parse_args()
     fams = [f for f in a.families.split(",") if f]
@@ -472,6 +479,7 @@ def main():
     load0 = os.getloadavg()
     t_start = time.monotonic()
     res = {"machine": machine(), "versions": versions(a.python), "steps": steps, "reps": reps,
+           "inputs": "greedy" if a.greedy else "a fixed token stream",
            "quick": a.quick, "loadavg_start": load0, "families": {}}
     log(f"machine: {res['machine']['cpu']}, {res['machine']['cpus']} CPUs{' (virtual)' if res['machine']['virtual'] else ''}, "
         f"{res['machine']['os']}, Linux {res['machine']['kernel']}; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}")
@@ -538,7 +546,7 @@ def main():
                 lpath = os.path.join(scratch, tag + ".f32")
                 offload = os.path.join(out, "offload-" + tag)
                 argv = [a.python, os.path.join(HERE, "contestant.py"), c, f["dir"], "--budget", str(budget),
-                        "--steps", str(steps), "--out", rpath, "--logits", lpath]
+                        "--steps", str(steps), "--out", rpath, "--logits", lpath] + (["--greedy"] if a.greedy else [])
                 if c == "accelerate":
                     argv += ["--offload", offload]
                 drop_cache(f["files"])
