@@ -28,11 +28,16 @@
 #define RFPY_CUDA 0
 #endif
 
+#include <errno.h>
 #include <limits.h>
 #include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 PyMODINIT_FUNC PyInit__ringfetch(void);
 
@@ -1998,6 +2003,143 @@ static PyType_Slot Pipeline_slots[] = {
 static PyType_Spec Pipeline_spec = {"ringfetch.Pipeline", sizeof(PipelineObject), 0, Py_TPFLAGS_DEFAULT,
 				    Pipeline_slots};
 
+/* ---- plain reads of a File's mapping after the file shrank ----------------------------------------------
+ *
+ * rf.File exports its mapping to the buffer protocol, so bytes(memoryview(f)[a:b]), numpy and anything
+ * else may read the mapping itself. A page past the file's current end (it shrank after open) or one the
+ * system cannot read faults with SIGBUS, which would kill the interpreter. The package serves such reads
+ * instead: a SIGBUS handler, installed when the first File is opened, maps a page of zeros over the
+ * faulting page of a live File's mapping and returns, so the read goes on and sees zeros there; every
+ * other SIGBUS (another address, or one sent by kill/raise) goes to the handler that was there before
+ * (faulthandler's, for instance), or ends the process as SIGBUS does by default. The library's own reads
+ * of such a range never touch the mapping and raise rf.IOError as before.
+ *
+ * The handler reads only a table of the live mappings, without locks: entries are written under the GIL
+ * (one writer), an entry's start before its length and its length cleared first, and the table's chunks
+ * are never freed, so the handler never reads freed memory and sees a range only while it is live.
+ */
+#define RFPY_MAPS_PER_CHUNK 64
+
+struct rfpy_map {
+	_Atomic uintptr_t lo; /* 0: free */
+	_Atomic size_t len;   /* 0: free, or being filled in */
+};
+
+struct rfpy_maps {
+	struct rfpy_map m[RFPY_MAPS_PER_CHUNK];
+	struct rfpy_maps *_Atomic next;
+};
+
+static struct rfpy_maps rfpy_maps;
+static struct sigaction rfpy_bus_prev;
+static int rfpy_bus_installed;
+static uintptr_t rfpy_page;
+
+static int rfpy_map_find(uintptr_t a)
+{
+	for (struct rfpy_maps *c = &rfpy_maps; c != NULL; c = atomic_load_explicit(&c->next, memory_order_acquire))
+		for (int i = 0; i < RFPY_MAPS_PER_CHUNK; i++) {
+			size_t n = atomic_load_explicit(&c->m[i].len, memory_order_acquire);
+			uintptr_t lo = atomic_load_explicit(&c->m[i].lo, memory_order_acquire);
+			if (n != 0 && lo != 0 && a >= lo && a - lo < n &&
+			    atomic_load_explicit(&c->m[i].len, memory_order_acquire) == n)
+				return 1;
+		}
+	return 0;
+}
+
+/* Pass a SIGBUS that is not ours on, as if we had never been installed. */
+static void rfpy_bus_chain(int sig, siginfo_t *si, void *uc)
+{
+	if (rfpy_bus_prev.sa_flags & SA_SIGINFO) {
+		rfpy_bus_prev.sa_sigaction(sig, si, uc);
+	} else if (rfpy_bus_prev.sa_handler != SIG_DFL && rfpy_bus_prev.sa_handler != SIG_IGN) {
+		rfpy_bus_prev.sa_handler(sig);
+	} else {
+		/* The default action (a fault cannot be ignored): it takes effect once this handler returns,
+		 * for a fault and for a signal that was sent alike. */
+		struct sigaction dfl;
+		memset(&dfl, 0, sizeof dfl);
+		dfl.sa_handler = SIG_DFL;
+		sigemptyset(&dfl.sa_mask);
+		sigaction(sig, &dfl, NULL);
+		raise(sig);
+	}
+}
+
+static void rfpy_bus_handler(int sig, siginfo_t *si, void *uc)
+{
+	int saved = errno;
+	uintptr_t a = (uintptr_t)si->si_addr;
+	/* Only faults the kernel reports on an address of a live File's mapping: past the end of the file,
+	 * or a page it could not read (BUS_ADRERR, BUS_OBJERR); never a hardware memory error. */
+	if ((si->si_code == BUS_ADRERR || si->si_code == BUS_OBJERR) && rfpy_map_find(a)) {
+		void *page = (void *)(a & ~(rfpy_page - 1));
+		if (mmap(page, (size_t)rfpy_page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+			errno = saved;
+			return; /* the read is retried, on zeros */
+		}
+	}
+	errno = saved;
+	rfpy_bus_chain(sig, si, uc);
+}
+
+static int rfpy_bus_install(void)
+{
+	if (rfpy_bus_installed)
+		return 0;
+	rfpy_page = (uintptr_t)sysconf(_SC_PAGESIZE);
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_sigaction = rfpy_bus_handler;
+	sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGBUS, &sa, &rfpy_bus_prev) != 0) {
+		PyErr_SetFromErrno(PyExc_OSError);
+		return -1;
+	}
+	rfpy_bus_installed = 1;
+	return 0;
+}
+
+/* Under the GIL. The mapping [data, data + size) rounded up to whole pages, as mmap maps it. */
+static int rfpy_map_add(const void *data, uint64_t size)
+{
+	if (rfpy_bus_install() < 0)
+		return -1;
+	size_t len = (size_t)((size + rfpy_page - 1) & ~(uint64_t)(rfpy_page - 1));
+	struct rfpy_maps *c = &rfpy_maps, *last = c;
+	for (; c != NULL; last = c, c = atomic_load_explicit(&c->next, memory_order_acquire))
+		for (int i = 0; i < RFPY_MAPS_PER_CHUNK; i++)
+			if (atomic_load_explicit(&c->m[i].len, memory_order_relaxed) == 0) {
+				atomic_store_explicit(&c->m[i].lo, (uintptr_t)data, memory_order_release);
+				atomic_store_explicit(&c->m[i].len, len, memory_order_release);
+				return 0;
+			}
+	struct rfpy_maps *n = calloc(1, sizeof *n);
+	if (n == NULL) {
+		PyErr_NoMemory();
+		return -1;
+	}
+	atomic_store_explicit(&n->m[0].lo, (uintptr_t)data, memory_order_relaxed);
+	atomic_store_explicit(&n->m[0].len, len, memory_order_relaxed);
+	atomic_store_explicit(&last->next, n, memory_order_release); /* never freed: the handler may read it */
+	return 0;
+}
+
+/* Under the GIL, before the mapping goes: from here on its addresses are not ours. */
+static void rfpy_map_remove(const void *data)
+{
+	for (struct rfpy_maps *c = &rfpy_maps; c != NULL; c = atomic_load_explicit(&c->next, memory_order_acquire))
+		for (int i = 0; i < RFPY_MAPS_PER_CHUNK; i++)
+			if (atomic_load_explicit(&c->m[i].len, memory_order_relaxed) != 0 &&
+			    atomic_load_explicit(&c->m[i].lo, memory_order_relaxed) == (uintptr_t)data) {
+				atomic_store_explicit(&c->m[i].len, 0, memory_order_release);
+				atomic_store_explicit(&c->m[i].lo, 0, memory_order_release);
+				return;
+			}
+}
+
 /* ---- File -------------------------------------------------------------------------------------------- */
 
 static PyObject *File_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
@@ -2027,6 +2169,13 @@ static PyObject *File_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 		Py_DECREF((PyObject *)self);
 		return NULL;
 	}
+	if (rfpy_map_add(rf_file_data(f), rf_file_size(f)) < 0) {
+		Py_BEGIN_ALLOW_THREADS
+		(void)rf_file_close(f);
+		Py_END_ALLOW_THREADS
+		Py_DECREF((PyObject *)self);
+		return NULL;
+	}
 	self->f = f;
 	return (PyObject *)self;
 }
@@ -2041,6 +2190,7 @@ static void File_dealloc(FileObject *self)
 	if (self->f != NULL) {
 		rf_file *f = self->f;
 		self->f = NULL;
+		rfpy_map_remove(rf_file_data(f));
 		Py_BEGIN_ALLOW_THREADS
 		(void)rf_file_close(f);
 		Py_END_ALLOW_THREADS
@@ -2062,11 +2212,20 @@ static PyObject *File_close(FileObject *self, PyObject *unused)
 		return NULL;
 	}
 	int rc;
+	rfpy_map_remove(rf_file_data(self->f));
 	Py_BEGIN_ALLOW_THREADS
 	rc = rf_file_close(self->f);
 	Py_END_ALLOW_THREADS
-	if (rc != RF_OK)
-		return rfpy_raise(rc);
+	if (rc != RF_OK) {
+		/* Still open and mapped (a copy reads it): its reads are served again. */
+		PyObject *t, *v, *tb;
+		rfpy_raise(rc);
+		PyErr_Fetch(&t, &v, &tb);
+		if (rfpy_map_add(rf_file_data(self->f), rf_file_size(self->f)) < 0)
+			PyErr_Clear();
+		PyErr_Restore(t, v, tb);
+		return NULL;
+	}
 	self->f = NULL;
 	Py_RETURN_NONE;
 }
@@ -2157,7 +2316,9 @@ static PyType_Slot File_slots[] = {
 	 "A regular file opened read-only as a source of blocks (rf_file_open). It exports the read-only "
 	 "buffer protocol over its mapping: memoryview(f)[a:b] is a file source, which ringfetch reads from "
 	 "the file (O_DIRECT unless buffered, several reads in flight) instead of faulting the mapping in. "
-	 "A context manager (close() on exit)."},
+	 "Plain reads of the buffer never crash: after the file shrank, the bytes past its new end read as "
+	 "zeros there (a SIGBUS handler maps zeros over the faulting page), while the library's reads of that "
+	 "range raise rf.IOError. A context manager (close() on exit)."},
 	{0, NULL},
 };
 static PyType_Spec File_spec = {"ringfetch.File", sizeof(FileObject), 0, Py_TPFLAGS_DEFAULT, File_slots};

@@ -104,8 +104,10 @@ def parse_header(head, file_size, where="safetensors file"):
     if n > MAX_HEADER_BYTES:
         raise _bad(where, "header length %d is absurd (over %d bytes): not a safetensors file"
                    % (n, MAX_HEADER_BYTES))
-    if n < 2 or 8 + n > file_size:
+    if 8 + n > file_size:
         raise _bad(where, "header length %d runs past the file (%d bytes)" % (n, file_size))
+    if n < 2:
+        raise _bad(where, "header length %d is too short for a JSON object" % n)
     if len(head) < 8 + n:
         raise _bad(where, "header length %d, but only %d header bytes given" % (n, len(head) - 8))
     try:

@@ -15,6 +15,23 @@ memory, and computed from zero-copy views of the slots with the ops, in the orde
 experts loop (so the logits are those of the model loaded whole with experts_implementation="eager").
 docs/transformers.md is the guide.
 
+How the experts are served:
+- Reads. An expert whose tensors are adjacent in its file (Mixtral's w1, w2, w3; Qwen's down, gate,
+  up, as save_pretrained writes them) is one range, one key, one read; a fused checkpoint (3-D
+  tensors) is read as its gate, up and down slices. Each range is widened to 4 KiB boundaries, so it is
+  read with O_DIRECT straight into its slot: no page-cache copy, no move.
+- Order. At each experts module the routed experts are looked up first: those in the slots are
+  computed first, while the misses' reads (issued together) are in flight; the results are added in
+  the eager loop's order (ascending expert), so the sums are bit for bit the same.
+- Hints (prefetch=True). The next experts module's router is applied to the current hidden state and
+  its likeliest experts are hinted; how many follows the hints' measured precision (hint_count):
+  a wrong hint is a whole expert read for nothing. stats()["hint_accuracy"] says how they fare.
+- Short slots. With fewer slots than one forward's experts, least-recently-used would evict, layer after
+  layer, what the next forward needs first; the most routed experts keep their slots instead, and the
+  others are evicted once used.
+- The non-expert weights get memory of their own (transformers would leave them views of its mapping
+  of the checkpoint, which a file shrinking later would turn into a SIGBUS).
+
 Importing this module imports neither torch nor transformers; from_pretrained does.
 """
 import functools
@@ -353,7 +370,7 @@ class _OneCaller:
 class _Layer:
     """One served experts module: its experts' keys, file sources and how to view their slots."""
 
-    def __init__(self, name, pieces, top_k):
+    def __init__(self, name, pieces, top_k, sizes):
         import torch
 
         self._torch = torch
@@ -361,8 +378,10 @@ class _Layer:
         self.E = len(pieces["gate_up_proj"])
         self.server = self.act_fn = self.gate = self.param_dtype = None
         self.keys, self.srcs, self.views = [], [], []
-        self.ranges = [_plan_ranges(pieces["gate_up_proj"][e] + pieces["down_proj"][e]) for e in range(self.E)]
-        self.expert_bytes = max(sum(b - a for _, a, b in r) for r in self.ranges)
+        self.ranges = [_plan_ranges(pieces["gate_up_proj"][e] + pieces["down_proj"][e], sizes)
+                       for e in range(self.E)]
+        self.expert_bytes = max(sum(p.nbytes for p in pieces["gate_up_proj"][e] + pieces["down_proj"][e])
+                                for e in range(self.E))
         self._pieces = pieces
         self.next = None            # the next served layer (hints)
         self.predicted = None       # experts hinted for this layer from the previous one
@@ -397,6 +416,7 @@ class _Layer:
         """The loaded module: its activation, the dtype transformers gave its parameters (the slots' bytes
         are cast to it where the checkpoint's differs), and its router (for the hints)."""
         self.server, self.act_fn, self.gate = server, module.act_fn, gate
+        self._token0 = self._torch.zeros(1, dtype=self._torch.long)
         self.param_dtype = (module.gate_up_proj.dtype, module.down_proj.dtype)
 
     def predict(self, hidden_states, n):
@@ -427,12 +447,21 @@ class _Layer:
         p = srv._pipeline
         if p is None:
             raise _rf.InvalidArgument("ringfetch.transformers: this model's experts server is closed")
+        if hidden_states.device.type != "cpu":
+            raise _rf.NotSupported("ringfetch.transformers: the experts are served to CPU compute; %s got "
+                                   "hidden states on %s" % (self.name, hidden_states.device))
         E = self.E
         final = torch.zeros_like(hidden_states)
-        # As transformers' eager loop: which experts are routed, and to which tokens.
-        expert_mask = F.one_hot(top_k_index, num_classes=E + 1).permute(2, 1, 0)
-        routed = [e for e in torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero().view(-1).tolist()
-                  if e < E]
+        # As transformers' eager loop: which experts are routed, and to which tokens (for one token, a
+        # decode step, the same read off its row: the same rows, weights and sums, without the mask).
+        if top_k_index.shape[0] == 1:
+            row = top_k_index[0].tolist()
+            routed = sorted({e for e in row if 0 <= e < E})
+            expert_mask = None
+        else:
+            expert_mask = F.one_hot(top_k_index, num_classes=E + 1).permute(2, 1, 0)
+            routed = [e for e in torch.greater(expert_mask.sum(dim=(-1, -2)), 0).nonzero().view(-1).tolist()
+                      if e < E]
         if self.predicted:
             right = len(self.predicted.intersection(routed))
             srv._hinted += len(self.predicted)
@@ -482,9 +511,14 @@ class _Layer:
         outs = {}
         order = ready + coming + absent
         for i, e in enumerate(order):
-            top_k_pos, token_idx = torch.where(expert_mask[e])
-            outs[e] = (token_idx, self._expert(p, e, hidden_states[token_idx],
-                                               top_k_weights[token_idx, top_k_pos, None]))
+            if expert_mask is None:
+                k = row.index(e)
+                token_idx = self._token0
+                outs[e] = (token_idx, self._expert(p, e, hidden_states[:1], top_k_weights[:1, k:k + 1]))
+            else:
+                top_k_pos, token_idx = torch.where(expert_mask[e])
+                outs[e] = (token_idx, self._expert(p, e, hidden_states[token_idx],
+                                                   top_k_weights[token_idx, top_k_pos, None]))
             if srv._retain_slots is not None and e not in self.retain:
                 for k in self.keys[e]:      # streamed, not kept: its slot is free for the next read
                     p.evict(k)
@@ -554,21 +588,34 @@ def hint_count(precision, hinted, top_k, forwards):
     return 1 if forwards % 16 == 0 else 0
 
 
-def _plan_ranges(pieces):
+_ALIGN = 4096
+
+
+def _plan_ranges(pieces, sizes):
     """An expert's pieces as the byte ranges to read, one key each: adjacent pieces of one file (gaps
     under 4 KiB read along) make one range, so an expert whose tensors sit together is one read. Where
     that leaves ranges of unequal sizes (a fused checkpoint: gate_up_proj[e] in one tensor, down_proj[e]
-    in another), which would waste a quarter of the slots or more, each piece is a range of its own."""
+    in another), which would waste a quarter of the slots or more, each piece is a range of its own.
+
+    Each range is then widened to 4 KiB boundaries (not past the end of its file): safetensors puts
+    tensors on 8-byte boundaries only, and the reader would read an unaligned range either through the
+    page cache (a second copy of the expert, charged to the same memory budget) or with O_DIRECT into
+    the slot and then move it down by the misalignment (a pass over the whole expert). An aligned
+    window is read straight into the slot, and the pieces are viewed at their offsets in it. (Pieces
+    off 8-byte boundaries, which no safetensors writer makes, keep their exact ranges: a typed view
+    needs an offset that is a multiple of its itemsize.)"""
     spans = sorted((p.path, p.offset, p.offset + p.nbytes) for p in pieces)
     out = []
     for path, a, b in spans:
-        if out and out[-1][0] == path and 0 <= a - out[-1][2] < 4096:
+        if out and out[-1][0] == path and 0 <= a - out[-1][2] < _ALIGN:
             out[-1] = (path, out[-1][1], max(out[-1][2], b))
         else:
             out.append((path, a, b))
-    sizes = [b - a for _, a, b in out]
-    if max(sizes) * len(sizes) * 4 > sum(sizes) * 5:
+    sizes_ = [b - a for _, a, b in out]
+    if max(sizes_) * len(sizes_) * 4 > sum(sizes_) * 5:
         out = spans
+    if all(p.offset % 8 == 0 for p in pieces):
+        out = [(path, a - a % _ALIGN, min(-(-b // _ALIGN) * _ALIGN, sizes[path])) for path, a, b in out]
     return out
 
 
@@ -578,10 +625,12 @@ def _merge_views(pieces, ranges):
     adjacent, are one [2I, H] view, as the parameter is)."""
     out = []
     for p in sorted(pieces, key=lambda p: p.row0):
-        r = next(i for i, (path, a, b) in enumerate(ranges) if path == p.path and a <= p.offset < b)
+        end = p.offset + p.nbytes
+        r = next(i for i, (path, a, b) in enumerate(ranges) if path == p.path and a <= p.offset and end <= b)
         if out:
             r0, off0, q = out[-1]
-            if r0 == r and q.offset + q.nbytes == p.offset and q.row1 == p.row0:
+            if q.path == p.path and q.offset + q.nbytes == p.offset and q.row1 == p.row0 and \
+                    end <= ranges[r0][2]:
                 out[-1] = (r0, off0, _Piece(q.param, q.row0, p.row1, q.path, q.offset, q.nbytes + p.nbytes,
                                             q.dtype, (q.shape[0] + p.shape[0], q.shape[1])))
                 continue
@@ -597,6 +646,7 @@ class ExpertServer:
         self.prefetch = bool(prefetch)
         self.budget = budget
         self._files = files
+        self._nfiles = len(files)
         self._layers = layers
         self._caller = _OneCaller()
         self._hits = self._misses = self._late = self._prefetches = 0
@@ -609,17 +659,19 @@ class ExpertServer:
         nkeys = sum(len(r) for layer in layers for r in layer.ranges)
         per_expert = max(len(r) for layer in layers for r in layer.ranges)
         largest = max(b - a for layer in layers for rng in layer.ranges for _, a, b in rng)
+        aligned = all(a % _ALIGN == 0 for layer in layers for rng in layer.ranges for _, a, _ in rng)
+        self._aligned = aligned
         top_k = max(layer.top_k for layer in layers)
-        # Room for the O_DIRECT window of an unaligned range: two file-system blocks (docs/files.md).
-        fs_block = max(4096, min(os.statvfs(path).f_bsize for path in files))
-        self.slot_bytes = -(-(largest + 2 * fs_block) // 4096) * 4096
+        # An unaligned range needs room for its O_DIRECT window: two file-system blocks (docs/files.md).
+        room = 0 if aligned else 2 * max(_ALIGN, min(os.statvfs(path).f_bsize for path in files))
+        self.slot_bytes = -(-(largest + room) // _ALIGN) * _ALIGN
         need = min(2 * top_k * per_expert, nkeys)
         minimum = need * self.slot_bytes
         if budget < minimum:
             raise _rf.InvalidArgument(
                 "ringfetch.transformers: memory_budget %d bytes (%s) is under the minimum, %d bytes (%s): "
-                "2 x top_k = %d experts of the largest layer, in %d slots of %d bytes (%d per expert: its "
-                "largest read plus room for O_DIRECT alignment)" % (
+                "2 x top_k = %d experts of the largest layer, in %d slots of %d bytes (%d per expert; a slot "
+                "holds the largest read, widened to O_DIRECT's alignment)" % (
                     budget, _fmt_bytes(budget), minimum, _fmt_bytes(minimum), 2 * top_k, need,
                     self.slot_bytes, per_expert))
         self.slots = min(budget // self.slot_bytes, _MAX_SLOTS, nkeys)
@@ -690,27 +742,45 @@ class ExpertServer:
 
     def describe(self):
         nexp = sum(layer.E for layer in self._layers)
+        if not self.prefetch:
+            hints = "off"
+        else:
+            hints = "the next layer's router on the current hidden state (%d of top-%d now; %s)" % (
+                hint_count(self._hint_precision, self._hinted, self.top_k, 1), self.top_k,
+                "precision %.2f" % (self._hint_correct / self._hinted) if self._hinted else "not measured yet")
+        keep = ("every expert's slot reused least recently used first" if self._retain_slots is None else
+                "slots short of a forward's experts: the %d most routed keep theirs, the rest are evicted once "
+                "used" % self._retain_slots)
         head = ("ringfetch.transformers: %s, %d experts modules (%d experts), top-%d; experts of %s read from "
-                "%d file(s), %d read(s) per expert; %d slots of %s (%s of a %s budget); hints: %s" % (
+                "%d file(s), %d read(s) per expert, %s; %d slots of %s (%s of a %s budget); %s; hints: %s" % (
                     self.model_type, len(self._layers), nexp, self.top_k, _fmt_bytes(self.expert_bytes),
-                    len(self._files), self.blocks_per_expert, self.slots, _fmt_bytes(self.slot_bytes),
-                    _fmt_bytes(self.slots * self.slot_bytes), _fmt_bytes(self.budget),
-                    "the next layer's router on the current hidden state" if self.prefetch else "off"))
+                    self._nfiles, self.blocks_per_expert,
+                    "in 4 KiB-aligned windows" if self._aligned else "at their offsets (some off 8 bytes)", self.slots, _fmt_bytes(self.slot_bytes),
+                    _fmt_bytes(self.slots * self.slot_bytes), _fmt_bytes(self.budget), keep, hints))
         if self._pipeline is None:
             return head + "; closed"
         return head + "; pipeline: " + self._pipeline.describe()
 
     def close(self):
-        """Free the slots and close the checkpoint's files; the model's experts cannot run after it."""
-        p, self._pipeline = self._pipeline, None
-        if p is not None:
-            self._last_keyed = p.keyed_stats()
-            p.close()
+        """Free the slots and close the checkpoint's files; the model's experts cannot run after it.
+        rf.Busy (nothing changes) while another thread runs the model."""
+        self._caller.enter()
+        try:
+            p = self._pipeline
+            if p is not None:
+                self._last_keyed = p.keyed_stats()
+                p.close()
+                self._pipeline = None
+        finally:
+            self._caller.exit()
         for layer in self._layers:
             layer.srcs = []
         files, self._files = self._files, {}
         for f in files.values():
-            f.close()
+            try:
+                f.close()
+            except BufferError:     # a source still referenced (a traceback's frame): closed with it
+                pass
 
     def __repr__(self):
         return "<ringfetch.transformers.ExpertServer %s, %d slots%s>" % (
@@ -777,7 +847,8 @@ def from_pretrained(model_dir, memory_budget, *, backend=None, prefetch=True, **
         unexpected = "^(?:%s)$" % "|".join(re.escape(n) for n in names)
         classes = sorted({type(m) for _, m in experts}, key=lambda c: c.__qualname__)
         top_k = getattr(config, "num_experts_per_tok", None) or 2
-        layers = [_Layer(name, {p: pieces[name, p] for p in ("gate_up_proj", "down_proj")}, top_k)
+        sizes = {path: f.size for path, f in files.items()}
+        layers = [_Layer(name, {p: pieces[name, p] for p in ("gate_up_proj", "down_proj")}, top_k, sizes)
                   for name, _ in experts]
         # The budget is checked, and the slots made, before transformers loads anything.
         server = ExpertServer(config.model_type, files, layers, budget, backend, prefetch)

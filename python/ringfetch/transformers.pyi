@@ -5,6 +5,7 @@ from typing import Any
 from . import Pipeline
 
 def parse_budget(budget: int | str) -> int: ...
+def hint_count(precision: float, hinted: int, top_k: int, forwards: int) -> int: ...
 
 class ExpertServer:
     model_type: str

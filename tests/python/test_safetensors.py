@@ -147,6 +147,9 @@ def test_header_lengths(tmp_path):
     path.write_bytes(struct.pack("<Q", 2 ** 63) + b"{}")              # absurd
     with pytest.raises(rf.InvalidArgument, match="absurd"):
         rst.open(path)
+    path.write_bytes(struct.pack("<Q", 1) + b"{}")
+    with pytest.raises(rf.InvalidArgument, match="header length 1 is too short"):
+        rst.open(path)
     path.write_bytes(b"")
     with pytest.raises(rf.InvalidArgument, match="empty"):
         rst.open(path)

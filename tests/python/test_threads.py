@@ -1,7 +1,11 @@
-"""The GIL, threads and garbage collection: another Python thread runs while the library copies and
-waits; two threads on one pipeline get rf.Busy, never a crash; a pipeline collected with blocks held
-drops them; nothing prints."""
+"""The GIL, threads and garbage collection: the library releases the GIL while it copies (shown by a
+copy that can only finish once another Python thread has run); two threads on one pipeline get rf.Busy,
+never a crash; a pipeline collected with blocks held drops them; nothing prints."""
+import ctypes
 import gc
+import os
+import struct
+import subprocess
 import sys
 import threading
 import weakref
@@ -11,57 +15,108 @@ import pytest
 
 import ringfetch as rf
 
-BIG = 64 << 20
+
+class BlockingSource:
+    """n bytes of anonymous memory whose pages are filled, on first touch, by a Python thread of this
+    process (userfaultfd): a copy that reads them waits, in the kernel, until that thread has run
+    Python code - which needs the GIL. So a library call that copies from it returns only if it
+    released the GIL: held, it deadlocks (the child below is then killed by its timeout, and the test
+    fails). No timing, no scheduler luck: the copy cannot finish without the other thread."""
+
+    PAGE = 4096
+    UFFDIO_API, UFFDIO_REGISTER, UFFDIO_COPY = 0xC018AA3F, 0xC020AA00, 0xC028AA03
+
+    @staticmethod
+    def available():
+        """None, or why userfaultfd cannot be used here."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        nr = {"x86_64": 323, "aarch64": 282}.get(os.uname().machine)
+        if nr is None:
+            return "no userfaultfd syscall number for " + os.uname().machine
+        fd = libc.syscall(nr, os.O_CLOEXEC | 1)
+        if fd < 0:
+            return os.strerror(ctypes.get_errno())
+        os.close(fd)
+        return None
+
+    def __init__(self, n, fill=b"g"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.syscall.restype = ctypes.c_long
+        libc.mmap.restype = ctypes.c_void_p
+        libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                              ctypes.c_long]
+        libc.ioctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_void_p]
+        nr = {"x86_64": 323, "aarch64": 282}.get(os.uname().machine)
+        # UFFD_USER_MODE_ONLY (1): allowed without privileges; the library copies in user mode
+        self.fd = libc.syscall(nr, os.O_CLOEXEC | 1) if nr else -1
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "userfaultfd")
+        api = (ctypes.c_uint64 * 3)(0xAA, 0, 0)
+        if libc.ioctl(self.fd, self.UFFDIO_API, api) != 0:
+            raise OSError(ctypes.get_errno(), "UFFDIO_API")
+        self.n = n
+        self.addr = libc.mmap(None, n, 3, 0x22, -1, 0)       # PROT_READ|WRITE, MAP_PRIVATE|ANONYMOUS
+        reg = (ctypes.c_uint64 * 4)(self.addr, n, 1, 0)       # UFFDIO_REGISTER_MODE_MISSING
+        if libc.ioctl(self.fd, self.UFFDIO_REGISTER, reg) != 0:
+            raise OSError(ctypes.get_errno(), "UFFDIO_REGISTER")
+        self.libc = libc
+        self.page = ctypes.create_string_buffer(fill * self.PAGE)
+        self.served = 0
+        self.server = threading.Thread(target=self.serve, daemon=True)
+        self.server.start()
+
+    def serve(self):
+        while self.served < self.n // self.PAGE:
+            msg = os.read(self.fd, 32)                         # GIL released while it waits
+            # Python code from here: it runs only when the GIL is free
+            addr = struct.unpack_from("Q", msg, 16)[0] & ~(self.PAGE - 1)
+            cp = (ctypes.c_uint64 * 5)(addr, ctypes.addressof(self.page), self.PAGE, 0, 0)
+            if self.libc.ioctl(self.fd, self.UFFDIO_COPY, cp) != 0:
+                raise OSError(ctypes.get_errno(), "UFFDIO_COPY")
+            self.served += 1
+
+    def buffer(self):
+        return memoryview((ctypes.c_char * self.n).from_address(self.addr)).cast("B")
 
 
-class Spinner:
-    """A Python thread that counts while it holds the GIL. With a long switch interval it gets the GIL
-    only when the main thread gives it up itself: so progress during a library call proves the call
-    released the GIL (without that, the count stays the same, exactly)."""
-
-    def __init__(self):
-        self.count = 0
-        self.stop = False
-        self.t = threading.Thread(target=self.spin, daemon=True)
-
-    def spin(self):
-        while not self.stop:
-            self.count += 1
-
-    def __enter__(self):
-        self.old = sys.getswitchinterval()
-        sys.setswitchinterval(0.5)
-        self.t.start()
-        while self.count == 0:
-            pass  # the switch interval hands it the GIL once
-        return self
-
-    def __exit__(self, *exc):
-        self.stop = True
-        self.t.join()
-        sys.setswitchinterval(self.old)
+def gil_child(backend, what):
+    """In a child process: one library call copying from a BlockingSource."""
+    n = 1 << 20
+    src = BlockingSource(n)
+    with rf.Pipeline(n, depth=1, backend=backend) as p:
+        if what == "acquire":
+            with p.acquire(1, src.buffer()) as b:
+                assert bytes(memoryview(b)) == b"g" * n
+        elif what == "prefetch":
+            p.prefetch(1, src.buffer())      # "cpu" copies on the caller; "threads" on a lane
+            with p.acquire(1, src.buffer()) as b:
+                assert bytes(memoryview(b)) == b"g" * n
+        elif what == "run":
+            got = []
+            p.run([src.buffer()], lambda b: got.append(bytes(memoryview(b)) == b"g" * n))
+            assert got == [True]
+    assert src.served > 0                    # the copy did wait for the other thread
+    print("ok")
 
 
-@pytest.fixture(scope="module")
-def big():
-    return np.ones(BIG, dtype=np.uint8)
+def userfaultfd_or_skip():
+    why = BlockingSource.available()
+    if why is not None:
+        pytest.skip("userfaultfd is not available here (%s): the GIL tests need it" % why)
 
 
-def test_gil_released_during_acquire(backend, big):
-    with rf.Pipeline(BIG, depth=1, backend=backend) as p, Spinner() as s:
-        c0 = s.count
-        b = p.acquire(1, big)           # a miss: 64 MiB copied
-        c1 = s.count
-        p.release(b)
-    assert c1 > c0, "the other thread did not run while acquire copied"
-
-
-def test_gil_released_during_run(backend, big):
-    seen = []
-    with rf.Pipeline(BIG, depth=1, backend=backend) as p, Spinner() as s:
-        c0 = s.count
-        p.run([big], lambda b: seen.append(s.count))
-    assert seen and seen[0] > c0, "the other thread did not run while the run copied"
+@pytest.mark.parametrize("what", ["acquire", "prefetch", "run"])
+def test_gil_released_while_copying(backend, what):
+    userfaultfd_or_skip()
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = "import sys; sys.path.insert(0, %r); import test_threads as t; t.gil_child(%r, %r)" % (
+        here, backend, what)
+    try:
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("%s on %s never returned: the GIL was held while the library copied" % (what, backend))
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stdout + r.stderr
 
 
 def test_two_threads_one_pipeline(backend):
