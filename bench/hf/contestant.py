@@ -108,10 +108,11 @@ def load_accelerate(model_dir, a):
     os.makedirs(a.offload, exist_ok=True)
     m = AutoModelForCausalLM.from_pretrained(model_dir, device_map="auto", max_memory={"cpu": a.budget},
                                              offload_folder=a.offload, experts_implementation="eager")
+    dm = {k: str(v) for k, v in getattr(m, "hf_device_map", {}).items()}
     placed = {}
-    for where in getattr(m, "hf_device_map", {}).values():
-        placed[str(where)] = placed.get(str(where), 0) + 1
-    return m, {"device_map_modules": placed}
+    for where in dm.values():
+        placed[where] = placed.get(where, 0) + 1
+    return m, {"device_map_modules": placed, "device_map": dm}
 
 
 def load_ringfetch(model_dir, a, prefetch=True):

@@ -408,8 +408,9 @@ def summarize(runs, facts, whole_ms):
     # CPU the child used during its decode over the decode's wall time: below 1 where it waited (on
     # the disk, or on a CPU the machine's other processes held)
     out["cpu_s"] = sum(r["cpu_s"] for r in ok)
-    if "device_map_modules" in ok[0]:
-        out["device_map_modules"] = ok[0]["device_map_modules"]
+    for k in ("device_map_modules", "device_map"):
+        if k in ok[0]:
+            out[k] = ok[0][k]
     if ok[0].get("stats_end") is not None:
         hits = misses = used = 0
         agg = {}
