@@ -70,6 +70,30 @@ def memory_now():
     return out
 
 
+def cgroup_v1_dir():
+    """This process's memory cgroup directory where it is cgroup v1 (None on v2 or without one)."""
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, ctl, path = line.rstrip("\n").split(":", 2)
+            if "memory" in ctl.split(","):
+                return f"/sys/fs/cgroup/memory{path}"
+    return None
+
+
+def reset_peak():
+    """The group's peak so far (the load's), then restart its count from now (v1: a write of 0 to
+    memory.max_usage_in_bytes), so the driver's reading after exit is the decode's peak; None on v2."""
+    d = cgroup_v1_dir()
+    try:
+        with open(f"{d}/memory.max_usage_in_bytes") as f:
+            peak = int(f.read())
+        with open(f"{d}/memory.max_usage_in_bytes", "w") as f:
+            f.write("0")
+        return peak
+    except (OSError, TypeError, ValueError):
+        return None
+
+
 def drop_cache(paths):
     """Make the files cold: write back what is dirty, then drop their clean pages from the page cache."""
     for p in paths:
@@ -282,6 +306,7 @@ def main():
     if a.offload and os.path.isdir(a.offload):
         cold += [os.path.join(r, n) for r, _, ns in os.walk(a.offload) for n in ns]
     drop_cache(cold)  # the file cold at the start of the decode, for every contestant alike
+    rep["load_peak"] = reset_peak()
 
     vocab = model.config.get_text_config().vocab_size
     g = torch.Generator().manual_seed(1234)
