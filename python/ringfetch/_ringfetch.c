@@ -10,11 +10,14 @@
  *    inside the library on one pipeline at once (the C rule "one thread at a time"): the second gets
  *    rf.Busy;
  *  - the sources of keyed calls are kept alive (their buffers held) until no copy can read them: until
- *    evict(key), a run that emptied the cache, or close — the C rule "src stays valid until evict";
+ *    evict(key), a run that emptied the cache, close, or a later keyed call that finds the key gone
+ *    with no copy of it in flight — the C rule "src stays valid until evict";
  *  - Blocks are views of a slot that know when they stop being valid (after their compute returned,
  *    after release), count the buffer, DLPack and View views they handed out, and refuse to release or
  *    close while one is alive; a compute that returns with one alive stops the run, and no slot is
- *    refilled until it ends: no Python object ever reads a slot that was given back.
+ *    refilled until it ends: no Python object ever reads a slot that was given back;
+ *  - plain reads of an rf.File's buffer (its mapping) never die of SIGBUS when the file shrank: a SIGBUS
+ *    handler of the package maps zeros over the faulting page (see "plain reads" below).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -270,7 +273,7 @@ enum {
 
 static PyTypeObject *Pipeline_Type, *Block_Type, *View_Type, *File_Type, *Pin_Type;
 
-typedef struct {
+typedef struct PipelineObject {
 	PyObject_HEAD
 	rf_pipeline *p;          /* NULL once closed */
 	int busy;                /* a thread is inside the library on p (read and written under the GIL) */
@@ -279,6 +282,8 @@ typedef struct {
 	Py_ssize_t kept;         /* of those, views of a run's block that outlived its compute */
 	size_t kept_index;       /* that block's index (the last one kept) */
 	PyObject *pins;          /* dict: key -> Pin, the source of each key a copy may read */
+	Py_ssize_t pins_sweep_at; /* sweep the pins of absent keys when there are that many (pins_sweep) */
+	struct PipelineObject *next_pipe, *prev_pipe; /* every Pipeline alive (rfpy_pipes), under the GIL */
 	int device;              /* params.device */
 	int memory;              /* params.memory */
 	int inline_copies;       /* backend "cpu": hints copy on the caller */
@@ -469,32 +474,91 @@ static int pin_prepare(PipelineObject *self, PyObject *key_obj, uint64_t key, Py
 	return *newpin ? 0 : -1;
 }
 
-/* After a run (or anything that may have emptied the cache): let go of the sources of absent keys. */
-static int pins_drop_absent(PipelineObject *self)
+/*
+ * Let go of the sources of keys that left the cache. lookup says a key is absent, but a hint's copy of it
+ * may still be in flight (its slot was taken for another key meanwhile); evict(key) of an absent key
+ * changes nothing and returns once no copy reads its source, so the sources are let go only after it.
+ * Called after a run (which empties the cache) and, from keyed calls, whenever the pins have doubled
+ * since the last sweep: each sweep costs O(pins) and leaves at most the resident keys' (the slots), so
+ * keyed calls pay O(1) each, amortised, and a pipeline never pins more than about twice its slots' worth
+ * of sources (plus RFPY_PINS_SLACK) however many distinct keys go through it. Any exception pending is
+ * kept; a key whose evict fails keeps its source. Called with the pipeline entered.
+ */
+#define RFPY_PINS_SLACK 16
+
+static void pins_sweep(PipelineObject *self)
 {
-	if (PyDict_Size(self->pins) == 0)
-		return 0;
-	PyObject *gone = PyList_New(0);
-	if (gone == NULL)
-		return -1;
-	Py_ssize_t pos = 0;
-	PyObject *k, *v;
-	while (PyDict_Next(self->pins, &pos, &k, &v)) {
-		unsigned long long key = PyLong_AsUnsignedLongLong(k);
-		rf_key_state st = RF_KEY_ABSENT;
-		if (!PyErr_Occurred())
-			(void)rf_pipeline_lookup(self->p, (uint64_t)key, &st, NULL);
-		PyErr_Clear();
-		if (st == RF_KEY_ABSENT && PyList_Append(gone, k) < 0) {
-			Py_DECREF(gone);
-			return -1;
+	PyObject *et, *ev, *etb;
+	PyErr_Fetch(&et, &ev, &etb);
+	Py_ssize_t n = PyDict_Size(self->pins);
+	PyObject **gone = n > 0 ? PyMem_Calloc((size_t)n, sizeof *gone) : NULL;
+	uint64_t *keys = n > 0 ? PyMem_Calloc((size_t)n, sizeof *keys) : NULL;
+	int *ok = n > 0 ? PyMem_Calloc((size_t)n, sizeof *ok) : NULL;
+	Py_ssize_t ng = 0;
+	if (n > 0 && gone != NULL && keys != NULL && ok != NULL) {
+		Py_ssize_t pos = 0;
+		PyObject *k, *v;
+		while (PyDict_Next(self->pins, &pos, &k, &v)) {
+			unsigned long long key = PyLong_AsUnsignedLongLong(k);
+			rf_key_state st = RF_KEY_READY;
+			if (!PyErr_Occurred())
+				(void)rf_pipeline_lookup(self->p, (uint64_t)key, &st, NULL);
+			PyErr_Clear();
+			if (st == RF_KEY_ABSENT) {
+				Py_INCREF(k);
+				gone[ng] = k;
+				keys[ng++] = (uint64_t)key;
+			}
+		}
+		rf_pipeline *p = self->p;
+		Py_BEGIN_ALLOW_THREADS
+		for (Py_ssize_t i = 0; i < ng; i++)
+			ok[i] = rf_pipeline_evict(p, keys[i]) == RF_OK;
+		Py_END_ALLOW_THREADS
+		for (Py_ssize_t i = 0; i < ng; i++) {
+			if (ok[i] && PyDict_DelItem(self->pins, gone[i]) < 0)
+				PyErr_Clear();
+			Py_DECREF(gone[i]);
 		}
 	}
-	for (Py_ssize_t i = 0; i < PyList_Size(gone); i++)
-		if (PyDict_DelItem(self->pins, PyList_GetItem(gone, i)) < 0)
-			PyErr_Clear();
-	Py_DECREF(gone);
-	return 0;
+	PyMem_Free(gone);
+	PyMem_Free(keys);
+	PyMem_Free(ok);
+	self->pins_sweep_at = 2 * PyDict_Size(self->pins) + RFPY_PINS_SLACK;
+	PyErr_Clear();
+	PyErr_Restore(et, ev, etb);
+}
+
+/* After a keyed call pinned a new source. */
+static void pins_added(PipelineObject *self)
+{
+	if (PyDict_Size(self->pins) >= self->pins_sweep_at)
+		pins_sweep(self);
+}
+
+/* Every Pipeline alive, linked under the GIL from creation to dealloc. */
+static PipelineObject *rfpy_pipes;
+
+/* Sweep every open pipeline that no thread is inside (File.close: a file whose keys all left the cache
+ * closes at once, not at some later keyed call). A sweep releases the GIL: the pipeline being swept is
+ * held (so linked), and the next one is read only after it. */
+static void pipes_sweep_all(void)
+{
+	PipelineObject *q = rfpy_pipes;
+	while (q != NULL) {
+		if (q->p == NULL || q->busy || q->pins == NULL || PyDict_Size(q->pins) == 0) {
+			q = q->next_pipe;
+			continue;
+		}
+		Py_INCREF((PyObject *)q);
+		q->busy = 1;
+		q->owner = PyThread_get_thread_ident();
+		pins_sweep(q);
+		pipe_leave(q);
+		PipelineObject *next = q->next_pipe;
+		Py_DECREF((PyObject *)q);
+		q = next;
+	}
 }
 
 /* ---- Block ------------------------------------------------------------------------------------------- */
@@ -511,7 +575,7 @@ static PyObject *block_new(PipelineObject *pipe, const rf_block *b, int state)
 		self = block_free[--block_nfree];
 		PyObject_Init((PyObject *)self, Block_Type);
 	} else {
-		self = PyObject_New(BlockObject, Block_Type);
+		self = PyObject_GC_New(BlockObject, Block_Type);
 		if (self == NULL)
 			return NULL;
 	}
@@ -521,6 +585,7 @@ static PyObject *block_new(PipelineObject *pipe, const rf_block *b, int state)
 	self->state = state;
 	self->kept = 0;
 	self->exports = 0;
+	PyObject_GC_Track(self);
 	return (PyObject *)self;
 }
 
@@ -535,10 +600,24 @@ static int block_valid(BlockObject *self, const char *who)
 	return 0;
 }
 
+/*
+ * The collector's view (a cycle through a held block's views, or through a source that refers to a
+ * Block, is collected): a Block refers to its pipeline, a View to its block, a pipeline to every source
+ * it pins. Only the pipeline breaks cycles (Pipeline_clear): a Block or View never lets go of what it
+ * points into, so no object left in a cycle ever points at freed slot memory.
+ */
+static int Block_traverse(BlockObject *self, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE((PyObject *)self));
+	Py_VISIT((PyObject *)self->pipe);
+	return 0;
+}
+
 static void block_dealloc(BlockObject *self)
 {
 	PyTypeObject *tp = Py_TYPE((PyObject *)self);
 	PipelineObject *pipe = self->pipe;
+	PyObject_GC_UnTrack(self);
 	/* A held block dropped without release: release it here (a destructor never leaks a hold). Another
 	 * thread may be inside the library on this pipeline: wait for it, without the GIL. */
 	if (self->state == BLOCK_HELD && pipe->owner != PyThread_get_thread_ident()) {
@@ -556,7 +635,7 @@ static void block_dealloc(BlockObject *self)
 	if (block_nfree < BLOCK_FREE_MAX) {
 		block_free[block_nfree++] = self;
 	} else {
-		PyObject_Free(self);
+		PyObject_GC_Del(self);
 	}
 	Py_DECREF(tp);
 }
@@ -979,7 +1058,7 @@ static PyObject *Block_view(BlockObject *self, PyObject *args, PyObject *kwds)
 	if (off % (dt->bits / 8) != 0)
 		return rfpy_raisef(RF_EINVAL, "view: offset %llu is not a multiple of %s's %u bytes", off, dt->name,
 				   dt->bits / 8u);
-	ViewObject *v = PyObject_New(ViewObject, View_Type);
+	ViewObject *v = PyObject_GC_New(ViewObject, View_Type);
 	if (v == NULL)
 		return NULL;
 	v->blk = NULL;
@@ -1002,6 +1081,7 @@ static PyObject *Block_view(BlockObject *self, PyObject *args, PyObject *kwds)
 	Py_INCREF((PyObject *)self);
 	v->blk = self;
 	blk_export_begin(self);
+	PyObject_GC_Track(v);
 	return (PyObject *)v;
 }
 
@@ -1025,12 +1105,20 @@ static void view_end(ViewObject *self)
 	}
 }
 
+static int View_traverse(ViewObject *self, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE((PyObject *)self));
+	Py_VISIT((PyObject *)self->blk);
+	return 0;
+}
+
 static void View_dealloc(ViewObject *self)
 {
 	PyTypeObject *tp = Py_TYPE((PyObject *)self);
+	PyObject_GC_UnTrack(self);
 	view_end(self);
 	PyMem_Free(self->shape);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 	Py_DECREF(tp);
 }
 
@@ -1053,7 +1141,8 @@ static int View_getbuffer(ViewObject *self, Py_buffer *view, int flags)
 		view->ndim = self->ndim;
 		view->itemsize = self->dt->bits / 8;
 		view->shape = self->ndim > 0 ? self->shape : NULL;
-		view->strides = (flags & PyBUF_STRIDES) == PyBUF_STRIDES && self->ndim > 0 ? self->shape + self->ndim : NULL;
+		int strided = (flags & PyBUF_STRIDES) == PyBUF_STRIDES && self->ndim > 0;
+		view->strides = strided ? self->shape + self->ndim : NULL;
 		if ((flags & PyBUF_FORMAT) == PyBUF_FORMAT)
 			view->format = (char *)self->dt->fmt;
 		if ((flags & PyBUF_F_CONTIGUOUS) == PyBUF_F_CONTIGUOUS && !PyBuffer_IsContiguous(view, 'F')) {
@@ -1093,8 +1182,8 @@ static PyObject *View_release(ViewObject *self, PyObject *unused)
 {
 	(void)unused;
 	if (self->exports > 0) {
-		PyErr_Format(PyExc_BufferError,
-			     "View.release: %zd buffer(s) or tensor(s) taken from the view are still alive", self->exports);
+		PyErr_Format(PyExc_BufferError, "View.release: %zd buffer(s) or tensor(s) of the view are alive",
+			     self->exports);
 		return NULL;
 	}
 	view_end(self);
@@ -1155,16 +1244,19 @@ static PyObject *View_repr(ViewObject *self)
 	PyObject *shape = View_shape(self, NULL);
 	if (shape == NULL)
 		return NULL;
-	PyObject *r = self->blk == NULL
-			      ? PyUnicode_FromFormat("<ringfetch.View %s %R (released)>", self->dt->name, shape)
-			      : PyUnicode_FromFormat("<ringfetch.View %s %R offset=%zu of block %zu>", self->dt->name, shape,
-						     self->offset, self->blk->b.index);
+	PyObject *r;
+	if (self->blk == NULL)
+		r = PyUnicode_FromFormat("<ringfetch.View %s %R (released)>", self->dt->name, shape);
+	else
+		r = PyUnicode_FromFormat("<ringfetch.View %s %R offset=%zu of block %zu>", self->dt->name, shape,
+					 self->offset, self->blk->b.index);
 	Py_DECREF(shape);
 	return r;
 }
 
 static PyGetSetDef View_getset[] = {
-	{"dtype", (getter)View_dtype, NULL, "The element type, as safetensors names it (\"F32\", \"BF16\", ...).", NULL},
+	{"dtype", (getter)View_dtype, NULL, "The element type, as safetensors names it (\"F32\", \"BF16\", ...).",
+	 NULL},
 	{"shape", (getter)View_shape, NULL, "The extents (a tuple; row-major).", NULL},
 	{"offset", (getter)View_offset, NULL, "Where the view starts in its block, in bytes.", NULL},
 	{"nbytes", (getter)View_nbytes, NULL, "The bytes the view covers: the product of shape x the itemsize.", NULL},
@@ -1189,6 +1281,7 @@ static PyMethodDef View_methods[] = {
 
 static PyType_Slot View_slots[] = {
 	{Py_tp_dealloc, View_dealloc},
+	{Py_tp_traverse, View_traverse},
 	{Py_tp_repr, View_repr},
 	{Py_tp_getset, View_getset},
 	{Py_tp_methods, View_methods},
@@ -1204,7 +1297,8 @@ static PyType_Slot View_slots[] = {
 	{0, NULL},
 };
 static PyType_Spec View_spec = {"ringfetch.View", sizeof(ViewObject), 0,
-				 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, View_slots};
+				 Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+				 View_slots};
 
 static PyObject *pipe_release_block(PipelineObject *self, BlockObject *b);
 
@@ -1264,6 +1358,7 @@ static PyMethodDef Block_methods[] = {
 
 static PyType_Slot Block_slots[] = {
 	{Py_tp_dealloc, block_dealloc},
+	{Py_tp_traverse, Block_traverse},
 	{Py_tp_repr, Block_repr},
 	{Py_tp_getset, Block_getset},
 	{Py_tp_methods, Block_methods},
@@ -1271,15 +1366,17 @@ static PyType_Slot Block_slots[] = {
 	{Py_bf_releasebuffer, Block_releasebuffer},
 	{Py_tp_doc,
 	 "One block in its slot: what compute() is given and acquire() returns.\n\n"
-	 "Its bytes: the read-only buffer protocol (host memory: numpy.frombuffer(block, dtype), memoryview) and "
-	 "DLPack (numpy.from_dlpack, torch.from_dlpack), all zero-copy. A view may be used only while the "
-	 "block is valid: in compute() until it returns; after acquire() until release(). release() while a "
-	 "view is alive raises BufferError and keeps the hold; using a block after its run or release raises "
-	 "rf.InvalidArgument. A held block is a context manager that releases it."},
+	 "Its bytes: the read-only buffer protocol (host memory: numpy.frombuffer(block, dtype), memoryview), "
+	 "DLPack (numpy.from_dlpack, torch.from_dlpack) and typed views (block.view(dtype, shape)), all "
+	 "zero-copy. A view may be used only while the block is valid: in compute() until it returns; after "
+	 "acquire() until release(). release() while a view is alive raises BufferError and keeps the hold; a "
+	 "compute that returns with a view alive stops the run with BufferError; using a block after its run "
+	 "or release raises rf.InvalidArgument. A held block is a context manager that releases it."},
 	{0, NULL},
 };
 static PyType_Spec Block_spec = {"ringfetch.Block", sizeof(BlockObject), 0,
-				  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_DISALLOW_INSTANTIATION, Block_slots};
+				  Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_DISALLOW_INSTANTIATION,
+				  Block_slots};
 
 /* ---- Pipeline ---------------------------------------------------------------------------------------- */
 
@@ -1338,8 +1435,13 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 	PipelineObject *self = (PipelineObject *)PyType_GenericAlloc(type, 0);
 	if (self == NULL)
 		return NULL;
+	self->next_pipe = rfpy_pipes;
+	if (rfpy_pipes != NULL)
+		rfpy_pipes->prev_pipe = self;
+	rfpy_pipes = self;
 	self->device = pp.device;
 	self->memory = (int)pp.memory;
+	self->pins_sweep_at = RFPY_PINS_SLACK;
 	self->pins = PyDict_New();
 	if (self->pins == NULL) {
 		Py_DECREF((PyObject *)self);
@@ -1375,16 +1477,46 @@ static void pipe_destroy(PipelineObject *self)
 		PyDict_Clear(self->pins);
 }
 
+/* The pins (a private dict of private, untracked Pin objects) are the pipeline's own: it visits the
+ * source each one holds, one reference per Pin, as if it held them itself. They are not left to the
+ * collector to clear on their own, which could release a source while a hint's copy still reads it. */
+static int Pipeline_traverse(PipelineObject *self, visitproc visit, void *arg)
+{
+	Py_VISIT(Py_TYPE((PyObject *)self));
+	if (self->pins != NULL) {
+		Py_ssize_t pos = 0;
+		PyObject *k, *v;
+		while (PyDict_Next(self->pins, &pos, &k, &v))
+			Py_VISIT(((PinObject *)v)->view.obj);
+	}
+	return 0;
+}
+
+/* A pipeline in a cycle that is garbage: destroy it (no copy reads a source after that), then let go of
+ * its sources, which breaks the cycle. Its Blocks and Views keep pointing at it, never read again. */
+static int Pipeline_clear(PipelineObject *self)
+{
+	pipe_destroy(self);
+	return 0;
+}
+
 static void Pipeline_dealloc(PipelineObject *self)
 {
 	PyTypeObject *tp = Py_TYPE((PyObject *)self);
+	PyObject_GC_UnTrack(self);
+	if (self->prev_pipe != NULL)
+		self->prev_pipe->next_pipe = self->next_pipe;
+	else
+		rfpy_pipes = self->next_pipe;
+	if (self->next_pipe != NULL)
+		self->next_pipe->prev_pipe = self->prev_pipe;
 	if (self->weakrefs)
 		PyObject_ClearWeakRefs((PyObject *)self);
 	/* Any Block of it would hold a reference, so none is left: no view, no hold of a Block object. Holds
 	 * are dropped by destroy, as in C. */
 	pipe_destroy(self);
 	Py_CLEAR(self->pins);
-	PyObject_Free(self);
+	PyObject_GC_Del(self);
 	Py_DECREF(tp);
 }
 
@@ -1452,8 +1584,8 @@ static int run_compute(void *user, const rf_block *b)
 			ctx->self->kept_index = b->index;
 			if (!fail)
 				PyErr_Format(PyExc_BufferError,
-					     "run: compute returned while %zd view(s) of block %zu were alive (a view may "
-					     "be used only until its compute returns: copy what must outlive it)",
+					     "run: compute returned while %zd view(s) of block %zu were alive (a view "
+					     "may be used only until its compute returns: copy what must outlive it)",
 					     blk->exports, b->index);
 			fail = 1;
 		}
@@ -1505,7 +1637,7 @@ static PyObject *Pipeline_run(PipelineObject *self, PyObject *args, PyObject *kw
 	Py_END_ALLOW_THREADS
 	/* A run that started work emptied the keyed cache: the sources of its keys are free. */
 	if (n > 0 && rc != RF_EINVAL && rc != RF_EBUSY)
-		(void)pins_drop_absent(self);
+		pins_sweep(self);
 	pipe_leave(self);
 	if (ctx.et != NULL) {
 		/* compute raised: that exception, of its own type, is run()'s. */
@@ -1644,6 +1776,8 @@ static PyObject *Pipeline_acquire(PipelineObject *self, PyObject *const *args, P
 	ret = block_new(self, &b, BLOCK_HELD);
 	if (ret == NULL)
 		goto undo;
+	if (ks.pin != NULL)
+		pins_added(self);
 	goto done;
 undo:
 	(void)rf_pipeline_release(self->p, &b);
@@ -1689,9 +1823,11 @@ static PyObject *Pipeline_prefetch(PipelineObject *self, PyObject *const *args, 
 		goto done;
 	}
 	/* The hint succeeded: its copy may read src from now on, so src is pinned even if the Python call
-	 * fails from here (it is let go at evict, a run, or close). */
+	 * fails from here (it is let go at evict, a run, close, or once the key has left the cache). */
 	if (ks.pin != NULL && PyDict_SetItem(self->pins, key_o, ks.pin) < 0)
 		goto done;
+	if (ks.pin != NULL)
+		pins_added(self);
 	ret = Py_None;
 	Py_INCREF(ret);
 done:
@@ -1789,6 +1925,20 @@ static PyObject *Pipeline_cancel(PipelineObject *self, PyObject *unused)
 	if (pipe_open(self, "cancel") < 0)
 		return NULL;
 	int rc = rf_pipeline_cancel(self->p);
+	if (rc != RF_OK)
+		return rfpy_raise(rc);
+	Py_RETURN_NONE;
+}
+
+/* cancel_clear(): between runs, on the thread that runs the pipeline (entering it refuses a call made
+ * while a run is in progress, from its compute or from another thread). */
+static PyObject *Pipeline_cancel_clear(PipelineObject *self, PyObject *unused)
+{
+	(void)unused;
+	if (pipe_enter(self, "cancel_clear") < 0)
+		return NULL;
+	int rc = rf_pipeline_cancel_clear(self->p);
+	pipe_leave(self);
 	if (rc != RF_OK)
 		return rfpy_raise(rc);
 	Py_RETURN_NONE;
@@ -1943,7 +2093,7 @@ static PyMethodDef Pipeline_methods[] = {
 	 "Hold key (an int in 0 .. 2**64-1) in its slot, copying src first unless the key is resident or on its "
 	 "way; returns a Block (a context manager that releases it). stream: a cudaStream_t as an int on a "
 	 "device pipeline (None or 0: the legacy default stream); None on a host pipeline. src is kept alive "
-	 "until evict(key), a run, or close()."},
+	 "until evict(key), a run, close(), or a later keyed call that finds the key gone from the cache."},
 	{"prefetch", (PyCFunction)(void (*)(void))Pipeline_prefetch, METH_FASTCALL | METH_KEYWORDS,
 	 "prefetch($self, key, src, /)\n--\n\n"
 	 "A hint that key will be acquired soon: its copy starts now or when a copy lane frees; returns without "
@@ -1962,6 +2112,11 @@ static PyMethodDef Pipeline_methods[] = {
 	 "\"ready\". Any thread."},
 	{"cancel", (PyCFunction)Pipeline_cancel, METH_NOARGS,
 	 "cancel($self, /)\n--\n\nStop the run in progress, or else the next run (rf.Canceled). Any thread."},
+	{"cancel_clear", (PyCFunction)Pipeline_cancel_clear, METH_NOARGS,
+	 "cancel_clear($self, /)\n--\n\n"
+	 "Withdraw a pending cancel that no run has consumed (a cancel() that came after the run it meant had "
+	 "ended would otherwise stop the next run); nothing pending: nothing happens. Between runs: rf.Busy "
+	 "while a run or keyed call is in progress (another thread, or a compute callback)."},
 	{"collect_stats", (PyCFunction)(void (*)(void))Pipeline_collect_stats, METH_VARARGS | METH_KEYWORDS,
 	 "collect_stats($self, /, on=True)\n--\n\nCollect per-queue times (stats()['queue'], exposed_ns, ...) in later runs."},
 	{"describe", (PyCFunction)Pipeline_describe, METH_NOARGS,
@@ -1987,6 +2142,8 @@ static PyMemberDef Pipeline_members[] = {
 static PyType_Slot Pipeline_slots[] = {
 	{Py_tp_new, Pipeline_new},
 	{Py_tp_dealloc, Pipeline_dealloc},
+	{Py_tp_traverse, Pipeline_traverse},
+	{Py_tp_clear, Pipeline_clear},
 	{Py_tp_repr, Pipeline_repr},
 	{Py_tp_methods, Pipeline_methods},
 	{Py_tp_getset, Pipeline_getset},
@@ -2000,8 +2157,8 @@ static PyType_Slot Pipeline_slots[] = {
 	 "(close() on exit). Wrong types raise TypeError, wrong values rf.InvalidArgument."},
 	{0, NULL},
 };
-static PyType_Spec Pipeline_spec = {"ringfetch.Pipeline", sizeof(PipelineObject), 0, Py_TPFLAGS_DEFAULT,
-				    Pipeline_slots};
+static PyType_Spec Pipeline_spec = {"ringfetch.Pipeline", sizeof(PipelineObject), 0,
+				    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC, Pipeline_slots};
 
 /* ---- plain reads of a File's mapping after the file shrank ----------------------------------------------
  *
@@ -2075,7 +2232,8 @@ static void rfpy_bus_handler(int sig, siginfo_t *si, void *uc)
 	 * or a page it could not read (BUS_ADRERR, BUS_OBJERR); never a hardware memory error. */
 	if ((si->si_code == BUS_ADRERR || si->si_code == BUS_OBJERR) && rfpy_map_find(a)) {
 		void *page = (void *)(a & ~(rfpy_page - 1));
-		if (mmap(page, (size_t)rfpy_page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != MAP_FAILED) {
+		void *z = mmap(page, (size_t)rfpy_page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		if (z != MAP_FAILED) {
 			errno = saved;
 			return; /* the read is retried, on zeros */
 		}
@@ -2084,10 +2242,17 @@ static void rfpy_bus_handler(int sig, siginfo_t *si, void *uc)
 	rfpy_bus_chain(sig, si, uc);
 }
 
+/* Once, with the first File; again only where ours was taken away and SIGBUS went back to its default
+ * (faulthandler.disable() restores what it found, which may be the default). Never over another
+ * handler: one installed after ours may pass signals back to ours, and ours would pass them to it. */
 static int rfpy_bus_install(void)
 {
-	if (rfpy_bus_installed)
-		return 0;
+	if (rfpy_bus_installed) {
+		struct sigaction cur;
+		if (sigaction(SIGBUS, NULL, &cur) != 0 || (cur.sa_flags & SA_SIGINFO) || cur.sa_handler != SIG_DFL)
+			return 0;
+		rfpy_bus_installed = 0;
+	}
 	rfpy_page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	struct sigaction sa;
 	memset(&sa, 0, sizeof sa);
@@ -2205,6 +2370,11 @@ static PyObject *File_close(FileObject *self, PyObject *unused)
 	if (self->f == NULL)
 		Py_RETURN_NONE;
 	if (self->exports > 0) {
+		pipes_sweep_all(); /* pipelines let go of the file's slices whose keys left their cache */
+		if (self->f == NULL) /* closed by another thread meanwhile */
+			Py_RETURN_NONE;
+	}
+	if (self->exports > 0) {
 		PyErr_Format(PyExc_BufferError,
 			     "close: %zd view(s) of the file are still alive (memoryview slices, pipelines' keyed "
 			     "sources: evict those keys or close those pipelines first)",
@@ -2292,7 +2462,8 @@ static PyMethodDef File_methods[] = {
 	{"close", (PyCFunction)File_close, METH_NOARGS,
 	 "close($self, /)\n--\n\n"
 	 "Unmap and close. BufferError while a view of the file is alive (a memoryview, or a pipeline's keyed "
-	 "source: evict the key or close the pipeline first); rf.Busy while a copy reads it."},
+	 "source of a key still in its cache: evict the key or close the pipeline first; the sources of keys "
+	 "that left the caches are let go first); rf.Busy while a copy reads it."},
 	{"__enter__", (PyCFunction)File_enter, METH_NOARGS, NULL},
 	{"__exit__", (PyCFunction)File_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},

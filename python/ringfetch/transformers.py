@@ -22,7 +22,11 @@ How the experts are served:
   read with O_DIRECT straight into its slot: no page-cache copy, no move.
 - Order. At each experts module the routed experts are looked up first: those in the slots are
   computed first, while the misses' reads (issued together) are in flight; the results are added in
-  the eager loop's order (ascending expert), so the sums are bit for bit the same.
+  the eager loop's order (ascending expert), so the sums are the same: bit for bit where the same
+  kernels run. (They do not quite where the checkpoint puts an expert's tensors on 8 but not 16 bytes
+  -- half of all safetensors files, whose data start at 8 + the header's length, a multiple of 8: the
+  slot keeps the file's alignment, and the BLAS takes another path for a matrix off 16 bytes; a
+  last-bit difference, ~1e-7 relative.)
 - Hints (prefetch=True). The next experts module's router is applied to the current hidden state and
   its likeliest experts are hinted; how many follows the hints' measured precision (hint_count):
   a wrong hint is a whole expert read for nothing. stats()["hint_accuracy"] says how they fare.
@@ -423,7 +427,9 @@ class _Layer:
         """The n experts this layer's router ranks first for hidden_states (the previous layer's input),
         most likely first: for one token the router's own order, for several the most picked."""
         torch = self._torch
-        out = self.gate(hidden_states)
+        # its forward, not the module's call: hooks on the router (transformers records router_logits
+        # with them, for output_router_logits and the aux loss) must not see a call the model did not make
+        out = self.gate.forward(hidden_states)
         idx = out[-1] if isinstance(out, tuple) else None
         if idx is None or not isinstance(idx, torch.Tensor) or idx.dtype.is_floating_point:
             return []
@@ -498,27 +504,37 @@ class _Layer:
         window = max(1, srv.slots // srv.blocks_per_expert - (self.top_k if hints else 0) - 1)
         for e in absent[:window]:
             self._prefetch(p, e)
+        guess = []
         if hints:
             nxt = self.next
             srv._forwards += 1
             n = hint_count(srv._hint_precision, srv._hinted, self.top_k, srv._forwards)
             guess = nxt.predict(hidden_states, n) if n else []
             nxt.predicted = set(guess)
+
+        def issue_hints():
+            # Once this layer's reads are in: the hints take the disk only while it would be idle (the
+            # rest of this layer's compute, the next layer's attention), never from this layer's misses.
             for e in guess:
                 if any(lookup(k)[0] == "absent" for k in nxt.keys[e]):
                     srv._prefetches += 1
                 nxt._prefetch(p, e)
-        outs = {}
+
         order = ready + coming + absent
+        last_read = order[-1] if (coming or absent) else None
+        if guess and last_read is None:
+            issue_hints()
+        outs = {}
         for i, e in enumerate(order):
+            then = issue_hints if guess and e == last_read else None
             if expert_mask is None:
                 k = row.index(e)
                 token_idx = self._token0
-                outs[e] = (token_idx, self._expert(p, e, hidden_states[:1], top_k_weights[:1, k:k + 1]))
+                outs[e] = (token_idx, self._expert(p, e, hidden_states[:1], top_k_weights[:1, k:k + 1], then))
             else:
                 top_k_pos, token_idx = torch.where(expert_mask[e])
                 outs[e] = (token_idx, self._expert(p, e, hidden_states[token_idx],
-                                                   top_k_weights[token_idx, top_k_pos, None]))
+                                                   top_k_weights[token_idx, top_k_pos, None], then))
             if srv._retain_slots is not None and e not in self.retain:
                 for k in self.keys[e]:      # streamed, not kept: its slot is free for the next read
                     p.evict(k)
@@ -537,9 +553,9 @@ class _Layer:
             except _rf.NoSpace:       # every slot held: a hint is only a hint
                 return
 
-    def _expert(self, p, e, state, weights):
-        """act(x W_gate^T) * (x W_up^T), then W_down, times the routing weights: on views of the slots.
-        The views live only in `w`, emptied before the blocks are released (a view alive at release is
+    def _expert(self, p, e, state, weights, then=None):
+        """act(x W_gate^T) * (x W_up^T), then W_down, times the routing weights: on views of the slots
+        (then(), if given, once the expert's bytes are in, before the compute). The views live only in `w`, emptied before the blocks are released (a view alive at release is
         BufferError: a slot is never refilled under a tensor that reads it)."""
         torch = self._torch
         F = torch.nn.functional
@@ -547,6 +563,8 @@ class _Layer:
         try:
             for k, s in zip(self.keys[e], self.srcs[e]):
                 blocks.append(p.acquire(k, s))
+            if then is not None:
+                then()
             gate_up, down = self.views[e]
             want = self.param_dtype
             for spec in gate_up:
@@ -755,7 +773,8 @@ class ExpertServer:
                 "%d file(s), %d read(s) per expert, %s; %d slots of %s (%s of a %s budget); %s; hints: %s" % (
                     self.model_type, len(self._layers), nexp, self.top_k, _fmt_bytes(self.expert_bytes),
                     self._nfiles, self.blocks_per_expert,
-                    "in 4 KiB-aligned windows" if self._aligned else "at their offsets (some off 8 bytes)", self.slots, _fmt_bytes(self.slot_bytes),
+                    "in 4 KiB-aligned windows" if self._aligned else "at their offsets (some off 8 bytes)",
+                    self.slots, _fmt_bytes(self.slot_bytes),
                     _fmt_bytes(self.slots * self.slot_bytes), _fmt_bytes(self.budget), keep, hints))
         if self._pipeline is None:
             return head + "; closed"

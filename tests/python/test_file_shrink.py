@@ -132,3 +132,19 @@ def test_handler_passes_to_a_python_handler(tmp_path):
         print("ok")
     """)
     assert r.returncode == 0 and r.stdout == "ok\n", (r.returncode, r.stdout, r.stderr)
+
+
+def test_handler_back_after_faulthandler_disable(tmp_path):
+    """faulthandler.disable() puts back what it found (the default action, taking ours away with it):
+    the next File installs ours again."""
+    r = child(tmp_path, """
+        import faulthandler
+        faulthandler.enable()
+        f = rf.File(make("a.bin"))                  # ours, over faulthandler's
+        faulthandler.disable()                      # back to the default: ours is gone
+        g = rf.File(make("b.bin"))                  # ours again
+        os.truncate(f"{d}/a.bin", 0)
+        assert bytes(memoryview(f)[8192:12288]) == bytes(4096)
+        print("ok")
+    """)
+    assert r.returncode == 0 and r.stdout == "ok\n", (r.returncode, r.stdout, r.stderr)

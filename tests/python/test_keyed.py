@@ -1,5 +1,8 @@
 """Keyed use from Python: holds and views (BufferError on release with a live view), blocks that stop
 being valid, hints, evict, lookup, the counters, and the sources kept alive for the library."""
+import gc
+import weakref
+
 import numpy as np
 import pytest
 
@@ -162,3 +165,97 @@ def test_numpy_integer_keys(pipeline):
     pipeline.prefetch(np.int32(8), b"eight")
     pipeline.evict(np.int64(8))
     assert pipeline.lookup(8) == ("absent", None)
+
+
+class Src(bytearray):
+    """A source that can be watched: weakly referenced, and unresizable while the package pins it."""
+
+
+def pinned(src):
+    try:
+        src.append(0)
+    except BufferError:
+        return True                   # its buffer is held
+    src.pop()
+    return False
+
+
+@pytest.mark.parametrize("hints", [False, True])
+def test_sources_of_dropped_keys_are_let_go(backend, tmp_path, hints):
+    """Many distinct keys through few slots: the sources of keys the cache dropped long ago are let go
+    (no evict, no run), so the pinned sources stay bounded by the slots, and a File whose keys are
+    long gone closes."""
+    slots, size = 4, 65536
+    path = tmp_path / "w.bin"
+    path.write_bytes(np.random.default_rng(1).integers(0, 256, size=8 * size, dtype=np.uint8).tobytes())
+    f = rf.File(path)
+    p = rf.Pipeline(size, depth=slots, backend=backend)
+    mv = memoryview(f)
+    for k in range(8):                                      # the file's keys come first
+        with p.acquire(k, mv[k * size:(k + 1) * size]) as b:
+            assert b.nbytes == size
+    del mv
+    alive, watched = [], []
+    for k in range(100, 4100):                              # 4,000 distinct 64 KiB keys
+        src = Src(bytes([k % 251]) * size)
+        alive.append(weakref.ref(src))
+        if k % 97 == 0:
+            watched.append(src)                             # a few the caller keeps
+        if hints:
+            p.prefetch(k + 1, Src(bytes([(k + 1) % 251]) * size))   # a hint, its own object
+        with p.acquire(k, src) as b:
+            assert bytes(memoryview(b)[:1]) == bytes([k % 251])
+        del src
+    gc.collect()
+    bound = 2 * (2 * slots) + 16                            # a small multiple of the slots
+    assert sum(r() is not None for r in alive) <= bound + len(watched)
+    assert sum(map(pinned, watched)) <= bound
+    assert not pinned(watched[0])                           # a key dropped long ago
+    f.close()                                               # none of the file's keys is resident
+    p.close()
+
+
+def test_resident_keys_keep_their_sources(backend):
+    """Letting go never touches a source a resident or incoming key may still be copied from."""
+    with rf.Pipeline(256, depth=8, backend=backend) as p:
+        keep = [Src(bytes([i]) * 256) for i in range(4)]
+        for i, s in enumerate(keep):
+            p.prefetch(i, s)
+        for k in range(10, 400):                            # churn other keys through the other slots
+            with p.acquire(k, Src(bytes([k % 256]) * 256)):
+                pass
+            if k % 3 == 0:
+                for i, s in enumerate(keep):                # keys 0..3 stay the most recently used
+                    with p.acquire(i, s) as b:
+                        assert bytes(memoryview(b)) == bytes([i]) * 256
+        assert [p.lookup(i)[0] for i in range(4)] == ["ready"] * 4
+        assert all(pinned(s) for s in keep)
+        assert p.keyed_stats()["bytes_copied"] == 256 * (4 + 390)   # keys 0..3 copied once each
+
+
+def test_file_closes_once_its_keys_left_the_cache(backend, tmp_path):
+    """A few file keys, then a few others that push them out: File.close() lets the pipelines drop the
+    slices of absent keys at once (no need to wait for many more keyed calls)."""
+    path = tmp_path / "w.bin"
+    path.write_bytes(bytes(range(256)) * 64)
+    f, g = rf.File(path), rf.File(path)
+    with rf.Pipeline(4096, depth=4, backend=backend) as p, rf.Pipeline(4096, depth=2, backend=backend) as q:
+        mv = memoryview(f)
+        for k in range(3):
+            with p.acquire(k, mv[k * 4096:(k + 1) * 4096]):
+                pass
+        q.prefetch(1, memoryview(g)[:4096])             # another pipeline, another file, resident
+        del mv
+        with pytest.raises(BufferError):
+            f.close()                                    # keys 0..2 are resident
+        for k in range(10, 14):
+            with p.acquire(k, bytes([k]) * 4096):        # 4 slots: 0..2 leave
+                pass
+        assert [p.lookup(k)[0] for k in range(3)] == ["absent"] * 3
+        f.close()
+        assert f.closed
+        with pytest.raises(BufferError):
+            g.close()                                    # q's key is resident: its slice stays
+        assert q.lookup(1)[0] in ("ready", "copying")
+        q.evict(1)
+        g.close()

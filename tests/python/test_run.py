@@ -163,6 +163,39 @@ def test_cancel_pending_stops_next_run(pipeline):
     pipeline.run([b"a"], lambda b: None)
 
 
+def test_cancel_clear(pipeline):
+    """A cancel that came too late for the run it meant (it had ended) is withdrawn, so the next,
+    unrelated run is not stopped by it."""
+    pipeline.run([b"a"], lambda b: None)
+    pipeline.cancel()                 # late: no run in progress, so it waits for the next
+    pipeline.cancel_clear()
+    got = []
+    pipeline.run([b"a", b"b"], lambda b: got.append(b.index))
+    assert got == [0, 1]
+    pipeline.cancel_clear()           # nothing pending: nothing happens
+    pipeline.run([b"a"], lambda b: None)
+    pipeline.cancel()
+    pipeline.cancel()                 # merged into one
+    pipeline.cancel_clear()
+    pipeline.run([b"a"], lambda b: None)
+
+
+def test_cancel_clear_refused_during_a_run(pipeline):
+    errors = []
+
+    def compute(b):
+        try:
+            pipeline.cancel_clear()
+        except rf.Busy as e:
+            errors.append(str(e))
+
+    pipeline.run([b"a", b"b"], compute)
+    assert len(errors) == 2 and all("cancel_clear" in e for e in errors)
+    pipeline.close()
+    with pytest.raises(rf.InvalidArgument, match="closed"):
+        pipeline.cancel_clear()
+
+
 def test_cancel_from_compute(pipeline):
     seen = []
 

@@ -19,7 +19,16 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 from ringfetch.transformers import from_pretrained, parse_budget  # noqa: E402
 
-torch.set_num_threads(1)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_torch_thread():
+    """One torch thread: small matrices on a busy machine, and the same kernels on both sides."""
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
 
 CONFIGS = {
     "mixtral": lambda: transformers.MixtralConfig(
@@ -138,6 +147,18 @@ def test_generate_token_for_token(tmp_path_factory, family):
     assert torch.equal(got, want)
     assert model.ringfetch.describe().startswith(
         "ringfetch.transformers: %s, %d experts modules" % (family, model.config.num_hidden_layers))
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
+def test_router_logits_and_aux_loss(tmp_path_factory, family):
+    """The hints' router calls are not the model's: output_router_logits and the aux loss are eager's."""
+    path = checkpoint(tmp_path_factory, family)
+    with torch.no_grad():
+        want = eager(path)(PROMPT, output_router_logits=True)
+        got = from_pretrained(path, "64MiB", prefetch=True)(PROMPT, output_router_logits=True)
+    assert len(got.router_logits) == len(want.router_logits)
+    assert_same_logits(got.router_logits, want.router_logits)
+    assert torch.allclose(got.aux_loss, want.aux_loss, rtol=1e-5, atol=0)
 
 
 def test_sharded_checkpoint(tmp_path_factory, backend):
