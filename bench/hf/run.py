@@ -696,7 +696,7 @@ def plot(res, cons, fams, out):
     script = f"""
 set terminal pngcairo size 900,520 font ",10" noenhanced
 set output "{os.path.join(out, 'hf.png')}"
-set title "Greedy decode of a {size_txt} MoE checkpoint in a {fmt(fr0['limit_mib'], '.0f')} MiB memory cgroup\\n{m['cpu']}, {m['cpus']} CPUs, one torch thread"
+set title "Decoding one token per step: a {size_txt} MoE checkpoint in a {fmt(fr0['limit_mib'], '.0f')} MiB memory cgroup\\n{m['cpu']}, {m['cpus']} CPUs, one torch thread"
 set style data histogram
 set style histogram cluster gap 1
 set style fill solid 0.8 border -1
