@@ -338,7 +338,8 @@ def logits_compare(a_path, b_path, vocab):
     with open(b_path, "rb") as f:
         b.frombytes(f.read())
     if len(a) != len(b) or len(a) % vocab:
-        return {"steps": 0, "argmax_equal": False, "max_rel_diff": None, "why": "logits of different lengths"}
+        return {"steps": 0, "argmax_equal_steps": 0, "argmax_equal": False, "max_rel_diff": None,
+                "why": "logits of different lengths"}
     steps = len(a) // vocab
     same, worst = 0, 0.0
     for s in range(steps):
@@ -441,7 +442,8 @@ def summarize(runs, facts, whole_ms):
     if cmp_:
         out["argmax_equal"] = all(c["argmax_equal"] for c in cmp_)
         out["argmax_steps"] = f"{sum(c['argmax_equal_steps'] for c in cmp_)}/{sum(c['steps'] for c in cmp_)}"
-        out["max_rel_diff"] = max(c["max_rel_diff"] for c in cmp_)
+        diffs = [c["max_rel_diff"] for c in cmp_]
+        out["max_rel_diff"] = None if None in diffs else max(diffs)
     return out
 
 
@@ -604,8 +606,11 @@ def main():
         for c in ("ringfetch", "ringfetch-nohints"):
             rfc = cs.get(c, {})
             if "argmax_equal" in rfc:  # the contract: argmax at every step, <= 1e-5 relative difference
-                rfc["logits_match"] = good = rfc["argmax_equal"] and rfc["max_rel_diff"] <= 1e-5
+                good = rfc["argmax_equal"] and rfc["max_rel_diff"] is not None and rfc["max_rel_diff"] <= 1e-5
+                rfc["logits_match"] = good
                 failed |= not good
+
+        fres["enforced"] = bool(cg.version and limit)  # false where making a group failed on the way
 
     res["loadavg_end"] = os.getloadavg()
     res["seconds"] = time.monotonic() - t_start
@@ -630,7 +635,7 @@ def report(res, cons, fams, out):
             if not s.get("ok"):
                 log(f"  {c:17s} FAILED: {s.get('error')}")
                 continue
-            tok = "bound" if c == "whole" else (f"{s['argmax_steps']}" + (f", max rel diff {s['max_rel_diff']:.1e}" if c.startswith("ringfetch") else "")) \
+            tok = "bound" if c == "whole" else (f"{s['argmax_steps']}" + (f", max rel diff {fmt(s['max_rel_diff'], '.1e')}" if c.startswith("ringfetch") else "")) \
                 if "argmax_steps" in s else "-"
             log(f"  {c:17s} {s['ms_per_step']:9.1f} {s['mib_read_per_step']:14.1f} {fmt(s.get('hit_rate'), '9.2f'):>9s} "
                 f"{fmt(s['peak_mib'], '9.0f'):>9s} {fmt(s.get('load_peak_mib'), '9.0f'):>9s} {fmt(s.get('VmHWM_mib'), '8.0f'):>8s} "
@@ -661,7 +666,7 @@ def report(res, cons, fams, out):
                 log(f"  {c}'s logits: " + (f"equal to the whole model's (argmax at every step, max relative difference "
                                           f"{rc['max_rel_diff']:.1e} <= 1e-5)" if rc["logits_match"]
                                           else f"DIFFER from the whole model's (argmax equal at {rc['argmax_steps']} "
-                                               f"steps, max relative difference {rc['max_rel_diff']:.1e})"))
+                                               f"steps, max relative difference {fmt(rc['max_rel_diff'], '.1e')})"))
         log("")
     la, lb = res["loadavg_start"], res["loadavg_end"]
     log(f"load average at the start {la[0]:.2f}, at the end {lb[0]:.2f} ({res['machine']['cpus']} CPUs); "
