@@ -58,10 +58,6 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--small", action="store_true")
     a = ap.parse_args()
-    torch_threads = os.environ.get("RF_HF_THREADS")
-    if torch_threads:
-        import torch
-        torch.set_num_threads(int(torch_threads))
     secs = make(a.family, a.dir, "small" if a.small else "full")
     json.dump({"family": a.family, "dir": a.dir, "seconds": secs}, sys.stdout)
     print()

@@ -1,10 +1,11 @@
 """bench/hf/contestant.py — one contestant of the transformers benchmark, in this (fresh) process.
 
 Started by bench/hf/run.py inside its memory cgroup. Loads the checkpoint the contestant's way, makes
-the file cold, then decodes from a fixed prompt: a prefill, then one token per step for `--steps` steps
-(the tokens of a fixed stream, or with --greedy each step's argmax), one torch thread, timing each step. Writes a JSON report (per-step times, bytes read
-from storage during the decode from /proc/self/io, ringfetch's stats) and the logits of every step
-(prefill's last position first) as raw float32, for the driver's comparison with the whole model.
+the file cold, then decodes after a fixed prompt: a prefill, then one token per step for `--steps`
+steps (the tokens of a fixed stream, or with --greedy each step's argmax), one torch thread, timing
+each step. Writes a JSON report (per-step times, bytes read from storage during the decode from
+/proc/self/io, ringfetch's stats, memory) and the logits of every step (the prefill's last position
+first) as raw float32, for the driver's comparison with the whole model.
 
   ringfetch   ringfetch.transformers.from_pretrained(dir, budget): the experts served from the file;
   ringfetch-nohints   the same with prefetch=False (no hints for the next layer's experts);
@@ -14,7 +15,8 @@ from storage during the decode from /proc/self/io, ringfetch's stats) and the lo
   accelerate  transformers' from_pretrained(device_map="auto", max_memory={"cpu": budget},
               offload_folder=DIR): accelerate's disk offload as its users run it;
   whole       transformers' from_pretrained, the whole model in memory (no limit: the bound);
-  baseline    imports what the others import, loads nothing (the memory torch + transformers take).
+  baseline    imports what the others import and decodes a tiny model of the checkpoint's family built
+              in memory, reading nothing of the checkpoint (the memory torch + transformers take).
 
 usage: python contestant.py KIND MODEL_DIR --budget BYTES --steps N --out REPORT.json
                             [--logits OUT.f32] [--offload DIR] [--prompt-len L] [--threads 1] [--greedy]
@@ -22,7 +24,6 @@ usage: python contestant.py KIND MODEL_DIR --budget BYTES --steps N --out REPORT
 import argparse
 import json
 import os
-import sys
 import time
 import warnings
 

@@ -524,7 +524,7 @@ def main():
             return 1
         res.setdefault("baseline_runs_mib", []).append(base_peak / MiB if base_peak else None)
     res["baseline_mib"] = base_peak / MiB if base_peak else None
-    log(f"baseline (torch, transformers, accelerate, safetensors, ringfetch imported, a tiny model decoded): "
+    log("baseline (torch, transformers, accelerate, safetensors, ringfetch imported, a tiny model decoded): "
         + " then ".join(fmt(v, ".0f") for v in res["baseline_runs_mib"]) + " MiB as the cgroup counts it")
 
     failed = False
