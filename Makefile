@@ -19,7 +19,7 @@ DEB_PACKAGES := cmake make gcc g++ pkg-config libhwloc-dev libcriterion-dev gnup
 JEMALLOC_PREFIX ?= $(CURDIR)/.cache/jemalloc
 RESULTS := $(BUILD)/results
 
-.PHONY: all deps configure build run test pytest sanitize tsan valgrind clean distclean
+.PHONY: all deps configure build run run-hf test pytest sanitize tsan valgrind clean distclean
 
 all: build
 
@@ -75,6 +75,21 @@ run: build
 	@echo "sweep-dsum.json, sweep-dsum.csv (the arithmetic-bound compute, computes on the caller and where copied);"
 	@echo "serving.json, serving.csv, serving.png (MoE decode loop: time per step per contestant);"
 	@echo "file.json (a file streamed cold from disk), serve-file.json (the decode loop served from a file over budget)"
+
+# The transformers benchmark (docs/transformers.md): a Mixtral and a Qwen3-MoE checkpoint of 1.6 GiB (made
+# on first use, kept in $(RESULTS)/hf) decoded in a memory cgroup by ringfetch.transformers, mmap views,
+# accelerate's disk offload and the whole model in memory (bench/hf/run.py). Its own venv, kept between
+# runs: the [transformers] extra and accelerate from PyPI the first time, ringfetch reinstalled from this
+# tree with `pip install .` every time (the extension's build in $(BUILD)/python, jemalloc as above).
+# HF_ARGS: options of bench/hf/run.py (`make run-hf HF_ARGS=--quick`: a smoke check of about a minute).
+HFVENV ?= $(BUILD)/hfvenv
+HF_ARGS ?=
+run-hf: deps
+	test -x $(HFVENV)/bin/python || python3 -m venv $(HFVENV)
+	$(HFVENV)/bin/pip install -q --disable-pip-version-check ".[transformers]" accelerate \
+		-C build-dir=$(abspath $(BUILD))/python -C cmake.define.RINGFETCH_JEMALLOC_ROOT=$(JEMALLOC_PREFIX)
+	@mkdir -p $(RESULTS)
+	$(HFVENV)/bin/python bench/hf/run.py --out $(RESULTS)/hf $(HF_ARGS)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
