@@ -156,7 +156,10 @@ typedef struct rf_pipeline_params {
 	                         0..10000000); NULL = RINGFETCH_WAIT, else the file's `wait`, else "auto" */
 	uint64_t locality;    /* RF_LOCALITY_CALLER (0) or RF_LOCALITY_COPIER (above); never read from the
 	                         environment or the config file (it changes which thread calls compute) */
-	uint64_t reserved[7]; /* must be zero */
+	uint64_t hint_bytes;  /* keyed use: bound on hints' bytes outstanding (hinted, not yet acquired);
+	                         0 = RINGFETCH_HINT_BYTES, else the file's `hint_bytes`, else an eighth of
+	                         the slots (at least one slot); more than all the slots means all of them */
+	uint64_t reserved[6]; /* must be zero */
 } rf_pipeline_params;
 
 /**
@@ -316,6 +319,18 @@ RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
  *    Destroy drops the holds (cuda: after a device synchronise).
  *  - Every RAW and WAR rule of runs holds; no keyed call allocates after create. CUDA queries run in
  *    thread-local capture mode. Slot choice and hints' accounting: docs/serving.md.
+ *  - Slot choice for a new key: the lowest-numbered empty slot; else, for an acquire's miss, the least
+ *    recently used slot whose key no acquire has taken since its hint (an unacquired hint: one whose
+ *    copy is being made is passed over while another slot is free to take), else the least recently
+ *    used slot not held. A hint takes the least recently used acquired slot not held (it never
+ *    displaces another unacquired hint while both fit in params.hint_bytes), the oldest unacquired
+ *    hint when it would not fit; "used" = the last acquire, release or prefetch.
+ *  - An acquire never waits behind a hint copy that has not started (it overtakes it).
+ *  - Hints' bytes outstanding (held back, in flight or landed, not yet acquired) stay within
+ *    params.hint_bytes. A hint is also dropped at once (RF_OK; counted in prefetches and dropped, no
+ *    slot taken) when hints have been wasted: the bytes of hint copies wasted stay within one
+ *    hint_bytes plus 1/32 of the bytes acquires copied. So wrong hints cost little; right ones, each
+ *    acquired, are not held back by it.
  */
 
 /**
@@ -354,6 +369,15 @@ RF_EXTERN int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src,
  * \return RF_OK; RF_EINVAL.
  */
 RF_EXTERN int rf_pipeline_release(rf_pipeline *p, const rf_block *block);
+
+/**
+ * Withdraw the hint of `key` (the caller no longer expects to acquire it). An unacquired hint whose
+ * copy has not started is dropped: no copy, the key absent (counted as dropped); one whose copy started
+ * or landed stays resident, first in line for eviction (wasted if it then leaves unacquired). A key
+ * that is absent, held, or acquired since its hint: nothing changes. Never waits.
+ * \return RF_OK; RF_EINVAL (p NULL); RF_EBUSY (a run is in progress, or called from a compute callback).
+ */
+RF_EXTERN int rf_pipeline_unprefetch(rf_pipeline *p, uint64_t key);
 
 /** Forget key (its source bytes will change); returns when no copy reads that source any more.
  * \return RF_OK, also when absent; RF_EINVAL (p NULL); RF_EBUSY while it is held or a run is on. */

@@ -94,7 +94,7 @@ static int rf__set_string(char *dst, size_t cap, const char *v)
 
 /* How a row's value is checked and stored. */
 enum { RF__K_DEPTH, RF__K_BACKEND, RF__K_QUEUES, RF__K_STAGING, RF__K_TRACE, RF__K_BUDGET, RF__K_WAIT,
-       RF__K_HANDOFF, RF__K_OVERLAP, RF__K_CPUS, RF__K_ORACLE, RF__K_KTRACE };
+       RF__K_HANDOFF, RF__K_OVERLAP, RF__K_CPUS, RF__K_ORACLE, RF__K_KTRACE, RF__K_HINT };
 
 /* Check value for a row of `kind` and store it: 0, or -1 when it is malformed (nothing stored). `from`
  * says where it came from ("memory_budget in FILE", "RINGFETCH_BACKEND"), for later messages. */
@@ -142,6 +142,8 @@ static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
 		return 0;
 	case RF__K_WAIT:
 		return rf__parse_wait(v, &c->wait_ns);
+	case RF__K_HINT:
+		return rf__parse_bytes(v, &c->hint_bytes);
 	case RF__K_HANDOFF:
 	case RF__K_OVERLAP: /* the same three words */
 		if ((m = rf__parse_handoff(v)) < 0)
@@ -190,6 +192,7 @@ static const rf__cfg_key rf__cfg_keys[] = {
 	 RF__K_CPUS},
 	{NULL, "RINGFETCH_ORACLE", 0, "0 or 1", RF__K_ORACLE},
 	{NULL, "RINGFETCH_KEYED_TRACE", 0, "a file path (1..1023 bytes; %p: the process id, %%: a %)", RF__K_KTRACE},
+	{"hint_bytes", "RINGFETCH_HINT_BYTES", 0, "a size in bytes (K, M, G suffixes)", RF__K_HINT},
 };
 #define RF__NKEYS (sizeof rf__cfg_keys / sizeof rf__cfg_keys[0])
 

@@ -33,6 +33,7 @@ typedef struct rf__config {
 	char budget_from[160]; /* where memory_budget came from, for messages */
 	int oracle;            /* RINGFETCH_ORACLE=1: check every run's execution log (slow; debugging) */
 	long long wait_ns;     /* the file's `wait`: 0 auto (also unset), -1 sleep, else ns of spinning */
+	unsigned long long hint_bytes; /* keyed hints' bound (rf_pipeline_params.hint_bytes); 0 unset */
 } rf__config;
 
 /* The wait policy, "auto" (0), "sleep" (-1) or "spin:N" (N us in 0 .. 10000000, spin:0 = sleep):

@@ -1,7 +1,9 @@
 /* runtime/keyed.c — the keyed cache over a pipeline's slots (runtime/keyed.h).
  *
- * Held slots are in no list, so the LRU head is the least recently used slot not held; empty slots are
- * a bitmap (lowest-numbered empty slot: count trailing zeros). Every call checks everything, decides,
+ * Held slots are in no list; an unheld slot is in the hint list (no acquire took its key since its
+ * hint) or the LRU list (an acquire did), each least recently used first, so that a demand miss finds
+ * the oldest unacquired hint, and else the least recently used slot not held, at a list's head; empty
+ * slots are a bitmap (lowest-numbered empty slot: count trailing zeros). Every call checks everything, decides,
  * issues the backend's copy (the one step that can fail late), then commits, so a failed call changes
  * nothing, except that a victim whose pending hint copy was withdrawn is then forgotten. */
 #include "runtime/keyed_cache.h"
@@ -40,10 +42,11 @@ int rf__keyed_create(struct rf__engine *eng, rf__keyed **out)
 		rf__keyed_destroy(k);
 		return rf__err(RF_ENOMEM, "keyed: out of memory for %u slots", nslots);
 	}
-	for (int l = RF__KLRU; l <= RF__KHB; l++)
+	for (int l = RF__KLRU; l <= RF__KHINT; l++)
 		k->s[nslots].ln[l].prev = k->s[nslots].ln[l].next = nslots;
 	for (unsigned i = 0; i < nslots; i++)
 		rf__kempty_set(k, i, 1);
+	rf__keyed_hint_budget(k, 0);
 	atomic_flag_clear(&k->lock);
 	*out = k;
 	return RF_OK;
@@ -67,6 +70,26 @@ void rf__keyed_destroy(rf__keyed *k)
 	free(k->sh_holds);
 	free((void *)k->failed);
 	free(k);
+}
+
+size_t rf__keyed_hint_default(unsigned n, size_t slot_bytes)
+{
+	unsigned share = n / RF__KEYED_HINT_SHARE;
+	return (size_t)(share > 0 ? share : 1) * slot_bytes;
+}
+
+size_t rf__keyed_hint_budget(rf__keyed *k, uint64_t bytes)
+{
+	uint64_t all = (uint64_t)k->n * k->slot_bytes; /* more than the slots could never be outstanding */
+	k->hint_cap = bytes == 0 ? rf__keyed_hint_default(k->n, k->slot_bytes) : (size_t)(bytes < all ? bytes : all);
+	k->credit = k->hint_cap;
+	return k->hint_cap;
+}
+
+/* Hint credit back (an acquired hint, or one never copied; demand copies' share), at most hint_cap. */
+static void rf__kcredit(rf__keyed *k, size_t bytes)
+{
+	k->credit = bytes < k->hint_cap - k->credit ? k->credit + bytes : k->hint_cap;
 }
 
 int rf__keyed_held(const rf__keyed *k)
@@ -186,14 +209,46 @@ static void rf__kpump(rf__keyed *k)
 	}
 }
 
-/* The slot for a new key: the lowest-numbered empty one, else the LRU one not held; k->n if none. */
-static unsigned rf__kchoose(const rf__keyed *k)
+static int rf__kwithdraw(rf__keyed *k, unsigned v);
+
+/* The oldest unacquired hint whose slot a new copy can take without waiting: held back, its copy
+ * finished, or its copy withdrawn here (*withdrawn = 1); k->n if every one is being copied. */
+static unsigned rf__kchoose_hint(rf__keyed *k, int *withdrawn)
 {
+	for (unsigned i = k->s[k->n].ln[RF__KHINT].next; i != k->n; i = k->s[i].ln[RF__KHINT].next) {
+		if (k->s[i].state == RF__K_HELDBACK || rf__kdone(k, &k->s[i]) != 0)
+			return i;
+		if (rf__kwithdraw(k, i)) {
+			*withdrawn = 1;
+			return i;
+		}
+	}
+	return k->n;
+}
+
+enum { RF__KFOR_DEMAND, RF__KFOR_HINT, RF__KFOR_HINT_OVER };
+
+/* The slot for a new key; k->n if none (every slot held). The lowest-numbered empty one first. Then:
+ *  - a demand miss (and a hint over hint_cap, which must take an unacquired hint's bytes): the oldest
+ *    unacquired hint that needs no wait, else (demand) the least recently used acquired slot not held,
+ *    else the oldest unacquired hint (its copy is being made: the new copy is ordered after it);
+ *  - a hint within hint_cap: the least recently used acquired slot not held (a hint never displaces
+ *    another hint while there is room for both), else as a demand miss.
+ * *withdrawn: a pending hint copy of the chosen slot was withdrawn here (it will never land). */
+static unsigned rf__kchoose(rf__keyed *k, int why, int *withdrawn)
+{
+	*withdrawn = 0;
 	for (unsigned w = 0; w < k->nwords; w++)
 		if (k->empty[w] != 0)
 			return w * 64 + (unsigned)__builtin_ctzll(k->empty[w]);
-	unsigned v = k->s[k->n].ln[RF__KLRU].next;
-	if (v == k->n && RF__TEST_HOOK(keyed_refill_held))
+	unsigned lru = k->s[k->n].ln[RF__KLRU].next, v = k->n;
+	if (why == RF__KFOR_HINT && lru != k->n)
+		return lru;
+	if ((v = rf__kchoose_hint(k, withdrawn)) != k->n)
+		return v;
+	if (why != RF__KFOR_HINT_OVER && lru != k->n)
+		return lru;
+	if ((v = k->s[k->n].ln[RF__KHINT].next) == k->n && RF__TEST_HOOK(keyed_refill_held))
 		for (unsigned i = 0; i < k->n; i++)
 			if (k->s[i].refs > 0)
 				return i; /* negative control: refill a held slot */
@@ -224,12 +279,17 @@ static void rf__kforget(rf__keyed *k, unsigned v)
 	rf__kslot *s = &k->s[v];
 	if (s->state == RF__K_EMPTY)
 		return;
-	if (s->hint)
+	if (s->hint) {
 		rf__kst_add(k, s->issued ? ST_WASTE : ST_DROP, 1);
+		if (!s->issued) /* never copied: its credit comes back */
+			rf__kcredit(k, s->bytes);
+		if (s->refs == 0)
+			k->hint_bytes -= s->bytes;
+	}
 	if (s->state == RF__K_HELDBACK)
 		rf__khb_leave(k, v);
 	if (s->refs == 0)
-		rf__kunlink(k, RF__KLRU, v);
+		rf__kunlink(k, rf__klist(k, v), v);
 	else
 		k->nheld--; /* only under the negative-control hook, or when a run/destroy drops holds */
 	rf__ktab_remove(k, s->key);
@@ -247,15 +307,33 @@ static void rf__kdrop(rf__keyed *k, unsigned v)
 	rf__kunlock(k);
 }
 
-/* Make slot v hold `key` (state given), not held, at the LRU tail. Under the lock. */
-static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const void *src, size_t bytes, int state)
+/* Make slot v hold `key` (state given), not held, at the tail of the LRU list (hint 0) or of the hint
+ * list (hint 1). Under the lock. */
+static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const void *src, size_t bytes, int state,
+			 int hint)
 {
 	rf__kforget(k, v);
 	rf__kslot *s = &k->s[v];
 	s->key = key, s->src = src, s->bytes = bytes, s->state = (uint8_t)state;
+	s->hint = (uint8_t)hint;
+	k->hint_bytes += hint ? bytes : 0;
 	rf__kempty_set(k, v, 0);
 	rf__ktab_insert(k, v);
-	rf__kpush(k, RF__KLRU, v);
+	rf__kpush(k, rf__klist(k, v), v);
+}
+
+/* An acquire takes unheld slot i: an unacquired hint's key moves to the LRU list, and its credit comes
+ * back (it was asked for, or never copied). */
+static void rf__kunhint(rf__keyed *k, unsigned i)
+{
+	rf__kslot *s = &k->s[i];
+	if (!s->hint || s->refs != 0)
+		return;
+	rf__kunlink(k, RF__KHINT, i);
+	k->hint_bytes -= s->bytes;
+	rf__kcredit(k, s->bytes);
+	s->hint = 0;
+	rf__kpush(k, RF__KLRU, i);
 }
 
 /* A failure of the copy under a keyed call (a file's read: "<path>: short read ..."), named after the
@@ -323,17 +401,28 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	if (rc != RF_OK)
 		return rc;
 	if (i < k->n) {
-		if (k->s[i].refs == 0) { /* refresh its use */
-			rf__kunlink(k, RF__KLRU, i);
-			rf__kpush(k, RF__KLRU, i);
+		if (k->s[i].refs == 0) { /* refresh its use, in its list */
+			rf__kunlink(k, rf__klist(k, i), i);
+			rf__kpush(k, rf__klist(k, i), i);
 		}
 		rf__kpump(k);
 		return RF_OK;
 	}
-	unsigned v = rf__kchoose(k);
+	/* Out of credit (hints have been wasted), or larger than the bound: dropped at once, no slot taken. */
+	if (bytes > k->credit) {
+		if (k->nheld == k->n)
+			return rf__err(RF_ENOSPC, "%s: every one of the %u slots is held", who, k->n);
+		rf__kst_add(k, ST_PRE, 1);
+		rf__kst_add(k, ST_DROP, 1);
+		rf__kpump(k);
+		return RF_OK;
+	}
+	int withdrawn;
+	unsigned v = rf__kchoose(k, k->hint_bytes + bytes > k->hint_cap ? RF__KFOR_HINT_OVER : RF__KFOR_HINT,
+				 &withdrawn);
 	if (v == k->n)
 		return rf__err(RF_ENOSPC, "%s: every one of the %u slots is held", who, k->n);
-	int withdrawn = rf__kwithdraw(k, v);
+	withdrawn |= rf__kwithdraw(k, v);
 	rf__kticket t = 0;
 	int state = RF__K_HELDBACK;
 	/* Issue now only when the lane has room and no older hint waits for it (they go first). */
@@ -354,10 +443,10 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	if (state == RF__K_HELDBACK && (rc = rf__file_classify(who, "src", src, bytes, 1, &hb)) < 0)
 		goto fail;
 	rf__klock(k);
-	rf__kinstall(k, v, key, src, bytes, state);
+	rf__kinstall(k, v, key, src, bytes, state, 1);
 	k->s[v].hbf = hb.f;
-	k->s[v].hint = 1;
 	k->s[v].issued = state == RF__K_FILLED;
+	k->credit -= bytes;
 	if (state == RF__K_FILLED)
 		atomic_store_explicit(&k->s[v].ticket, t, memory_order_relaxed);
 	rf__kunlock(k);
@@ -368,6 +457,7 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	return RF_OK;
 failed_read: /* the slot was written: the victim cannot stay either */
 	rf__kdrop(k, v);
+	k->credit -= bytes;
 	rf__kst_add(k, ST_PRE, 1);
 	rf__kst_add(k, ST_WASTE, 1);
 	rf__kpump(k);
@@ -388,11 +478,11 @@ static void rf__kout(const rf__keyed *k, unsigned i, void *stream, rf_block *out
 static void rf__khold(rf__keyed *k, unsigned i)
 {
 	rf__kslot *s = &k->s[i];
+	rf__kunhint(k, i);
 	if (s->refs++ == 0) {
 		rf__kunlink(k, RF__KLRU, i);
 		k->nheld++;
 	}
-	s->hint = 0;
 	k->sh_holds[i]++;
 }
 
@@ -434,10 +524,11 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		return RF_OK;
 	}
 	/* A miss: a held-back or overtaken hint's own slot, else a new one. */
-	unsigned v = i < k->n ? i : rf__kchoose(k);
+	int withdrawn = 0;
+	unsigned v = i < k->n ? i : rf__kchoose(k, RF__KFOR_DEMAND, &withdrawn);
 	if (v == k->n)
 		return rf__err(RF_ENOSPC, "%s: every one of the %u slots is held by other keys", who, k->n);
-	int withdrawn = rf__kwithdraw(k, v) || overtaken; /* a pending copy of the slot's previous key */
+	withdrawn |= rf__kwithdraw(k, v) || overtaken; /* a pending copy of the slot's previous key */
 	rf__kticket t;
 	if ((rc = rf__kissue(k, v, src, bytes, 1, stream, key, &t)) == RF_OK &&
 	    (rc = rf__be_kwait(k->be, k->ctx, t, stream, 0)) == RF_OK)
@@ -452,12 +543,14 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		if (k->s[v].state == RF__K_HELDBACK)
 			rf__khb_leave(k, v);
 		rf__kst_add(k, ST_DROP, 1);
-		k->s[v].hint = 0;
+		rf__kunhint(k, v);
+		k->s[v].issued = 0;
 		k->s[v].state = RF__K_FILLED;
 		k->s[v].src = src;
 	} else {
-		rf__kinstall(k, v, key, src, bytes, RF__K_FILLED);
+		rf__kinstall(k, v, key, src, bytes, RF__K_FILLED, 0);
 	}
+	rf__kcredit(k, bytes / RF__KEYED_WASTE_SHARE); /* a demand copy earns hints their share */
 	atomic_store_explicit(&k->s[v].ticket, rf__be_ktest(k->be, k->ctx, t) ? 0 : t, memory_order_relaxed);
 	rf__kunlock(k);
 	rf__khold(k, v);
@@ -523,6 +616,24 @@ int rf__keyed_evict(rf__keyed *k, uint64_t key)
 		return rf__kcall_err(who, rc);
 	if (i < k->n)
 		rf__kdrop(k, i);
+	rf__kpump(k);
+	return RF_OK;
+}
+
+int rf__keyed_unprefetch(rf__keyed *k, uint64_t key)
+{
+	unsigned i = rf__kfind(k, key);
+	if (i < k->n && rf__kfailed(k, i))
+		i = k->n; /* its read failed: gone already (wasted) */
+	if (i == k->n || !k->s[i].hint || k->s[i].refs != 0)
+		return RF_OK;
+	/* Held back, or its copy withdrawn before it started: the key goes (dropped, its credit back). */
+	if (k->s[i].state == RF__K_HELDBACK || rf__kwithdraw(k, i)) {
+		rf__kdrop(k, i);
+	} else { /* its copy started (or landed): it stays, first in line for eviction */
+		rf__kunlink(k, RF__KHINT, i);
+		rf__kpush_head(k, RF__KHINT, i);
+	}
 	rf__kpump(k);
 	return RF_OK;
 }

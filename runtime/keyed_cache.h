@@ -1,6 +1,7 @@
 /* runtime/keyed_cache.h — the keyed cache's data structures (runtime/keyed.c), private to it: slots,
- * the key table (open addressing, at least 2n entries, backward-shift deletion: no tombstones), the LRU
- * and held-back lists (intrusive, by slot index, sentinel at index n), the empty-slot bitmap. */
+ * the key table (open addressing, at least 2n entries, backward-shift deletion: no tombstones), the LRU,
+ * unacquired-hint and held-back lists (intrusive, by slot index, sentinel at index n), the empty-slot
+ * bitmap. */
 #ifndef RF_RUNTIME_KEYED_CACHE_H
 #define RF_RUNTIME_KEYED_CACHE_H
 
@@ -10,7 +11,7 @@
 #include <stdatomic.h>
 
 enum { RF__K_EMPTY = 0, RF__K_HELDBACK = 1, RF__K_FILLED = 2 };
-enum { RF__KLRU = 0, RF__KHB = 1 }; /* the lists */
+enum { RF__KLRU = 0, RF__KHB = 1, RF__KHINT = 2 }; /* the lists */
 
 typedef struct rf__kslot {
 	uint64_t key;
@@ -25,10 +26,12 @@ typedef struct rf__kslot {
 	uint8_t issued; /* that hint's copy was issued (wasted, not dropped, if it leaves unacquired) */
 	struct rf_file *hbf; /* a held-back hint's file source, held (rf_file_close: RF_EBUSY) until the hint
 	                        leaves the held-back list: its copy, issued, holds the file itself */
-	/* RF__KLRU: unheld keys, least recently used first; RF__KHB: held-back hints, in issue order */
+	/* RF__KLRU: unheld keys that an acquire took, least recently used first; RF__KHINT: unheld keys
+	 * no acquire has taken since their hint (hint set), least recently used first (each unheld key is
+	 * in exactly one of the two); RF__KHB: held-back hints, in issue order */
 	struct {
 		unsigned prev, next;
-	} ln[2];
+	} ln[3];
 } rf__kslot;
 
 typedef struct rf__kflight {
@@ -52,6 +55,12 @@ struct rf__keyed {
 	unsigned *nfl;   /* per lane */
 	unsigned *sh_holds; /* oracle: holds counted from acquire/release alone */
 	_Atomic int64_t *failed; /* per slot: the last hint ticket whose file read failed there (0: none) */
+	/* Hints' bounds (rf_pipeline_params.hint_bytes): hint_bytes, the bytes of the keys in RF__KHINT
+	 * (held back, in flight or landed, not yet acquired), stays <= hint_cap; credit, the bytes of hints
+	 * that may still be accepted (hint_cap at start, down by each accepted hint, back up by each hint
+	 * acquired or never copied and by demand copies / RF__KEYED_WASTE_SHARE; at most hint_cap), is what
+	 * bounds the bytes of wasted hint copies. */
+	size_t hint_cap, hint_bytes, credit;
 	atomic_flag lock;   /* lookup vs changes of key <-> slot */
 	_Atomic uint64_t st[7]; /* rf_keyed_stats fields in order */
 };
@@ -136,6 +145,23 @@ static inline void rf__kpush(rf__keyed *k, int l, unsigned i) /* at the tail */
 	k->s[k->n].ln[l].prev = i;
 	if (l == RF__KHB)
 		k->nheldback++;
+}
+
+static inline void rf__kpush_head(rf__keyed *k, int l, unsigned i) /* first in line */
+{
+	unsigned h = k->s[k->n].ln[l].next;
+	k->s[i].ln[l].next = h;
+	k->s[i].ln[l].prev = k->n;
+	k->s[h].ln[l].prev = i;
+	k->s[k->n].ln[l].next = i;
+	if (l == RF__KHB)
+		k->nheldback++;
+}
+
+/* The list an unheld key is in. */
+static inline int rf__klist(const rf__keyed *k, unsigned i)
+{
+	return k->s[i].hint ? RF__KHINT : RF__KLRU;
 }
 
 static inline void rf__kempty_set(rf__keyed *k, unsigned i, int on)

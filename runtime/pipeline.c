@@ -318,6 +318,10 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		rc = rf__err(rc, "rf_pipeline_create: %s", rf__errmsg_peek());
 		goto fail_free;
 	}
+	if (p->eng.keyed != NULL)
+		rf__engine_describe_append(&p->eng, "; keyed hints: at most %llu bytes outstanding",
+					   (unsigned long long)rf__keyed_hint_budget(p->eng.keyed, params->hint_bytes
+						   ? params->hint_bytes : r.cfg.hint_bytes));
 	atomic_init(&p->depth, r.depth);
 	p->copy_queues = r.kq;
 	if (r.auto_max != 0 && r.device)
@@ -561,6 +565,12 @@ int rf_pipeline_release(rf_pipeline *p, const rf_block *block)
 	if (rc == RF_OK && p->eng.ktrace != NULL)
 		rf__ktrace_add(p->eng.ktrace, RF_KTRACE_RELEASE, (uint64_t)block->index, block->bytes, block->slot);
 	return rf__keyed_end(p, rc);
+}
+
+int rf_pipeline_unprefetch(rf_pipeline *p, uint64_t key)
+{
+	int rc = rf__keyed_begin(p, "rf_pipeline_unprefetch");
+	return rc != RF_OK ? rc : rf__keyed_end(p, rf__keyed_unprefetch(p->eng.keyed, key));
 }
 
 int rf_pipeline_evict(rf_pipeline *p, uint64_t key)

@@ -27,8 +27,9 @@ _Static_assert(offsetof(rf_pipeline_params, memory) == 48, "memory moved");
 _Static_assert(offsetof(rf_pipeline_params, depth_auto) == 52, "depth_auto moved");
 _Static_assert(offsetof(rf_pipeline_params, wait) == 56, "wait moved");
 _Static_assert(offsetof(rf_pipeline_params, locality) == 64, "locality moved (it took reserved[0])");
-_Static_assert(offsetof(rf_pipeline_params, reserved) == 72, "reserved moved");
-_Static_assert(sizeof(((rf_pipeline_params *)0)->reserved) == 7 * sizeof(uint64_t), "reserved is 7 words");
+_Static_assert(offsetof(rf_pipeline_params, hint_bytes) == 72, "hint_bytes moved (it took reserved[0])");
+_Static_assert(offsetof(rf_pipeline_params, reserved) == 80, "reserved moved");
+_Static_assert(sizeof(((rf_pipeline_params *)0)->reserved) == 6 * sizeof(uint64_t), "reserved is 6 words");
 _Static_assert(sizeof(rf_memory) == sizeof(int), "rf_memory is an int-sized enum");
 /* rf_stats of major 1: every queue, the file bytes, and reserved words that end it. */
 _Static_assert(RF_STATS_QUEUES == 64u, "rf_stats reports 64 queues");

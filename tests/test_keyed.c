@@ -26,15 +26,22 @@ static void setup(void)
 	init_srcs(42);
 }
 
-static rf_pipeline *mk(unsigned depth)
+/* A pipeline of depth slots of SB bytes; hint_bytes 0: the default bound on hints outstanding. */
+static rf_pipeline *mk_hints(unsigned depth, uint64_t hint_bytes)
 {
 	rf_pipeline_params pp = {0};
 	pp.depth = depth;
 	pp.slot_bytes = SB;
 	pp.backend = test_backend();
+	pp.hint_bytes = hint_bytes;
 	rf_pipeline *p = NULL;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "create: %s", rf_errmsg());
 	return p;
+}
+
+static rf_pipeline *mk(unsigned depth)
+{
+	return mk_hints(depth, 0);
 }
 
 static rf_keyed_stats stats(const rf_pipeline *p)
@@ -361,12 +368,16 @@ Test(keyed, depth_auto_uses_every_allocated_slot)
 
 /* ---- a model of the cache, against random call sequences ----------------------------------------- */
 
+/* The slot-choice rule of <ringfetch.h> and the hints' credit (every hint copy here has landed before
+ * the next call, so none is passed over for being copied, and one that leaves unacquired is wasted). */
 typedef struct model {
 	uint64_t key[16];
 	int used[16];
+	int hint[16]; /* an unacquired hint */
 	unsigned refs[16];
 	unsigned long last[16], clock;
 	unsigned n;
+	size_t cap, credit, bytes;
 } model;
 
 static int m_find(const model *m, uint64_t key)
@@ -377,16 +388,47 @@ static int m_find(const model *m, uint64_t key)
 	return -1;
 }
 
-static int m_choose(const model *m)
+/* The least recently used unheld slot whose hint flag is `hint`; -1 if none. */
+static int m_lru(const model *m, int hint)
+{
+	int v = -1;
+	for (unsigned i = 0; i < m->n; i++)
+		if (m->used[i] && m->refs[i] == 0 && m->hint[i] == hint && (v < 0 || m->last[i] < m->last[v]))
+			v = (int)i;
+	return v;
+}
+
+/* for_hint: 0 a demand miss, 1 a hint within the bound, 2 a hint over it. */
+static int m_choose(const model *m, int for_hint)
 {
 	for (unsigned i = 0; i < m->n; i++)
 		if (!m->used[i])
 			return (int)i;
-	int v = -1;
+	int hint = m_lru(m, 1), lru = m_lru(m, 0);
+	if (for_hint == 1)
+		return lru >= 0 ? lru : hint;
+	if (for_hint == 2)
+		return hint;
+	return hint >= 0 ? hint : lru;
+}
+
+static size_t m_hint_bytes(const model *m)
+{
+	size_t b = 0;
 	for (unsigned i = 0; i < m->n; i++)
-		if (m->refs[i] == 0 && (v < 0 || m->last[i] < m->last[v]))
-			v = (int)i;
-	return v;
+		b += m->used[i] && m->hint[i] ? m->bytes : 0;
+	return b;
+}
+
+static void m_credit(model *m, size_t b)
+{
+	m->credit = m->credit + b > m->cap ? m->cap : m->credit + b;
+}
+
+static void wait_landed(const rf_pipeline *p, uint64_t key)
+{
+	while (state_of(p, key, NULL) == RF_KEY_COPYING)
+		sched_yield();
 }
 
 Test(keyed, random_sequences_follow_the_model)
@@ -396,7 +438,9 @@ Test(keyed, random_sequences_follow_the_model)
 		model m;
 		memset(&m, 0, sizeof m);
 		m.n = 1 + (unsigned)(rng_next(&rs) % 6);
-		rf_pipeline *p = mk(m.n);
+		m.bytes = 200;
+		m.cap = m.credit = m.bytes * (1 + rng_next(&rs) % 3); /* 1..3 hints outstanding */
+		rf_pipeline *p = mk_hints(m.n, m.cap);
 		rf_block held[64];
 		unsigned nheld = 0;
 		for (int step = 0; step < 400; step++) {
@@ -405,7 +449,7 @@ Test(keyed, random_sequences_follow_the_model)
 			if (r < 4) { /* acquire */
 				rf_block b;
 				int rc = rf_pipeline_acquire(p, key, g_src[key], 200, NULL, 0, &b);
-				int want = i >= 0 ? i : m_choose(&m);
+				int want = i >= 0 ? i : m_choose(&m, 0);
 				if (want < 0) {
 					cr_assert_eq(rc, RF_ENOSPC, "seed %llu", (unsigned long long)seed);
 					continue;
@@ -413,6 +457,11 @@ Test(keyed, random_sequences_follow_the_model)
 				cr_assert_eq(rc, RF_OK, "seed %llu: %s", (unsigned long long)seed, rf_errmsg());
 				cr_assert_eq(b.slot, (unsigned)want, "seed %llu step %d: slot", (unsigned long long)seed, step);
 				cr_assert(memcmp(b.data, g_src[key], 200) == 0, "seed %llu: payload", (unsigned long long)seed);
+				if (i >= 0 && m.hint[i]) /* an acquired hint gives its credit back */
+					m_credit(&m, m.bytes);
+				else if (i < 0) /* a demand copy earns 1/32 of its bytes */
+					m_credit(&m, m.bytes / 32);
+				m.hint[want] = 0;
 				m.key[want] = key, m.used[want] = 1, m.refs[want]++, m.last[want] = ++m.clock;
 				if (nheld < 64)
 					held[nheld++] = b;
@@ -424,11 +473,26 @@ Test(keyed, random_sequences_follow_the_model)
 				m.refs[held[j].slot]--, m.last[held[j].slot] = ++m.clock;
 				held[j] = held[--nheld];
 			} else if (r < 9) { /* prefetch */
+				rf_keyed_stats s0 = stats(p);
 				int rc = rf_pipeline_prefetch(p, key, g_src[key], 200, 0);
-				int want = i >= 0 ? i : m_choose(&m);
-				cr_assert_eq(rc, want < 0 ? RF_ENOSPC : RF_OK, "seed %llu", (unsigned long long)seed);
+				int out_of_credit = i < 0 && m.credit < m.bytes;
+				int want = i >= 0 ? i : m_choose(&m, m_hint_bytes(&m) + m.bytes > m.cap ? 2 : 1);
+				if (want >= 0 && out_of_credit) { /* dropped at once: no slot taken */
+					cr_assert_eq(rc, RF_OK, "seed %llu", (unsigned long long)seed);
+					rf_keyed_stats s1 = stats(p);
+					cr_assert(s1.prefetches == s0.prefetches + 1 && s1.dropped == s0.dropped + 1 &&
+							  s1.bytes_copied == s0.bytes_copied,
+						  "seed %llu step %d: a hint out of credit is dropped", (unsigned long long)seed, step);
+					continue;
+				}
+				cr_assert_eq(rc, want < 0 ? RF_ENOSPC : RF_OK, "seed %llu step %d", (unsigned long long)seed, step);
+				if (want >= 0 && i < 0) {
+					m.credit -= m.bytes;
+					m.hint[want] = 1;
+				}
 				if (want >= 0)
 					m.key[want] = key, m.used[want] = 1, m.last[want] = ++m.clock;
+				wait_landed(p, key);
 			} else { /* evict */
 				int rc = rf_pipeline_evict(p, key);
 				cr_assert_eq(rc, i >= 0 && m.refs[i] > 0 ? RF_EBUSY : RF_OK, "seed %llu", (unsigned long long)seed);
