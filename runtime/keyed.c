@@ -228,7 +228,8 @@ static unsigned rf__kchoose_hint(rf__keyed *k, int *withdrawn)
 
 enum { RF__KFOR_DEMAND, RF__KFOR_HINT, RF__KFOR_HINT_OVER };
 
-/* The slot for a new key; k->n if none (every slot held). The lowest-numbered empty one first. Then:
+/* The slot for a new key; k->n if none (every slot held). The lowest-numbered empty one first (not for a
+ * hint over hint_cap). Then:
  *  - a demand miss (and a hint over hint_cap, which must take an unacquired hint's bytes): the oldest
  *    unacquired hint that needs no wait, else (demand) the least recently used acquired slot not held,
  *    else the oldest unacquired hint (its copy is being made: the new copy is ordered after it);
@@ -238,7 +239,7 @@ enum { RF__KFOR_DEMAND, RF__KFOR_HINT, RF__KFOR_HINT_OVER };
 static unsigned rf__kchoose(rf__keyed *k, int why, int *withdrawn)
 {
 	*withdrawn = 0;
-	for (unsigned w = 0; w < k->nwords; w++)
+	for (unsigned w = 0; w < k->nwords && why != RF__KFOR_HINT_OVER; w++)
 		if (k->empty[w] != 0)
 			return w * 64 + (unsigned)__builtin_ctzll(k->empty[w]);
 	unsigned lru = k->s[k->n].ln[RF__KLRU].next, v = k->n;

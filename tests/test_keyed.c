@@ -401,7 +401,7 @@ static int m_lru(const model *m, int hint)
 /* for_hint: 0 a demand miss, 1 a hint within the bound, 2 a hint over it. */
 static int m_choose(const model *m, int for_hint)
 {
-	for (unsigned i = 0; i < m->n; i++)
+	for (unsigned i = 0; i < m->n && for_hint != 2; i++)
 		if (!m->used[i])
 			return (int)i;
 	int hint = m_lru(m, 1), lru = m_lru(m, 0);
@@ -952,4 +952,236 @@ Test(keyed, a_source_inside_the_ring_is_refused)
 	cr_assert_eq(rf_pipeline_prefetch(p, 3, in, 10, 0), RF_EINVAL);
 	rel(p, &b);
 	rf_pipeline_destroy(p);
+}
+
+/* ---- hints: slot choice, their bound, their credit, their withdrawal ------------------------------ */
+
+/* Acquire and release key (a miss or a hit), so that it is an acquired block, not held. */
+static void touch(rf_pipeline *p, uint64_t key)
+{
+	rf_block b = acq(p, key, 300);
+	rel(p, &b);
+}
+
+static void hint(rf_pipeline *p, uint64_t key)
+{
+	cr_assert_eq(rf_pipeline_prefetch(p, key, g_src[key], 300, 0), RF_OK, "prefetch %llu: %s",
+		     (unsigned long long)key, rf_errmsg());
+	wait_landed(p, key);
+}
+
+static unsigned slot_of(const rf_pipeline *p, uint64_t key)
+{
+	unsigned slot = 99;
+	cr_assert_neq(state_of(p, key, &slot), RF_KEY_ABSENT, "key %llu is absent", (unsigned long long)key);
+	return slot;
+}
+
+Test(keyed, a_miss_evicts_an_unacquired_hint_before_any_acquired_block)
+{
+	rf_pipeline *p = mk(4);
+	touch(p, 1), touch(p, 2), touch(p, 3); /* slots 0, 1, 2; key 1 is the least recently used */
+	hint(p, 10);                           /* slot 3, the empty one */
+	cr_assert_eq(slot_of(p, 10), 3);
+	touch(p, 1), touch(p, 2), touch(p, 3); /* every acquired block used after the hint */
+	rf_block b = acq(p, 11, 300);          /* a miss: the hint's slot, not key 1's */
+	cr_assert_eq(b.slot, 3, "the miss took slot %u, not the unacquired hint's", b.slot);
+	cr_assert_eq(state_of(p, 10, NULL), RF_KEY_ABSENT);
+	for (uint64_t k = 1; k <= 3; k++)
+		cr_assert_neq(state_of(p, k, NULL), RF_KEY_ABSENT, "acquired key %llu was evicted", (unsigned long long)k);
+	cr_assert_eq(stats(p).wasted, 1, "the hint copied, never acquired: wasted");
+	rel(p, &b);
+	/* A hint within the bound takes the least recently used acquired block (key 1), not another hint. */
+	hint(p, 12);
+	cr_assert_eq(slot_of(p, 12), 0);
+	hint(p, 13);
+	cr_assert_eq(slot_of(p, 13), 1, "a second hint displaced the first while both fit");
+	cr_assert_neq(state_of(p, 12, NULL), RF_KEY_ABSENT);
+	rf_pipeline_destroy(p);
+}
+
+Test(keyed, a_miss_passes_over_a_hint_whose_copy_is_being_made)
+{
+	rf_pipeline *p = mk_gated(3);
+	touch(p, 1), touch(p, 2); /* slots 0, 1 (acquires copy inline: not gated) */
+	atomic_store(&g_gate_phase, 1);
+	cr_assert_eq(rf_pipeline_prefetch(p, 10, g_src[10], 300, 0), RF_OK); /* slot 2, started, stalled */
+	while (atomic_load(&g_at_gate) == 0)
+		nap_us(100);
+	rf_block b = acq(p, 11, 300); /* the hint is being copied: waiting for it would be waiting behind it */
+	cr_assert_eq(b.slot, 0, "the miss took slot %u", b.slot);
+	cr_assert_eq(atomic_load(&g_at_gate), 1, "the miss returned only once the hint copy went on");
+	cr_assert_eq(state_of(p, 10, NULL), RF_KEY_COPYING);
+	rel(p, &b);
+	open_gate(p);
+}
+
+Test(keyed, a_miss_never_waits_behind_queued_hints)
+{
+	rf_pipeline *p = mk_gated(8);
+	for (uint64_t k = 1; k <= 6; k++) /* queued on the only lane (and held back), none started */
+		cr_assert_eq(rf_pipeline_prefetch(p, k, g_src[k], 300, 0), RF_OK);
+	time_t t0 = time(NULL);
+	rf_block b = acq(p, 20, 300);
+	cr_assert_lt(time(NULL) - t0, 5, "the miss waited for the gated hints");
+	cr_assert_eq(atomic_load(&g_gate), 0);
+	rf_block c = acq(p, 6, 300); /* a hinted key not started yet: overtaken, copied here */
+	cr_assert_lt(time(NULL) - t0, 5, "the acquire of a hinted key waited for the gated hints");
+	rf_keyed_stats s = stats(p);
+	cr_assert(s.hits == 0 && s.dropped == 1, "the overtaken hint is dropped");
+	rel(p, &b);
+	rel(p, &c);
+	open_gate(p);
+}
+
+Test(keyed, hints_outstanding_stay_within_hint_bytes)
+{
+	rf_pipeline *p = mk_hints(64, 600); /* two hints of 300 bytes */
+	hint(p, 10);
+	hint(p, 11); /* the credit is spent too: earn it back with 34 misses (34 * 300 / 32 >= 300) */
+	for (uint64_t k = 20; k < 54; k++)
+		touch(p, k);
+	hint(p, 12); /* over the bound: takes the oldest hint's slot although slots are empty */
+	cr_assert_eq(state_of(p, 10, NULL), RF_KEY_ABSENT, "three hints outstanding, bound two");
+	cr_assert_eq(slot_of(p, 12), 0);
+	cr_assert_neq(state_of(p, 11, NULL), RF_KEY_ABSENT);
+	rf_keyed_stats s = stats(p);
+	cr_assert(s.prefetches == 3 && s.wasted == 1 && s.dropped == 0);
+	touch(p, 11); /* acquired: no longer outstanding, room for another */
+	hint(p, 13);
+	cr_assert_neq(state_of(p, 12, NULL), RF_KEY_ABSENT);
+	cr_assert_neq(state_of(p, 13, NULL), RF_KEY_ABSENT);
+	cr_assert(strstr(rf_pipeline_describe(p), "keyed hints: at most 600 bytes outstanding") != NULL, "%s",
+		  rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+	/* A bound under one hint: every hint is dropped, nothing copied, no slot taken. */
+	p = mk_hints(4, 100);
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK);
+	s = stats(p);
+	cr_assert(s.prefetches == 1 && s.dropped == 1 && s.bytes_copied == 0);
+	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_ABSENT);
+	rf_pipeline_destroy(p);
+	/* The default: an eighth of the slots, at least one slot. */
+	p = mk(16);
+	cr_assert(strstr(rf_pipeline_describe(p), "at most 8192 bytes outstanding") != NULL, "%s",
+		  rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+}
+
+Test(keyed, wasted_hints_run_out_of_credit_acquired_ones_do_not)
+{
+	rf_pipeline *p = mk_hints(16, 600);
+	for (uint64_t k = 1; k <= 20; k++) /* all wrong: never acquired */
+		hint(p, k);
+	rf_keyed_stats s = stats(p);
+	cr_assert_eq(s.prefetches, 20);
+	cr_assert_eq(s.bytes_copied, 600, "wrong hints read %llu bytes, credit 600",
+		     (unsigned long long)s.bytes_copied);
+	cr_assert_eq(s.dropped, 18);
+	/* Demand copies earn 1/32 of their bytes: 34 misses of 300 bytes earn 34 * 9 = 306, one hint. */
+	for (uint64_t k = 30; k < 63; k++)
+		touch(p, k);
+	cr_assert_eq(rf_pipeline_prefetch(p, 21, g_src[21], 300, 0), RF_OK);
+	cr_assert_eq(stats(p).dropped, 19, "33 misses (297 bytes of credit) allow no hint");
+	touch(p, 63);
+	hint(p, 22);
+	s = stats(p);
+	cr_assert(s.dropped == 19 && s.bytes_copied == 600 + 34 * 300 + 300, "the 34th miss earned one hint");
+	rf_pipeline_destroy(p);
+	/* Right hints give their credit back when acquired: never dropped. */
+	p = mk_hints(16, 600);
+	for (uint64_t k = 1; k <= 40; k++) {
+		hint(p, k);
+		touch(p, k);
+	}
+	s = stats(p);
+	cr_assert(s.prefetches == 40 && s.dropped == 0 && s.hits == 40, "dropped %llu, hits %llu",
+		  (unsigned long long)s.dropped, (unsigned long long)s.hits);
+	rf_pipeline_destroy(p);
+}
+
+Test(keyed, unprefetch_of_a_landed_hint_puts_it_first_in_line)
+{
+	rf_pipeline *p = mk(3);
+	touch(p, 5); /* slot 0 */
+	hint(p, 1);  /* slot 1 */
+	hint(p, 2);  /* slot 2 */
+	cr_assert_eq(rf_pipeline_unprefetch(p, 2), RF_OK);
+	cr_assert_eq(state_of(p, 2, NULL), RF_KEY_READY, "a hint that landed stays");
+	rf_block b = acq(p, 9, 300); /* takes the withdrawn hint's slot, not the older hint's */
+	cr_assert_eq(b.slot, 2);
+	cr_assert_eq(state_of(p, 2, NULL), RF_KEY_ABSENT);
+	cr_assert_neq(state_of(p, 1, NULL), RF_KEY_ABSENT);
+	rf_keyed_stats s = stats(p);
+	cr_assert(s.wasted == 1 && s.dropped == 0);
+	/* Absent, held, or acquired since its hint: nothing changes. */
+	rf_keyed_stats s0 = stats(p);
+	cr_assert_eq(rf_pipeline_unprefetch(p, 40), RF_OK);
+	cr_assert_eq(rf_pipeline_unprefetch(p, 9), RF_OK);
+	cr_assert_eq(rf_pipeline_unprefetch(p, 5), RF_OK);
+	cr_assert(same_stats(s0, stats(p)));
+	cr_assert_neq(state_of(p, 9, NULL), RF_KEY_ABSENT);
+	cr_assert_neq(state_of(p, 5, NULL), RF_KEY_ABSENT);
+	rel(p, &b);
+	cr_assert_eq(rf_pipeline_unprefetch(NULL, 1), RF_EINVAL);
+	rf_pipeline_destroy(p);
+}
+
+Test(keyed, unprefetch_drops_a_hint_whose_copy_has_not_started)
+{
+	rf_pipeline *p = mk_gated(4);
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK); /* at the gate, not started */
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, g_src[2], 300, 0), RF_OK); /* queued behind it */
+	while (atomic_load(&g_at_gate) == 0)
+		nap_us(100);
+	cr_assert_eq(rf_pipeline_unprefetch(p, 2), RF_OK);
+	cr_assert_eq(rf_pipeline_unprefetch(p, 1), RF_OK);
+	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_ABSENT);
+	cr_assert_eq(state_of(p, 2, NULL), RF_KEY_ABSENT);
+	rf_keyed_stats s = stats(p);
+	cr_assert(s.dropped == 2 && s.wasted == 0 && s.bytes_copied == 0, "withdrawn before the copy: dropped");
+	rf_block b = acq(p, 3, 300); /* slot 0 again: the withdrawn copy must never write it */
+	cr_assert_eq(b.slot, 0);
+	atomic_store(&g_gate, 1);
+	nap_us(20000);
+	cr_assert(memcmp(b.data, g_src[3], 300) == 0, "a withdrawn hint copy wrote the slot");
+	rel(p, &b);
+	open_gate(p);
+}
+
+Test(keyed, unprefetch_of_a_started_hint_lets_it_land)
+{
+	rf_pipeline *p = mk_gated(4);
+	atomic_store(&g_gate_phase, 1);
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK);
+	while (atomic_load(&g_at_gate) == 0)
+		nap_us(100);
+	cr_assert_eq(rf_pipeline_unprefetch(p, 1), RF_OK); /* never waits */
+	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_COPYING);
+	atomic_store(&g_gate, 1);
+	wait_landed(p, 1);
+	rf_keyed_stats s = stats(p);
+	cr_assert(s.dropped == 0 && s.bytes_copied == 300);
+	cr_assert_eq(rf_pipeline_evict(p, 1), RF_OK);
+	cr_assert_eq(stats(p).wasted, 1);
+	open_gate(p);
+}
+
+Test(keyed, hint_bytes_from_the_environment)
+{
+	setenv("RINGFETCH_HINT_BYTES", "1K", 1);
+	rf_pipeline *p = mk(4);
+	cr_assert(strstr(rf_pipeline_describe(p), "at most 1024 bytes outstanding") != NULL, "%s",
+		  rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+	p = mk_hints(4, 600); /* the params field wins */
+	cr_assert(strstr(rf_pipeline_describe(p), "at most 600 bytes outstanding") != NULL);
+	rf_pipeline_destroy(p);
+	setenv("RINGFETCH_HINT_BYTES", "12Q", 1);
+	rf_pipeline_params pp = {.depth = 4, .slot_bytes = SB, .backend = test_backend()};
+	rf_pipeline *q = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &q), RF_ECONFIG);
+	cr_assert(strstr(rf_errmsg(), "RINGFETCH_HINT_BYTES") != NULL, "%s", rf_errmsg());
+	cr_assert_null(q);
+	unsetenv("RINGFETCH_HINT_BYTES");
 }
