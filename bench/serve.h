@@ -74,6 +74,10 @@ typedef struct rfs_model {
 	double *weight;      /* per popularity rank: the router's relative weight, 1 / (rank + 1)^skew */
 	uint64_t iters;      /* arithmetic iterations per routed token (compute_us, calibrated once) */
 	double iters_per_us;
+	/* The true routes, where a driver recorded them in advance (ringfetch-serve-file-bench): for entry
+	 * step * layers + layer (< nroutes), route_n[entry] distinct experts at route_e + entry * experts. */
+	const unsigned *route_n, *route_e;
+	size_t nroutes;
 } rfs_model;
 
 /* One layer as a contestant sees it: the distinct experts routed (ascending), where their bytes are,
@@ -133,6 +137,11 @@ typedef struct rfs_contestant rfs_contestant;
 rfs_contestant *rfs_contestant_create(const rfs_model *m, rfs_kind kind, const char *backend);
 /* One round of o->steps steps from first_step; fills t (zeroed first). 0 or -1 (message printed). */
 int rfs_contestant_round(rfs_contestant *c, unsigned first_step, rfs_tally *t);
+/* keyed-hints with the model's recorded routes: instead of this layer's and the next layer's likeliest
+ * experts, after acquiring the layer's experts it hints the next layer's true route (RFS_HINT_ROUTE) or
+ * as many of the next layer's experts that are not routed there (RFS_HINT_WRONG). */
+enum { RFS_HINT_LIKELY = 0, RFS_HINT_ROUTE = 1, RFS_HINT_WRONG = 2 };
+void rfs_contestant_hint_mode(rfs_contestant *c, int mode);
 /* The resolved backend ("threads", "cpu") or "-" for the plain C contestants; a static string. */
 const char *rfs_contestant_backend(const rfs_contestant *c);
 /* Slots the contestant stages through (0 for sequential and direct). */

@@ -92,7 +92,14 @@ struct rfs_contestant {
 		uint32_t op; /* rpl_op */
 	} *log;
 	size_t nlog, caplog;
+	int hint_mode;        /* RFS_HINT_* */
+	size_t at;            /* the route entry (step * layers + layer) of the layer being run */
 };
+
+void rfs_contestant_hint_mode(rfs_contestant *c, int mode)
+{
+	c->hint_mode = mode;
+}
 
 static int log_call(rfs_contestant *c, rpl_op op, uint64_t key)
 {
@@ -194,6 +201,67 @@ static int keyed_layer(void *self, rfs_layer *L, rfs_tally *t)
 	return 0;
 }
 
+/* The next layer's true route (or the experts of the next layer it does not route), as hints. */
+static int hint_next_route(rfs_contestant *c, int wrong)
+{
+	const rfs_model *m = c->m;
+	const rfs_opts *o = m->o;
+	size_t e = c->at + 1;
+	if (e >= m->nroutes)
+		return 0;
+	unsigned l = (unsigned)(e % o->layers), n = m->route_n[e];
+	const unsigned *r = m->route_e + e * o->experts;
+	unsigned char routed[RFS_MAX_EXPERTS] = {0};
+	for (unsigned i = 0; i < n; i++)
+		routed[r[i]] = 1;
+	for (unsigned i = 0, x = 0, given = 0; given < n && (wrong ? x < o->experts : i < n); given += 1) {
+		unsigned ex;
+		if (wrong) {
+			while (x < o->experts && routed[x])
+				x++;
+			if (x == o->experts)
+				break;
+			ex = x++;
+		} else {
+			ex = r[i++];
+		}
+		uint64_t key = (uint64_t)l * o->experts + ex;
+		int rc = rf_pipeline_prefetch(c->p, key, m->pool + key * o->expert_bytes, o->expert_bytes, 0);
+		if (rc != RF_OK && rc != RF_ENOSPC)
+			return keyed_fail("rf_pipeline_prefetch", rc);
+		if (rc == RF_OK && log_call(c, RPL_PREFETCH, key) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Hint modes with the recorded routes: acquire the layer's experts (demand first), hint the next
+ * layer, then compute and release (the hints' reads overlap this layer's compute). */
+static int keyed_route_layer(rfs_contestant *c, rfs_layer *L, rfs_tally *t)
+{
+	rf_block b[RFS_MAX_EXPERTS];
+	unsigned got = 0;
+	int rc = RF_OK;
+	for (; got < L->n && rc == RF_OK; got++)
+		if ((rc = rf_pipeline_acquire(c->p, L->key[got], L->src[got], L->bytes[got], NULL, 0, &b[got])) != RF_OK)
+			break;
+	int fail = rc != RF_OK ? keyed_fail("rf_pipeline_acquire", rc) : 0;
+	for (unsigned i = 0; i < got && fail == 0; i++)
+		fail = log_call(c, RPL_ACQUIRE, L->key[i]);
+	if (fail == 0)
+		fail = hint_next_route(c, c->hint_mode == RFS_HINT_WRONG);
+	for (unsigned i = 0; i < got; i++) {
+		if (fail == 0)
+			rfs_compute(c->m, L, i, b[i].data, t);
+		if ((rc = rf_pipeline_release(c->p, &b[i])) != RF_OK && fail == 0)
+			fail = keyed_fail("rf_pipeline_release", rc);
+		else if (rc == RF_OK && log_call(c, RPL_RELEASE, L->key[i]) != 0)
+			fail = -1;
+	}
+	c->at++;
+	return fail;
+}
+
 /* Hints first: the routed experts (so that their copies are issued together, not one acquire at a
  * time) and the next layer's likeliest (so that they may land while this layer computes). A hint
  * refused for want of a free slot (RF_ENOSPC) is simply not given: nothing is held here, so it does
@@ -201,6 +269,10 @@ static int keyed_layer(void *self, rfs_layer *L, rfs_tally *t)
 static int keyed_hints_layer(void *self, rfs_layer *L, rfs_tally *t)
 {
 	rfs_contestant *c = self;
+	if (c->hint_mode != RFS_HINT_LIKELY && c->m->route_n != NULL && 2 * L->n <= rf_pipeline_depth(c->p))
+		return keyed_route_layer(c, L, t);
+	if (c->hint_mode != RFS_HINT_LIKELY)
+		c->at++;
 	for (unsigned i = 0; i < L->n + L->nnext; i++) {
 		int routed = i < L->n;
 		uint64_t key = routed ? L->key[i] : L->next_key[i - L->n];
@@ -300,6 +372,7 @@ int rfs_contestant_round(rfs_contestant *c, unsigned first_step, rfs_tally *t)
 		fprintf(stderr, "spin: cannot start the copy thread\n");
 		return -1;
 	}
+	c->at = (size_t)first_step * c->m->o->layers;
 	int rc = rfs_round(c->m, first_step, c->fault ? faulty_layer : layer_fns[c->kind], c, t);
 	if (c->kind == RFS_SPIN)
 		spin_stop(c->ring);

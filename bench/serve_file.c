@@ -6,7 +6,13 @@
  *   pread         buffered pread of each routed expert into one buffer, then compute;
  *   keyed         ringfetch keyed on "threads": acquire, compute, release, src inside the rf_file's
  *                 mapping (the library reads the file for it);
- *   keyed-hints   the same, after hinting the layer's routed and the next layer's likeliest experts.
+ *   keyed-hints   the same, after hinting the layer's routed and the next layer's likeliest experts;
+ *   hints-wrong   keyed, hinting after each layer's acquires as many of the next layer's experts as it
+ *                 routes, all of them ones it does not route (every hint wrong);
+ *   hints-route   keyed, hinting the next layer's true route (recorded before the contestants run, by
+ *                 the parent, from a mapping of the file: an oracle router).
+ * hints-wrong and hints-route are printed beside keyed (no hints) as ratios: the cost of wrong hints
+ * and the gain of right ones.
  * Each child joins a memory cgroup limited to the budget when the process may create one (root: cgroup
  * v1 memory.limit_in_bytes, or v2 memory.max; page cache is charged to it, so a mapping larger than the
  * budget really is evicted), drops the file from the page cache, runs one warm-up round and `rounds`
@@ -30,8 +36,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-enum { C_MMAP, C_PREAD, C_KEYED, C_HINTS, NC };
-static const char *const cname[NC] = {"mmap-direct", "pread", "keyed", "keyed-hints"};
+enum { C_MMAP, C_PREAD, C_KEYED, C_HINTS, C_WRONG, C_ROUTE, NC };
+static const char *const cname[NC] = {"mmap-direct", "pread", "keyed", "keyed-hints", "hints-wrong", "hints-route"};
 
 #define MAXREPS 16u
 #define MAXROUNDS 16u
@@ -247,13 +253,15 @@ static int child_run(fctx *x, int kind, unsigned first_round, report *rep)
 	pread_self ps = {m, fd, NULL, NULL};
 	void *map = MAP_FAILED;
 	int rc = 0;
-	if (kind == C_KEYED || kind == C_HINTS) {
+	if (kind >= C_KEYED) {
 		rc = rf_file_open(x->path, 0, &f) == RF_OK ? 0 : -1;
 		if (rc == 0) {
 			m->pool = (unsigned char *)rf_file_data(f);
 			c = rfs_contestant_create(m, kind == C_KEYED ? RFS_KEYED : RFS_KEYED_HINTS, "threads");
 			rc = c ? 0 : -1;
 		}
+		if (c != NULL && kind >= C_WRONG)
+			rfs_contestant_hint_mode(c, kind == C_WRONG ? RFS_HINT_WRONG : RFS_HINT_ROUTE);
 	} else {
 		map = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
 		rc = map == MAP_FAILED ? -1 : 0;
@@ -347,6 +355,60 @@ static int run_child(fctx *x, int kind, unsigned id, unsigned first_round, repor
 }
 
 /* ---- the driver ---------------------------------------------------------------------------------- */
+
+typedef struct recorder {
+	const rfs_model *m;
+	unsigned *n, *e;
+	size_t at, cap;
+} recorder;
+
+static int record_layer(void *self, rfs_layer *L, rfs_tally *t)
+{
+	recorder *r = self;
+	const rfs_opts *o = r->m->o;
+	for (unsigned i = 0; i < L->n; i++)
+		rfs_compute(r->m, L, i, L->src[i], t);
+	if (r->at < r->cap) {
+		r->n[r->at] = L->n;
+		memcpy(r->e + r->at * o->experts, L->expert, L->n * sizeof *L->expert);
+	}
+	r->at++;
+	return 0;
+}
+
+/* The routes of every step the children run (and one more), from a mapping of the file, for the
+ * oracle hints of hints-wrong and hints-route. 0, or -1 with a message printed. */
+static int record_routes(fctx *x)
+{
+	const rfs_opts *o = &x->o;
+	size_t len = (size_t)o->layers * o->experts * o->expert_bytes;
+	size_t rounds = (size_t)x->reps * (o->rounds + 1) + 2, cap = rounds * o->steps * o->layers;
+	int fd = open(x->path, O_RDONLY | O_CLOEXEC);
+	void *map = fd < 0 ? MAP_FAILED : mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	recorder r = {&x->m, calloc(cap, sizeof(unsigned)), calloc(cap * o->experts, sizeof(unsigned)), 0, cap};
+	int rc = map != MAP_FAILED && r.n && r.e ? 0 : -1;
+	x->m.pool = map == MAP_FAILED ? NULL : map;
+	for (size_t q = 0; q < rounds && rc == 0; q++) {
+		rfs_tally t;
+		memset(&t, 0, sizeof t);
+		r.at = q * o->steps * o->layers;
+		rc = rfs_round(&x->m, (unsigned)(q * o->steps), record_layer, &r, &t);
+	}
+	if (map != MAP_FAILED)
+		munmap(map, len);
+	if (fd >= 0) {
+		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+		close(fd);
+	}
+	x->m.pool = NULL;
+	if (rc != 0) {
+		fprintf(stderr, "recording the routes failed\n");
+		free(r.n), free(r.e);
+		return -1;
+	}
+	x->m.route_n = r.n, x->m.route_e = r.e, x->m.nroutes = cap;
+	return 0;
+}
 
 static double med(double *v, unsigned n)
 {
@@ -462,6 +524,10 @@ int main(int argc, char **argv)
 		unlink(x.path);
 		return 1;
 	}
+	if (record_routes(&x) != 0) {
+		unlink(x.path);
+		return 1;
+	}
 	cg_detect(&x);
 	/* Keyed reads are O_DIRECT where the file system takes it; elsewhere they fill the page cache, and the
 	 * pages of the reads in flight cannot be reclaimed until they land: the budget must hold them too
@@ -474,6 +540,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: O_DIRECT refused (%s): keyed reads go through the page cache, which shares the "
 				"budget with the slots\n", x.path, strerror(errno));
 	report *reps = calloc((size_t)NC * x.reps, sizeof *reps);
+	double ms[NC] = {0};
 	uint64_t peak[NC][MAXREPS] = {{0}};
 	int rc = reps ? 0 : 1;
 	for (unsigned r = 0; r < x.reps && rc == 0; r++)
@@ -506,7 +573,6 @@ int main(int argc, char **argv)
 		       o->slots, direct ? "O_DIRECT" : "buffered (no O_DIRECT here)", x.reps, o->rounds, o->steps);
 		printf("%-12s %9s %9s %12s %9s %10s %9s %9s\n", "contestant", "ms/step", "cpu ms", "MiB read/step",
 		       "hit rate", "peak MiB", "vs mmap", "vs pread");
-		double ms[NC];
 		rfs_bound bounds[NC];
 		FILE *j = x.json ? fopen(x.json, "w") : NULL;
 		if (j)
@@ -566,7 +632,12 @@ int main(int argc, char **argv)
 			rc = fclose(j) == 0 ? 0 : 1;
 		}
 	}
+	if (rc == 0)
+		printf("hints, keyed = 1: wrong %.3fx (target <= 1.05), true route %.3fx (target <= 0.90)\n",
+		       ms[C_WRONG] / ms[C_KEYED], ms[C_ROUTE] / ms[C_KEYED]);
 	x.m.pool = NULL;
+	free((void *)x.m.route_n);
+	free((void *)x.m.route_e);
 	rfs_model_free(&x.m);
 	free(reps);
 	unlink(x.path);
