@@ -1,6 +1,7 @@
 /* tests/race_keyed.c — seeded stress of keyed use, as a plain program so that it runs under
  * ThreadSanitizer. Each iteration creates a pipeline (random depth 1..12, slot size, wait policy) and
- * drives random prefetch / acquire / release / evict sequences over 48 keys of fixed random sizes,
+ * drives random prefetch / unprefetch / acquire / release / evict sequences over 48 keys of fixed
+ * random sizes (hints bounded by a random hint_bytes, the default among them),
  * with occasional runs in between (after releasing everything). Every acquire checks the payload,
  * again after a random delay while hint copies run (a refill under a hold is caught); an evicted
  * key's source is rewritten at once (a copy still reading it is a data race TSan reports, and a stale
@@ -101,6 +102,8 @@ static int iteration(unsigned long long seed)
 	pp.slot_bytes = 64 + rnd(&s, MAXB - 63);
 	pp.backend = g_backend;
 	pp.wait = waits[rnd(&s, 4)];
+	if (rnd(&s, 2)) /* else the default bound */
+		pp.hint_bytes = 1 + rnd(&s, (uint64_t)pp.depth * pp.slot_bytes);
 	for (unsigned k = 0; k < NK; k++) {
 		g_size[k] = 1 + rnd(&s, pp.slot_bytes);
 		fill(k);
@@ -137,10 +140,15 @@ static int iteration(unsigned long long seed)
 			if ((rc = check(&held[j], (unsigned)held[j].index, "before release")) == 0)
 				rc = rf_pipeline_release(p, &held[j]);
 			held[j] = held[--nheld];
-		} else if (r < 90) {
+		} else if (r < 84) {
 			int a = rf_pipeline_prefetch(p, k, g_src[k], g_size[k], 0);
 			if (a != RF_OK && a != RF_ENOSPC) {
 				fprintf(stderr, "prefetch %u: %s\n", k, rf_errmsg());
+				rc = -1;
+			}
+		} else if (r < 90) {
+			if (rf_pipeline_unprefetch(p, k) != RF_OK) {
+				fprintf(stderr, "unprefetch %u: %s\n", k, rf_errmsg());
 				rc = -1;
 			}
 		} else if (r < 98) {

@@ -29,16 +29,22 @@ static void install(uint64_t seed, double step_prob)
 	sim_install(&c);
 }
 
-static rf_pipeline *make(unsigned depth, size_t slot)
+static rf_pipeline *make_hints(unsigned depth, size_t slot, uint64_t hint_bytes)
 {
 	rf_pipeline_params pp = {0};
 	pp.depth = depth;
+	pp.hint_bytes = hint_bytes;
 	pp.slot_bytes = slot;
 	pp.backend = "cuda";
 	pp.memory = RF_MEMORY_DEVICE;
 	rf_pipeline *p = NULL;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 	return p;
+}
+
+static rf_pipeline *make(unsigned depth, size_t slot)
+{
+	return make_hints(depth, slot, 0);
 }
 
 /* A "kernel": a host function on the acquiring stream that checks the slot when the device gets there. */
@@ -321,5 +327,86 @@ Test(cuda_keyed, negative_control_without_the_stage_wait_is_caught_by_the_oracle
 	rf__test_hooks.keyed_before_copy = NULL;
 	rf_pipeline_destroy(p);
 	free(a);
+	leak_check();
+}
+
+/* With 40 hint copies pending on the device, an acquire's copy waits for none of them: it goes on a
+ * demand stream of its own, and neither it nor the acquiring stream waits on an event that a hint
+ * stream recorded. Then the slot choice: a miss takes the oldest unacquired hint's slot. */
+Test(cuda_keyed, an_acquire_never_waits_behind_hints)
+{
+	install(7, 0); /* the device runs nothing until a synchronisation: every hint copy stays pending */
+	rf_pipeline *p = make_hints(48, 4096, 48 * 4096); /* room for every hint */
+	void *s;
+	cr_assert_eq(sim_api.stream_create(&s), 0);
+	enum { NH = 40 };
+	unsigned char *src[NH + 1];
+	for (int i = 0; i <= NH; i++) {
+		src[i] = sim_host_alloc(4096);
+		memset(src[i], 'a' + i, 4096);
+	}
+	rf_block old; /* an acquired block used before every hint: the least recently used slot */
+	cr_assert_eq(rf_pipeline_acquire(p, 98, src[NH], 4096, s, 0, &old), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_release(p, &old), RF_OK);
+	sim_log_clear();
+	for (int k = 0; k < NH; k++)
+		cr_assert_eq(rf_pipeline_prefetch(p, (uint64_t)k, src[k], 4096, 0), RF_OK, "%s", rf_errmsg());
+	size_t nhint;
+	sim_log(&nhint);
+	rf_block b;
+	cr_assert_eq(rf_pipeline_acquire(p, 99, src[NH], 4096, s, 0, &b), RF_OK, "%s", rf_errmsg());
+	size_t n;
+	const char *const *l = sim_log(&n);
+	int rec_stream[4096], hint_stream[64] = {0}, demand = -1, caller = sim_stream_id(s), copies = 0;
+	for (size_t i = 0; i < sizeof rec_stream / sizeof rec_stream[0]; i++)
+		rec_stream[i] = -1;
+	for (size_t i = 0; i < n; i++) {
+		int st, ev, h;
+		if (sscanf(l[i], " record s%d e%d", &st, &ev) == 2 && ev >= 0 && ev < 4096)
+			rec_stream[ev] = st;
+		if (sscanf(l[i], " memcpy s%d d%*d+%*d <- h%d", &st, &h) == 2 && st >= 0 && st < 64) {
+			if (i < nhint)
+				hint_stream[st] = 1, copies++;
+			else if (h == NH)
+				demand = st;
+		}
+	}
+	cr_assert_gt(copies, 0, "no hint copy was enqueued");
+	cr_assert_geq(demand, 0, "the acquire's copy is not in the log");
+	cr_assert_eq(hint_stream[demand], 0, "the acquire's copy went on hint stream s%d", demand);
+	for (size_t i = nhint; i < n; i++) {
+		int st, ev;
+		if (sscanf(l[i], " wait s%d e%d", &st, &ev) == 2 && (st == demand || st == caller) && ev >= 0 &&
+		    ev < 4096 && rec_stream[ev] >= 0 && rec_stream[ev] < 64)
+			cr_assert_eq(hint_stream[rec_stream[ev]], 0, "s%d waits on e%d of hint stream s%d: %s", st, ev,
+				     rec_stream[ev], l[i]);
+	}
+	rf_keyed_stats ks;
+	cr_assert_eq(rf_pipeline_keyed_stats(p, &ks), RF_OK);
+	cr_assert_eq(ks.hits, 0);
+	/* The slot choice: every hint copy still pending, the miss took an empty slot; with them landed
+	 * (synchronised) and no slot empty, a miss takes the oldest unacquired hint's slot. */
+	cr_assert_eq(sim_api.stream_synchronize(s), 0);
+	cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+	rf_block c;
+	for (uint64_t k = 100; k < 100 + 48 - NH - 2; k++) { /* the empty slots */
+		cr_assert_eq(rf_pipeline_acquire(p, k, src[NH], 4096, s, 0, &c), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(rf_pipeline_release(p, &c), RF_OK);
+	}
+	cr_assert_eq(sim_api.device_synchronize(), 0);
+	unsigned slot0 = 99;
+	rf_key_state st0;
+	cr_assert_eq(rf_pipeline_lookup(p, 0, &st0, &slot0), RF_OK);
+	cr_assert_eq(st0, RF_KEY_READY);
+	cr_assert_eq(rf_pipeline_acquire(p, 200, src[NH], 4096, s, 0, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.slot, slot0, "the miss took slot %u, not the oldest unacquired hint's (%u)", c.slot, slot0);
+	cr_assert_eq(rf_pipeline_lookup(p, 98, &st0, NULL), RF_OK);
+	cr_assert_eq(st0, RF_KEY_READY, "the least recently used acquired block was evicted before the hints");
+	cr_assert_eq(rf_pipeline_release(p, &c), RF_OK);
+	cr_assert_eq(sim_api.stream_synchronize(s), 0);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(sim_api.stream_destroy(s), 0);
+	for (int i = 0; i <= NH; i++)
+		sim_host_free(src[i]);
 	leak_check();
 }
