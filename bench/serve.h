@@ -139,7 +139,7 @@ rfs_contestant *rfs_contestant_create(const rfs_model *m, rfs_kind kind, const c
 int rfs_contestant_round(rfs_contestant *c, unsigned first_step, rfs_tally *t);
 /* keyed-hints with the model's recorded routes: instead of this layer's and the next layer's likeliest
  * experts, after acquiring the layer's experts it hints the next layer's true route (RFS_HINT_ROUTE) or
- * as many of the next layer's experts that are not routed there (RFS_HINT_WRONG). */
+ * as many of the next layer's experts that are not routed there, least popular first (RFS_HINT_WRONG). */
 enum { RFS_HINT_LIKELY = 0, RFS_HINT_ROUTE = 1, RFS_HINT_WRONG = 2 };
 void rfs_contestant_hint_mode(rfs_contestant *c, int mode);
 /* The resolved backend ("threads", "cpu") or "-" for the plain C contestants; a static string. */

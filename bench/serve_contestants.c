@@ -216,12 +216,12 @@ static int hint_next_route(rfs_contestant *c, int wrong)
 		routed[r[i]] = 1;
 	for (unsigned i = 0, x = 0, given = 0; given < n && (wrong ? x < o->experts : i < n); given += 1) {
 		unsigned ex;
-		if (wrong) {
-			while (x < o->experts && routed[x])
+		if (wrong) { /* the least popular first: wrong now, and the least likely to be right later */
+			while (x < o->experts && routed[m->likely[(size_t)l * o->experts + o->experts - 1 - x]])
 				x++;
 			if (x == o->experts)
 				break;
-			ex = x++;
+			ex = m->likely[(size_t)l * o->experts + o->experts - 1 - x++];
 		} else {
 			ex = r[i++];
 		}

@@ -8,7 +8,7 @@
  *                 mapping (the library reads the file for it);
  *   keyed-hints   the same, after hinting the layer's routed and the next layer's likeliest experts;
  *   hints-wrong   keyed, hinting after each layer's acquires as many of the next layer's experts as it
- *                 routes, all of them ones it does not route (every hint wrong);
+ *                 routes, all of them ones it does not route, least popular first (every hint wrong);
  *   hints-route   keyed, hinting the next layer's true route (recorded before the contestants run, by
  *                 the parent, from a mapping of the file: an oracle router).
  * hints-wrong and hints-route are printed beside keyed (no hints) as ratios: the cost of wrong hints
@@ -632,9 +632,23 @@ int main(int argc, char **argv)
 			rc = fclose(j) == 0 ? 0 : 1;
 		}
 	}
-	if (rc == 0)
+	if (rc == 0) {
+		/* What the hints did, per step (summed over every repetition and round, then divided). */
+		printf("%-12s %9s %9s %9s %9s %9s\n", "hints", "hinted", "dropped", "wasted", "hits", "late");
+		for (int k = C_KEYED; k < NC; k++) {
+			double v[5] = {0}, steps = (double)x.reps * o->rounds * o->steps;
+			for (unsigned r = 0; r < x.reps; r++)
+				for (unsigned q = 0; q < o->rounds; q++) {
+					const rfs_tally *t = &reps[k * x.reps + r].t[q];
+					v[0] += (double)t->prefetches, v[1] += (double)t->dropped, v[2] += (double)t->wasted;
+					v[3] += (double)t->hits, v[4] += (double)t->late;
+				}
+			printf("%-12s %9.2f %9.2f %9.2f %9.2f %9.2f\n", cname[k], v[0] / steps, v[1] / steps, v[2] / steps,
+			       v[3] / steps, v[4] / steps);
+		}
 		printf("hints, keyed = 1: wrong %.3fx (target <= 1.05), true route %.3fx (target <= 0.90)\n",
 		       ms[C_WRONG] / ms[C_KEYED], ms[C_ROUTE] / ms[C_KEYED]);
+	}
 	x.m.pool = NULL;
 	free((void *)x.m.route_n);
 	free((void *)x.m.route_e);
