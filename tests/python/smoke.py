@@ -27,7 +27,8 @@ class Params(ctypes.Structure):  # rf_pipeline_params
         ("memory", ctypes.c_int),
         ("wait", ctypes.c_char_p),
         ("locality", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint64 * 7),
+        ("hint_bytes", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint64 * 6),
     ]
 
 
