@@ -319,9 +319,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		goto fail_free;
 	}
 	if (p->eng.keyed != NULL)
-		rf__engine_describe_append(&p->eng, "; keyed hints: at most %llu bytes outstanding",
-					   (unsigned long long)rf__keyed_hint_budget(p->eng.keyed, params->hint_bytes
-						   ? params->hint_bytes : r.cfg.hint_bytes));
+		rf__keyed_hint_budget(p->eng.keyed, params->hint_bytes ? params->hint_bytes : r.cfg.hint_bytes);
 	atomic_init(&p->depth, r.depth);
 	p->copy_queues = r.kq;
 	if (r.auto_max != 0 && r.device)
