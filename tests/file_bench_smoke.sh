@@ -38,7 +38,8 @@ check "serve-file bench exits 0 (got $rc)" "[ $rc -eq 0 ]"
 if command -v python3 >/dev/null; then
 	check "serve-file bench JSON parses" "python3 -c 'import json,sys; json.load(open(sys.argv[1]))' \"$out/s.json\""
 fi
-check "serve-file bench JSON has 4 records" "[ \$(grep -c '\"contestant\"' \"$out/s.json\") -eq 4 ]"
+check "serve-file bench JSON has 6 records" "[ \$(grep -c '\"contestant\"' \"$out/s.json\") -eq 6 ]"
+check "serve-file bench prints the hint modes beside keyed" "grep -qE '^hints, keyed = 1: wrong [0-9.]+x' \"$out/s.txt\" && grep -q '^hints-route ' \"$out/s.txt\""
 check "serve-file bench says whether the budget holds" "grep -qE 'budget [0-9]+ MiB \((enforced|NOT enforced)' \"$out/s.txt\""
 
 echo "$passes passed, $fails failed"
