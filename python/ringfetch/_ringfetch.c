@@ -1871,6 +1871,24 @@ static PyObject *Pipeline_release(PipelineObject *self, PyObject *b)
 	return pipe_release_block(self, (BlockObject *)b);
 }
 
+/* The key's source stays pinned: a hint copy that started may still read it (and a later acquire may
+ * name it again); evict or close lets go of it, as for any key. */
+static PyObject *Pipeline_unprefetch(PipelineObject *self, PyObject *arg)
+{
+	uint64_t key;
+	PyObject *key_o = key_arg(arg, &key);
+	if (key_o == NULL)
+		return NULL;
+	Py_DECREF(key_o);
+	if (pipe_enter(self, "unprefetch") < 0)
+		return NULL;
+	int rc = rf_pipeline_unprefetch(self->p, key); /* never waits: the GIL stays */
+	pipe_leave(self);
+	if (rc != RF_OK)
+		return rfpy_raise(rc);
+	Py_RETURN_NONE;
+}
+
 static PyObject *Pipeline_evict(PipelineObject *self, PyObject *arg)
 {
 	uint64_t key;
@@ -2102,6 +2120,10 @@ static PyMethodDef Pipeline_methods[] = {
 	 "release($self, block, /)\n--\n\n"
 	 "Let go of one hold (the key stays resident until its slot is needed). BufferError, and the block "
 	 "stays held, while a view of it (memoryview, numpy array, DLPack tensor) is alive."},
+	{"unprefetch", (PyCFunction)Pipeline_unprefetch, METH_O,
+	 "unprefetch($self, key, /)\n--\n\n"
+	 "Withdraw the hint of key: dropped if its copy has not started, else it lands first in line for "
+	 "eviction. Nothing happens for a key absent, held or acquired since its hint. Never waits."},
 	{"evict", (PyCFunction)Pipeline_evict, METH_O,
 	 "evict($self, key, /)\n--\n\n"
 	 "Forget key (its source will change): the next acquire copies it again. Returns when no copy reads its "

@@ -107,6 +107,19 @@ def test_lru_many_keys(pipeline):
             assert np.frombuffer(b, np.float32)[0] == k
 
 
+def test_unprefetch(pipeline):
+    pipeline.prefetch(20, expert(20))
+    pipeline.unprefetch(20)           # dropped, or landed and first in line: never an error
+    pipeline.unprefetch(12345)        # absent: nothing happens
+    with pytest.raises(TypeError):
+        pipeline.unprefetch("20")
+    with pipeline.acquire(20, expert(20)) as b:
+        np.testing.assert_array_equal(np.frombuffer(b, np.float32), expert(20))
+        pipeline.unprefetch(20)       # held: nothing happens
+    ks = pipeline.keyed_stats()
+    assert ks["prefetches"] == 1 and ks["dropped"] + ks["wasted"] + ks["hits"] == 1
+
+
 def test_sources_kept_alive_until_evict(pipeline):
     src = bytearray(b"k" * 64)
     pipeline.prefetch(5, src)
