@@ -37,7 +37,8 @@
 #include <unistd.h>
 
 enum { C_MMAP, C_PREAD, C_KEYED, C_HINTS, C_WRONG, C_ROUTE, NC };
-static const char *const cname[NC] = {"mmap-direct", "pread", "keyed", "keyed-hints", "hints-wrong", "hints-route"};
+static const char *const cname[NC] = {"mmap-direct", "pread",       "keyed",
+				      "keyed-hints", "hints-wrong", "hints-route"};
 
 #define MAXREPS 16u
 #define MAXROUNDS 16u

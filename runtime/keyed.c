@@ -3,9 +3,9 @@
  * Held slots are in no list; an unheld slot is in the hint list (no acquire took its key since its
  * hint) or the LRU list (an acquire did), each least recently used first, so that a demand miss finds
  * the oldest unacquired hint, and else the least recently used slot not held, at a list's head; empty
- * slots are a bitmap (lowest-numbered empty slot: count trailing zeros). Every call checks everything, decides,
- * issues the backend's copy (the one step that can fail late), then commits, so a failed call changes
- * nothing, except that a victim whose pending hint copy was withdrawn is then forgotten. */
+ * slots are a bitmap (lowest-numbered empty slot: count trailing zeros). Every call checks everything,
+ * decides, issues the backend's copy (the one step that can fail late), then commits, so a failed call
+ * changes nothing, except that a victim whose pending hint copy was withdrawn is then forgotten. */
 #include "runtime/keyed_cache.h"
 #include "base/alloc.h"
 #include "base/error.h"
