@@ -417,7 +417,8 @@ typedef enum rf_keyed_trace_kind {
 	RF_KTRACE_ACQUIRE_MISS = 2,     /* an acquire that copied a key that was absent */
 	RF_KTRACE_ACQUIRE_HINTED = 3,   /* an acquire that copied a key whose hint had a slot but no copy
 	                                   made yet (held back or overtaken): a miss, the key not absent */
-	RF_KTRACE_PREFETCH = 4,         /* a hint that found the key absent (its slot chosen now) */
+	RF_KTRACE_PREFETCH = 4,         /* a hint that found the key absent (its slot chosen now; slot
+	                                   UINT32_MAX: dropped at once by the hints' credit) */
 	RF_KTRACE_PREFETCH_PRESENT = 5, /* a hint that found the key resident, held or on its way */
 	RF_KTRACE_RELEASE = 6,
 	RF_KTRACE_EVICT = 7,            /* also of an absent key */
