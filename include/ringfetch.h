@@ -323,9 +323,9 @@ RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
  *    recently used slot whose key no acquire has taken since its hint (an unacquired hint: one whose
  *    copy is being made is passed over while another slot is free to take), else the least recently
  *    used slot not held. A hint takes the least recently used acquired slot not held (it never
- *    displaces another unacquired hint while both fit in params.hint_bytes), and when it would not
- *    fit, the oldest unacquired hint's slot (even with empty slots); "used" = the last acquire,
- *    release or prefetch.
+ *    displaces another unacquired hint while both fit in params.hint_bytes; none such: as a miss),
+ *    and when it would not fit, the oldest unacquired hint's slot (even with empty slots); "used" =
+ *    the last acquire, release or prefetch.
  *  - An acquire never waits behind a hint copy that has not started (it overtakes it).
  *  - Hints' bytes outstanding (held back, in flight or landed, not yet acquired) stay within
  *    params.hint_bytes. A hint is also dropped at once (RF_OK; counted in prefetches and dropped, no
@@ -336,7 +336,8 @@ RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
 
 /**
  * A hint that `key` (bytes at src) will be acquired soon; returns without waiting (except on "cpu").
- * An absent key gets its slot now and its copy now or once its lane frees; a present one only its use
+ * An absent key gets its slot now and its copy now or once its lane frees (or, when wasted hints
+ * have used up the hints' credit, is dropped at once: RF_OK, see above); a present one only its use
  * refreshed.
  * \return RF_OK;
  *         RF_EINVAL (p or src NULL, bytes 0 or > slot_bytes, a different bytes count than the resident
