@@ -157,8 +157,10 @@ typedef struct rf_pipeline_params {
 	uint64_t locality;    /* RF_LOCALITY_CALLER (0) or RF_LOCALITY_COPIER (above); never read from the
 	                         environment or the config file (it changes which thread calls compute) */
 	uint64_t hint_bytes;  /* keyed use: bound on hints' bytes outstanding (hinted, not yet acquired);
-	                         0 = RINGFETCH_HINT_BYTES, else the file's `hint_bytes`, else an eighth of
-	                         the slots (at least one slot); more than all the slots means all of them */
+	                         0 = RINGFETCH_HINT_BYTES, else the file's `hint_bytes`, else no bound (the
+	                         keyed section's plain slot rule: lowest-numbered empty slot, else least
+	                         recently used not held; no hint dropped); more than all the slots means
+	                         all of them */
 	uint64_t reserved[6]; /* must be zero */
 } rf_pipeline_params;
 
@@ -319,26 +321,30 @@ RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
  *    Destroy drops the holds (cuda: after a device synchronise).
  *  - Every RAW and WAR rule of runs holds; no keyed call allocates after create. CUDA queries run in
  *    thread-local capture mode. Slot choice and hints' accounting: docs/serving.md.
- *  - Slot choice for a new key: the lowest-numbered empty slot; else, for an acquire's miss, the least
- *    recently used slot whose key no acquire has taken since its hint (an unacquired hint: one whose
- *    copy is being made is passed over while another slot is free to take), else the least recently
- *    used slot not held. A hint takes the least recently used acquired slot not held (it never
- *    displaces another unacquired hint while both fit in params.hint_bytes; none such: as a miss),
- *    and when it would not fit, the oldest unacquired hint's slot (even with empty slots); "used" =
- *    the last acquire, release or prefetch.
+ *  - Slot choice for a new key: the lowest-numbered empty slot, else the least recently used slot not
+ *    held; "used" = its last acquire, release or prefetch. A prefetch of an absent key gets its slot
+ *    chosen now, as an acquire's miss would (RF_ENOSPC only when every slot is held).
  *  - An acquire never waits behind a hint copy that has not started (it overtakes it).
- *  - Hints' bytes outstanding (held back, in flight or landed, not yet acquired) stay within
- *    params.hint_bytes. A hint is also dropped at once (RF_OK; counted in prefetches and dropped, no
- *    slot taken) when hints have been wasted: the bytes of hint copies wasted stay within one
- *    hint_bytes plus 1/32 of the bytes acquires copied. So wrong hints cost little; right ones, each
- *    acquired, are not held back by it.
+ *  - With params.hint_bytes (or RINGFETCH_HINT_BYTES, or the file's hint_bytes) set, hints are
+ *    bounded, and the two rules above change for them (docs/serving.md, "Hints' bound"; for a loop
+ *    whose hints may be wrong). Slot choice: the lowest-numbered empty slot; else, for an acquire's
+ *    miss, the least recently used slot whose key no acquire has taken since its hint (an unacquired
+ *    hint: one whose copy is being made is passed over while another slot is free to take), else the
+ *    least recently used slot not held. A hint takes the least recently used acquired slot not held
+ *    (it never displaces another unacquired hint while both fit in hint_bytes; none such: as a miss),
+ *    and when it would not fit, the oldest unacquired hint's slot (even with empty slots). Hints'
+ *    bytes outstanding (held back, in flight or landed, not yet acquired) stay within hint_bytes. A
+ *    hint is also dropped at once (RF_OK; counted in prefetches and dropped, no slot taken) when
+ *    hints have been wasted: the bytes of hint copies wasted stay within one hint_bytes plus 1/32 of
+ *    the bytes acquires copied. So wrong hints cost little; right ones, each acquired, are not held
+ *    back by it.
  */
 
 /**
  * A hint that `key` (bytes at src) will be acquired soon; returns without waiting (except on "cpu").
- * An absent key gets its slot now and its copy now or once its lane frees (or, when wasted hints
- * have used up the hints' credit, is dropped at once: RF_OK, see above); a present one only its use
- * refreshed.
+ * An absent key gets its slot now and its copy now or once its lane frees (or, with hint_bytes set,
+ * when wasted hints have used up the hints' credit, is dropped at once: RF_OK, see above); a present
+ * one only its use refreshed.
  * \return RF_OK;
  *         RF_EINVAL (p or src NULL, bytes 0 or > slot_bytes, a different bytes count than the resident
  *                   or incoming copy of key, flags != 0);

@@ -1,9 +1,10 @@
 /* runtime/keyed.c — the keyed cache over a pipeline's slots (runtime/keyed.h).
  *
- * Held slots are in no list; an unheld slot is in the hint list (no acquire took its key since its
- * hint) or the LRU list (an acquire did), each least recently used first, so that a demand miss finds
- * the oldest unacquired hint, and else the least recently used slot not held, at a list's head; empty
- * slots are a bitmap (lowest-numbered empty slot: count trailing zeros). Every call checks everything,
+ * Held slots are in no list. With hints unbounded (hint_bytes 0, the default) every unheld slot is in
+ * the LRU list, so its head is the least recently used slot not held (the documented rule). With hints
+ * bounded an unheld slot is in the hint list (no acquire took its key since its hint) or the LRU list
+ * (an acquire did), each least recently used first, so that a demand miss finds the oldest unacquired
+ * hint, and else the least recently used slot not held, at a list's head. Empty slots are a bitmap (lowest-numbered empty slot: count trailing zeros). Every call checks everything,
  * decides, issues the backend's copy (the one step that can fail late), then commits, so a failed call
  * changes nothing, except that a victim whose pending hint copy was withdrawn is then forgotten. */
 #include "runtime/keyed_cache.h"
@@ -12,6 +13,7 @@
 #include "io/file.h"
 #include "runtime/engine.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -72,24 +74,26 @@ void rf__keyed_destroy(rf__keyed *k)
 	free(k);
 }
 
-size_t rf__keyed_hint_default(unsigned n, size_t slot_bytes)
-{
-	unsigned share = n / RF__KEYED_HINT_SHARE;
-	return (size_t)(share > 0 ? share : 1) * slot_bytes;
-}
-
-size_t rf__keyed_hint_budget(rf__keyed *k, uint64_t bytes)
+void rf__keyed_hint_budget(rf__keyed *k, uint64_t bytes)
 {
 	uint64_t all = (uint64_t)k->n * k->slot_bytes; /* more than the slots could never be outstanding */
-	k->hint_cap = bytes == 0 ? rf__keyed_hint_default(k->n, k->slot_bytes) : (size_t)(bytes < all ? bytes : all);
+	k->hints_bounded = bytes != 0;
+	k->hint_cap = bytes == 0 ? SIZE_MAX : (size_t)(bytes < all ? bytes : all);
 	k->credit = k->hint_cap;
-	return k->hint_cap;
 }
 
 /* Hint credit back (an acquired hint, or one never copied; demand copies' share), at most hint_cap. */
 static void rf__kcredit(rf__keyed *k, size_t bytes)
 {
-	k->credit = bytes < k->hint_cap - k->credit ? k->credit + bytes : k->hint_cap;
+	if (k->hints_bounded)
+		k->credit = bytes < k->hint_cap - k->credit ? k->credit + bytes : k->hint_cap;
+}
+
+/* An accepted hint takes its bytes of credit (accepted only when they are there). */
+static void rf__kdebit(rf__keyed *k, size_t bytes)
+{
+	if (k->hints_bounded)
+		k->credit -= bytes;
 }
 
 int rf__keyed_held(const rf__keyed *k)
@@ -228,8 +232,9 @@ static unsigned rf__kchoose_hint(rf__keyed *k, int *withdrawn)
 
 enum { RF__KFOR_DEMAND, RF__KFOR_HINT, RF__KFOR_HINT_OVER };
 
-/* The slot for a new key; k->n if none (every slot held). The lowest-numbered empty one first (not for a
- * hint over hint_cap). Then:
+/* The slot for a new key; k->n if none (every slot held). Hints unbounded: the hint list is empty and
+ * RF__KFOR_HINT_OVER never asked for, so this is the lowest-numbered empty slot, else the LRU list's
+ * head. Hints bounded: the lowest-numbered empty one first (not for a hint over hint_cap). Then:
  *  - a demand miss (and a hint over hint_cap, which must take an unacquired hint's bytes): the oldest
  *    unacquired hint that needs no wait, else (demand) the least recently used acquired slot not held,
  *    else the oldest unacquired hint (its copy is being made: the new copy is ordered after it);
@@ -330,7 +335,7 @@ static void rf__kunhint(rf__keyed *k, unsigned i)
 	rf__kslot *s = &k->s[i];
 	if (!s->hint || s->refs != 0)
 		return;
-	rf__kunlink(k, RF__KHINT, i);
+	rf__kunlink(k, rf__klist(k, i), i); /* its list while the hint flag is still set */
 	k->hint_bytes -= s->bytes;
 	rf__kcredit(k, s->bytes);
 	s->hint = 0;
@@ -409,8 +414,9 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 		rf__kpump(k);
 		return RF_OK;
 	}
-	/* Out of credit (hints have been wasted), or larger than the bound: dropped at once, no slot taken. */
-	if (bytes > k->credit) {
+	/* Bounded hints only: out of credit (hints have been wasted), or larger than the bound: dropped at
+	 * once, no slot taken. */
+	if (k->hints_bounded && bytes > k->credit) {
 		if (k->nheld == k->n)
 			return rf__err(RF_ENOSPC, "%s: every one of the %u slots is held", who, k->n);
 		rf__kst_add(k, ST_PRE, 1);
@@ -419,8 +425,8 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 		return RF_OK;
 	}
 	int withdrawn;
-	unsigned v = rf__kchoose(k, k->hint_bytes + bytes > k->hint_cap ? RF__KFOR_HINT_OVER : RF__KFOR_HINT,
-				 &withdrawn);
+	int over = k->hints_bounded && k->hint_bytes + bytes > k->hint_cap;
+	unsigned v = rf__kchoose(k, over ? RF__KFOR_HINT_OVER : RF__KFOR_HINT, &withdrawn);
 	if (v == k->n)
 		return rf__err(RF_ENOSPC, "%s: every one of the %u slots is held", who, k->n);
 	withdrawn |= rf__kwithdraw(k, v);
@@ -447,7 +453,7 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	rf__kinstall(k, v, key, src, bytes, state, 1);
 	k->s[v].hbf = hb.f;
 	k->s[v].issued = state == RF__K_FILLED;
-	k->credit -= bytes;
+	rf__kdebit(k, bytes);
 	if (state == RF__K_FILLED)
 		atomic_store_explicit(&k->s[v].ticket, t, memory_order_relaxed);
 	rf__kunlock(k);
@@ -458,7 +464,7 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	return RF_OK;
 failed_read: /* the slot was written: the victim cannot stay either */
 	rf__kdrop(k, v);
-	k->credit -= bytes;
+	rf__kdebit(k, bytes);
 	rf__kst_add(k, ST_PRE, 1);
 	rf__kst_add(k, ST_WASTE, 1);
 	rf__kpump(k);
@@ -631,9 +637,10 @@ int rf__keyed_unprefetch(rf__keyed *k, uint64_t key)
 	/* Held back, or its copy withdrawn before it started: the key goes (dropped, its credit back). */
 	if (k->s[i].state == RF__K_HELDBACK || rf__kwithdraw(k, i)) {
 		rf__kdrop(k, i);
-	} else { /* its copy started (or landed): it stays, first in line for eviction */
-		rf__kunlink(k, RF__KHINT, i);
-		rf__kpush_head(k, RF__KHINT, i);
+	} else { /* its copy started (or landed): it stays, first in line for eviction (at the head of the
+		  * hint list when hints are bounded, else of the one LRU list) */
+		rf__kunlink(k, rf__klist(k, i), i);
+		rf__kpush_head(k, rf__klist(k, i), i);
 	}
 	rf__kpump(k);
 	return RF_OK;

@@ -38,23 +38,20 @@ int rf__keyed_unprefetch(rf__keyed *k, uint64_t key);
 int rf__keyed_lookup(const rf__keyed *k, uint64_t key, rf_key_state *state, unsigned *slot);
 void rf__keyed_stats(const rf__keyed *k, rf_keyed_stats *out);
 
-/* The bound on hints' bytes outstanding (rf_pipeline_params.hint_bytes, resolved: 0 = the default,
- * rf__keyed_hint_default). Called once, after create; the resolved bound is returned. */
-size_t rf__keyed_hint_budget(rf__keyed *k, uint64_t bytes);
-/* The default bound for n slots of slot_bytes: RF__KEYED_HINT_SHARE of the slots, at least one. */
-size_t rf__keyed_hint_default(unsigned n, size_t slot_bytes);
+/* The bound on hints' bytes outstanding (rf_pipeline_params.hint_bytes, resolved: params, else
+ * RINGFETCH_HINT_BYTES, else the file's hint_bytes). 0: hints are not bounded and the slot choice is
+ * the documented LRU rule (lowest-numbered empty slot, else the least recently used slot not held;
+ * every unheld key in one LRU list, no hint ever dropped for credit); > 0 (at most all the slots): the
+ * bounded policy, the hint list and the hints' credit. Called once, after create. */
+void rf__keyed_hint_budget(rf__keyed *k, uint64_t bytes);
 
 /* Hint copies in flight per copy lane before further hints are held back. */
 #define RF__KEYED_HINTS_PER_LANE 8u
-/* Hints may fill at most 1 / RF__KEYED_HINT_SHARE of the slots by default: a wrong hint takes its slot
- * from the acquired blocks (the least recently used one), so this is the share of the cache that wrong
- * hints can displace at any time, and it bounds how much hint reading a demand read can meet queued at
- * the device. */
-#define RF__KEYED_HINT_SHARE 8u
-/* Wasted hint copies (issued, never acquired) may read at most 1 / RF__KEYED_WASTE_SHARE of the bytes
- * demand copies read, beyond one hint_bytes at the start: a hint is accepted only against credit that
- * acquired hints give back and demand copies earn. 1/32 (3 %): the reads of wrong hints, plus the
- * misses of the blocks they displaced, stay within 5 % of a loop's reads. */
+/* Bounded hints (hint_bytes > 0): wasted hint copies (issued, never acquired) may read at most
+ * 1 / RF__KEYED_WASTE_SHARE of the bytes demand copies read, beyond one hint_bytes at the start: a hint
+ * is accepted only against credit that acquired hints give back and demand copies earn. 1/32 (3 %):
+ * the reads of wrong hints, plus the misses of the blocks they displaced, stay within 5 % of a loop's
+ * reads. */
 #define RF__KEYED_WASTE_SHARE 32u
 
 #endif

@@ -26,9 +26,10 @@ typedef struct rf__kslot {
 	uint8_t issued; /* that hint's copy was issued (wasted, not dropped, if it leaves unacquired) */
 	struct rf_file *hbf; /* a held-back hint's file source, held (rf_file_close: RF_EBUSY) until the hint
 	                        leaves the held-back list: its copy, issued, holds the file itself */
-	/* RF__KLRU: unheld keys that an acquire took, least recently used first; RF__KHINT: unheld keys
-	 * no acquire has taken since their hint (hint set), least recently used first (each unheld key is
-	 * in exactly one of the two); RF__KHB: held-back hints, in issue order */
+	/* RF__KLRU: unheld keys, least recently used first: with hints bounded (hints_bounded) only those
+	 * that an acquire took; RF__KHINT, with hints bounded only: unheld keys no acquire has taken since
+	 * their hint (hint set), least recently used first (each unheld key is in exactly one of the two:
+	 * rf__klist); RF__KHB: held-back hints, in issue order */
 	struct {
 		unsigned prev, next;
 	} ln[3];
@@ -55,12 +56,14 @@ struct rf__keyed {
 	unsigned *nfl;   /* per lane */
 	unsigned *sh_holds; /* oracle: holds counted from acquire/release alone */
 	_Atomic int64_t *failed; /* per slot: the last hint ticket whose file read failed there (0: none) */
-	/* Hints' bounds (rf_pipeline_params.hint_bytes): hint_bytes, the bytes of the keys in RF__KHINT
-	 * (held back, in flight or landed, not yet acquired), stays <= hint_cap; credit, the bytes of hints
-	 * that may still be accepted (hint_cap at start, down by each accepted hint, back up by each hint
-	 * acquired or never copied and by demand copies / RF__KEYED_WASTE_SHARE; at most hint_cap), is what
-	 * bounds the bytes of wasted hint copies. */
+	/* Hints' bounds (rf_pipeline_params.hint_bytes > 0: hints_bounded; else hint_cap and credit are
+	 * SIZE_MAX, never reached, and the slot choice is the plain LRU rule): hint_bytes, the bytes of the
+	 * unacquired hints (held back, in flight or landed, not yet acquired; in RF__KHINT when bounded),
+	 * stays <= hint_cap; credit, the bytes of hints that may still be accepted (hint_cap at start, down
+	 * by each accepted hint, back up by each hint acquired or never copied and by demand copies /
+	 * RF__KEYED_WASTE_SHARE; at most hint_cap), is what bounds the bytes of wasted hint copies. */
 	size_t hint_cap, hint_bytes, credit;
+	int hints_bounded;
 	atomic_flag lock;   /* lookup vs changes of key <-> slot */
 	_Atomic uint64_t st[7]; /* rf_keyed_stats fields in order */
 };
@@ -158,10 +161,11 @@ static inline void rf__kpush_head(rf__keyed *k, int l, unsigned i) /* first in l
 		k->nheldback++;
 }
 
-/* The list an unheld key is in. */
+/* The list an unheld key is in (from its hint flag: ask before changing it). Unbounded hints share
+ * the one LRU list with acquired keys: the documented rule, least recently used first, for both. */
 static inline int rf__klist(const rf__keyed *k, unsigned i)
 {
-	return k->s[i].hint ? RF__KHINT : RF__KLRU;
+	return k->hints_bounded && k->s[i].hint ? RF__KHINT : RF__KLRU;
 }
 
 static inline void rf__kempty_set(rf__keyed *k, unsigned i, int on)

@@ -1,7 +1,7 @@
 /* tests/race_keyed.c — seeded stress of keyed use, as a plain program so that it runs under
  * ThreadSanitizer. Each iteration creates a pipeline (random depth 1..12, slot size, wait policy) and
  * drives random prefetch / unprefetch / acquire / release / evict sequences over 48 keys of fixed
- * random sizes (hints bounded by a random hint_bytes, the default among them),
+ * random sizes (hints unbounded, the default, or bounded by a random hint_bytes),
  * with occasional runs in between (after releasing everything). Every acquire checks the payload,
  * again after a random delay while hint copies run (a refill under a hold is caught); an evicted
  * key's source is rewritten at once (a copy still reading it is a data race TSan reports, and a stale
@@ -102,7 +102,7 @@ static int iteration(unsigned long long seed)
 	pp.slot_bytes = 64 + rnd(&s, MAXB - 63);
 	pp.backend = g_backend;
 	pp.wait = waits[rnd(&s, 4)];
-	if (rnd(&s, 2)) /* else the default bound */
+	if (rnd(&s, 2)) /* else unbounded: the default, the plain LRU rule */
 		pp.hint_bytes = 1 + rnd(&s, (uint64_t)pp.depth * pp.slot_bytes);
 	for (unsigned k = 0; k < NK; k++) {
 		g_size[k] = 1 + rnd(&s, pp.slot_bytes);

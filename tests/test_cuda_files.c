@@ -340,7 +340,6 @@ Test(cuda_files, held_back_hints_keep_their_file_open, .timeout = 120)
 		pp.backend = "cuda";
 		pp.memory = RF_MEMORY_DEVICE;
 		pp.copy_queues = 1;
-		pp.hint_bytes = (uint64_t)pp.depth * pp.slot_bytes; /* every hint accepted */
 		rf_pipeline *p = NULL;
 		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 		for (unsigned k = 0; k < FILL; k++)

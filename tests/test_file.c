@@ -425,7 +425,6 @@ Test(file, held_back_hints_keep_their_file_open, .timeout = 120)
 		pp.depth = 16;
 		pp.slot_bytes = HB_SB;
 		pp.backend = "threads";
-		pp.hint_bytes = (uint64_t)pp.depth * pp.slot_bytes; /* every hint accepted */
 		rf_pipeline *p = NULL;
 		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 		for (unsigned k = 0; k < HB_FILL; k++) /* the lane's queue, full (gated) */

@@ -26,7 +26,8 @@ static void setup(void)
 	init_srcs(42);
 }
 
-/* A pipeline of depth slots of SB bytes; hint_bytes 0: the default bound on hints outstanding. */
+/* A pipeline of depth slots of SB bytes; hint_bytes 0: hints unbounded (the default: the documented
+ * LRU slot rule), else the bound on hints' bytes outstanding (the bounded policy). */
 static rf_pipeline *mk_hints(unsigned depth, uint64_t hint_bytes)
 {
 	rf_pipeline_params pp = {0};
@@ -368,8 +369,10 @@ Test(keyed, depth_auto_uses_every_allocated_slot)
 
 /* ---- a model of the cache, against random call sequences ----------------------------------------- */
 
-/* The slot-choice rule of <ringfetch.h> and the hints' credit (every hint copy here has landed before
- * the next call, so none is passed over for being copied, and one that leaves unacquired is wasted). */
+/* The slot-choice rules of <ringfetch.h>: unbounded (the default: lowest-numbered empty slot, else the
+ * least recently used slot not held, hints or not), or bounded by hint_bytes, with the hints' credit
+ * (every hint copy has then landed before the next call, so none is passed over for being copied, and
+ * one that leaves unacquired is wasted). */
 typedef struct model {
 	uint64_t key[16];
 	int used[16];
@@ -378,6 +381,7 @@ typedef struct model {
 	unsigned long last[16], clock;
 	unsigned n;
 	size_t cap, credit, bytes;
+	int bounded; /* hint_bytes = cap set */
 } model;
 
 static int m_find(const model *m, uint64_t key)
@@ -388,22 +392,25 @@ static int m_find(const model *m, uint64_t key)
 	return -1;
 }
 
-/* The least recently used unheld slot whose hint flag is `hint`; -1 if none. */
+/* The least recently used unheld slot whose hint flag is `hint` (-1: either); -1 if none. */
 static int m_lru(const model *m, int hint)
 {
 	int v = -1;
 	for (unsigned i = 0; i < m->n; i++)
-		if (m->used[i] && m->refs[i] == 0 && m->hint[i] == hint && (v < 0 || m->last[i] < m->last[v]))
+		if (m->used[i] && m->refs[i] == 0 && (hint < 0 || m->hint[i] == hint) &&
+		    (v < 0 || m->last[i] < m->last[v]))
 			v = (int)i;
 	return v;
 }
 
-/* for_hint: 0 a demand miss, 1 a hint within the bound, 2 a hint over it. */
+/* for_hint: 0 a demand miss, 1 a hint within the bound (every hint when unbounded), 2 a hint over it. */
 static int m_choose(const model *m, int for_hint)
 {
 	for (unsigned i = 0; i < m->n && for_hint != 2; i++)
 		if (!m->used[i])
 			return (int)i;
+	if (!m->bounded)
+		return m_lru(m, -1);
 	int hint = m_lru(m, 1), lru = m_lru(m, 0);
 	if (for_hint == 1)
 		return lru >= 0 ? lru : hint;
@@ -422,7 +429,8 @@ static size_t m_hint_bytes(const model *m)
 
 static void m_credit(model *m, size_t b)
 {
-	m->credit = m->credit + b > m->cap ? m->cap : m->credit + b;
+	if (m->bounded)
+		m->credit = m->credit + b > m->cap ? m->cap : m->credit + b;
 }
 
 static void wait_landed(const rf_pipeline *p, uint64_t key)
@@ -440,7 +448,8 @@ Test(keyed, random_sequences_follow_the_model)
 		m.n = 1 + (unsigned)(rng_next(&rs) % 6);
 		m.bytes = 200;
 		m.cap = m.credit = m.bytes * (1 + rng_next(&rs) % 3); /* 1..3 hints outstanding */
-		rf_pipeline *p = mk_hints(m.n, m.cap);
+		m.bounded = round % 2; /* both rules in every run, whatever the seed */
+		rf_pipeline *p = mk_hints(m.n, m.bounded ? m.cap : 0);
 		rf_block held[64];
 		unsigned nheld = 0;
 		for (int step = 0; step < 400; step++) {
@@ -475,8 +484,9 @@ Test(keyed, random_sequences_follow_the_model)
 			} else if (r < 9) { /* prefetch */
 				rf_keyed_stats s0 = stats(p);
 				int rc = rf_pipeline_prefetch(p, key, g_src[key], 200, 0);
-				int out_of_credit = i < 0 && m.credit < m.bytes;
-				int want = i >= 0 ? i : m_choose(&m, m_hint_bytes(&m) + m.bytes > m.cap ? 2 : 1);
+				int out_of_credit = m.bounded && i < 0 && m.credit < m.bytes;
+				int over = m.bounded && m_hint_bytes(&m) + m.bytes > m.cap;
+				int want = i >= 0 ? i : m_choose(&m, over ? 2 : 1);
 				if (want >= 0 && out_of_credit) { /* dropped at once: no slot taken */
 					cr_assert_eq(rc, RF_OK, "seed %llu", (unsigned long long)seed);
 					rf_keyed_stats s1 = stats(p);
@@ -487,12 +497,13 @@ Test(keyed, random_sequences_follow_the_model)
 				}
 				cr_assert_eq(rc, want < 0 ? RF_ENOSPC : RF_OK, "seed %llu step %d", (unsigned long long)seed, step);
 				if (want >= 0 && i < 0) {
-					m.credit -= m.bytes;
+					m.credit -= m.bounded ? m.bytes : 0;
 					m.hint[want] = 1;
 				}
 				if (want >= 0)
 					m.key[want] = key, m.used[want] = 1, m.last[want] = ++m.clock;
-				wait_landed(p, key);
+				if (m.bounded) /* unbounded, the rule does not depend on where a hint's copy is */
+					wait_landed(p, key);
 			} else { /* evict */
 				int rc = rf_pipeline_evict(p, key);
 				cr_assert_eq(rc, i >= 0 && m.refs[i] > 0 ? RF_EBUSY : RF_OK, "seed %llu", (unsigned long long)seed);
@@ -645,14 +656,19 @@ static void gate_hook(int started)
 	atomic_fetch_sub(&g_at_gate, 1);
 }
 
-static rf_pipeline *mk_gated(unsigned depth)
+static rf_pipeline *mk_gated_hints(unsigned depth, uint64_t hint_bytes)
 {
 	if (strcmp(test_backend(), "threads") != 0)
 		cr_skip_test("hint lanes exist on threads only (cpu copies hints inline)");
 	atomic_store(&g_gate, 0);
 	atomic_store(&g_gate_phase, 0);
 	rf__test_hooks.keyed_before_copy = gate_hook;
-	return mk(depth); /* one copy lane: every hint queues on it */
+	return mk_hints(depth, hint_bytes); /* one copy lane: every hint queues on it */
+}
+
+static rf_pipeline *mk_gated(unsigned depth)
+{
+	return mk_gated_hints(depth, 0);
 }
 
 static void *open_gate_later(void *arg);
@@ -992,7 +1008,7 @@ static unsigned slot_of(const rf_pipeline *p, uint64_t key)
 
 Test(keyed, a_miss_evicts_an_unacquired_hint_before_any_acquired_block)
 {
-	rf_pipeline *p = mk(4);
+	rf_pipeline *p = mk_hints(4, SB); /* bounded: room for 13 hints of 300 bytes */
 	touch(p, 1), touch(p, 2), touch(p, 3); /* slots 0, 1, 2; key 1 is the least recently used */
 	hint(p, 10);                           /* slot 3, the empty one */
 	cr_assert_eq(slot_of(p, 10), 3);
@@ -1015,7 +1031,7 @@ Test(keyed, a_miss_evicts_an_unacquired_hint_before_any_acquired_block)
 
 Test(keyed, a_miss_passes_over_a_hint_whose_copy_is_being_made)
 {
-	rf_pipeline *p = mk_gated(3);
+	rf_pipeline *p = mk_gated_hints(3, SB); /* bounded (unbounded, slot 0 is the LRU slot anyway) */
 	touch(p, 1), touch(p, 2); /* slots 0, 1 (acquires copy inline: not gated) */
 	atomic_store(&g_gate_phase, 1);
 	cr_assert_eq(rf_pipeline_prefetch(p, 10, g_src[10], 300, 0), RF_OK); /* slot 2, started, stalled */
@@ -1029,9 +1045,9 @@ Test(keyed, a_miss_passes_over_a_hint_whose_copy_is_being_made)
 	open_gate(p);
 }
 
-Test(keyed, a_miss_never_waits_behind_queued_hints)
+static void miss_never_waits_behind_queued_hints(uint64_t hint_bytes)
 {
-	rf_pipeline *p = mk_gated(8);
+	rf_pipeline *p = mk_gated_hints(8, hint_bytes);
 	for (uint64_t k = 1; k <= 6; k++) /* queued on the only lane (and held back), none started */
 		cr_assert_eq(rf_pipeline_prefetch(p, k, g_src[k], 300, 0), RF_OK);
 	time_t t0 = time(NULL);
@@ -1046,6 +1062,9 @@ Test(keyed, a_miss_never_waits_behind_queued_hints)
 	rel(p, &c);
 	open_gate(p);
 }
+
+Test(keyed, a_miss_never_waits_behind_queued_hints) { miss_never_waits_behind_queued_hints(0); }
+Test(keyed, a_miss_never_waits_behind_queued_hints_bounded) { miss_never_waits_behind_queued_hints(8 * SB); }
 
 Test(keyed, hints_outstanding_stay_within_hint_bytes)
 {
@@ -1072,15 +1091,16 @@ Test(keyed, hints_outstanding_stay_within_hint_bytes)
 	cr_assert(s.prefetches == 1 && s.dropped == 1 && s.bytes_copied == 0);
 	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_ABSENT);
 	rf_pipeline_destroy(p);
-	/* The default: an eighth of the slots, at least one slot. */
-	p = mk(16);
+	/* An eighth of the slots (what a loop whose hints may be wrong might set). */
+	p = mk_hints(16, 2 * SB);
 	cr_assert_eq(accepted_hints(p, 1, SB, 5), 2, "16 slots: two of SB bytes");
-	rf_pipeline_destroy(p);
-	p = mk(4);
-	cr_assert_eq(accepted_hints(p, 1, SB, 5), 1, "4 slots: one slot, not none");
 	rf_pipeline_destroy(p);
 	p = mk_hints(2, 1ull << 40); /* more than the slots: all of them */
 	cr_assert_eq(accepted_hints(p, 1, SB, 5), 2);
+	rf_pipeline_destroy(p);
+	/* The default: no bound, every hint accepted (each takes the least recently used slot). */
+	p = mk(4);
+	cr_assert_eq(accepted_hints(p, 1, SB, 5), 5, "unbounded: no hint dropped");
 	rf_pipeline_destroy(p);
 }
 
@@ -1116,9 +1136,10 @@ Test(keyed, wasted_hints_run_out_of_credit_acquired_ones_do_not)
 	rf_pipeline_destroy(p);
 }
 
-Test(keyed, unprefetch_of_a_landed_hint_puts_it_first_in_line)
+/* Both rules: unbounded, "first in line" is the LRU list's head; bounded, the hint list's. */
+static void unprefetch_of_a_landed_hint(uint64_t hint_bytes)
 {
-	rf_pipeline *p = mk(3);
+	rf_pipeline *p = mk_hints(3, hint_bytes);
 	touch(p, 5); /* slot 0 */
 	hint(p, 1);  /* slot 1 */
 	hint(p, 2);  /* slot 2 */
@@ -1143,9 +1164,12 @@ Test(keyed, unprefetch_of_a_landed_hint_puts_it_first_in_line)
 	rf_pipeline_destroy(p);
 }
 
-Test(keyed, unprefetch_drops_a_hint_whose_copy_has_not_started)
+Test(keyed, unprefetch_of_a_landed_hint_puts_it_first_in_line) { unprefetch_of_a_landed_hint(0); }
+Test(keyed, unprefetch_of_a_landed_hint_puts_it_first_in_line_bounded) { unprefetch_of_a_landed_hint(3 * SB); }
+
+static void unprefetch_not_started(uint64_t hint_bytes)
 {
-	rf_pipeline *p = mk_gated(4);
+	rf_pipeline *p = mk_gated_hints(4, hint_bytes);
 	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK); /* at the gate, not started */
 	cr_assert_eq(rf_pipeline_prefetch(p, 2, g_src[2], 300, 0), RF_OK); /* queued behind it */
 	while (atomic_load(&g_at_gate) == 0)
@@ -1165,9 +1189,12 @@ Test(keyed, unprefetch_drops_a_hint_whose_copy_has_not_started)
 	open_gate(p);
 }
 
-Test(keyed, unprefetch_of_a_started_hint_lets_it_land)
+Test(keyed, unprefetch_drops_a_hint_whose_copy_has_not_started) { unprefetch_not_started(0); }
+Test(keyed, unprefetch_drops_a_hint_whose_copy_has_not_started_bounded) { unprefetch_not_started(4 * SB); }
+
+static void unprefetch_started(uint64_t hint_bytes)
 {
-	rf_pipeline *p = mk_gated(4);
+	rf_pipeline *p = mk_gated_hints(4, hint_bytes);
 	atomic_store(&g_gate_phase, 1);
 	cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK);
 	while (atomic_load(&g_at_gate) == 0)
@@ -1182,6 +1209,9 @@ Test(keyed, unprefetch_of_a_started_hint_lets_it_land)
 	cr_assert_eq(stats(p).wasted, 1);
 	open_gate(p);
 }
+
+Test(keyed, unprefetch_of_a_started_hint_lets_it_land) { unprefetch_started(0); }
+Test(keyed, unprefetch_of_a_started_hint_lets_it_land_bounded) { unprefetch_started(4 * SB); }
 
 Test(keyed, hint_bytes_from_the_environment)
 {
@@ -1199,4 +1229,59 @@ Test(keyed, hint_bytes_from_the_environment)
 	cr_assert(strstr(rf_errmsg(), "RINGFETCH_HINT_BYTES") != NULL, "%s", rf_errmsg());
 	cr_assert_null(q);
 	unsetenv("RINGFETCH_HINT_BYTES");
+}
+
+/* With hint_bytes unset (params, environment, file) hints follow the plain rule of <ringfetch.h>: a
+ * prefetch of an absent key takes the lowest-numbered empty slot, else the least recently used slot
+ * not held (hints and acquired keys alike, by last use), and no hint is dropped for want of credit. */
+Test(keyed, unbounded_hints_follow_the_lru_rule)
+{
+	unsetenv("RINGFETCH_HINT_BYTES");
+	rf_pipeline *p = mk(4);
+	for (uint64_t k = 1; k <= 4; k++) /* not waited for: the slots are chosen now */
+		cr_assert_eq(rf_pipeline_prefetch(p, k, g_src[k], 300, 0), RF_OK, "%s", rf_errmsg());
+	for (uint64_t k = 1; k <= 4; k++) {
+		unsigned slot = 99;
+		rf_key_state st = state_of(p, k, &slot);
+		cr_assert(st == RF_KEY_COPYING || st == RF_KEY_READY, "hint %llu: state %d", (unsigned long long)k, st);
+		cr_assert_eq(slot, (unsigned)(k - 1), "hint %llu in slot %u", (unsigned long long)k, slot);
+	}
+	for (uint64_t k = 1; k <= 4; k++) { /* every hint acquired once landed: hits (one not started yet
+					     * would be overtaken, a miss: <ringfetch.h>) */
+		wait_landed(p, k);
+		rf_block b = acq(p, k, 300);
+		cr_assert_eq(b.slot, (unsigned)(k - 1));
+		rel(p, &b);
+	}
+	rf_keyed_stats s = stats(p);
+	cr_assert(s.prefetches == 4 && s.hits == 4 && s.dropped == 0 && s.wasted == 0 && s.bytes_copied == 4 * 300,
+		  "prefetches %llu hits %llu dropped %llu", (unsigned long long)s.prefetches,
+		  (unsigned long long)s.hits, (unsigned long long)s.dropped);
+	/* The victim is the least recently used slot, whether a hint or an acquired key took it last. */
+	hint(p, 10);                 /* LRU 1 2 3 4 (released in that order): key 1's slot 0 */
+	cr_assert_eq(slot_of(p, 10), 0);
+	cr_assert_eq(state_of(p, 1, NULL), RF_KEY_ABSENT);
+	hint(p, 3);                  /* present: its use refreshed, LRU 2 4 10 3 */
+	touch(p, 4);                 /* LRU 2 10 3 4 */
+	hint(p, 11);                 /* key 2's slot 1 */
+	cr_assert_eq(slot_of(p, 11), 1);
+	rf_block b = acq(p, 12, 300); /* a miss: LRU 10 3 4 11: the unacquired hint 10's slot 0 */
+	cr_assert_eq(b.slot, 0, "the miss took slot %u", b.slot);
+	hint(p, 13);                 /* LRU 3 4 11 (12 held): key 3's slot 2 */
+	cr_assert_eq(slot_of(p, 13), 2);
+	touch(p, 11);                /* LRU 4 13 11 */
+	rf_block c = acq(p, 14, 300); /* key 4's slot 3, an acquired key older than the hint 13 */
+	cr_assert_eq(c.slot, 3);
+	hint(p, 15);                 /* LRU 13 11: the hint 13's slot 2 */
+	cr_assert_eq(slot_of(p, 15), 2);
+	rel(p, &b);
+	rel(p, &c);
+	/* Wrong hints by the dozen: every one accepted, each copied, wasted as it is displaced. */
+	rf_keyed_stats s0 = stats(p);
+	for (uint64_t k = 20; k < 60; k++)
+		hint(p, k);
+	s = stats(p);
+	cr_assert(s.prefetches - s0.prefetches == 40 && s.dropped == s0.dropped && s.bytes_copied - s0.bytes_copied == 40 * 300,
+		  "unbounded hints dropped %llu", (unsigned long long)(s.dropped - s0.dropped));
+	rf_pipeline_destroy(p);
 }
