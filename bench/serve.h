@@ -51,6 +51,8 @@ typedef struct rfs_opts {
 	unsigned slots;    /* slots of the keyed pipelines */
 	unsigned hint_next; /* keyed-hints: how many of the next layer's likeliest experts are hinted */
 	const char *wait;   /* params.wait of the ringfetch pipelines (NULL: the library's default) */
+	uint64_t hint_bytes; /* params.hint_bytes of the keyed pipelines (0: the library's default, no bound
+	                        unless configured); ringfetch-serve-file-bench sets it for its hint modes */
 	const char *backends[RFB_MAX_LIST];
 	unsigned nbackends;
 	unsigned contestants; /* RFS_* bits; RFS_DIRECT is always added (the reference) */

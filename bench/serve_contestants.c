@@ -304,7 +304,7 @@ static int faulty_layer(void *self, rfs_layer *L, rfs_tally *t)
 static int create_pipeline(rfs_contestant *c, const char *backend, unsigned depth)
 {
 	rf_pipeline_params pp = {.depth = depth, .slot_bytes = c->m->o->expert_bytes, .backend = backend,
-				 .wait = c->m->o->wait};
+				 .wait = c->m->o->wait, .hint_bytes = c->m->o->hint_bytes};
 	int rc = rf_pipeline_create(&pp, &c->p);
 	if (rc != RF_OK)
 		fprintf(stderr, "%s on %s: rf_pipeline_create: %s: %s\n", rfs_kind_name(c->kind), backend,

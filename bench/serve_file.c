@@ -12,7 +12,9 @@
  *   hints-route   keyed, hinting the next layer's true route (recorded before the contestants run, by
  *                 the parent, from a mapping of the file: an oracle router).
  * hints-wrong and hints-route are printed beside keyed (no hints) as ratios: the cost of wrong hints
- * and the gain of right ones.
+ * and the gain of right ones. They bound their hints (params.hint_bytes = hint_bound(): an eighth of
+ * the slots, at least one), as a loop whose hints may be wrong should; keyed-hints leaves the library's
+ * default (no bound unless configured).
  * Each child joins a memory cgroup limited to the budget when the process may create one (root: cgroup
  * v1 memory.limit_in_bytes, or v2 memory.max; page cache is charged to it, so a mapping larger than the
  * budget really is evicted), drops the file from the page cache, runs one warm-up round and `rounds`
@@ -238,6 +240,13 @@ static int pread_layer(void *self, rfs_layer *L, rfs_tally *t)
 	return 0;
 }
 
+/* The hint modes' bound on hints outstanding: an eighth of the keyed slots, at least one slot. */
+static uint64_t hint_bound(const rfs_opts *o)
+{
+	unsigned n = o->slots / 8;
+	return (uint64_t)(n > 0 ? n : 1) * o->expert_bytes;
+}
+
 /* One contestant's rounds, in this (child) process: 0, or -1 with a message printed. */
 static int child_run(fctx *x, int kind, unsigned first_round, report *rep)
 {
@@ -258,6 +267,7 @@ static int child_run(fctx *x, int kind, unsigned first_round, report *rep)
 		rc = rf_file_open(x->path, 0, &f) == RF_OK ? 0 : -1;
 		if (rc == 0) {
 			m->pool = (unsigned char *)rf_file_data(f);
+			x->o.hint_bytes = kind >= C_WRONG ? hint_bound(&x->o) : 0; /* this child's pipeline only */
 			c = rfs_contestant_create(m, kind == C_KEYED ? RFS_KEYED : RFS_KEYED_HINTS, "threads");
 			rc = c ? 0 : -1;
 		}
@@ -565,13 +575,16 @@ int main(int argc, char **argv)
 		char machine[512];
 		rfb_machine_json(machine, sizeof machine, "");
 		printf("ringfetch-serve-file-bench %s: %u layers x %u experts of %zu KiB = %zu MiB file, top-%u, skew %g, "
-		       "%g us per expert and token; budget %zu MiB (%s); keyed: %u slots on threads, %s reads\n"
+		       "%g us per expert and token; budget %zu MiB (%s); keyed: %u slots on threads, %s reads; "
+		       "hints-wrong, hints-route: hint_bytes %llu KiB = %llu slot(s), an eighth, at least one\n"
 		       "%u fresh processes per contestant x %u rounds of %u steps, file cold at each start; medians\n",
 		       rf_version_string(), o->layers, o->experts, o->expert_bytes >> 10, file >> 20, o->topk, o->skew,
 		       o->compute_us, x.budget >> 20,
 		       x.cg_version ? (x.cg_version == 1 ? "enforced: cgroup v1 memory.limit_in_bytes" : "enforced: cgroup v2 memory.max")
 				    : "NOT enforced: no memory cgroup could be made",
-		       o->slots, direct ? "O_DIRECT" : "buffered (no O_DIRECT here)", x.reps, o->rounds, o->steps);
+		       o->slots, direct ? "O_DIRECT" : "buffered (no O_DIRECT here)",
+		       (unsigned long long)(hint_bound(o) >> 10), (unsigned long long)(hint_bound(o) / o->expert_bytes),
+		       x.reps, o->rounds, o->steps);
 		printf("%-12s %9s %9s %12s %9s %10s %9s %9s\n", "contestant", "ms/step", "cpu ms", "MiB read/step",
 		       "hit rate", "peak MiB", "vs mmap", "vs pread");
 		rfs_bound bounds[NC];

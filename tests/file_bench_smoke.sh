@@ -40,6 +40,7 @@ if command -v python3 >/dev/null; then
 fi
 check "serve-file bench JSON has 6 records" "[ \$(grep -c '\"contestant\"' \"$out/s.json\") -eq 6 ]"
 check "serve-file bench prints the hint modes beside keyed" "grep -qE '^hints, keyed = 1: wrong [0-9.]+x' \"$out/s.txt\" && grep -q '^hints-route ' \"$out/s.txt\""
+check "serve-file bench names the hint modes' bound" "grep -qE 'hints-wrong, hints-route: hint_bytes [0-9]+ KiB = [0-9]+ slot' \"$out/s.txt\""
 check "serve-file bench says whether the budget holds" "grep -qE 'budget [0-9]+ MiB \((enforced|NOT enforced)' \"$out/s.txt\""
 
 echo "$passes passed, $fails failed"
