@@ -6,9 +6,9 @@
  * is never evicted, evict forgets a key, a reset forgets every key. A key's later accesses after an
  * evict or a reset, or with another byte count, are a new block (a new id). Policies:
  *   lru     the least recently used unheld block goes; "used" = acquire, release, or hint (ringfetch's
- *           own rule without hints: replayed at the pipeline's slot count, a trace without hints has
- *           ringfetch's residency exactly; with hints ringfetch evicts unacquired hints first and
- *           bounds them, which lru does not model)
+ *           own rule with hint_bytes unset: replayed at the pipeline's slot count it has ringfetch's
+ *           residency exactly; with hint_bytes set ringfetch evicts unacquired hints first and bounds
+ *           them, which lru does not model)
  *   slru    segmented LRU: new blocks enter a probation segment; an acquire of a block in probation
  *           promotes it to a protected segment of slots * 4 / 5 (its LRU block demoted back); the
  *           victim is probation's LRU block, else protected's; release and hint refresh within a segment
