@@ -4,9 +4,10 @@
  * the LRU list, so its head is the least recently used slot not held (the documented rule). With hints
  * bounded an unheld slot is in the hint list (no acquire took its key since its hint) or the LRU list
  * (an acquire did), each least recently used first, so that a demand miss finds the oldest unacquired
- * hint, and else the least recently used slot not held, at a list's head. Empty slots are a bitmap (lowest-numbered empty slot: count trailing zeros). Every call checks everything,
- * decides, issues the backend's copy (the one step that can fail late), then commits, so a failed call
- * changes nothing, except that a victim whose pending hint copy was withdrawn is then forgotten. */
+ * hint, and else the least recently used slot not held, at a list's head. Empty slots are a bitmap
+ * (lowest-numbered empty slot: count trailing zeros). Every call checks everything, decides, issues the
+ * backend's copy (the one step that can fail late), then commits, so a failed call changes nothing,
+ * except that a victim whose pending hint copy was withdrawn is then forgotten. */
 #include "runtime/keyed_cache.h"
 #include "base/alloc.h"
 #include "base/error.h"

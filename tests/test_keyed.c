@@ -1281,7 +1281,8 @@ Test(keyed, unbounded_hints_follow_the_lru_rule)
 	for (uint64_t k = 20; k < 60; k++)
 		hint(p, k);
 	s = stats(p);
-	cr_assert(s.prefetches - s0.prefetches == 40 && s.dropped == s0.dropped && s.bytes_copied - s0.bytes_copied == 40 * 300,
+	cr_assert(s.prefetches - s0.prefetches == 40 && s.dropped == s0.dropped &&
+			  s.bytes_copied - s0.bytes_copied == 40 * 300,
 		  "unbounded hints dropped %llu", (unsigned long long)(s.dropped - s0.dropped));
 	rf_pipeline_destroy(p);
 }
