@@ -16,13 +16,15 @@
  * the slots, at least one), as a loop whose hints may be wrong should; keyed-hints leaves the library's
  * default (no bound unless configured).
  * Each child joins a memory cgroup limited to the budget when the process may create one (root: cgroup
- * v1 memory.limit_in_bytes, or v2 memory.max; page cache is charged to it, so a mapping larger than the
- * budget really is evicted), drops the file from the page cache, runs one warm-up round and `rounds`
- * measured rounds, and reports its tallies, the bytes it read from storage (/proc/self/io read_bytes)
- * and the group's peak memory. Where no cgroup can be made, the output says the budget is not enforced.
+ * v1 memory.limit_in_bytes, or v2 memory.max where the memory controller is delegated: bench/cgroup.h;
+ * page cache is charged to it, so a mapping larger than the budget really is evicted), drops the file
+ * from the page cache, runs one warm-up round and `rounds` measured rounds, and reports its tallies,
+ * the bytes it read from storage (/proc/self/io read_bytes) and the group's peak memory. Where no
+ * cgroup can be made, the output says the budget is not enforced.
  * Every compute is checked against the expert's sum, and every round's checksum against mmap-direct's.
  * Exit status: 0, 1 (a contestant or a check failed), 2 (bad options). */
 #define _GNU_SOURCE
+#include "cgroup.h"
 #include "machine.h"
 #include "serve.h"
 
@@ -58,112 +60,33 @@ typedef struct fctx {
 	const char *path, *json;
 	size_t budget;
 	unsigned reps, quiet;
-	int cg_version;    /* 1, 2, or 0: no cgroup (budget not enforced) */
-	char cg_parent[640];
+	rfb_cgroup cg;     /* cg.version 0: no cgroup (budget not enforced) */
 	char cg_why[1024];
 } fctx;
 
-/* ---- memory cgroups -------------------------------------------------------------------------------- */
-
-static int write_str(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = write(fd, s, strlen(s));
-	int e = errno;
-	close(fd);
-	errno = e;
-	return n == (ssize_t)strlen(s) ? 0 : -1;
-}
-
-static uint64_t read_u64(const char *path)
-{
-	FILE *f = fopen(path, "re");
-	unsigned long long v = 0;
-	if (f == NULL)
-		return 0;
-	if (fscanf(f, "%llu", &v) != 1)
-		v = 0;
-	fclose(f);
-	return v;
-}
-
-/* Where this process's memory cgroup is: v1 (the memory controller's line of /proc/self/cgroup), else
- * v2 (the 0:: line). Sets cg_version and cg_parent, or cg_why. */
-static void cg_detect(fctx *x)
-{
-	FILE *f = fopen("/proc/self/cgroup", "re");
-	char line[512], v1[400] = "", v2[400] = "";
-	int has_v1 = 0, has_v2 = 0;
-	while (f && fgets(line, sizeof line, f)) {
-		line[strcspn(line, "\n")] = '\0';
-		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
-		if (b == NULL)
-			continue;
-		*b = '\0';
-		if (strstr(a + 1, "memory") != NULL)
-			has_v1 = 1, snprintf(v1, sizeof v1, "%s", b + 1);
-		else if (line[0] == '0' && a[1] == '\0')
-			has_v2 = 1, snprintf(v2, sizeof v2, "%s", b + 1);
-	}
-	if (f)
-		fclose(f);
-	char probe[600];
-	snprintf(probe, sizeof probe, "/sys/fs/cgroup/memory%s", v1);
-	if (has_v1 && access(probe, W_OK) == 0) {
-		x->cg_version = 1;
-		snprintf(x->cg_parent, sizeof x->cg_parent, "%s", probe);
-		return;
-	}
-	snprintf(probe, sizeof probe, "/sys/fs/cgroup%s", v2);
-	if (has_v2 && access(probe, W_OK) == 0) {
-		x->cg_version = 2;
-		snprintf(x->cg_parent, sizeof x->cg_parent, "%s", probe);
-		return;
-	}
-	snprintf(x->cg_why, sizeof x->cg_why, "no writable memory cgroup (not root, or cgroups not mounted)");
-}
+/* ---- memory cgroups (bench/cgroup.h) ------------------------------------------------------------- */
 
 /* A fresh group limited to the budget: its path in out, 0; or -1 with cg_why set. */
 static int cg_create(fctx *x, unsigned id, char *out, size_t cap)
 {
-	char p[900], v[32];
-	snprintf(out, cap, "%s/ringfetch-serve-%d-%u", x->cg_parent, (int)getpid(), id);
-	if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+	char name[64], v[32];
+	snprintf(name, sizeof name, "ringfetch-serve-%d-%u", (int)getpid(), id);
+	/* On v2 with no swap either, so that the limit is the budget. */
+	if (rfb_cgroup_make(&x->cg, name, out, cap) != 0) {
 		snprintf(x->cg_why, sizeof x->cg_why, "mkdir %s: %s", out, strerror(errno));
 		return -1;
 	}
 	snprintf(v, sizeof v, "%zu", x->budget);
-	snprintf(p, sizeof p, "%s/%s", out, x->cg_version == 1 ? "memory.limit_in_bytes" : "memory.max");
-	if (write_str(p, v) != 0) {
-		snprintf(x->cg_why, sizeof x->cg_why, "%s: %s", p, strerror(errno));
+	if (rfb_cgroup_write(out, x->cg.limit, v) != 0) {
+		snprintf(x->cg_why, sizeof x->cg_why, "%s/%s: %s", out, x->cg.limit, strerror(errno));
 		rmdir(out);
 		return -1;
-	}
-	if (x->cg_version == 2) { /* v2: no swap either, so the limit is the budget */
-		snprintf(p, sizeof p, "%s/memory.swap.max", out);
-		write_str(p, "0");
 	}
 	return 0;
 }
 
-/* `key value` of a flat-keyed cgroup file (memory.stat, memory.events, memory.oom_control); 0 if absent. */
-static uint64_t read_key(const char *dir, const char *file, const char *key)
-{
-	char p[900], k[64];
-	unsigned long long v, out = 0;
-	snprintf(p, sizeof p, "%s/%s", dir, file);
-	FILE *f = fopen(p, "re");
-	while (f && fscanf(f, "%63s %llu", k, &v) == 2)
-		if (strcmp(k, key) == 0) {
-			out = v;
-			break;
-		}
-	if (f)
-		fclose(f);
-	return out;
-}
+/* A counter of bench/cgroup.h, 0 where the group has none. */
+static uint64_t nz(int64_t v) { return v < 0 ? 0 : (uint64_t)v; }
 
 /* What the group still holds after its process died (its page cache and kernel memory stay charged;
  * its anonymous memory is gone), printed when a child failed: an OOM kill then says whether page cache
@@ -171,30 +94,21 @@ static uint64_t read_key(const char *dir, const char *file, const char *key)
 static void cg_explain(const fctx *x, const char *path, uint64_t peak)
 {
 	double mib = 1048576.0;
-	int v1 = x->cg_version == 1;
-	char p[900];
-	snprintf(p, sizeof p, "%s/%s", path, v1 ? "memory.usage_in_bytes" : "memory.current");
-	uint64_t now = read_u64(p), kernel = read_key(path, "memory.stat", "kernel");
-	if (v1) {
-		snprintf(p, sizeof p, "%s/memory.kmem.usage_in_bytes", path);
-		kernel = read_u64(p);
-	}
+	const rfb_cgroup *cg = &x->cg;
 	fprintf(stderr, "  its memory cgroup: %llu OOM kill(s), peak %.1f MiB of %zu; after the child: %.1f MiB "
 			"(page cache %.1f, kernel %.1f)\n",
-		(unsigned long long)read_key(path, v1 ? "memory.oom_control" : "memory.events", "oom_kill"), peak / mib,
-		x->budget >> 20, now / mib, read_key(path, "memory.stat", v1 ? "cache" : "file") / mib, kernel / mib);
+		(unsigned long long)nz(rfb_cgroup_oom_kills(cg, path)), peak / mib, x->budget >> 20,
+		nz(rfb_cgroup_read(path, cg->usage)) / mib, nz(rfb_cgroup_page_cache(cg, path)) / mib,
+		nz(rfb_cgroup_kernel(cg, path)) / mib);
 }
 
 /* The group's peak memory (bytes), then remove it (its process has exited). */
 static uint64_t cg_destroy(const fctx *x, const char *path, int explain)
 {
-	char p[900];
-	snprintf(p, sizeof p, "%s/%s", path, x->cg_version == 1 ? "memory.max_usage_in_bytes" : "memory.peak");
-	uint64_t peak = read_u64(p);
+	uint64_t peak = nz(rfb_cgroup_read(path, x->cg.peak));
 	if (explain)
 		cg_explain(x, path, peak);
-	for (int i = 0; i < 100 && rmdir(path) != 0 && errno == EBUSY; i++)
-		usleep(10000); /* the exited child's pages may take a moment to leave */
+	rfb_cgroup_remove(path); /* once the exited child's pages have left */
 	return peak;
 }
 
@@ -317,10 +231,10 @@ static int child_run(fctx *x, int kind, unsigned first_round, report *rep)
 static int run_child(fctx *x, int kind, unsigned id, unsigned first_round, report *rep, uint64_t *peak)
 {
 	char cg[800] = "";
-	int in_cg = x->cg_version != 0 && cg_create(x, id, cg, sizeof cg) == 0;
-	if (x->cg_version != 0 && !in_cg) {
+	int in_cg = x->cg.version != 0 && cg_create(x, id, cg, sizeof cg) == 0;
+	if (x->cg.version != 0 && !in_cg) {
 		fprintf(stderr, "memory cgroup: %s: the budget is not enforced\n", x->cg_why);
-		x->cg_version = 0;
+		x->cg.version = 0;
 	}
 	int pfd[2];
 	if (pipe(pfd) != 0)
@@ -329,13 +243,10 @@ static int run_child(fctx *x, int kind, unsigned id, unsigned first_round, repor
 	pid_t pid = fork();
 	if (pid == 0) {
 		close(pfd[0]);
-		char p[900], me[32];
-		snprintf(p, sizeof p, "%s/cgroup.procs", cg);
-		snprintf(me, sizeof me, "%d", (int)getpid());
 		report r;
 		memset(&r, 0, sizeof r);
-		if (in_cg && write_str(p, me) != 0) {
-			fprintf(stderr, "%s: %s\n", p, strerror(errno));
+		if (in_cg && rfb_cgroup_join(cg) != 0) {
+			fprintf(stderr, "%s/cgroup.procs: %s\n", cg, strerror(errno));
 			r.rc = -1;
 		} else {
 			r.rc = child_run(x, kind, first_round, &r);
@@ -437,21 +348,6 @@ static const char usage[] =
 	"  --topk 2 --steps 6 --rounds 2 --compute-us 40 --slots (as many experts as fit, the ring rounded up\n"
 	"  to huge pages, in the budget less 16 MiB; half the budget under 32 MiB)\n";
 
-/* The transparent huge page size the library rounds a ring up to (docs/staging.md); 0: THP "never". */
-static size_t huge_page_bytes(void)
-{
-	char s[128] = "";
-	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
-	if (f == NULL)
-		return 0;
-	if (fgets(s, sizeof s, f) == NULL)
-		s[0] = '\0';
-	fclose(f);
-	if (s[0] == '\0' || strstr(s, "[never]") != NULL)
-		return 0;
-	return (size_t)read_u64("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size");
-}
-
 static int parse(int argc, char **argv, fctx *x)
 {
 	static char slots[24];
@@ -500,7 +396,7 @@ static int parse(int argc, char **argv, fctx *x)
 		 * memory"). Slots are anonymous memory, which the group cannot reclaim, while page cache it can.
 		 * The ring is rounded up to whole huge pages: the rounded ring must fit, not the slots alone. */
 		size_t room = x->budget > ((size_t)32 << 20) ? x->budget - ((size_t)16 << 20) : x->budget / 2;
-		size_t stride = (x->o.expert_bytes + 63) & ~(size_t)63, huge = huge_page_bytes();
+		size_t stride = (x->o.expert_bytes + 63) & ~(size_t)63, huge = rfb_huge_page_bytes();
 		size_t s = room / stride;
 		while (s > 2 && huge != 0 && ((s * stride + huge - 1) / huge) * huge > room)
 			s--;
@@ -539,7 +435,7 @@ int main(int argc, char **argv)
 		unlink(x.path);
 		return 1;
 	}
-	cg_detect(&x);
+	rfb_cgroup_detect(&x.cg, x.cg_why, sizeof x.cg_why);
 	/* Keyed reads are O_DIRECT where the file system takes it; elsewhere they fill the page cache, and the
 	 * pages of the reads in flight cannot be reclaimed until they land: the budget must hold them too
 	 * (docs/files.md, "What a pipeline costs in memory"). Said, not hidden. */
@@ -580,8 +476,9 @@ int main(int argc, char **argv)
 		       "%u fresh processes per contestant x %u rounds of %u steps, file cold at each start; medians\n",
 		       rf_version_string(), o->layers, o->experts, o->expert_bytes >> 10, file >> 20, o->topk, o->skew,
 		       o->compute_us, x.budget >> 20,
-		       x.cg_version ? (x.cg_version == 1 ? "enforced: cgroup v1 memory.limit_in_bytes" : "enforced: cgroup v2 memory.max")
-				    : "NOT enforced: no memory cgroup could be made",
+		       x.cg.version == 1   ? "enforced: cgroup v1 memory.limit_in_bytes"
+		       : x.cg.version == 2 ? "enforced: cgroup v2 memory.max"
+					   : "NOT enforced: no memory cgroup could be made",
 		       o->slots, direct ? "O_DIRECT" : "buffered (no O_DIRECT here)",
 		       (unsigned long long)(hint_bound(o) >> 10), (unsigned long long)(hint_bound(o) / o->expert_bytes),
 		       x.reps, o->rounds, o->steps);
@@ -591,7 +488,7 @@ int main(int argc, char **argv)
 		FILE *j = x.json ? fopen(x.json, "w") : NULL;
 		if (j)
 			fprintf(j, "{\"machine\": %s, \"file_mib\": %zu, \"budget_mib\": %zu, \"cgroup\": %d, \"results\": [\n",
-				machine, file >> 20, x.budget >> 20, x.cg_version);
+				machine, file >> 20, x.budget >> 20, x.cg.version);
 		for (int k = 0; k < NC; k++) {
 			double v[MAXREPS * MAXROUNDS], cpu[MAXREPS * MAXROUNDS], mib[MAXREPS], hit[MAXREPS * MAXROUNDS], pk[MAXREPS];
 			unsigned n = 0;

@@ -14,6 +14,7 @@
  * Exit status: 0 passed, 1 failed, 77 skipped (no memory cgroup can be made here: not root, no memory
  * controller; or the file system of the working directory refuses O_DIRECT), each said on stdout. */
 #define _GNU_SOURCE
+#include "cgroup.h"
 #include <ringfetch.h>
 
 #include <errno.h>
@@ -23,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -50,140 +50,10 @@ static const tcase cases[] = {
 #define NBLOCKS 40u /* keys: more than any case's slots, so the loop keeps missing */
 #define ROUNDS 6u   /* passes over a shuffled order of the keys */
 
-static int cg_version; /* 1, 2; 0: none */
-static char cg_parent[600];
+static rfb_cgroup memcg; /* where the groups are made, and their control files */
 static int report;
 
-/* ---- the memory cgroup ------------------------------------------------------------------------- */
-
-static int write_str(const char *path, const char *s)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = write(fd, s, strlen(s));
-	int e = errno;
-	close(fd);
-	errno = e;
-	return n == (ssize_t)strlen(s) ? 0 : -1;
-}
-
-static int64_t read_i64(const char *dir, const char *file)
-{
-	char p[800];
-	snprintf(p, sizeof p, "%s/%s", dir, file);
-	FILE *f = fopen(p, "re");
-	long long v = -1;
-	if (f == NULL)
-		return -1;
-	if (fscanf(f, "%lld", &v) != 1)
-		v = -1;
-	fclose(f);
-	return v;
-}
-
-/* `key value` from a flat-keyed file (memory.stat, memory.events, memory.oom_control); -1 if absent. */
-static int64_t read_key(const char *dir, const char *file, const char *key)
-{
-	char p[800], k[64];
-	long long v;
-	snprintf(p, sizeof p, "%s/%s", dir, file);
-	FILE *f = fopen(p, "re");
-	int64_t out = -1;
-	while (f && fscanf(f, "%63s %lld", k, &v) == 2)
-		if (strcmp(k, key) == 0) {
-			out = v;
-			break;
-		}
-	if (f)
-		fclose(f);
-	return out;
-}
-
-/* Where a group can be made: v1's memory hierarchy, else v2 with the memory controller. 0, or -1
- * with why filled. */
-static int cg_detect(char *why, size_t cap)
-{
-	if (geteuid() != 0) {
-		snprintf(why, cap, "not root: a memory cgroup cannot be made");
-		return -1;
-	}
-	FILE *f = fopen("/proc/self/cgroup", "re");
-	char line[512], v1[400] = "", v2[400] = "";
-	int has_v1 = 0, has_v2 = 0;
-	while (f && fgets(line, sizeof line, f)) {
-		line[strcspn(line, "\n")] = '\0';
-		char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
-		if (b == NULL)
-			continue;
-		*b = '\0';
-		if (strstr(a + 1, "memory") != NULL)
-			has_v1 = 1, snprintf(v1, sizeof v1, "%s", b + 1);
-		else if (line[0] == '0' && a[1] == '\0')
-			has_v2 = 1, snprintf(v2, sizeof v2, "%s", b + 1);
-	}
-	if (f)
-		fclose(f);
-	char p[600];
-	snprintf(p, sizeof p, "/sys/fs/cgroup/memory%s", v1);
-	if (has_v1 && access(p, W_OK) == 0) {
-		cg_version = 1;
-		snprintf(cg_parent, sizeof cg_parent, "%s", p);
-		return 0;
-	}
-	/* v2: a child group of ours has the memory controller only if our group's subtree_control has it. */
-	snprintf(p, sizeof p, "/sys/fs/cgroup%s", v2);
-	char sub[640];
-	snprintf(sub, sizeof sub, "%s/cgroup.subtree_control", p);
-	FILE *s = has_v2 ? fopen(sub, "re") : NULL;
-	char ctl[256] = "";
-	if (s) {
-		if (fgets(ctl, sizeof ctl, s) == NULL)
-			ctl[0] = '\0';
-		fclose(s);
-	}
-	/* Not enabled for it by this test: that would change the machine's cgroup set-up. */
-	if (s && strstr(ctl, "memory") != NULL && access(p, W_OK) == 0) {
-		cg_version = 2;
-		snprintf(cg_parent, sizeof cg_parent, "%s", p);
-		return 0;
-	}
-	snprintf(why, cap, "no memory cgroup this process may make (v1 memory hierarchy not writable, v2 memory "
-			   "controller not delegated)");
-	return -1;
-}
-
-static const char *f_usage(void) { return cg_version == 1 ? "memory.usage_in_bytes" : "memory.current"; }
-static const char *f_peak(void) { return cg_version == 1 ? "memory.max_usage_in_bytes" : "memory.peak"; }
-static const char *f_limit(void) { return cg_version == 1 ? "memory.limit_in_bytes" : "memory.max"; }
-
-static int64_t oom_kills(const char *dir)
-{
-	return cg_version == 1 ? read_key(dir, "memory.oom_control", "oom_kill") : read_key(dir, "memory.events", "oom_kill");
-}
-
 /* ---- the documented cost ------------------------------------------------------------------------ */
-
-/* The transparent huge page size the library rounds rings to: 0 when THP is "never" (docs/staging.md). */
-static size_t huge_page(void)
-{
-	char s[128] = "";
-	FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "re");
-	if (f == NULL)
-		return 0;
-	if (fgets(s, sizeof s, f) == NULL)
-		s[0] = '\0';
-	fclose(f);
-	if (strstr(s, "[never]") != NULL || s[0] == '\0')
-		return 0;
-	unsigned long long h = 0;
-	f = fopen("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "re");
-	if (f && fscanf(f, "%llu", &h) != 1)
-		h = 0;
-	if (f)
-		fclose(f);
-	return (size_t)h;
-}
 
 static size_t round_up(size_t v, size_t a) { return a ? (v + a - 1) / a * a : v; }
 
@@ -195,7 +65,8 @@ static size_t round_up(size_t v, size_t a) { return a ? (v + a - 1) / a * a : v;
 
 static size_t documented_cost(const tcase *c)
 {
-	size_t ring = round_up(round_up((size_t)c->slots * round_up(c->slot_bytes, 64), 4096), huge_page());
+	size_t ring = round_up((size_t)c->slots * round_up(c->slot_bytes, 64), 4096);
+	ring = round_up(ring, rfb_huge_page_bytes());
 	/* Buffered reads: the page cache of the reads in flight (a miss and the hints) is locked until each
 	 * read lands, and cannot be reclaimed meanwhile; the rest of the page cache can. */
 	size_t in_flight = c->buffered ? (c->hints + 1) * round_up(c->slot_bytes, 4096) : 0;
@@ -228,20 +99,16 @@ static void stage(const char *cg, const char *what, int64_t base)
 {
 	if (report)
 		printf("    %-34s %7.2f MiB over the process (kernel memory %.2f MiB)\n", what,
-		       (double)(read_i64(cg, f_usage()) - base) / (double)MIB,
-		       cg_version == 1 ? (double)read_i64(cg, "memory.kmem.usage_in_bytes") / (double)MIB
-				       : (double)read_key(cg, "memory.stat", "kernel") / (double)MIB);
+		       (double)(rfb_cgroup_read(cg, memcg.usage) - base) / (double)MIB,
+		       (double)rfb_cgroup_kernel(&memcg, cg) / (double)MIB);
 }
 
 #define FAIL(...) (fprintf(stderr, __VA_ARGS__), fputc('\n', stderr), 1)
 
 static int child(const tcase *c, const char *cg, const char *path)
 {
-	char me[32], p[800];
-	snprintf(me, sizeof me, "%d", (int)getpid());
-	snprintf(p, sizeof p, "%s/cgroup.procs", cg);
-	if (write_str(p, me) != 0)
-		return FAIL("%s: %s", p, strerror(errno));
+	if (rfb_cgroup_join(cg) != 0)
+		return FAIL("%s/cgroup.procs: %s", cg, strerror(errno));
 	/* The order of the keys, and the pages the loop itself writes, before the baseline is taken. */
 	unsigned order[ROUNDS][NBLOCKS];
 	uint64_t s = 0x2545f4914f6cdd1dull;
@@ -254,13 +121,12 @@ static int child(const tcase *c, const char *cg, const char *path)
 			order[r][i] = order[r][j], order[r][j] = t;
 		}
 	}
-	int64_t base = read_i64(cg, f_usage());
+	int64_t base = rfb_cgroup_read(cg, memcg.usage);
 	size_t limit = (size_t)base + documented_cost(c) + margin;
 	char v[32];
 	snprintf(v, sizeof v, "%zu", limit);
-	snprintf(p, sizeof p, "%s/%s", cg, f_limit());
-	if (!report && write_str(p, v) != 0)
-		return FAIL("%s = %s: %s", p, v, strerror(errno));
+	if (!report && rfb_cgroup_write(cg, memcg.limit, v) != 0)
+		return FAIL("%s/%s = %s: %s", cg, memcg.limit, v, strerror(errno));
 	if (!report)
 		printf("    limit %.2f MiB = %.2f (the process) + %.2f (documented cost) + %.2f (margin)\n",
 		       (double)limit / (double)MIB, (double)base / (double)MIB,
@@ -314,7 +180,8 @@ static int child(const tcase *c, const char *cg, const char *path)
 	rf_file_close(f);
 	if (report)
 		printf("    peak %.2f MiB over the process; documented cost %.2f MiB\n",
-		       (double)(read_i64(cg, f_peak()) - base) / (double)MIB, (double)documented_cost(c) / (double)MIB);
+		       (double)(rfb_cgroup_read(cg, memcg.peak) - base) / (double)MIB,
+		       (double)documented_cost(c) / (double)MIB);
 	return rc;
 }
 
@@ -322,16 +189,11 @@ static int child(const tcase *c, const char *cg, const char *path)
 
 static int run_case(const tcase *c, unsigned id, const char *path)
 {
-	char cg[720];
-	snprintf(cg, sizeof cg, "%s/ringfetch-test-memory-%d-%u", cg_parent, (int)getpid(), id);
-	if (mkdir(cg, 0755) != 0) {
+	char name[64], cg[720];
+	snprintf(name, sizeof name, "ringfetch-test-memory-%d-%u", (int)getpid(), id);
+	if (rfb_cgroup_make(&memcg, name, cg, sizeof cg) != 0) { /* on v2, no swap: the limit is memory */
 		printf("FAIL: %s: mkdir %s: %s\n", c->name, cg, strerror(errno));
 		return 1;
-	}
-	if (cg_version == 2) {
-		char p[800];
-		snprintf(p, sizeof p, "%s/memory.swap.max", cg);
-		write_str(p, "0"); /* the limit is memory, not memory + swap */
 	}
 	printf("%s:\n", c->name);
 	fflush(stdout);
@@ -350,8 +212,8 @@ static int run_case(const tcase *c, unsigned id, const char *path)
 		printf("FAIL: %s: the child failed (see above)\n", c->name);
 		bad = 1;
 	}
-	int64_t peak = read_i64(cg, f_peak()), limit = read_i64(cg, f_limit()), kills = oom_kills(cg);
-	int64_t hits = cg_version == 1 ? read_i64(cg, "memory.failcnt") : read_key(cg, "memory.events", "max");
+	int64_t peak = rfb_cgroup_read(cg, memcg.peak), limit = rfb_cgroup_read(cg, memcg.limit);
+	int64_t kills = rfb_cgroup_oom_kills(&memcg, cg), hits = rfb_cgroup_limit_hits(&memcg, cg);
 	if (!report && !bad) {
 		if (kills > 0) {
 			printf("FAIL: %s: %lld OOM kill(s) in the group\n", c->name, (long long)kills);
@@ -374,8 +236,7 @@ static int run_case(const tcase *c, unsigned id, const char *path)
 			       peak >= limit ? "at (page cache, reclaimed)" : "under", (double)limit / (double)MIB);
 		}
 	}
-	for (int i = 0; i < 200 && rmdir(cg) != 0 && errno == EBUSY; i++)
-		usleep(10000); /* an exited child's charges may take a moment to leave */
+	rfb_cgroup_remove(cg);
 	return bad;
 }
 
@@ -395,7 +256,7 @@ int main(int argc, char **argv)
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	char why[256];
-	if (cg_detect(why, sizeof why) != 0) {
+	if (rfb_cgroup_detect(&memcg, why, sizeof why) != 0) {
 		printf("SKIP: %s\n", why);
 		return 77;
 	}
@@ -424,6 +285,6 @@ int main(int argc, char **argv)
 		fails += run_case(&cases[i], (unsigned)i, path);
 	}
 	unlink(path);
-	printf("%s: %zu case(s), cgroup v%d\n", fails ? "FAILED" : "passed", NCASES, cg_version);
+	printf("%s: %zu case(s), cgroup v%d\n", fails ? "FAILED" : "passed", NCASES, memcg.version);
 	return fails ? 1 : 0;
 }
