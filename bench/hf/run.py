@@ -51,6 +51,9 @@ import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from contestant import drop_cache  # noqa: E402  (the contestant's own: no torch at import)
+
 MiB = 1 << 20
 CONTESTANTS = ["ringfetch", "ringfetch-nohints", "mmap", "accelerate", "whole"]
 FAMILIES = ["mixtral", "qwen3_moe"]
@@ -177,19 +180,6 @@ def checkpoint_facts(model_dir):
             "expert_bytes_total": experts, "non_expert_bytes": total - experts,
             "expert_bytes": experts // (n_exp * layers), "experts": n_exp, "layers": layers,
             "top_k": cfg["num_experts_per_tok"], "hidden": cfg["hidden_size"], "model_type": cfg["model_type"]}
-
-
-def drop_cache(paths):
-    for p in paths:
-        try:
-            fd = os.open(p, os.O_RDONLY)
-        except OSError:
-            continue
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def expert_ranges(path):
