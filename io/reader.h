@@ -57,6 +57,40 @@ int rf__reader_register(rf__reader *r, void *base, size_t len);
 int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
 		     unsigned flags, uint64_t tag);
 
+/* The read-ahead window: runs of small copies contiguous in one file (a ring's blocks of a few KiB to
+ * half a request) are read ahead of the slots as large O_DIRECT requests into the window's memory, and
+ * each copy is moved from there into its destination once its bytes have landed. The disk pays per
+ * request, and a ring of a few slots keeps a few small requests in flight; the window keeps `bytes`
+ * in flight in requests as large as the device takes (f->io_max), read only as far as the caller says
+ * the run goes (rf__reader_start_ahead's `ahead`), never past it. A chunk that fails or comes back
+ * short leaves its copies to be read on their own (so RF_EIO names what failed). The memory is mapped
+ * here, on huge pages where the kernel gives them (each physically contiguous run of a destination is
+ * a request segment to the disk). bytes 0 frees it. RF_OK; RF_EBUSY (copies in flight); RF_ENOMEM. */
+int rf__reader_window(rf__reader *r, size_t bytes);
+/* The window's figures: bytes mapped (0: none), chunk bytes for the last file, copies served from it,
+ * bytes read into it. */
+typedef struct rf__reader_window_stats {
+	size_t bytes, chunk;
+	unsigned chunks;
+	uint64_t copies, read;
+} rf__reader_window_stats;
+void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out);
+/* Forget what the window holds: no later copy is served from bytes read before this call (a run's
+ * start: the file may have changed since the last run read ahead). */
+void rf__reader_window_drop(rf__reader *r);
+/* A run's end: wait for the window's reads still in flight (a run that stopped early leaves some) and
+ * let go of its file, which the caller may close now. No-op while window copies wait (not all polled). */
+void rf__reader_window_release(rf__reader *r);
+/* A copy is served from the window when n <= RF__RD_WIN_SMALL(chunk): half a request or less (a
+ * larger block is a large request already). */
+#define RF__RD_WIN_SMALL(chunk) ((chunk) / 2)
+
+/* rf__reader_start, and `ahead`: how many bytes of the same file right after [s->off, s->off + n) the
+ * caller will copy next, in order, in copies of the same kind (pass at least the window's size when
+ * more follow; 0 when none or unknown). With a window and a small copy, the window reads ahead that far. */
+int rf__reader_start_ahead(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
+			   unsigned flags, uint64_t tag, size_t ahead);
+
 /* Hand back one finished copy, any order: 1 with *tag, *rc (RF_OK or RF_EIO) and *shift (data start
  * at dst + *shift; 0 without RF__RD_SHIFT_OK); 0 when none has finished. Never waits for the device,
  * only the pauses between tries of a refused read and the preads of a ring given up. */

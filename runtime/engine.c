@@ -52,6 +52,7 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	e->prog = prog;
 	e->oracle = cfg->oracle;
 	e->slot_bytes = slot_bytes;
+	e->budget = (size_t)cfg->memory_budget;
 	/* min_slots: room for a deeper program later (depth = auto). */
 	e->nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
 	e->nslots += e->nslots == 0;
@@ -143,6 +144,11 @@ int rf__engine_io(rf__engine *e, const char *who)
 		return RF_OK;
 	/* Device rings are read through the backend's pinned staging, not by this thread. */
 	int host = !(e->be->caps & RF__CAP_DEVICE);
+	/* The read-ahead window of the caller's walks (io/reader.h), within the memory budget with the ring. */
+	size_t win = host ? RF__ENGINE_WINDOW : 0;
+	if (e->budget != 0)
+		win = e->budget > e->slots_len + win ? win : e->budget > e->slots_len ? e->budget - e->slots_len : 0;
+	e->io.window = win >= RF__ENGINE_WINDOW / 4 ? win : 0;
 	int rc = rf__flight_open(&e->io, host ? e->slots : NULL, host ? e->slots_len : 0);
 	if (rc != RF_OK)
 		return rf__err(rc, "%s: file reads: %s", who, rf__errmsg_peek());

@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
@@ -919,6 +920,190 @@ Test(reader, registration_refused)
 }
 
 /* ---- the pure parts --------------------------------------------------------------------------------- */
+
+/* ---- the read-ahead window ---------------------------------------------------------------------- */
+
+/* A stream of copies of n bytes from off0 to `end` (the last one partial), in file order, at
+ * most two in flight (a ring of depth 3), each told how far the stream goes on, stop_after copies at
+ * most. Each copy's bytes checked against seed; returns the copies made; *failed_at: the lowest offset
+ * of a copy that failed (UINT64_MAX: none). */
+static unsigned stream(rf__reader *r, rf_file *f, uint64_t off0, uint64_t end, size_t n, unsigned seed,
+		       uint64_t *failed_at, unsigned stop_after)
+{
+	unsigned char *slot[3];
+	uint64_t at[3];
+	size_t len[3];
+	int busy[3] = {0, 0, 0};
+	for (int i = 0; i < 3; i++)
+		slot[i] = xalign(4096, n + 8192);
+	*failed_at = UINT64_MAX;
+	uint64_t next = off0;
+	unsigned started = 0, done = 0;
+	while (done < started || (next < end && started < stop_after)) {
+		while (started - done < 2 && next < end && started < stop_after && !busy[started % 3]) {
+			unsigned k = started % 3;
+			busy[k] = 1;
+			size_t m = end - next < n ? (size_t)(end - next) : n;
+			rf__fsrc s = {f, next};
+			at[k] = next, len[k] = m;
+			memset(slot[k], 0xee, n + 8192);
+			cr_assert_eq(rf__reader_start_ahead(r, &s, m, slot[k], n + 8192, 0, started, (size_t)(end - next - m)),
+				     RF_OK, "%s", rf_errmsg());
+			next += m;
+			started++;
+		}
+		size_t shift;
+		uint64_t tag;
+		int rc;
+		while (rf__reader_poll(r, &tag, &rc, &shift) == 0) /* any order: copies read on their own */
+			rf__reader_wait(r);
+		cr_assert_lt(tag, started);
+		unsigned k = (unsigned)(tag % 3);
+		busy[k] = 0;
+		if (rc != RF_OK && at[k] < *failed_at)
+			*failed_at = at[k];
+		if (rc == RF_OK)
+			cr_assert(check_bytes(slot[k], at[k], len[k], seed), "wrong bytes: copy at %llu, %zu bytes",
+				  (unsigned long long)at[k], len[k]);
+		done++;
+	}
+	for (int i = 0; i < 3; i++)
+		free(slot[i]);
+	return done;
+}
+
+/* Small copies that follow one another in the file are read as a few large requests, aligned or not,
+ * and every copy holds its bytes, the partial last one too. */
+Test(reader_window, small_copies_in_file_order_are_read_as_large_requests)
+{
+	char *path = make_file(FSIZE, 21);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK, "%s", rf_errmsg());
+	static const size_t sizes[] = {4096, 65536, 65536 + 8, 100000, 262144};
+	static const uint64_t offs[] = {0, 32, 4096 + 1};
+	for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+		for (unsigned j = 0; j < sizeof offs / sizeof offs[0]; j++) {
+			rf__reader_counters c0, c1;
+			rf__reader_window_stats w0, w1;
+			rf__reader_counters_get(r, &c0);
+			rf__reader_window_get(r, &w0);
+			uint64_t bad;
+			unsigned n = stream(r, f, offs[j], FSIZE, sizes[i], 21, &bad, UINT_MAX);
+			cr_assert_eq(bad, UINT64_MAX, "copy at %llu failed: %s", (unsigned long long)bad, rf__reader_error(r));
+			rf__reader_counters_get(r, &c1);
+			rf__reader_window_get(r, &w1);
+			cr_assert_eq(w1.copies - w0.copies, n, "%zu-byte copies from %llu: %llu of %u from the window", sizes[i],
+				     (unsigned long long)offs[j], (unsigned long long)(w1.copies - w0.copies), n);
+			uint64_t reads = c1.reads - c0.reads, most = FSIZE / w1.chunk + 2;
+			cr_assert_leq(reads, most, "%zu-byte copies: %llu reads for %u copies (a window of %zu-byte chunks)",
+				      sizes[i], (unsigned long long)reads, n, w1.chunk);
+			cr_assert_eq(c1.reads_direct - c0.reads_direct, reads);
+			cr_assert_leq(w1.read - w0.read, FSIZE - offs[j] + w1.chunk, "read no further than the stream goes");
+		}
+	char desc[512];
+	rf__reader_describe(r, desc, sizeof desc);
+	cr_assert(strstr(desc, "read-ahead window 4 x ") != NULL, "%s", desc);
+	rf__reader_destroy(r);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+/* Large copies, a stream that is not in file order, copies without `ahead` and shifted (device) copies
+ * are read as before: on their own. */
+Test(reader_window, other_copies_are_read_on_their_own)
+{
+	char *path = make_file(FSIZE, 22);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK);
+	unsigned char *dst = xalign(4096, 3u << 20);
+	uint64_t bad;
+	stream(r, f, 0, 8u << 20, 1u << 20, 22, &bad, UINT_MAX); /* larger than half a chunk */
+	cr_assert_eq(bad, UINT64_MAX);
+	for (uint64_t off = 6u << 20; off > 0; off -= 65536) /* backwards */
+		one_copy(r, f, off, 65536, dst, 1u << 20, 0, 22);
+	one_copy(r, f, 65536, 65536, dst, 1u << 20, RF__RD_SHIFT_OK, 22);
+	rf__reader_window_stats w;
+	rf__reader_window_get(r, &w);
+	cr_assert_eq(w.copies, 0u, "%llu copies from the window", (unsigned long long)w.copies);
+	free(dst);
+	rf__reader_destroy(r);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+/* A file that shrank under the window: the copies inside its new size hold their bytes, the first past
+ * it is RF_EIO in the words a copy read on its own gets, and the reader stays usable. */
+Test(reader_window, a_file_that_shrank_is_eio)
+{
+	char *path = make_file(4u << 20, 23);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	cr_assert_eq(truncate(path, (1u << 20) + 100), 0);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK);
+	uint64_t bad;
+	unsigned n = stream(r, f, 0, 4u << 20, 65536, 23, &bad, UINT_MAX);
+	cr_assert_eq(n, 64u);
+	cr_assert_eq(bad, 1u << 20, "the copy at %llu failed first", (unsigned long long)bad);
+	rf__reader_counters c;
+	rf__reader_counters_get(r, &c);
+	cr_assert_eq(c.failed, 48u, "every copy past the new end fails (%llu did)", (unsigned long long)c.failed);
+	/* the last failure's words: a copy read on its own past the end */
+	cr_assert(strstr(rf__reader_error(r), path) != NULL && strstr(rf__reader_error(r), "shrank to 1048676 bytes"),
+		  "%s", rf__reader_error(r));
+	unsigned char *dst = xalign(4096, 1u << 20);
+	one_copy(r, f, 100, 65536, dst, 1u << 20, 0, 23);
+	free(dst);
+	rf__reader_destroy(r);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+/* What the window read ahead is never handed out after rf__reader_window_drop: a stream stopped
+ * halfway, the file rewritten, the stream taken up where it stopped sees the new bytes. Without the
+ * drop it would see bytes read before the write (checked too: the window really held them). */
+static void rewrite(const char *path, size_t n, unsigned seed)
+{
+	int fd = open(path, O_WRONLY);
+	cr_assert(fd >= 0);
+	unsigned char *b = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		b[i] = byte_at(i, seed);
+	cr_assert_eq(pwrite(fd, b, n, 0), (ssize_t)n);
+	fsync(fd);
+	close(fd);
+	free(b);
+}
+
+static void take_up(int drop_first, unsigned want_seed)
+{
+	char *path = make_file(4u << 20, 24);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK);
+	uint64_t bad;
+	cr_assert_eq(stream(r, f, 0, 4u << 20, 65536, 24, &bad, 4), 4u); /* the window reads far ahead */
+	rewrite(path, 4u << 20, 25);
+	if (drop_first)
+		rf__reader_window_drop(r);
+	stream(r, f, 4 * 65536, 4u << 20, 65536, want_seed, &bad, 8);
+	cr_assert_eq(bad, UINT64_MAX);
+	rf__reader_destroy(r);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+Test(reader_window, a_dropped_window_hands_out_no_stale_bytes) { take_up(1, 25); }
+Test(reader_window, an_undropped_window_held_the_bytes_read_ahead) { take_up(0, 24); }
 
 static void add(rf__rd_samples *s, int m, float v)
 {
