@@ -20,6 +20,7 @@ typedef struct rf__cpu_walk {
 	rf__run *run;
 	rf__flight *run_io;
 	size_t ra_end; /* overlapped: blocks up to here were found adjacent in memory, one after another */
+	size_t ra_cap; /* overlapped: how far the reader's window may read ahead (0: no window this run) */
 } rf__cpu_walk;
 
 static int rf__cpu_seen(rf__cpu_walk *w, unsigned q, int64_t v)
@@ -77,7 +78,7 @@ static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b,
 		return rf__flight_read(run->io, &fs, n, dst, run->slot_stride);
 	rf__flight_rec rec = {.block = (int64_t)b, .slot = slot, .node = node, .queue = (uint8_t)queue,
 			      .traced = run->trace != NULL,
-			      .ahead = run->io->window_state > 0 ? rf__cpu_ahead(w, run, b, run->io->window) : 0};
+			      .ahead = run->io->window_state > 0 ? rf__cpu_ahead(w, run, b, w->ra_cap) : 0};
 	int rc = rf__flight_start(run->io, &fs, n, dst, run->slot_stride, &rec);
 	if (rc != RF_OK)
 		return rc;
@@ -159,20 +160,24 @@ static const rf__walk_ops rf__cpu_plain_ops = {rf__cpu_copy, rf__cpu_compute, rf
 int rf__cpu_run(void *ctx, rf__run *run)
 {
 	(void)ctx;
-	rf__cpu_walk w = {{0}, 0, {0}, NULL, NULL, 0};
+	rf__cpu_walk w = {{0}, 0, {0}, NULL, NULL, 0, 0};
 	return rf__walk(run, -1, 0, &rf__cpu_plain_ops, &w);
 }
 
 int rf__cpu_walk_overlapped(rf__run *run)
 {
-	rf__cpu_walk w = {{0}, 1, {0}, run, run->io, 0};
+	rf__cpu_walk w = {{0}, 1, {0}, run, run->io, 0, 0};
 	rf__flight *f = run->io;
 	f->failed = 0;
 	f->trace = run->trace;
-	/* The read-ahead window pays for small blocks that follow one another in a file. */
-	int small = run->nblocks >= 2 && run->sizes[0] != 0 && run->sizes[0] <= RF__RD_WIN_SMALL(f->window / 4) &&
-		    run->srcs[1] == (const unsigned char *)run->srcs[0] + run->sizes[0];
-	rf__flight_run_start(f, small);
+	/* The read-ahead window pays for blocks that follow one another in a file where it keeps twice the
+	 * bytes in flight that the ring's own reads (depth - 1 blocks) do, or more. */
+	size_t n0 = run->sizes[0];
+	int ahead = run->nblocks >= 2 && n0 != 0 && n0 <= RF__RD_WIN_SMALL(f->window) &&
+		    (size_t)(run->prog->nslots - 1) * n0 * 2 <= f->window &&
+		    run->srcs[1] == (const unsigned char *)run->srcs[0] + n0;
+	w.ra_cap = ahead ? f->window : 0;
+	rf__flight_run_start(f, ahead);
 	int rc = rf__walk(run, -1, 0, &rf__cpu_overlapped_ops, &w);
 	/* Nothing may still write the ring or read the caller's files on return. */
 	while (rf__flight_progress(f))

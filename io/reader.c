@@ -87,6 +87,11 @@ typedef struct rd_win {
 	unsigned *wait, wait_head, nwait; /* copies waiting for chunks, in file order (max_copies long) */
 	uint64_t copies, read;
 	uint64_t landed;    /* chunks landed so far (rd_top_up serves again when it moves) */
+	int online;         /* the chunks in flight are chosen online (ahead) */
+	rf__rd_ahead ahead; /* chunks read ahead at once: ahead.on (all k when not online) */
+	double m_t0, m_half; /* the measurement in progress: its start, the end of its first half */
+	uint64_t m_bytes, m_half_bytes;
+	unsigned m_landed;
 } rd_win;
 
 typedef struct rd_piece {
@@ -422,6 +427,55 @@ static void rd_issue(rf__reader *r, unsigned pi)
 static void rd_top_up_pending(rf__reader *r);
 static void rd_progress(rf__reader *r);
 
+void rf__reader_ahead_start(rf__rd_ahead *a, unsigned max)
+{
+	*a = (rf__rd_ahead){.on = 1, .max = max ? max : 1};
+	a->settled = a->max == 1;
+}
+
+unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double r1, double r2)
+{
+	if (a->settled)
+		return a->on;
+	unsigned i = 0;
+	while ((2u << i) <= a->on && i + 1 < RF__RD_AHEAD_SETTINGS)
+		i++;
+	a->rate[i] = (r1 + r2) / 2;
+	a->spread[i] = r1 > r2 ? r1 - r2 : r2 - r1;
+	if (i > 0) {
+		double noise = a->spread[i] > a->spread[i - 1] ? a->spread[i] : a->spread[i - 1];
+		if (a->rate[i] <= a->rate[i - 1] + noise) { /* more in flight did not pay: back, for good */
+			a->on = 1u << (i - 1);
+			a->settled = 1;
+			return a->on;
+		}
+	}
+	if (i + 1 < RF__RD_AHEAD_SETTINGS && (2u << i) <= a->max)
+		a->on = 2u << i;
+	else
+		a->settled = 1;
+	return a->on;
+}
+
+/* A chunk of `bytes` landed during a measurement: at twice the setting's chunks, the rule decides. */
+static void rd_win_measure(rf__reader *r, uint64_t bytes)
+{
+	rd_win *w = &r->win;
+	w->m_bytes += bytes;
+	unsigned n = ++w->m_landed, on = w->ahead.on;
+	if (n == on) {
+		w->m_half = rd_now();
+		w->m_half_bytes = w->m_bytes;
+	}
+	if (n < 2 * on)
+		return;
+	double t = rd_now(), d1 = w->m_half - w->m_t0, d2 = t - w->m_half;
+	double r1 = d1 > 0 ? (double)w->m_half_bytes / d1 : 0, r2 = d2 > 0 ? (double)(w->m_bytes - w->m_half_bytes) / d2 : 0;
+	rf__reader_ahead_rule(&w->ahead, r1, r2);
+	r->gen++; /* describe shows the rates so far */
+	w->m_t0 = w->ahead.settled ? 0 : t, w->m_landed = 0, w->m_bytes = 0;
+}
+
 /* ---- the read-ahead window ---------------------------------------------------------------------- */
 
 /* Chunk pi came back with res. A refusal ("not now") is retried as a copy's piece is; a partial read
@@ -458,6 +512,8 @@ static void rd_chunk_done(rf__reader *r, unsigned pi, long res)
 		h->end = got < h->lim ? got : h->lim;
 		h->state = RD_CH_IN;
 		w->read += (uint64_t)res;
+		if (w->online && !w->ahead.settled && w->m_t0 != 0)
+			rd_win_measure(r, (uint64_t)res);
 	}
 	w->landed++;
 	w->out--;
@@ -519,12 +575,21 @@ static void rd_win_serve(rf__reader *r)
 	}
 }
 
+/* The chunks read so far do not reach the end of the oldest waiting copy: it needs more than the
+ * setting allows (a copy across a chunk's boundary with one chunk read ahead), which it gets. */
+static int rd_win_short(const rf__reader *r)
+{
+	const rd_win *w = &r->win;
+	return w->nwait > 0 && w->next < r->copies[w->wait[w->wait_head]].end;
+}
+
 /* Read chunks ahead while the window has room: whole chunks while the run goes on past them, the last
  * one up to where the run ends. */
 static void rd_win_fill(rf__reader *r)
 {
 	rd_win *w = &r->win;
-	while (w->f != NULL && w->n < w->k && w->next < w->limit && r->nfree_pieces > 0) {
+	while (w->f != NULL && w->n < w->k && (w->n < w->ahead.on || rd_win_short(r)) && w->next < w->limit &&
+	       r->nfree_pieces > 0) {
 		if (!w->final && w->next + w->chunk > w->limit)
 			return; /* a partial chunk would leave the next one off the alignment */
 		size_t a = rf__file_dio_align(w->f);
@@ -534,6 +599,8 @@ static void rd_win_fill(rf__reader *r)
 		w->ch[i] = (rd_chunk){w->next, lim, w->next, RD_CH_OUT};
 		w->n++;
 		w->out++;
+		if (w->online && !w->ahead.settled && w->m_landed == 0 && w->m_t0 == 0)
+			w->m_t0 = rd_now(); /* a measurement starts with its first read */
 		unsigned pi = r->free_pieces[--r->nfree_pieces];
 		r->pieces[pi] = (rd_piece){RD_CHUNK | i, w->next, len, w->mem + (size_t)i * w->chunk, 0, 0};
 		w->next = lim;
@@ -564,15 +631,21 @@ static int rd_win_take(rf__reader *r, unsigned ci, size_t ahead)
 			return 0;
 		unsigned k = (unsigned)(w->cap / chunk);
 		k = k > RD_WIN_MAX ? RD_WIN_MAX : k;
-		if (k < 2 || c->n > RF__RD_WIN_SMALL(chunk))
+		if (k < 2 || c->n > RF__RD_WIN_SMALL(k * chunk))
 			return 0;
 		if (w->f != f || w->chunk != chunk)
 			r->gen++; /* describe names the chunk size */
+		if (w->chunk != chunk || w->k != k) { /* a new setting to choose: the old one was for other chunks */
+			rf__reader_ahead_start(&w->ahead, k);
+			if (!w->online)
+				w->ahead.on = k, w->ahead.settled = 1;
+		}
+		w->m_t0 = 0, w->m_landed = 0, w->m_bytes = 0; /* a measurement spans one stream */
 		w->f = f, w->chunk = chunk, w->k = k, w->head = 0, w->n = 0;
 		w->next = c->win_off / a * a;
 		w->limit = c->win_off;
 		w->final = 0;
-	} else if (c->n > RF__RD_WIN_SMALL(w->chunk)) {
+	} else if (c->n > RF__RD_WIN_SMALL(w->k * w->chunk)) {
 		return 0;
 	}
 	uint64_t size = rf_file_size(f), lim = c->end + (ahead < w->cap ? ahead : w->cap);
@@ -598,7 +671,8 @@ int rf__reader_window(rf__reader *r, size_t bytes)
 		munmap(w->map, w->map_len);
 	unsigned *wait = w->wait;
 	uint64_t copies = w->copies, rd = w->read;
-	*w = (rd_win){.wait = wait, .copies = copies, .read = rd};
+	int online = w->online;
+	*w = (rd_win){.wait = wait, .copies = copies, .read = rd, .online = online};
 	r->gen++;
 	if (bytes == 0)
 		return RF_OK;
@@ -636,9 +710,16 @@ void rf__reader_window_release(rf__reader *r)
 	w->f = NULL, w->n = 0, w->head = 0, w->expect = UINT64_MAX;
 }
 
+void rf__reader_window_online(rf__reader *r, int on)
+{
+	r->win.online = on != 0;
+	r->win.chunk = 0, r->win.k = 0; /* the next window chooses afresh */
+}
+
 void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out)
 {
-	*out = (rf__reader_window_stats){r->win.mem ? r->win.cap : 0, r->win.chunk, r->win.k, r->win.copies, r->win.read};
+	*out = (rf__reader_window_stats){r->win.mem ? r->win.cap : 0, r->win.chunk, r->win.k, r->win.ahead.on,
+					 r->win.copies, r->win.read};
 }
 
 /* Issue pieces of the pending copies, oldest first, while reads may be added; a copy leaves the list
@@ -1047,10 +1128,21 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 		RD_PUT("pread (%s), one read at a time", r->why);
 	RD_PUT(", O_DIRECT where the file and the range allow it");
 	if (r->win.mem != NULL && r->win.chunk != 0)
-		RD_PUT(", read-ahead window %u x %zuK (blocks <= %zuK in file order)", r->win.k,
-		       r->win.chunk >> 10, RF__RD_WIN_SMALL(r->win.chunk) >> 10);
+	{
+		const rf__rd_ahead *a = &r->win.ahead;
+		RD_PUT(", read-ahead %u x %zuK in flight (blocks in file order", a->on, r->win.chunk >> 10);
+		if (r->win.online) {
+			RD_PUT("; %s online, GB/s at", a->settled ? "chosen" : "choosing");
+			for (unsigned i = 0; i < RF__RD_AHEAD_SETTINGS; i++)
+				if (a->rate[i] > 0)
+					RD_PUT(" %u: %.2f", 1u << i, a->rate[i] * 1e-9);
+			if (a->settled && a->on < a->max && a->rate[0] > 0)
+				RD_PUT("; more did not pay");
+		}
+		RD_PUT(")");
+	}
 	else if (r->win.mem != NULL)
-		RD_PUT(", read-ahead window %zuK (small blocks in file order)", r->win.cap >> 10);
+		RD_PUT(", read-ahead up to %zuK (blocks in file order)", r->win.cap >> 10);
 	if (r->reg_base != NULL)
 		RD_PUT(", slots registered");
 	else if (r->reg_tried)

@@ -67,13 +67,33 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
  * here, on huge pages where the kernel gives them (each physically contiguous run of a destination is
  * a request segment to the disk). bytes 0 frees it. RF_OK; RF_EBUSY (copies in flight); RF_ENOMEM. */
 int rf__reader_window(rf__reader *r, size_t bytes);
-/* The window's figures: bytes mapped (0: none), chunk bytes for the last file, copies served from it,
- * bytes read into it. */
+/* The window's figures: bytes mapped (0: none), chunk bytes for the last file, its chunks, of them read
+ * ahead at once now, copies served from it, bytes read into it. */
 typedef struct rf__reader_window_stats {
 	size_t bytes, chunk;
-	unsigned chunks;
+	unsigned chunks, on;
 	uint64_t copies, read;
 } rf__reader_window_stats;
+
+/* How many of the window's chunks are read ahead at once. Fixed (all of them) unless chosen online
+ * (rf__reader_window_online): then a pure rule over the read rates measured at each setting, tested on
+ * its own. Settings are powers of two from 1: each measurement lasts until twice the setting's chunks
+ * have landed, timed in two halves; the next setting doubles while the rate rises by more than the two
+ * halves of either measurement differ (the noise the measurements themselves show), and goes back to
+ * the last one that paid, for good, once it does not. */
+#define RF__RD_AHEAD_SETTINGS 5u /* 1, 2, 4, 8, 16 chunks */
+typedef struct rf__rd_ahead {
+	unsigned on;  /* chunks read ahead at once now */
+	unsigned max; /* the window's chunks */
+	int settled;
+	double rate[RF__RD_AHEAD_SETTINGS];   /* bytes per second at 1 << i chunks (0: not measured) */
+	double spread[RF__RD_AHEAD_SETTINGS]; /* how far apart its two halves were */
+} rf__rd_ahead;
+void rf__reader_ahead_start(rf__rd_ahead *a, unsigned max);
+/* A measurement at a->on read r1 and r2 bytes per second in its two halves: the next setting (a->on). */
+unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double r1, double r2);
+/* Choose the chunks in flight online (on != 0) from the next window on, or read with all of them (0). */
+void rf__reader_window_online(rf__reader *r, int on);
 void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out);
 /* Forget what the window holds: no later copy is served from bytes read before this call (a run's
  * start: the file may have changed since the last run read ahead). */
@@ -81,9 +101,10 @@ void rf__reader_window_drop(rf__reader *r);
 /* A run's end: wait for the window's reads still in flight (a run that stopped early leaves some) and
  * let go of its file, which the caller may close now. No-op while window copies wait (not all polled). */
 void rf__reader_window_release(rf__reader *r);
-/* A copy is served from the window when n <= RF__RD_WIN_SMALL(chunk): half a request or less (a
- * larger block is a large request already). */
-#define RF__RD_WIN_SMALL(chunk) ((chunk) / 2)
+/* A copy is served from a window of `bytes` when n <= RF__RD_WIN_SMALL(bytes): two copies at least fit
+ * in it. Whether that pays is the caller's to say (it passes `ahead` or not): where the window keeps
+ * more bytes in flight than the caller's own copies do. */
+#define RF__RD_WIN_SMALL(bytes) ((bytes) / 2)
 
 /* rf__reader_start, and `ahead`: how many bytes of the same file right after [s->off, s->off + n) the
  * caller will copy next, in order, in copies of the same kind (pass at least the window's size when

@@ -77,6 +77,7 @@ typedef struct rf__flight {
 	 * (0: none; set by the owner before the first run), and whether it was mapped (1) or refused (-1). */
 	size_t window;
 	int window_state;
+	int window_online; /* its chunks in flight chosen online (depth = auto) */
 } rf__flight;
 
 /* No reader yet. value: the queue's counter; ec/bell_slot: where the lane sleeps. */

@@ -610,7 +610,7 @@ Test(files, small_blocks_in_file_order_are_read_ahead_of_the_slots)
 	small_blocks(p, d, 0, 65536, FSIZE / 65536);
 	small_blocks(p, d, 32, 65536 + 8, 60);
 	small_blocks(p, d, 4097, 100000, 40);
-	cr_assert_eq(on_threads(), strstr(rf_pipeline_describe(p), "read-ahead window") != NULL, "%s",
+	cr_assert_eq(on_threads(), strstr(rf_pipeline_describe(p), "read-ahead ") != NULL, "%s",
 		     rf_pipeline_describe(p));
 	rf_pipeline_destroy(p);
 	void *m = mmap(NULL, FSIZE, PROT_READ, MAP_SHARED, fd, 0);
@@ -624,6 +624,45 @@ Test(files, small_blocks_in_file_order_are_read_ahead_of_the_slots)
 	munmap(m, FSIZE);
 	close(fd);
 	cr_assert_lt(resident, FSIZE / 4096 / 8, "%zu pages in the page cache", resident);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}
+
+/* The bytes read ahead in the stats; with depth = auto chosen online during the first run (the rates
+ * measured so far in describe), at the defaults all of the window. */
+Test(files, the_bytes_read_ahead_are_in_the_stats_and_depth_auto_chooses_them_online)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	for (int autod = 0; autod < 2; autod++) {
+		rf_pipeline_params pp = {0};
+		pp.depth_auto = autod ? RF_DEPTH_AUTO : 0;
+		pp.slot_bytes = 65536;
+		pp.backend = test_backend();
+		rf_pipeline *p = NULL;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+		small_blocks(p, d, 0, 65536, FSIZE / 65536);
+		rf_stats st;
+		cr_assert_eq(rf_pipeline_stats(p, &st), RF_OK);
+		const char *desc = rf_pipeline_describe(p);
+		if (!on_threads()) {
+			cr_assert_eq(st.ahead_bytes, 0u);
+			cr_assert_eq(st.total_ahead_blocks, 0u);
+		} else {
+			cr_assert_gt(st.ahead_bytes, 0u, "%s", desc);
+			cr_assert_eq(st.total_ahead_blocks, FSIZE / 65536, "%llu", (unsigned long long)st.total_ahead_blocks);
+			cr_assert_eq(strstr(desc, "online, GB/s at 1: ") != NULL, autod, "%s", desc);
+			if (!autod)
+				cr_assert_geq(st.ahead_bytes, 2u << 20, "the defaults read ahead the whole window: %llu",
+					      (unsigned long long)st.ahead_bytes);
+		}
+		small_blocks(p, d, 0, 65536, 16);
+		rf_stats st2;
+		cr_assert_eq(rf_pipeline_stats(p, &st2), RF_OK);
+		cr_assert_eq(st2.total_ahead_blocks, st.total_ahead_blocks + (on_threads() ? 16u : 0u));
+		rf_pipeline_destroy(p);
+	}
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	leak_check();
 }

@@ -1005,7 +1005,36 @@ Test(reader_window, small_copies_in_file_order_are_read_as_large_requests)
 		}
 	char desc[512];
 	rf__reader_describe(r, desc, sizeof desc);
-	cr_assert(strstr(desc, "read-ahead window 4 x ") != NULL, "%s", desc);
+	cr_assert(strstr(desc, "read-ahead 4 x ") != NULL, "%s", desc);
+	rf__reader_destroy(r);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+/* Chosen online, the window starts with one chunk read ahead: copies across a chunk's boundary get the
+ * next one all the same (no stream stalls), and describe shows the rates measured. */
+Test(reader_window, chosen_online_from_one_chunk_up)
+{
+	char *path = make_file(FSIZE, 26);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	cr_assert_eq(rf__reader_window(r, 16u << 20), RF_OK);
+	rf__reader_window_online(r, 1);
+	static const size_t sizes[] = {65536, 65536 + 8, 1u << 20};
+	for (unsigned i = 0; i < 3; i++) {
+		uint64_t bad;
+		unsigned n = stream(r, f, i * 8, FSIZE, sizes[i], 26, &bad, UINT_MAX);
+		cr_assert_eq(bad, UINT64_MAX, "%s", rf__reader_error(r));
+		cr_assert_gt(n, 0u);
+	}
+	rf__reader_window_stats w;
+	rf__reader_window_get(r, &w);
+	cr_assert(w.on >= 1 && w.on <= w.chunks, "%u of %u", w.on, w.chunks);
+	char desc[512];
+	rf__reader_describe(r, desc, sizeof desc);
+	cr_assert(strstr(desc, "online, GB/s at 1: ") != NULL, "%s", desc);
 	rf__reader_destroy(r);
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	drop(path);
@@ -1023,7 +1052,7 @@ Test(reader_window, other_copies_are_read_on_their_own)
 	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK);
 	unsigned char *dst = xalign(4096, 3u << 20);
 	uint64_t bad;
-	stream(r, f, 0, 8u << 20, 1u << 20, 22, &bad, UINT_MAX); /* larger than half a chunk */
+	stream(r, f, 0, 9u << 20, 3u << 20, 22, &bad, UINT_MAX); /* more than half the window */
 	cr_assert_eq(bad, UINT64_MAX);
 	for (uint64_t off = 6u << 20; off > 0; off -= 65536) /* backwards */
 		one_copy(r, f, off, 65536, dst, 1u << 20, 0, 22);
@@ -1104,6 +1133,79 @@ static void take_up(int drop_first, unsigned want_seed)
 
 Test(reader_window, a_dropped_window_hands_out_no_stale_bytes) { take_up(1, 25); }
 Test(reader_window, an_undropped_window_held_the_bytes_read_ahead) { take_up(0, 24); }
+
+/* ---- the read-ahead rule, on synthetic rates (no clock) ------------------------------------------ */
+
+/* Feed the rule a device whose rate at c chunks in flight is rate_at(c), each measurement's halves
+ * +-noise/2 apart; returns the setting it settles on (and how many measurements it took). */
+static unsigned settle(unsigned max, double (*rate_at)(unsigned), double noise, unsigned *steps)
+{
+	rf__rd_ahead a;
+	rf__reader_ahead_start(&a, max);
+	unsigned k = 0;
+	while (!a.settled && k < 20) {
+		double r = rate_at(a.on);
+		rf__reader_ahead_rule(&a, r - noise / 2, r + noise / 2);
+		k++;
+	}
+	cr_assert(a.settled, "the rule settles");
+	cr_assert(a.on >= 1 && a.on <= max);
+	*steps = k;
+	return a.on;
+}
+
+static double knee4(unsigned c) /* rises to 4 chunks, flat after */
+{
+	return 1e9 * (c < 4 ? c : 4);
+}
+
+static double best2(unsigned c) /* best at 2, worse with more (a host that serves a few requests best) */
+{
+	return c == 1 ? 1.5e9 : c == 2 ? 2.5e9 : 2.0e9;
+}
+
+static double flat(unsigned c)
+{
+	(void)c;
+	return 3e9;
+}
+
+static double rising(unsigned c)
+{
+	return 1e9 * c;
+}
+
+Test(reader_rule, more_in_flight_while_the_rate_rises_fewer_when_it_stops_paying)
+{
+	unsigned steps;
+	cr_assert_eq(settle(16, knee4, 0.05e9, &steps), 4u, "flat past 4: 8 did not pay, back to 4");
+	cr_assert_eq(steps, 4u, "1, 2, 4, 8: four measurements");
+	cr_assert_eq(settle(16, best2, 0.05e9, &steps), 2u, "worse past 2: back to 2");
+	cr_assert_eq(settle(16, flat, 0.05e9, &steps), 1u, "nothing gained by more: the least");
+	cr_assert_eq(steps, 2u);
+	cr_assert_eq(settle(16, rising, 0.05e9, &steps), 16u, "rising all the way: the window's all");
+	cr_assert_eq(settle(4, rising, 0.05e9, &steps), 4u, "never more than the window holds");
+	cr_assert_eq(steps, 3u);
+	cr_assert_eq(settle(1, rising, 0.05e9, &steps), 1u);
+	cr_assert_eq(steps, 0u, "one chunk: nothing to choose");
+}
+
+Test(reader_rule, a_rise_within_the_measurements_noise_does_not_count)
+{
+	unsigned steps;
+	/* 1 -> 2 chunks gains 1 GB/s, but the halves of a measurement are 1.5 GB/s apart: not a gain */
+	cr_assert_eq(settle(16, rising, 1.5e9, &steps), 1u);
+	/* the same gain with halves 0.5 apart is one */
+	cr_assert_eq(settle(16, knee4, 0.5e9, &steps), 4u);
+	rf__rd_ahead a;
+	rf__reader_ahead_start(&a, 16);
+	cr_assert_eq(rf__reader_ahead_rule(&a, 1e9, 1e9), 2u);
+	cr_assert_eq(rf__reader_ahead_rule(&a, 1.2e9, 2.8e9), 1u, "2.0 against 1.0, but its halves 1.6 apart");
+	cr_assert(a.settled);
+	cr_assert_eq(rf__reader_ahead_rule(&a, 9e9, 9e9), 1u, "settled for good");
+	cr_assert_eq(a.rate[0], 1e9);
+	cr_assert_eq(a.rate[1], 2e9);
+}
 
 static void add(rf__rd_samples *s, int m, float v)
 {
