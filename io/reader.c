@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,9 +89,11 @@ typedef struct rd_win {
 	uint64_t copies, read;
 	uint64_t landed;    /* chunks landed so far (rd_top_up serves again when it moves) */
 	int online;         /* the chunks in flight are chosen online (ahead) */
+	size_t from;        /* online: the bytes the search starts from (the chunks a copy needs, if more) */
 	rf__rd_ahead ahead; /* chunks read ahead at once: ahead.on (all k when not online) */
-	double m_t0, m_half; /* the measurement in progress: its start, the end of its first half */
-	uint64_t m_bytes, m_half_bytes;
+	double m_t0, m_last; /* the measurement in progress: its start, the last landing */
+	double m_sum, m_sq;  /* the intervals between its landings: their sum, their squares' */
+	uint64_t m_bytes, m_round; /* bytes landed in it, in its round so far */
 	unsigned m_landed;
 } rd_win;
 
@@ -427,23 +430,34 @@ static void rd_issue(rf__reader *r, unsigned pi)
 static void rd_top_up_pending(rf__reader *r);
 static void rd_progress(rf__reader *r);
 
-void rf__reader_ahead_start(rf__rd_ahead *a, unsigned max)
+void rf__reader_ahead_start(rf__rd_ahead *a, unsigned max, unsigned first)
 {
 	*a = (rf__rd_ahead){.on = 1, .max = max ? max : 1};
-	a->settled = a->max == 1;
+	while (a->on * 2 <= first && a->on * 2 <= a->max && a->on * 2 < (1u << RF__RD_AHEAD_SETTINGS))
+		a->on *= 2;
+	a->settled = a->on >= a->max;
 }
 
-unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double r1, double r2)
+void rf__reader_ahead_sample(uint64_t bytes, double seconds, unsigned n, double sum, double sumsq, double *rate,
+			     double *err)
+{
+	*rate = seconds > 0 ? (double)bytes / seconds : 0;
+	double mu = n > 1 ? sum / n : 0, var = n > 1 ? (sumsq - n * mu * mu) / (n - 1) : 0;
+	*err = var > 0 ? sqrt(var / n) : 0;
+}
+
+unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double rate, double err)
 {
 	if (a->settled)
 		return a->on;
 	unsigned i = 0;
 	while ((2u << i) <= a->on && i + 1 < RF__RD_AHEAD_SETTINGS)
 		i++;
-	a->rate[i] = (r1 + r2) / 2;
-	a->spread[i] = r1 > r2 ? r1 - r2 : r2 - r1;
-	if (i > 0) {
-		double noise = a->spread[i] > a->spread[i - 1] ? a->spread[i] : a->spread[i - 1];
+	a->rate[i] = rate;
+	a->err[i] = err;
+	if (i > 0 && a->rate[i - 1] > 0) {
+		/* the standard error of the difference of the two rates */
+		double noise = sqrt(a->err[i] * a->err[i] + a->err[i - 1] * a->err[i - 1]);
 		if (a->rate[i] <= a->rate[i - 1] + noise) { /* more in flight did not pay: back, for good */
 			a->on = 1u << (i - 1);
 			a->settled = 1;
@@ -457,23 +471,25 @@ unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double r1, double r2)
 	return a->on;
 }
 
-/* A chunk of `bytes` landed during a measurement: at twice the setting's chunks, the rule decides. */
+/* A chunk of `bytes` landed during a measurement: each `on` chunks a round, and after
+ * RF__RD_AHEAD_ROUNDS rounds the rule decides. */
 static void rd_win_measure(rf__reader *r, uint64_t bytes)
 {
 	rd_win *w = &r->win;
 	w->m_bytes += bytes;
-	unsigned n = ++w->m_landed, on = w->ahead.on;
-	if (n == on) {
-		w->m_half = rd_now();
-		w->m_half_bytes = w->m_bytes;
-	}
-	if (n < 2 * on)
+	w->m_round += bytes;
+	if (++w->m_landed % w->ahead.on != 0)
 		return;
-	double t = rd_now(), d1 = w->m_half - w->m_t0, d2 = t - w->m_half;
-	double r1 = d1 > 0 ? (double)w->m_half_bytes / d1 : 0, r2 = d2 > 0 ? (double)(w->m_bytes - w->m_half_bytes) / d2 : 0;
-	rf__reader_ahead_rule(&w->ahead, r1, r2);
+	double t = rd_now(), d = t - w->m_last, x = d > 0 ? (double)w->m_round / d : 0; /* a round's rate */
+	w->m_last = t, w->m_round = 0;
+	w->m_sum += x, w->m_sq += x * x;
+	if (w->m_landed < RF__RD_AHEAD_ROUNDS * w->ahead.on)
+		return;
+	double rate, err;
+	rf__reader_ahead_sample(w->m_bytes, t - w->m_t0, RF__RD_AHEAD_ROUNDS, w->m_sum, w->m_sq, &rate, &err);
+	rf__reader_ahead_rule(&w->ahead, rate, err);
 	r->gen++; /* describe shows the rates so far */
-	w->m_t0 = w->ahead.settled ? 0 : t, w->m_landed = 0, w->m_bytes = 0;
+	w->m_t0 = w->ahead.settled ? 0 : t, w->m_landed = 0, w->m_bytes = 0, w->m_sum = 0, w->m_sq = 0;
 }
 
 /* ---- the read-ahead window ---------------------------------------------------------------------- */
@@ -600,7 +616,7 @@ static void rd_win_fill(rf__reader *r)
 		w->n++;
 		w->out++;
 		if (w->online && !w->ahead.settled && w->m_landed == 0 && w->m_t0 == 0)
-			w->m_t0 = rd_now(); /* a measurement starts with its first read */
+			w->m_t0 = w->m_last = rd_now(); /* a measurement starts with its first read */
 		unsigned pi = r->free_pieces[--r->nfree_pieces];
 		r->pieces[pi] = (rd_piece){RD_CHUNK | i, w->next, len, w->mem + (size_t)i * w->chunk, 0, 0};
 		w->next = lim;
@@ -636,11 +652,13 @@ static int rd_win_take(rf__reader *r, unsigned ci, size_t ahead)
 		if (w->f != f || w->chunk != chunk)
 			r->gen++; /* describe names the chunk size */
 		if (w->chunk != chunk || w->k != k) { /* a new setting to choose: the old one was for other chunks */
-			rf__reader_ahead_start(&w->ahead, k);
+			/* from the chunks one copy may need at once (it may cross a chunk's boundary) */
+			unsigned need = (unsigned)((c->n + chunk - 1) / chunk) + 1, from = (unsigned)(w->from / chunk);
+			rf__reader_ahead_start(&w->ahead, k, need > from ? need : from);
 			if (!w->online)
 				w->ahead.on = k, w->ahead.settled = 1;
 		}
-		w->m_t0 = 0, w->m_landed = 0, w->m_bytes = 0; /* a measurement spans one stream */
+		w->m_t0 = 0, w->m_landed = 0, w->m_bytes = 0, w->m_round = 0, w->m_sum = 0, w->m_sq = 0; /* one stream's */
 		w->f = f, w->chunk = chunk, w->k = k, w->head = 0, w->n = 0;
 		w->next = c->win_off / a * a;
 		w->limit = c->win_off;
@@ -672,7 +690,8 @@ int rf__reader_window(rf__reader *r, size_t bytes)
 	unsigned *wait = w->wait;
 	uint64_t copies = w->copies, rd = w->read;
 	int online = w->online;
-	*w = (rd_win){.wait = wait, .copies = copies, .read = rd, .online = online};
+	size_t from = w->from;
+	*w = (rd_win){.wait = wait, .copies = copies, .read = rd, .online = online, .from = from};
 	r->gen++;
 	if (bytes == 0)
 		return RF_OK;
@@ -710,9 +729,10 @@ void rf__reader_window_release(rf__reader *r)
 	w->f = NULL, w->n = 0, w->head = 0, w->expect = UINT64_MAX;
 }
 
-void rf__reader_window_online(rf__reader *r, int on)
+void rf__reader_window_online(rf__reader *r, int on, size_t from)
 {
 	r->win.online = on != 0;
+	r->win.from = from;
 	r->win.chunk = 0, r->win.k = 0; /* the next window chooses afresh */
 }
 
@@ -1132,11 +1152,16 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 		const rf__rd_ahead *a = &r->win.ahead;
 		RD_PUT(", read-ahead %u x %zuK in flight (blocks in file order", a->on, r->win.chunk >> 10);
 		if (r->win.online) {
-			RD_PUT("; %s online, GB/s at", a->settled ? "chosen" : "choosing");
-			for (unsigned i = 0; i < RF__RD_AHEAD_SETTINGS; i++)
-				if (a->rate[i] > 0)
-					RD_PUT(" %u: %.2f", 1u << i, a->rate[i] * 1e-9);
-			if (a->settled && a->on < a->max && a->rate[0] > 0)
+			RD_PUT("; %s online", a->settled ? "chosen" : "choosing");
+			for (unsigned i = 0, first = 1; i < RF__RD_AHEAD_SETTINGS; i++)
+				if (a->rate[i] > 0) {
+					RD_PUT("%s %u: %.2f", first ? ", GB/s at" : "", 1u << i, a->rate[i] * 1e-9);
+					first = 0;
+				}
+			unsigned i = 0;
+			while ((2u << i) <= a->on && i + 1 < RF__RD_AHEAD_SETTINGS)
+				i++;
+			if (a->settled && i + 1 < RF__RD_AHEAD_SETTINGS && a->rate[i + 1] > 0)
 				RD_PUT("; more did not pay");
 		}
 		RD_PUT(")");

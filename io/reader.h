@@ -77,23 +77,35 @@ typedef struct rf__reader_window_stats {
 
 /* How many of the window's chunks are read ahead at once. Fixed (all of them) unless chosen online
  * (rf__reader_window_online): then a pure rule over the read rates measured at each setting, tested on
- * its own. Settings are powers of two from 1: each measurement lasts until twice the setting's chunks
- * have landed, timed in two halves; the next setting doubles while the rate rises by more than the two
- * halves of either measurement differ (the noise the measurements themselves show), and goes back to
- * the last one that paid, for good, once it does not. */
+ * its own. Settings are powers of two from the chunks one copy needs: each measurement lasts
+ * RF__RD_AHEAD_ROUNDS rounds of chunks landed, each round of them timed; the next setting doubles while the rate rises by more than the
+ * error the measurements themselves show (the standard error of the difference of the two rates,
+ * from the spread of their rounds), and goes back to the last one that paid, for
+ * good, once it does not. */
 #define RF__RD_AHEAD_SETTINGS 5u /* 1, 2, 4, 8, 16 chunks */
+/* A measurement at `on` chunks lasts this many rounds of `on` chunks landed: the fewest whose spread says
+ * something (three degrees of freedom). */
+#define RF__RD_AHEAD_ROUNDS 4u
 typedef struct rf__rd_ahead {
 	unsigned on;  /* chunks read ahead at once now */
 	unsigned max; /* the window's chunks */
 	int settled;
-	double rate[RF__RD_AHEAD_SETTINGS];   /* bytes per second at 1 << i chunks (0: not measured) */
-	double spread[RF__RD_AHEAD_SETTINGS]; /* how far apart its two halves were */
+	double rate[RF__RD_AHEAD_SETTINGS]; /* bytes per second at 1 << i chunks (0: not measured) */
+	double err[RF__RD_AHEAD_SETTINGS];  /* its standard error */
 } rf__rd_ahead;
-void rf__reader_ahead_start(rf__rd_ahead *a, unsigned max);
-/* A measurement at a->on read r1 and r2 bytes per second in its two halves: the next setting (a->on). */
-unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double r1, double r2);
-/* Choose the chunks in flight online (on != 0) from the next window on, or read with all of them (0). */
-void rf__reader_window_online(rf__reader *r, int on);
+/* Start at the largest setting <= first (the chunks one copy may need at once), within max. */
+void rf__reader_ahead_start(rf__rd_ahead *a, unsigned max, unsigned first);
+/* A measurement at a->on read `rate` bytes per second, with standard error err: the next setting. */
+unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double rate, double err);
+/* A measurement's rate and standard error: bytes landed in `seconds`, in n rounds (a round: as many
+ * chunks landed as the setting reads ahead at once) whose own rates sum to sum, their squares to sumsq.
+ * The rate is bytes / seconds; its error the rounds' standard deviation / sqrt(n) (batch means: chunks
+ * that land together are one round, not many samples). */
+void rf__reader_ahead_sample(uint64_t bytes, double seconds, unsigned n, double sum, double sumsq, double *rate,
+			     double *err);
+/* Choose the chunks in flight online (on != 0) from the next window on, starting from `from` bytes
+ * read ahead (or the chunks one copy needs, if more), or read with all of them (0). */
+void rf__reader_window_online(rf__reader *r, int on, size_t from);
 void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out);
 /* Forget what the window holds: no later copy is served from bytes read before this call (a run's
  * start: the file may have changed since the last run read ahead). */

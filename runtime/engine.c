@@ -150,6 +150,8 @@ int rf__engine_io(rf__engine *e, const char *who)
 		win = e->budget > e->slots_len + win ? win : e->budget > e->slots_len ? e->budget - e->slots_len : 0;
 	e->io.window = win >= RF__ENGINE_WINDOW / 4 ? win : 0;
 	e->io.window_online = e->io_online;
+	e->io.window_from = RF__ENGINE_WINDOW; /* more only where more pays */
+	e->io.window_block = RF__ENGINE_WINDOW / 2;
 	int rc = rf__flight_open(&e->io, host ? e->slots : NULL, host ? e->slots_len : 0);
 	if (rc != RF_OK)
 		return rf__err(rc, "%s: file reads: %s", who, rf__errmsg_peek());

@@ -278,7 +278,7 @@ void rf__flight_run_start(rf__flight *f, int first_small)
 	if (!first_small || f->window == 0 || f->window_state != 0 || rf__flight_busy(f))
 		return;
 	f->window_state = rf__reader_window(rd, f->window) == RF_OK ? 1 : -1;
-	rf__reader_window_online(rd, f->window_online);
+	rf__reader_window_online(rd, f->window_online, f->window_from);
 	rf__flight_describe(f, rd);
 }
 

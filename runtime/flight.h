@@ -77,7 +77,9 @@ typedef struct rf__flight {
 	 * (0: none; set by the owner before the first run), and whether it was mapped (1) or refused (-1). */
 	size_t window;
 	int window_state;
-	int window_online; /* its chunks in flight chosen online (depth = auto) */
+	int window_online; /* its chunks in flight chosen online (depth = auto), from window_from bytes */
+	size_t window_from;
+	size_t window_block; /* the largest block read ahead (a larger one is large requests of its own) */
 } rf__flight;
 
 /* No reader yet. value: the queue's counter; ec/bell_slot: where the lane sleeps. */

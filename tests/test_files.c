@@ -652,7 +652,7 @@ Test(files, the_bytes_read_ahead_are_in_the_stats_and_depth_auto_chooses_them_on
 		} else {
 			cr_assert_gt(st.ahead_bytes, 0u, "%s", desc);
 			cr_assert_eq(st.total_ahead_blocks, FSIZE / 65536, "%llu", (unsigned long long)st.total_ahead_blocks);
-			cr_assert_eq(strstr(desc, "online, GB/s at 1: ") != NULL, autod, "%s", desc);
+			cr_assert_eq(strstr(desc, "online") != NULL, autod, "%s", desc);
 			if (!autod)
 				cr_assert_geq(st.ahead_bytes, 2u << 20, "the defaults read ahead the whole window: %llu",
 					      (unsigned long long)st.ahead_bytes);

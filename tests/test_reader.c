@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <math.h>
 #include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
@@ -1021,7 +1022,7 @@ Test(reader_window, chosen_online_from_one_chunk_up)
 	rf__reader *r;
 	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
 	cr_assert_eq(rf__reader_window(r, 16u << 20), RF_OK);
-	rf__reader_window_online(r, 1);
+	rf__reader_window_online(r, 1, 0);
 	static const size_t sizes[] = {65536, 65536 + 8, 1u << 20};
 	for (unsigned i = 0; i < 3; i++) {
 		uint64_t bad;
@@ -1034,7 +1035,7 @@ Test(reader_window, chosen_online_from_one_chunk_up)
 	cr_assert(w.on >= 1 && w.on <= w.chunks, "%u of %u", w.on, w.chunks);
 	char desc[512];
 	rf__reader_describe(r, desc, sizeof desc);
-	cr_assert(strstr(desc, "online, GB/s at 1: ") != NULL, "%s", desc);
+	cr_assert(strstr(desc, "online, GB/s at ") != NULL, "%s", desc);
 	rf__reader_destroy(r);
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	drop(path);
@@ -1136,16 +1137,16 @@ Test(reader_window, an_undropped_window_held_the_bytes_read_ahead) { take_up(0, 
 
 /* ---- the read-ahead rule, on synthetic rates (no clock) ------------------------------------------ */
 
-/* Feed the rule a device whose rate at c chunks in flight is rate_at(c), each measurement's halves
- * +-noise/2 apart; returns the setting it settles on (and how many measurements it took). */
+/* Feed the rule a device whose rate at c chunks in flight is rate_at(c), each measurement with standard
+ * error `noise`; returns the setting it settles on (and how many measurements it took). */
 static unsigned settle(unsigned max, double (*rate_at)(unsigned), double noise, unsigned *steps)
 {
 	rf__rd_ahead a;
-	rf__reader_ahead_start(&a, max);
+	rf__reader_ahead_start(&a, max, 1);
 	unsigned k = 0;
 	while (!a.settled && k < 20) {
 		double r = rate_at(a.on);
-		rf__reader_ahead_rule(&a, r - noise / 2, r + noise / 2);
+		rf__reader_ahead_rule(&a, r, noise);
 		k++;
 	}
 	cr_assert(a.settled, "the rule settles");
@@ -1190,17 +1191,52 @@ Test(reader_rule, more_in_flight_while_the_rate_rises_fewer_when_it_stops_paying
 	cr_assert_eq(steps, 0u, "one chunk: nothing to choose");
 }
 
+/* A measurement's rate and error from its rounds: even rounds, no error; rounds of 1, 3, 1, 3 GB/s the
+ * standard error of their mean (sd 1.155 / sqrt(4)). */
+Test(reader_rule, rate_and_error_from_the_rounds)
+{
+	double rate, err;
+	rf__reader_ahead_sample(8u << 20, 4e-3, 4, 4 * 2e9, 4 * 4e18, &rate, &err);
+	cr_assert_float_eq(rate, (8u << 20) / 4e-3, 1);
+	cr_assert_float_eq(err, 0, 1e-3 * rate);
+	rf__reader_ahead_sample(8u << 20, 4e-3, 4, 8e9, 20e18, &rate, &err);
+	cr_assert_float_eq(err, sqrt(4e18 / 3 / 4), 1e3);
+	rf__reader_ahead_sample(0, 0, 0, 0, 0, &rate, &err);
+	cr_assert(rate == 0 && err == 0);
+	rf__reader_ahead_sample(1 << 20, 1e-3, 1, 1e9, 1e18, &rate, &err);
+	cr_assert(err == 0, "one round: no spread to speak of");
+}
+
+/* The search starts at the chunks one copy may need at once: fewer would be no setting at all. */
+Test(reader_rule, starts_at_the_chunks_a_copy_needs)
+{
+	rf__rd_ahead a;
+	rf__reader_ahead_start(&a, 16, 2);
+	cr_assert_eq(a.on, 2u);
+	rf__reader_ahead_start(&a, 16, 3);
+	cr_assert_eq(a.on, 2u, "the power of two below");
+	rf__reader_ahead_start(&a, 16, 5);
+	cr_assert_eq(a.on, 4u);
+	cr_assert(!a.settled);
+	cr_assert_eq(rf__reader_ahead_rule(&a, 3e9, 0), 8u, "nothing below to compare with: up");
+	cr_assert_eq(rf__reader_ahead_rule(&a, 3.05e9, 0.1e9), 4u, "no gain: back to where it started");
+	cr_assert(a.settled);
+	rf__reader_ahead_start(&a, 4, 9);
+	cr_assert_eq(a.on, 4u);
+	cr_assert(a.settled, "the window's all from the start: nothing to choose");
+}
+
 Test(reader_rule, a_rise_within_the_measurements_noise_does_not_count)
 {
 	unsigned steps;
-	/* 1 -> 2 chunks gains 1 GB/s, but the halves of a measurement are 1.5 GB/s apart: not a gain */
+	/* 1 -> 2 chunks gains 1 GB/s, but each rate's error is 1.5 GB/s: not a gain */
 	cr_assert_eq(settle(16, rising, 1.5e9, &steps), 1u);
-	/* the same gain with halves 0.5 apart is one */
+	/* the same gain with errors of 0.5 is one (the difference's error: 0.71) */
 	cr_assert_eq(settle(16, knee4, 0.5e9, &steps), 4u);
 	rf__rd_ahead a;
-	rf__reader_ahead_start(&a, 16);
-	cr_assert_eq(rf__reader_ahead_rule(&a, 1e9, 1e9), 2u);
-	cr_assert_eq(rf__reader_ahead_rule(&a, 1.2e9, 2.8e9), 1u, "2.0 against 1.0, but its halves 1.6 apart");
+	rf__reader_ahead_start(&a, 16, 1);
+	cr_assert_eq(rf__reader_ahead_rule(&a, 1e9, 0), 2u);
+	cr_assert_eq(rf__reader_ahead_rule(&a, 2e9, 1.1e9), 1u, "2.0 against 1.0, but with an error of 1.1");
 	cr_assert(a.settled);
 	cr_assert_eq(rf__reader_ahead_rule(&a, 9e9, 9e9), 1u, "settled for good");
 	cr_assert_eq(a.rate[0], 1e9);
