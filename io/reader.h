@@ -57,11 +57,12 @@ int rf__reader_register(rf__reader *r, void *base, size_t len);
 int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
 		     unsigned flags, uint64_t tag);
 
-/* The read-ahead window: runs of small copies contiguous in one file (a ring's blocks of a few KiB to
- * half a request) are read ahead of the slots as large O_DIRECT requests into the window's memory, and
+/* The read-ahead window: copies that follow one another in one file (a ring's blocks, up to half the
+ * window each) are read ahead of the slots as large O_DIRECT requests into the window's memory, and
  * each copy is moved from there into its destination once its bytes have landed. The disk pays per
- * request, and a ring of a few slots keeps a few small requests in flight; the window keeps `bytes`
- * in flight in requests as large as the device takes (f->io_max), read only as far as the caller says
+ * request, and a ring of a few slots keeps a few requests of a block each in flight; the window keeps
+ * up to `bytes` in flight in requests as large as the device takes (f->io_max, at most a quarter of
+ * the window), read only as far as the caller says
  * the run goes (rf__reader_start_ahead's `ahead`), never past it. A chunk that fails or comes back
  * short leaves its copies to be read on their own (so RF_EIO names what failed). The memory is mapped
  * here, on huge pages where the kernel gives them (each physically contiguous run of a destination is
@@ -77,11 +78,11 @@ typedef struct rf__reader_window_stats {
 
 /* How many of the window's chunks are read ahead at once. Fixed (all of them) unless chosen online
  * (rf__reader_window_online): then a pure rule over the read rates measured at each setting, tested on
- * its own. Settings are powers of two from the chunks one copy needs: each measurement lasts
- * RF__RD_AHEAD_ROUNDS rounds of chunks landed, each round of them timed; the next setting doubles while the rate rises by more than the
- * error the measurements themselves show (the standard error of the difference of the two rates,
- * from the spread of their rounds), and goes back to the last one that paid, for
- * good, once it does not. */
+ * its own. Settings are powers of two from where the search starts: each measurement lasts
+ * RF__RD_AHEAD_ROUNDS rounds of chunks landed, each round timed; the next setting doubles while the
+ * rate rises by more than the error the measurements themselves show (the standard error of the
+ * difference of the two rates, from the spread of their rounds), and goes back to the last one that
+ * paid, for good, once it does not. */
 #define RF__RD_AHEAD_SETTINGS 5u /* 1, 2, 4, 8, 16 chunks */
 /* A measurement at `on` chunks lasts this many rounds of `on` chunks landed: the fewest whose spread says
  * something (three degrees of freedom). */
