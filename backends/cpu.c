@@ -19,6 +19,8 @@ typedef struct rf__cpu_walk {
 	uint64_t after[RF_MAX_QUEUES];       /* overlapped: copies started up to each queue's last one */
 	rf__run *run;
 	rf__flight *run_io;
+	size_t ra_end; /* overlapped: blocks up to here were found adjacent in memory, one after another */
+	size_t ra_cap; /* overlapped: how far the reader's window may read ahead (0: no window this run) */
 } rf__cpu_walk;
 
 static int rf__cpu_seen(rf__cpu_walk *w, unsigned q, int64_t v)
@@ -35,6 +37,26 @@ static int rf__cpu_reap(rf__cpu_walk *w, rf__run *run, unsigned q, int64_t v)
 	if (f->failed)
 		return rf__err(RF_EIO, "%s", f->msg);
 	return RF_OK;
+}
+
+/* Bytes right after block b (a file range) that the walk copies next, in order: the blocks that follow
+ * it in the mapping, one after the other, up to cap (the reader's window reads ahead no further).
+ * Amortized O(1) per block: the end of the adjacent blocks found so far is kept. */
+static size_t rf__cpu_ahead(rf__cpu_walk *w, const rf__run *run, size_t b, size_t cap)
+{
+	if (cap == 0)
+		return 0;
+	if (w->ra_end <= b)
+		w->ra_end = b + 1;
+	const unsigned char *from = (const unsigned char *)run->srcs[b] + run->sizes[b], *to;
+	for (;;) {
+		size_t e = w->ra_end;
+		to = (const unsigned char *)run->srcs[e - 1] + run->sizes[e - 1];
+		if ((size_t)(to - from) >= cap || e >= run->nblocks || run->sizes[e] == 0 || run->srcs[e] != to)
+			break;
+		w->ra_end = e + 1;
+	}
+	return (size_t)(to - from) < cap ? (size_t)(to - from) : cap;
 }
 
 /* Block b's bytes into dst: from src (its staging slot), else from its source — a file's read at once,
@@ -55,7 +77,8 @@ static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b,
 	if (!w->overlapped || slot == RF__NO_STAGE || ((run->prog->compute_queues >> queue) & 1))
 		return rf__flight_read(run->io, &fs, n, dst, run->slot_stride);
 	rf__flight_rec rec = {.block = (int64_t)b, .slot = slot, .node = node, .queue = (uint8_t)queue,
-			      .traced = run->trace != NULL};
+			      .traced = run->trace != NULL,
+			      .ahead = run->io->window_state > 0 ? rf__cpu_ahead(w, run, b, w->ra_cap) : 0};
 	int rc = rf__flight_start(run->io, &fs, n, dst, run->slot_stride, &rec);
 	if (rc != RF_OK)
 		return rc;
@@ -137,20 +160,29 @@ static const rf__walk_ops rf__cpu_plain_ops = {rf__cpu_copy, rf__cpu_compute, rf
 int rf__cpu_run(void *ctx, rf__run *run)
 {
 	(void)ctx;
-	rf__cpu_walk w = {{0}, 0, {0}, NULL, NULL};
+	rf__cpu_walk w = {{0}, 0, {0}, NULL, NULL, 0, 0};
 	return rf__walk(run, -1, 0, &rf__cpu_plain_ops, &w);
 }
 
 int rf__cpu_walk_overlapped(rf__run *run)
 {
-	rf__cpu_walk w = {{0}, 1, {0}, run, run->io};
+	rf__cpu_walk w = {{0}, 1, {0}, run, run->io, 0, 0};
 	rf__flight *f = run->io;
 	f->failed = 0;
 	f->trace = run->trace;
+	/* The read-ahead window pays for blocks that follow one another in a file where it keeps twice the
+	 * bytes in flight that the ring's own reads (depth - 1 blocks) do, or more. */
+	size_t n0 = run->sizes[0];
+	int ahead = run->nblocks >= 2 && n0 != 0 && n0 <= RF__RD_WIN_SMALL(f->window) && n0 <= f->window_block &&
+		    (size_t)(run->prog->nslots - 1) * n0 * 2 <= f->window &&
+		    run->srcs[1] == (const unsigned char *)run->srcs[0] + n0;
+	w.ra_cap = ahead ? f->window : 0;
+	rf__flight_run_start(f, ahead);
 	int rc = rf__walk(run, -1, 0, &rf__cpu_overlapped_ops, &w);
 	/* Nothing may still write the ring or read the caller's files on return. */
 	while (rf__flight_progress(f))
 		rf__flight_sleep(f);
+	rf__flight_run_end(f);
 	f->trace = NULL;
 	if (rc == RF_OK && f->failed)
 		rc = rf__err(RF_EIO, "%s", f->msg);

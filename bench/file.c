@@ -9,6 +9,7 @@
  *   reader/D   the library's file reader (io/reader.h) driven by a loop of D slots on one thread: what
  *              a copy lane does, without the pipeline around it;
  *   ringfetch/D  rf_file_open + rf_pipeline_run on "threads" at depth D, sources inside the mapping;
+ *   rf-auto    the same with depth = auto, a fresh pipeline per pass: its first run is what is timed;
  *   fio/QD     fio's own sequential O_DIRECT io_uring read at that block size and depth (a subprocess,
  *              when fio is installed): the device's figure, printed beside.
  *
@@ -44,7 +45,7 @@
 
 #define MAXL RFB_MAX_LIST
 #define MAXQ 8u                            /* QDs, depths: at most 8 each */
-#define MAXARMS (2 * (2 + 3 * MAXQ) + MAXQ) /* contestants per block size */
+#define MAXARMS (2 * (3 + 3 * MAXQ) + MAXQ) /* contestants per block size */
 
 typedef struct fopts {
 	const char *path;
@@ -58,8 +59,8 @@ typedef struct fopts {
 	const char *json;
 } fopts;
 
-enum { K_MMAP, K_PREAD, K_HAND, K_READER, K_RF, K_FIO, K_COMPUTE, NKINDS };
-static const char *const kind_name[NKINDS] = {"mmap", "pread", "hand", "reader", "ringfetch", "fio", "compute"};
+enum { K_MMAP, K_PREAD, K_HAND, K_READER, K_RF, K_AUTO, K_FIO, K_COMPUTE, NKINDS };
+static const char *const kind_name[NKINDS] = {"mmap", "pread", "hand", "reader", "ringfetch", "rf-auto", "fio", "compute"};
 
 /* One contestant at one block size: its passes. */
 typedef struct arm {
@@ -78,7 +79,8 @@ typedef struct ctx {
 	unsigned si;
 	rfb_work w;            /* srcs point into the current mapping */
 	double compute_s[64];  /* compute alone over a resident block, per rep */
-	char rf_describe[512];
+	char rf_describe[1024];
+	char auto_describe[MAXL][1024]; /* per size: what depth = auto chose in its first pass */
 	char reader_describe[512];
 	char fio_why[160];
 } ctx;
@@ -466,6 +468,30 @@ static int run_rf(ctx *c, int compute, unsigned depth, rfb_sink *k)
 	return rc == RF_OK ? 0 : -1;
 }
 
+/* ringfetch with depth = auto: a fresh pipeline per pass, so that what is timed is its first run (the
+ * one a user's first pass over a model gets). */
+static int run_auto(ctx *c, int compute, unsigned unused, rfb_sink *k)
+{
+	(void)unused;
+	rf_file *f = NULL;
+	rf_pipeline *p = NULL;
+	rf_pipeline_params pp = {.depth_auto = RF_DEPTH_AUTO, .slot_bytes = c->size, .backend = "threads"};
+	int rc = rf_file_open(c->o->path, 0, &f);
+	if (rc == RF_OK)
+		rc = rf_pipeline_create(&pp, &p);
+	if (rc == RF_OK) {
+		point_work(c, rf_file_data(f));
+		rc = rf_pipeline_run(p, c->nblocks, c->w.srcs, c->w.sizes, compute ? rfb_compute : nocompute, k);
+	}
+	if (rc != RF_OK)
+		fprintf(stderr, "\nringfetch depth = auto: %s: %s\n", rf_strerror(rc), rf_errmsg());
+	if (p != NULL && compute && c->auto_describe[c->si][0] == '\0')
+		snprintf(c->auto_describe[c->si], sizeof c->auto_describe[c->si], "%s", rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+	rf_file_close(f);
+	return rc == RF_OK ? 0 : -1;
+}
+
 /* fio's sequential O_DIRECT io_uring read of the whole file: bytes per second, or NAN (why in fio_why). */
 static double run_fio(ctx *c, unsigned qd)
 {
@@ -523,6 +549,8 @@ static pass_fn fn_of(int kind)
 		return run_reader;
 	case K_RF:
 		return run_rf;
+	case K_AUTO:
+		return run_auto;
 	default:
 		return NULL;
 	}
@@ -608,6 +636,7 @@ static int bench_size(ctx *c, unsigned si, result *res, size_t *nres, FILE *prog
 			arms[na++] = (arm){K_READER, comp, o->depths[d], {0}, {0}, {0}, 0};
 			arms[na++] = (arm){K_RF, comp, o->depths[d], {0}, {0}, {0}, 0};
 		}
+		arms[na++] = (arm){K_AUTO, comp, 0, {0}, {0}, {0}, 0};
 	}
 	if (o->fio)
 		for (unsigned q = 0; q < o->nqds; q++)
@@ -677,6 +706,8 @@ static void report(const ctx *c, const result *r, size_t n)
 		char p[16] = "-";
 		if (r[i].kind == K_HAND || r[i].kind == K_FIO || r[i].kind == K_READER || r[i].kind == K_RF)
 			snprintf(p, sizeof p, "%u", r[i].param);
+		if (r[i].kind == K_AUTO)
+			snprintf(p, sizeof p, "auto");
 		if (r[i].kind == K_COMPUTE) /* the compute alone, over a block in cache */
 			printf("%7zuK  %-10s %5s %8s %8.3f %9s %8s %9s\n", r[i].size >> 10, "compute", "-", "alone", r[i].gbs,
 			       "-", "-", "-");
@@ -684,22 +715,32 @@ static void report(const ctx *c, const result *r, size_t n)
 			printf("%7zuK  %-10s %5s %8s %8.3f %9.3f %8.2f %8.1f%%\n", r[i].size >> 10, kind_name[r[i].kind], p,
 			       r[i].compute ? "sum" : "none", r[i].gbs, r[i].cpu_gb, r[i].overlap, r[i].resident * 100);
 	}
-	printf("\nratios (ringfetch and the reader loop at depth 2; hand = its best QD; fio = its best QD):\n");
+	printf("\nratios, with the compute (hand = its best QD; not ours = the best of hand, pread and mmap):\n");
 	for (unsigned s = 0; s < o->nsizes; s++) {
 		size_t z = o->sizes[s];
 		double hand = find(r, n, z, K_HAND, 1, 0, 1), fio = find(r, n, z, K_FIO, 0, 0, 1);
-		double mm = find(r, n, z, K_MMAP, 1, 0, 1);
+		double mm = find(r, n, z, K_MMAP, 1, 0, 1), pr = find(r, n, z, K_PREAD, 1, 0, 1);
+		double best = fmax(fmax(isnan(hand) ? 0 : hand, pr), mm);
 		double hcpu = INFINITY;
 		for (size_t i = 0; i < n; i++)
 			if (r[i].size == z && r[i].kind == K_HAND && r[i].compute && r[i].gbs == hand)
 				hcpu = r[i].cpu_gb;
-		for (int k = K_READER; k <= K_RF; k++) {
-			double x = find(r, n, z, k, 1, 2, 0), xa = find(r, n, z, k, 0, 2, 0);
-			printf("%7zuK  %-9s  vs hand %.2fx  vs fio %.2fx  vs mmap %.2fx  read alone vs fio %.2fx  CPU/GB vs "
-			       "hand %.2fx\n",
-			       z >> 10, kind_name[k], x / hand, x / fio, x / mm, xa / fio, find_cpu(r, n, z, k, 1, 2) / hcpu);
+		static const struct { int kind; unsigned param; const char *name; } who[] = {
+			{K_READER, 2, "reader d2"}, {K_RF, 2, "ringfetch d2"}, {K_AUTO, 0, "depth auto"}};
+		for (unsigned k = 0; k < sizeof who / sizeof who[0]; k++) {
+			double x = find(r, n, z, who[k].kind, 1, who[k].param, 0);
+			double xa = find(r, n, z, who[k].kind, 0, who[k].param, 0);
+			if (isnan(x))
+				continue;
+			printf("%7zuK  %-12s  vs pread %.2fx  vs not ours %.2fx  vs hand %.2fx  vs mmap %.2fx  vs fio %.2fx  "
+			       "read alone vs fio %.2fx  CPU/GB vs hand %.2fx\n",
+			       z >> 10, who[k].name, x / pr, x / best, x / hand, x / mm, x / fio, xa / fio,
+			       find_cpu(r, n, z, who[k].kind, 1, who[k].param) / hcpu);
 		}
 	}
+	for (unsigned s = 0; s < o->nsizes; s++)
+		if (c->auto_describe[s][0] != '\0')
+			printf("depth = auto at %zuK, after its first run: %s\n", o->sizes[s] >> 10, c->auto_describe[s]);
 }
 
 static const char *num(char *buf, double v)

@@ -268,7 +268,12 @@ typedef struct rf_stats {
 	uint64_t schedule;
 	uint64_t inline_runs;
 	uint64_t handoff_runs;
-	uint64_t reserved[11];     /* written as 0; fields are appended here within a major version */
+	/* The caller's reads of file blocks in file order ahead of the slots (docs/files.md, "Read ahead"):
+	 * the bytes read ahead at once in the last run (0: none; depth = auto chooses them online), and of
+	 * the file blocks since create, how many were served from what was read ahead. */
+	uint64_t ahead_bytes;
+	uint64_t total_ahead_blocks;
+	uint64_t reserved[9];      /* written as 0; fields are appended here within a major version */
 } rf_stats;
 
 /** Collect per-queue times in every following run (on != 0; two clock reads per copy, compute and

@@ -12,10 +12,12 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -46,8 +48,10 @@ typedef struct rd_copy {
 	size_t n, shift, piece, next; /* next: window bytes issued so far */
 	unsigned out;                 /* pieces in flight */
 	int rc;
-	unsigned char direct, move, timed, pending;
+	unsigned char direct, move, timed, pending, win;
 	unsigned cls, method;
+	size_t cap;      /* dst_cap, and the start's flags: for a window copy that is read on its own */
+	unsigned flags;
 	double t0;
 	/* the first failure, put into words when poll hands the copy back */
 	int err_no;           /* errno of a failed read, or 0 for a short one */
@@ -55,6 +59,43 @@ typedef struct rd_copy {
 	uint64_t err_size;    /* short: the file's size then (UINT64_MAX: unknown) */
 	size_t err_len, err_got;
 } rd_copy;
+
+/* The read-ahead window (rf__reader_window): chunks, each one request, in file order. */
+#define RD_WIN_MAX 16u           /* chunks at most */
+#define RD_CHUNK 0x80000000u     /* rd_piece.copy of a chunk's read (low bits: the chunk) */
+#define RD_HUGE ((size_t)2 << 20) /* the window's mapping is aligned to a huge page */
+enum { RD_CH_OUT = 1, RD_CH_IN, RD_CH_BAD };
+
+typedef struct rd_chunk {
+	uint64_t off, lim; /* the file range it was read for */
+	uint64_t end;      /* its bytes are good up to here (<= lim: the file ended) */
+	unsigned char state;
+} rd_chunk;
+
+typedef struct rd_win {
+	unsigned char *mem; /* cap bytes, chunk i at mem + i * chunk */
+	size_t cap, map_len;
+	void *map;
+	rf_file *f;         /* the file the chunks hold (NULL: none yet) */
+	size_t chunk;       /* bytes per chunk for f */
+	unsigned k;         /* chunks of the window for f */
+	rd_chunk ch[RD_WIN_MAX];
+	unsigned head, n, out; /* chunks held: ch[(head + i) % k], i < n, in file order; of them in flight */
+	uint64_t next;      /* file offset of the next chunk to read */
+	uint64_t limit;     /* read no further (the run's bytes as the caller said) */
+	int final;          /* limit is where the run's contiguous bytes end, not only how far it was told */
+	uint64_t expect;    /* where the next copy served from the window must start */
+	unsigned *wait, wait_head, nwait; /* copies waiting for chunks, in file order (max_copies long) */
+	uint64_t copies, read;
+	uint64_t landed;    /* chunks landed so far (rd_top_up serves again when it moves) */
+	int online;         /* the chunks in flight are chosen online (ahead) */
+	size_t from;        /* online: the bytes the search starts from (the chunks a copy needs, if more) */
+	rf__rd_ahead ahead; /* chunks read ahead at once: ahead.on (all k when not online) */
+	double m_t0, m_last; /* the measurement in progress: its start, the last landing */
+	double m_sum, m_sq;  /* the intervals between its landings: their sum, their squares' */
+	uint64_t m_bytes, m_round; /* bytes landed in it, in its round so far */
+	unsigned m_landed;
+} rd_win;
 
 typedef struct rd_piece {
 	unsigned copy;
@@ -95,6 +136,7 @@ struct rf__reader {
 	unsigned free_pieces[RF__RD_QD], nfree_pieces;
 	rf__rd_samples samples[RF__RD_CLASSES];
 	rf__reader_counters cnt;
+	rd_win win;
 #ifdef RF_HAVE_LIBURING
 	struct io_uring ring;
 #endif
@@ -213,7 +255,8 @@ int rf__reader_create(unsigned max_copies, int bell_fd, rf__reader **out)
 	r->free_copies = rf__calloc(max_copies, sizeof *r->free_copies);
 	r->done = rf__calloc(max_copies, sizeof *r->done);
 	r->pend = rf__calloc(max_copies, sizeof *r->pend);
-	if (r->copies == NULL || r->free_copies == NULL || r->done == NULL || r->pend == NULL) {
+	r->win.wait = rf__calloc(max_copies, sizeof *r->win.wait);
+	if (r->copies == NULL || r->free_copies == NULL || r->done == NULL || r->pend == NULL || r->win.wait == NULL) {
 		rf__reader_destroy(r); /* no ring yet */
 		return rf__err(RF_ENOMEM, "rf__reader_create: out of memory");
 	}
@@ -286,9 +329,15 @@ static void rd_issue(rf__reader *r, unsigned pi);
 static void rd_pread(rf__reader *r, unsigned pi);
 
 /* Piece pi came back with res (bytes, or -errno). */
+static void rd_chunk_done(rf__reader *r, unsigned pi, long res);
+
 static void rd_piece_done(rf__reader *r, unsigned pi, long res)
 {
 	rd_piece *p = &r->pieces[pi];
+	if (p->copy & RD_CHUNK) {
+		rd_chunk_done(r, pi, res);
+		return;
+	}
 	unsigned ci = p->copy;
 	rd_copy *c = &r->copies[ci];
 	if (res < 0 && rd_transient((int)-res) && c->rc == RF_OK && !p->by_pread) {
@@ -326,8 +375,7 @@ static void rd_piece_done(rf__reader *r, unsigned pi, long res)
 static void rd_pread(rf__reader *r, unsigned pi)
 {
 	rd_piece *p = &r->pieces[pi];
-	rd_copy *c = &r->copies[p->copy];
-	int fd = rf__file_fd(c->f, c->direct);
+	int fd = (p->copy & RD_CHUNK) ? rf__file_fd(r->win.f, 1) : rf__file_fd(r->copies[p->copy].f, r->copies[p->copy].direct);
 	size_t got = 0;
 	long res = 0;
 	unsigned tries = 0;
@@ -352,16 +400,18 @@ static void rd_pread(rf__reader *r, unsigned pi)
 static void rd_issue(rf__reader *r, unsigned pi)
 {
 	rd_piece *p = &r->pieces[pi];
-	rd_copy *c = &r->copies[p->copy];
+	int chunk = (p->copy & RD_CHUNK) != 0;
+	rf_file *f = chunk ? r->win.f : r->copies[p->copy].f;
+	int direct = chunk || r->copies[p->copy].direct;
 	r->cnt.reads++;
-	r->cnt.reads_direct += c->direct;
+	r->cnt.reads_direct += (unsigned)direct;
 	p->by_pread = 0;
 #ifdef RF_HAVE_LIBURING
 	if (r->uring) {
 		/* Never NULL: RD_SQ_ENTRIES holds every piece and the doorbell (else: pread below). */
 		struct io_uring_sqe *sqe = io_uring_get_sqe(&r->ring);
 		if (sqe != NULL) {
-			int fd = rf__file_fd(c->f, c->direct);
+			int fd = rf__file_fd(f, direct);
 			int fixed = r->reg_base != NULL && p->dst >= (unsigned char *)r->reg_base &&
 				    (size_t)(p->dst - (unsigned char *)r->reg_base) + p->len <= r->reg_len;
 			if (fixed)
@@ -377,9 +427,341 @@ static void rd_issue(rf__reader *r, unsigned pi)
 	rd_pread(r, pi);
 }
 
+static void rd_top_up_pending(rf__reader *r);
+static void rd_progress(rf__reader *r);
+
+void rf__reader_ahead_start(rf__rd_ahead *a, unsigned max, unsigned first)
+{
+	*a = (rf__rd_ahead){.on = 1, .max = max ? max : 1};
+	while (a->on * 2 <= first && a->on * 2 <= a->max && a->on * 2 < (1u << RF__RD_AHEAD_SETTINGS))
+		a->on *= 2;
+	a->settled = a->on >= a->max;
+}
+
+void rf__reader_ahead_sample(uint64_t bytes, double seconds, unsigned n, double sum, double sumsq, double *rate,
+			     double *err)
+{
+	*rate = seconds > 0 ? (double)bytes / seconds : 0;
+	double mu = n > 1 ? sum / n : 0, var = n > 1 ? (sumsq - n * mu * mu) / (n - 1) : 0;
+	*err = var > 0 ? sqrt(var / n) : 0;
+}
+
+unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double rate, double err)
+{
+	if (a->settled)
+		return a->on;
+	unsigned i = 0;
+	while ((2u << i) <= a->on && i + 1 < RF__RD_AHEAD_SETTINGS)
+		i++;
+	a->rate[i] = rate;
+	a->err[i] = err;
+	if (i > 0 && a->rate[i - 1] > 0) {
+		/* the standard error of the difference of the two rates */
+		double noise = sqrt(a->err[i] * a->err[i] + a->err[i - 1] * a->err[i - 1]);
+		if (a->rate[i] <= a->rate[i - 1] + noise) { /* more in flight did not pay: back, for good */
+			a->on = 1u << (i - 1);
+			a->settled = 1;
+			return a->on;
+		}
+	}
+	if (i + 1 < RF__RD_AHEAD_SETTINGS && (2u << i) <= a->max)
+		a->on = 2u << i;
+	else
+		a->settled = 1;
+	return a->on;
+}
+
+/* A chunk of `bytes` landed during a measurement: each `on` chunks a round, and after
+ * RF__RD_AHEAD_ROUNDS rounds the rule decides. */
+static void rd_win_measure(rf__reader *r, uint64_t bytes)
+{
+	rd_win *w = &r->win;
+	w->m_bytes += bytes;
+	w->m_round += bytes;
+	if (++w->m_landed % w->ahead.on != 0)
+		return;
+	double t = rd_now(), d = t - w->m_last, x = d > 0 ? (double)w->m_round / d : 0; /* a round's rate */
+	w->m_last = t, w->m_round = 0;
+	w->m_sum += x, w->m_sq += x * x;
+	if (w->m_landed < RF__RD_AHEAD_ROUNDS * w->ahead.on)
+		return;
+	double rate, err;
+	rf__reader_ahead_sample(w->m_bytes, t - w->m_t0, RF__RD_AHEAD_ROUNDS, w->m_sum, w->m_sq, &rate, &err);
+	rf__reader_ahead_rule(&w->ahead, rate, err);
+	r->gen++; /* describe shows the rates so far */
+	w->m_t0 = w->ahead.settled ? 0 : t, w->m_landed = 0, w->m_bytes = 0, w->m_sum = 0, w->m_sq = 0;
+}
+
+/* ---- the read-ahead window ---------------------------------------------------------------------- */
+
+/* Chunk pi came back with res. A refusal ("not now") is retried as a copy's piece is; a partial read
+ * on the alignment reads the rest; anything else ends the chunk: its good bytes end where the read
+ * ended (a short read: the file's end, or the file shrank; the copies past it are read on their own
+ * and fail there, with their own words). */
+static void rd_chunk_done(rf__reader *r, unsigned pi, long res)
+{
+	rd_piece *p = &r->pieces[pi];
+	rd_win *w = &r->win;
+	rd_chunk *h = &w->ch[p->copy & ~RD_CHUNK];
+	if (res < 0 && rd_transient((int)-res) && !p->by_pread) {
+		if (++p->tries < RD_TRIES) {
+			rd_backoff(p->tries);
+			rd_issue(r, pi);
+		} else {
+			rd_pread(r, pi);
+		}
+		return;
+	}
+	if (res > 0 && (size_t)res < p->len && p->off + (uint64_t)res < h->lim &&
+	    (size_t)res % rf__file_dio_align(w->f) == 0) {
+		p->off += (uint64_t)res;
+		p->dst += res;
+		p->len -= (size_t)res;
+		p->tries = 0;
+		rd_issue(r, pi);
+		return;
+	}
+	if (res < 0) {
+		h->state = RD_CH_BAD;
+	} else {
+		uint64_t got = p->off + (uint64_t)res;
+		h->end = got < h->lim ? got : h->lim;
+		h->state = RD_CH_IN;
+		w->read += (uint64_t)res;
+		if (w->online && !w->ahead.settled && w->m_t0 != 0)
+			rd_win_measure(r, (uint64_t)res);
+	}
+	w->landed++;
+	w->out--;
+	r->free_pieces[r->nfree_pieces++] = pi;
+}
+
+static void rd_setup(rf__reader *r, unsigned ci);
+
+/* Serve the waiting copies, oldest first, whose chunks have all landed: move their bytes into place, or
+ * (a chunk failed or the file ended early) read them on their own. Then let go of the chunks no copy
+ * still to come can want (copies come in file order). */
+static void rd_win_serve(rf__reader *r)
+{
+	rd_win *w = &r->win;
+	while (w->nwait > 0) {
+		unsigned ci = w->wait[w->wait_head];
+		rd_copy *c = &r->copies[ci];
+		uint64_t off = c->win_off, end = c->end, pos = off;
+		int ready = 1, good = 1;
+		for (unsigned j = 0; j < w->n && pos < end; j++) {
+			const rd_chunk *h = &w->ch[(w->head + j) % w->k];
+			if (h->lim <= pos)
+				continue;
+			if (h->state == RD_CH_OUT) {
+				ready = 0;
+				break;
+			}
+			if (h->state == RD_CH_BAD || h->off > pos || h->end < (h->lim < end ? h->lim : end)) {
+				good = 0;
+				break;
+			}
+			pos = h->lim < end ? h->lim : end;
+		}
+		if (good && ready && pos < end)
+			ready = 0; /* its last chunk is not read yet */
+		if (!ready && good)
+			break;
+		w->wait_head = (w->wait_head + 1) % r->max_copies;
+		w->nwait--;
+		if (good) {
+			for (unsigned j = 0; j < w->n && pos > off; j++) {
+				const rd_chunk *h = &w->ch[(w->head + j) % w->k];
+				if (h->lim <= off || h->off >= end)
+					continue;
+				uint64_t a = off > h->off ? off : h->off, b = end < h->lim ? end : h->lim;
+				unsigned i = (w->head + j) % w->k;
+				memcpy(c->dst + (a - off), w->mem + (size_t)i * w->chunk + (a - h->off), (size_t)(b - a));
+			}
+			w->copies++;
+			rd_finish(r, ci);
+		} else { /* read on its own, where a failure is put into words */
+			c->win = 0;
+			rd_setup(r, ci);
+		}
+		while (w->n > 0 && w->ch[w->head].state != RD_CH_OUT && w->ch[w->head].lim <= end) {
+			w->head = (w->head + 1) % w->k;
+			w->n--;
+		}
+	}
+}
+
+/* The chunks read so far do not reach the end of the oldest waiting copy: it needs more than the
+ * setting allows (a copy across a chunk's boundary with one chunk read ahead), which it gets. */
+static int rd_win_short(const rf__reader *r)
+{
+	const rd_win *w = &r->win;
+	return w->nwait > 0 && w->next < r->copies[w->wait[w->wait_head]].end;
+}
+
+/* Read chunks ahead while the window has room: whole chunks while the run goes on past them, the last
+ * one up to where the run ends. */
+static void rd_win_fill(rf__reader *r)
+{
+	rd_win *w = &r->win;
+	while (w->f != NULL && w->n < w->k && (w->n < w->ahead.on || rd_win_short(r)) && w->next < w->limit &&
+	       r->nfree_pieces > 0) {
+		if (!w->final && w->next + w->chunk > w->limit)
+			return; /* a partial chunk would leave the next one off the alignment */
+		size_t a = rf__file_dio_align(w->f);
+		uint64_t lim = w->next + w->chunk < w->limit ? w->next + w->chunk : w->limit;
+		size_t len = (size_t)((lim - w->next + a - 1) / a * a);
+		unsigned i = (w->head + w->n) % w->k;
+		w->ch[i] = (rd_chunk){w->next, lim, w->next, RD_CH_OUT};
+		w->n++;
+		w->out++;
+		if (w->online && !w->ahead.settled && w->m_landed == 0 && w->m_t0 == 0)
+			w->m_t0 = w->m_last = rd_now(); /* a measurement starts with its first read */
+		unsigned pi = r->free_pieces[--r->nfree_pieces];
+		r->pieces[pi] = (rd_piece){RD_CHUNK | i, w->next, len, w->mem + (size_t)i * w->chunk, 0, 0};
+		w->next = lim;
+		rd_issue(r, pi);
+	}
+}
+
+/* Copy ci (filled in by start) is served from the window if it is small, of a file O_DIRECT reads, and
+ * either continues the window's run or starts a new one (none of the old chunks still in flight).
+ * 1 if taken. */
+static int rd_win_take(rf__reader *r, unsigned ci, size_t ahead)
+{
+	rd_win *w = &r->win;
+	rd_copy *c = &r->copies[ci];
+	rf_file *f = c->f;
+	size_t a = rf__file_dio_align(f);
+	if (w->mem == NULL || a == 0 || (c->flags & RF__RD_SHIFT_OK))
+		return 0;
+	int cont = w->f == f && c->win_off == w->expect && w->expect < w->limit;
+	if (!cont) {
+		/* pread mode reads each copy before start returns: nothing to overlap, so no window */
+		if (ahead == 0 || w->out != 0 || w->nwait != 0 || !r->uring)
+			return 0;
+		/* a chunk is one request as large as the device takes, and the window at least four of them */
+		size_t piece = rf__reader_piece(w->cap / 4, a, f->io_max);
+		size_t al = a > 4096 ? a : 4096, chunk = piece / al * al;
+		if (chunk == 0)
+			return 0;
+		unsigned k = (unsigned)(w->cap / chunk);
+		k = k > RD_WIN_MAX ? RD_WIN_MAX : k;
+		if (k < 2 || c->n > RF__RD_WIN_SMALL(k * chunk))
+			return 0;
+		if (w->f != f || w->chunk != chunk)
+			r->gen++; /* describe names the chunk size */
+		if (w->chunk != chunk || w->k != k) { /* a new setting to choose: the old one was for other chunks */
+			/* from the chunks one copy may need at once (it may cross a chunk's boundary) */
+			unsigned need = (unsigned)((c->n + chunk - 1) / chunk) + 1, from = (unsigned)(w->from / chunk);
+			rf__reader_ahead_start(&w->ahead, k, need > from ? need : from);
+			if (!w->online)
+				w->ahead.on = k, w->ahead.settled = 1;
+		}
+		w->m_t0 = 0, w->m_landed = 0, w->m_bytes = 0, w->m_round = 0, w->m_sum = 0, w->m_sq = 0; /* one stream's */
+		w->f = f, w->chunk = chunk, w->k = k, w->head = 0, w->n = 0;
+		w->next = c->win_off / a * a;
+		w->limit = c->win_off;
+		w->final = 0;
+	} else if (c->n > RF__RD_WIN_SMALL(w->k * w->chunk)) {
+		return 0;
+	}
+	uint64_t size = rf_file_size(f), lim = c->end + (ahead < w->cap ? ahead : w->cap);
+	lim = lim > size ? size : lim;
+	if (lim > w->limit || (cont && ahead < w->cap)) {
+		w->limit = lim > w->limit ? lim : w->limit;
+		w->final = ahead < w->cap || lim == size;
+	}
+	w->expect = c->end;
+	c->win = 1;
+	w->wait[(w->wait_head + w->nwait++) % r->max_copies] = ci;
+	return 1;
+}
+
+int rf__reader_window(rf__reader *r, size_t bytes)
+{
+	if (r == NULL)
+		return rf__err(RF_EINVAL, "rf__reader_window: r is NULL");
+	if (r->nfree_copies != r->max_copies || r->win.out != 0)
+		return rf__err(RF_EBUSY, "rf__reader_window: copies in flight");
+	rd_win *w = &r->win;
+	if (w->map != NULL)
+		munmap(w->map, w->map_len);
+	unsigned *wait = w->wait;
+	uint64_t copies = w->copies, rd = w->read;
+	int online = w->online;
+	size_t from = w->from;
+	*w = (rd_win){.wait = wait, .copies = copies, .read = rd, .online = online, .from = from};
+	r->gen++;
+	if (bytes == 0)
+		return RF_OK;
+	size_t len = (bytes + RD_HUGE - 1) / RD_HUGE * RD_HUGE, map_len = len + RD_HUGE;
+	void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return rf__err(RF_ENOMEM, "rf__reader_window: mmap of %zu bytes: %s", map_len, strerror(errno));
+	unsigned char *mem = (unsigned char *)(((uintptr_t)m + RD_HUGE - 1) / RD_HUGE * RD_HUGE);
+#ifdef MADV_HUGEPAGE
+	(void)madvise(mem, len, MADV_HUGEPAGE); /* a refusal leaves 4 KiB pages: slower, not wrong */
+#endif
+	memset(mem, 0, len); /* its pages now, not during a run */
+	w->map = m, w->map_len = map_len, w->mem = mem, w->cap = bytes;
+	return RF_OK;
+}
+
+void rf__reader_window_drop(rf__reader *r)
+{
+	rd_win *w = &r->win;
+	w->expect = UINT64_MAX; /* no copy continues what is held: the next one starts afresh */
+	if (w->out == 0 && w->nwait == 0)
+		w->n = 0, w->head = 0;
+}
+
+void rf__reader_window_release(rf__reader *r)
+{
+	rd_win *w = &r->win;
+	if (w->nwait != 0)
+		return;
+	while (w->out != 0) {
+		rd_progress(r);
+		if (w->out != 0)
+			rf__reader_wait(r);
+	}
+	w->f = NULL, w->n = 0, w->head = 0, w->expect = UINT64_MAX;
+}
+
+void rf__reader_window_online(rf__reader *r, int on, size_t from)
+{
+	r->win.online = on != 0;
+	r->win.from = from;
+	r->win.chunk = 0, r->win.k = 0; /* the next window chooses afresh */
+}
+
+void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out)
+{
+	*out = (rf__reader_window_stats){r->win.mem ? r->win.cap : 0, r->win.chunk, r->win.k, r->win.ahead.on,
+					 r->win.copies, r->win.read};
+}
+
 /* Issue pieces of the pending copies, oldest first, while reads may be added; a copy leaves the list
- * once all its pieces are issued (or it failed: then it finishes here if none is still out). */
+ * once all its pieces are issued (or it failed: then it finishes here if none is still out). Window
+ * copies whose chunks landed are served first, and the window reads ahead with what room is left. */
 static void rd_top_up(rf__reader *r)
+{
+	for (;;) {
+		uint64_t landed = r->win.landed;
+		unsigned nwait = r->win.nwait;
+		if (nwait > 0)
+			rd_win_serve(r);
+		rd_top_up_pending(r);
+		if (r->win.f != NULL)
+			rd_win_fill(r);
+		/* a chunk read on the spot (pread), or chunks let go: serve and read ahead again */
+		if (r->win.nwait == 0 || (r->win.landed == landed && r->win.nwait == nwait))
+			return;
+	}
+}
+
+static void rd_top_up_pending(rf__reader *r)
 {
 	while (r->nfree_pieces > 0 && r->npend > 0) {
 		unsigned ci = r->pend[r->pend_head];
@@ -520,6 +902,12 @@ static void rd_uring_again(rf__reader *r)
 int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
 		     unsigned flags, uint64_t tag)
 {
+	return rf__reader_start_ahead(r, s, n, dst, dst_cap, flags, tag, 0);
+}
+
+int rf__reader_start_ahead(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
+			   unsigned flags, uint64_t tag, size_t ahead)
+{
 	static const char who[] = "rf__reader_start";
 	if (r == NULL || s == NULL || s->f == NULL || dst == NULL || n == 0 || dst_cap < n || (flags & ~RF__RD_SHIFT_OK))
 		return rf__err(RF_EINVAL, "%s: bad arguments", who);
@@ -535,7 +923,24 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
 #endif
 	unsigned ci = r->free_copies[--r->nfree_copies];
 	rd_copy *c = &r->copies[ci];
-	*c = (rd_copy){.tag = tag, .f = s->f, .dst = dst, .win_off = s->off, .win_len = n, .end = s->off + n, .n = n};
+	*c = (rd_copy){.tag = tag, .f = s->f, .dst = dst, .win_off = s->off, .win_len = n, .end = s->off + n, .n = n,
+		       .cap = dst_cap, .flags = flags};
+	if (!rd_win_take(r, ci, ahead))
+		rd_setup(r, ci);
+	rd_top_up(r);
+	rd_submit(r);
+	return RF_OK;
+}
+
+/* How copy ci (tag, f, dst, range, cap and flags filled in) is read on its own, and onto the pending
+ * list with it. */
+static void rd_setup(rf__reader *r, unsigned ci)
+{
+	rd_copy *c = &r->copies[ci];
+	const rf__fsrc sv = {c->f, c->win_off}, *s = &sv;
+	size_t n = c->n, dst_cap = c->cap;
+	unsigned char *dst = c->dst;
+	unsigned flags = c->flags;
 	size_t a = rf__file_dio_align(s->f), ma = s->f->dio_mem_align;
 	if (a != 0) {
 		uint64_t wo = s->off / a * a, we = (s->off + n + a - 1) / a * a;
@@ -558,9 +963,6 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
 	c->piece = rf__reader_piece(c->win_len, c->direct ? a : 4096, s->f->io_max);
 	r->pend[(r->pend_head + r->npend++) % r->max_copies] = ci;
 	c->pending = 1;
-	rd_top_up(r);
-	rd_submit(r);
-	return RF_OK;
 }
 
 int rf__reader_poll(rf__reader *r, uint64_t *tag, int *rc, size_t *shift)
@@ -693,6 +1095,9 @@ void rf__reader_destroy(rf__reader *r)
 	if (r->ring_open)
 		io_uring_queue_exit(&r->ring);
 #endif
+	if (r->win.map != NULL)
+		munmap(r->win.map, r->win.map_len);
+	free(r->win.wait);
 	free(r->copies);
 	free(r->free_copies);
 	free(r->done);
@@ -742,6 +1147,27 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 	else
 		RD_PUT("pread (%s), one read at a time", r->why);
 	RD_PUT(", O_DIRECT where the file and the range allow it");
+	if (r->win.mem != NULL && r->win.chunk != 0)
+	{
+		const rf__rd_ahead *a = &r->win.ahead;
+		RD_PUT(", read-ahead %u x %zuK in flight (blocks in file order", a->on, r->win.chunk >> 10);
+		if (r->win.online) {
+			RD_PUT("; %s online", a->settled ? "chosen" : "choosing");
+			for (unsigned i = 0, first = 1; i < RF__RD_AHEAD_SETTINGS; i++)
+				if (a->rate[i] > 0) {
+					RD_PUT("%s %u: %.2f", first ? ", GB/s at" : "", 1u << i, a->rate[i] * 1e-9);
+					first = 0;
+				}
+			unsigned i = 0;
+			while ((2u << i) <= a->on && i + 1 < RF__RD_AHEAD_SETTINGS)
+				i++;
+			if (a->settled && i + 1 < RF__RD_AHEAD_SETTINGS && a->rate[i + 1] > 0)
+				RD_PUT("; more did not pay");
+		}
+		RD_PUT(")");
+	}
+	else if (r->win.mem != NULL)
+		RD_PUT(", read-ahead up to %zuK (blocks in file order)", r->win.cap >> 10);
 	if (r->reg_base != NULL)
 		RD_PUT(", slots registered");
 	else if (r->reg_tried)

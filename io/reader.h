@@ -57,6 +57,74 @@ int rf__reader_register(rf__reader *r, void *base, size_t len);
 int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
 		     unsigned flags, uint64_t tag);
 
+/* The read-ahead window: copies that follow one another in one file (a ring's blocks, up to half the
+ * window each) are read ahead of the slots as large O_DIRECT requests into the window's memory, and
+ * each copy is moved from there into its destination once its bytes have landed. The disk pays per
+ * request, and a ring of a few slots keeps a few requests of a block each in flight; the window keeps
+ * up to `bytes` in flight in requests as large as the device takes (f->io_max, at most a quarter of
+ * the window), read only as far as the caller says
+ * the run goes (rf__reader_start_ahead's `ahead`), never past it. A chunk that fails or comes back
+ * short leaves its copies to be read on their own (so RF_EIO names what failed). The memory is mapped
+ * here, on huge pages where the kernel gives them (each physically contiguous run of a destination is
+ * a request segment to the disk). bytes 0 frees it. RF_OK; RF_EBUSY (copies in flight); RF_ENOMEM. */
+int rf__reader_window(rf__reader *r, size_t bytes);
+/* The window's figures: bytes mapped (0: none), chunk bytes for the last file, its chunks, of them read
+ * ahead at once now, copies served from it, bytes read into it. */
+typedef struct rf__reader_window_stats {
+	size_t bytes, chunk;
+	unsigned chunks, on;
+	uint64_t copies, read;
+} rf__reader_window_stats;
+
+/* How many of the window's chunks are read ahead at once. Fixed (all of them) unless chosen online
+ * (rf__reader_window_online): then a pure rule over the read rates measured at each setting, tested on
+ * its own. Settings are powers of two from where the search starts: each measurement lasts
+ * RF__RD_AHEAD_ROUNDS rounds of chunks landed, each round timed; the next setting doubles while the
+ * rate rises by more than the error the measurements themselves show (the standard error of the
+ * difference of the two rates, from the spread of their rounds), and goes back to the last one that
+ * paid, for good, once it does not. */
+#define RF__RD_AHEAD_SETTINGS 5u /* 1, 2, 4, 8, 16 chunks */
+/* A measurement at `on` chunks lasts this many rounds of `on` chunks landed: the fewest whose spread says
+ * something (three degrees of freedom). */
+#define RF__RD_AHEAD_ROUNDS 4u
+typedef struct rf__rd_ahead {
+	unsigned on;  /* chunks read ahead at once now */
+	unsigned max; /* the window's chunks */
+	int settled;
+	double rate[RF__RD_AHEAD_SETTINGS]; /* bytes per second at 1 << i chunks (0: not measured) */
+	double err[RF__RD_AHEAD_SETTINGS];  /* its standard error */
+} rf__rd_ahead;
+/* Start at the largest setting <= first (the chunks one copy may need at once), within max. */
+void rf__reader_ahead_start(rf__rd_ahead *a, unsigned max, unsigned first);
+/* A measurement at a->on read `rate` bytes per second, with standard error err: the next setting. */
+unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double rate, double err);
+/* A measurement's rate and standard error: bytes landed in `seconds`, in n rounds (a round: as many
+ * chunks landed as the setting reads ahead at once) whose own rates sum to sum, their squares to sumsq.
+ * The rate is bytes / seconds; its error the rounds' standard deviation / sqrt(n) (batch means: chunks
+ * that land together are one round, not many samples). */
+void rf__reader_ahead_sample(uint64_t bytes, double seconds, unsigned n, double sum, double sumsq, double *rate,
+			     double *err);
+/* Choose the chunks in flight online (on != 0) from the next window on, starting from `from` bytes
+ * read ahead (or the chunks one copy needs, if more), or read with all of them (0). */
+void rf__reader_window_online(rf__reader *r, int on, size_t from);
+void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out);
+/* Forget what the window holds: no later copy is served from bytes read before this call (a run's
+ * start: the file may have changed since the last run read ahead). */
+void rf__reader_window_drop(rf__reader *r);
+/* A run's end: wait for the window's reads still in flight (a run that stopped early leaves some) and
+ * let go of its file, which the caller may close now. No-op while window copies wait (not all polled). */
+void rf__reader_window_release(rf__reader *r);
+/* A copy is served from a window of `bytes` when n <= RF__RD_WIN_SMALL(bytes): two copies at least fit
+ * in it. Whether that pays is the caller's to say (it passes `ahead` or not): where the window keeps
+ * more bytes in flight than the caller's own copies do. */
+#define RF__RD_WIN_SMALL(bytes) ((bytes) / 2)
+
+/* rf__reader_start, and `ahead`: how many bytes of the same file right after [s->off, s->off + n) the
+ * caller will copy next, in order, in copies of the same kind (pass at least the window's size when
+ * more follow; 0 when none or unknown). With a window and a small copy, the window reads ahead that far. */
+int rf__reader_start_ahead(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
+			   unsigned flags, uint64_t tag, size_t ahead);
+
 /* Hand back one finished copy, any order: 1 with *tag, *rc (RF_OK or RF_EIO) and *shift (data start
  * at dst + *shift; 0 without RF__RD_SHIFT_OK); 0 when none has finished. Never waits for the device,
  * only the pauses between tries of a refused read and the preads of a ring given up. */

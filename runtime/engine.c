@@ -53,6 +53,7 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	e->prog = prog;
 	e->oracle = cfg->oracle;
 	e->slot_bytes = slot_bytes;
+	e->budget = (size_t)cfg->memory_budget;
 	/* min_slots: room for a deeper program later (depth = auto). */
 	e->nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
 	e->nslots += e->nslots == 0;
@@ -144,6 +145,14 @@ int rf__engine_io(rf__engine *e, const char *who)
 		return RF_OK;
 	/* Device rings are read through the backend's pinned staging, not by this thread. */
 	int host = !(e->be->caps & RF__CAP_DEVICE);
+	/* The read-ahead window of the caller's walks (io/reader.h), within the memory budget with the ring. */
+	size_t win = host ? e->io_online ? RF__ENGINE_WINDOW_ONLINE : RF__ENGINE_WINDOW : 0;
+	if (e->budget != 0)
+		win = e->budget > e->slots_len + win ? win : e->budget > e->slots_len ? e->budget - e->slots_len : 0;
+	e->io.window = win >= RF__ENGINE_WINDOW / 4 ? win : 0;
+	e->io.window_online = e->io_online;
+	e->io.window_from = RF__ENGINE_WINDOW; /* more only where more pays */
+	e->io.window_block = RF__ENGINE_WINDOW / 2;
 	int rc = rf__flight_open(&e->io, host ? e->slots : NULL, host ? e->slots_len : 0);
 	if (rc != RF_OK)
 		return rf__err(rc, "%s: file reads: %s", who, rf__errmsg_peek());
@@ -362,6 +371,7 @@ static void rf__stats_publish(rf__engine *e)
 	t->total_exposed_ns = totals.total_exposed_ns + (s->timed ? s->exposed_ns : 0);
 	t->total_wait_ns = totals.total_wait_ns + wait;
 	t->total_file_bytes = totals.total_file_bytes + s->file_bytes;
+	t->total_ahead_blocks = s->total_ahead_blocks ? s->total_ahead_blocks : totals.total_ahead_blocks;
 	t->inline_runs = totals.inline_runs + (s->schedule == RF_SCHEDULE_INLINE);
 	t->handoff_runs = totals.handoff_runs + s->handoff_runs;
 	pthread_mutex_unlock(&e->stats_mu);
@@ -437,8 +447,17 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	int measuring = e->measure != NULL;
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile, nfile > 0 && nfile == nonempty);
 	rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
-	if (nfile > 0)
+	if (nfile > 0) {
 		rf__engine_io_refresh(e);
+		rf__reader *rd = atomic_load_explicit(&e->io.rd, memory_order_relaxed);
+		if (rd != NULL) {
+			rf__reader_window_stats ws;
+			rf__reader_window_get(rd, &ws);
+			e->last.ahead_bytes = ws.copies != e->ahead_copies ? (uint64_t)ws.on * ws.chunk : 0;
+			e->last.total_ahead_blocks = ws.copies; /* a running count: published as is */
+			e->ahead_copies = ws.copies;
+		}
+	}
 	if (e->collect_stats)
 		rf__stats_summarise(e);
 	rf__stats_publish(e);

@@ -19,12 +19,22 @@
  * nothing; a destroy meeting either marks it DOOMED and the call in progress releases the owner. */
 enum { RF__IDLE = 0, RF__RUNNING = 1, RF__DOOMED = 2, RF__KEYED = 3 };
 
+/* The read-ahead window of a host pipeline's caller (io/reader.h), mapped at its first run of small
+ * contiguous file blocks: four requests of 1 MiB, the device's largest request on common NVMe and
+ * virtio disks, so that the disk always has the next large request while one lands. */
+#define RF__ENGINE_WINDOW ((size_t)4 << 20)
+/* With depth = auto the bytes read ahead are chosen online (io/reader.h): room for up to 16 requests. */
+#define RF__ENGINE_WINDOW_ONLINE ((size_t)16 << 20)
+
 typedef struct rf__engine {
 	const rf__backend_ops *be;
 	void *ctx;
 	struct rf_program *prog; /* owned */
 	unsigned char *slots;
 	size_t slot_bytes, slot_stride, slots_len; /* stride: slot_bytes rounded up to the backend's slot_align */
+	size_t budget; /* memory_budget (0: none): the ring and the read-ahead window share it */
+	int io_online;  /* depth = auto on a host backend: the read-ahead is chosen online */
+	uint64_t ahead_copies; /* blocks served from the read-ahead window, at the last run's end */
 	unsigned char *stage; /* CPU backends: the program's staging slots (host memory beside the ring) */
 	size_t stage_len;
 	atomic_int state;  /* RF__IDLE / RF__RUNNING / RF__KEYED / RF__DOOMED */

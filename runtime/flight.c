@@ -206,7 +206,7 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 	uint64_t s0 = rec->traced ? rf__trace_seq(f->trace) : 0;
 	for (;;) {
 		if (f->started - f->upto < RF__FLIGHT_MAX) {
-			int rc = rf__reader_start(rd, s, n, dst, cap, 0, tag);
+			int rc = rf__reader_start_ahead(rd, s, n, dst, cap, 0, tag, rec->ahead);
 			if (rc == RF_OK)
 				break;
 			if (rc != RF_EBUSY)
@@ -267,6 +267,26 @@ void rf__flight_signal_after(rf__flight *f, _Atomic int64_t *q, int64_t v, uint6
 void rf__flight_signal(rf__flight *f, _Atomic int64_t *q, int64_t v)
 {
 	rf__flight_signal_after(f, q, v, f->started);
+}
+
+void rf__flight_run_start(rf__flight *f, int first_small)
+{
+	rf__reader *rd = rf__flight_rd(f);
+	if (rd == NULL)
+		return;
+	rf__reader_window_drop(rd);
+	if (!first_small || f->window == 0 || f->window_state != 0 || rf__flight_busy(f))
+		return;
+	f->window_state = rf__reader_window(rd, f->window) == RF_OK ? 1 : -1;
+	rf__reader_window_online(rd, f->window_online, f->window_from);
+	rf__flight_describe(f, rd);
+}
+
+void rf__flight_run_end(rf__flight *f)
+{
+	rf__reader *rd = rf__flight_rd(f);
+	if (rd != NULL)
+		rf__reader_window_release(rd);
 }
 
 int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap)

@@ -37,6 +37,7 @@ typedef struct rf__flight_rec {
 	size_t len;
 	uint8_t done;
 	int rc;
+	size_t ahead; /* bytes of the same file the walk copies next, in order (rf__reader_start_ahead) */
 } rf__flight_rec;
 
 typedef struct rf__flight {
@@ -72,6 +73,13 @@ typedef struct rf__flight {
 	char lanes_why[320];
 	unsigned lanes_no;
 	atomic_uint lanes_gen; /* bumped (release) after each report; read without the lock to see if any */
+	/* The read-ahead window (rf__reader_window) a walk of small contiguous file blocks may map, in bytes
+	 * (0: none; set by the owner before the first run), and whether it was mapped (1) or refused (-1). */
+	size_t window;
+	int window_state;
+	int window_online; /* its chunks in flight chosen online (depth = auto), from window_from bytes */
+	size_t window_from;
+	size_t window_block; /* the largest block read ahead (a larger one is large requests of its own) */
 } rf__flight;
 
 /* No reader yet. value: the queue's counter; ec/bell_slot: where the lane sleeps. */
@@ -112,6 +120,13 @@ static inline int rf__flight_busy(const rf__flight *f)
 {
 	return f->started != f->upto;
 }
+
+/* A run's start on the flight's thread: what the window holds is forgotten (the file may have changed),
+ * and the window is mapped if the run's blocks want one (small and contiguous: first_small) and it is
+ * not yet. A refusal (no memory) leaves the reads as they were; describe says so. */
+void rf__flight_run_start(rf__flight *f, int first_small);
+/* A run's end, once its copies have landed: the window's reads ahead too (its files may be closed). */
+void rf__flight_run_end(rf__flight *f);
 
 /* A blocking read on the calling thread. RF_OK, or RF_EIO / RF_EINVAL with rf_errmsg set. */
 int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap);

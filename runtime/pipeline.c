@@ -306,6 +306,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	p->eng.staging = r.staging;
 	p->eng.wait_spin_ns = r.wait_ns;
 	p->eng.min_slots = r.auto_max;
+	p->eng.io_online = r.auto_max != 0 && !r.device;
 	p->eng.after = r.auto_max != 0 ? rf__auto_after : NULL;
 	if (r.auto_max != 0 && !r.device)
 		p->eng.measure = rf__pipeline_measure;

@@ -40,7 +40,10 @@ _Static_assert(sizeof(rf_stats) == 32 + 64 * 32 + 96 + 14 * 8, "rf_stats must st
 /* Appended in 1.1 from its first reserved words: schedule, inline_runs, handoff_runs. */
 _Static_assert(offsetof(rf_stats, schedule) == 32 + 64 * 32 + 96, "rf_stats.schedule took reserved[0]");
 _Static_assert(offsetof(rf_stats, handoff_runs) == 32 + 64 * 32 + 96 + 16, "rf_stats.handoff_runs moved");
-_Static_assert(offsetof(rf_stats, reserved) == 32 + 64 * 32 + 96 + 24, "rf_stats.reserved moved");
+/* Appended in 1.1 from the next two: ahead_bytes, total_ahead_blocks. */
+_Static_assert(offsetof(rf_stats, ahead_bytes) == 32 + 64 * 32 + 96 + 24, "rf_stats.ahead_bytes took reserved[0]");
+_Static_assert(offsetof(rf_stats, total_ahead_blocks) == 32 + 64 * 32 + 96 + 32, "rf_stats.total_ahead_blocks moved");
+_Static_assert(offsetof(rf_stats, reserved) == 32 + 64 * 32 + 96 + 40, "rf_stats.reserved moved");
 #endif
 _Static_assert(offsetof(rf_stats, reserved) + sizeof(((rf_stats *)0)->reserved) == sizeof(rf_stats),
                "rf_stats: reserved[] must be the last member");

@@ -574,6 +574,207 @@ Test(files, direct_reads_leave_the_page_cache_cold)
 	cr_assert_eq(rf_file_close(f), RF_OK);
 }
 
+/* Small blocks one after another in the file, aligned and not (a ring of the default depth): every
+ * block holds its bytes; on threads the caller's reads run ahead of the slots in large requests
+ * (describe says so) and leave the page cache cold. */
+static void small_blocks(rf_pipeline *p, const unsigned char *d, size_t off0, size_t n, size_t nb)
+{
+	const void **srcs = malloc(nb * sizeof *srcs);
+	const unsigned char **want = malloc(nb * sizeof *want);
+	size_t *sizes = malloc(nb * sizeof *sizes);
+	for (size_t i = 0; i < nb; i++) {
+		srcs[i] = d + off0 + i * n;
+		want[i] = g_ref + off0 + i * n;
+		sizes[i] = n;
+	}
+	run_checked(p, nb, srcs, sizes, want);
+	free(srcs);
+	free(want);
+	free(sizes);
+}
+
+static int on_threads(void)
+{
+	return strcmp(test_backend(), "threads") == 0;
+}
+
+Test(files, small_blocks_in_file_order_are_read_ahead_of_the_slots)
+{
+	int fd = open(g_path, O_RDONLY);
+	cr_assert(fd >= 0);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	rf_pipeline *p = mk(0, 1 << 18, 0);
+	small_blocks(p, d, 0, 65536, FSIZE / 65536);
+	small_blocks(p, d, 32, 65536 + 8, 60);
+	small_blocks(p, d, 4097, 100000, 40);
+	cr_assert_eq(on_threads(), strstr(rf_pipeline_describe(p), "read-ahead ") != NULL, "%s",
+		     rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+	void *m = mmap(NULL, FSIZE, PROT_READ, MAP_SHARED, fd, 0);
+	cr_assert(m != MAP_FAILED);
+	unsigned char *vec = malloc(FSIZE / 4096);
+	cr_assert_eq(mincore(m, FSIZE, vec), 0);
+	size_t resident = 0;
+	for (size_t i = 0; i < FSIZE / 4096; i++)
+		resident += vec[i] & 1;
+	free(vec);
+	munmap(m, FSIZE);
+	close(fd);
+	cr_assert_lt(resident, FSIZE / 4096 / 8, "%zu pages in the page cache", resident);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}
+
+/* The bytes read ahead in the stats; with depth = auto chosen online during the first run (the rates
+ * measured so far in describe), at the defaults all of the window. */
+Test(files, the_bytes_read_ahead_are_in_the_stats_and_depth_auto_chooses_them_online)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	for (int autod = 0; autod < 2; autod++) {
+		rf_pipeline_params pp = {0};
+		pp.depth_auto = autod ? RF_DEPTH_AUTO : 0;
+		pp.slot_bytes = 65536;
+		pp.backend = test_backend();
+		rf_pipeline *p = NULL;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+		small_blocks(p, d, 0, 65536, FSIZE / 65536);
+		rf_stats st;
+		cr_assert_eq(rf_pipeline_stats(p, &st), RF_OK);
+		const char *desc = rf_pipeline_describe(p);
+		if (!on_threads()) {
+			cr_assert_eq(st.ahead_bytes, 0u);
+			cr_assert_eq(st.total_ahead_blocks, 0u);
+		} else {
+			cr_assert_gt(st.ahead_bytes, 0u, "%s", desc);
+			cr_assert_eq(st.total_ahead_blocks, FSIZE / 65536, "%llu", (unsigned long long)st.total_ahead_blocks);
+			cr_assert_eq(strstr(desc, "online") != NULL, autod, "%s", desc);
+			if (!autod)
+				cr_assert_geq(st.ahead_bytes, 2u << 20, "the defaults read ahead the whole window: %llu",
+					      (unsigned long long)st.ahead_bytes);
+		}
+		small_blocks(p, d, 0, 65536, 16);
+		rf_stats st2;
+		cr_assert_eq(rf_pipeline_stats(p, &st2), RF_OK);
+		cr_assert_eq(st2.total_ahead_blocks, st.total_ahead_blocks + (on_threads() ? 16u : 0u));
+		rf_pipeline_destroy(p);
+	}
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}
+
+/* Small blocks of a file that shrank: RF_EIO naming the path, no block computed past the new end, no
+ * block with wrong bytes; the pipeline stays usable. */
+Test(files, small_blocks_of_a_shrunk_file_are_eio)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	cr_assert_eq(truncate(g_path, FSIZE / 2 + 100), 0);
+	rf_pipeline *p = mk(0, 65536, 0);
+	enum { N = FSIZE / 65536 };
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	for (size_t i = 0; i < N; i++) {
+		srcs[i] = d + i * 65536;
+		want[i] = g_ref + i * 65536;
+		sizes[i] = 65536;
+	}
+	expect e = {want, N, 0, 0, 0};
+	int rc = rf_pipeline_run(p, N, srcs, sizes, file_check_cb, &e);
+	cr_assert_eq(rc, RF_EIO, "%s: %s", rf_err_name(rc), rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), g_path) != NULL && strstr(rf_errmsg(), "shrank") != NULL, "%s", rf_errmsg());
+	cr_assert(!e.bad, "block %zu held wrong bytes", e.bad_block);
+	cr_assert_leq(e.computed, N / 2, "computed %zu blocks", e.computed);
+	run_checked(p, N / 2, srcs, sizes, want);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}
+
+/* A run that stopped halfway (its compute failed) leaves nothing a later run sees: the file rewritten,
+ * runs that take up at each block around where it stopped read the new bytes. */
+static int fail_at_cb(void *user, const rf_block *b)
+{
+	return b->index == *(const size_t *)user ? 7 : 0;
+}
+
+Test(files, a_run_after_a_stopped_run_reads_the_file_as_it_is_now)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	rf_pipeline *p = mk(0, 65536, 0);
+	enum { N = 64 };
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	unsigned char *now = malloc(N * 65536);
+	for (size_t i = 0; i < N * 65536; i++)
+		now[i] = (unsigned char)(g_ref[i] ^ 0x5a);
+	int fd = open(g_path, O_WRONLY);
+	cr_assert(fd >= 0);
+	for (size_t stop = 3; stop < 6; stop++)
+		for (size_t from = stop - 1; from < stop + 4; from++) {
+			cr_assert_eq(pwrite(fd, g_ref, N * 65536, 0), (ssize_t)(N * 65536));
+			fsync(fd);
+			for (size_t i = 0; i < N; i++) {
+				srcs[i] = d + i * 65536;
+				sizes[i] = 65536;
+			}
+			cr_assert_eq(rf_pipeline_run(p, N, srcs, sizes, fail_at_cb, &stop), RF_ECALLBACK, "%s", rf_errmsg());
+			cr_assert_eq(pwrite(fd, now, N * 65536, 0), (ssize_t)(N * 65536));
+			fsync(fd);
+			for (size_t i = 0; i < N - from; i++) {
+				srcs[i] = d + (from + i) * 65536;
+				want[i] = now + (from + i) * 65536;
+			}
+			run_checked(p, N - from, srcs, sizes, want);
+		}
+	close(fd);
+	free(now);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}
+
+/* A run of small blocks that stopped early leaves no read of its file in flight: the file closes at
+ * once (not RF_EBUSY), and the next run, of the file opened again, holds its bytes. */
+Test(files, a_file_closes_after_a_stopped_run_of_small_blocks)
+{
+	rf_pipeline *p = mk(0, 65536, 0);
+	enum { N = 64 };
+	const void *srcs[N];
+	const unsigned char *want[N];
+	size_t sizes[N];
+	for (int round = 0; round < 3; round++) {
+		rf_file *f;
+		cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
+		const unsigned char *d = rf_file_data(f);
+		for (size_t i = 0; i < N; i++) {
+			srcs[i] = d + i * 65536;
+			want[i] = g_ref + i * 65536;
+			sizes[i] = 65536;
+		}
+		size_t stop = 2;
+		cr_assert_eq(rf_pipeline_run(p, N, srcs, sizes, fail_at_cb, &stop), RF_ECALLBACK, "%s", rf_errmsg());
+		cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
+		d = rf_file_data(f);
+		for (size_t i = 0; i < N; i++)
+			srcs[i] = d + i * 65536;
+		run_checked(p, N, srcs, sizes, want);
+		cr_assert_eq(rf_file_close(f), RF_OK);
+	}
+	rf_pipeline_destroy(p);
+	leak_check();
+}
+
 /* rf_graph_ring through rf_exec with file sources, the graph oracle on (RINGFETCH_ORACLE=1 in this
  * suite): a lane keeps the reads of the blocks ahead in flight, so a queue's copies overlap one another,
  * which the graph allows (they fill different slots, and what follows them waits for their signals). */

@@ -79,6 +79,52 @@ Test(noalloc, runs_with_new_sources_allocate_nothing)
 	}
 }
 
+/* Runs of small blocks in file order read ahead of the slots (a window mapped at the first such run):
+ * later runs, of new ranges each time, allocate nothing. */
+Test(noalloc, file_runs_read_ahead_allocate_nothing)
+{
+	enum { SZ = 65536, NB = 96, STEPS = 6 };
+	char path[] = "rf_noalloc_file_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert_geq(fd, 0);
+	static unsigned char buf[SZ];
+	for (unsigned i = 0; i < 2 * NB; i++) {
+		memset(buf, (int)(i * 13 + 1), SZ);
+		cr_assert_eq(write(fd, buf, SZ), SZ);
+	}
+	close(fd);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	rf_pipeline_params pp = {.slot_bytes = SZ, .backend = test_backend()};
+	rf_pipeline *p;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	static const void *srcs[NB];
+	static size_t sizes[NB];
+	unsigned long long acc = 0;
+	for (int step = 0; step < STEPS; step++) {
+		for (size_t i = 0; i < NB; i++) {
+			srcs[i] = d + ((size_t)step * 8 + i) * SZ; /* a new range of the file each run */
+			sizes[i] = SZ;
+		}
+		atomic_store(&calls, 0);
+		atomic_store(&counting, step > 0);
+		int rc = rf_pipeline_run(p, NB, srcs, sizes, sum_cb, &acc);
+		atomic_store(&counting, 0);
+		cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(atomic_load(&calls), 0, "backend %s, step %d: %ld allocator calls", test_backend(), step,
+			     atomic_load(&calls));
+	}
+	rf_stats st;
+	cr_assert_eq(rf_pipeline_stats(p, &st), RF_OK);
+	if (strcmp(test_backend(), "threads") == 0)
+		cr_assert_eq(st.total_ahead_blocks, (uint64_t)NB * STEPS, "the runs were read ahead: %llu blocks",
+			     (unsigned long long)st.total_ahead_blocks);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	unlink(path);
+}
+
 static int slow_cb(void *user, const rf_block *b)
 {
 	struct timespec t0, t;

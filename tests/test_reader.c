@@ -16,6 +16,8 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <math.h>
 #include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
@@ -919,6 +921,327 @@ Test(reader, registration_refused)
 }
 
 /* ---- the pure parts --------------------------------------------------------------------------------- */
+
+/* ---- the read-ahead window ---------------------------------------------------------------------- */
+
+/* A stream of copies of n bytes from off0 to `end` (the last one partial), in file order, at
+ * most two in flight (a ring of depth 3), each told how far the stream goes on, stop_after copies at
+ * most. Each copy's bytes checked against seed; returns the copies made; *failed_at: the lowest offset
+ * of a copy that failed (UINT64_MAX: none). */
+static unsigned stream(rf__reader *r, rf_file *f, uint64_t off0, uint64_t end, size_t n, unsigned seed,
+		       uint64_t *failed_at, unsigned stop_after)
+{
+	unsigned char *slot[3];
+	uint64_t at[3];
+	size_t len[3];
+	int busy[3] = {0, 0, 0};
+	for (int i = 0; i < 3; i++)
+		slot[i] = xalign(4096, n + 8192);
+	*failed_at = UINT64_MAX;
+	uint64_t next = off0;
+	unsigned started = 0, done = 0;
+	while (done < started || (next < end && started < stop_after)) {
+		while (started - done < 2 && next < end && started < stop_after && !busy[started % 3]) {
+			unsigned k = started % 3;
+			busy[k] = 1;
+			size_t m = end - next < n ? (size_t)(end - next) : n;
+			rf__fsrc s = {f, next};
+			at[k] = next, len[k] = m;
+			memset(slot[k], 0xee, n + 8192);
+			cr_assert_eq(rf__reader_start_ahead(r, &s, m, slot[k], n + 8192, 0, started, (size_t)(end - next - m)),
+				     RF_OK, "%s", rf_errmsg());
+			next += m;
+			started++;
+		}
+		size_t shift;
+		uint64_t tag;
+		int rc;
+		while (rf__reader_poll(r, &tag, &rc, &shift) == 0) /* any order: copies read on their own */
+			rf__reader_wait(r);
+		cr_assert_lt(tag, started);
+		unsigned k = (unsigned)(tag % 3);
+		busy[k] = 0;
+		if (rc != RF_OK && at[k] < *failed_at)
+			*failed_at = at[k];
+		if (rc == RF_OK)
+			cr_assert(check_bytes(slot[k], at[k], len[k], seed), "wrong bytes: copy at %llu, %zu bytes",
+				  (unsigned long long)at[k], len[k]);
+		done++;
+	}
+	for (int i = 0; i < 3; i++)
+		free(slot[i]);
+	return done;
+}
+
+/* Small copies that follow one another in the file are read as a few large requests, aligned or not,
+ * and every copy holds its bytes, the partial last one too. */
+Test(reader_window, small_copies_in_file_order_are_read_as_large_requests)
+{
+	char *path = make_file(FSIZE, 21);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK, "%s", rf_errmsg());
+	static const size_t sizes[] = {4096, 65536, 65536 + 8, 100000, 262144};
+	static const uint64_t offs[] = {0, 32, 4096 + 1};
+	for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+		for (unsigned j = 0; j < sizeof offs / sizeof offs[0]; j++) {
+			rf__reader_counters c0, c1;
+			rf__reader_window_stats w0, w1;
+			rf__reader_counters_get(r, &c0);
+			rf__reader_window_get(r, &w0);
+			uint64_t bad;
+			unsigned n = stream(r, f, offs[j], FSIZE, sizes[i], 21, &bad, UINT_MAX);
+			cr_assert_eq(bad, UINT64_MAX, "copy at %llu failed: %s", (unsigned long long)bad, rf__reader_error(r));
+			rf__reader_counters_get(r, &c1);
+			rf__reader_window_get(r, &w1);
+			cr_assert_eq(w1.copies - w0.copies, n, "%zu-byte copies from %llu: %llu of %u from the window", sizes[i],
+				     (unsigned long long)offs[j], (unsigned long long)(w1.copies - w0.copies), n);
+			uint64_t reads = c1.reads - c0.reads, most = FSIZE / w1.chunk + 2;
+			cr_assert_leq(reads, most, "%zu-byte copies: %llu reads for %u copies (a window of %zu-byte chunks)",
+				      sizes[i], (unsigned long long)reads, n, w1.chunk);
+			cr_assert_eq(c1.reads_direct - c0.reads_direct, reads);
+			cr_assert_leq(w1.read - w0.read, FSIZE - offs[j] + w1.chunk, "read no further than the stream goes");
+		}
+	char desc[512];
+	rf__reader_describe(r, desc, sizeof desc);
+	cr_assert(strstr(desc, "read-ahead 4 x ") != NULL, "%s", desc);
+	rf__reader_destroy(r);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+/* Chosen online, the window starts with one chunk read ahead: copies across a chunk's boundary get the
+ * next one all the same (no stream stalls), and describe shows the rates measured. */
+Test(reader_window, chosen_online_from_one_chunk_up)
+{
+	char *path = make_file(FSIZE, 26);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	cr_assert_eq(rf__reader_window(r, 16u << 20), RF_OK);
+	rf__reader_window_online(r, 1, 0);
+	static const size_t sizes[] = {65536, 65536 + 8, 1u << 20};
+	for (unsigned i = 0; i < 3; i++) {
+		uint64_t bad;
+		unsigned n = stream(r, f, i * 8, FSIZE, sizes[i], 26, &bad, UINT_MAX);
+		cr_assert_eq(bad, UINT64_MAX, "%s", rf__reader_error(r));
+		cr_assert_gt(n, 0u);
+	}
+	rf__reader_window_stats w;
+	rf__reader_window_get(r, &w);
+	cr_assert(w.on >= 1 && w.on <= w.chunks, "%u of %u", w.on, w.chunks);
+	char desc[512];
+	rf__reader_describe(r, desc, sizeof desc);
+	cr_assert(strstr(desc, "online, GB/s at ") != NULL, "%s", desc);
+	rf__reader_destroy(r);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+/* Large copies, a stream that is not in file order, copies without `ahead` and shifted (device) copies
+ * are read as before: on their own. */
+Test(reader_window, other_copies_are_read_on_their_own)
+{
+	char *path = make_file(FSIZE, 22);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK);
+	unsigned char *dst = xalign(4096, 3u << 20);
+	uint64_t bad;
+	stream(r, f, 0, 9u << 20, 3u << 20, 22, &bad, UINT_MAX); /* more than half the window */
+	cr_assert_eq(bad, UINT64_MAX);
+	for (uint64_t off = 6u << 20; off > 0; off -= 65536) /* backwards */
+		one_copy(r, f, off, 65536, dst, 1u << 20, 0, 22);
+	one_copy(r, f, 65536, 65536, dst, 1u << 20, RF__RD_SHIFT_OK, 22);
+	rf__reader_window_stats w;
+	rf__reader_window_get(r, &w);
+	cr_assert_eq(w.copies, 0u, "%llu copies from the window", (unsigned long long)w.copies);
+	free(dst);
+	rf__reader_destroy(r);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+/* A file that shrank under the window: the copies inside its new size hold their bytes, the first past
+ * it is RF_EIO in the words a copy read on its own gets, and the reader stays usable. */
+Test(reader_window, a_file_that_shrank_is_eio)
+{
+	char *path = make_file(4u << 20, 23);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	cr_assert_eq(truncate(path, (1u << 20) + 100), 0);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK);
+	uint64_t bad;
+	unsigned n = stream(r, f, 0, 4u << 20, 65536, 23, &bad, UINT_MAX);
+	cr_assert_eq(n, 64u);
+	cr_assert_eq(bad, 1u << 20, "the copy at %llu failed first", (unsigned long long)bad);
+	rf__reader_counters c;
+	rf__reader_counters_get(r, &c);
+	cr_assert_eq(c.failed, 48u, "every copy past the new end fails (%llu did)", (unsigned long long)c.failed);
+	/* the last failure's words: a copy read on its own past the end */
+	cr_assert(strstr(rf__reader_error(r), path) != NULL && strstr(rf__reader_error(r), "shrank to 1048676 bytes"),
+		  "%s", rf__reader_error(r));
+	unsigned char *dst = xalign(4096, 1u << 20);
+	one_copy(r, f, 100, 65536, dst, 1u << 20, 0, 23);
+	free(dst);
+	rf__reader_destroy(r);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+/* What the window read ahead is never handed out after rf__reader_window_drop: a stream stopped
+ * halfway, the file rewritten, the stream taken up where it stopped sees the new bytes. Without the
+ * drop it would see bytes read before the write (checked too: the window really held them). */
+static void rewrite(const char *path, size_t n, unsigned seed)
+{
+	int fd = open(path, O_WRONLY);
+	cr_assert(fd >= 0);
+	unsigned char *b = malloc(n);
+	for (size_t i = 0; i < n; i++)
+		b[i] = byte_at(i, seed);
+	cr_assert_eq(pwrite(fd, b, n, 0), (ssize_t)n);
+	fsync(fd);
+	close(fd);
+	free(b);
+}
+
+static void take_up(int drop_first, unsigned want_seed)
+{
+	char *path = make_file(4u << 20, 24);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK);
+	uint64_t bad;
+	cr_assert_eq(stream(r, f, 0, 4u << 20, 65536, 24, &bad, 4), 4u); /* the window reads far ahead */
+	rewrite(path, 4u << 20, 25);
+	if (drop_first)
+		rf__reader_window_drop(r);
+	stream(r, f, 4 * 65536, 4u << 20, 65536, want_seed, &bad, 8);
+	cr_assert_eq(bad, UINT64_MAX);
+	rf__reader_destroy(r);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
+Test(reader_window, a_dropped_window_hands_out_no_stale_bytes) { take_up(1, 25); }
+Test(reader_window, an_undropped_window_held_the_bytes_read_ahead) { take_up(0, 24); }
+
+/* ---- the read-ahead rule, on synthetic rates (no clock) ------------------------------------------ */
+
+/* Feed the rule a device whose rate at c chunks in flight is rate_at(c), each measurement with standard
+ * error `noise`; returns the setting it settles on (and how many measurements it took). */
+static unsigned settle(unsigned max, double (*rate_at)(unsigned), double noise, unsigned *steps)
+{
+	rf__rd_ahead a;
+	rf__reader_ahead_start(&a, max, 1);
+	unsigned k = 0;
+	while (!a.settled && k < 20) {
+		double r = rate_at(a.on);
+		rf__reader_ahead_rule(&a, r, noise);
+		k++;
+	}
+	cr_assert(a.settled, "the rule settles");
+	cr_assert(a.on >= 1 && a.on <= max);
+	*steps = k;
+	return a.on;
+}
+
+static double knee4(unsigned c) /* rises to 4 chunks, flat after */
+{
+	return 1e9 * (c < 4 ? c : 4);
+}
+
+static double best2(unsigned c) /* best at 2, worse with more (a host that serves a few requests best) */
+{
+	return c == 1 ? 1.5e9 : c == 2 ? 2.5e9 : 2.0e9;
+}
+
+static double flat(unsigned c)
+{
+	(void)c;
+	return 3e9;
+}
+
+static double rising(unsigned c)
+{
+	return 1e9 * c;
+}
+
+Test(reader_rule, more_in_flight_while_the_rate_rises_fewer_when_it_stops_paying)
+{
+	unsigned steps;
+	cr_assert_eq(settle(16, knee4, 0.05e9, &steps), 4u, "flat past 4: 8 did not pay, back to 4");
+	cr_assert_eq(steps, 4u, "1, 2, 4, 8: four measurements");
+	cr_assert_eq(settle(16, best2, 0.05e9, &steps), 2u, "worse past 2: back to 2");
+	cr_assert_eq(settle(16, flat, 0.05e9, &steps), 1u, "nothing gained by more: the least");
+	cr_assert_eq(steps, 2u);
+	cr_assert_eq(settle(16, rising, 0.05e9, &steps), 16u, "rising all the way: the window's all");
+	cr_assert_eq(settle(4, rising, 0.05e9, &steps), 4u, "never more than the window holds");
+	cr_assert_eq(steps, 3u);
+	cr_assert_eq(settle(1, rising, 0.05e9, &steps), 1u);
+	cr_assert_eq(steps, 0u, "one chunk: nothing to choose");
+}
+
+/* A measurement's rate and error from its rounds: even rounds, no error; rounds of 1, 3, 1, 3 GB/s the
+ * standard error of their mean (sd 1.155 / sqrt(4)). */
+Test(reader_rule, rate_and_error_from_the_rounds)
+{
+	double rate, err;
+	rf__reader_ahead_sample(8u << 20, 4e-3, 4, 4 * 2e9, 4 * 4e18, &rate, &err);
+	cr_assert_float_eq(rate, (8u << 20) / 4e-3, 1);
+	cr_assert_float_eq(err, 0, 1e-3 * rate);
+	rf__reader_ahead_sample(8u << 20, 4e-3, 4, 8e9, 20e18, &rate, &err);
+	cr_assert_float_eq(err, sqrt(4e18 / 3 / 4), 1e3);
+	rf__reader_ahead_sample(0, 0, 0, 0, 0, &rate, &err);
+	cr_assert(rate == 0 && err == 0);
+	rf__reader_ahead_sample(1 << 20, 1e-3, 1, 1e9, 1e18, &rate, &err);
+	cr_assert(err == 0, "one round: no spread to speak of");
+}
+
+/* The search starts at the chunks one copy may need at once: fewer would be no setting at all. */
+Test(reader_rule, starts_at_the_chunks_a_copy_needs)
+{
+	rf__rd_ahead a;
+	rf__reader_ahead_start(&a, 16, 2);
+	cr_assert_eq(a.on, 2u);
+	rf__reader_ahead_start(&a, 16, 3);
+	cr_assert_eq(a.on, 2u, "the power of two below");
+	rf__reader_ahead_start(&a, 16, 5);
+	cr_assert_eq(a.on, 4u);
+	cr_assert(!a.settled);
+	cr_assert_eq(rf__reader_ahead_rule(&a, 3e9, 0), 8u, "nothing below to compare with: up");
+	cr_assert_eq(rf__reader_ahead_rule(&a, 3.05e9, 0.1e9), 4u, "no gain: back to where it started");
+	cr_assert(a.settled);
+	rf__reader_ahead_start(&a, 4, 9);
+	cr_assert_eq(a.on, 4u);
+	cr_assert(a.settled, "the window's all from the start: nothing to choose");
+}
+
+Test(reader_rule, a_rise_within_the_measurements_noise_does_not_count)
+{
+	unsigned steps;
+	/* 1 -> 2 chunks gains 1 GB/s, but each rate's error is 1.5 GB/s: not a gain */
+	cr_assert_eq(settle(16, rising, 1.5e9, &steps), 1u);
+	/* the same gain with errors of 0.5 is one (the difference's error: 0.71) */
+	cr_assert_eq(settle(16, knee4, 0.5e9, &steps), 4u);
+	rf__rd_ahead a;
+	rf__reader_ahead_start(&a, 16, 1);
+	cr_assert_eq(rf__reader_ahead_rule(&a, 1e9, 0), 2u);
+	cr_assert_eq(rf__reader_ahead_rule(&a, 2e9, 1.1e9), 1u, "2.0 against 1.0, but with an error of 1.1");
+	cr_assert(a.settled);
+	cr_assert_eq(rf__reader_ahead_rule(&a, 9e9, 9e9), 1u, "settled for good");
+	cr_assert_eq(a.rate[0], 1e9);
+	cr_assert_eq(a.rate[1], 2e9);
+}
 
 static void add(rf__rd_samples *s, int m, float v)
 {
