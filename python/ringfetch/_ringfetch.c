@@ -1382,12 +1382,12 @@ static PyType_Spec Block_spec = {"ringfetch.Block", sizeof(BlockObject), 0,
 
 static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-	static char *kwlist[] = {"slot_bytes", "depth",	  "backend", "memory", "copy_queues",
-				 "staging",    "wait",	  "device",  NULL};
+	static char *kwlist[] = {"slot_bytes", "depth",	  "backend", "memory",     "copy_queues",
+				 "staging",    "wait",	  "device",  "hint_bytes", NULL};
 	PyObject *slot_o, *depth_o = NULL, *backend_o = Py_None, *memory_o = NULL, *cq_o = NULL, *staging_o = Py_None,
-			  *wait_o = Py_None, *device_o = NULL;
-	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$OOOOOOO:Pipeline", kwlist, &slot_o, &depth_o, &backend_o,
-					 &memory_o, &cq_o, &staging_o, &wait_o, &device_o))
+			  *wait_o = Py_None, *device_o = NULL, *hint_o = NULL;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|$OOOOOOOO:Pipeline", kwlist, &slot_o, &depth_o, &backend_o,
+					 &memory_o, &cq_o, &staging_o, &wait_o, &device_o, &hint_o))
 		return NULL;
 	rf_pipeline_params pp;
 	memset(&pp, 0, sizeof pp);
@@ -1430,6 +1430,11 @@ static PyObject *Pipeline_new(PyTypeObject *type, PyObject *args, PyObject *kwds
 		if (rfpy_uint(device_o, "device", INT_MAX, &v) < 0)
 			return NULL;
 		pp.device = (int)v;
+	}
+	if (hint_o != NULL) {
+		if (rfpy_uint(hint_o, "hint_bytes", UINT64_MAX, &v) < 0)
+			return NULL;
+		pp.hint_bytes = (uint64_t)v;
 	}
 
 	PipelineObject *self = (PipelineObject *)PyType_GenericAlloc(type, 0);
@@ -1918,6 +1923,34 @@ static PyObject *Pipeline_evict(PipelineObject *self, PyObject *arg)
 	return ret;
 }
 
+/* keyed_trace(path): start recording keyed calls to path (str, bytes or os.PathLike), or stop (None).
+ * Start creates the file and writes its header, stop writes the buffered records and closes it: both
+ * may block on the file system, so the GIL is released around the call. */
+static PyObject *Pipeline_keyed_trace(PipelineObject *self, PyObject *arg)
+{
+	PyObject *path_b = NULL;
+	if (arg != Py_None && !PyUnicode_FSConverter(arg, &path_b))
+		return NULL;
+	const char *path = path_b != NULL ? PyBytes_AsString(path_b) : NULL;
+	if (path_b != NULL && path == NULL) {
+		Py_DECREF(path_b);
+		return NULL;
+	}
+	if (pipe_enter(self, "keyed_trace") < 0) {
+		Py_XDECREF(path_b);
+		return NULL;
+	}
+	int rc;
+	Py_BEGIN_ALLOW_THREADS
+	rc = rf_pipeline_keyed_trace(self->p, path, 0);
+	Py_END_ALLOW_THREADS
+	pipe_leave(self);
+	Py_XDECREF(path_b);
+	if (rc != RF_OK)
+		return rfpy_raise(rc);
+	Py_RETURN_NONE;
+}
+
 static PyObject *Pipeline_lookup(PipelineObject *self, PyObject *arg)
 {
 	uint64_t key;
@@ -2128,6 +2161,12 @@ static PyMethodDef Pipeline_methods[] = {
 	 "evict($self, key, /)\n--\n\n"
 	 "Forget key (its source will change): the next acquire copies it again. Returns when no copy reads its "
 	 "source any more, and lets go of that source. rf.Busy while the key is held."},
+	{"keyed_trace", (PyCFunction)Pipeline_keyed_trace, METH_O,
+	 "keyed_trace($self, path, /)\n--\n\n"
+	 "Record this pipeline's keyed calls (acquire, prefetch, release, evict, and runs that empty the cache) "
+	 "to path (a str or os.PathLike; created or truncated), in the access-trace format of docs/serving.md "
+	 "that ringfetch-replay reads; None stops and closes the file (also when none is on). rf.Busy when one "
+	 "is already on; rf.IOError when the file cannot be created, or (stop) when a write failed."},
 	{"lookup", (PyCFunction)Pipeline_lookup, METH_O,
 	 "lookup($self, key, /)\n--\n\n"
 	 "(state, slot): where key stands, without waiting; state \"absent\" (slot None), \"copying\" or "
@@ -2172,7 +2211,7 @@ static PyType_Slot Pipeline_slots[] = {
 	{Py_tp_members, Pipeline_members},
 	{Py_tp_doc,
 	 "Pipeline(slot_bytes, *, depth=0, backend=None, memory=\"host\", copy_queues=0, staging=None, "
-	 "wait=None, device=0)\n--\n\n"
+	 "wait=None, device=0, hint_bytes=0)\n--\n\n"
 	 "A ring of depth slots of slot_bytes each, with its backend's queues (rf_pipeline_create; the keywords "
 	 "are rf_pipeline_params' fields, 0 / None meaning the configured default). depth: an int or \"auto\". "
 	 "memory: \"host\" (backends cpu, threads) or \"device\" (cuda, on GPU `device`). A context manager "
