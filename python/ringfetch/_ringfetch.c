@@ -2043,7 +2043,7 @@ static PyObject *Pipeline_stats(PipelineObject *self, PyObject *unused)
 		PyList_SetItem(queues, i, q);
 	}
 	PyObject *d = Py_BuildValue(
-		"{snsKsKsOsIsNsKsKsdsKsKsKsKsKsKsKsKsKsKsKsK}", "blocks", (Py_ssize_t)st.blocks, "bytes",
+		"{snsKsKsOsIsNsKsKsdsKsKsKsKsKsKsKsKsKsKsKsKsKsK}", "blocks", (Py_ssize_t)st.blocks, "bytes",
 		(unsigned long long)st.bytes, "wall_ns", (unsigned long long)st.wall_ns, "timed",
 		st.timed ? Py_True : Py_False, "nqueues", st.nqueues, "queue", queues, "copy_ns",
 		(unsigned long long)st.copy_ns, "exposed_ns", (unsigned long long)st.exposed_ns, "overlap_efficiency",
@@ -2053,7 +2053,9 @@ static PyObject *Pipeline_stats(PipelineObject *self, PyObject *unused)
 		"total_exposed_ns", (unsigned long long)st.total_exposed_ns, "total_wait_ns",
 		(unsigned long long)st.total_wait_ns, "file_bytes", (unsigned long long)st.file_bytes,
 		"total_file_bytes", (unsigned long long)st.total_file_bytes, "schedule", (unsigned long long)st.schedule,
-		"inline_runs", (unsigned long long)st.inline_runs, "handoff_runs", (unsigned long long)st.handoff_runs);
+		"inline_runs", (unsigned long long)st.inline_runs, "handoff_runs", (unsigned long long)st.handoff_runs,
+		"ahead_bytes", (unsigned long long)st.ahead_bytes, "total_ahead_blocks",
+		(unsigned long long)st.total_ahead_blocks);
 	return d;
 }
 
