@@ -11,11 +11,15 @@
  * (read with pread), again after a random pause while hints run, before release; an expert not in the
  * retained set is evicted once used. So unaligned ranges go through the reader's rules (the O_DIRECT
  * window moved down, or buffered reads), several hints in flight per lane, withdrawals, evictions and
- * refills of the same slots over and over.
+ * refills of the same slots over and over. Iterations drop the file's pages from the page cache (once,
+ * or every few steps: cold reads, as after the benchmark's cache drop, make the rules settle on the
+ * moved O_DIRECT window) and set the device's largest request as small as 4 KiB (white box), so that an
+ * expert is read in many pieces landing in any order, as the 24 MiB experts of a real model are.
  *
  * usage: race_experts [--backend B] [--depth N|auto] [--seed S] [--iterations N] [--steps N]
  *                     [--seconds T]
  * Output ends with the plain line "N passed, N failed"; a failure prints the line that replays it. */
+#include "io/file.h"
 #include "ringfetch.h"
 
 #include <fcntl.h>
@@ -39,6 +43,9 @@ static const char *g_path;
 static unsigned char *g_ref; /* the file's bytes, read back with pread */
 static const unsigned char *g_map[2]; /* the file opened O_DIRECT, and buffered */
 static size_t g_fsize;
+static int g_fd = -1; /* the file, for dropping its pages from the page cache */
+static rf_file *g_file[2];
+static size_t g_io_max[2]; /* the devices' largest requests, as rf_file_open found them */
 
 typedef struct expert {
 	uint64_t off[MAXKPE];
@@ -258,6 +265,12 @@ static int iteration(unsigned long long seed)
 	st.s = seed;
 	g_kpe = 1 + (unsigned)rnd(&st.s, MAXKPE);
 	st.map = rnd(&st.s, 4) == 0; /* mostly the O_DIRECT file, as the model's server opens it */
+	/* A device's largest request as small as 4 KiB or as found (white box: no pipeline reads the files
+	 * now): an expert is then read in many pieces, landing in any order, as large experts are. */
+	static const size_t io_max[] = {0, 4096, 16384, 65536, 131072};
+	unsigned im = (unsigned)rnd(&st.s, 6);
+	for (int i = 0; i < 2; i++)
+		g_file[i]->io_max = im < 5 ? io_max[im] : g_io_max[i];
 	if (g_kpe == 1) /* one range: the whole expert */
 		for (unsigned e = 0; e < NEXP; e++) {
 			g_ex[e].len[0] += g_ex[e].len[1];
@@ -292,13 +305,19 @@ static int iteration(unsigned long long seed)
 	int rc = 0;
 	unsigned cur[TOPK], nxt[TOPK];
 	route(&st.s, 0, cur);
-	for (unsigned step = 0; step < g_steps && rc == 0; step++)
+	/* Cold reads as after a cache drop (what the benchmark does before each run): buffered reads then
+	 * wait for the device, so the rule of a size class may settle on the O_DIRECT window moved down. */
+	unsigned cold = (unsigned)rnd(&st.s, 3); /* 0: warm; 1: dropped once; 2: dropped every 4 steps */
+	for (unsigned step = 0; step < g_steps && rc == 0; step++) {
+		if ((cold == 1 && step == 0) || (cold == 2 && step % 4 == 0))
+			(void)posix_fadvise(g_fd, 0, 0, POSIX_FADV_DONTNEED);
 		for (unsigned l = 0; l < LAYERS && rc == 0; l++) {
 			int last = l + 1 == LAYERS;
 			route(&st.s, last ? 0 : l + 1, nxt);
 			rc = layer(&st, l, cur, last ? NULL : nxt);
 			memcpy(cur, nxt, sizeof cur);
 		}
+	}
 	rf_keyed_stats ks;
 	if (rc == 0 && (rf_pipeline_keyed_stats(p, &ks) != RF_OK || ks.hits > ks.acquires)) {
 		fprintf(stderr, "keyed stats inconsistent\n");
@@ -355,7 +374,7 @@ int main(int argc, char **argv)
 	    pread(fd, g_ref, g_fsize, 0) != (ssize_t)g_fsize || memcmp(buf, g_ref, g_fsize) != 0)
 		return 2;
 	free(buf);
-	close(fd);
+	g_fd = fd;
 	rf_file *f[2];
 	if (rf_file_open(path, 0, &f[0]) != RF_OK || rf_file_open(path, RF_FILE_BUFFERED, &f[1]) != RF_OK) {
 		fprintf(stderr, "rf_file_open: %s\n", rf_errmsg());
@@ -364,6 +383,8 @@ int main(int argc, char **argv)
 	}
 	g_map[0] = rf_file_data(f[0]);
 	g_map[1] = rf_file_data(f[1]);
+	for (int i = 0; i < 2; i++)
+		g_file[i] = f[i], g_io_max[i] = f[i]->io_max;
 	expert saved[NEXP];
 	memcpy(saved, g_ex, sizeof saved);
 	unsigned long long passed = 0, failed = 0;
@@ -381,6 +402,7 @@ int main(int argc, char **argv)
 		}
 	}
 	int closed = rf_file_close(f[0]) == RF_OK && rf_file_close(f[1]) == RF_OK;
+	close(g_fd);
 	unlink(path);
 	free(g_ref);
 	if (!closed) {
