@@ -39,7 +39,6 @@ static const char *g_backend = "threads";
 static unsigned g_depth;    /* 0: from the slot budget drawn per iteration */
 static int g_depth_auto;
 static unsigned g_steps = 40;
-static const char *g_path;
 static unsigned char *g_ref; /* the file's bytes, read back with pread */
 static const unsigned char *g_map[2]; /* the file opened O_DIRECT, and buffered */
 static size_t g_fsize;
@@ -163,7 +162,7 @@ static int looked_up(state *st, unsigned e, int *rc)
 {
 	int worst = 2;
 	for (unsigned j = 0; j < g_kpe; j++) {
-		rf_key_state k;
+		rf_key_state k = RF_KEY_ABSENT;
 		if (rf_pipeline_lookup(st->p, key_of(e, j), &k, NULL) != RF_OK)
 			*rc = -1;
 		worst = (int)k < worst ? (int)k : worst;
@@ -224,10 +223,13 @@ static int layer(state *st, unsigned l, const unsigned routed[TOPK], const unsig
 			rc = evict(st, e);
 	}
 	st->npred[l] = 0;
+	int ks[TOPK]; /* looked up once: the order below stays what it was when decided */
+	for (unsigned i = 0; i < TOPK; i++)
+		ks[i] = looked_up(st, routed[i], &rc);
 	unsigned order[TOPK], n = 0, absent[TOPK], na = 0;
 	for (int want = 2; want >= 0; want--) /* ready, copying, then absent */
 		for (unsigned i = 0; i < TOPK; i++)
-			if (looked_up(st, routed[i], &rc) == want) {
+			if (ks[i] == want) {
 				order[n++] = routed[i];
 				if (want == 0)
 					absent[na++] = routed[i];
@@ -246,14 +248,11 @@ static int layer(state *st, unsigned l, const unsigned routed[TOPK], const unsig
 	}
 	for (unsigned i = 0; i < n && rc == 0; i++) {
 		unsigned e = order[i];
-		if (i > 0 && order[i] == order[i - 1])
-			continue;
 		rc = use(st, e);
-		if (rc == 0 && !st->retain[e])
+		if (rc == 0 && !st->retain[e]) /* streamed, not kept: its slot is free for the next read */
 			rc = evict(st, e);
-		unsigned j = i - (n - na) + st->window;
-		if (rc == 0 && i >= n - na && j < na)
-			rc = hint(st, absent[j]);
+		if (rc == 0 && i >= n - na && i - (n - na) + st->window < na) /* the next miss's read */
+			rc = hint(st, absent[i - (n - na) + st->window]);
 	}
 	return rc;
 }
@@ -359,7 +358,6 @@ int main(int argc, char **argv)
 	int fd = mkstemp(path);
 	if (fd < 0)
 		return 2;
-	g_path = path;
 	g_fsize = layout(seed);
 	unsigned char *buf = malloc(g_fsize);
 	g_ref = malloc(g_fsize);
