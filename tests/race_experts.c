@@ -281,8 +281,9 @@ static int iteration(unsigned long long seed)
 			largest = g_ex[e].len[j] > largest ? g_ex[e].len[j] : largest;
 	rf_pipeline_params pp = {0};
 	pp.slot_bytes = (largest + 2 * 4096 + 4095) / 4096 * 4096;
-	/* slots just above the least the server accepts (top_k experts and one more), or a few more */
-	st.slots = g_kpe * (TOPK + 1) + (unsigned)rnd(&st.s, 2 * g_kpe + 1);
+	/* slots just above the least the server accepts (top_k experts and one more), or up to a dozen
+	 * more keys: then more hints are in flight than a lane takes, and some are held back */
+	st.slots = g_kpe * (TOPK + 1) + (unsigned)rnd(&st.s, 4 * g_kpe + 5);
 	pp.depth = g_depth ? g_depth : st.slots;
 	if (g_depth_auto)
 		pp.depth = 0, pp.depth_auto = RF_DEPTH_AUTO;
