@@ -116,11 +116,11 @@ sanitize: deps
 # The race and stress tests (label tsan) under ThreadSanitizer. Criterion cannot run under TSan, so the
 # threaded checks live in plain programs: tests/race.c, race_copy.c, race_keyed.c, race_control.c,
 # race_cuda.c (the cuda backend's staging threads, against the simulated CUDA), race_reader.c (the file
-# reader, its doorbell rung from another thread), race_files.c and unload.c.
+# reader, its doorbell rung from another thread), race_files.c, race_experts.c and unload.c.
 tsan: deps
 	cmake -S . -B $(BUILD)-tsan -DCMAKE_BUILD_TYPE=Debug -DRINGFETCH_WERROR=ON -DRINGFETCH_SANITIZE=thread $(CMAKE_FLAGS)
 	cmake --build $(BUILD)-tsan -j $(JOBS) --target test_race race_copy race_cuda test_race_keyed test_race_control \
-		race_reader race_files test_unload
+		race_reader race_files race_experts test_unload
 	cd $(BUILD)-tsan && TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --output-on-failure -j $(JOBS) -L tsan
 
 # A valgrind memcheck pass over a subset: the seeded stress on both CPU backends, the demo and a tiny
