@@ -445,27 +445,34 @@ static int nocompute(void *user, const rf_block *b)
 	return 0;
 }
 
-/* ringfetch through the public API only: the file opened for the pass (closing it unmaps, so that the
- * next drop can empty the cache), one run over every block. */
-static int run_rf(ctx *c, int compute, unsigned depth, rfb_sink *k)
+/* One pass of ringfetch through the public API only: the file opened for the pass (closing it unmaps, so
+ * that the next drop can empty the cache), a pipeline made with pp, one run over every block; the first
+ * describe line kept in desc (when desc is not NULL and still empty). */
+static int rf_pass(ctx *c, const rf_pipeline_params *pp, int compute, rfb_sink *k, const char *who, char *desc,
+		   size_t cap)
 {
 	rf_file *f = NULL;
 	rf_pipeline *p = NULL;
-	rf_pipeline_params pp = {.depth = depth, .slot_bytes = c->size, .backend = "threads"};
 	int rc = rf_file_open(c->o->path, 0, &f);
 	if (rc == RF_OK)
-		rc = rf_pipeline_create(&pp, &p);
+		rc = rf_pipeline_create(pp, &p);
 	if (rc == RF_OK) {
 		point_work(c, rf_file_data(f));
 		rc = rf_pipeline_run(p, c->nblocks, c->w.srcs, c->w.sizes, compute ? rfb_compute : nocompute, k);
 	}
 	if (rc != RF_OK)
-		fprintf(stderr, "\nringfetch: %s: %s\n", rf_strerror(rc), rf_errmsg());
-	if (p != NULL && c->rf_describe[0] == '\0')
-		snprintf(c->rf_describe, sizeof c->rf_describe, "%s", rf_pipeline_describe(p));
+		fprintf(stderr, "\n%s: %s: %s\n", who, rf_strerror(rc), rf_errmsg());
+	if (p != NULL && desc != NULL && desc[0] == '\0')
+		snprintf(desc, cap, "%s", rf_pipeline_describe(p));
 	rf_pipeline_destroy(p);
 	rf_file_close(f);
 	return rc == RF_OK ? 0 : -1;
+}
+
+static int run_rf(ctx *c, int compute, unsigned depth, rfb_sink *k)
+{
+	rf_pipeline_params pp = {.depth = depth, .slot_bytes = c->size, .backend = "threads"};
+	return rf_pass(c, &pp, compute, k, "ringfetch", c->rf_describe, sizeof c->rf_describe);
 }
 
 /* ringfetch with depth = auto: a fresh pipeline per pass, so that what is timed is its first run (the
@@ -473,23 +480,9 @@ static int run_rf(ctx *c, int compute, unsigned depth, rfb_sink *k)
 static int run_auto(ctx *c, int compute, unsigned unused, rfb_sink *k)
 {
 	(void)unused;
-	rf_file *f = NULL;
-	rf_pipeline *p = NULL;
 	rf_pipeline_params pp = {.depth_auto = RF_DEPTH_AUTO, .slot_bytes = c->size, .backend = "threads"};
-	int rc = rf_file_open(c->o->path, 0, &f);
-	if (rc == RF_OK)
-		rc = rf_pipeline_create(&pp, &p);
-	if (rc == RF_OK) {
-		point_work(c, rf_file_data(f));
-		rc = rf_pipeline_run(p, c->nblocks, c->w.srcs, c->w.sizes, compute ? rfb_compute : nocompute, k);
-	}
-	if (rc != RF_OK)
-		fprintf(stderr, "\nringfetch depth = auto: %s: %s\n", rf_strerror(rc), rf_errmsg());
-	if (p != NULL && compute && c->auto_describe[c->si][0] == '\0')
-		snprintf(c->auto_describe[c->si], sizeof c->auto_describe[c->si], "%s", rf_pipeline_describe(p));
-	rf_pipeline_destroy(p);
-	rf_file_close(f);
-	return rc == RF_OK ? 0 : -1;
+	return rf_pass(c, &pp, compute, k, "ringfetch depth = auto", compute ? c->auto_describe[c->si] : NULL,
+		       sizeof c->auto_describe[c->si]);
 }
 
 /* fio's sequential O_DIRECT io_uring read of the whole file: bytes per second, or NAN (why in fio_why). */
