@@ -21,6 +21,7 @@
  * Output ends with the plain line "N passed, N failed"; a failure prints the line that replays it. */
 #include "io/file.h"
 #include "ringfetch.h"
+#include "rng.h"
 
 #include <fcntl.h>
 #include <stdio.h>
@@ -54,35 +55,19 @@ typedef struct expert {
 static expert g_ex[NEXP];
 static unsigned g_kpe; /* keys per expert this iteration */
 
-static unsigned long long splitmix(unsigned long long *s)
-{
-	unsigned long long z = (*s += 0x9e3779b97f4a7c15ull);
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-static unsigned long long rnd(unsigned long long *s, unsigned long long n)
-{
-	return n ? splitmix(s) % n : 0;
-}
-
-/* The experts' layout: back to back from an offset that is a multiple of 8, gaps of multiples of 8,
- * sizes odd multiples of 8 in 100..600 KiB, each split in two ranges at a multiple of 8 (an iteration
- * with one key per expert reads the two as one). */
 static size_t layout(unsigned long long seed)
 {
-	unsigned long long s = seed;
-	uint64_t off = 8 + 8 * rnd(&s, 1024);
+	uint64_t s = seed;
+	uint64_t off = 8 + 8 * rng_below(&s, 1024);
 	for (unsigned e = 0; e < NEXP; e++) {
 		size_t lo = (100u << 10) / 16, hi = (600u << 10) / 16;
-		size_t len = 8 * (2 * (lo + (size_t)rnd(&s, hi - lo)) + 1); /* an odd multiple of 8 */
-		size_t a = 8 * (1 + (size_t)rnd(&s, len / 8 - 1));   /* the second range: the down projection */
+		size_t len = 8 * (2 * (lo + (size_t)rng_below(&s, hi - lo)) + 1); /* an odd multiple of 8 */
+		size_t a = 8 * (1 + (size_t)rng_below(&s, len / 8 - 1));   /* the second range: the down projection */
 		g_ex[e].off[0] = off, g_ex[e].len[0] = a;
 		g_ex[e].off[1] = off + a, g_ex[e].len[1] = len - a;
-		off += len + 8 * rnd(&s, 64);
+		off += len + 8 * rng_below(&s, 64);
 	}
-	return (size_t)off + 8 * rnd(&s, 600);
+	return (size_t)off + 8 * rng_below(&s, 600);
 }
 
 static const void *src_of(unsigned e, unsigned j, int map)
@@ -110,13 +95,13 @@ static int check(const rf_block *b, unsigned e, unsigned j, const char *when)
 }
 
 /* A skewed route: some experts of each layer are routed far more often (what makes retention pay). */
-static void route(unsigned long long *s, unsigned layer, unsigned out[TOPK])
+static void route(uint64_t *s, unsigned layer, unsigned out[TOPK])
 {
 	for (unsigned i = 0; i < TOPK; i++) {
 		unsigned e;
 		do {
-			unsigned r = (unsigned)rnd(s, 100);
-			e = r < 50 ? (unsigned)rnd(s, 3) : (unsigned)rnd(s, EXPERTS);
+			unsigned r = (unsigned)rng_below(s, 100);
+			e = r < 50 ? (unsigned)rng_below(s, 3) : (unsigned)rng_below(s, EXPERTS);
 		} while (i == 1 && e == out[0] % EXPERTS);
 		out[i] = layer * EXPERTS + e;
 	}
@@ -135,7 +120,7 @@ static int in(const unsigned *v, unsigned n, unsigned e)
 
 typedef struct state {
 	rf_pipeline *p;
-	unsigned long long s;
+	uint64_t s;
 	int map;                  /* which mapping the sources name */
 	unsigned slots, window;   /* slots; misses hinted at once */
 	unsigned char retain[NEXP];
@@ -198,8 +183,8 @@ static int use(state *st, unsigned e)
 		got++;
 		rc = check(&b[j], e, j, "on acquire");
 	}
-	if (rc == 0 && rnd(&st->s, 4) == 0) {
-		struct timespec d = {0, (long)(1 + rnd(&st->s, 200)) * 1000};
+	if (rc == 0 && rng_below(&st->s, 4) == 0) {
+		struct timespec d = {0, (long)(1 + rng_below(&st->s, 200)) * 1000};
 		nanosleep(&d, NULL);
 		for (unsigned j = 0; j < got && rc == 0; j++)
 			rc = check(&b[j], e, j, "before release");
@@ -237,9 +222,9 @@ static int layer(state *st, unsigned l, const unsigned routed[TOPK], const unsig
 	for (unsigned i = 0; i < na && i < st->window && rc == 0; i++)
 		rc = hint(st, absent[i]);
 	if (next_routed != NULL && rc == 0) { /* the next layer's hints: mostly right */
-		unsigned nh = 1 + (unsigned)rnd(&st->s, TOPK);
+		unsigned nh = 1 + (unsigned)rng_below(&st->s, TOPK);
 		for (unsigned i = 0; i < nh; i++) {
-			unsigned e = rnd(&st->s, 10) < 7 ? next_routed[i] : (l + 1) * EXPERTS + (unsigned)rnd(&st->s, EXPERTS);
+			unsigned e = rng_below(&st->s, 10) < 7 ? next_routed[i] : (l + 1) * EXPERTS + (unsigned)rng_below(&st->s, EXPERTS);
 			if (!in(st->pred[l + 1], st->npred[l + 1], e))
 				st->pred[l + 1][st->npred[l + 1]++] = e;
 		}
@@ -262,12 +247,12 @@ static int iteration(unsigned long long seed)
 	state st;
 	memset(&st, 0, sizeof st);
 	st.s = seed;
-	g_kpe = 1 + (unsigned)rnd(&st.s, MAXKPE);
-	st.map = rnd(&st.s, 4) == 0; /* mostly the O_DIRECT file, as the model's server opens it */
+	g_kpe = 1 + (unsigned)rng_below(&st.s, MAXKPE);
+	st.map = rng_below(&st.s, 4) == 0; /* mostly the O_DIRECT file, as the model's server opens it */
 	/* A device's largest request as small as 4 KiB or as found (white box: no pipeline reads the files
 	 * now): an expert is then read in many pieces, landing in any order, as large experts are. */
 	static const size_t io_max[] = {0, 4096, 16384, 65536, 131072};
-	unsigned im = (unsigned)rnd(&st.s, 6);
+	unsigned im = (unsigned)rng_below(&st.s, 6);
 	for (int i = 0; i < 2; i++)
 		g_file[i]->io_max = im < 5 ? io_max[im] : g_io_max[i];
 	if (g_kpe == 1) /* one range: the whole expert */
@@ -283,12 +268,12 @@ static int iteration(unsigned long long seed)
 	pp.slot_bytes = (largest + 2 * 4096 + 4095) / 4096 * 4096;
 	/* slots just above the least the server accepts (top_k experts and one more), or up to a dozen
 	 * more keys: then more hints are in flight than a lane takes, and some are held back */
-	st.slots = g_kpe * (TOPK + 1) + (unsigned)rnd(&st.s, 4 * g_kpe + 5);
+	st.slots = g_kpe * (TOPK + 1) + (unsigned)rng_below(&st.s, 4 * g_kpe + 5);
 	pp.depth = g_depth ? g_depth : st.slots;
 	if (g_depth_auto)
 		pp.depth = 0, pp.depth_auto = RF_DEPTH_AUTO;
 	pp.backend = g_backend;
-	pp.copy_queues = rnd(&st.s, 3) == 0 && pp.depth >= 3 ? 2 : 0;
+	pp.copy_queues = rng_below(&st.s, 3) == 0 && pp.depth >= 3 ? 2 : 0;
 	rf_pipeline *p;
 	if (rf_pipeline_create(&pp, &p) != RF_OK) {
 		fprintf(stderr, "create: %s\n", rf_errmsg());
@@ -299,15 +284,15 @@ static int iteration(unsigned long long seed)
 	unsigned per = st.slots / g_kpe;
 	st.window = per > TOPK + 2 ? per - TOPK - 1 : 1;
 	/* the retained experts: as many as leave room for the routed ones and the hints */
-	unsigned keep = per > 2 * TOPK + 1 ? (unsigned)rnd(&st.s, per - 2 * TOPK) : 0;
+	unsigned keep = per > 2 * TOPK + 1 ? (unsigned)rng_below(&st.s, per - 2 * TOPK) : 0;
 	for (unsigned i = 0; i < keep; i++)
-		st.retain[(unsigned)rnd(&st.s, LAYERS) * EXPERTS + (unsigned)rnd(&st.s, 3)] = 1;
+		st.retain[(unsigned)rng_below(&st.s, LAYERS) * EXPERTS + (unsigned)rng_below(&st.s, 3)] = 1;
 	int rc = 0;
 	unsigned cur[TOPK], nxt[TOPK];
 	route(&st.s, 0, cur);
 	/* Cold reads as after a cache drop (what the benchmark does before each run): buffered reads then
 	 * wait for the device, so the rule of a size class may settle on the O_DIRECT window moved down. */
-	unsigned cold = (unsigned)rnd(&st.s, 3); /* 0: warm; 1: dropped once; 2: dropped every 4 steps */
+	unsigned cold = (unsigned)rng_below(&st.s, 3); /* 0: warm; 1: dropped once; 2: dropped every 4 steps */
 	for (unsigned step = 0; step < g_steps && rc == 0; step++) {
 		if ((cold == 1 && step == 0) || (cold == 2 && step % 4 == 0))
 			(void)posix_fadvise(g_fd, 0, 0, POSIX_FADV_DONTNEED);
@@ -364,9 +349,9 @@ int main(int argc, char **argv)
 	g_ref = malloc(g_fsize);
 	if (buf == NULL || g_ref == NULL)
 		return 2;
-	unsigned long long s = seed * 31 + 7;
+	uint64_t s = seed * 31 + 7;
 	for (size_t i = 0; i < g_fsize; i += 8) { /* each 8 bytes name their offset: a shifted read shows */
-		uint64_t v = (uint64_t)i ^ (splitmix(&s) << 32);
+		uint64_t v = (uint64_t)i ^ (rng_next(&s) << 32);
 		memcpy(buf + i, &v, g_fsize - i < 8 ? g_fsize - i : 8);
 	}
 	if (write(fd, buf, g_fsize) != (ssize_t)g_fsize || fsync(fd) != 0 ||
