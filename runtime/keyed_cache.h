@@ -139,26 +139,25 @@ static inline void rf__kunlink(rf__keyed *k, int l, unsigned i)
 		k->nheldback--;
 }
 
-static inline void rf__kpush(rf__keyed *k, int l, unsigned i) /* at the tail */
+/* Link i into list l between a and b (neighbours, the sentinel n included). */
+static inline void rf__klink(rf__keyed *k, int l, unsigned i, unsigned a, unsigned b)
 {
-	unsigned t = k->s[k->n].ln[l].prev;
-	k->s[i].ln[l].prev = t;
-	k->s[i].ln[l].next = k->n;
-	k->s[t].ln[l].next = i;
-	k->s[k->n].ln[l].prev = i;
+	k->s[i].ln[l].prev = a;
+	k->s[i].ln[l].next = b;
+	k->s[a].ln[l].next = i;
+	k->s[b].ln[l].prev = i;
 	if (l == RF__KHB)
 		k->nheldback++;
 }
 
+static inline void rf__kpush(rf__keyed *k, int l, unsigned i) /* at the tail */
+{
+	rf__klink(k, l, i, k->s[k->n].ln[l].prev, k->n);
+}
+
 static inline void rf__kpush_head(rf__keyed *k, int l, unsigned i) /* first in line */
 {
-	unsigned h = k->s[k->n].ln[l].next;
-	k->s[i].ln[l].next = h;
-	k->s[i].ln[l].prev = k->n;
-	k->s[h].ln[l].prev = i;
-	k->s[k->n].ln[l].next = i;
-	if (l == RF__KHB)
-		k->nheldback++;
+	rf__klink(k, l, i, k->n, k->s[k->n].ln[l].next);
 }
 
 /* The list an unheld key is in (from its hint flag: ask before changing it). Unbounded hints share
