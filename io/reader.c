@@ -328,6 +328,30 @@ static void rd_finish(rf__reader *r, unsigned ci)
 static void rd_issue(rf__reader *r, unsigned pi);
 static void rd_pread(rf__reader *r, unsigned pi);
 
+/* A refused read ("not now", res = -EAGAIN ...) of piece pi: the same read again after a pause, or,
+ * once the ring has refused it RD_TRIES times, by pread (which retries on its own). */
+static void rd_retry(rf__reader *r, unsigned pi)
+{
+	rd_piece *p = &r->pieces[pi];
+	if (++p->tries < RD_TRIES) {
+		rd_backoff(p->tries);
+		rd_issue(r, pi);
+	} else {
+		rd_pread(r, pi);
+	}
+}
+
+/* A partial read of res bytes (on the alignment): the rest of piece pi, as its own read. */
+static void rd_rest(rf__reader *r, unsigned pi, long res)
+{
+	rd_piece *p = &r->pieces[pi];
+	p->off += (uint64_t)res;
+	p->dst += res;
+	p->len -= (size_t)res;
+	p->tries = 0;
+	rd_issue(r, pi);
+}
+
 /* Piece pi came back with res (bytes, or -errno). */
 static void rd_chunk_done(rf__reader *r, unsigned pi, long res);
 
@@ -341,23 +365,14 @@ static void rd_piece_done(rf__reader *r, unsigned pi, long res)
 	unsigned ci = p->copy;
 	rd_copy *c = &r->copies[ci];
 	if (res < 0 && rd_transient((int)-res) && c->rc == RF_OK && !p->by_pread) {
-		if (++p->tries < RD_TRIES) { /* nothing read: the same read again, after a pause */
-			rd_backoff(p->tries);
-			rd_issue(r, pi);
-		} else { /* the ring keeps refusing this one: pread it (which retries on its own) */
-			rd_pread(r, pi);
-		}
+		rd_retry(r, pi);
 		return;
 	}
 	uint64_t want = p->off + p->len < c->end ? p->off + p->len : c->end;
 	if (res >= 0 && p->off + (uint64_t)res < want && c->rc == RF_OK) {
 		size_t a = c->direct ? rf__file_dio_align(c->f) : 1;
-		if (res > 0 && (size_t)res % a == 0) { /* a partial read: the rest, as its own read */
-			p->off += (uint64_t)res;
-			p->dst += res;
-			p->len -= (size_t)res;
-			p->tries = 0;
-			rd_issue(r, pi);
+		if (res > 0 && (size_t)res % a == 0) {
+			rd_rest(r, pi, res);
 			return;
 		}
 		struct stat st;
@@ -504,21 +519,12 @@ static void rd_chunk_done(rf__reader *r, unsigned pi, long res)
 	rd_win *w = &r->win;
 	rd_chunk *h = &w->ch[p->copy & ~RD_CHUNK];
 	if (res < 0 && rd_transient((int)-res) && !p->by_pread) {
-		if (++p->tries < RD_TRIES) {
-			rd_backoff(p->tries);
-			rd_issue(r, pi);
-		} else {
-			rd_pread(r, pi);
-		}
+		rd_retry(r, pi);
 		return;
 	}
 	if (res > 0 && (size_t)res < p->len && p->off + (uint64_t)res < h->lim &&
 	    (size_t)res % rf__file_dio_align(w->f) == 0) {
-		p->off += (uint64_t)res;
-		p->dst += res;
-		p->len -= (size_t)res;
-		p->tries = 0;
-		rd_issue(r, pi);
+		rd_rest(r, pi, res);
 		return;
 	}
 	if (res < 0) {
