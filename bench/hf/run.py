@@ -52,7 +52,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from contestant import drop_cache  # noqa: E402  (the contestant's own: no torch at import)
+from contestant import drop_cache, safetensors_header  # noqa: E402  (the contestant's own: no torch at import)
 
 MiB = 1 << 20
 CONTESTANTS = ["ringfetch", "ringfetch-nohints", "mmap", "accelerate", "whole"]
@@ -156,20 +156,12 @@ class Cgroups:
 
 # ---- the file and the device ----------------------------------------------------------------------------
 
-def safetensors_tensors(path):
-    with open(path, "rb") as f:
-        n = int.from_bytes(f.read(8), "little")
-        h = json.loads(f.read(n))
-    h.pop("__metadata__", None)
-    return 8 + n, h
-
-
 def checkpoint_facts(model_dir):
     files = sorted(os.path.join(model_dir, n) for n in os.listdir(model_dir) if n.endswith(".safetensors"))
     cfg = json.load(open(os.path.join(model_dir, "config.json")))
     total = experts = 0
     for p in files:
-        _, h = safetensors_tensors(p)
+        _, h = safetensors_header(p)
         for name, t in h.items():
             nb = t["data_offsets"][1] - t["data_offsets"][0]
             total += nb
@@ -184,7 +176,7 @@ def checkpoint_facts(model_dir):
 
 def expert_ranges(path):
     """Each expert's bytes in the file, (begin, end) absolute: its tensors' union (adjacent in these files)."""
-    start, h = safetensors_tensors(path)
+    start, h = safetensors_header(path)
     ex = {}
     for name, t in h.items():
         if ".experts." not in name:
