@@ -227,12 +227,15 @@ int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 		return file;
 	atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
 	*out = 0;
-	if (!file) {
+	rf__tspan sp = rf__trace_kstart(req->trace);
+	int rc = RF_OK;
+	if (!file)
 		memcpy(req->dst, req->src, req->bytes);
-		return RF_OK;
-	}
-	int rc = rf__flight_read(req->io, &fs, req->bytes, req->dst, req->cap);
-	rf__file_unhold(fs.f);
+	else
+		rc = rf__flight_read(req->io, &fs, req->bytes, req->dst, req->cap);
+	rf__trace_kcopy(req->trace, req->tev, sp, req->key, req->slot, req->lane);
+	if (file)
+		rf__file_unhold(fs.f);
 	return rc;
 }
 

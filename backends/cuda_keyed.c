@@ -22,6 +22,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "io/file.h"
+#include "runtime/trace.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -55,6 +56,10 @@ typedef struct rf__cu_kt {
 	rf__fsrc fs; /* staged hint, fs.f non-NULL: its source lies in this file (held until the read landed) */
 	_Atomic uint64_t *counter;
 	_Atomic int64_t *failed; /* rf__kcopy.failed */
+	struct rf__trace *trace; /* rf__kcopy.trace, tev, key, lane: its slice (the H2D's enqueue) */
+	uint32_t tev;
+	uint64_t key;
+	unsigned lane;
 } rf__cu_kt;
 
 struct rf__cu_keyed {
@@ -191,9 +196,11 @@ static int rf__cu_kcopy(rf__cu *cx, rf__cu_kt *e, const void *src, void *s)
 	const rf__cuda_api *api = cx->api;
 	if (cx->oracle && e->pin != RF__NO_STAGE && memcmp(src, e->src, e->bytes) != 0)
 		return rf__cu_kraw(e);
+	rf__tspan sp = rf__trace_kstart(e->trace);
 	int err = api->memcpy_async(e->dst, src, e->bytes, s);
 	if (err == 0)
 		err = api->event_record(e->ev, s);
+	rf__trace_kcopy(e->trace, e->tev, sp, e->key, e->slot, e->lane);
 	if (err != 0)
 		return rf__cu_fail(api, "keyed copy (cudaMemcpyAsync / cudaEventRecord)", err);
 	atomic_fetch_add_explicit(e->counter, e->bytes, memory_order_relaxed);
@@ -385,6 +392,7 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	atomic_store_explicit(&e->num, 0, memory_order_release);
 	e->t = t, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src, e->dst = req->dst;
 	e->bytes = req->bytes, e->counter = req->counter, e->failed = req->failed;
+	e->trace = req->trace, e->tev = req->tev, e->key = req->key, e->lane = l;
 	int dma = !file && (k->pins == 0 || rf__cu_is_dma(cx, k->ranges, req->src, req->bytes));
 	/* Issued now (not by the lane's order): the slot's previous copy must be issued first. */
 	if ((dma || req->demand) && req->after != 0 && (rc = rf__cu_kready(cx, req->after, NULL, 0)) != RF_OK)

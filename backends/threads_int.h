@@ -40,14 +40,10 @@ typedef struct rf__threads rf__threads;
 /* A keyed copy: a copy op and the signal of its ticket, as a work item of a lane. */
 typedef struct rf__tk_item {
 	rf__work w;
-	const void *src;
-	void *dst;
-	size_t bytes, cap;
-	_Atomic int64_t *failed; /* the slot's cell for a failed file read (rf__kcopy.failed) */
+	rf__kcopy k;          /* the request as issued */
 	rf__fsrc fs;          /* fs.f != NULL: a file source, held by the issuer until the copy lands */
 	_Atomic int64_t value; /* the lane's value once done (read by lookups on any thread) */
 	uint64_t seq;         /* its position in the lane's inbox (reuse: once consumed) */
-	_Atomic uint64_t *counter; /* bytes counted here when the copy starts */
 } rf__tk_item;
 
 typedef struct rf__tlane {

@@ -5,6 +5,7 @@
 #include "backends/threads_int.h"
 #include "base/test_hooks.h"
 #include "io/file.h"
+#include "runtime/trace.h"
 
 #include <string.h>
 
@@ -33,21 +34,24 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 			RF__TEST_HOOK(keyed_before_copy)(1);
 		/* Counted when the copy starts: a withdrawn hint never counts. */
-		atomic_fetch_add_explicit(it->counter, it->bytes, memory_order_relaxed);
+		atomic_fetch_add_explicit(it->k.counter, it->k.bytes, memory_order_relaxed);
 		/* An earlier read into this slot may not have landed yet. */
-		rf__flight_wait_dst(&l->flight, it->dst, it->cap);
+		rf__flight_wait_dst(&l->flight, it->k.dst, it->k.cap);
+		rf__tspan sp = rf__trace_kstart(it->k.trace);
 		if (it->fs.f == NULL) {
-			memcpy(it->dst, it->src, it->bytes);
+			memcpy(it->k.dst, it->k.src, it->k.bytes);
 		} else {
 			rf__flight_rec rec = {0};
 			rec.unhold = it->fs.f;
-			rec.fail_at = it->failed;
+			rec.fail_at = it->k.failed;
 			rec.fail_value = (int64_t)(((uint64_t)l->q << RF__TK_SHIFT) | (uint64_t)v);
-			if (rf__flight_start(&l->flight, &it->fs, it->bytes, it->dst, it->cap, &rec) != RF_OK) {
+			if (rf__flight_start(&l->flight, &it->fs, it->k.bytes, it->k.dst, it->k.cap, &rec) != RF_OK) {
 				atomic_store_explicit(rec.fail_at, rec.fail_value, memory_order_release);
 				rf__file_unhold(it->fs.f);
 			}
 		}
+		/* A file read ends here once in flight: the next copy into the slot waits for it to land. */
+		rf__trace_kcopy(it->k.trace, it->k.tev, sp, it->k.key, it->k.slot, it->k.lane);
 	}
 	rf__flight_signal(&l->flight, NULL, v);
 }
@@ -124,14 +128,9 @@ int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 		rc = rf__flight_open(&l->flight, t->ring, t->ring_len);
 	if (rc == RF_OK) {
 		it->w.fn = rf__tk_item_fn;
-		it->src = req->src;
-		it->dst = req->dst;
-		it->bytes = req->bytes;
-		it->cap = req->cap;
-		it->failed = req->failed;
+		it->k = *req;
 		it->fs = fs;
 		atomic_store_explicit(&it->value, v, memory_order_relaxed);
-		it->counter = req->counter;
 		it->seq = rf__lane_posted(&t->pool, req->lane);
 		rc = rf__pool_post(&t->pool, req->lane, &it->w); /* RF_OK or RF_ENOSPC */
 	}

@@ -139,6 +139,11 @@ typedef struct rf__kcopy {
 	struct rf__flight *io;     /* the calling thread's reader (opened), for a copy it makes itself */
 	size_t cap;                /* bytes usable at dst (the slot's stride): room for a read's window */
 	_Atomic int64_t *failed;   /* the slot's: a hint's failed file read stores the ticket here */
+	/* Traced (non-NULL): whoever makes the copy records its slice into entry `tev` (rf__trace_kcopy); a
+	 * withdrawn copy records none. */
+	struct rf__trace *trace;
+	uint32_t tev;
+	uint64_t key;
 } rf__kcopy;
 
 /* Slots start this far apart at least (rf__backend_ops.slot_align 0): a cache line, so that slots

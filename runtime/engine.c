@@ -436,8 +436,12 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 		rc = rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
 		goto idle;
 	}
-	if (e->keyed != NULL) /* the run reuses every slot: no key stays resident */
-		rf__keyed_reset(e->keyed);
+	/* The run reuses every slot: no key stays resident (first the keyed copies' trace is written). */
+	if (e->keyed != NULL && (rc = rf__keyed_reset(e->keyed)) != RF_OK) {
+		rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
+		rc = rf__err(rc, "%s: %s", who, rf__errmsg_peek());
+		goto idle;
+	}
 	if (e->ktrace != NULL)
 		rf__ktrace_add(e->ktrace, RF_KTRACE_RESET, 0, 0, UINT32_MAX);
 	memset(&e->last, 0, sizeof e->last);

@@ -18,6 +18,45 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define RF__KTRACE_EVENTS 4096u /* keyed copies' slices kept before they are written out */
+
+static int rf__ktrace_make(rf__keyed *k)
+{
+	k->tr.nq = 1, k->tr.keyed = 1, k->tr.cap[0] = RF__KTRACE_EVENTS;
+	k->tr.ev[0] = rf__calloc(RF__KTRACE_EVENTS, sizeof *k->tr.ev[0]);
+	return k->tr.ev[0] != NULL ? RF_OK : RF_ENOMEM;
+}
+
+/* The slices of the keyed copies issued since the last time, once every one has finished: written to
+ * the trace file (if one is set), then forgotten. */
+static int rf__ktrace_flush(rf__keyed *k)
+{
+	if (k->tr_next == 0)
+		return RF_OK;
+	rf__be_kquiesce(k->be, k->ctx);
+	k->tr.n[0] = k->tr_next;
+	const char *path = k->eng->trace_path;
+	int rc = path != NULL ? rf__trace_write(&k->tr, path, k->be->name) : RF_OK;
+	memset(k->tr.ev[0], 0, (size_t)k->tr_next * sizeof *k->tr.ev[0]);
+	k->tr_next = 0;
+	k->tr.n[0] = 0;
+	return rc;
+}
+
+/* The trace for the next keyed copy (NULL: neither traced nor checked), with room for its slice: made
+ * at the first traced copy, written out when full (a traced pipeline's keyed call then writes). */
+static int rf__ktrace_room(rf__keyed *k, rf__trace **out)
+{
+	*out = NULL;
+	if (!k->oracle && k->eng->trace_path == NULL)
+		return RF_OK;
+	if (k->tr.ev[0] == NULL && rf__ktrace_make(k) != RF_OK)
+		return rf__err(RF_ENOMEM, "keyed: out of memory for the trace of keyed copies");
+	int rc = k->tr_next == RF__KTRACE_EVENTS ? rf__ktrace_flush(k) : RF_OK;
+	*out = rc == RF_OK ? &k->tr : NULL;
+	return rc;
+}
+
 int rf__keyed_create(struct rf__engine *eng, rf__keyed **out)
 {
 	rf__keyed *k = rf__calloc(1, sizeof *k);
@@ -49,6 +88,10 @@ int rf__keyed_create(struct rf__engine *eng, rf__keyed **out)
 		k->s[nslots].ln[l].prev = k->s[nslots].ln[l].next = nslots;
 	for (unsigned i = 0; i < nslots; i++)
 		rf__kempty_set(k, i, 1);
+	if (k->oracle && rf__ktrace_make(k) != RF_OK) {
+		rf__keyed_destroy(k);
+		return rf__err(RF_ENOMEM, "keyed: out of memory for the oracle's log");
+	}
 	rf__keyed_hint_budget(k, 0);
 	atomic_flag_clear(&k->lock);
 	*out = k;
@@ -61,10 +104,12 @@ void rf__keyed_destroy(rf__keyed *k)
 		return;
 	if (k->s != NULL) {
 		rf__be_kquiesce(k->be, k->ctx);
+		rf__ktrace_flush(k); /* nobody to tell of a failure */
 		for (unsigned i = 0; i < k->n; i++) /* held-back hints' files */
 			if (k->s[i].hbf != NULL)
 				rf__file_unhold(k->s[i].hbf);
 	}
+	rf__trace_drop(&k->tr);
 	free(k->s);
 	free(k->tab);
 	free(k->empty);
@@ -174,12 +219,17 @@ static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes
 	int rc = rf__koracle_copy(k, slot, key);
 	if (rc != RF_OK)
 		return rc;
+	rf__trace *tr;
+	if ((rc = rf__ktrace_room(k, &tr)) != RF_OK)
+		return rc;
 	rf__kslot *s = &k->s[slot];
 	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
 	rf__kcopy req = {rf__klane(k, slot), slot, k->slots + (size_t)slot * k->slot_stride, src, bytes, demand,
-			 after, stream, &k->st[ST_BYTES], &k->eng->io, k->slot_stride, &k->failed[slot]};
+			 after, stream, &k->st[ST_BYTES], &k->eng->io, k->slot_stride, &k->failed[slot], tr,
+			 k->tr_next, key};
 	if ((rc = rf__be_kissue(k->be, k->ctx, &req, t)) != RF_OK)
 		return rc;
+	k->tr_next += tr != NULL;
 	s->before = after;
 	atomic_store_explicit(&s->ticket, *t, memory_order_relaxed);
 	if (!demand && !rf__be_ktest(k->be, k->ctx, *t)) /* a hint in flight on its lane */
@@ -675,9 +725,12 @@ void rf__keyed_stats(const rf__keyed *k, rf_keyed_stats *out)
 		*f[i] = atomic_load_explicit(&((rf__keyed *)k)->st[i], memory_order_relaxed);
 }
 
-void rf__keyed_reset(rf__keyed *k)
+int rf__keyed_reset(rf__keyed *k)
 {
 	rf__be_kquiesce(k->be, k->ctx);
+	int rc = rf__ktrace_flush(k);
+	if (rc != RF_OK)
+		return rc;
 	rf__klock(k);
 	for (unsigned i = 0; i < k->n; i++) {
 		rf__kforget(k, i);
@@ -690,4 +743,5 @@ void rf__keyed_reset(rf__keyed *k)
 	for (unsigned l = 0; l < k->nlanes; l++)
 		k->nfl[l] = 0;
 	k->nheld = 0;
+	return RF_OK;
 }

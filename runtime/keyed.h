@@ -17,14 +17,16 @@ typedef struct rf__keyed rf__keyed;
  * would write a held slot (WAR). RF_OK or RF_ENOMEM. */
 struct rf__engine;
 int rf__keyed_create(struct rf__engine *eng, rf__keyed **out);
-/* Wait for every keyed copy, drop every hold, free. NULL is a no-op. */
+/* Wait for every keyed copy, write their slices to the trace file, drop every hold, free. NULL is a
+ * no-op. */
 void rf__keyed_destroy(rf__keyed *k);
 
 /* Is any block held? (rf_pipeline_run refuses to start.) */
 int rf__keyed_held(const rf__keyed *k);
-/* A run is about to reuse every slot: wait for the keyed copies, forget every key (unacquired hints
- * count as wasted or dropped). No block may be held. */
-void rf__keyed_reset(rf__keyed *k);
+/* A run is about to reuse every slot: wait for the keyed copies, write their slices to the trace file,
+ * forget every key (unacquired hints count as wasted or dropped). No block may be held. RF_OK; the
+ * trace's failure (nothing forgotten then). */
+int rf__keyed_reset(rf__keyed *k);
 
 /* The public calls, arguments not yet checked except p (see ringfetch.h for the contract). */
 int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes, unsigned flags);

@@ -7,6 +7,7 @@
 
 #include "base/pause.h"
 #include "runtime/keyed.h"
+#include "runtime/trace.h"
 
 #include <stdatomic.h>
 
@@ -64,6 +65,10 @@ struct rf__keyed {
 	 * RF__KEYED_WASTE_SHARE; at most hint_cap), is what bounds the bytes of wasted hint copies. */
 	size_t hint_cap, hint_bytes, credit;
 	int hints_bounded;
+	/* Keyed copies' slices (traced or checked: RINGFETCH_TRACE, the oracle), tr_next the entry of the
+	 * next copy issued (runtime/trace.h); made at create with the oracle, else at the first traced copy. */
+	rf__trace tr;
+	uint32_t tr_next;
 	atomic_flag lock;   /* lookup vs changes of key <-> slot */
 	_Atomic uint64_t st[7]; /* rf_keyed_stats fields in order */
 };

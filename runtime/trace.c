@@ -58,21 +58,26 @@ void rf__trace_drop(rf__trace *t)
 	}
 }
 
-/* The run's events as JSON array elements separated by ",\n" (no bracket, no trailing comma). */
+/* The run's events as JSON array elements separated by ",\n" (no bracket, no trailing comma). Keyed
+ * copies: one track per lane, slices named by key. */
 static void rf__trace_events(const rf__trace *t, FILE *f, unsigned pid, const char *label)
 {
-	fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%u,\"args\":{\"name\":\"%s run %u\"}}", pid, label,
-		pid);
+	fprintf(f, "{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":%u,\"args\":{\"name\":\"%s %s %u\"}}", pid, label,
+		t->keyed ? "keyed copies" : "run", pid);
 	for (unsigned q = 0; q < t->nq; q++) {
-		fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%u,\"tid\":%u,\"args\":{\"name\":\"queue %u\"}}",
-			pid, q, q);
+		if (!t->keyed)
+			fprintf(f, ",\n{\"name\":\"thread_name\",\"ph\":\"M\",\"pid\":%u,\"tid\":%u,\"args\":{\"name\":\"queue %u\"}}",
+				pid, q, q);
 		for (size_t i = 0; i < t->n[q]; i++) {
 			const rf__tev *e = &t->ev[q][i];
 			const char *what = e->kind == RF_OP_COPY ? "copy" : e->kind == RF_OP_STAGE ? "stage" : "compute";
+			if (e->t1 == 0)
+				continue; /* a keyed copy withdrawn before it started */
 			fprintf(f,
-				",\n{\"name\":\"%s b%lld\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%u,"
-				"\"tid\":%u,\"args\":{\"block\":%lld,\"slot\":%u}}",
-				what, (long long)e->block, what, (double)e->t0 / 1e3, (double)(e->t1 - e->t0) / 1e3, pid, q,
+				",\n{\"name\":\"%s %s%lld\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%u,"
+				"\"tid\":%u,\"args\":{\"%s\":%lld,\"slot\":%u}}",
+				what, t->keyed ? "k" : "b", (long long)e->block, what, (double)e->t0 / 1e3,
+				(double)(e->t1 - e->t0) / 1e3, pid, t->keyed ? e->node : q, t->keyed ? "key" : "block",
 				(long long)e->block, e->slot);
 		}
 	}
@@ -425,7 +430,7 @@ out:
 	return rc;
 }
 
-int rf__trace_end(rf__trace *t, const char *path, const char *label)
+int rf__trace_write(const rf__trace *t, const char *path, const char *label)
 {
 	static atomic_uint next_pid = 1; /* one process track per traced run, across pipelines and threads */
 	unsigned pid = atomic_fetch_add_explicit(&next_pid, 1, memory_order_relaxed);
@@ -438,8 +443,14 @@ int rf__trace_end(rf__trace *t, const char *path, const char *label)
 		bad = ferror(f);
 		bad |= fclose(f) != 0;
 	}
-	rf__trace_drop(t);
 	int rc = bad ? rf__err(RF_ENOMEM, "trace: out of memory formatting %s", path) : rf__trace_append(path, body, len);
 	free(body);
+	return rc;
+}
+
+int rf__trace_end(rf__trace *t, const char *path, const char *label)
+{
+	int rc = rf__trace_write(t, path, label);
+	rf__trace_drop(t);
 	return rc;
 }

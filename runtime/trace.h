@@ -15,7 +15,7 @@ typedef struct rf__tev {
 	uint64_t s0, s1; /* positions of start and end in the run's one sequence (for the oracle) */
 	int64_t block;
 	uint32_t slot;  /* STAGE: the staging slot */
-	uint32_t node; /* graph node id (rf_exec); template op for a ring */
+	uint32_t node; /* graph node id (rf_exec); template op for a ring; a keyed copy's lane */
 	uint8_t kind;  /* RF_OP_COPY, RF_OP_COMPUTE or RF_OP_STAGE */
 } rf__tev;
 
@@ -28,6 +28,9 @@ typedef struct rf__trace {
 	 * (every <= 2: all). Only a `sampled` trace drops the rest; a full one is filtered by its reader. */
 	uint64_t group, every;
 	int sampled;
+	/* Keyed copies (runtime/keyed.c): one queue, entry i the i-th copy issued since the last write, filled
+	 * by whichever thread makes it (rf__trace_kcopy); block is the key; t1 == 0: never made (withdrawn). */
+	int keyed;
 	/* Every start and end of a copy or compute takes the next number. Relaxed: the modification order
 	 * follows happens-before (an op that ran after another gets larger numbers), and the counter adds
 	 * no synchronisation that could hide a race from ThreadSanitizer. */
@@ -54,6 +57,26 @@ static inline void rf__trace_add(rf__trace *t, unsigned q, uint8_t kind, int64_t
 	t->ev[q][t->n[q]++] = e;
 }
 
+/* A keyed copy's slice: its start (t0, s0) before the copy, then the rest into entry `at`, which the
+ * owner gave this copy alone and reads once keyed copies are quiesced. t NULL: not traced. */
+typedef struct rf__tspan {
+	int64_t t0;
+	uint64_t s0;
+} rf__tspan;
+
+static inline rf__tspan rf__trace_kstart(rf__trace *t)
+{
+	return t != NULL ? (rf__tspan){rf__now_ns(), rf__trace_seq(t)} : (rf__tspan){0, 0};
+}
+
+static inline void rf__trace_kcopy(rf__trace *t, uint32_t at, rf__tspan sp, uint64_t key, unsigned slot,
+				   unsigned lane)
+{
+	if (t != NULL)
+		t->ev[0][at] = (rf__tev){sp.t0, rf__now_ns(), sp.s0, rf__trace_seq(t), (int64_t)key, slot, lane,
+					 RF_OP_COPY};
+}
+
 /* Size the per-queue arrays for a run of prog over nblocks (a ring's queue 0 with room for every copy:
  * the threads backend's caller takes over copies): every event (sampled 0), or those of about `samples`
  * blocks in groups of `group` (sampled 1: memory independent of nblocks). RF_OK or RF_ENOMEM. */
@@ -64,6 +87,8 @@ int rf__trace_begin(rf__trace *t, const struct rf_program *prog, size_t nblocks,
  * objects (perhaps left open by an older version) is written; a failed write leaves the file as it
  * was. RF_OK; RF_EBACKEND (not a regular file, not a trace-event array, the write failed); RF_ENOMEM. */
 int rf__trace_end(rf__trace *t, const char *path, const char *label);
+/* The same without releasing the arrays (the keyed copies' trace, written again and again). */
+int rf__trace_write(const rf__trace *t, const char *path, const char *label);
 /* Release the arrays without writing. */
 void rf__trace_drop(rf__trace *t);
 

@@ -47,6 +47,19 @@ static inline void leak_check(void)
 /* ---- environment, seeds, patterns ------------------------------------------------------------------ */
 
 /* The backend under test: RF_TEST_BACKEND, "cpu" when unset. */
+/* How many lines of the file at path hold needle (a trace: one event a line). */
+static inline size_t count_in_file(const char *path, const char *needle)
+{
+	FILE *f = fopen(path, "r");
+	cr_assert_not_null(f, "cannot read %s", path);
+	char line[512];
+	size_t n = 0;
+	while (fgets(line, sizeof line, f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
 static inline const char *test_backend(void)
 {
 	const char *b = getenv("RF_TEST_BACKEND");

@@ -301,6 +301,49 @@ Test(cuda_keyed, pageable_sources_are_staged_through_the_pinned_ring)
 }
 
 
+/* Every keyed copy, DMA or staged, hint or miss, is one slice of the trace (the enqueue of its H2D):
+ * 12 hints acquired and 12 misses, 24 slices once the pipeline is destroyed. */
+Test(cuda_keyed, every_keyed_copy_is_a_slice_of_the_trace)
+{
+	install(5, 0.5);
+	char path[96];
+	snprintf(path, sizeof path, "/tmp/rf_test_cuda_keyed_trace_%ld.json", (long)getpid());
+	unlink(path);
+	rf_pipeline *p = make(4, 4096);
+	cr_assert_eq(rf_pipeline_trace(p, path), RF_OK, "%s", rf_errmsg());
+	void *s;
+	cr_assert_eq(sim_api.stream_create(&s), 0);
+	unsigned char *pinned = sim_host_alloc(24 * 4096), *pageable = malloc(24 * 4096);
+	for (unsigned i = 0; i < 24 * 4096; i++)
+		pinned[i] = pageable[i] = (unsigned char)(i / 4096 * 7 + 1);
+	int bad = 0;
+	g_np = 0;
+	for (unsigned i = 0; i < 12; i++) {
+		const unsigned char *src = (i % 2 ? pageable : pinned) + (size_t)i * 4096;
+		const unsigned char *miss = (i % 2 ? pinned : pageable) + (size_t)(12 + i) * 4096;
+		rf_block h, m;
+		cr_assert_eq(rf_pipeline_prefetch(p, 100 + i, src, 4096, 0), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(rf_pipeline_acquire(p, 100 + i, src, 4096, s, 0, &h), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(rf_pipeline_acquire(p, i, miss, 4096, s, 0, &m), RF_OK, "%s", rf_errmsg());
+		use(s, &h, src, &bad);
+		use(s, &m, miss, &bad);
+		cr_assert_eq(rf_pipeline_release(p, &h), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(rf_pipeline_release(p, &m), RF_OK, "%s", rf_errmsg());
+	}
+	rf_keyed_stats st;
+	cr_assert_eq(rf_pipeline_keyed_stats(p, &st), RF_OK);
+	cr_assert_eq(st.bytes_copied, 24 * 4096, "24 keyed copies");
+	cr_assert_eq(sim_api.stream_synchronize(s), 0);
+	cr_assert_eq(bad, 0, "%d reads saw the wrong bytes", bad);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(count_in_file(path, "\"args\":{\"key\":"), 24, "one slice per keyed copy");
+	unlink(path);
+	cr_assert_eq(sim_api.stream_destroy(s), 0);
+	sim_host_free(pinned);
+	free(pageable);
+	leak_check();
+}
+
 /* Negative control: a staged hint's H2D issued without waiting for its stage (the keyed copy's RAW on
  * its pinned slot) is refused by the keyed oracle (RINGFETCH_ORACLE=1) — not left to a corrupted
  * payload. */

@@ -528,6 +528,40 @@ Test(keyed, random_sequences_follow_the_model)
 	}
 }
 
+/* ---- traces: every keyed copy is a slice --------------------------------------------------------- */
+
+/* 12 rounds of a hint, its acquire (the hint's copy, or the acquire's own when it overtakes a hint not
+ * yet started) and a miss: 24 keyed copies, 24 slices named by key in the trace file, written by the next
+ * run or at the latest by destroy. */
+Test(keyed, every_keyed_copy_is_a_slice_of_the_trace)
+{
+	char path[96];
+	snprintf(path, sizeof path, "/tmp/rf_test_keyed_trace_%ld.json", (long)getpid());
+	for (int by_run = 0; by_run < 2; by_run++) {
+		unlink(path);
+		rf_pipeline *p = mk(4);
+		cr_assert_eq(rf_pipeline_trace(p, path), RF_OK, "%s", rf_errmsg());
+		for (unsigned i = 0; i < 12; i++) {
+			cr_assert_eq(rf_pipeline_prefetch(p, 20 + i, g_src[20 + i], 512, 0), RF_OK, "%s", rf_errmsg());
+			rf_block h = acq(p, 20 + i, 512), m = acq(p, i, 512);
+			rel(p, &h);
+			rel(p, &m);
+		}
+		cr_assert_eq(stats(p).bytes_copied, 24 * 512, "24 keyed copies");
+		if (by_run) { /* the run writes them before it reuses the slots */
+			const void *srcs[1] = {g_src[0]};
+			size_t sizes[1] = {512};
+			size_t n = 0;
+			cr_assert_eq(rf_pipeline_run(p, 1, srcs, sizes, count_cb, &n), RF_OK, "%s", rf_errmsg());
+			cr_assert_eq(count_in_file(path, "\"cat\":\"copy\",\"ph\":\"X\""), 24 + 1, "24 keyed copies and the run's");
+		}
+		rf_pipeline_destroy(p);
+		cr_assert_eq(count_in_file(path, "\"args\":{\"key\":"), 24, "one slice per keyed copy");
+		cr_assert_eq(count_in_file(path, "keyed copies"), 1, "one process track for them");
+		unlink(path);
+	}
+}
+
 /* ---- the oracle must be able to fail -------------------------------------------------------------- */
 
 Test(keyed, oracle_catches_a_refill_of_a_held_slot)

@@ -16,18 +16,6 @@
 
 /* ---- tracing ----------------------------------------------------------------------------------- */
 
-static size_t count_in_file(const char *path, const char *needle)
-{
-	FILE *f = fopen(path, "r");
-	cr_assert_not_null(f, "cannot read %s", path);
-	char line[512];
-	size_t n = 0;
-	while (fgets(line, sizeof line, f))
-		n += strstr(line, needle) != NULL;
-	fclose(f);
-	return n;
-}
-
 typedef struct trace_reentry {
 	rf_pipeline *p;
 	int rc;
