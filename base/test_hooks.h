@@ -16,6 +16,7 @@ typedef struct rf__test_hooks {
 	 * "mallocx"); for "membind" it is the errno (EPERM/ENOSYS/EXDEV/EINVAL: refusals, else errors). */
 	int (*fail_alloc_step)(const char *step);
 	int keyed_refill_held; /* slot choice ignores holds: the hazard oracle must catch it */
+	int keyed_skip_waw;    /* threads: a demand copy skips its wait for the slot's previous copy */
 	/* A lane, before it claims a keyed hint copy or stage (started 0) and after, before copying (1). */
 	void (*keyed_before_copy)(int started);
 	/* The piece copier, right after it publishes a job (0); a helper between claiming a piece and

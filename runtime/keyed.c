@@ -18,6 +18,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+static unsigned char *rf__kdata(const rf__keyed *k, unsigned slot)
+{
+	return k->slots + (size_t)slot * k->slot_stride;
+}
+
 #define RF__KTRACE_EVENTS 4096u /* keyed copies' slices kept before they are written out */
 
 static int rf__ktrace_make(rf__keyed *k)
@@ -36,11 +41,12 @@ static int rf__ktrace_flush(rf__keyed *k)
 	rf__be_kquiesce(k->be, k->ctx);
 	k->tr.n[0] = k->tr_next;
 	const char *path = k->eng->trace_path;
-	int rc = path != NULL ? rf__trace_write(&k->tr, path, k->be->name) : RF_OK;
+	int rc = k->oracle ? rf__oracle_keyed_log(&k->orc, &k->tr) : RF_OK;
+	int trc = path != NULL ? rf__trace_write(&k->tr, path, k->be->name) : RF_OK;
 	memset(k->tr.ev[0], 0, (size_t)k->tr_next * sizeof *k->tr.ev[0]);
 	k->tr_next = 0;
 	k->tr.n[0] = 0;
-	return rc;
+	return rc != RF_OK ? rc : trc;
 }
 
 /* The trace for the next keyed copy (NULL: neither traced nor checked), with room for its slice: made
@@ -77,10 +83,9 @@ int rf__keyed_create(struct rf__engine *eng, rf__keyed **out)
 	k->empty = rf__calloc(k->nwords, sizeof *k->empty);
 	k->fl = rf__calloc((size_t)k->nlanes * RF__KEYED_HINTS_PER_LANE, sizeof *k->fl);
 	k->nfl = rf__calloc(k->nlanes, sizeof *k->nfl);
-	k->sh_holds = rf__calloc(nslots, sizeof *k->sh_holds);
 	k->failed = rf__calloc(nslots, sizeof *k->failed);
 	if (k->s == NULL || k->tab == NULL || k->empty == NULL || k->fl == NULL || k->nfl == NULL ||
-	    k->sh_holds == NULL || k->failed == NULL) {
+	    k->failed == NULL) {
 		rf__keyed_destroy(k);
 		return rf__err(RF_ENOMEM, "keyed: out of memory for %u slots", nslots);
 	}
@@ -88,7 +93,7 @@ int rf__keyed_create(struct rf__engine *eng, rf__keyed **out)
 		k->s[nslots].ln[l].prev = k->s[nslots].ln[l].next = nslots;
 	for (unsigned i = 0; i < nslots; i++)
 		rf__kempty_set(k, i, 1);
-	if (k->oracle && rf__ktrace_make(k) != RF_OK) {
+	if (k->oracle && (rf__ktrace_make(k) != RF_OK || rf__oracle_keyed_make(&k->orc, nslots) != RF_OK)) {
 		rf__keyed_destroy(k);
 		return rf__err(RF_ENOMEM, "keyed: out of memory for the oracle's log");
 	}
@@ -115,7 +120,7 @@ void rf__keyed_destroy(rf__keyed *k)
 	free(k->empty);
 	free(k->fl);
 	free(k->nfl);
-	free(k->sh_holds);
+	rf__oracle_keyed_free(&k->orc);
 	free((void *)k->failed);
 	free(k);
 }
@@ -145,25 +150,6 @@ static void rf__kdebit(rf__keyed *k, size_t bytes)
 int rf__keyed_held(const rf__keyed *k)
 {
 	return k->nheld != 0;
-}
-
-/* Oracle, WAR: no copy may write a held slot. Holds are counted from acquire/release alone, so that a
- * slot choice that ignored a hold (the negative control) is caught before the copy is issued. */
-static int rf__koracle_copy(const rf__keyed *k, unsigned slot, uint64_t key)
-{
-	if (!k->oracle || k->sh_holds[slot] == 0)
-		return RF_OK;
-	return rf__err(RF_EHAZARD, "keyed oracle: WAR: a copy of key %llu into slot %u, which is held %u time(s)",
-		       (unsigned long long)key, slot, k->sh_holds[slot]);
-}
-
-/* Oracle, RAW: when an acquire returns on a host backend, the slot holds exactly the key's bytes. */
-static int rf__koracle_acquire(const rf__keyed *k, unsigned slot, const void *src, size_t bytes, uint64_t key)
-{
-	if (!k->oracle || k->device || memcmp(k->slots + (size_t)slot * k->slot_stride, src, bytes) == 0)
-		return RF_OK;
-	return rf__err(RF_EHAZARD, "keyed oracle: RAW: acquire of key %llu returned slot %u, which does not hold "
-				   "its %zu bytes", (unsigned long long)key, slot, bytes);
 }
 
 /* Whether ticket t, finished, was a hint's failed file read into slot i (the backend stored it). */
@@ -216,7 +202,7 @@ static void rf__khb_leave(rf__keyed *k, unsigned i)
 static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes, int demand, void *stream,
 		      uint64_t key, rf__kticket *t)
 {
-	int rc = rf__koracle_copy(k, slot, key);
+	int rc = rf__oracle_keyed_copy(&k->orc, slot, key);
 	if (rc != RF_OK)
 		return rc;
 	rf__trace *tr;
@@ -224,7 +210,7 @@ static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes
 		return rc;
 	rf__kslot *s = &k->s[slot];
 	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
-	rf__kcopy req = {rf__klane(k, slot), slot, k->slots + (size_t)slot * k->slot_stride, src, bytes, demand,
+	rf__kcopy req = {rf__klane(k, slot), slot, rf__kdata(k, slot), src, bytes, demand,
 			 after, stream, &k->st[ST_BYTES], &k->eng->io, k->slot_stride, &k->failed[slot], tr,
 			 k->tr_next, key};
 	if ((rc = rf__be_kissue(k->be, k->ctx, &req, t)) != RF_OK)
@@ -492,7 +478,7 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 			goto failed_read;
 		else if (rc != RF_ENOSPC)
 			goto fail;
-	} else if (k->oracle && (rc = rf__koracle_copy(k, v, key)) != RF_OK) {
+	} else if ((rc = rf__oracle_keyed_copy(&k->orc, v, key)) != RF_OK) {
 		goto fail;
 	}
 	/* Held back, a hint names its source with no copy yet to hold it: the hint holds a file source
@@ -528,7 +514,7 @@ fail:
 
 static void rf__kout(const rf__keyed *k, unsigned i, void *stream, rf_block *out)
 {
-	*out = (rf_block){(size_t)k->s[i].key, i, k->slots + (size_t)i * k->slot_stride, k->s[i].bytes,
+	*out = (rf_block){(size_t)k->s[i].key, i, rf__kdata(k, i), k->s[i].bytes,
 			  stream};
 }
 
@@ -541,7 +527,7 @@ static void rf__khold(rf__keyed *k, unsigned i)
 		rf__kunlink(k, RF__KLRU, i);
 		k->nheld++;
 	}
-	k->sh_holds[i]++;
+	rf__oracle_keyed_hold(&k->orc, i, 1);
 }
 
 int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes, void *stream, unsigned flags,
@@ -571,7 +557,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 			return rf__kcall_err(who, rc);
 		if (late && s->refs == 0 && rf__kfailed(k, i)) /* the hint's read failed: copy it now */
 			return rf__keyed_acquire(k, key, src, bytes, stream, flags, out);
-		if ((rc = rf__koracle_acquire(k, i, src, bytes, key)) != RF_OK)
+		if (k->oracle && !k->device && (rc = rf__oracle_keyed_acquire(rf__kdata(k, i), src, bytes, key, i)))
 			return rc;
 		rf__khold(k, i);
 		rf__kst_add(k, ST_ACQ, 1);
@@ -590,7 +576,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	rf__kticket t;
 	if ((rc = rf__kissue(k, v, src, bytes, 1, stream, key, &t)) == RF_OK &&
 	    (rc = rf__be_kwait(k->be, k->ctx, t, stream, 0)) == RF_OK)
-		rc = rf__koracle_acquire(k, v, src, bytes, key);
+		rc = k->oracle && !k->device ? rf__oracle_keyed_acquire(rf__kdata(k, v), src, bytes, key, v) : RF_OK;
 	if (rc != RF_OK) {
 		if (withdrawn || rc == RF_EIO) /* nothing will land, or a failed read wrote part of the slot */
 			rf__kdrop(k, v);
@@ -631,8 +617,7 @@ int rf__keyed_release(rf__keyed *k, const rf_block *b)
 	if (rc != RF_OK)
 		return rc;
 	rf__kslot *s = &k->s[b->slot];
-	if (k->sh_holds[b->slot] > 0)
-		k->sh_holds[b->slot]--;
+	rf__oracle_keyed_hold(&k->orc, b->slot, -1);
 	if (--s->refs == 0) {
 		rf__kpush(k, RF__KLRU, b->slot);
 		k->nheld--;
@@ -737,7 +722,7 @@ int rf__keyed_reset(rf__keyed *k)
 		rf__kempty_set(k, i, 1);
 		atomic_store_explicit(&k->s[i].ticket, 0, memory_order_relaxed);
 		k->s[i].before = 0;
-		k->sh_holds[i] = 0;
+		rf__oracle_keyed_hold(&k->orc, i, 0);
 	}
 	rf__kunlock(k);
 	for (unsigned l = 0; l < k->nlanes; l++)

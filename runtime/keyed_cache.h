@@ -7,6 +7,7 @@
 
 #include "base/pause.h"
 #include "runtime/keyed.h"
+#include "runtime/oracle.h"
 #include "runtime/trace.h"
 
 #include <stdatomic.h>
@@ -55,7 +56,7 @@ struct rf__keyed {
 	unsigned nwords, nheld, nheldback;
 	rf__kflight *fl; /* nlanes * RF__KEYED_HINTS_PER_LANE hint copies in flight */
 	unsigned *nfl;   /* per lane */
-	unsigned *sh_holds; /* oracle: holds counted from acquire/release alone */
+	rf__oracle_keyed orc; /* RINGFETCH_ORACLE=1 (holds NULL without) */
 	_Atomic int64_t *failed; /* per slot: the last hint ticket whose file read failed there (0: none) */
 	/* Hints' bounds (rf_pipeline_params.hint_bytes > 0: hints_bounded; else hint_cap and credit are
 	 * SIZE_MAX, never reached, and the slot choice is the plain LRU rule): hint_bytes, the bytes of the

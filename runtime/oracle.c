@@ -280,3 +280,61 @@ int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og)
 	free((void *)ev);
 	return rc;
 }
+
+/* ---- keyed use ------------------------------------------------------------------------------------- */
+
+int rf__oracle_keyed_make(rf__oracle_keyed *o, unsigned nslots)
+{
+	o->n = nslots;
+	o->holds = rf__calloc(nslots, sizeof *o->holds);
+	o->last = rf__calloc(nslots, sizeof *o->last);
+	return o->holds != NULL && o->last != NULL ? RF_OK : RF_ENOMEM;
+}
+
+void rf__oracle_keyed_free(rf__oracle_keyed *o)
+{
+	free(o->holds);
+	free(o->last);
+	memset(o, 0, sizeof *o);
+}
+
+void rf__oracle_keyed_hold(rf__oracle_keyed *o, unsigned slot, int delta)
+{
+	if (o->holds != NULL)
+		o->holds[slot] = delta == 0 || (delta < 0 && o->holds[slot] == 0) ? 0 : o->holds[slot] + (unsigned)delta;
+}
+
+int rf__oracle_keyed_copy(const rf__oracle_keyed *o, unsigned slot, uint64_t key)
+{
+	if (o->holds == NULL || o->holds[slot] == 0)
+		return RF_OK;
+	return rf__err(RF_EHAZARD, "keyed oracle: WAR: a copy of key %llu into slot %u, which is held %u time(s)",
+		       (unsigned long long)key, slot, o->holds[slot]);
+}
+
+int rf__oracle_keyed_acquire(const void *data, const void *src, size_t bytes, uint64_t key, unsigned slot)
+{
+	if (memcmp(data, src, bytes) == 0)
+		return RF_OK;
+	return rf__err(RF_EHAZARD, "keyed oracle: RAW: acquire of key %llu returned slot %u, which does not hold "
+				   "its %zu bytes", (unsigned long long)key, slot, bytes);
+}
+
+int rf__oracle_keyed_log(rf__oracle_keyed *o, const rf__trace *t)
+{
+	memset(o->last, 0, (size_t)o->n * sizeof *o->last);
+	for (size_t i = 0; i < t->n[0]; i++) {
+		const rf__tev *e = &t->ev[0][i], *p;
+		if (e->t1 == 0) /* withdrawn before it started */
+			continue;
+		if (e->slot >= o->n)
+			return rf__err(RF_EHAZARD, "keyed oracle: a copy into slot %u of %u", e->slot, o->n);
+		p = o->last[e->slot] != 0 ? &t->ev[0][o->last[e->slot] - 1] : NULL;
+		o->last[e->slot] = i + 1;
+		if (p != NULL && e->s0 < p->s1)
+			return rf__err(RF_EHAZARD, "keyed oracle: WAW: the copy of key %llu into slot %u started before "
+						   "the copy of key %llu into it, issued before, ended",
+				       (unsigned long long)e->block, e->slot, (unsigned long long)p->block);
+	}
+	return RF_OK;
+}

@@ -41,4 +41,24 @@ void rf__oracle_graph_free(rf__oracle_graph *og);
  * RF_OK, RF_EHAZARD or RF_ENOMEM. */
 int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og);
 
+/* Keyed use (runtime/keyed.c): the holds, counted from acquire and release alone (so that a slot
+ * choice that ignored one is caught), and a scratch row for the copies' log; holds NULL: no oracle. */
+typedef struct rf__oracle_keyed {
+	unsigned n;
+	unsigned *holds;
+	size_t *last;
+} rf__oracle_keyed;
+
+int rf__oracle_keyed_make(rf__oracle_keyed *o, unsigned nslots); /* RF_OK or RF_ENOMEM */
+void rf__oracle_keyed_free(rf__oracle_keyed *o);
+/* A hold taken (+1) or let go (-1) on slot; 0: every hold on it dropped (a reset). */
+void rf__oracle_keyed_hold(rf__oracle_keyed *o, unsigned slot, int delta);
+/* WAR: before a copy of key into slot, which no hold may be on. RF_OK or RF_EHAZARD. */
+int rf__oracle_keyed_copy(const rf__oracle_keyed *o, unsigned slot, uint64_t key);
+/* RAW: an acquire on a host backend returns slot (at data) holding exactly key's bytes at src. */
+int rf__oracle_keyed_acquire(const void *data, const void *src, size_t bytes, uint64_t key, unsigned slot);
+/* WAW, from the keyed copies' slices (runtime/trace.h, keyed; every copy finished): each copy into a
+ * slot starts after the copy issued into it before ended. RF_OK or RF_EHAZARD. */
+int rf__oracle_keyed_log(rf__oracle_keyed *o, const rf__trace *t);
+
 #endif

@@ -833,6 +833,40 @@ Test(keyed, withdrawn_hint_leaves_the_started_copy_waited_for)
 	open_gate(p);
 }
 
+/* Negative control of the oracle's WAW check: a demand copy that does not wait for the started hint
+ * copy into its slot (the hook) fills the slot while the hint does; the oracle finds it in the copies'
+ * slices and the next run is refused. With the wait (no hook), the same steps pass. */
+Test(keyed, oracle_catches_two_copies_filling_one_slot_at_once)
+{
+	for (int broken = 1; broken >= 0; broken--) {
+		rf_pipeline *p = mk_gated(1);
+		atomic_store(&g_gate_phase, 1);
+		cr_assert_eq(rf_pipeline_prefetch(p, 1, g_src[1], 300, 0), RF_OK);
+		while (atomic_load(&g_at_gate) == 0) /* key 1's copy has started, and stalls */
+			nap_us(100);
+		pthread_t th;
+		if (!broken) /* the acquire waits for key 1's copy: let it go on */
+			pthread_create(&th, NULL, open_gate_later, NULL);
+		rf__test_hooks.keyed_skip_waw = broken;
+		rf_block b = acq(p, 2, 300); /* the only slot */
+		rf__test_hooks.keyed_skip_waw = 0;
+		rel(p, &b);
+		if (!broken)
+			pthread_join(th, NULL);
+		atomic_store(&g_gate, 1);
+		const void *srcs[1] = {g_src[3]};
+		size_t sizes[1] = {300}, n = 0;
+		int rc = rf_pipeline_run(p, 1, srcs, sizes, count_cb, &n);
+		if (broken) {
+			cr_assert_eq(rc, RF_EHAZARD, "the oracle must refuse it (got %d: %s)", rc, rf_errmsg());
+			cr_assert(strstr(rf_errmsg(), "keyed oracle: WAW") != NULL, "%s", rf_errmsg());
+		} else {
+			cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
+		}
+		open_gate(p);
+	}
+}
+
 /* evict returns only when no copy reads the source: a started hint copy is waited for. */
 Test(keyed, evict_waits_for_a_started_copy)
 {

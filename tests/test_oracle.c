@@ -215,3 +215,66 @@ Test(oracle, graph_lets_a_queues_copies_overlap_unless_they_fill_one_slot)
 	rf__oracle_graph_free(&og);
 	rf_graph_destroy(g);
 }
+
+/* ---- keyed use ------------------------------------------------------------------------------------- */
+
+/* Keyed copies' slices in issue order: (key, slot, s0, s1); s1 0: withdrawn, never made. */
+static void make_keyed_log(rf__trace *t, const unsigned long long (*e)[4], size_t n)
+{
+	memset(t, 0, sizeof *t);
+	t->nq = 1;
+	t->keyed = 1;
+	t->ev[0] = g_ev[0];
+	for (size_t i = 0; i < n; i++)
+		t->ev[0][t->n[0]++] = (rf__tev){1, (int64_t)e[i][3], e[i][2], e[i][3], (int64_t)e[i][0],
+						(uint32_t)e[i][1], 0, RF_OP_COPY};
+}
+
+Test(oracle, keyed_copies_into_one_slot_one_at_a_time)
+{
+	rf__oracle_keyed o;
+	cr_assert_eq(rf__oracle_keyed_make(&o, 2), RF_OK);
+	rf__trace t;
+	/* slot 0: key 1 then key 3 after it ended; slot 1's key 2 overlaps them; key 4, withdrawn, is skipped */
+	const unsigned long long good[][4] = {{1, 0, 0, 4}, {2, 1, 1, 6}, {3, 0, 5, 7}, {4, 0, 0, 0}, {5, 0, 8, 9}};
+	make_keyed_log(&t, good, 5);
+	cr_assert_eq(rf__oracle_keyed_log(&o, &t), RF_OK, "%s", rf_errmsg());
+	/* key 3 started into slot 0 before key 1, issued before it, ended */
+	const unsigned long long waw[][4] = {{1, 0, 0, 4}, {2, 1, 1, 2}, {3, 0, 3, 5}};
+	make_keyed_log(&t, waw, 3);
+	cr_assert_eq(rf__oracle_keyed_log(&o, &t), RF_EHAZARD);
+	cr_assert(strstr(rf_errmsg(), "WAW: the copy of key 3 into slot 0") != NULL, "%s", rf_errmsg());
+	/* issued later, made earlier: the order is the issue's */
+	const unsigned long long swapped[][4] = {{1, 0, 5, 6}, {3, 0, 0, 1}};
+	make_keyed_log(&t, swapped, 2);
+	cr_assert_eq(rf__oracle_keyed_log(&o, &t), RF_EHAZARD);
+	rf__oracle_keyed_free(&o);
+}
+
+Test(oracle, keyed_holds_and_acquires)
+{
+	rf__oracle_keyed o;
+	cr_assert_eq(rf__oracle_keyed_make(&o, 2), RF_OK);
+	rf__oracle_keyed_hold(&o, 1, 1);
+	rf__oracle_keyed_hold(&o, 1, 1);
+	cr_assert_eq(rf__oracle_keyed_copy(&o, 0, 7), RF_OK);
+	cr_assert_eq(rf__oracle_keyed_copy(&o, 1, 7), RF_EHAZARD);
+	cr_assert(strstr(rf_errmsg(), "WAR: a copy of key 7 into slot 1, which is held 2 time(s)") != NULL, "%s",
+		  rf_errmsg());
+	rf__oracle_keyed_hold(&o, 1, -1);
+	cr_assert_eq(rf__oracle_keyed_copy(&o, 1, 7), RF_EHAZARD, "still held once");
+	rf__oracle_keyed_hold(&o, 1, -1);
+	cr_assert_eq(rf__oracle_keyed_copy(&o, 1, 7), RF_OK);
+	rf__oracle_keyed_hold(&o, 0, 1);
+	rf__oracle_keyed_hold(&o, 0, 0);
+	cr_assert_eq(rf__oracle_keyed_copy(&o, 0, 7), RF_OK, "a reset drops the holds");
+	const char a[4] = "abc", b[4] = "abd";
+	cr_assert_eq(rf__oracle_keyed_acquire(a, "abc", 4, 9, 0), RF_OK);
+	cr_assert_eq(rf__oracle_keyed_acquire(b, "abc", 4, 9, 1), RF_EHAZARD);
+	cr_assert(strstr(rf_errmsg(), "RAW: acquire of key 9 returned slot 1") != NULL, "%s", rf_errmsg());
+	rf__oracle_keyed_free(&o);
+	/* without the oracle (never made) nothing is counted or refused */
+	rf__oracle_keyed none = {0};
+	rf__oracle_keyed_hold(&none, 0, 1);
+	cr_assert_eq(rf__oracle_keyed_copy(&none, 0, 7), RF_OK);
+}
