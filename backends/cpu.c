@@ -217,10 +217,12 @@ static int rf__cpu_slots_alloc(void *ctx, size_t bytes, void **mem)
 	return rf__staging_alloc(ctx, bytes, RF__STAGING_SLOT_ALIGN, mem);
 }
 
-/* Keyed copies: inline, so every ticket is 0 (finished on return). */
-int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
+/* Keyed copies: inline, so every ticket is 0 (finished on return); nothing to wait for or record. */
+int rf__cpu_kpost(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	(void)ctx;
+	if (req->op != RF__KOP_COPY)
+		return RF_OK;
 	rf__fsrc fs;
 	int file = rf__file_classify("keyed copy", "src", req->src, req->bytes, 1, &fs);
 	if (file < 0)
@@ -248,5 +250,5 @@ const rf__backend_ops rf__backend_cpu = {
 	.slots_free = rf__host_slots_free,
 	.run = rf__cpu_run,
 	.describe = rf__cpu_describe,
-	.kissue = rf__cpu_kissue,
+	.post = rf__cpu_kpost,
 };

@@ -197,6 +197,8 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 		rf__cu_free(cx);
 	else
 		*ctx = cx;
+	if (rc == RF_OK && args->klanes != NULL)
+		*args->klanes = rf__cu_klanes(cx);
 	rf__cu_leave(api, &saved);
 	return rc;
 }
@@ -519,13 +521,7 @@ const rf__backend_ops rf__backend_cuda = {
 	.run = rf__cu_run,
 	.describe = rf__cu_describe,
 	.placement = rf__cu_placement,
-	.kissue = rf__cu_kissue,
-	.ktest = rf__cu_ktest,
-	.kcancel = rf__cu_kcancel,
-	.kwait = rf__cu_kwait,
-	.krelease = rf__cu_krelease,
-	.kquiesce = rf__cu_kquiesce,
-	.klanes = rf__cu_klanes,
+	.post = rf__cu_kpost,
 	.slot_align = RF__ALIGN_DEVICE, /* vectorised loads, TMA and DMA want 256 B on the device */
 	.stage_slots = rf__cu_stage_slots,
 };

@@ -164,12 +164,7 @@ void *rf__cu_event_for(rf__cu_queue *w, int64_t v); /* the oldest record in w's 
 int rf__cu_keyed_open(rf__cu *cx);
 void rf__cu_keyed_free(rf__cu *cx);
 int rf__cu_keyed_settle(rf__cu *cx); /* a device synchronisation when keyed use ever happened */
-int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out);
-int rf__cu_ktest(void *ctx, rf__kticket t);
-int rf__cu_kcancel(void *ctx, rf__kticket t);
-int rf__cu_kwait(void *ctx, rf__kticket t, void *stream, int host);
-int rf__cu_krelease(void *ctx, unsigned slot, void *stream);
-int rf__cu_kquiesce(void *ctx);
-unsigned rf__cu_klanes(void *ctx);
+int rf__cu_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out);
+unsigned rf__cu_klanes(const rf__cu *cx); /* the lanes keyed copies may use (rf__open_args.klanes) */
 
 #endif

@@ -148,9 +148,8 @@ static int rf__cu_kbegin(rf__cu *cx, rf__cu_saved *sc)
 }
 
 /* Any thread (lookup): an event query only. */
-int rf__cu_ktest(void *ctx, rf__kticket t)
+static int rf__cu_ktest(rf__cu *cx, rf__kticket t)
 {
-	rf__cu *cx = ctx;
 	rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
 	int st = e != NULL ? atomic_load_explicit(&e->state, memory_order_acquire) : 0;
 	if (e == NULL || rf__cu_kt_of(cx->keyed, t) == NULL || st == RF__CK_WITHDRAWN || st == RF__CK_EIO)
@@ -365,9 +364,8 @@ static int rf__cu_kitems_done(void *arg)
 	return 1;
 }
 
-int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
+static int rf__cu_kissue(rf__cu *cx, const rf__kcopy *req, rf__kticket *out)
 {
-	rf__cu *cx = ctx;
 	rf__cu_keyed *k = cx->keyed;
 	rf__cu_saved sc;
 	rf__fsrc fs = {NULL, 0};
@@ -417,9 +415,8 @@ out:
 }
 
 /* Withdraw a hint whose stage has not started: its item does nothing, its H2D never happens. */
-int rf__cu_kcancel(void *ctx, rf__kticket t)
+static int rf__cu_kcancel(rf__cu *cx, rf__kticket t)
 {
-	rf__cu *cx = ctx;
 	rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
 	if (e == NULL || atomic_load(&e->state) != RF__CK_STAGING || !rf__work_cancel(&e->w))
 		return 0;
@@ -430,9 +427,8 @@ int rf__cu_kcancel(void *ctx, rf__kticket t)
 }
 
 /* Once ticket t is issued, `stream` waits on its event, or the host does. */
-int rf__cu_kwait(void *ctx, rf__kticket t, void *stream, int host)
+static int rf__cu_kwait(rf__cu *cx, rf__kticket t, void *stream, int host)
 {
-	rf__cu *cx = ctx;
 	rf__cu_saved sc;
 	int rc = rf__cu_kenter(cx, &sc, stream, host ? NULL : "rf_pipeline_acquire");
 	if (rc != RF_OK)
@@ -442,9 +438,8 @@ int rf__cu_kwait(void *ctx, rf__kticket t, void *stream, int host)
 	return rc;
 }
 
-int rf__cu_krelease(void *ctx, unsigned slot, void *stream)
+static int rf__cu_krelease(rf__cu *cx, unsigned slot, void *stream)
 {
-	rf__cu *cx = ctx;
 	rf__cu_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
 	rf__cu_saved sc;
@@ -473,9 +468,8 @@ int rf__cu_krelease(void *ctx, unsigned slot, void *stream)
 }
 
 /* Everything keyed finished, every release ordered: a host wait (runs, reset, destroy). */
-int rf__cu_kquiesce(void *ctx)
+static int rf__cu_kquiesce(rf__cu *cx)
 {
-	rf__cu *cx = ctx;
 	rf__cu_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
 	rf__cu_saved saved;
@@ -505,8 +499,25 @@ int rf__cu_kquiesce(void *ctx)
 	return RF_OK;
 }
 
-unsigned rf__cu_klanes(void *ctx)
+unsigned rf__cu_klanes(const rf__cu *cx)
 {
-	rf__cu *cx = ctx;
 	return cx->keyed->nlanes;
+}
+
+int rf__cu_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out)
+{
+	switch (op->op) {
+	case RF__KOP_COPY:
+		return rf__cu_kissue(ctx, op, out);
+	case RF__KOP_RELEASE:
+		return rf__cu_krelease(ctx, op->slot, op->stream);
+	case RF__KOP_TEST:
+		return rf__cu_ktest(ctx, op->after);
+	case RF__KOP_CANCEL:
+		return rf__cu_kcancel(ctx, op->after);
+	case RF__KOP_QUIESCE:
+		return rf__cu_kquiesce(ctx);
+	default:
+		return rf__cu_kwait(ctx, op->after, op->stream, op->op == RF__KOP_WAIT);
+	}
 }

@@ -477,6 +477,8 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 		return rf__err(rc, "threads: %s", rf__errmsg_peek());
 	}
 	rf__thr_pin(t, args->worker_cpus);
+	if (args->klanes != NULL && t->pool.n > 0)
+		*args->klanes = t->pool.n;
 	*ctx = t;
 	return RF_OK;
 }
@@ -503,10 +505,5 @@ const rf__backend_ops rf__backend_threads = {
 	.slots_free = rf__host_slots_free,
 	.run = rf__thr_run,
 	.describe = rf__thr_describe,
-	.kissue = rf__tk_issue,
-	.ktest = rf__tk_test,
-	.kcancel = rf__tk_cancel,
-	.kwait = rf__tk_wait,
-	.kquiesce = rf__tk_quiesce,
-	.klanes = rf__tk_lanes,
+	.post = rf__tk_post,
 };

@@ -100,12 +100,7 @@ void rf__thr_follow(rf__threads *t);
 void rf__thr_unpin(rf__threads *t, int owned);
 
 /* The backend's k* methods (threads_keyed.c). */
-int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out);
-int rf__tk_test(void *ctx, rf__kticket t);
-int rf__tk_cancel(void *ctx, rf__kticket t);
-int rf__tk_wait(void *ctx, rf__kticket t, void *stream, int host);
-int rf__tk_quiesce(void *ctx);
-unsigned rf__tk_lanes(void *ctx);
+int rf__tk_post(void *ctx, const rf__kcopy *op, rf__kticket *out);
 /* After a run: keyed tickets continue from where the run left the lanes' values. */
 void rf__tk_after_run(rf__threads *t);
 

@@ -56,7 +56,7 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 	rf__flight_signal(&l->flight, NULL, v);
 }
 
-int rf__tk_test(void *ctx, rf__kticket tk)
+static int rf__tk_test(void *ctx, rf__kticket tk)
 {
 	rf__threads *t = ctx;
 	unsigned lane;
@@ -76,10 +76,9 @@ static int rf__tk_done(void *arg)
 	return rf__tk_test((void *)x[1], x[0]);
 }
 
-int rf__tk_wait(void *ctx, rf__kticket tk, void *stream, int host)
+/* Every wait is the host's. */
+static int rf__tk_wait(rf__threads *t, rf__kticket tk)
 {
-	(void)stream, (void)host; /* every wait is the host's */
-	rf__threads *t = ctx;
 	rf__kticket x[2] = {tk, (rf__kticket)(uintptr_t)t};
 	/* A lane with file reads in flight waits for the device: no spin. */
 	unsigned lane;
@@ -90,7 +89,7 @@ int rf__tk_wait(void *ctx, rf__kticket tk, void *stream, int host)
 	return RF_OK;
 }
 
-int rf__tk_cancel(void *ctx, rf__kticket tk)
+static int rf__tk_cancel(void *ctx, rf__kticket tk)
 {
 	rf__threads *t = ctx;
 	unsigned lane;
@@ -105,13 +104,13 @@ int rf__tk_cancel(void *ctx, rf__kticket tk)
 	return 1;
 }
 
-int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
+static int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	rf__threads *t = ctx;
 	if (req->demand || t->pool.n == 0) {
 		if (req->after != 0 && !RF__TEST_HOOK(keyed_skip_waw)) /* a hint copy into it that started */
-			rf__tk_wait(t, req->after, NULL, 1);
-		return rf__cpu_kissue(NULL, req, out);
+			rf__tk_wait(t, req->after);
+		return rf__cpu_kpost(NULL, req, out);
 	}
 	rf__fsrc fs = {NULL, 0};
 	int file = rf__file_classify("keyed copy", "src", req->src, req->bytes, 1, &fs);
@@ -155,19 +154,31 @@ static int rf__tk_quiet(void *arg)
 	return 1;
 }
 
-int rf__tk_quiesce(void *ctx)
+static int rf__tk_quiesce(rf__threads *t)
 {
-	rf__threads *t = ctx;
 	if (!rf__pool_owned(&t->pool))
 		return RF_OK; /* a child of fork(): no lane runs here, nothing will ever finish */
 	rf__ec_wait(&t->ec, rf__tk_quiet, t, t->spin_ns);
 	return RF_OK;
 }
 
-unsigned rf__tk_lanes(void *ctx)
+int rf__tk_post(void *ctx, const rf__kcopy *op, rf__kticket *out)
 {
-	rf__threads *t = ctx;
-	return t->pool.n ? t->pool.n : 1;
+	switch (op->op) {
+	case RF__KOP_COPY:
+		return rf__tk_issue(ctx, op, out);
+	case RF__KOP_TEST:
+		return rf__tk_test(ctx, op->after);
+	case RF__KOP_CANCEL:
+		return rf__tk_cancel(ctx, op->after);
+	case RF__KOP_WAIT:
+	case RF__KOP_WAIT_STREAM:
+		return rf__tk_wait(ctx, op->after);
+	case RF__KOP_QUIESCE:
+		return rf__tk_quiesce(ctx);
+	default: /* RELEASE: host slots are read by the caller's own thread, done on return */
+		return RF_OK;
+	}
 }
 
 void rf__tk_after_run(rf__threads *t)

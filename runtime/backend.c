@@ -181,47 +181,27 @@ void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap
 
 /* ---- keyed use ---------------------------------------------------------------------------------- */
 
-int rf__be_kissue(const rf__backend_ops *be, void *ctx, const rf__kcopy *req, rf__kticket *out)
+int rf__be_kissue(const rf__backend_ops *be, void *ctx, rf__kcopy *req, rf__kticket *out)
 {
-	assert(req->bytes > 0 && req->src != NULL && req->lane < rf__be_klanes(be, ctx));
+	assert(req->bytes > 0 && req->src != NULL);
 	if (rf__fault())
-		return rf__be_fault(be, "kissue");
-	return be->kissue(ctx, req, out);
-}
-
-int rf__be_ktest(const rf__backend_ops *be, void *ctx, rf__kticket t)
-{
-	return t == 0 || be->ktest(ctx, t);
-}
-
-int rf__be_kcancel(const rf__backend_ops *be, void *ctx, rf__kticket t)
-{
-	return t != 0 && be->kcancel != NULL && be->kcancel(ctx, t);
-}
-
-int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stream, int host)
-{
-	/* No fault injection here: an acquire's wait comes after its copy was issued, where a failure
-	 * could no longer leave everything unchanged. */
-	return t == 0 ? RF_OK : be->kwait(ctx, t, stream, host);
+		return rf__be_fault(be, "keyed copy");
+	req->op = RF__KOP_COPY;
+	return be->post(ctx, req, out);
 }
 
 int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream)
 {
-	if (be->krelease == NULL)
-		return RF_OK;
-	if (rf__fault())
-		return rf__be_fault(be, "krelease");
-	return be->krelease(ctx, slot, stream);
+	if ((be->caps & RF__CAP_DEVICE) && rf__fault()) /* CPU backends record nothing: cannot fail */
+		return rf__be_fault(be, "keyed release");
+	return be->post(ctx, &(rf__kcopy){.op = RF__KOP_RELEASE, .slot = slot, .stream = stream}, NULL);
 }
 
-int rf__be_kquiesce(const rf__backend_ops *be, void *ctx)
+int rf__be_kwait(const rf__backend_ops *be, void *ctx, unsigned mode, rf__kticket t, void *stream)
 {
-	return be->kquiesce == NULL ? RF_OK : be->kquiesce(ctx);
-}
-
-unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx)
-{
-	unsigned n = be->klanes != NULL ? be->klanes(ctx) : 1;
-	return n ? n : 1;
+	/* No fault injection: an acquire's wait comes after its copy was issued, where a failure could no
+	 * longer leave everything unchanged. */
+	if (t == 0 && mode != RF__KOP_QUIESCE)
+		return mode == RF__KOP_TEST;
+	return be->post(ctx, &(rf__kcopy){.op = mode, .after = t, .stream = stream}, NULL);
 }

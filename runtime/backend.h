@@ -84,6 +84,7 @@ typedef struct rf__open_args {
 	/* The engine's reader's flight (runtime/flight.h): a backend's lanes that read files report to it
 	 * how their readers read (rf__flight.report), for describe. Valid until close. */
 	struct rf__flight *files_report;
+	unsigned *klanes; /* out: lanes keyed copies may use (>= 1; left as it is: 1) */
 } rf__open_args;
 
 #define RF__WAIT_SLEEP ((int64_t)-1)
@@ -91,49 +92,44 @@ typedef struct rf__open_args {
 
 /* ---- keyed use (runtime/keyed.c) ----------------------------------------------------------------
  * The keyed cache decides everything backend-independent (slot per key, which copies to issue and when,
- * holds, stats, the oracle); the backend only moves bytes and orders them:
- *  - kissue(req): start a copy of req->bytes from req->src into slot req->slot on lane req->lane
- *    (< klanes) and return a ticket (never 0) without waiting, unless the backend copies inline (cpu;
- *    threads for demand copies): then the ticket is 0, finished on return. Order exactly this:
- *      (a) WAW: after every copy issued earlier into the slot: req->after is the slot's previous ticket
- *          unless known finished (0); hints into one slot always share a lane, so a FIFO lane suffices;
- *      (b) WAR: after the work released on the slot since its previous fill (every krelease since).
- *          CPU backends: nothing to do. cuda: krelease records an event on its stream (one per stream,
- *          the latest replacing the earlier) and the lane stream waits on each and on req->after's
- *          event, on the device, no host wait;
- *      (c) req->demand (an acquire's copy) never queues behind a hint not yet started: threads copies
- *          it inline on the caller; cuda uses a demand stream of its own per lane (or higher priority).
- *    Add req->bytes to *req->counter when the copy starts. Failures issue nothing: RF_EBACKEND;
- *    RF_ENOSPC for a hint when the lane has no room now (the core retries later); RF_ENOTSUP for a
- *    demand copy whose stream is being captured (checked here, so kwait on it cannot fail).
- *  - ktest, kcancel, kwait see only tickets that are not 0: a backend whose copies are all inline
- *    (cpu) needs none of them.
- *  - ktest(t): 1 once the copy finished writing the slot and reading src. Any thread: must not take
- *    locks a copy holds while copying; cuda: an event query in thread-local capture mode.
- *  - kcancel(t) (optional): withdraw a copy not yet started: 1 when withdrawn (it never reads src nor
- *    writes the slot; ktest is 1 from then on), 0 when started. The slot's next copy is then ordered
- *    after the one before the withdrawn copy (rf__kslot.before).
- *  - kwait(t, stream, host): host 1, a host wait until the copy finished (evict: no copy reads that
- *    source on return). host 0, the acquirer's wait: the same on CPU backends; cuda: cudaStreamWaitEvent,
- *    no host wait, and a stream being captured is RF_ENOTSUP, nothing changed.
- *  - krelease(slot, stream): the caller let go of a hold; see (b). NULL on CPU backends.
- *  - kquiesce(): a host wait until every keyed copy issued finished and every released work is ordered
- *    before later copies. Called before a run (which reuses every slot), on reset and before destroy.
- *  - klanes(): lanes keyed copies may use (>= 1).
- * A copy from an open file (io/file.h) reads the file, which the backend holds until the copy lands; a
- * failed demand read is RF_EIO from kissue (rf_errmsg set), a hint's stores its ticket in *req->failed
- * (release) before ktest is 1 (the slot's bytes are then not the key's). One thread at a time calls the
- * k* methods (the pipeline's owner), ktest excepted; none allocates (open does). */
+ * holds, stats); the backend moves bytes and orders them. Every keyed operation is one op posted to it
+ * (rf__backend_ops.post), on the owner's thread (TEST from any thread too), none allocating:
+ *  - RF__KOP_COPY: a one-block program, a COPY of req->bytes from req->src into slot req->slot on lane
+ *    req->lane (< rf__open_args.klanes), posted without waiting; *out is its ticket, the value its lane
+ *    reaches once the copy is done (never 0), or 0 when the backend copied inline (cpu; threads' demand
+ *    copies). Ordered after (a) the slot's previous copy, req->after unless known finished (0): WAW;
+ *    hints into one slot share a lane, so a FIFO lane suffices; (b) the work released on the slot since
+ *    its previous fill: WAR (CPU backends: nothing to do; cuda: the lane stream waits, on the device, on
+ *    each release's event and on req->after's). (c) A demand copy (req->demand) never queues behind a
+ *    hint not yet started: threads copies it inline, cuda on a demand stream of its own per lane. The
+ *    backend adds req->bytes to *req->counter when the copy starts. RF_EBACKEND issues nothing; RF_ENOSPC:
+ *    a hint's lane has no room now (the core retries later); RF_ENOTSUP: a demand copy whose stream is
+ *    being captured. From an open file (io/file.h) the backend holds the file until the copy lands; a
+ *    failed demand read is RF_EIO, a hint's stores its ticket in *req->failed before TEST says 1.
+ *  - RF__KOP_RELEASE: the caller let go of a hold on req->slot (its work on req->stream); cuda records
+ *    an event there (one per stream, the latest replacing the earlier), which (b) waits on.
+ * The WAIT ops name a ticket in req->after (never 0: the wrappers answer for finished copies) except
+ * QUIESCE: TEST returns 1 once the copy wrote the slot and read src (taking no lock a copy holds; cuda:
+ * an event query in thread-local capture mode), else 0; CANCEL (optional) withdraws a copy not yet
+ * started: 1 (it never reads src nor writes the slot; TEST is 1 from then on; the slot's next copy is
+ * ordered after the one before it), else 0; WAIT, a host wait until it finished (no copy reads its
+ * source on return); WAIT_STREAM, the acquirer's: req->stream waits for it on the device on cuda (a
+ * captured stream is RF_ENOTSUP, nothing changed), the host on CPU backends; QUIESCE, a host wait until
+ * every keyed copy finished and every release is ordered before later copies (before a run, on reset
+ * and destroy). */
+enum { RF__KOP_COPY, RF__KOP_RELEASE, RF__KOP_TEST, RF__KOP_CANCEL, RF__KOP_WAIT, RF__KOP_WAIT_STREAM,
+       RF__KOP_QUIESCE };
 typedef uint64_t rf__kticket;
 typedef struct rf__kcopy {
-	unsigned lane;      /* < klanes() */
+	unsigned op;        /* RF__KOP_*; COPY and RELEASE read the fields below, a WAIT only after, stream */
+	unsigned lane;      /* < klanes */
 	unsigned slot;      /* < nslots */
 	void *dst;          /* the slot's address (a device pointer on cuda) */
 	const void *src;    /* host memory, valid until the ticket finished */
 	size_t bytes;       /* 1 .. slot_bytes */
 	int demand;         /* 1: an acquire's copy (see (c)); 0: a hint */
 	rf__kticket after;  /* the slot's previous copy, not known finished (0: none) */
-	void *stream;       /* demand on cuda: the acquiring stream (also passed to kwait); NULL otherwise */
+	void *stream;       /* cuda: the acquiring (demand) or releasing stream; NULL otherwise */
 	_Atomic uint64_t *counter; /* bytes_copied: the backend adds `bytes` when the copy starts (is
 	                              enqueued, on cuda), so that the counter never goes down */
 	struct rf__flight *io;     /* the calling thread's reader (opened), for a copy it makes itself */
@@ -169,14 +165,8 @@ typedef struct rf__backend_ops {
 	/* Optional: where the backend's host staging memory lives (cuda: the pinned host ring), for
 	 * rf_pipeline_placement; NULL: the ring slots themselves are staging memory. */
 	int (*placement)(void *ctx, rf_placement *out);
-	/* Keyed use (appended; see above). Without kissue keyed calls are RF_ENOTSUP. */
-	int (*kissue)(void *ctx, const rf__kcopy *req, rf__kticket *out);
-	int (*ktest)(void *ctx, rf__kticket t);
-	int (*kcancel)(void *ctx, rf__kticket t);
-	int (*kwait)(void *ctx, rf__kticket t, void *stream, int host);
-	int (*krelease)(void *ctx, unsigned slot, void *stream);
-	int (*kquiesce)(void *ctx);
-	unsigned (*klanes)(void *ctx);
+	/* Keyed use (see above); NULL: keyed calls are RF_ENOTSUP. out: COPY's ticket (NULL for the rest). */
+	int (*post)(void *ctx, const rf__kcopy *op, rf__kticket *out);
 	/* Alignment of every slot's start (a power of two; 0 = RF__SLOT_ALIGN_DEFAULT), which the slot
 	 * memory must have too: the stride is slot_bytes rounded up to it. */
 	size_t slot_align;
@@ -213,14 +203,11 @@ int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void 
 void rf__be_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t bytes);
 int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run);
 void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap);
-/* Keyed wrappers: fault injection on kissue/krelease; optional methods default sensibly. */
-int rf__be_kissue(const rf__backend_ops *be, void *ctx, const rf__kcopy *req, rf__kticket *out);
-int rf__be_ktest(const rf__backend_ops *be, void *ctx, rf__kticket t);
-int rf__be_kcancel(const rf__backend_ops *be, void *ctx, rf__kticket t);
-int rf__be_kwait(const rf__backend_ops *be, void *ctx, rf__kticket t, void *stream, int host);
+/* Keyed wrappers: a COPY and a RELEASE (fault injection); a WAIT op (mode RF__KOP_TEST ..
+ * RF__KOP_QUIESCE) on ticket t, where t 0 is finished: TEST 1, CANCEL 0, the waits RF_OK. */
+int rf__be_kissue(const rf__backend_ops *be, void *ctx, rf__kcopy *req, rf__kticket *out);
 int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream);
-int rf__be_kquiesce(const rf__backend_ops *be, void *ctx);
-unsigned rf__be_klanes(const rf__backend_ops *be, void *ctx);
+int rf__be_kwait(const rf__backend_ops *be, void *ctx, unsigned mode, rf__kticket t, void *stream);
 
 /* Frees host slot memory from the staging layer (rf__staging_alloc); ctx and bytes ignored. */
 void rf__host_slots_free(void *ctx, void *mem, size_t bytes);
@@ -235,7 +222,7 @@ extern const rf__backend_ops rf__backend_cuda;
  * calling thread (signals after they land), for runs whose every copy is a file read (run->io open). */
 int rf__cpu_run(void *ctx, rf__run *run);
 int rf__cpu_walk_overlapped(rf__run *run);
-/* The cpu backend's keyed copy, inline (ticket 0): also the threads backend's demand copies. */
-int rf__cpu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out);
+/* The cpu backend's keyed post: copies inline (ticket 0), also the threads backend's demand copies. */
+int rf__cpu_kpost(void *ctx, const rf__kcopy *req, rf__kticket *out);
 
 #endif

@@ -61,6 +61,7 @@ typedef struct rf__engine {
 	unsigned min_slots;
 	int64_t wait_spin_ns;
 	unsigned nslots;    /* slots allocated (set by init) */
+	unsigned klanes;    /* lanes keyed copies may use (the backend's, at open) */
 	rf__flight io;      /* the calling thread's reader for its own file copies, opened at the first */
 	/* Keyed use (runtime/keyed.h), or NULL: a run refuses to start while it holds a block and empties
 	 * it before the run reuses the slots. */

@@ -23,6 +23,12 @@ static unsigned char *rf__kdata(const rf__keyed *k, unsigned slot)
 	return k->slots + (size_t)slot * k->slot_stride;
 }
 
+/* A WAIT op on ticket t (RF__KOP_TEST, CANCEL, WAIT, WAIT_STREAM, QUIESCE: runtime/backend.h). */
+static int rf__kop(const rf__keyed *k, unsigned mode, rf__kticket t, void *stream)
+{
+	return rf__be_kwait(k->be, k->ctx, mode, t, stream);
+}
+
 #define RF__KTRACE_EVENTS 4096u /* keyed copies' slices kept before they are written out */
 
 static int rf__ktrace_make(rf__keyed *k)
@@ -38,7 +44,7 @@ static int rf__ktrace_flush(rf__keyed *k)
 {
 	if (k->tr_next == 0)
 		return RF_OK;
-	rf__be_kquiesce(k->be, k->ctx);
+	rf__kop(k, RF__KOP_QUIESCE, 0, NULL);
 	k->tr.n[0] = k->tr_next;
 	const char *path = k->eng->trace_path;
 	int rc = k->oracle ? rf__oracle_keyed_log(&k->orc, &k->tr) : RF_OK;
@@ -74,7 +80,7 @@ int rf__keyed_create(struct rf__engine *eng, rf__keyed **out)
 	k->eng = eng, k->be = eng->be, k->ctx = eng->ctx, k->slots = eng->slots, k->n = nslots;
 	k->slot_bytes = eng->slot_bytes, k->slot_stride = eng->slot_stride;
 	k->mask = cap - 1;
-	k->nlanes = rf__be_klanes(k->be, k->ctx);
+	k->nlanes = eng->klanes ? eng->klanes : 1;
 	k->device = (k->be->caps & RF__CAP_DEVICE) != 0;
 	k->oracle = eng->oracle;
 	k->nwords = (nslots + 63) / 64;
@@ -108,7 +114,7 @@ void rf__keyed_destroy(rf__keyed *k)
 	if (k == NULL)
 		return;
 	if (k->s != NULL) {
-		rf__be_kquiesce(k->be, k->ctx);
+		rf__kop(k, RF__KOP_QUIESCE, 0, NULL);
 		rf__ktrace_flush(k); /* nobody to tell of a failure */
 		for (unsigned i = 0; i < k->n; i++) /* held-back hints' files */
 			if (k->s[i].hbf != NULL)
@@ -163,7 +169,7 @@ static int rf__kread_failed(const rf__keyed *k, unsigned i, rf__kticket t)
 static int rf__kdone(rf__keyed *k, rf__kslot *s)
 {
 	rf__kticket t = atomic_load_explicit(&s->ticket, memory_order_relaxed);
-	if (t != 0 && !rf__be_ktest(k->be, k->ctx, t))
+	if (t != 0 && !rf__kop(k, RF__KOP_TEST, t, NULL))
 		return 0;
 	if (rf__kread_failed(k, (unsigned)(s - k->s), t))
 		return -1;
@@ -183,7 +189,7 @@ static unsigned rf__klane_count(rf__keyed *k, unsigned lane)
 	rf__kflight *f = k->fl + (size_t)lane * RF__KEYED_HINTS_PER_LANE;
 	unsigned n = k->nfl[lane], m = 0;
 	for (unsigned i = 0; i < n; i++)
-		if (!rf__be_ktest(k->be, k->ctx, f[i].t))
+		if (!rf__kop(k, RF__KOP_TEST, f[i].t, NULL))
 			f[m++] = f[i];
 	k->nfl[lane] = m;
 	return m;
@@ -210,15 +216,16 @@ static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes
 		return rc;
 	rf__kslot *s = &k->s[slot];
 	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
-	rf__kcopy req = {rf__klane(k, slot), slot, rf__kdata(k, slot), src, bytes, demand,
-			 after, stream, &k->st[ST_BYTES], &k->eng->io, k->slot_stride, &k->failed[slot], tr,
-			 k->tr_next, key};
+	rf__kcopy req = {.lane = rf__klane(k, slot), .slot = slot, .dst = rf__kdata(k, slot), .src = src,
+			 .bytes = bytes, .demand = demand, .after = after, .stream = stream,
+			 .counter = &k->st[ST_BYTES], .io = &k->eng->io, .cap = k->slot_stride,
+			 .failed = &k->failed[slot], .trace = tr, .tev = k->tr_next, .key = key};
 	if ((rc = rf__be_kissue(k->be, k->ctx, &req, t)) != RF_OK)
 		return rc;
 	k->tr_next += tr != NULL;
 	s->before = after;
 	atomic_store_explicit(&s->ticket, *t, memory_order_relaxed);
-	if (!demand && !rf__be_ktest(k->be, k->ctx, *t)) /* a hint in flight on its lane */
+	if (!demand && !rf__kop(k, RF__KOP_TEST, *t, NULL)) /* a hint in flight on its lane */
 		k->fl[(size_t)req.lane * RF__KEYED_HINTS_PER_LANE + k->nfl[req.lane]++] =
 			(rf__kflight){*t, key};
 	return RF_OK;
@@ -305,7 +312,7 @@ static int rf__kwithdraw(rf__keyed *k, unsigned v)
 	rf__kslot *s = &k->s[v];
 	if (rf__kdone(k, s))
 		return 0;
-	if (!rf__be_kcancel(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed)))
+	if (!rf__kop(k, RF__KOP_CANCEL, atomic_load_explicit(&s->ticket, memory_order_relaxed), NULL))
 		return 0;
 	/* The copy before the withdrawn one may have started and still be writing the slot: the next copy
 	 * must wait for it (tests/race_keyed.c). */
@@ -552,8 +559,8 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	if (i < k->n && k->s[i].state == RF__K_FILLED && !overtaken) { /* a hit, possibly late */
 		rf__kslot *s = &k->s[i];
 		int late = !rf__kdone(k, s);
-		if (late && (rc = rf__be_kwait(k->be, k->ctx, atomic_load_explicit(&s->ticket, memory_order_relaxed),
-					       stream, 0)) != RF_OK)
+		if (late && (rc = rf__kop(k, RF__KOP_WAIT_STREAM,
+					       atomic_load_explicit(&s->ticket, memory_order_relaxed), stream)) != RF_OK)
 			return rf__kcall_err(who, rc);
 		if (late && s->refs == 0 && rf__kfailed(k, i)) /* the hint's read failed: copy it now */
 			return rf__keyed_acquire(k, key, src, bytes, stream, flags, out);
@@ -575,7 +582,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	withdrawn |= rf__kwithdraw(k, v) || overtaken; /* a pending copy of the slot's previous key */
 	rf__kticket t;
 	if ((rc = rf__kissue(k, v, src, bytes, 1, stream, key, &t)) == RF_OK &&
-	    (rc = rf__be_kwait(k->be, k->ctx, t, stream, 0)) == RF_OK)
+	    (rc = rf__kop(k, RF__KOP_WAIT_STREAM, t, stream)) == RF_OK)
 		rc = k->oracle && !k->device ? rf__oracle_keyed_acquire(rf__kdata(k, v), src, bytes, key, v) : RF_OK;
 	if (rc != RF_OK) {
 		if (withdrawn || rc == RF_EIO) /* nothing will land, or a failed read wrote part of the slot */
@@ -595,7 +602,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		rf__kinstall(k, v, key, src, bytes, RF__K_FILLED, 0);
 	}
 	rf__kcredit(k, bytes / RF__KEYED_WASTE_SHARE); /* a demand copy earns hints their share */
-	atomic_store_explicit(&k->s[v].ticket, rf__be_ktest(k->be, k->ctx, t) ? 0 : t, memory_order_relaxed);
+	atomic_store_explicit(&k->s[v].ticket, rf__kop(k, RF__KOP_TEST, t, NULL) ? 0 : t, memory_order_relaxed);
 	rf__kunlock(k);
 	rf__khold(k, v);
 	rf__kst_add(k, ST_ACQ, 1);
@@ -633,7 +640,7 @@ static int rf__ksync_key(rf__keyed *k, uint64_t key)
 	for (unsigned l = 0; l < k->nlanes; l++) {
 		const rf__kflight *f = k->fl + (size_t)l * RF__KEYED_HINTS_PER_LANE;
 		for (unsigned j = 0; j < k->nfl[l]; j++) {
-			int rc = f[j].key == key ? rf__be_kwait(k->be, k->ctx, f[j].t, NULL, 1) : RF_OK;
+			int rc = f[j].key == key ? rf__kop(k, RF__KOP_WAIT, f[j].t, NULL) : RF_OK;
 			if (rc != RF_OK)
 				return rc;
 		}
@@ -651,8 +658,8 @@ int rf__keyed_evict(rf__keyed *k, uint64_t key)
 		i = k->n;
 	int rc = RF_OK;
 	if (i < k->n && !rf__kwithdraw(k, i) && !rf__kdone(k, &k->s[i]))
-		rc = rf__be_kwait(k->be, k->ctx, atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed), NULL,
-				  1);
+		rc = rf__kop(k, RF__KOP_WAIT, atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed),
+				  NULL);
 	if (rc == RF_OK)
 		rc = rf__ksync_key(k, key);
 	if (rc != RF_OK)
@@ -689,7 +696,7 @@ int rf__keyed_lookup(const rf__keyed *k, uint64_t key, rf_key_state *state, unsi
 	rf_key_state st = RF_KEY_ABSENT;
 	if (i < k->n) {
 		rf__kticket t = atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed);
-		st = k->s[i].state == RF__K_HELDBACK || (t != 0 && !rf__be_ktest(k->be, k->ctx, t)) ? RF_KEY_COPYING
+		st = k->s[i].state == RF__K_HELDBACK || (t != 0 && !rf__kop(k, RF__KOP_TEST, t, NULL)) ? RF_KEY_COPYING
 												  : RF_KEY_READY;
 		if (st == RF_KEY_READY && rf__kread_failed(k, i, t))
 			st = RF_KEY_ABSENT; /* its file read failed: the next acquire copies it again */
@@ -712,7 +719,7 @@ void rf__keyed_stats(const rf__keyed *k, rf_keyed_stats *out)
 
 int rf__keyed_reset(rf__keyed *k)
 {
-	rf__be_kquiesce(k->be, k->ctx);
+	rf__kop(k, RF__KOP_QUIESCE, 0, NULL);
 	int rc = rf__ktrace_flush(k);
 	if (rc != RF_OK)
 		return rc;

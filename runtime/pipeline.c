@@ -315,7 +315,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		goto fail;
 	p->eng.release = rf__pipeline_free;
 	p->eng.owner = p;
-	if (p->eng.be->kissue != NULL && (rc = rf__keyed_create(&p->eng, &p->eng.keyed)) != RF_OK) {
+	if (p->eng.be->post != NULL && (rc = rf__keyed_create(&p->eng, &p->eng.keyed)) != RF_OK) {
 		rc = rf__err(rc, "rf_pipeline_create: %s", rf__errmsg_peek());
 		goto fail_free;
 	}
