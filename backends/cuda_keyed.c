@@ -367,11 +367,8 @@ static int rf__cu_kitems_done(void *arg)
 static int rf__cu_kissue(rf__cu *cx, const rf__kcopy *req, rf__kticket *out)
 {
 	rf__cu_keyed *k = cx->keyed;
-	rf__cu_saved sc;
 	rf__fsrc fs = {NULL, 0};
-	int rc = rf__cu_kenter(cx, &sc, req->stream, req->demand ? "rf_pipeline_acquire" : NULL);
-	if (rc != RF_OK)
-		return rc;
+	int rc = RF_OK;
 	/* A file's range is read into the pinned ring, never faulted in. */
 	int file = rf__file_classify("cuda", "a keyed source", req->src, req->bytes, 1, &fs);
 	if (file < 0 || (file == 1 && k->pins == 0)) {
@@ -410,7 +407,6 @@ static int rf__cu_kissue(rf__cu *cx, const rf__kcopy *req, rf__kticket *out)
 out:
 	if (fs.f != NULL)
 		rf__file_unhold(fs.f);
-	rf__cu_leave(cx->api, &sc);
 	return rc;
 }
 
@@ -426,26 +422,11 @@ static int rf__cu_kcancel(rf__cu *cx, rf__kticket t)
 	return 1;
 }
 
-/* Once ticket t is issued, `stream` waits on its event, or the host does. */
-static int rf__cu_kwait(rf__cu *cx, rf__kticket t, void *stream, int host)
-{
-	rf__cu_saved sc;
-	int rc = rf__cu_kenter(cx, &sc, stream, host ? NULL : "rf_pipeline_acquire");
-	if (rc != RF_OK)
-		return rc;
-	rc = rf__cu_kready(cx, t, stream, host ? 2 : 1);
-	rf__cu_leave(cx->api, &sc);
-	return rc;
-}
-
 static int rf__cu_krelease(rf__cu *cx, unsigned slot, void *stream)
 {
 	rf__cu_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
-	rf__cu_saved sc;
-	int rc = rf__cu_kenter(cx, &sc, stream, "rf_pipeline_release");
-	if (rc != RF_OK)
-		return rc;
+	int rc = RF_OK;
 	rf__cu_krel *rel = &k->rel[(size_t)slot * RF__CU_KREL];
 	unsigned j = 0, free_j = RF__CU_KREL;
 	for (; j < RF__CU_KREL && !(rel[j].live && rel[j].stream == stream); j++)
@@ -463,7 +444,6 @@ static int rf__cu_krelease(rf__cu *cx, unsigned slot, void *stream)
 	} else {
 		rc = rf__cu_fail(api, "cudaEventRecord (release)", e);
 	}
-	rf__cu_leave(cx->api, &sc);
 	return rc;
 }
 
@@ -504,20 +484,29 @@ unsigned rf__cu_klanes(const rf__cu *cx)
 	return cx->keyed->nlanes;
 }
 
+/* TEST, CANCEL and QUIESCE as they are; the rest in the scope of an owner-thread call (rf__cu_kenter):
+ * a copy, a release, or a wait (once the ticket is issued, the acquirer's stream waits on its event, or
+ * the host does). */
 int rf__cu_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out)
 {
-	switch (op->op) {
-	case RF__KOP_COPY:
-		return rf__cu_kissue(ctx, op, out);
-	case RF__KOP_RELEASE:
-		return rf__cu_krelease(ctx, op->slot, op->stream);
-	case RF__KOP_TEST:
-		return rf__cu_ktest(ctx, op->after);
-	case RF__KOP_CANCEL:
-		return rf__cu_kcancel(ctx, op->after);
-	case RF__KOP_QUIESCE:
-		return rf__cu_kquiesce(ctx);
-	default:
-		return rf__cu_kwait(ctx, op->after, op->stream, op->op == RF__KOP_WAIT);
-	}
+	rf__cu *cx = ctx;
+	if (op->op == RF__KOP_TEST || op->op == RF__KOP_CANCEL)
+		return (op->op == RF__KOP_TEST ? rf__cu_ktest : rf__cu_kcancel)(cx, op->after);
+	if (op->op == RF__KOP_QUIESCE)
+		return rf__cu_kquiesce(cx);
+	const char *who = op->op == RF__KOP_RELEASE ? "rf_pipeline_release"
+			  : op->op == RF__KOP_WAIT_STREAM || (op->op == RF__KOP_COPY && op->demand) ? "rf_pipeline_acquire"
+												    : NULL;
+	rf__cu_saved sc;
+	int rc = rf__cu_kenter(cx, &sc, op->stream, who);
+	if (rc != RF_OK)
+		return rc;
+	if (op->op == RF__KOP_COPY)
+		rc = rf__cu_kissue(cx, op, out);
+	else if (op->op == RF__KOP_RELEASE)
+		rc = rf__cu_krelease(cx, op->slot, op->stream);
+	else
+		rc = rf__cu_kready(cx, op->after, op->stream, op->op == RF__KOP_WAIT ? 2 : 1);
+	rf__cu_leave(cx->api, &sc);
+	return rc;
 }

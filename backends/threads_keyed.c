@@ -76,7 +76,6 @@ static int rf__tk_done(void *arg)
 	return rf__tk_test((void *)x[1], x[0]);
 }
 
-/* Every wait is the host's. */
 static int rf__tk_wait(rf__threads *t, rf__kticket tk)
 {
 	rf__kticket x[2] = {tk, (rf__kticket)(uintptr_t)t};
@@ -164,21 +163,14 @@ static int rf__tk_quiesce(rf__threads *t)
 
 int rf__tk_post(void *ctx, const rf__kcopy *op, rf__kticket *out)
 {
-	switch (op->op) {
-	case RF__KOP_COPY:
+	if (op->op == RF__KOP_COPY)
 		return rf__tk_issue(ctx, op, out);
-	case RF__KOP_TEST:
-		return rf__tk_test(ctx, op->after);
-	case RF__KOP_CANCEL:
-		return rf__tk_cancel(ctx, op->after);
-	case RF__KOP_WAIT:
-	case RF__KOP_WAIT_STREAM:
-		return rf__tk_wait(ctx, op->after);
-	case RF__KOP_QUIESCE:
+	if (op->op == RF__KOP_TEST || op->op == RF__KOP_CANCEL)
+		return (op->op == RF__KOP_TEST ? rf__tk_test : rf__tk_cancel)(ctx, op->after);
+	if (op->op == RF__KOP_QUIESCE)
 		return rf__tk_quiesce(ctx);
-	default: /* RELEASE: host slots are read by the caller's own thread, done on return */
-		return RF_OK;
-	}
+	/* Every wait is the host's; host slots are read on the caller's own thread: a release records none. */
+	return op->op == RF__KOP_RELEASE ? RF_OK : rf__tk_wait(ctx, op->after);
 }
 
 void rf__tk_after_run(rf__threads *t)
