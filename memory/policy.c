@@ -30,7 +30,7 @@ int rf__staging_parse(const char *who, const char *text, rf__staging_policy *out
 
 /* auto: the node of the core the calling thread last ran on (the compute thread of a CPU pipeline).
  * Unknown (no NUMA information, hwloc cannot tell) becomes UNKNOWN: ordinary memory, reported. */
-static void rf__stg_caller_node(hwloc_topology_t topo, rf__staging_policy *key)
+static void rf__staging_caller_node(hwloc_topology_t topo, rf__staging_policy *key)
 {
 	hwloc_bitmap_t cpus = hwloc_bitmap_alloc(), nodes = hwloc_bitmap_alloc();
 	key->kind = RF__STG_UNKNOWN;
@@ -44,18 +44,18 @@ static void rf__stg_caller_node(hwloc_topology_t topo, rf__staging_policy *key)
 }
 
 /* A node exists and this process may allocate on it (cgroup cpuset.mems, hwloc's allowed set). */
-static int rf__stg_node_usable(hwloc_topology_t topo, int node)
+static int rf__staging_node_usable(hwloc_topology_t topo, int node)
 {
 	return hwloc_get_numanode_obj_by_os_index(topo, (unsigned)node) != NULL &&
 	       hwloc_bitmap_isset(hwloc_topology_get_allowed_nodeset(topo), (unsigned)node);
 }
 
-int rf__stg_resolve(hwloc_topology_t topo, const rf__staging_policy *pol, rf__staging_policy *key)
+int rf__staging_resolve(hwloc_topology_t topo, const rf__staging_policy *pol, rf__staging_policy *key)
 {
 	*key = pol != NULL ? *pol : (rf__staging_policy){RF__STG_AUTO, -1, 0};
 	if (key->kind == RF__STG_AUTO)
-		rf__stg_caller_node(topo, key);
-	if (key->kind == RF__STG_NODE && !rf__stg_node_usable(topo, key->node)) {
+		rf__staging_caller_node(topo, key);
+	if (key->kind == RF__STG_NODE && !rf__staging_node_usable(topo, key->node)) {
 		char list[64];
 		hwloc_bitmap_list_snprintf(list, sizeof list, hwloc_topology_get_allowed_nodeset(topo));
 		return rf__err(RF_EINVAL, "staging policy node:%d: no NUMA node %d usable by this process (nodes: %s)",
@@ -67,7 +67,7 @@ int rf__stg_resolve(hwloc_topology_t topo, const rf__staging_policy *pol, rf__st
 }
 
 /* Static sentences, so that rf_placement.reason never dangles. */
-const char *rf__stg_reason(int why)
+const char *rf__staging_reason(int why)
 {
 	switch (why) {
 	case RF__WHY_BOUND:

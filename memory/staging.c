@@ -2,7 +2,7 @@
  *
  * One jemalloc arena per (placement, pinned), created on first use with mapping.c's extent hooks and
  * kept, with the topology reference, for the life of the process, like jemalloc's own arenas. Small
- * blocks are carved from it; page-aligned and large ones are mappings of their own (rf__stg_is_direct). */
+ * blocks are carved from it; page-aligned and large ones are mappings of their own (rf__staging_is_direct). */
 #include "memory/staging_int.h"
 #include "base/align.h"
 #include "base/error.h"
@@ -21,25 +21,25 @@
 
 #define RF__STG_DIRECT_MIN ((size_t)64 << 10)
 
-static pthread_mutex_t rf__stg_mu = PTHREAD_MUTEX_INITIALIZER; /* topology, arena list */
-static hwloc_topology_t rf__stg_topo;
-static rf__stg_arena *rf__stg_arenas;
-static unsigned rf__stg_narenas;
-static atomic_long rf__stg_live;
+static pthread_mutex_t rf__staging_mu = PTHREAD_MUTEX_INITIALIZER; /* topology, arena list */
+static hwloc_topology_t rf__staging_topo;
+static rf__staging_arena *rf__staging_arenas;
+static unsigned rf__staging_narenas;
+static atomic_long rf__staging_live;
 
 /* ---- arenas ---------------------------------------------------------------------------------- */
 
-/* The arena already serving key, if any (rf__stg_mu held): arenas are few, a list is enough. */
-static rf__stg_arena *rf__stg_find_arena(const rf__staging_policy *key)
+/* The arena already serving key, if any (rf__staging_mu held): arenas are few, a list is enough. */
+static rf__staging_arena *rf__staging_find_arena(const rf__staging_policy *key)
 {
-	for (rf__stg_arena *a = rf__stg_arenas; a != NULL; a = a->next)
+	for (rf__staging_arena *a = rf__staging_arenas; a != NULL; a = a->next)
 		if (a->key.kind == key->kind && a->key.node == key->node && a->key.pinned == key->pinned)
 			return a;
 	return NULL;
 }
 
 /* The nodeset the hooks bind to: NODE {node}, INTERLEAVE the allowed nodes, else none. */
-static int rf__stg_nodeset(rf__stg_arena *a)
+static int rf__staging_nodeset(rf__staging_arena *a)
 {
 	if (a->key.kind == RF__STG_INTERLEAVE)
 		a->nodeset = hwloc_bitmap_dup(hwloc_topology_get_allowed_nodeset(a->topo));
@@ -51,17 +51,17 @@ static int rf__stg_nodeset(rf__stg_arena *a)
 }
 
 /* arenas.create with our hooks; then cap the growth step (best effort: a tuning knob). */
-static int rf__stg_jemalloc_arena(rf__stg_arena *a)
+static int rf__staging_jemalloc_arena(rf__staging_arena *a)
 {
-	if (rf__stg_fault("arena"))
+	if (rf__staging_fault("arena"))
 		return rf__err(RF_ENOMEM, "staging: cannot create a jemalloc arena (injected fault)");
 	extent_hooks_t *hp = &a->hooks;
 	size_t sz = sizeof a->ind;
-	rf__stg_hook_step = NULL;
+	rf__staging_hook_step = NULL;
 	int e = mallctl("arenas.create", &a->ind, &sz, &hp, sizeof hp);
 	if (e != 0)
 		return rf__err(RF_ENOMEM, "staging: jemalloc arenas.create failed (%s)%s%s", strerror(e),
-			       rf__stg_hook_step ? ": " : "", rf__stg_hook_step ? rf__stg_hook_step : "");
+			       rf__staging_hook_step ? ": " : "", rf__staging_hook_step ? rf__staging_hook_step : "");
 	char name[64];
 	size_t limit = RF__STG_GROW_LIMIT;
 	snprintf(name, sizeof name, "arena.%u.retain_grow_limit", a->ind);
@@ -69,24 +69,24 @@ static int rf__stg_jemalloc_arena(rf__stg_arena *a)
 	return RF_OK;
 }
 
-/* Create and publish the arena for key (rf__stg_mu held). */
-static int rf__stg_arena_new(const rf__staging_policy *key, rf__stg_arena **out)
+/* Create and publish the arena for key (rf__staging_mu held). */
+static int rf__staging_arena_new(const rf__staging_policy *key, rf__staging_arena **out)
 {
 	int rc;
-	rf__stg_arena *a = calloc(1, sizeof *a);
+	rf__staging_arena *a = calloc(1, sizeof *a);
 	if (a == NULL)
 		return rf__err(RF_ENOMEM, "staging: out of memory");
-	a->hooks = rf__stg_hooks;
+	a->hooks = rf__staging_hooks;
 	a->key = *key;
-	a->topo = rf__stg_topo;
+	a->topo = rf__staging_topo;
 	pthread_mutex_init(&a->mu, NULL);
-	if ((rc = rf__stg_nodeset(a)) != RF_OK)
+	if ((rc = rf__staging_nodeset(a)) != RF_OK)
 		goto fail;
-	if ((rc = rf__stg_jemalloc_arena(a)) != RF_OK)
+	if ((rc = rf__staging_jemalloc_arena(a)) != RF_OK)
 		goto fail;
-	a->next = rf__stg_arenas;
-	rf__stg_arenas = a;
-	rf__stg_narenas++;
+	a->next = rf__staging_arenas;
+	rf__staging_arenas = a;
+	rf__staging_narenas++;
 	*out = a;
 	return RF_OK;
 fail:
@@ -99,20 +99,20 @@ fail:
 
 /* The arena serving pol for the calling thread, created on first use. The topology is loaded on first
  * use too, and its reference kept for the life of the arenas. */
-static int rf__stg_arena_get(const rf__staging_policy *pol, rf__stg_arena **out)
+static int rf__staging_arena_get(const rf__staging_policy *pol, rf__staging_arena **out)
 {
 	rf__staging_policy key;
 	int rc = RF_OK;
-	pthread_mutex_lock(&rf__stg_mu);
-	if (rf__stg_topo == NULL && rf__stg_fault("topology"))
+	pthread_mutex_lock(&rf__staging_mu);
+	if (rf__staging_topo == NULL && rf__staging_fault("topology"))
 		rc = rf__err(RF_EBACKEND, "staging: cannot load the hwloc topology (injected fault)");
-	else if (rf__stg_topo == NULL && (rf__stg_topo = rf__topo_acquire()) == NULL)
+	else if (rf__staging_topo == NULL && (rf__staging_topo = rf__topo_acquire()) == NULL)
 		rc = rf__err(RF_EBACKEND, "staging: %s", rf__errmsg_peek());
 	if (rc == RF_OK)
-		rc = rf__stg_resolve(rf__stg_topo, pol, &key);
-	if (rc == RF_OK && (*out = rf__stg_find_arena(&key)) == NULL)
-		rc = rf__stg_arena_new(&key, out);
-	pthread_mutex_unlock(&rf__stg_mu);
+		rc = rf__staging_resolve(rf__staging_topo, pol, &key);
+	if (rc == RF_OK && (*out = rf__staging_find_arena(&key)) == NULL)
+		rc = rf__staging_arena_new(&key, out);
+	pthread_mutex_unlock(&rf__staging_mu);
 	return rc;
 }
 
@@ -121,14 +121,14 @@ static int rf__stg_arena_get(const rf__staging_policy *pol, rf__stg_arena **out)
 /* Blocks from jemalloc: small ones only. jemalloc rounds a large request up to its size class and
  * retains the touched, resident tail, which no later large request can use: tails piled up with every
  * big ring created, and a ring could exceed memory_budget by a quarter (docs/staging.md). */
-static int rf__stg_is_direct(size_t bytes, size_t align)
+static int rf__staging_is_direct(size_t bytes, size_t align)
 {
-	return align >= rf__stg_page() || bytes >= RF__STG_DIRECT_MIN;
+	return align >= rf__staging_page() || bytes >= RF__STG_DIRECT_MIN;
 }
 
 /* A carve from the arena. No thread cache: a cached block would stay with this thread instead of
  * returning to the arena. Zeroed: reused extents must not leak a previous owner's bytes. */
-static void *rf__stg_mallocx(const rf__stg_arena *a, size_t bytes, size_t align)
+static void *rf__staging_mallocx(const rf__staging_arena *a, size_t bytes, size_t align)
 {
 	return mallocx(bytes, MALLOCX_ARENA(a->ind) | MALLOCX_TCACHE_NONE | MALLOCX_ZERO |
 				      MALLOCX_LG_ALIGN(__builtin_ctzll(align)));
@@ -137,88 +137,88 @@ static void *rf__stg_mallocx(const rf__stg_arena *a, size_t bytes, size_t align)
 /* A block of its own: its bytes rounded up to a page, bound and touched like the arena's, unmapped
  * whole when freed. From one huge page on it is aligned to one and asks for huge pages (the engine
  * rounds a ring up to whole huge pages itself: rf__staging_ring_len). */
-static void *rf__stg_direct_alloc(rf__stg_arena *a, size_t bytes)
+static void *rf__staging_direct_alloc(rf__staging_arena *a, size_t bytes)
 {
-	size_t page = rf__stg_page(), len = rf__align_up(bytes, page), huge = rf__stg_huge_page();
+	size_t page = rf__staging_page(), len = rf__align_up(bytes, page), huge = rf__staging_huge_page();
 	if (huge != 0 && len >= huge)
-		return rf__stg_new_mapping(a, len, huge, RF__STG_DIRECT_HUGE);
-	return rf__stg_new_mapping(a, len, page, RF__STG_DIRECT);
+		return rf__staging_new_mapping(a, len, huge, RF__STG_DIRECT_HUGE);
+	return rf__staging_new_mapping(a, len, page, RF__STG_DIRECT);
 }
 
 /* The arena holding staging address p, its region copied to *reg, or NULL. */
-static rf__stg_arena *rf__stg_lookup(const void *p, rf__stg_region *reg)
+static rf__staging_arena *rf__staging_lookup(const void *p, rf__staging_region *reg)
 {
-	rf__stg_arena *a;
-	pthread_mutex_lock(&rf__stg_mu);
-	for (a = rf__stg_arenas; a != NULL; a = a->next) {
+	rf__staging_arena *a;
+	pthread_mutex_lock(&rf__staging_mu);
+	for (a = rf__staging_arenas; a != NULL; a = a->next) {
 		pthread_mutex_lock(&a->mu);
-		rf__stg_region *r = rf__stg_find_region(a, (uintptr_t)p);
+		rf__staging_region *r = rf__staging_find_region(a, (uintptr_t)p);
 		if (r != NULL)
 			*reg = *r;
 		pthread_mutex_unlock(&a->mu);
 		if (r != NULL)
 			break;
 	}
-	pthread_mutex_unlock(&rf__stg_mu);
+	pthread_mutex_unlock(&rf__staging_mu);
 	return a;
 }
 
 /* RF_ENOMEM naming the step that failed inside mallocx (jemalloc itself only says NULL). */
-static int rf__stg_alloc_failed(const rf__stg_arena *a, size_t bytes)
+static int rf__staging_alloc_failed(const rf__staging_arena *a, size_t bytes)
 {
 	char where[32] = "unbound";
 	if (a->key.kind == RF__STG_NODE)
 		snprintf(where, sizeof where, "NUMA node %d", a->key.node);
 	else if (a->key.kind == RF__STG_INTERLEAVE)
 		snprintf(where, sizeof where, "interleaved");
-	if (rf__stg_hook_step == NULL)
+	if (rf__staging_hook_step == NULL)
 		return rf__err(RF_ENOMEM, "staging: cannot allocate %zu bytes (%s): jemalloc mallocx returned NULL",
 			       bytes, where);
 	return rf__err(RF_ENOMEM, "staging: cannot allocate %zu bytes (%s%s): %s failed: %s", bytes, where,
-		       a->key.pinned ? ", pinned" : "", rf__stg_hook_step,
-		       rf__stg_hook_detail != NULL ? rf__stg_hook_detail : strerror(rf__stg_hook_errno));
+		       a->key.pinned ? ", pinned" : "", rf__staging_hook_step,
+		       rf__staging_hook_detail != NULL ? rf__staging_hook_detail : strerror(rf__staging_hook_errno));
 }
 
 /* Arena lookup under the lock, carving outside it: mallocx has its own locks, and hooks may run. */
 int rf__staging_alloc(const rf__staging_policy *pol, size_t bytes, size_t align, void **out)
 {
-	rf__stg_arena *a;
-	int rc = rf__stg_arena_get(pol, &a);
+	rf__staging_arena *a;
+	int rc = rf__staging_arena_get(pol, &a);
 	if (rc != RF_OK)
 		return rc;
 	/* The hook's failure note is cleared first, so that a NULL is explained by this very call. */
-	rf__stg_hook_step = NULL;
+	rf__staging_hook_step = NULL;
 	void *p = NULL;
-	if (rf__stg_fault("mallocx"))
-		rf__stg_hook_fail("carving the block (injected fault)", ENOMEM);
+	if (rf__staging_fault("mallocx"))
+		rf__staging_hook_fail("carving the block (injected fault)", ENOMEM);
 	else
-		p = rf__stg_is_direct(bytes, align) ? rf__stg_direct_alloc(a, bytes) : rf__stg_mallocx(a, bytes, align);
+		p = rf__staging_is_direct(bytes, align) ? rf__staging_direct_alloc(a, bytes) : rf__staging_mallocx(a, bytes, align);
 	if (p == NULL)
-		return rf__stg_alloc_failed(a, bytes);
-	atomic_fetch_add(&rf__stg_live, 1);
+		return rf__staging_alloc_failed(a, bytes);
+	atomic_fetch_add(&rf__staging_live, 1);
 	*out = p;
 	return RF_OK;
 }
 
 /* A direct block (a region of its own starting at p) is unmapped; otherwise dallocx finds the arena
- * from the pointer (no tcache, as in rf__stg_mallocx). */
+ * from the pointer (no tcache, as in rf__staging_mallocx). */
 void rf__staging_free(void *p)
 {
 	if (p == NULL)
 		return;
-	rf__stg_region r;
-	rf__stg_arena *a = rf__stg_lookup(p, &r);
+	rf__staging_region r;
+	rf__staging_arena *a = rf__staging_lookup(p, &r);
 	if (a != NULL && r.direct && r.start == (uintptr_t)p)
-		(void)rf__stg_unmap_mapping(a, p, r.end - r.start, 1);
+		(void)rf__staging_unmap_mapping(a, p, r.end - r.start, 1);
 	else
 		dallocx(p, MALLOCX_TCACHE_NONE);
-	atomic_fetch_sub(&rf__stg_live, 1);
+	atomic_fetch_sub(&rf__staging_live, 1);
 }
 
 /* ---- placement ------------------------------------------------------------------------------- */
 
 /* Where unbound memory actually is: the node of its first page, if the kernel says; else -1. */
-static int rf__stg_where(hwloc_topology_t topo, const void *p)
+static int rf__staging_where(hwloc_topology_t topo, const void *p)
 {
 	int node = -1;
 	hwloc_nodeset_t ns = hwloc_bitmap_alloc();
@@ -233,17 +233,17 @@ static int rf__stg_where(hwloc_topology_t topo, const void *p)
  * memory also says where its first page actually landed. */
 int rf__staging_placement(const void *p, rf_placement *out)
 {
-	rf__stg_region r;
-	rf__stg_arena *a = p != NULL ? rf__stg_lookup(p, &r) : NULL;
+	rf__staging_region r;
+	rf__staging_arena *a = p != NULL ? rf__staging_lookup(p, &r) : NULL;
 	if (a == NULL)
 		return rf__err(RF_EINVAL, "staging placement: %p is not inside staging memory", p);
 	out->bound = r.why == RF__WHY_BOUND;
 	out->pinned = a->key.pinned;
-	out->reason = rf__stg_reason(r.why);
+	out->reason = rf__staging_reason(r.why);
 	if (out->bound)
 		out->numa_node = a->key.kind == RF__STG_NODE ? a->key.node : -1;
 	else
-		out->numa_node = rf__stg_where(a->topo, p);
+		out->numa_node = rf__staging_where(a->topo, p);
 	return RF_OK;
 }
 
@@ -251,7 +251,7 @@ int rf__staging_placement(const void *p, rf_placement *out)
  * and the TLB covers the ring: even a ring smaller than a huge page is rounded up to one. */
 size_t rf__staging_ring_len(size_t bytes, size_t cap)
 {
-	size_t huge = rf__stg_huge_page(), len = huge != 0 ? rf__align_up(bytes, huge) : bytes;
+	size_t huge = rf__staging_huge_page(), len = huge != 0 ? rf__align_up(bytes, huge) : bytes;
 	return len >= bytes && (cap == 0 || len <= cap) ? len : bytes;
 }
 
@@ -292,18 +292,18 @@ int rf_staging_placement(const void *p, rf_placement *out)
 /* The counters themselves are cheap enough to be always on. */
 void rf__staging_get_stats(rf__staging_stats *out)
 {
-	out->live_allocs = atomic_load(&rf__stg_live);
-	out->mapped_bytes = atomic_load(&rf__stg_mapped);
-	out->hook_maps = atomic_load(&rf__stg_maps);
-	pthread_mutex_lock(&rf__stg_mu);
-	out->narenas = rf__stg_narenas;
-	pthread_mutex_unlock(&rf__stg_mu);
+	out->live_allocs = atomic_load(&rf__staging_live);
+	out->mapped_bytes = atomic_load(&rf__staging_mapped);
+	out->hook_maps = atomic_load(&rf__staging_maps);
+	pthread_mutex_lock(&rf__staging_mu);
+	out->narenas = rf__staging_narenas;
+	pthread_mutex_unlock(&rf__staging_mu);
 }
 
 int rf__staging_arena_of(const void *p)
 {
-	rf__stg_region r;
-	rf__stg_arena *a = p != NULL ? rf__stg_lookup(p, &r) : NULL;
+	rf__staging_region r;
+	rf__staging_arena *a = p != NULL ? rf__staging_lookup(p, &r) : NULL;
 	return a != NULL ? (int)a->ind : -1;
 }
 #endif

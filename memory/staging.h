@@ -9,16 +9,16 @@
 #include <stddef.h>
 
 /* A parsed policy. All-zero is "auto", so a zeroed engine (rf_exec) gets the default. */
-typedef enum rf__stg_kind {
+typedef enum rf__staging_kind {
 	RF__STG_AUTO = 0,   /* resolved at allocation: the NUMA node of the calling thread */
 	RF__STG_NODE,       /* bind to `node` (OS index) */
 	RF__STG_INTERLEAVE, /* interleave over the allowed nodes */
 	RF__STG_NONE,       /* ordinary memory */
 	RF__STG_UNKNOWN     /* auto, when the caller's node is unknown: ordinary memory (never parsed) */
-} rf__stg_kind;
+} rf__staging_kind;
 
 typedef struct rf__staging_policy {
-	rf__stg_kind kind;
+	rf__staging_kind kind;
 	int node;   /* RF__STG_NODE only */
 	int pinned; /* page-locked for DMA (by the pinner the CUDA backend installs); never parsed */
 } rf__staging_policy;

@@ -16,15 +16,15 @@
 /* Why a region is unbound; 0: bound. Positive values are the errno of a refused binding. */
 enum { RF__WHY_BOUND = 0, RF__WHY_NONE = -1, RF__WHY_UNKNOWN = -2, RF__WHY_NOT_THIS_SYSTEM = -3 };
 
-typedef struct rf__stg_region {
+typedef struct rf__staging_region {
 	uintptr_t start, end;
 	int why;
-	int direct; /* one block of its own, never seen by jemalloc (rf__stg_direct_alloc) */
-} rf__stg_region;
+	int direct; /* one block of its own, never seen by jemalloc (rf__staging_direct_alloc) */
+} rf__staging_region;
 
-typedef struct rf__stg_arena {
+typedef struct rf__staging_arena {
 	extent_hooks_t hooks; /* first member: jemalloc passes &hooks back to every hook */
-	struct rf__stg_arena *next;
+	struct rf__staging_arena *next;
 	rf__staging_policy key;  /* resolved: NODE, INTERLEAVE, NONE or UNKNOWN */
 	unsigned ind;            /* jemalloc arena index */
 	hwloc_topology_t topo;
@@ -36,46 +36,46 @@ typedef struct rf__stg_arena {
 	 * siblings and reuses it, which bounds pinned memory by the arena's peak use. (Unmapping once all
 	 * pieces were back would leak: jemalloc never returns the tail it retains after splitting a growth
 	 * mapping.) */
-	rf__stg_region *regions;
+	rf__staging_region *regions;
 	size_t nregions, cap;
-} rf__stg_arena;
+} rf__staging_arena;
 
 /* ---- policy.c ----------------------------------------------------------------------------------- */
 /* A parsed policy (NULL = auto) as an arena key on this machine; RF_EINVAL (naming the nodes there
  * are) when node:N is not usable. */
-int rf__stg_resolve(hwloc_topology_t topo, const rf__staging_policy *pol, rf__staging_policy *key);
+int rf__staging_resolve(hwloc_topology_t topo, const rf__staging_policy *pol, rf__staging_policy *key);
 /* The placement sentence for a region's `why` (static strings). */
-const char *rf__stg_reason(int why);
+const char *rf__staging_reason(int why);
 
 /* ---- mapping.c ---------------------------------------------------------------------------------- */
 /* Why the last mapping on this thread failed: jemalloc only returns NULL, so the hooks note the cause
  * here, on the allocating thread, for the message rf__staging_alloc composes. */
-extern _Thread_local const char *rf__stg_hook_step;
-extern _Thread_local int rf__stg_hook_errno;
-extern _Thread_local const char *rf__stg_hook_detail;
+extern _Thread_local const char *rf__staging_hook_step;
+extern _Thread_local int rf__staging_hook_errno;
+extern _Thread_local const char *rf__staging_hook_detail;
 /* Bytes mapped now, and mappings made so far, all arenas (for rf__staging_get_stats). */
-extern atomic_size_t rf__stg_mapped;
-extern atomic_ulong rf__stg_maps;
-/* The hooks every arena is created with (copied into rf__stg_arena.hooks). */
-extern const extent_hooks_t rf__stg_hooks;
+extern atomic_size_t rf__staging_mapped;
+extern atomic_ulong rf__staging_maps;
+/* The hooks every arena is created with (copied into rf__staging_arena.hooks). */
+extern const extent_hooks_t rf__staging_hooks;
 
 /* Fault injection at a named step: non-zero makes it fail (for "membind", the errno seen). */
-int rf__stg_fault(const char *step);
+int rf__staging_fault(const char *step);
 /* Note why a step failed (clears the detail). */
-void rf__stg_hook_fail(const char *step, int err);
+void rf__staging_hook_fail(const char *step, int err);
 /* The page size: the granularity of mapping, binding and touching. */
-size_t rf__stg_page(void);
+size_t rf__staging_page(void);
 /* The transparent huge page size, or 0 when the kernel gives no huge pages to mappings that ask. */
-size_t rf__stg_huge_page(void);
+size_t rf__staging_huge_page(void);
 /* The region of arena a holding address x, or NULL (a->mu held). */
-rf__stg_region *rf__stg_find_region(rf__stg_arena *a, uintptr_t x);
+rf__staging_region *rf__staging_find_region(rf__staging_arena *a, uintptr_t x);
 /* A mapping carved by jemalloc, a block of its own, or one of its own on transparent huge pages. */
 enum { RF__STG_CARVED = 0, RF__STG_DIRECT = 1, RF__STG_DIRECT_HUGE = 2 };
 /* A new mapping of size bytes at alignment align: bound as a's policy asks (or unbound, recorded why),
  * touched, page-locked for pinned arenas, recorded as a region. NULL with the failure note set. */
-void *rf__stg_new_mapping(rf__stg_arena *a, size_t size, size_t align, int direct);
-/* Forget [p, p+len) (rf__stg_region_cut; with `whole`, only a whole region) and unmap it; 0 when it
+void *rf__staging_new_mapping(rf__staging_arena *a, size_t size, size_t align, int direct);
+/* Forget [p, p+len) (rf__staging_region_cut; with `whole`, only a whole region) and unmap it; 0 when it
  * stays mapped. */
-int rf__stg_unmap_mapping(rf__stg_arena *a, void *p, size_t len, int whole);
+int rf__staging_unmap_mapping(rf__staging_arena *a, void *p, size_t len, int whole);
 
 #endif

@@ -1,5 +1,5 @@
 /* runtime/config.c — configuration from the file and the environment, checked strictly (`depth = 8x`
- * is an error, not some other depth), both read through one table, rf__cfg_keys. The file's parser is
+ * is an error, not some other depth), both read through one table, rf__config_keys. The file's parser is
  * our own because the guarantees are about the bytes: only a regular file (opened O_NONBLOCK: a FIFO
  * cannot block), at most RF__CFG_MAX_BYTES, a read error never taken for EOF; every line blank, a
  * comment, a section header or `key = value` of any length, no continuation; anything else (a NUL or
@@ -98,7 +98,7 @@ enum { RF__K_DEPTH, RF__K_BACKEND, RF__K_QUEUES, RF__K_STAGING, RF__K_TRACE, RF_
 
 /* Check value for a row of `kind` and store it: 0, or -1 when it is malformed (nothing stored). `from`
  * says where it came from ("memory_budget in FILE", "RINGFETCH_BACKEND"), for later messages. */
-static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
+static int rf__config_set(rf__config *c, int kind, const char *v, const char *from)
 {
 	rf__staging_policy pol;
 	const char *b;
@@ -168,15 +168,15 @@ static int rf__cfg_set(rf__config *c, int kind, const char *v, const char *from)
 enum { RF__WANT_DEPTH = 1, RF__WANT_BACKEND = 2, RF__WANT_COPY_QUEUES = 4, RF__WANT_STAGING = 8,
        RF__WANT_WAIT = 16 };
 
-typedef struct rf__cfg_key {
+typedef struct rf__config_key {
 	const char *name;   /* key in [ringfetch]; NULL: environment only */
 	const char *env;    /* environment variable */
 	unsigned want;      /* RF__WANT_* bit, or 0 */
 	const char *expect; /* what a valid value is */
 	int kind;           /* RF__K_* */
-} rf__cfg_key;
+} rf__config_key;
 
-static const rf__cfg_key rf__cfg_keys[] = {
+static const rf__config_key rf__config_keys[] = {
 	{"depth", "RINGFETCH_DEPTH", RF__WANT_DEPTH, "a depth in 1..1024 or auto", RF__K_DEPTH},
 	{"backend", "RINGFETCH_BACKEND", RF__WANT_BACKEND, "one of cpu, threads, cuda, auto", RF__K_BACKEND},
 	{"copy_queues", "RINGFETCH_COPY_QUEUES", RF__WANT_COPY_QUEUES, "a number of copy queues in 1..63",
@@ -194,7 +194,7 @@ static const rf__cfg_key rf__cfg_keys[] = {
 	{NULL, "RINGFETCH_KEYED_TRACE", 0, "a file path (1..1023 bytes; %p: the process id, %%: a %)", RF__K_KTRACE},
 	{"hint_bytes", "RINGFETCH_HINT_BYTES", 0, "a size in bytes (K, M, G suffixes)", RF__K_HINT},
 };
-#define RF__NKEYS (sizeof rf__cfg_keys / sizeof rf__cfg_keys[0])
+#define RF__NKEYS (sizeof rf__config_keys / sizeof rf__config_keys[0])
 
 /* ---- the file: reading -------------------------------------------------------------------------- */
 
@@ -209,7 +209,7 @@ static const char *rf__file_kind(mode_t m)
 
 /* The whole file in *text (rf__malloc'ed, NUL-terminated after *len bytes), or RF_ECONFIG saying why not.
  * One more byte than RF__CFG_MAX_BYTES is read to tell "too large". */
-static int rf__cfg_read(const char *path, char **text, size_t *len)
+static int rf__config_read(const char *path, char **text, size_t *len)
 {
 	int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY), rc = RF_OK;
 	struct stat st;
@@ -248,7 +248,7 @@ static int rf__cfg_read(const char *path, char **text, size_t *len)
 
 /* ---- the file: parsing -------------------------------------------------------------------------- */
 
-typedef struct rf__cfg_file {
+typedef struct rf__config_parse {
 	rf__config *c;
 	const char *path;
 	unsigned line;
@@ -256,10 +256,10 @@ typedef struct rf__cfg_file {
 	unsigned section_line;      /* where [ringfetch] was, 0 = not yet */
 	unsigned seen[RF__NKEYS];   /* line of each key, 0 = not yet */
 	char section[64];           /* the current section's name, for messages */
-} rf__cfg_file;
+} rf__config_parse;
 
-static int rf__cfg_bad(const rf__cfg_file *f, const char *fmt, ...) RF__PRINTF(2, 3);
-static int rf__cfg_bad(const rf__cfg_file *f, const char *fmt, ...)
+static int rf__config_bad(const rf__config_parse *f, const char *fmt, ...) RF__PRINTF(2, 3);
+static int rf__config_bad(const rf__config_parse *f, const char *fmt, ...)
 {
 	char what[400];
 	va_list ap;
@@ -284,7 +284,7 @@ static void rf__trim(char **s, char **e)
 }
 
 /* A ';' or '#' after a blank starts a comment at the end of a value ("depth = 3   ; the default"). */
-static char *rf__cfg_value_end(char *v, char *e)
+static char *rf__config_value_end(char *v, char *e)
 {
 	for (char *p = v; p < e; p++)
 		if ((*p == ';' || *p == '#') && p > v && rf__is_blank(p[-1]))
@@ -294,85 +294,85 @@ static char *rf__cfg_value_end(char *v, char *e)
 
 /* "[name]": only [ringfetch] holds keys; another section may exist (files shared with other tools), but
  * a key in it is an error. */
-static int rf__cfg_section(rf__cfg_file *f, char *s, char *e)
+static int rf__config_section(rf__config_parse *f, char *s, char *e)
 {
-	e = rf__cfg_value_end(s, e);
+	e = rf__config_value_end(s, e);
 	rf__trim(&s, &e);
 	if (e[-1] != ']' || e - s < 2)
-		return rf__cfg_bad(f, "syntax error: a section header must end with ]");
+		return rf__config_bad(f, "syntax error: a section header must end with ]");
 	char *n = s + 1, *ne = e - 1;
 	rf__trim(&n, &ne);
 	snprintf(f->section, sizeof f->section, "%.*s", (int)(ne - n), n);
 	f->in_ringfetch = strcmp(f->section, "ringfetch") == 0;
 	if (f->in_ringfetch && f->section_line != 0)
-		return rf__cfg_bad(f, "section [ringfetch] appears twice (first at line %u)", f->section_line);
+		return rf__config_bad(f, "section [ringfetch] appears twice (first at line %u)", f->section_line);
 	if (f->in_ringfetch)
 		f->section_line = f->line;
 	return RF_OK;
 }
 
-static void rf__cfg_key_names(char *buf, size_t cap)
+static void rf__config_key_names(char *buf, size_t cap)
 {
 	size_t n = 0;
 	buf[0] = '\0';
 	for (size_t i = 0; i < RF__NKEYS; i++)
-		if (rf__cfg_keys[i].name != NULL && n < cap)
-			n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", rf__cfg_keys[i].name);
+		if (rf__config_keys[i].name != NULL && n < cap)
+			n += (size_t)snprintf(buf + n, cap - n, "%s%s", n ? ", " : "", rf__config_keys[i].name);
 }
 
 /* "key = value", checked by the key's row; each key at most once. */
-static int rf__cfg_assign(rf__cfg_file *f, char *s, char *e)
+static int rf__config_assign(rf__config_parse *f, char *s, char *e)
 {
 	char *eq = memchr(s, '=', (size_t)(e - s));
 	if (eq == NULL)
-		return rf__cfg_bad(f, "syntax error: expected key = value, [section], a comment (; or #) or a blank line");
-	char *k = s, *ke = eq, *v = eq + 1, *ve = rf__cfg_value_end(eq + 1, e);
+		return rf__config_bad(f, "syntax error: expected key = value, [section], a comment (; or #) or a blank line");
+	char *k = s, *ke = eq, *v = eq + 1, *ve = rf__config_value_end(eq + 1, e);
 	rf__trim(&k, &ke);
 	rf__trim(&v, &ve);
 	*ke = '\0';
 	*ve = '\0';
 	if (!f->in_ringfetch)
-		return rf__cfg_bad(f, "key \"%.64s\" outside section [ringfetch]%s%.64s%s", k, f->section[0] ? " (in [" : "",
+		return rf__config_bad(f, "key \"%.64s\" outside section [ringfetch]%s%.64s%s", k, f->section[0] ? " (in [" : "",
 				   f->section, f->section[0] ? "])" : "");
 	int i = 0;
-	while (i < (int)RF__NKEYS && (rf__cfg_keys[i].name == NULL || strcmp(rf__cfg_keys[i].name, k) != 0))
+	while (i < (int)RF__NKEYS && (rf__config_keys[i].name == NULL || strcmp(rf__config_keys[i].name, k) != 0))
 		i++;
 	if (i == (int)RF__NKEYS) {
 		char names[160];
-		rf__cfg_key_names(names, sizeof names);
-		return rf__cfg_bad(f, "unknown key \"%.64s\" (%s)", k, names);
+		rf__config_key_names(names, sizeof names);
+		return rf__config_bad(f, "unknown key \"%.64s\" (%s)", k, names);
 	}
 	if (f->seen[i] != 0)
-		return rf__cfg_bad(f, "duplicate key \"%s\" (first at line %u)", k, f->seen[i]);
+		return rf__config_bad(f, "duplicate key \"%s\" (first at line %u)", k, f->seen[i]);
 	f->seen[i] = f->line;
 	char from[160];
-	if (rf__cfg_keys[i].kind == RF__K_BACKEND)
+	if (rf__config_keys[i].kind == RF__K_BACKEND)
 		snprintf(from, sizeof from, "%.140s:%u", f->path, f->line);
 	else
 		snprintf(from, sizeof from, "%s in %.140s", k, f->path);
-	if (rf__cfg_set(f->c, rf__cfg_keys[i].kind, v, from) != 0)
-		return rf__cfg_bad(f, "%s = \"%.100s\" is malformed (expected %s)", k, v, rf__cfg_keys[i].expect);
+	if (rf__config_set(f->c, rf__config_keys[i].kind, v, from) != 0)
+		return rf__config_bad(f, "%s = \"%.100s\" is malformed (expected %s)", k, v, rf__config_keys[i].expect);
 	return RF_OK;
 }
 
 /* One line [s, e), without its '\n' (a '\r' before it is allowed: files edited on Windows). Every byte
  * must be text: a NUL (which would end a C string early and hide what follows) or another control
  * byte is refused; tab is a blank, bytes from 0x80 (UTF-8) are text. */
-static int rf__cfg_line(rf__cfg_file *f, char *s, char *e)
+static int rf__config_line(rf__config_parse *f, char *s, char *e)
 {
 	if (e > s && e[-1] == '\r')
 		e--;
 	for (const char *p = s; p < e; p++) {
 		unsigned char ch = (unsigned char)*p;
 		if (ch == '\0')
-			return rf__cfg_bad(f, "a NUL byte at column %zu", (size_t)(p - s) + 1);
+			return rf__config_bad(f, "a NUL byte at column %zu", (size_t)(p - s) + 1);
 		if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
-			return rf__cfg_bad(f, "control byte 0x%02x at column %zu", ch, (size_t)(p - s) + 1);
+			return rf__config_bad(f, "control byte 0x%02x at column %zu", ch, (size_t)(p - s) + 1);
 	}
 	rf__trim(&s, &e);
 	if (s == e || *s == ';' || *s == '#')
 		return RF_OK;
-	return *s == '[' ? rf__cfg_section(f, s, e) : rf__cfg_assign(f, s, e);
+	return *s == '[' ? rf__config_section(f, s, e) : rf__config_assign(f, s, e);
 }
 
 static int rf__config_file(rf__config *c)
@@ -384,14 +384,14 @@ static int rf__config_file(rf__config *c)
 		return rf__err(RF_ECONFIG, "RINGFETCH_CONFIG is set but empty");
 	char *text = NULL;
 	size_t len = 0;
-	int rc = rf__cfg_read(path, &text, &len);
+	int rc = rf__config_read(path, &text, &len);
 	if (rc != RF_OK)
 		return rc;
-	rf__cfg_file f = {.c = c, .path = path};
+	rf__config_parse f = {.c = c, .path = path};
 	for (char *s = text, *end = text + len; rc == RF_OK && s < end; s++) {
 		char *nl = memchr(s, '\n', (size_t)(end - s)), *e = nl != NULL ? nl : end;
 		f.line++;
-		rc = rf__cfg_line(&f, s, e);
+		rc = rf__config_line(&f, s, e);
 		s = e;
 	}
 	free(text);
@@ -403,11 +403,11 @@ static int rf__config_file(rf__config *c)
 static int rf__config_env(rf__config *c, unsigned want)
 {
 	for (size_t i = 0; i < RF__NKEYS; i++) {
-		const rf__cfg_key *k = &rf__cfg_keys[i];
+		const rf__config_key *k = &rf__config_keys[i];
 		const char *v;
 		if ((k->want != 0 && (want & k->want) == 0) || (v = getenv(k->env)) == NULL)
 			continue;
-		if (rf__cfg_set(c, k->kind, v, k->env) != 0)
+		if (rf__config_set(c, k->kind, v, k->env) != 0)
 			return rf__err(RF_ECONFIG, "%s=\"%.64s\" is not %s", k->env, v, k->expect);
 	}
 	return RF_OK;

@@ -95,7 +95,7 @@ static const char *ref_backend(const char *s)
 }
 
 /* 1 well formed, 0 malformed ("node:N" with N any int, leading zeros allowed). */
-static int ref_staging(const char *s, rf__stg_kind *kind, int *node)
+static int ref_staging(const char *s, rf__staging_kind *kind, int *node)
 {
 	if (!strcmp(s, "auto"))
 		return *kind = RF__STG_AUTO, 1;
@@ -169,7 +169,7 @@ static void check_parsers(const char *s)
 	const char *b = rf__parse_backend(s);
 	CHECK(b == NULL ? ref_backend(s) == NULL : ref_backend(s) != NULL && !strcmp(b, ref_backend(s)));
 
-	rf__stg_kind kind = RF__STG_UNKNOWN;
+	rf__staging_kind kind = RF__STG_UNKNOWN;
 	int node = -1;
 	int want = ref_staging(s, &kind, &node);
 	rf__staging_policy pol = {RF__STG_UNKNOWN, -7, 0};
@@ -182,7 +182,7 @@ static void check_parsers(const char *s)
 
 static void check_staging_alloc(const char *s, size_t bytes)
 {
-	rf__stg_kind kind;
+	rf__staging_kind kind;
 	int node;
 	int want = ref_staging(s, &kind, &node);
 	void *p = (void *)&p;
@@ -430,7 +430,7 @@ static void check_file(const uint8_t *data, size_t size)
 		CHECK(c.copy_queues < RF_MAX_QUEUES);
 		CHECK(c.backend == NULL || ref_backend(c.backend) != NULL);
 		CHECK(strlen(c.staging) < sizeof c.staging && strlen(c.trace) < sizeof c.trace);
-		rf__stg_kind kind;
+		rf__staging_kind kind;
 		int node;
 		CHECK(c.staging[0] == '\0' || ref_staging(c.staging, &kind, &node) == 1);
 		CHECK(c.wait_ns == -1 || (c.wait_ns >= 0 && c.wait_ns <= 10000000000LL));
