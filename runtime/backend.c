@@ -142,6 +142,8 @@ int rf__be_open(const rf__backend_ops *be, const rf__open_args *args, void **ctx
 	assert(args->nqueues >= 1 && args->nqueues <= RF_MAX_QUEUES);
 	if (rf__fault())
 		return rf__be_fault(be, "open");
+	if (args->klanes != NULL) /* unless the backend says more */
+		*args->klanes = 1;
 	return be->open(args, ctx);
 }
 

@@ -84,7 +84,7 @@ typedef struct rf__open_args {
 	/* The engine's reader's flight (runtime/flight.h): a backend's lanes that read files report to it
 	 * how their readers read (rf__flight.report), for describe. Valid until close. */
 	struct rf__flight *files_report;
-	unsigned *klanes; /* out: lanes keyed copies may use (>= 1; left as it is: 1) */
+	unsigned *klanes; /* out: lanes keyed copies may use (>= 1; rf__be_open sets 1 first) */
 } rf__open_args;
 
 #define RF__WAIT_SLEEP ((int64_t)-1)

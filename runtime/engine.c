@@ -60,7 +60,6 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
 			     e->nslots, e->wait_spin_ns, 0, cfg->oracle, cfg->handoff, cfg->overlap,
 			     cfg->worker_cpus, &e->io, &e->klanes};
-	e->klanes = 1;
 	int rc = rf__backend_lookup(backend, device, &e->be);
 	if (rc != RF_OK)
 		goto fail;

@@ -11,6 +11,7 @@
 #include "runtime/keyed_cache.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/pool.h"
 #include "io/file.h"
 #include "runtime/engine.h"
 
@@ -38,17 +39,18 @@ static int rf__ktrace_make(rf__keyed *k)
 	return k->tr.ev[0] != NULL ? RF_OK : RF_ENOMEM;
 }
 
-/* The slices of the keyed copies issued since the last time, once every one has finished: written to
- * the trace file (if one is set), then forgotten. */
+/* The slices of the keyed copies issued since the last time, once every one has finished: checked,
+ * written to the trace file (if one is set; never by a child of fork(): they are the parent's), then
+ * forgotten. */
 static int rf__ktrace_flush(rf__keyed *k)
 {
 	if (k->tr_next == 0)
 		return RF_OK;
 	rf__kop(k, RF__KOP_QUIESCE, 0, NULL);
-	k->tr.n[0] = k->tr_next;
+	k->tr.n[0] = k->eng->forks == rf__fork_count() ? k->tr_next : 0;
 	const char *path = k->eng->trace_path;
 	int rc = k->oracle ? rf__oracle_keyed_log(&k->orc, &k->tr) : RF_OK;
-	int trc = path != NULL ? rf__trace_write(&k->tr, path, k->be->name) : RF_OK;
+	int trc = path != NULL && k->tr.n[0] > 0 ? rf__trace_write(&k->tr, path, k->be->name) : RF_OK;
 	memset(k->tr.ev[0], 0, (size_t)k->tr_next * sizeof *k->tr.ev[0]);
 	k->tr_next = 0;
 	k->tr.n[0] = 0;
