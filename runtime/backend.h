@@ -14,7 +14,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define RF__BACKEND_ABI 1
+#define RF__BACKEND_ABI 2 /* 2: the keyed methods became one, post */
 
 #define RF__CAP_OVERLAP 0x1u /* queues really run concurrently */
 #define RF__CAP_DEVICE 0x2u  /* slots in device memory; the walk only enqueues (traces and stats time that) */
