@@ -192,13 +192,11 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 		rc = rf__err(RF_ENOMEM, "cuda: out of memory");
 	if (rc == RF_OK && (rc = rf__cu_pool_open(cx, args->prog)) == RF_OK &&
 	    (rc = rf__cu_streams_open(cx, args->prog)) == RF_OK)
-		rc = rf__cu_keyed_open(cx);
+		rc = rf__cu_keyed_open(cx, args->klanes);
 	if (rc != RF_OK)
 		rf__cu_free(cx);
 	else
 		*ctx = cx;
-	if (rc == RF_OK && args->klanes != NULL)
-		*args->klanes = rf__cu_klanes(cx);
 	rf__cu_leave(api, &saved);
 	return rc;
 }

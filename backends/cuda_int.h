@@ -161,10 +161,9 @@ int rf__cu_host_wait(rf__cu *cx, unsigned wq, int64_t v, size_t block); /* the w
 void *rf__cu_event_for(rf__cu_queue *w, int64_t v); /* the oldest record in w's pool with value >= v */
 
 /* cuda_keyed.c: keyed use (runtime/backend.h), stream-ordered; streams and events made in open. */
-int rf__cu_keyed_open(rf__cu *cx);
+int rf__cu_keyed_open(rf__cu *cx, unsigned *lanes); /* *lanes: rf__open_args.klanes */
 void rf__cu_keyed_free(rf__cu *cx);
 int rf__cu_keyed_settle(rf__cu *cx); /* a device synchronisation when keyed use ever happened */
 int rf__cu_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out);
-unsigned rf__cu_klanes(const rf__cu *cx); /* the lanes keyed copies may use (rf__open_args.klanes) */
 
 #endif

@@ -77,7 +77,7 @@ struct rf__cu_keyed {
 	rf__cu_range ranges[RF__CU_RANGES];
 };
 
-int rf__cu_keyed_open(rf__cu *cx)
+int rf__cu_keyed_open(rf__cu *cx, unsigned *lanes)
 {
 	const rf__cuda_api *api = cx->api;
 	rf__cu_keyed *k = rf__calloc(1, sizeof *k);
@@ -85,6 +85,8 @@ int rf__cu_keyed_open(rf__cu *cx)
 		return rf__err(RF_ENOMEM, "cuda: out of memory");
 	cx->keyed = k;
 	k->nlanes = cx->ncopyq ? cx->ncopyq : 1;
+	if (lanes != NULL)
+		*lanes = k->nlanes;
 	k->nslots = cx->nslots;
 	k->nt = 2 * cx->nslots + 2 * k->nlanes * 2 + 8;
 	k->pins = cx->nhost ? cx->nstage / k->nlanes : 0;
@@ -477,11 +479,6 @@ static int rf__cu_kquiesce(rf__cu *cx)
 	if (first != 0)
 		return rf__cu_fail(api, "keyed quiesce (cudaStreamSynchronize / cudaEventSynchronize)", first);
 	return RF_OK;
-}
-
-unsigned rf__cu_klanes(const rf__cu *cx)
-{
-	return cx->keyed->nlanes;
 }
 
 /* TEST, CANCEL and QUIESCE as they are; the rest in the scope of an owner-thread call (rf__cu_kenter):
