@@ -39,9 +39,9 @@ static int rf__ktrace_make(rf__keyed *k)
 	return k->tr.ev[0] != NULL ? RF_OK : RF_ENOMEM;
 }
 
-/* The slices of the keyed copies issued since the last time, once every one has finished: checked,
- * written to the trace file (if one is set; never by a child of fork(): they are the parent's), then
- * forgotten. */
+/* The slices of the keyed copies issued since the last time, once every one has finished: checked (a
+ * hazard keeps them), written to the trace file (if one is set; never by a child of fork(): they are
+ * the parent's), then forgotten. */
 static int rf__ktrace_flush(rf__keyed *k)
 {
 	if (k->tr_next == 0)
@@ -50,11 +50,13 @@ static int rf__ktrace_flush(rf__keyed *k)
 	k->tr.n[0] = k->eng->forks == rf__fork_count() ? k->tr_next : 0;
 	const char *path = k->eng->trace_path;
 	int rc = k->oracle ? rf__oracle_keyed_log(&k->orc, &k->tr) : RF_OK;
-	int trc = path != NULL && k->tr.n[0] > 0 ? rf__trace_write(&k->tr, path, k->be->name) : RF_OK;
+	if (rc != RF_OK) /* kept: every later write-out (run, keyed call) finds the hazard again */
+		return rc;
+	rc = path != NULL && k->tr.n[0] > 0 ? rf__trace_write(&k->tr, path, k->be->name) : RF_OK;
 	memset(k->tr.ev[0], 0, (size_t)k->tr_next * sizeof *k->tr.ev[0]);
 	k->tr_next = 0;
 	k->tr.n[0] = 0;
-	return rc != RF_OK ? rc : trc;
+	return rc;
 }
 
 /* The trace for the next keyed copy (NULL: neither traced nor checked), with room for its slice: made

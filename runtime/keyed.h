@@ -25,7 +25,7 @@ void rf__keyed_destroy(rf__keyed *k);
 int rf__keyed_held(const rf__keyed *k);
 /* A run is about to reuse every slot: wait for the keyed copies, write their slices to the trace file,
  * forget every key (unacquired hints count as wasted or dropped). No block may be held. RF_OK; the
- * trace's failure (nothing forgotten then). */
+ * trace's failure or the oracle's RF_EHAZARD (runtime/oracle.h, WAW; nothing forgotten then). */
 int rf__keyed_reset(rf__keyed *k);
 
 /* The public calls, arguments not yet checked except p (see ringfetch.h for the contract). */

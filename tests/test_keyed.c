@@ -860,6 +860,8 @@ Test(keyed, oracle_catches_two_copies_filling_one_slot_at_once)
 		if (broken) {
 			cr_assert_eq(rc, RF_EHAZARD, "the oracle must refuse it (got %d: %s)", rc, rf_errmsg());
 			cr_assert(strstr(rf_errmsg(), "keyed oracle: WAW") != NULL, "%s", rf_errmsg());
+			rc = rf_pipeline_run(p, 1, srcs, sizes, count_cb, &n);
+			cr_assert_eq(rc, RF_EHAZARD, "a hazard found stays found (got %d: %s)", rc, rf_errmsg());
 		} else {
 			cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
 		}
