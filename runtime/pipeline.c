@@ -233,7 +233,7 @@ static void rf__auto_after(void *owner)
 	size_t len = (size_t)snprintf(note, sizeof note, "; probed");
 	for (unsigned i = 0; i < p->probe.n && len < sizeof note; i++)
 		len += (size_t)snprintf(note + len, sizeof note - len, " %u: %.3g ns/KiB%s", p->probe.cand[i],
-					p->probe.best[i] * 1024, i + 1 < p->probe.n ? "," : "");
+					p->probe.cmp.fig[i] * 1024, i + 1 < p->probe.n ? "," : "");
 	if (len < sizeof note)
 		snprintf(note + len, sizeof note - len, "; depth %u", p->probe.cand[win]);
 	rf__engine_describe_append(&p->eng, "%s", note);
