@@ -3,15 +3,10 @@
 
 #include <string.h>
 
-static unsigned rf__sch_log2(uint64_t x)
-{
-	return 63u - (unsigned)__builtin_clzll(x | 1);
-}
-
 uint32_t rf__sch_shape(uint64_t bytes, size_t nblocks)
 {
-	uint64_t n = nblocks ? nblocks : 1;
-	unsigned b = rf__sch_log2(bytes / n), k = rf__sch_log2(n);
+	uint64_t n = nblocks ? nblocks : 1; /* log2 of the mean size and of the count */
+	unsigned b = 63u - (unsigned)__builtin_clzll((bytes / n) | 1), k = 63u - (unsigned)__builtin_clzll(n);
 	return 1u << 16 | (uint32_t)b << 8 | (k > 12 ? 12 : k);
 }
 

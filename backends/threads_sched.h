@@ -1,10 +1,8 @@
 /* backends/threads_sched.h — which schedule (arm) a threads pipeline runs: on the lanes, inline on the
  * caller (no thread hop), or on the lanes with the cache handoff. The fastest depends on the machine and
- * the workload, so each run shape's first runs compare the arms (base/compare.h: RF__SCH_ROUNDS runs
- * of each in turn, the lowest mean time per byte kept: the caller waits for the sum, not the typical
- * run), and compare them again after 16 runs, then 32, ... 1024 while the choice holds, 16 when it
- * changes (each comparison adds to the earlier ones, which count half). Pure functions of the samples
- * given: threads.c times the runs. */
+ * the workload, so each run shape's first runs compare the arms (base/compare.h, the lowest mean time
+ * per byte: the caller waits for the sum, not the typical run), again after 16 runs, then 32, ... 1024
+ * while the choice holds, 16 when it changes. Pure functions of the samples: threads.c times the runs. */
 #ifndef RF_BACKENDS_THREADS_SCHED_H
 #define RF_BACKENDS_THREADS_SCHED_H
 
@@ -23,8 +21,7 @@ enum { RF__SCH_INLINE = 0, RF__SCH_LANES = 1, RF__SCH_HANDOFF = 2, RF__SCH_NARMS
 #define RF__SCH_CLASSES 8u     /* run shapes remembered at once (least recently used replaced) */
 #define RF__SCH_RECHECK 16u    /* runs of the kept arm before the first comparison again */
 #define RF__SCH_RECHECK_MAX 1024u
-/* A later arm wins only when it beats every earlier one by more than 3 % (a quiet machine's noise), on
- * the mean alone: a noisy arm that is faster on the whole is what the caller wants. */
+/* A later arm must beat every earlier one by 3 % (a quiet machine's noise), by the mean alone. */
 #define RF__SCH_RULE ((rf__cmp_rule){.margin = 0.03})
 
 /* A run's shape, the key its samples are kept under: log2 of the mean block size and of the block count

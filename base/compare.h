@@ -1,17 +1,14 @@
 /* base/compare.h — the one comparator: choose among arms (schedules, ring depths, reads in flight) by
- * measuring them. Pure functions of the samples given; the callers time.
- *  - The statistic: an arm's figure is the mean of its samples, with the mean's standard error (their
- *    standard deviation / sqrt(count); 0 for one). A caller that measures a figure otherwise (a rate
- *    over a whole stretch, its error from the stretch's rounds) gives both directly.
- *  - Keep the best (rf__cmp_pick): arms are listed in preference order, the cheapest first; scanning
- *    them, arm i replaces the kept arm w only when better (lower, or higher with `higher`) by more than
- *    margin x w's figure AND by more than z standard errors of the difference, sqrt(err_i^2 + err_w^2).
+ * measuring them; pure functions of the samples given (the callers time).
+ *  - The statistic: an arm's figure is the mean of its samples with the mean's standard error (their
+ *    standard deviation / sqrt(count)); a figure measured otherwise (a rate over a stretch) comes with
+ *    its own error.
+ *  - Keep the best (rf__cmp_pick): in preference order, arm i replaces the kept arm w only when better
+ *    (lower; higher with `higher`) by more than margin x w's figure AND z x sqrt(err_i^2 + err_w^2).
  *  - Try the next, stop: a comparison (rf__cmp_note) takes `rounds` samples of each arm in turns from
- *    `first` (alternating: a drift of the machine falls on every arm alike) and ends after narms x
- *    rounds, keeping rf__cmp_pick's arm; compared again, the new samples add to the earlier ones', which
- *    count half each time. Arms that can only pay in order (more reads in flight) are a ladder: the
- *    next is measured while the last one beats the one before it (rf__cmp_pick of the two), and the
- *    first that does not ends the climb on the one before it. */
+ *    `first` (a drift of the machine falls on every arm alike), then keeps rf__cmp_pick's arm; the next
+ *    comparison's samples count twice the earlier ones. A ladder (arms that pay only in order: more
+ *    reads in flight) measures the next arm while the last one beats the one before it. */
 #ifndef RF_BASE_COMPARE_H
 #define RF_BASE_COMPARE_H
 

@@ -128,13 +128,3 @@ void rf__auto_probe_start(rf__auto_probe *pr, const unsigned *cand, unsigned n)
 	memcpy(pr->cand, cand, n * sizeof *cand);
 	rf__cmp_init(&pr->cmp, (rf__cmp_rule){.margin = 0.01}, n, RF__AUTO_ROUNDS, 0);
 }
-
-int rf__auto_probe_next(rf__auto_probe *pr, double x, unsigned *win)
-{
-	if (!rf__cmp_note(&pr->cmp, x)) {
-		pr->cur = rf__cmp_turn(&pr->cmp);
-		return 1;
-	}
-	*win = pr->cmp.best;
-	return 0;
-}

@@ -45,10 +45,11 @@ void rf__auto_samples_free(rf__auto_samples *s);
 
 /* Probing the rule's choice d against deeper rings: one comparison (base/compare.h) of the candidates'
  * runs, in turns from d, by their mean ns per byte (per block for empty blocks); a deeper ring must
- * beat a shallower one by more than 1 %. */
+ * beat a shallower one by more than 1 %. After each run, rf__cmp_note: 0 while probing goes on (the
+ * next run's candidate: rf__cmp_turn), 1 when over (the depth kept: cmp.best). */
 typedef struct rf__auto_probe {
 	unsigned n;   /* candidates (1: nothing to probe) */
-	unsigned cur; /* the candidate the next run uses */
+	unsigned cur; /* the candidate the engine runs */
 	unsigned cand[RF__AUTO_NCAND];
 	rf__cmp cmp;  /* cmp.fig: the means, once probing is over */
 } rf__auto_probe;
@@ -59,9 +60,5 @@ unsigned rf__auto_candidates(unsigned d, unsigned max, unsigned cand[RF__AUTO_NC
 
 /* Start probing pr->cand[0 .. n). */
 void rf__auto_probe_start(rf__auto_probe *pr, const unsigned *cand, unsigned n);
-
-/* A probe run of candidate pr->cur took x. 1 while probing goes on (pr->cur: the next run's), 0 when
- * over, *win then the comparison's kept candidate. */
-int rf__auto_probe_next(rf__auto_probe *pr, double x, unsigned *win);
 
 #endif

@@ -107,16 +107,16 @@ static unsigned probe_with(const unsigned *cand, unsigned n, double speed[][RF__
 {
 	rf__auto_probe pr;
 	rf__auto_probe_start(&pr, cand, n);
-	unsigned win = 99, rounds[RF__AUTO_NCAND] = {0}, runs = 0;
+	unsigned rounds[RF__AUTO_NCAND] = {0}, runs = 0;
 	for (;;) {
-		unsigned i = pr.cur;
+		unsigned i = rf__cmp_turn(&pr.cmp);
 		runs++;
-		if (!rf__auto_probe_next(&pr, speed[i][rounds[i]++], &win))
+		if (rf__cmp_note(&pr.cmp, speed[i][rounds[i]++]))
 			break;
-		cr_assert_neq(pr.cur, i, "candidates alternate");
+		cr_assert_neq(rf__cmp_turn(&pr.cmp), i, "candidates alternate");
 	}
 	cr_assert_eq(runs, n * RF__AUTO_ROUNDS);
-	return win;
+	return pr.cmp.best;
 }
 
 Test(autodepth, probing_keeps_the_fastest_by_mean)
