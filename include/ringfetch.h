@@ -167,8 +167,8 @@ typedef struct rf_pipeline_params {
 /**
  * Create a pipeline: resolve the settings (params > RINGFETCH_* > the file named by RINGFETCH_CONFIG >
  * defaults; docs/deployment.md), allocate the ring (placed as params.staging says) and the backend's
- * lanes (its threads, streams). Runs and keyed calls then allocate nothing in steady state (a traced run and the
- * first use of a file excepted). "auto" is "threads" (else "cpu") for host, "cuda" for device memory.
+ * lanes (threads, streams). Runs and keyed calls then allocate nothing in steady state (a traced run
+ * and the first use of a file excepted). "auto" is "threads" (else "cpu") for host, "cuda" for device memory.
  *
  * \return RF_OK and *out;
  *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, depth_auto other

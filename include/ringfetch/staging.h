@@ -1,5 +1,5 @@
 /*
- * ringfetch/staging.h — staging memory: where the ring's slots live, and NUMA-local buffers for embedders.
+ * ringfetch/staging.h — staging memory (host slots, staging buffers) and NUMA-local buffers for embedders.
  *
  * Policies (rf_pipeline_params.staging and `policy` below), exact spelling, anything else RF_EINVAL:
  *   "auto" (or NULL)  the NUMA node of the calling thread's current core;
