@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+_Static_assert(RF__SCH_NARMS <= RF__CMP_ARMS, "one comparator holds every arm");
+
 uint32_t rf__sch_shape(uint64_t bytes, size_t nblocks)
 {
 	uint64_t n = nblocks ? nblocks : 1; /* log2 of the mean size and of the count */
