@@ -319,7 +319,7 @@ static void rf__thr_note(rf__threads *t, const rf__sch_class *c, rf__run *run)
 			   rf__sch_name(c->choice));
 	for (unsigned i = 0; i < t->sch.narms && len > 0 && (size_t)len < sizeof t->note; i++)
 		len += snprintf(t->note + len, sizeof t->note - (size_t)len, "%s%s %.1f us", i ? ", " : "",
-				rf__sch_name(t->sch.arms[i]), c->fig[i] * (double)run->bytes / 1e3);
+				rf__sch_name(t->sch.arms[i]), c->cmp.fig[i] * (double)run->bytes / 1e3);
 	if (len > 0 && (size_t)len < sizeof t->note)
 		snprintf(t->note + len, sizeof t->note - (size_t)len, " per run, means of %u; again in %u runs)",
 			 RF__SCH_ROUNDS, c->interval);

@@ -1,11 +1,12 @@
 /* backends/threads_sched.h — which schedule (arm) a threads pipeline runs: on the lanes, inline on the
  * caller (no thread hop), or on the lanes with the cache handoff. The fastest depends on the machine and
- * the workload, so each run shape's first runs alternate between the arms and the lowest mean time per
- * byte wins (the caller waits for the sum, not the typical run); later comparisons add to the earlier,
- * which count half each time, after 16 runs, then 32, ... 1024 while the choice holds, 16 when it
- * changes. Pure functions of the samples given: threads.c times the runs. */
+ * the workload, so each run shape's first runs compare the arms (base/compare.h, the lowest mean time
+ * per byte: the caller waits for the sum, not the typical run), again after 16 runs, then 32, ... 1024
+ * while the choice holds, 16 when it changes. Pure functions of the samples: threads.c times the runs. */
 #ifndef RF_BACKENDS_THREADS_SCHED_H
 #define RF_BACKENDS_THREADS_SCHED_H
+
+#include "base/compare.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -20,30 +21,21 @@ enum { RF__SCH_INLINE = 0, RF__SCH_LANES = 1, RF__SCH_HANDOFF = 2, RF__SCH_NARMS
 #define RF__SCH_CLASSES 8u     /* run shapes remembered at once (least recently used replaced) */
 #define RF__SCH_RECHECK 16u    /* runs of the kept arm before the first comparison again */
 #define RF__SCH_RECHECK_MAX 1024u
-/* A later arm wins only when it beats every earlier one by more than this (3 %: a quiet machine's noise). */
-#define RF__SCH_MARGIN 0.97
+/* A later arm must beat every earlier one by 3 % (a quiet machine's noise), by the mean alone. */
+#define RF__SCH_RULE ((rf__cmp_rule){.margin = 0.03})
 
 /* A run's shape, the key its samples are kept under: log2 of the mean block size and of the block count
  * (capped at 2^12), so that runs compared with each other move similar blocks. Never 0. */
 uint32_t rf__sch_shape(uint64_t bytes, size_t nblocks);
 
-/* The winner among n >= 1 arms in preference order, given each one's figure (lower is better): arm i
- * replaces the winner w only when fig[i] < fig[w] * RF__SCH_MARGIN. */
-unsigned rf__sch_best(const double *fig, unsigned n);
-double rf__sch_mean(const double *v, unsigned n); /* of v[0..n), n >= 1 */
-
 typedef struct rf__sch_class {
 	uint32_t shape;    /* 0: free */
 	int probing;       /* 1 while the arms are being compared */
-	unsigned probes;   /* runs noted in the current comparison */
 	unsigned choice;   /* the kept arm (an RF__SCH_* value) while not probing */
 	unsigned left;     /* runs of the kept arm before the next comparison */
 	unsigned interval; /* the current distance between comparisons */
-	unsigned compared; /* comparisons made */
 	uint64_t used;     /* last use, for replacement */
-	double x[RF__SCH_NARMS][RF__SCH_ROUNDS]; /* the comparison's samples, by arm slot */
-	double sum[RF__SCH_NARMS], weight;       /* every comparison's samples, halved at each new one */
-	double fig[RF__SCH_NARMS];               /* sum / weight after the last comparison, by arm slot */
+	rf__cmp cmp;       /* the comparison, by arm slot (cmp.fig: mean time per byte) */
 } rf__sch_class;
 
 typedef struct rf__sch {
@@ -61,8 +53,7 @@ void rf__sch_init(rf__sch *s, const unsigned *arms, unsigned narms);
 unsigned rf__sch_pick(rf__sch *s, uint32_t shape, rf__sch_class **c);
 
 /* That run succeeded and took x (time per byte, or per block for empty blocks). Returns 1 when it ended
- * a comparison (c->choice and c->fig are new, worth describing), else 0. An arm's figure: (its samples'
- * sum + half the previous sum) / (their count + half the previous count). */
+ * a comparison (c->choice and c->cmp.fig are new, worth describing), else 0. */
 int rf__sch_note(rf__sch *s, rf__sch_class *c, unsigned arm, double x);
 const char *rf__sch_name(unsigned arm); /* "inline", "lanes", "lanes + handoff" */
 

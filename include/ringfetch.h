@@ -1,6 +1,6 @@
 /*
- * ringfetch.h — stream blocks through a ring of N staging slots, the copy of the next blocks overlapping
- * the compute of the current one. Includes <ringfetch/file.h>, <ringfetch/graph.h>, <ringfetch/staging.h>.
+ * ringfetch.h — stream blocks through a ring of N slots, the copy of the next blocks overlapping the
+ * compute of the current one. Includes <ringfetch/file.h>, <ringfetch/graph.h>, <ringfetch/staging.h>.
  *
  * For every function: int results are 0 (RF_OK) or a negative RF_E* code, with rf_errmsg() naming what
  * was wrong; handles are opaque, destroy(NULL) is a no-op; reserved fields and flags must be zero
@@ -81,7 +81,7 @@ RF_EXTERN const char *rf_errmsg(void);
 #define RF_MAX_DEPTH 1024u
 
 typedef enum rf_step_kind {
-	RF_STEP_PREFETCH, /* start copying `block` into `slot` */
+	RF_STEP_PREFETCH, /* start the ring copy of `block` into `slot` (not a hint: rf_pipeline_prefetch) */
 	RF_STEP_AWAIT,    /* wait until the copy of `block` has landed */
 	RF_STEP_COMPUTE   /* run the compute of `block` over `slot` */
 } rf_step_kind;
@@ -109,12 +109,12 @@ RF_EXTERN int rf_plan_ring(size_t nblocks, unsigned depth, rf_step *steps, size_
 
 typedef struct rf_pipeline rf_pipeline;
 
-/** What a compute callback is given: one block, resident in its slot. */
+/** One block, resident in its slot: what a compute callback is given, and what an acquire holds. */
 typedef struct rf_block {
-	size_t index;     /* block number in this run */
-	unsigned slot;    /* index % depth */
+	size_t index;     /* a run: the block's number (0 .. nblocks-1); keyed use: the key (not a block number) */
+	unsigned slot;    /* the slot holding it: a run's index % depth; keyed use: the key's slot */
 	const void *data; /* slot bytes: host pointer (cpu, threads) or device pointer (cuda) */
-	size_t bytes;     /* sizes[index] */
+	size_t bytes;     /* sizes[index]; keyed use: the acquire's bytes */
 	void *stream;     /* cudaStream_t for cuda (enqueue work there and return), NULL otherwise */
 } rf_block;
 
@@ -145,10 +145,10 @@ typedef struct rf_pipeline_params {
 	const char *backend; /* "cpu", "threads", "cuda", "auto"; NULL = RINGFETCH_BACKEND, else "auto" */
 	int device;          /* CUDA device ordinal (ignored by CPU backends) */
 	unsigned flags;      /* must be 0 */
-	unsigned copy_queues; /* copy lanes; 0 = 1. Block i's copy goes on lane i % copy_queues, so keeping
-	                         K copies in flight needs depth >= K + 1 */
-	const char *staging;  /* where the ring lives (<ringfetch/staging.h>): "auto" (NULL), "node:N",
-	                         "interleave" or "none"; read during rf_pipeline_create only */
+	unsigned copy_queues; /* copy queues, each on a lane of its own; 0 = 1. Block i's copy goes on queue
+	                         i % copy_queues, so keeping K copies in flight needs depth >= K + 1 */
+	const char *staging;  /* the staging memory the ring lives in (<ringfetch/staging.h>): "auto", "node:N",
+	                         "interleave" or "none" (NULL: "auto"); read during rf_pipeline_create only */
 	rf_memory memory;     /* RF_MEMORY_HOST (0) or RF_MEMORY_DEVICE; never read from the environment or
 	                         the config file */
 	unsigned depth_auto;  /* 0, or RF_DEPTH_AUTO (depth must be 0 then): choose the depth by measuring */
@@ -167,8 +167,8 @@ typedef struct rf_pipeline_params {
 /**
  * Create a pipeline: resolve the settings (params > RINGFETCH_* > the file named by RINGFETCH_CONFIG >
  * defaults; docs/deployment.md), allocate the ring (placed as params.staging says) and the backend's
- * queues and threads. Runs and keyed calls then allocate nothing in steady state (a traced run and the
- * first use of a file excepted). "auto" is "threads" (else "cpu") for host, "cuda" for device memory.
+ * lanes (threads, streams). Runs and keyed calls then allocate nothing in steady state (a traced run
+ * and the first use of a file excepted). "auto" is "threads" (else "cpu") for host, "cuda" for device memory.
  *
  * \return RF_OK and *out;
  *         RF_EINVAL for NULL params or out, slot_bytes 0, depth > RF_MAX_DEPTH, depth_auto other
@@ -218,7 +218,7 @@ RF_EXTERN unsigned rf_pipeline_depth(const rf_pipeline *p);
 RF_EXTERN const char *rf_pipeline_backend(const rf_pipeline *p);
 /** Slot capacity in bytes; 0 for NULL. */
 RF_EXTERN size_t rf_pipeline_slot_bytes(const rf_pipeline *p);
-/** Copy lanes the pipeline was created with (>= 1); 0 for NULL. */
+/** Copy queues the pipeline was created with (>= 1); 0 for NULL. */
 RF_EXTERN unsigned rf_pipeline_copy_queues(const rf_pipeline *p);
 /** One line on how the pipeline runs (queues, threads, cores, what depth = auto chose, how files are
  * read now: docs/files.md). Any thread, any time; a returned string never changes and stays valid until
@@ -236,7 +236,7 @@ typedef struct rf_queue_stats {
 #define RF_STATS_QUEUES 64u
 
 /** rf_stats.schedule: how a run placed its copies and computes. */
-#define RF_SCHEDULE_RING 0u   /* copies on the copy lanes (or CUDA streams), computes on the caller */
+#define RF_SCHEDULE_RING 0u   /* copies on the copy queues' lanes, computes on the caller */
 #define RF_SCHEDULE_INLINE 1u /* every copy and compute on the caller, nothing overlapping (docs/tuning.md) */
 #define RF_SCHEDULE_LOCAL 2u  /* RF_LOCALITY_COPIER: each block copied and computed by one thread */
 
@@ -318,7 +318,7 @@ RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
 
 /* ---- keyed use: serving loops (docs/serving.md) --------------------------------------------------
  *
- * The slots as an LRU cache of blocks named by the caller's 64-bit keys, on the runs' slots and lanes.
+ * The ring's slots as an LRU cache of blocks named by the caller's 64-bit keys, copied on the runs' lanes.
  *  - One thread at a time per pipeline, like runs; keyed_stats, lookup and cancel from any thread
  *    (lookup reports ABSENT during a run). Other keyed calls from a compute callback: RF_EBUSY. NULL p
  *    or out/state: RF_EINVAL everywhere. A failed call changes nothing (slots, LRU order, stats, *out).
@@ -361,11 +361,11 @@ RF_EXTERN void rf_pipeline_destroy(rf_pipeline *p);
 RF_EXTERN int rf_pipeline_prefetch(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, unsigned flags);
 
 /**
- * Hold `key` in its slot, copying it first unless it is resident or on its way. *out: index = key,
- * slot, data (fixed per slot), bytes, stream. CPU backends: returns when the bytes are in the slot;
- * stream must be NULL. cuda: returns without a host wait; only work ordered after this call on
- * `stream` (a cudaStream_t of params.device, NULL = legacy default) may read out->data. A held key
- * acquired again is held twice (released twice). A held slot is never refilled.
+ * Hold `key` in its slot, copying it first unless it is resident or on its way. *out: index = the key,
+ * slot = the slot holding it, data (fixed per slot), bytes, stream. CPU backends: returns when the
+ * bytes are in the slot; stream must be NULL. cuda: returns without a host wait; only work ordered
+ * after this call on `stream` (a cudaStream_t of params.device, NULL = legacy default) may read
+ * out->data. A held key acquired again is held twice (released twice). A held slot is never refilled.
  * \return RF_OK;
  *         RF_EINVAL (p, src or out NULL, bytes 0 or > slot_bytes, a different bytes count than the
  *                   resident or incoming copy, non-NULL stream on a CPU backend, flags != 0);
@@ -378,7 +378,7 @@ RF_EXTERN int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src,
                                   unsigned flags, rf_block *out);
 
 /**
- * Let go of one hold of block->index, which must be held in block->slot (RF_EINVAL otherwise; data and
+ * Let go of one hold of the key block->index, which must be held in block->slot (RF_EINVAL otherwise; data and
  * bytes are not checked). It stays resident until its slot is chosen for another key. cuda: the slot's
  * next copy waits, on the device, for the work on block->stream before this call.
  * \return RF_OK; RF_EINVAL.
@@ -425,7 +425,7 @@ RF_EXTERN int rf_pipeline_keyed_stats(const rf_pipeline *p, rf_keyed_stats *out)
  *           uint32_t slots (the pipeline's); uint32_t flags = 0; uint64_t slot_bytes;
  *   record: uint64_t key; uint64_t bytes; uint64_t ns (CLOCK_MONOTONIC since the trace started);
  *           uint32_t kind (below); uint32_t slot (UINT32_MAX: none). key, bytes: the call's (release:
- *           the block's index and bytes; reset: 0). ringfetch-replay reads it. */
+ *           the block's index, its key, and bytes; reset: 0). ringfetch-replay reads it. */
 typedef enum rf_keyed_trace_kind {
 	RF_KTRACE_ACQUIRE_HIT = 1,      /* an acquire that issued no copy (late hits included) */
 	RF_KTRACE_ACQUIRE_MISS = 2,     /* an acquire that copied a key that was absent */

@@ -8,6 +8,7 @@
 #define _GNU_SOURCE /* O_DIRECT */
 #include "io/reader.h"
 #include "base/alloc.h"
+#include "base/compare.h"
 #include "base/error.h"
 
 #include <errno.h>
@@ -463,6 +464,7 @@ void rf__reader_ahead_sample(uint64_t bytes, double seconds, unsigned n, double 
 
 unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double rate, double err)
 {
+	static const rf__cmp_rule pays = {.z = 1, .higher = 1}; /* more in flight: a rise beyond the noise */
 	if (a->settled)
 		return a->on;
 	unsigned i = 0;
@@ -470,19 +472,10 @@ unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double rate, double err)
 		i++;
 	a->rate[i] = rate;
 	a->err[i] = err;
-	if (i > 0 && a->rate[i - 1] > 0) {
-		/* the standard error of the difference of the two rates */
-		double noise = sqrt(a->err[i] * a->err[i] + a->err[i - 1] * a->err[i - 1]);
-		if (a->rate[i] <= a->rate[i - 1] + noise) { /* more in flight did not pay: back, for good */
-			a->on = 1u << (i - 1);
-			a->settled = 1;
-			return a->on;
-		}
-	}
-	if (i + 1 < RF__RD_AHEAD_SETTINGS && (2u << i) <= a->max)
-		a->on = 2u << i;
-	else
-		a->settled = 1;
+	unsigned lo = i > 0 && a->rate[i - 1] > 0 ? i - 1 : i; /* the setting kept before this one */
+	unsigned w = lo + rf__cmp_pick(&pays, a->rate + lo, a->err + lo, i + 1 - lo);
+	a->settled = w < i || i + 1 == RF__RD_AHEAD_SETTINGS || (2u << i) > a->max; /* back, for good; or top */
+	a->on = a->settled ? 1u << w : 2u << i;
 	return a->on;
 }
 

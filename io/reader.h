@@ -78,11 +78,10 @@ typedef struct rf__reader_window_stats {
 
 /* How many of the window's chunks are read ahead at once. Fixed (all of them) unless chosen online
  * (rf__reader_window_online): then a pure rule over the read rates measured at each setting, tested on
- * its own. Settings are powers of two from where the search starts: each measurement lasts
- * RF__RD_AHEAD_ROUNDS rounds of chunks landed, each round timed; the next setting doubles while the
- * rate rises by more than the error the measurements themselves show (the standard error of the
- * difference of the two rates, from the spread of their rounds), and goes back to the last one that
- * paid, for good, once it does not. */
+ * its own. Settings are powers of two from where the search starts, climbed as base/compare.h's
+ * ladder: each measurement lasts RF__RD_AHEAD_ROUNDS rounds of chunks landed, each round timed; the
+ * next setting doubles while the rate rises by more than the standard error of the difference (from
+ * the spread of the rounds), and goes back to the last one that paid, for good, once it does not. */
 #define RF__RD_AHEAD_SETTINGS 5u /* 1, 2, 4, 8, 16 chunks */
 /* A measurement at `on` chunks lasts this many rounds of `on` chunks landed: the fewest whose spread says
  * something (three degrees of freedom). */

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-_Static_assert(RF__AUTO_ROUNDS == 3, "rf__median3 takes the middle of three probe runs");
+_Static_assert(RF__AUTO_NCAND <= RF__CMP_ARMS, "one comparator holds the candidates");
 
 static int rf__cmp_i64(const void *a, const void *b)
 {
@@ -126,28 +126,5 @@ void rf__auto_probe_start(rf__auto_probe *pr, const unsigned *cand, unsigned n)
 	memset(pr, 0, sizeof *pr);
 	pr->n = n;
 	memcpy(pr->cand, cand, n * sizeof *cand);
-}
-
-/* The middle of three: one run disturbed by the machine (either way) does not decide. */
-static double rf__median3(const double v[3])
-{
-	double lo = v[0] < v[1] ? v[0] : v[1], hi = v[0] < v[1] ? v[1] : v[0];
-	return v[2] < lo ? lo : v[2] > hi ? hi : v[2];
-}
-
-int rf__auto_probe_next(rf__auto_probe *pr, double x, unsigned *win)
-{
-	pr->runs[pr->cur][pr->probes / pr->n] = x;
-	if (++pr->probes < pr->n * RF__AUTO_ROUNDS) {
-		pr->cur = (pr->cur + 1) % pr->n;
-		return 1;
-	}
-	unsigned w = 0;
-	for (unsigned i = 0; i < pr->n; i++)
-		pr->best[i] = rf__median3(pr->runs[i]);
-	for (unsigned i = 1; i < pr->n; i++)
-		if (pr->best[i] < pr->best[w] * 0.99)
-			w = i;
-	*win = w;
-	return 0;
+	rf__cmp_init(&pr->cmp, (rf__cmp_rule){.margin = 0.01}, n, RF__AUTO_ROUNDS, 0);
 }

@@ -4,6 +4,8 @@
 #ifndef RF_RUNTIME_AUTODEPTH_H
 #define RF_RUNTIME_AUTODEPTH_H
 
+#include "base/compare.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -41,14 +43,15 @@ unsigned rf__auto_rule(rf__auto_samples *s, unsigned kq, unsigned max, rf__auto_
 int rf__auto_collect(const struct rf__trace *t, unsigned depth, rf__auto_samples *s);
 void rf__auto_samples_free(rf__auto_samples *s);
 
-/* Probing the rule's choice d against deeper rings. */
+/* Probing the rule's choice d against deeper rings: one comparison (base/compare.h) of the candidates'
+ * runs, in turns from d, by their mean ns per byte (per block for empty blocks); a deeper ring must
+ * beat a shallower one by more than 1 %. After each run, rf__cmp_note: 0 while probing goes on (the
+ * next run's candidate: rf__cmp_turn), 1 when over (the depth kept: cmp.best). */
 typedef struct rf__auto_probe {
-	unsigned n;                 /* candidates (1: nothing to probe) */
-	unsigned cur;               /* the candidate the next run uses */
-	unsigned probes;            /* probe runs noted so far */
+	unsigned n;   /* candidates (1: nothing to probe) */
+	unsigned cur; /* the candidate the engine runs */
 	unsigned cand[RF__AUTO_NCAND];
-	double runs[RF__AUTO_NCAND][RF__AUTO_ROUNDS]; /* ns per byte (per block for empty blocks) */
-	double best[RF__AUTO_NCAND];                  /* medians, once probing is over */
+	rf__cmp cmp;  /* cmp.fig: the means, once probing is over */
 } rf__auto_probe;
 
 /* Candidates for d <= max: d, 2d, 4d, and max when the next doubling would pass it (5, 10, 16 under
@@ -57,9 +60,5 @@ unsigned rf__auto_candidates(unsigned d, unsigned max, unsigned cand[RF__AUTO_NC
 
 /* Start probing pr->cand[0 .. n). */
 void rf__auto_probe_start(rf__auto_probe *pr, const unsigned *cand, unsigned n);
-
-/* A probe run of candidate pr->cur took x. 1 while probing goes on (pr->cur: the next run's), 0 when
- * over, *win then the fastest by median (a deeper ring must beat a shallower one by 1 %). */
-int rf__auto_probe_next(rf__auto_probe *pr, double x, unsigned *win);
 
 #endif

@@ -4,6 +4,7 @@
 #include "runtime/ktrace.h"
 #include "base/alloc.h"
 #include "base/error.h"
+#include "base/wait.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +12,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #define RF__KT_RECORDS 2048u /* 64 KiB */
@@ -35,17 +35,10 @@ struct rf__ktrace {
 	pid_t pid;     /* the process that opened it: a child of fork() writes nothing of ours */
 	unsigned n;    /* records buffered */
 	uint64_t lost; /* records not written after a failure */
-	struct timespec t0;
+	int64_t t0;    /* rf__now_ns at the start: records say ns since, on the clock of a run's trace events */
 	char *path;
 	rf__ktrec *buf;
 };
-
-static uint64_t rf__kt_ns(const rf__ktrace *t)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)(ts.tv_sec - t->t0.tv_sec) * 1000000000u + (uint64_t)ts.tv_nsec - (uint64_t)t->t0.tv_nsec;
-}
 
 /* The whole of [p, p + n) or errno (a short write is continued, EINTR retried). */
 static int rf__kt_write(int fd, const void *p, size_t n)
@@ -105,14 +98,14 @@ int rf__ktrace_open(const char *who, const char *path, unsigned nslots, size_t s
 		return rc;
 	}
 	t->pid = getpid();
-	clock_gettime(CLOCK_MONOTONIC, &t->t0);
+	t->t0 = rf__now_ns();
 	*out = t;
 	return RF_OK;
 }
 
 void rf__ktrace_add(rf__ktrace *t, unsigned kind, uint64_t key, uint64_t bytes, unsigned slot)
 {
-	t->buf[t->n++] = (rf__ktrec){key, bytes, rf__kt_ns(t), kind, slot};
+	t->buf[t->n++] = (rf__ktrec){key, bytes, (uint64_t)(rf__now_ns() - t->t0), kind, slot};
 	if (t->n == RF__KT_RECORDS)
 		rf__kt_flush(t);
 }

@@ -224,16 +224,16 @@ static void rf__auto_after(void *owner)
 		return;
 	const rf_stats *s = &p->eng.last;
 	double x = (double)s->wall_ns / (double)(s->bytes ? s->bytes : s->blocks ? s->blocks : 1);
-	unsigned win;
-	if (rf__auto_probe_next(&p->probe, x, &win)) {
-		rf__auto_install(p, p->probe.cur);
+	if (!rf__cmp_note(&p->probe.cmp, x)) {
+		rf__auto_install(p, rf__cmp_turn(&p->probe.cmp));
 		return;
 	}
+	unsigned win = p->probe.cmp.best;
 	char note[256];
 	size_t len = (size_t)snprintf(note, sizeof note, "; probed");
 	for (unsigned i = 0; i < p->probe.n && len < sizeof note; i++)
 		len += (size_t)snprintf(note + len, sizeof note - len, " %u: %.3g ns/KiB%s", p->probe.cand[i],
-					p->probe.best[i] * 1024, i + 1 < p->probe.n ? "," : "");
+					p->probe.cmp.fig[i] * 1024, i + 1 < p->probe.n ? "," : "");
 	if (len < sizeof note)
 		snprintf(note + len, sizeof note - len, "; depth %u", p->probe.cand[win]);
 	rf__engine_describe_append(&p->eng, "%s", note);

@@ -11,6 +11,7 @@
 
 #include "cuda_check.h"
 #include "ringfetch.h"
+#include "graph/graph_int.h"
 #include "runtime/backend.h"
 
 #include <stdatomic.h>
@@ -374,5 +375,41 @@ Test(cuda_files, held_back_hints_keep_their_file_open, .timeout = 120)
 	}
 	for (int i = 0; i < FILL; i++)
 		free(mem[i]);
+	leak_check();
+}
+
+/* rf_exec on cuda: a graph's STAGE nodes take file sources (the host lane reads the file into the
+ * staging buffer, the copy moves it on to the device); a COPY that reads a file itself is RF_ENOTSUP. */
+Test(cuda_files, exec_stage_nodes_read_files, .timeout = 120)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	sim_use(21, 0.3);
+	uint64_t rng = 5;
+	rf_exec_params ep = {.backend = "cuda", .slot_bytes = 8192};
+	for (unsigned pins = 0; pins <= 3; pins += 3) {
+		rf_graph *g;
+		cr_assert_eq(rf__graph_ring(20, 4, 1, pins, &g), RF_OK);
+		rf_exec *e;
+		cr_assert_eq(rf_exec_create(g, &ep, &e), RF_OK, "%s", rf_errmsg());
+		rf_graph_destroy(g);
+		blockset bs;
+		file_blocks(&bs, 20, 8192, d, 0, &rng);
+		check c = {.bs = &bs, .fail_at = -1, .cancel_at = -1};
+		g_nprobes = 0;
+		int rc = rf_exec_run(e, bs.n, bs.srcs, bs.sizes, compute, &c);
+		if (pins == 0) {
+			cr_assert_eq(rc, RF_ENOTSUP, "%s", rf_errmsg());
+			cr_assert(strstr(rf_errmsg(), "STAGE") != NULL, "%s", rf_errmsg());
+		} else {
+			cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
+			cr_assert_eq(c.checked, bs.n);
+			cr_assert_eq(c.bad, 0, "block %zu", c.first_bad);
+		}
+		rf_exec_destroy(e);
+		free_file_blocks(&bs);
+	}
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
 	leak_check();
 }

@@ -35,19 +35,16 @@ TestSuite(threads_copy, .init = clean_env);
 /* ---- the decision rule ------------------------------------------------------------------------------ */
 
 /* The handoff's arm against the plain lanes, as the schedule compares them (threads_sched.h): on iff
- * the mean time with it beats the mean without by more than RF__SCH_MARGIN. n: 0..16 (0: off). */
+ * the mean time with it beats the mean without by more than RF__SCH_RULE's margin. n: 0 (off) or more. */
 static int ho_decide(const int64_t *on, const int64_t *off, unsigned n)
 {
 	if (n == 0)
 		return 0;
-	double x[2][16], fig[2];
-	for (unsigned i = 0; i < n; i++) {
-		x[0][i] = (double)off[i];
-		x[1][i] = (double)on[i];
-	}
-	fig[0] = rf__sch_mean(x[0], n);
-	fig[1] = rf__sch_mean(x[1], n);
-	return rf__sch_best(fig, 2) == 1; /* "off" first: on must win by the margin */
+	rf__cmp c;
+	rf__cmp_init(&c, RF__SCH_RULE, 2, n, 0); /* "off" first: on must win by the margin */
+	for (unsigned i = 0; i < n; i++)
+		rf__cmp_note(&c, (double)off[i]), rf__cmp_note(&c, (double)on[i]);
+	return c.best == 1;
 }
 
 Test(threads_copy, decide_on_when_clearly_faster)

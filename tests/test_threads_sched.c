@@ -41,28 +41,26 @@ Test(sched, shapes)
 	cr_assert_eq(rf__sch_shape(1u << 30, 1u << 20), rf__sch_shape(1u << 31, 1u << 21), "counts capped");
 }
 
+static unsigned best(const double *fig, unsigned n)
+{
+	const rf__cmp_rule r = RF__SCH_RULE;
+	return rf__cmp_pick(&r, fig, NULL, n);
+}
+
 Test(sched, best_keeps_the_preferred_arm_unless_beaten_by_the_margin)
 {
 	double a[2] = {100, 90};
-	cr_assert_eq(rf__sch_best(a, 2), 1u, "10 % faster");
+	cr_assert_eq(best(a, 2), 1u, "10 % faster");
 	double b[2] = {100, 98};
-	cr_assert_eq(rf__sch_best(b, 2), 0u, "2 %: inside the 3 % margin");
+	cr_assert_eq(best(b, 2), 0u, "2 %: inside the 3 % margin");
 	double c[2] = {100, 100};
-	cr_assert_eq(rf__sch_best(c, 2), 0u, "a tie keeps the first");
+	cr_assert_eq(best(c, 2), 0u, "a tie keeps the first");
 	double d[3] = {100, 80, 79};
-	cr_assert_eq(rf__sch_best(d, 3), 1u, "the third must beat the second by the margin too");
+	cr_assert_eq(best(d, 3), 1u, "the third must beat the second by the margin too");
 	double e[3] = {100, 80, 70};
-	cr_assert_eq(rf__sch_best(e, 3), 2u);
+	cr_assert_eq(best(e, 3), 2u);
 	double f[1] = {5};
-	cr_assert_eq(rf__sch_best(f, 1), 0u);
-}
-
-Test(sched, means)
-{
-	double v[5] = {5, 1, 4, 2, 3};
-	cr_assert_float_eq(rf__sch_mean(v, 5), 3, 1e-12);
-	cr_assert_float_eq(rf__sch_mean(v, 4), 3, 1e-12);
-	cr_assert_float_eq(rf__sch_mean(v, 1), 5, 1e-12);
+	cr_assert_eq(best(f, 1), 0u);
 }
 
 static const unsigned two[2] = {RF__SCH_INLINE, RF__SCH_LANES};
@@ -98,8 +96,8 @@ Test(sched, comparisons_alternate_from_the_lanes_and_keep_the_faster)
 	for (unsigned k = 0; k < RF__SCH_RECHECK; k++)
 		cr_assert_eq(rf__sch_pick(&s, shape, &c), RF__SCH_INLINE, "the faster is kept (run %u)", k);
 	cr_assert_eq(c->choice, RF__SCH_INLINE);
-	cr_assert_float_eq(c->fig[0], 100, 1e-9);
-	cr_assert_float_eq(c->fig[1], 150, 1e-9);
+	cr_assert_float_eq(c->cmp.fig[0], 100, 1e-9);
+	cr_assert_float_eq(c->cmp.fig[1], 150, 1e-9);
 	/* then compared again, and the lanes are faster now: taken, and compared again soon */
 	double x[2] = {200, 100};
 	cr_assert(compare(&s, shape, x));
@@ -113,7 +111,7 @@ static void settle(rf__sch *s, uint32_t shape)
 	rf__sch_class *c;
 	while (rf__sch_pick(s, shape, &c), !c->probing)
 		;
-	c->probes = 0; /* that pick opened the comparison: let compare() take its turns from the start */
+	c->cmp.k = 0; /* that pick opened the comparison: let compare() take its turns from the start */
 }
 
 Test(sched, earlier_comparisons_count_half_each_time)
@@ -132,13 +130,13 @@ Test(sched, earlier_comparisons_count_half_each_time)
 	settle(&s, shape);
 	x[RF__SCH_LANES] = 105;
 	cr_assert(compare(&s, shape, x));
-	cr_assert_float_eq(c->fig[1], (80 * R / 2 + 105 * R) / (R / 2 + R), 1e-9);
+	cr_assert_float_eq(c->cmp.fig[1], (80 * R / 2 + 105 * R) / (R / 2 + R), 1e-9);
 	cr_assert_eq(c->choice, RF__SCH_LANES);
 	/* a second one that says so (lanes now 20 % slower) does: 110 */
 	settle(&s, shape);
 	x[RF__SCH_LANES] = 120;
 	cr_assert(compare(&s, shape, x));
-	cr_assert_float_eq(c->fig[1], ((80 * R / 2 + 105 * R) / 2 + 120 * R) / ((R / 2 + R) / 2 + R), 1e-9);
+	cr_assert_float_eq(c->cmp.fig[1], ((80 * R / 2 + 105 * R) / 2 + 120 * R) / ((R / 2 + R) / 2 + R), 1e-9);
 	cr_assert_eq(c->choice, RF__SCH_INLINE);
 }
 
@@ -202,9 +200,9 @@ Test(sched, failed_runs_are_not_samples)
 	unsigned a = rf__sch_pick(&s, shape, &c);
 	/* the run failed: nothing noted; the next run is the same turn */
 	cr_assert_eq(rf__sch_pick(&s, shape, &c), a);
-	cr_assert_eq(c->probes, 0u);
+	cr_assert_eq(c->cmp.k, 0u);
 	cr_assert_eq(rf__sch_note(&s, c, RF__SCH_INLINE, 5), 0, "not this turn's arm: ignored");
-	cr_assert_eq(c->probes, 0u);
+	cr_assert_eq(c->cmp.k, 0u);
 }
 
 Test(sched, shapes_are_chosen_for_separately)
@@ -227,7 +225,7 @@ Test(sched, shapes_are_chosen_for_separately)
 		rf__sch_pick(&s, rf__sch_shape((uint64_t)1 << (24 + i), 1), &c);
 	rf__sch_pick(&s, small, &c);
 	cr_assert(c->probing, "forgotten: compared again");
-	cr_assert_eq(c->probes, 0u);
+	cr_assert_eq(c->cmp.k, 0u);
 }
 
 Test(sched, one_arm_is_no_choice)

@@ -13,11 +13,11 @@
  *    rf_pipeline_cancel), and synchronises once at the end: all work it and the callbacks enqueued is done.
  *  - Page-locked (cudaHostAlloc, cudaHostRegister, rf_cuda_host_register, rf_cuda_staging_alloc) or
  *    device sources are copied directly; only when all their bytes are (a gap between registrations is
- *    pageable). Pageable sources and files' bytes (rf_file_open) take two hops: staging threads
- *    (rf-stage-N) fill a pinned host ring on the GPU's NUMA node (else the caller's; placement says so),
+ *    pageable). Pageable sources and files' bytes (rf_file_open) take two hops: STAGE ops on host lanes
+ *    (rf-stage-N) fill pinned staging buffers on the GPU's NUMA node (else the caller's; placement says),
  *    page-locked on the first block that needs it: where that is refused, only runs with such a block
  *    fail, with the reason. Register long-lived sources once at set-up (pinning runs at a few GB/s).
- *  - rf_pipeline_placement() reports the pinned host ring (pinned = 1 when page-locked).
+ *  - rf_pipeline_placement() reports the pinned staging buffers (pinned = 1 when page-locked).
  *  - Errors: rf_errmsg() names the failed CUDA call and gives cudaGetErrorString(). A failure while
  *    enqueueing drains what was enqueued and leaves the pipeline usable. An error surfacing when the run
  *    synchronises (a faulting kernel) is sticky in CUDA: this and every later run returns RF_EBACKEND, and

@@ -12,8 +12,8 @@
  *    sees a partial block; the pipeline stays usable), or that acquire (the key stays absent). A failed
  *    hint leaves its key absent and counts as wasted. Never SIGBUS, never a block with stale bytes.
  *  - The bytes must not change while open (as for memory). On "cuda" an acquire of a file source may
- *    wait on the host (the read into pinned staging).
- *  - slot_bytes a multiple of 4096: every slot starts on a 4 KiB boundary (host and pinned staging).
+ *    wait on the host (the read into a pinned staging buffer).
+ *  - slot_bytes a multiple of 4096: every slot (host) and staging buffer (pinned) is 4 KiB aligned.
  */
 #ifndef RINGFETCH_FILE_H
 #define RINGFETCH_FILE_H

@@ -5,12 +5,12 @@
  *
  * A node sits on a queue; a queue runs its nodes in the order they were added. An edge u -> v means
  * "u finishes before v starts". Slots are numbered 0 .. nslots-1 (largest used + 1).
- *   COPY    (queue, block, slot): srcs[block] (or the block's staging slot, if staged) into slot;
+ *   COPY    (queue, block, slot): srcs[block] (or the block's staging buffer, if staged) into slot;
  *   COMPUTE (queue, block, slot): call compute with block resident in slot;
  *   WAIT    (queue): wait for every predecessor; no work;
- *   STAGE   (queue, block, slot): srcs[block] into staging slot `slot` (host memory of slot_bytes,
- *           numbered apart from the ring's). On "cuda" a queue with STAGE nodes is a host thread and
- *           may hold only STAGE and WAIT nodes, and file sources are not supported there.
+ *   STAGE   (queue, block, slot): srcs[block] into staging buffer `slot` (host staging memory of
+ *           slot_bytes, numbered apart from the slots). On "cuda" a queue with STAGE nodes runs on a host
+ *           thread and may hold only STAGE and WAIT nodes; a file source reaches the device this way only.
  * docs/design.md and docs/api.md ("Custom graphs") explain the model and two-hop staging.
  */
 #ifndef RINGFETCH_GRAPH_H
@@ -90,7 +90,7 @@ RF_EXTERN int rf_graph_has_edge(const rf_graph *g, size_t from, size_t to);
  * Check that the graph can run and cannot race: no cycle (RF_EINVAL naming a node on it); per slot,
  * RAW (each COMPUTE of (b, s) has the COPY of (b, s) among its ancestors), WAR (each COPY into s is
  * after every COMPUTE of s for an earlier block), WAW (after every earlier COPY into s), each block
- * copied into a slot once; staging slots likewise, their readers being the COPYs of the blocks staged
+ * copied into a slot once; staging buffers likewise, their readers being the COPYs of the blocks staged
  * there, each block staged once. A violation is RF_EHAZARD, rf_errmsg naming the two nodes.
  * Linear for rings and fans, O(nodes * (nodes + edges)) time at worst.
  * \return RF_OK; RF_EINVAL (g NULL, cycle); RF_EHAZARD; RF_ENOMEM.
@@ -119,7 +119,7 @@ typedef struct rf_op {
 	unsigned queue;      /* the queue executing the op */
 	size_t node;         /* COPY, COMPUTE, SIGNAL: the node; WAIT: the node it is waited before */
 	size_t block;        /* COPY, COMPUTE, STAGE: the node's block */
-	unsigned slot;       /* COPY, COMPUTE: the node's slot; STAGE: its staging slot */
+	unsigned slot;       /* COPY, COMPUTE: the node's slot; STAGE: its staging buffer */
 	unsigned wait_queue; /* WAIT: the queue waited on */
 	uint64_t value;      /* SIGNAL: the value signalled; WAIT: the value awaited (>=) */
 } rf_op;
@@ -154,8 +154,8 @@ typedef struct rf_exec_params {
 } rf_exec_params;
 
 /**
- * Instantiate g on a backend: validate, lower, allocate (nslots + nstage on CPU backends) * slot_bytes
- * and the backend's queues. g may be changed or destroyed afterwards.
+ * Instantiate g on a backend: validate, lower, allocate the slots and (CPU backends) the staging buffers,
+ * slot_bytes each, and the backend's lanes. g may be changed or destroyed afterwards.
  * \return RF_OK and *out; rf_graph_validate's errors; RF_EINVAL (NULL argument, slot_bytes 0, flags,
  *         an empty graph, nslots * slot_bytes overflowing); RF_ENODEV; RF_ECONFIG (as for
  *         rf_pipeline_create: a malformed configured value, the ring over the memory budget);
@@ -169,9 +169,9 @@ RF_EXTERN int rf_exec_create(const rf_graph *g, const rf_exec_params *params, rf
  * nodes call compute; nblocks must exceed every block in the graph. Checks and errors as for
  * rf_pipeline_run (a failing compute stops every queue from starting nodes), but a NULL e is RF_EINVAL
  * even with nblocks 0. Computes on one queue run in its order. Queue 0 runs on the calling thread; with
- * "threads" every other queue's nodes, computes included, run on that queue's worker thread.
+ * "threads" every other queue's nodes, computes included, run on that queue's lane (a worker thread).
  * \return RF_OK; RF_EINVAL; RF_EBUSY; RF_ECALLBACK; RF_ECANCELED (rf_exec_destroy from a callback);
- *         RF_ENOMEM (tracing arrays); RF_EBACKEND.
+ *         RF_ENOTSUP ("cuda": an unstaged COPY of a file source); RF_ENOMEM (tracing arrays); RF_EBACKEND.
  */
 RF_EXTERN int rf_exec_run(rf_exec *e, size_t nblocks, const void *const *srcs, const size_t *sizes,
                           rf_compute_fn compute, void *user);

@@ -1,5 +1,5 @@
 /*
- * ringfetch/staging.h — where ring (staging) memory lives, and NUMA-local buffers for embedders.
+ * ringfetch/staging.h — staging memory (host slots, staging buffers) and NUMA-local buffers for embedders.
  *
  * Policies (rf_pipeline_params.staging and `policy` below), exact spelling, anything else RF_EINVAL:
  *   "auto" (or NULL)  the NUMA node of the calling thread's current core;
@@ -27,7 +27,7 @@ typedef struct rf_placement {
 } rf_placement;
 
 /**
- * Where the pipeline's ring slots live (one allocation); for a cuda pipeline, its pinned host ring.
+ * Where the pipeline's slots live (one allocation); for a cuda pipeline, its pinned staging buffers.
  * Thread-safe, also while the pipeline runs.
  * \return RF_OK and *out;
  *         RF_EINVAL if p or out is NULL;
