@@ -74,11 +74,11 @@ static void rf__trace_events(const rf__trace *t, FILE *f, unsigned pid, const ch
 			if (e->t1 == 0)
 				continue; /* a keyed copy withdrawn before it started */
 			fprintf(f,
-				",\n{\"name\":\"%s %s%lld\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%u,"
-				"\"tid\":%u,\"args\":{\"%s\":%lld,\"slot\":%u}}",
-				what, t->keyed ? "k" : "b", (long long)e->block, what, (double)e->t0 / 1e3,
+				",\n{\"name\":\"%s %s%llu\",\"cat\":\"%s\",\"ph\":\"X\",\"ts\":%.3f,\"dur\":%.3f,\"pid\":%u,"
+				"\"tid\":%u,\"args\":{\"%s\":%llu,\"slot\":%u}}",
+				what, t->keyed ? "k" : "b", (unsigned long long)e->block, what, (double)e->t0 / 1e3,
 				(double)(e->t1 - e->t0) / 1e3, pid, t->keyed ? e->node : q, t->keyed ? "key" : "block",
-				(long long)e->block, e->slot);
+				(unsigned long long)e->block, e->slot); /* blocks are never negative, keys unsigned */
 		}
 	}
 }
