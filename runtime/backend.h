@@ -95,9 +95,9 @@ typedef struct rf__open_args {
  * holds, stats); the backend moves bytes and orders them. Every keyed operation is one op posted to it
  * (rf__backend_ops.post), on the owner's thread (TEST from any thread too), none allocating:
  *  - RF__KOP_COPY: a one-block program, a COPY of req->bytes from req->src into slot req->slot on lane
- *    req->lane (< rf__open_args.klanes), posted without waiting; *out is its ticket, the value its lane
- *    reaches once the copy is done (never 0), or 0 when the backend copied inline (cpu; threads' demand
- *    copies). Ordered after (a) the slot's previous copy, req->after unless known finished (0): WAW;
+ *    req->lane (< rf__open_args.klanes), posted without waiting; *out is its ticket, a queue value that
+ *    only grows (threads: what its lane's queue reaches once the copy is done; cuda: its event's number;
+ *    never 0), or 0 when the backend copied inline (cpu; threads' demand copies). Ordered after (a) the slot's previous copy, req->after unless known finished (0): WAW;
  *    hints into one slot share a lane, so a FIFO lane suffices; (b) the work released on the slot since
  *    its previous fill: WAR (CPU backends: nothing to do; cuda: the lane stream waits, on the device, on
  *    each release's event and on req->after's). (c) A demand copy (req->demand) never queues behind a
