@@ -4,13 +4,13 @@
  * answering EAGAIN / EBUSY / EINTR for ever (seccomp again: bounded tries, then pread or RF_EIO); no
  * descriptor left at a pipeline's first file use (RLIMIT_NOFILE); a refused registration; the
  * doorbell; O_DIRECT leaving the page cache cold (mincore); the unaligned-range rule on synthetic
- * samples; the signals a flight of copies holds back (runtime/flight.h). Files live in the working
+ * samples; the signals a flight of copies holds back (io/flight.h). Files live in the working
  * directory (the build tree: a disk that takes O_DIRECT). */
 #define _GNU_SOURCE
 #include "io/file.h"
 #include "io/reader.h"
 #include "ringfetch.h"
-#include "runtime/flight.h"
+#include "io/flight.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>

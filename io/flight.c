@@ -1,8 +1,7 @@
-/* runtime/flight.c — a lane's copies in flight and the signals behind them (runtime/flight.h). */
+/* io/flight.c — a lane's copies in flight and the signals behind them (io/flight.h). */
 #define _GNU_SOURCE /* eventfd */
-#include "runtime/flight.h"
+#include "io/flight.h"
 #include "base/error.h"
-#include "runtime/trace.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -148,8 +147,8 @@ static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc)
 			f->failed = 1;
 			snprintf(f->msg, sizeof f->msg, "%s", f->last);
 		}
-	} else if (r->traced && f->trace != NULL) {
-		rf__trace_add(f->trace, r->queue, RF_OP_COPY, r->block, r->slot, r->node, r->t0, rf__now_ns(), r->s0);
+	} else if (r->traced && f->hook != NULL) {
+		f->hook(f->hook_ctx, r, RF__FLIGHT_LANDED);
 	}
 	if (r->unhold != NULL)
 		rf__file_unhold(r->unhold);
@@ -202,8 +201,9 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 {
 	uint64_t tag = f->started;
 	rf__reader *rd = rf__flight_rd(f);
-	int64_t t0 = rec->traced ? rf__now_ns() : 0; /* the slice starts before any wait for room */
-	uint64_t s0 = rec->traced ? rf__trace_seq(f->trace) : 0;
+	rf__flight_rec stamped = *rec; /* the slice starts before any wait for room */
+	if (rec->traced && f->hook != NULL)
+		f->hook(f->hook_ctx, &stamped, RF__FLIGHT_STARTS);
 	for (;;) {
 		if (f->started - f->upto < RF__FLIGHT_MAX) {
 			int rc = rf__reader_start_ahead(rd, s, n, dst, cap, 0, tag, rec->ahead);
@@ -216,9 +216,7 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 			rf__reader_wait(rd);
 	}
 	rf__flight_rec *r = &f->rec[tag % RF__FLIGHT_MAX];
-	*r = *rec;
-	r->t0 = t0;
-	r->s0 = s0;
+	*r = stamped;
 	r->dst = dst;
 	r->len = n > cap ? n : cap;
 	r->done = 0;
