@@ -2,6 +2,7 @@
 #define _GNU_SOURCE /* eventfd */
 #include "io/flight.h"
 #include "base/error.h"
+#include "base/test_hooks.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -134,11 +135,12 @@ static void rf__flight_fire(rf__flight *f)
 }
 
 /* Copy `tag` landed with rc. */
-static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc)
+static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc, size_t shift)
 {
 	rf__flight_rec *r = &f->rec[tag % RF__FLIGHT_MAX];
 	r->done = 1;
 	r->rc = rc;
+	r->shift = shift;
 	if (rc != RF_OK) {
 		snprintf(f->last, sizeof f->last, "%s", rf__reader_error(rf__flight_rd(f)));
 		if (r->fail_at != NULL) {
@@ -166,7 +168,7 @@ int rf__flight_progress(rf__flight *f)
 	int rc;
 	size_t shift;
 	while (rf__reader_poll(rd, &tag, &rc, &shift))
-		rf__flight_landed(f, tag, rc);
+		rf__flight_landed(f, tag, rc, shift);
 	rf__flight_fire(f);
 	if (rf__reader_gen(rd) != f->why_gen) /* what it landed changed how the reader reads */
 		rf__flight_describe(f, rd);
@@ -206,7 +208,7 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 		f->hook(f->hook_ctx, &stamped, RF__FLIGHT_STARTS);
 	for (;;) {
 		if (f->started - f->upto < RF__FLIGHT_MAX) {
-			int rc = rf__reader_start_ahead(rd, s, n, dst, cap, 0, tag, rec->ahead);
+			int rc = rf__reader_start_ahead(rd, s, n, dst, cap, rec->flags, tag, rec->ahead);
 			if (rc == RF_OK)
 				break;
 			if (rc != RF_EBUSY)
@@ -222,6 +224,8 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 	r->done = 0;
 	f->started++;
 	atomic_store_explicit(&f->inflight, (unsigned)(f->started - f->upto), memory_order_relaxed);
+	if (RF__TEST_HOOK(flight_started) != NULL)
+		RF__TEST_HOOK(flight_started)((unsigned)(f->started - f->upto));
 	return RF_OK;
 }
 
@@ -289,7 +293,14 @@ void rf__flight_run_end(rf__flight *f)
 
 int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap)
 {
-	rf__flight_rec rec = {0};
+	size_t shift;
+	return rf__flight_read_shifted(f, s, n, dst, cap, 0, &shift);
+}
+
+int rf__flight_read_shifted(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
+			    unsigned flags, size_t *shift)
+{
+	rf__flight_rec rec = {.flags = flags};
 	uint64_t tag = f->started;
 	int rc = rf__flight_start(f, s, n, dst, cap, &rec);
 	if (rc != RF_OK)
@@ -298,6 +309,7 @@ int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *d
 	while (!r->done)
 		if (rf__flight_progress(f) && !r->done)
 			rf__reader_wait(rf__flight_rd(f));
+	*shift = r->shift;
 	if (r->rc == RF_OK)
 		return RF_OK;
 	f->failed = 0; /* a blocking read reports its own failure; the flight stays usable */

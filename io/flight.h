@@ -34,6 +34,8 @@ typedef struct rf__flight_rec {
 	int64_t fail_value;
 	unsigned char *dst;        /* where it writes (set by rf__flight_start) */
 	size_t len;
+	unsigned flags;            /* rf__reader_start's (RF__RD_SHIFT_OK) */
+	size_t shift;              /* once landed: its bytes begin at dst + shift */
 	uint8_t done;
 	int rc;
 	size_t ahead; /* bytes of the same file the walk copies next, in order (rf__reader_start_ahead) */
@@ -135,5 +137,8 @@ void rf__flight_run_end(rf__flight *f);
 
 /* A blocking read on the calling thread. RF_OK, or RF_EIO / RF_EINVAL with rf_errmsg set. */
 int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap);
+/* The same with rf__reader_start's flags: *shift says where the bytes begin (RF__RD_SHIFT_OK). */
+int rf__flight_read_shifted(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
+			    unsigned flags, size_t *shift);
 
 #endif
