@@ -186,19 +186,18 @@ typedef struct rf__cu_until {
 	rf__cu_lane *l; /* a waiting lane, which keeps its reads landing (NULL: the walker) */
 } rf__cu_until;
 
-static int rf__cu_seen(const rf__cu_until *u)
-{
-	return atomic_load_explicit(&u->w->value, memory_order_acquire) >= u->v ||
-	       atomic_load_explicit(&u->cx->stop, memory_order_relaxed);
-}
-
+/* A waiting lane reaps its reads only while what it waits for has not come: a wait already met costs a load. */
 static int rf__cu_reached(void *arg)
 {
 	rf__cu_until *u = arg;
-	if (rf__cu_seen(u) || u->l == NULL)
-		return rf__cu_seen(u);
-	rf__cu_lane_progress(u->l);
-	return rf__cu_seen(u);
+	for (int reaped = u->l == NULL;; reaped = 1) {
+		if (atomic_load_explicit(&u->w->value, memory_order_acquire) >= u->v ||
+		    atomic_load_explicit(&u->cx->stop, memory_order_relaxed))
+			return 1;
+		if (reaped)
+			return 0;
+		rf__cu_lane_progress(u->l);
+	}
 }
 
 /* Wait for queue w to reach v. A lane with reads in flight sleeps in its reader, woken by a read

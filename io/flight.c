@@ -291,12 +291,6 @@ void rf__flight_run_end(rf__flight *f)
 		rf__reader_window_release(rd);
 }
 
-int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap)
-{
-	size_t shift;
-	return rf__flight_read_shifted(f, s, n, dst, cap, 0, &shift);
-}
-
 int rf__flight_read_shifted(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
 			    unsigned flags, size_t *shift)
 {

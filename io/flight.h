@@ -135,10 +135,14 @@ void rf__flight_run_start(rf__flight *f, int first_small);
 /* A run's end, once its copies have landed: the window's reads ahead too (its files may be closed). */
 void rf__flight_run_end(rf__flight *f);
 
-/* A blocking read on the calling thread. RF_OK, or RF_EIO / RF_EINVAL with rf_errmsg set. */
-int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap);
-/* The same with rf__reader_start's flags: *shift says where the bytes begin (RF__RD_SHIFT_OK). */
+/* A blocking read on the calling thread, with rf__reader_start's flags: *shift says where the bytes
+ * begin (RF__RD_SHIFT_OK). RF_OK, or RF_EIO / RF_EINVAL with rf_errmsg set. */
 int rf__flight_read_shifted(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
 			    unsigned flags, size_t *shift);
+static inline int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap)
+{
+	size_t shift;
+	return rf__flight_read_shifted(f, s, n, dst, cap, 0, &shift);
+}
 
 #endif
