@@ -6,7 +6,9 @@
  * own ops with the one interpreter (runtime/walk.h) while the walker enqueues the streams' ops:
  *   STAGE b into t:  a source DMA can read is not copied (slot t's state says "read the source"); a
  *                    pageable one is copied into pinned slot t by the lane and its helpers (base/piece.h);
- *                    a file's range is read into it (its aligned window; the state says where bytes begin).
+ *                    a file's range is read into it (its aligned window), the read left in flight while
+ *                    the lane walks on (io/flight.h: a read per pinned slot at most); once it landed the
+ *                    state says where its bytes begin, and the signal behind it goes out, in order.
  *   lane waits for a stream (the slot's WAR): until the walker recorded that signal, then its event.
  *   stream waits for a lane (the copy's RAW): the walker waits on the host, taking pieces meanwhile.
  * A lane whose waits and consumers are the one stream it feeds defers the event wait until a STAGE that
