@@ -149,9 +149,9 @@ static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc, size_t shift)
 			f->failed = 1;
 			snprintf(f->msg, sizeof f->msg, "%s", f->last);
 		}
-	} else if (r->traced && f->hook != NULL) {
-		f->hook(f->hook_ctx, r, RF__FLIGHT_LANDED);
 	}
+	if (r->traced && f->hook != NULL)
+		f->hook(f->hook_ctx, r, RF__FLIGHT_LANDED);
 	if (r->unhold != NULL)
 		rf__file_unhold(r->unhold);
 	while (f->upto < f->started && f->rec[f->upto % RF__FLIGHT_MAX].done)
