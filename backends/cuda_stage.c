@@ -256,9 +256,9 @@ int rf__cu_fill(rf__cu_lane *l, unsigned t, const void *src, const rf__fsrc *fs,
 	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
 	*data = dst;
 	if (fs != NULL) { /* a file's bytes start where its aligned read put them */
-		size_t shift = 0;
+		size_t shift = 0, cap = cx->pin_stride;
 		if ((rc = rf__cu_lane_open(l, pin)) == RF_OK &&
-		    (rc = rf__flight_read_shifted(&l->flight, fs, n, dst, cx->pin_stride, RF__RD_SHIFT_OK, &shift)) != RF_OK)
+		    (rc = rf__flight_read_shifted(&l->flight, fs, n, dst, cap, RF__RD_SHIFT_OK, &shift)) != RF_OK)
 			rf__err(rc, "cuda: %s", rf__errmsg_peek());
 		*data = dst + shift;
 		return rc;

@@ -43,7 +43,8 @@ void rf__rd_explain(rf__reader *r, const rd_copy *c)
 	const char *path = c->f->path;
 	if (c->err_no != 0)
 		snprintf(r->err, sizeof r->err, "%s: read of %zu bytes at offset %" PRIu64 ": %s%s", path, c->err_len,
-			 c->err_off, strerror(c->err_no), rf__rd_transient(c->err_no) ? " (every try of " RD_TRIES_S ")" : "");
+			 c->err_off, strerror(c->err_no),
+			 rf__rd_transient(c->err_no) ? " (every try of " RD_TRIES_S ")" : "");
 	else if (c->err_size != UINT64_MAX)
 		snprintf(r->err, sizeof r->err, "%s: short read at offset %" PRIu64 ": file shrank to %" PRIu64 " bytes",
 			 path, c->err_off, c->err_size);

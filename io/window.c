@@ -24,7 +24,8 @@ static void rd_win_measure(rf__reader *r, uint64_t bytes)
 	if (w->m_landed < RF__RD_AHEAD_ROUNDS * w->ahead.on)
 		return;
 	double rate, err;
-	rf__reader_ahead_sample(w->m_bytes, (double)(t - w->m_t0) * 1e-9, RF__RD_AHEAD_ROUNDS, w->m_sum, w->m_sq, &rate, &err);
+	rf__reader_ahead_sample(w->m_bytes, (double)(t - w->m_t0) * 1e-9, RF__RD_AHEAD_ROUNDS, w->m_sum, w->m_sq, &rate,
+				&err);
 	rf__reader_ahead_rule(&w->ahead, rate, err);
 	r->gen++; /* describe shows the rates so far */
 	w->m_t0 = w->ahead.settled ? 0 : t, w->m_landed = 0, w->m_bytes = 0, w->m_sum = 0, w->m_sq = 0;
