@@ -7,7 +7,8 @@
  * thread waiting on the lane calls rf__flight_progress and sleeps in the reader (rf__flight_sleep),
  * woken by the lane's bell. A failed run copy (RF_EIO) stops the lane: its later signals are dropped,
  * so no compute sees a block that did not land. A failed keyed copy sets *fail_at = fail_value and its
- * signal still goes out, in order. */
+ * signal still goes out, in order. What a landed copy means to its owner (a trace slice, where a
+ * staging slot's bytes begin) is the owner's hook's to record: the flight knows nothing above io/. */
 #ifndef RF_IO_FLIGHT_H
 #define RF_IO_FLIGHT_H
 
@@ -25,7 +26,7 @@
 typedef struct rf__flight_rec {
 	int64_t t0; /* the hook's: stamped when the copy starts (RF__FLIGHT_STARTS) */
 	uint64_t s0;
-	int64_t block;
+	int64_t block; /* the owner's names of the copy, for its hook */
 	uint32_t slot, node;
 	uint8_t queue;
 	uint8_t traced;            /* tell f->hook when it starts and when it lands */
