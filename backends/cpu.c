@@ -5,8 +5,8 @@
  * waits for them to land, a wait reaps reads; a ring's prefetches are in flight while n computes. */
 #include "base/error.h"
 #include "io/file.h"
+#include "io/flight.h"
 #include "memory/staging.h"
-#include "runtime/flight.h"
 #include "runtime/walk.h"
 
 #include <stdio.h>
@@ -169,7 +169,7 @@ int rf__cpu_walk_overlapped(rf__run *run)
 	rf__cpu_walk w = {{0}, 1, {0}, run, run->io, 0, 0};
 	rf__flight *f = run->io;
 	f->failed = 0;
-	f->trace = run->trace;
+	rf__trace_flight(f, run->trace);
 	/* The read-ahead window pays for blocks that follow one another in a file where it keeps twice the
 	 * bytes in flight that the ring's own reads (depth - 1 blocks) do, or more. */
 	size_t n0 = run->sizes[0];
@@ -183,7 +183,7 @@ int rf__cpu_walk_overlapped(rf__run *run)
 	while (rf__flight_progress(f))
 		rf__flight_sleep(f);
 	rf__flight_run_end(f);
-	f->trace = NULL;
+	rf__trace_flight(f, NULL);
 	if (rc == RF_OK && f->failed)
 		rc = rf__err(RF_EIO, "%s", f->msg);
 	f->failed = 0;

@@ -12,7 +12,7 @@
 #include "base/piece.h"
 #include "base/pool.h"
 #include "base/wait.h"
-#include "io/reader.h"
+#include "io/flight.h"
 #include "memory/staging.h"
 #include "memory/topology.h"
 #include "runtime/walk.h"
@@ -48,7 +48,8 @@ typedef struct rf__cu_lane {
 	unsigned pend_q;           /* the deferred wait: stream pend_q reaching pend (0: none) */
 	int64_t pend;
 	int entered;               /* device current and capture mode thread-local, once per thread */
-	rf__reader *rd;            /* lanes: file reads into the pinned ring (made on the first) */
+	rf__flight flight;         /* its file reads into the pinned ring, in flight (opened on the first) */
+	int reported;              /* a read of this run failed and the run was told */
 	rf__cu_range ranges[RF__CU_RANGES];
 } rf__cu_lane;
 

@@ -6,7 +6,9 @@
  * own ops with the one interpreter (runtime/walk.h) while the walker enqueues the streams' ops:
  *   STAGE b into t:  a source DMA can read is not copied (slot t's state says "read the source"); a
  *                    pageable one is copied into pinned slot t by the lane and its helpers (base/piece.h);
- *                    a file's range is read into it (its aligned window; the state says where bytes begin).
+ *                    a file's range is read into it (its aligned window), the read left in flight while
+ *                    the lane walks on (io/flight.h: a read per pinned slot at most); once it landed the
+ *                    state says where its bytes begin, and the signal behind it goes out, in order.
  *   lane waits for a stream (the slot's WAR): until the walker recorded that signal, then its event.
  *   stream waits for a lane (the copy's RAW): the walker waits on the host, taking pieces meanwhile.
  * A lane whose waits and consumers are the one stream it feeds defers the event wait until a STAGE that
@@ -153,33 +155,76 @@ int rf__cu_read(rf__cu *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsig
 	return RF_OK;
 }
 
+/* Lane l's flight, opened on its first file read: its reader and bell, the pinned ring registered. */
+static int rf__cu_lane_open(rf__cu_lane *l, unsigned char *pin)
+{
+	if (rf__flight_open(&l->flight, pin, (size_t)l->cx->nstage * l->cx->pin_stride) != RF_OK)
+		return rf__err(RF_ENOMEM, "cuda: file reads of staging lane %u: %s", l->index, rf__errmsg_peek());
+	return RF_OK;
+}
+
+/* A read landed: the copy of its staging slot reads where its bytes begin (before the signal behind it). */
+static void rf__cu_landed(void *ctx, rf__flight_rec *r, int phase)
+{
+	if (phase == RF__FLIGHT_LANDED && r->rc == RF_OK)
+		((rf__cu *)ctx)->sslot[r->slot] = r->dst + r->shift;
+}
+
+/* Reap lane l's landed reads (their signals go out in order); a failed one fails the run. */
+static void rf__cu_lane_progress(rf__cu_lane *l)
+{
+	rf__flight_progress(&l->flight);
+	if (l->flight.failed && !l->reported) {
+		l->reported = 1;
+		rf__err(RF_EIO, "cuda: %s", l->flight.msg);
+		rf__cu_run_fail(l->cx, RF_EIO);
+	}
+}
+
 typedef struct rf__cu_until {
 	rf__cu *cx;
 	const rf__cu_queue *w;
 	int64_t v;
+	rf__cu_lane *l; /* a waiting lane, which keeps its reads landing (NULL: the walker) */
 } rf__cu_until;
 
+/* A waiting lane reaps its reads only while what it waits for has not come: a wait already met costs a load. */
 static int rf__cu_reached(void *arg)
 {
-	const rf__cu_until *u = arg;
-	return atomic_load_explicit(&u->w->value, memory_order_acquire) >= u->v ||
-	       atomic_load_explicit(&u->cx->stop, memory_order_relaxed);
+	rf__cu_until *u = arg;
+	for (int reaped = u->l == NULL;; reaped = 1) {
+		if (atomic_load_explicit(&u->w->value, memory_order_acquire) >= u->v ||
+		    atomic_load_explicit(&u->cx->stop, memory_order_relaxed))
+			return 1;
+		if (reaped)
+			return 0;
+		rf__cu_lane_progress(u->l);
+	}
 }
 
-static int rf__cu_await(rf__cu *cx, const rf__cu_queue *w, int64_t v)
+/* Wait for queue w to reach v. A lane with reads in flight sleeps in its reader, woken by a read
+ * landing or by its bell: what it waits for may be queued behind its own reads. */
+static int rf__cu_await(rf__cu *cx, const rf__cu_queue *w, int64_t v, rf__cu_lane *l)
 {
-	rf__cu_until u = {cx, w, v};
+	rf__cu_until u = {cx, w, v, l};
+	while (l != NULL && rf__flight_busy(&l->flight) && !rf__cu_reached(&u))
+		rf__ec_wait_bell(&cx->ec, rf__cu_reached, &u, 0, l->flight.bell_slot, rf__flight_sleep, &l->flight);
 	rf__ec_wait(&cx->ec, rf__cu_reached, &u, cx->spin_ns);
 	return atomic_load_explicit(&w->value, memory_order_acquire) >= v ? RF_OK : RF__CU_STOP;
 }
 
-int rf__cu_host_wait(rf__cu *cx, unsigned wq, int64_t v, size_t block)
+static int rf__cu_host_await(rf__cu *cx, unsigned wq, int64_t v, size_t block, rf__cu_lane *l)
 {
 	rf__cu_queue *w = &cx->q[wq];
 	if (atomic_load_explicit(&w->value, memory_order_acquire) >= v)
 		return RF_OK;
 	rf__piece_help(&cx->lane[w->lane].job, block, &w->value, v);
-	return rf__cu_await(cx, w, v);
+	return rf__cu_await(cx, w, v, l);
+}
+
+int rf__cu_host_wait(rf__cu *cx, unsigned wq, int64_t v, size_t block)
+{
+	return rf__cu_host_await(cx, wq, v, block, NULL);
 }
 
 static int rf__cu_event_wait(rf__cu *cx, unsigned wq, int64_t v)
@@ -210,8 +255,14 @@ int rf__cu_fill(rf__cu_lane *l, unsigned t, const void *src, const rf__fsrc *fs,
 		return rc;
 	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
 	*data = dst;
-	if (fs != NULL) /* a file's bytes start where its aligned read put them */
-		return rf__cu_read(cx, &l->rd, fs, n, dst, data);
+	if (fs != NULL) { /* a file's bytes start where its aligned read put them */
+		size_t shift = 0, cap = cx->pin_stride;
+		if ((rc = rf__cu_lane_open(l, pin)) == RF_OK &&
+		    (rc = rf__flight_read_shifted(&l->flight, fs, n, dst, cap, RF__RD_SHIFT_OK, &shift)) != RF_OK)
+			rf__err(rc, "cuda: %s", rf__errmsg_peek());
+		*data = dst + shift;
+		return rc;
+	}
 	for (unsigned i = cx->nhost + l->index; rf__piece_size(n) != 0 && i < cx->nhost + cx->nhelp; i += cx->nhost) {
 		rf__cu_lane *h = &cx->lane[i];
 		if (h->help_seq != UINT64_MAX && rf__lane_consumed(&cx->pool, i) <= h->help_seq)
@@ -222,6 +273,20 @@ int rf__cu_fill(rf__cu_lane *l, unsigned t, const void *src, const rf__fsrc *fs,
 	}
 	rf__piece_copy(&l->job, dst, src, n, block, 0);
 	return RF_OK;
+}
+
+/* Block b's file range into pinned slot t: the read starts and the lane walks on, keeping a read in
+ * flight per staging slot; the signal behind it goes out once it landed, in order. */
+static int rf__cu_stage_file(rf__cu_lane *l, const rf__fsrc *fs, size_t n, size_t b, unsigned t)
+{
+	rf__cu *cx = l->cx;
+	unsigned char *pin;
+	int rc = rf__cu_pin_ring(cx, &pin);
+	if (rc != RF_OK || (rc = rf__cu_lane_open(l, pin)) != RF_OK)
+		return rc;
+	rf__flight_rec rec = {.block = (int64_t)b, .slot = t, .traced = 1, .flags = RF__RD_SHIFT_OK};
+	rc = rf__flight_start(&l->flight, fs, n, pin + (size_t)t * cx->pin_stride, cx->pin_stride, &rec);
+	return rc == RF_OK ? RF__WALK_ASYNC : rc;
 }
 
 static int rf__cu_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned t)
@@ -242,8 +307,10 @@ static int rf__cu_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, un
 	if (l->pend != 0 && (rc = rf__cu_event_wait(cx, l->pend_q, l->pend)) != RF_OK)
 		return rc;
 	l->pend = 0;
+	if (file) /* its read starts; the copy's source is known once it landed (rf__cu_landed) */
+		return rf__cu_stage_file(l, &f, n, b, t);
 	const unsigned char *data = NULL;
-	rc = rf__cu_fill(l, t, src, file ? &f : NULL, n, b, &data);
+	rc = rf__cu_fill(l, t, src, NULL, n, b, &data);
 	cx->sslot[t] = data;
 	return rc;
 }
@@ -253,9 +320,9 @@ static int rf__cu_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, siz
 	(void)queue;
 	rf__cu_lane *l = c;
 	if (l->cx->q[wq].stream == NULL)
-		return rf__cu_host_wait(l->cx, wq, v, block);
+		return rf__cu_host_await(l->cx, wq, v, block, l);
 	/* The record first: the walker's copy has read the slot's state by then. */
-	int rc = rf__cu_await(l->cx, &l->cx->q[wq], v);
+	int rc = rf__cu_await(l->cx, &l->cx->q[wq], v, l);
 	if (rc != RF_OK || !l->defer)
 		return rc != RF_OK ? rc : rf__cu_event_wait(l->cx, wq, v);
 	l->pend_q = wq;
@@ -266,9 +333,8 @@ static int rf__cu_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, siz
 static int rf__cu_lane_signal(void *c, unsigned queue, int64_t v, size_t block)
 {
 	(void)block;
-	rf__cu_lane *l = c;
-	atomic_store_explicit(&l->cx->q[queue].value, v, memory_order_release);
-	rf__ec_notify(&l->cx->ec);
+	rf__cu_lane *l = c; /* after the lane's reads in flight, in order */
+	rf__flight_signal(&l->flight, &l->cx->q[queue].value, v);
 	return RF_OK;
 }
 
@@ -307,9 +373,14 @@ static void rf__cu_walk_item(rf__work *w, void *ctx)
 	rf__cu *cx = l->cx;
 	rf__cu_lane_enter(l);
 	l->pend = 0;
+	l->flight.failed = 0;
+	l->reported = 0;
 	int rc = rf__walk(cx->run, (int)l->q, 0, &rf__cu_lane_ops, l);
 	if (rc != 0)
 		rf__cu_run_fail(cx, rc);
+	/* The walk is over, its reads may not be (they write the pinned ring and read the caller's files). */
+	for (rf__cu_lane_progress(l); rf__flight_busy(&l->flight); rf__cu_lane_progress(l))
+		rf__flight_sleep(&l->flight);
 	atomic_fetch_sub_explicit(&cx->active, 1, memory_order_release);
 	rf__ec_notify(&cx->ec);
 }
@@ -380,6 +451,8 @@ int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p)
 				   .help_seq = UINT64_MAX};
 		l->walk.fn = i < cx->nhost ? rf__cu_walk_item : rf__cu_help_item;
 		rf__piece_init(&l->job);
+		rf__flight_init(&l->flight, &cx->ec, i, NULL);
+		l->flight.hook = rf__cu_landed, l->flight.hook_ctx = cx;
 		if (i < cx->nhost)
 			cx->q[l->q].lane = i;
 		ctx[i] = l;
@@ -394,8 +467,8 @@ int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p)
 void rf__cu_pool_close(rf__cu *cx)
 {
 	rf__pool_stop(&cx->pool);
-	for (unsigned i = 0; cx->lane != NULL && i < cx->nhost; i++)
-		rf__reader_destroy(cx->lane[i].rd);
+	for (unsigned i = 0; cx->lane != NULL && i < cx->nhost + cx->nhelp; i++)
+		rf__flight_fini(&cx->lane[i].flight);
 	rf__reader_destroy(cx->krd);
 	free(cx->lane);
 	free((void *)cx->sslot);

@@ -268,9 +268,9 @@ static void rf__thr_walk_item(rf__work *w, void *ctx)
 	rf__threads *t = l->t;
 	l->flight.failed = 0;
 	l->reported = 0;
-	l->flight.trace = t->run->trace;
+	rf__trace_flight(&l->flight, t->run->trace);
 	rf__thr_walk(t, t->run, l->q, l);
-	l->flight.trace = NULL;
+	rf__trace_flight(&l->flight, NULL);
 	atomic_fetch_sub_explicit(&t->active, 1, memory_order_release);
 	rf__ec_notify(&t->ec);
 }

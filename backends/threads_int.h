@@ -10,9 +10,9 @@
 #include "backends/threads_sched.h"
 #include "base/pool.h"
 #include "base/wait.h"
+#include "io/flight.h"
 #include "memory/staging.h"
 #include "runtime/backend.h"
-#include "runtime/flight.h"
 
 #include <hwloc.h>
 #include <stdatomic.h>

@@ -22,6 +22,8 @@ typedef struct rf__test_hooks {
 	/* The piece copier, right after it publishes a job (0); a helper between claiming a piece and
 	 * copying it (1): a stress test stalls there, so helpers get pieces even under TSan. */
 	void (*piece_copy)(int where);
+	/* A flight (io/flight.h) started a copy: the copies it has in flight now, that one included. */
+	void (*flight_started)(unsigned in_flight);
 } rf__test_hooks_t;
 
 /* Defined only with RF_TESTING; tests set it before creating pipelines. */

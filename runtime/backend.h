@@ -81,7 +81,7 @@ typedef struct rf__open_args {
 	 * open. Other backends ignore them. */
 	int handoff, overlap;
 	const char *worker_cpus;
-	/* The engine's reader's flight (runtime/flight.h): a backend's lanes that read files report to it
+	/* The engine's reader's flight (io/flight.h): a backend's lanes that read files report to it
 	 * how their readers read (rf__flight.report), for describe. Valid until close. */
 	struct rf__flight *files_report;
 	unsigned *klanes; /* out: lanes keyed copies may use (>= 1; rf__be_open sets 1 first) */

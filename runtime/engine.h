@@ -5,7 +5,7 @@
 
 #include "runtime/backend.h"
 #include "runtime/config.h"
-#include "runtime/flight.h"
+#include "io/flight.h"
 #include "memory/staging.h"
 
 #include <pthread.h>

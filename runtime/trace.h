@@ -91,5 +91,9 @@ int rf__trace_end(rf__trace *t, const char *path, const char *label);
 int rf__trace_write(const rf__trace *t, const char *path, const char *label);
 /* Release the arrays without writing. */
 void rf__trace_drop(rf__trace *t);
+/* Record the traced copies of flight f (io/flight.h) as COPY slices of t, from their start to their
+ * landing; t NULL: no more. The flight's thread, between its runs. */
+struct rf__flight;
+void rf__trace_flight(struct rf__flight *f, rf__trace *t);
 
 #endif

@@ -6,7 +6,8 @@
  * queues), block sizes of one to several 256 KiB units, pinned / pageable / mixed sources, 1..4 staging
  * threads, several runs per pipeline (the pinned ring allocated in the middle of the first pageable
  * run), cancels from another thread at random moments, and keyed use between runs (hints staged by the
- * lanes, acquires staged by the caller). Every block is checked in stream order, where a kernel would
+ * lanes, acquires staged by the caller). One run of each pipeline reads most blocks from a file (the
+ * lanes' reads in flight, landing while the walker waits for them). Every block is checked in stream order, where a kernel would
  * read it; after a canceled run the next run must be whole.
  * Usage: race_cuda [--iterations N] [--seed S]. Exit 0 when every check passed.
  */
@@ -21,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static unsigned long long rnd(unsigned long long *s, unsigned long long n)
 {
@@ -33,7 +35,7 @@ static unsigned char pat(size_t block, size_t i, unsigned salt)
 	return (unsigned char)(block * 131 + i * 7 + (i >> 12) + salt);
 }
 
-enum { PINNED, PAGEABLE, MIXED };
+enum { PINNED, PAGEABLE, MIXED, FILES }; /* FILES: most blocks are ranges of a file, the rest MIXED */
 
 typedef struct blocks {
 	size_t n;
@@ -42,7 +44,36 @@ typedef struct blocks {
 	int *pinned;
 	const void **srcs;
 	size_t *sizes;
+	rf_file *file; /* FILES */
+	char path[32];
 } blocks;
+
+/* The blocks' bytes written to a file, at unaligned offsets, some contiguous; most blocks then name
+ * their range of it. */
+static void blocks_to_file(blocks *b, unsigned long long *rng)
+{
+	size_t *off = calloc(b->n, sizeof *off), at = 0;
+	snprintf(b->path, sizeof b->path, "race_cuda_XXXXXX");
+	int fd = mkstemp(b->path), ok = fd >= 0 && off != NULL;
+	for (size_t i = 0; ok && i < b->n; i++) {
+		at += rnd(rng, 3) == 0 ? (size_t)rnd(rng, 5000) : 0;
+		off[i] = at;
+		ok = pwrite(fd, b->buf[i], b->sizes[i], (off_t)at) == (ssize_t)b->sizes[i];
+		at += b->sizes[i];
+	}
+	ok = ok && ftruncate(fd, (off_t)at + 1) == 0;
+	if (fd >= 0)
+		close(fd);
+	if (!ok || rf_file_open(b->path, 0, &b->file) != RF_OK) {
+		fprintf(stderr, "race_cuda: the blocks' file: %s\n", rf_errmsg());
+		exit(1);
+	}
+	const unsigned char *d = rf_file_data(b->file);
+	for (size_t i = 0; i < b->n; i++)
+		if (b->sizes[i] != 0 && rnd(rng, 4) != 0)
+			b->srcs[i] = d + off[i];
+	free(off);
+}
 
 static void blocks_make(blocks *b, size_t n, size_t slot, int kind, unsigned long long *rng)
 {
@@ -54,17 +85,27 @@ static void blocks_make(blocks *b, size_t n, size_t slot, int kind, unsigned lon
 	b->sizes = calloc(n, sizeof *b->sizes);
 	for (size_t i = 0; i < n; i++) {
 		b->sizes[i] = rnd(rng, 9) == 0 ? 0 : 1 + rnd(rng, slot);
-		b->pinned[i] = kind == PINNED || (kind == MIXED && rnd(rng, 2));
+		b->pinned[i] = kind == PINNED || (kind >= MIXED && rnd(rng, 2));
 		size_t sz = b->sizes[i] ? b->sizes[i] : 1;
 		b->buf[i] = b->pinned[i] ? sim_host_alloc(sz) : malloc(sz);
 		for (size_t j = 0; j < b->sizes[i]; j++)
 			b->buf[i][j] = pat(i, j, b->salt);
 		b->srcs[i] = b->buf[i];
 	}
+	b->file = NULL;
+	if (kind == FILES)
+		blocks_to_file(b, rng);
 }
 
-static void blocks_free(blocks *b)
+static int blocks_free(blocks *b)
 {
+	int fails = 0;
+	if (b->file != NULL) { /* no copy holds it any more */
+		fails = rf_file_close(b->file) != RF_OK;
+		if (fails)
+			fprintf(stderr, "race_cuda: closing the blocks' file: %s\n", rf_errmsg());
+		unlink(b->path);
+	}
 	for (size_t i = 0; i < b->n; i++) {
 		if (b->pinned[i])
 			sim_host_free(b->buf[i]);
@@ -75,6 +116,7 @@ static void blocks_free(blocks *b)
 	free(b->pinned);
 	free(b->srcs);
 	free(b->sizes);
+	return fails;
 }
 
 /* The check runs as a host function in stream order (on whichever thread drives the simulated device). */
@@ -249,7 +291,7 @@ int main(int argc, char **argv)
 			fprintf(stderr, "race_cuda: create depth %u K %u slot %zu: %s\n", depth, kq, slot, rf_errmsg());
 			return 1;
 		}
-		static const int kinds[4] = {MIXED, PINNED, PAGEABLE, MIXED};
+		static const int kinds[4] = {MIXED, PINNED, PAGEABLE, FILES};
 		for (int r = 0; r < 4 && fails == 0; r++) {
 			char what[96];
 			snprintf(what, sizeof what, "iteration %llu run %d (depth %u K %u slot %zu n %zu kind %d)", it, r,
@@ -262,7 +304,7 @@ int main(int argc, char **argv)
 				fails += one_run(p, &b, 0, &rng, what); /* whole after a cancel */
 			if (fails == 0)
 				fails += keyed_steps(p, &b, depth, &rng, what);
-			blocks_free(&b);
+			fails += blocks_free(&b);
 		}
 		rf_pipeline_destroy(p);
 	}

@@ -130,6 +130,111 @@ Test(cuda_files, runs_read_files_into_the_pinned_ring, .timeout = 120)
 	leak_check();
 }
 
+/* ---- a staging lane keeps a read in flight per pinned slot ------------------------------------------ */
+
+static atomic_uint g_most; /* the most copies a flight had in flight at once */
+
+static void most_in_flight(unsigned n)
+{
+	unsigned m = atomic_load(&g_most);
+	while (n > m && !atomic_compare_exchange_weak(&g_most, &m, n))
+		;
+}
+
+static unsigned pinned_slots(rf_pipeline *p)
+{
+	const char *d = strstr(rf_pipeline_describe(p), "pinned ring of ");
+	cr_assert_not_null(d, "%s", rf_pipeline_describe(p));
+	return (unsigned)strtoul(d + strlen("pinned ring of "), NULL, 10);
+}
+
+static rf_pipeline *make_one_queue(unsigned depth, size_t slot_bytes)
+{
+	rf_pipeline_params pp = {0};
+	pp.depth = depth;
+	pp.slot_bytes = slot_bytes;
+	pp.backend = "cuda";
+	pp.memory = RF_MEMORY_DEVICE;
+	pp.copy_queues = 1;
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	return p;
+}
+
+/* A staged file run on one staging lane: the lane starts the read of each staging slot and walks on, so
+ * that every pinned slot holds a read in flight (a slot is written again only after the H2D that read
+ * it, which waits for its read: no more can be). The lane reaps only while it waits, so the most in
+ * flight is exact, not a matter of how fast the disk is. Every block's bytes are checked where a kernel
+ * reads them; a file that shrank under the reads in flight fails the run with RF_EIO, nothing wrong seen. */
+Test(cuda_files, a_staging_lane_keeps_a_read_in_flight_per_pinned_slot, .timeout = 120)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	rf__test_hooks.flight_started = most_in_flight;
+	uint64_t rng = 8;
+	for (unsigned threads = 1; threads <= 4; threads++) {
+		sim_use(rng_next(&rng) | 1, (double)(threads % 3) / 3.0);
+		rf__test_hooks.cuda_copy_threads = threads;
+		rf_pipeline *p = make_one_queue(1 + threads, 16384);
+		unsigned pins = pinned_slots(p);
+		cr_assert_gt(pins, 2u);
+		blockset bs;
+		file_blocks(&bs, 10 * pins, 16384, d, 0, &rng);
+		atomic_store(&g_most, 0);
+		check c;
+		cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%u threads: %s", threads, rf_errmsg());
+		cr_assert_eq(c.checked, bs.n);
+		cr_assert_eq(c.bad, 0, "%u threads: block %zu", threads, c.first_bad);
+		cr_assert_eq(sim_pending(), 0);
+		cr_assert_eq(atomic_load(&g_most), pins, "%u threads: %u reads in flight at most, %u pinned slots", threads,
+			     atomic_load(&g_most), pins);
+		rf_pipeline_destroy(p);
+		free_file_blocks(&bs);
+	}
+	/* A shrunk file: reads past its new end fail while others are in flight. */
+	char path[] = "rf_cuda_files_shrink_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	cr_assert_eq(write(fd, g_ref, FSIZE), (ssize_t)FSIZE);
+	close(fd);
+	rf_file *g;
+	cr_assert_eq(rf_file_open(path, 0, &g), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(truncate(path, FSIZE / 2), 0);
+	rf__test_hooks.cuda_copy_threads = 3;
+	sim_use(3, 0.5);
+	rf_pipeline *p = make_one_queue(3, 65536);
+	enum { N = 48 };
+	blockset bs;
+	bs_alloc(&bs, N, 1);
+	for (size_t i = 0; i < N; i++) {
+		bs.srcs[i] = (const unsigned char *)rf_file_data(g) + i * (FSIZE / N) + i; /* unaligned; from block 24 on past the end */
+		bs.sizes[i] = 65536 - i;
+	}
+	atomic_store(&g_most, 0);
+	check c;
+	cr_assert_eq(run_checked(p, &bs, &c), RF_EIO, "%s", rf_errmsg());
+	cr_assert(strstr(rf_errmsg(), path) != NULL, "names the path: %s", rf_errmsg());
+	cr_assert_eq(c.bad, 0, "block %zu", c.first_bad);
+	cr_assert_leq(c.checked, (size_t)N / 2);
+	cr_assert_gt(atomic_load(&g_most), 1u);
+	cr_assert_eq(sim_pending(), 0);
+	bs.n = N / 2; /* the pipeline runs again */
+	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.checked, N / 2);
+	cr_assert_eq(c.bad, 0, "block %zu", c.first_bad);
+	rf_pipeline_destroy(p);
+	free(bs.srcs);
+	free(bs.sizes);
+	free(bs.bufs);
+	rf__test_hooks.flight_started = NULL;
+	rf__test_hooks.cuda_copy_threads = 0;
+	cr_assert_eq(rf_file_close(g), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	unlink(path);
+	leak_check();
+}
+
 /* A range that overlaps a file's mapping without lying inside the file (the last page's tail, from below
  * into it) is RF_EINVAL before any work: runs and keyed sources. */
 Test(cuda_files, ranges_overlapping_a_mapping_outside_the_file_are_einval, .timeout = 120)

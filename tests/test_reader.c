@@ -4,13 +4,13 @@
  * answering EAGAIN / EBUSY / EINTR for ever (seccomp again: bounded tries, then pread or RF_EIO); no
  * descriptor left at a pipeline's first file use (RLIMIT_NOFILE); a refused registration; the
  * doorbell; O_DIRECT leaving the page cache cold (mincore); the unaligned-range rule on synthetic
- * samples; the signals a flight of copies holds back (runtime/flight.h). Files live in the working
- * directory (the build tree: a disk that takes O_DIRECT). */
+ * samples; the signals a flight of copies holds back and what its owner's hook hears (io/flight.h).
+ * Files live in the working directory (the build tree: a disk that takes O_DIRECT). */
 #define _GNU_SOURCE
 #include "io/file.h"
 #include "io/reader.h"
 #include "ringfetch.h"
-#include "runtime/flight.h"
+#include "io/flight.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -1348,6 +1348,80 @@ Test(flight, signals_wait_only_for_the_copies_they_follow)
 	cr_log_info("reads still in flight when y went out: %s", in_flight ? "yes" : "no");
 	for (size_t i = 0; i < 2 * SZ; i += 4093)
 		cr_assert_eq(buf[i], byte_at(i, 3));
+	rf__flight_fini(&fl);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	free(buf);
+	drop(path);
+}
+
+/* The owner's hook hears of its traced copies only: each as it starts (stamped there, before its reads)
+ * and once it landed, with how it went and, for a shifted read, where its bytes begin; the signal
+ * behind a copy goes out after its hook. A failed copy lands with RF_EIO. */
+typedef struct hook_log {
+	int n;
+	struct {
+		int phase, rc;
+		int64_t block, t0;
+		size_t shift;
+		int64_t signalled; /* the signal behind the copies, when the hook ran */
+	} e[8];
+	_Atomic int64_t *sig;
+} hook_log;
+
+static void log_hook(void *ctx, rf__flight_rec *r, int phase)
+{
+	hook_log *h = ctx;
+	cr_assert_lt(h->n, 8);
+	if (phase == RF__FLIGHT_STARTS)
+		r->t0 = 1000 + r->block; /* the stamp comes back at landing */
+	h->e[h->n].phase = phase, h->e[h->n].rc = r->rc, h->e[h->n].block = r->block, h->e[h->n].t0 = r->t0;
+	h->e[h->n].shift = r->shift, h->e[h->n].signalled = atomic_load(h->sig);
+	h->n++;
+}
+
+static void drain(rf__flight *fl)
+{
+	while (rf__flight_progress(fl))
+		rf__flight_sleep(fl);
+}
+
+Test(flight, the_hook_hears_of_traced_copies_as_they_start_and_land)
+{
+	enum { SZ = 1 << 16, OFF = 1000 };
+	char *path = make_file(4 * SZ, 5);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	unsigned char *buf = aligned_alloc(4096, 4 * SZ);
+	_Atomic int64_t sig = 0;
+	hook_log h = {.sig = &sig};
+	rf__flight fl;
+	rf__flight_init(&fl, NULL, 0, &sig);
+	cr_assert_eq(rf__flight_open(&fl, buf, 4 * SZ), RF_OK, "%s", rf_errmsg());
+	fl.hook = log_hook, fl.hook_ctx = &h;
+	rf__fsrc a = {f, OFF}, b = {f, 0}, c = {f, 3 * SZ};
+	rf__flight_rec ra = {.block = 1, .traced = 1, .flags = RF__RD_SHIFT_OK}, rb = {.block = 2};
+	cr_assert_eq(rf__flight_start(&fl, &a, SZ, buf, 2 * SZ, &ra), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(h.n, 1, "stamped as it starts");
+	cr_assert_eq(rf__flight_start(&fl, &b, SZ, buf + 2 * SZ, SZ, &rb), RF_OK, "%s", rf_errmsg());
+	rf__flight_signal(&fl, NULL, 1);
+	drain(&fl);
+	cr_assert_eq(h.n, 2, "the traced copy: two calls; the untraced one: none");
+	cr_assert(h.e[0].phase == RF__FLIGHT_STARTS && h.e[0].block == 1);
+	cr_assert(h.e[1].phase == RF__FLIGHT_LANDED && h.e[1].block == 1 && h.e[1].rc == RF_OK);
+	cr_assert_eq(h.e[1].t0, 1001, "the stamp made at the start");
+	cr_assert_eq(h.e[1].signalled, 0, "the signal went out before its copy's hook");
+	cr_assert_eq(atomic_load(&sig), 1);
+	for (size_t i = 0; i < SZ; i += 997)
+		cr_assert_eq(buf[h.e[1].shift + i], byte_at(OFF + i, 5), "byte %zu at dst + shift %zu", i, h.e[1].shift);
+	cr_assert_eq(truncate(path, 3 * SZ), 0); /* copy c reads past the new end */
+	rf__flight_rec rc = {.block = 3, .traced = 1};
+	cr_assert_eq(rf__flight_start(&fl, &c, SZ, buf + 3 * SZ, SZ, &rc), RF_OK, "%s", rf_errmsg());
+	rf__flight_signal(&fl, NULL, 2);
+	drain(&fl);
+	cr_assert_eq(h.n, 4);
+	cr_assert(h.e[3].phase == RF__FLIGHT_LANDED && h.e[3].block == 3 && h.e[3].rc == RF_EIO);
+	cr_assert(fl.failed && strstr(fl.msg, path) != NULL, "%s", fl.msg);
+	cr_assert_eq(atomic_load(&sig), 1, "a run's failed copy stops the signals behind it");
 	rf__flight_fini(&fl);
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	free(buf);

@@ -1,8 +1,8 @@
-/* runtime/flight.c — a lane's copies in flight and the signals behind them (runtime/flight.h). */
+/* io/flight.c — a lane's copies in flight and the signals behind them (io/flight.h). */
 #define _GNU_SOURCE /* eventfd */
-#include "runtime/flight.h"
+#include "io/flight.h"
 #include "base/error.h"
-#include "runtime/trace.h"
+#include "base/test_hooks.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -135,11 +135,12 @@ static void rf__flight_fire(rf__flight *f)
 }
 
 /* Copy `tag` landed with rc. */
-static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc)
+static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc, size_t shift)
 {
 	rf__flight_rec *r = &f->rec[tag % RF__FLIGHT_MAX];
 	r->done = 1;
 	r->rc = rc;
+	r->shift = shift;
 	if (rc != RF_OK) {
 		snprintf(f->last, sizeof f->last, "%s", rf__reader_error(rf__flight_rd(f)));
 		if (r->fail_at != NULL) {
@@ -148,9 +149,9 @@ static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc)
 			f->failed = 1;
 			snprintf(f->msg, sizeof f->msg, "%s", f->last);
 		}
-	} else if (r->traced && f->trace != NULL) {
-		rf__trace_add(f->trace, r->queue, RF_OP_COPY, r->block, r->slot, r->node, r->t0, rf__now_ns(), r->s0);
 	}
+	if (r->traced && f->hook != NULL)
+		f->hook(f->hook_ctx, r, RF__FLIGHT_LANDED);
 	if (r->unhold != NULL)
 		rf__file_unhold(r->unhold);
 	while (f->upto < f->started && f->rec[f->upto % RF__FLIGHT_MAX].done)
@@ -167,7 +168,7 @@ int rf__flight_progress(rf__flight *f)
 	int rc;
 	size_t shift;
 	while (rf__reader_poll(rd, &tag, &rc, &shift))
-		rf__flight_landed(f, tag, rc);
+		rf__flight_landed(f, tag, rc, shift);
 	rf__flight_fire(f);
 	if (rf__reader_gen(rd) != f->why_gen) /* what it landed changed how the reader reads */
 		rf__flight_describe(f, rd);
@@ -202,11 +203,12 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 {
 	uint64_t tag = f->started;
 	rf__reader *rd = rf__flight_rd(f);
-	int64_t t0 = rec->traced ? rf__now_ns() : 0; /* the slice starts before any wait for room */
-	uint64_t s0 = rec->traced ? rf__trace_seq(f->trace) : 0;
+	rf__flight_rec stamped = *rec; /* the slice starts before any wait for room */
+	if (rec->traced && f->hook != NULL)
+		f->hook(f->hook_ctx, &stamped, RF__FLIGHT_STARTS);
 	for (;;) {
 		if (f->started - f->upto < RF__FLIGHT_MAX) {
-			int rc = rf__reader_start_ahead(rd, s, n, dst, cap, 0, tag, rec->ahead);
+			int rc = rf__reader_start_ahead(rd, s, n, dst, cap, rec->flags, tag, rec->ahead);
 			if (rc == RF_OK)
 				break;
 			if (rc != RF_EBUSY)
@@ -216,14 +218,14 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 			rf__reader_wait(rd);
 	}
 	rf__flight_rec *r = &f->rec[tag % RF__FLIGHT_MAX];
-	*r = *rec;
-	r->t0 = t0;
-	r->s0 = s0;
+	*r = stamped;
 	r->dst = dst;
 	r->len = n > cap ? n : cap;
 	r->done = 0;
 	f->started++;
 	atomic_store_explicit(&f->inflight, (unsigned)(f->started - f->upto), memory_order_relaxed);
+	if (RF__TEST_HOOK(flight_started) != NULL)
+		RF__TEST_HOOK(flight_started)((unsigned)(f->started - f->upto));
 	return RF_OK;
 }
 
@@ -289,9 +291,10 @@ void rf__flight_run_end(rf__flight *f)
 		rf__reader_window_release(rd);
 }
 
-int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap)
+int rf__flight_read_shifted(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
+			    unsigned flags, size_t *shift)
 {
-	rf__flight_rec rec = {0};
+	rf__flight_rec rec = {.flags = flags};
 	uint64_t tag = f->started;
 	int rc = rf__flight_start(f, s, n, dst, cap, &rec);
 	if (rc != RF_OK)
@@ -300,6 +303,7 @@ int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *d
 	while (!r->done)
 		if (rf__flight_progress(f) && !r->done)
 			rf__reader_wait(rf__flight_rd(f));
+	*shift = r->shift;
 	if (r->rc == RF_OK)
 		return RF_OK;
 	f->failed = 0; /* a blocking read reports its own failure; the flight stays usable */

@@ -1,4 +1,4 @@
-/* runtime/flight.h — a lane's asynchronous copies (file reads, io/reader.h) and the signals queued
+/* io/flight.h — a lane's asynchronous copies (file reads, io/reader.h) and the signals queued
  * behind them.
  *
  * A file copy starts its reads and returns, so one lane keeps several copies in flight. A signal
@@ -7,9 +7,10 @@
  * thread waiting on the lane calls rf__flight_progress and sleeps in the reader (rf__flight_sleep),
  * woken by the lane's bell. A failed run copy (RF_EIO) stops the lane: its later signals are dropped,
  * so no compute sees a block that did not land. A failed keyed copy sets *fail_at = fail_value and its
- * signal still goes out, in order. */
-#ifndef RF_RUNTIME_FLIGHT_H
-#define RF_RUNTIME_FLIGHT_H
+ * signal still goes out, in order. What a landed copy means to its owner (a trace slice, where a
+ * staging slot's bytes begin) is the owner's hook's to record: the flight knows nothing above io/. */
+#ifndef RF_IO_FLIGHT_H
+#define RF_IO_FLIGHT_H
 
 #include "base/wait.h"
 #include "io/file.h"
@@ -20,25 +21,31 @@
 
 #define RF__FLIGHT_MAX 64u /* copies one lane keeps in flight */
 
-struct rf__trace;
-
-/* What to do when a copy lands: its trace slice, the file to let go, a keyed failure mark. */
+/* What to do when a copy lands: tell the owner's hook (a trace slice), let go of the file, mark a keyed
+ * failure. */
 typedef struct rf__flight_rec {
-	int64_t t0; /* start (trace): set by rf__flight_start */
+	int64_t t0; /* the hook's: stamped when the copy starts (RF__FLIGHT_STARTS) */
 	uint64_t s0;
-	int64_t block;
+	int64_t block; /* the owner's names of the copy, for its hook */
 	uint32_t slot, node;
 	uint8_t queue;
-	uint8_t traced;            /* record a slice in the run's trace (f->trace) */
+	uint8_t traced;            /* tell f->hook when it starts and when it lands */
 	rf_file *unhold;           /* let go of this file once landed (NULL: the caller holds it) */
 	_Atomic int64_t *fail_at;  /* keyed: set to fail_value when the copy fails */
 	int64_t fail_value;
 	unsigned char *dst;        /* where it writes (set by rf__flight_start) */
 	size_t len;
+	unsigned flags;            /* rf__reader_start's (RF__RD_SHIFT_OK) */
+	size_t shift;              /* once landed: its bytes begin at dst + shift */
 	uint8_t done;
 	int rc;
 	size_t ahead; /* bytes of the same file the walk copies next, in order (rf__reader_start_ahead) */
 } rf__flight_rec;
+
+/* The owner's hook on its traced copies: phase RF__FLIGHT_STARTS before any wait for room (r: the
+ * copy's record, to stamp), RF__FLIGHT_LANDED once it landed (r->rc says how). The flight's thread. */
+enum { RF__FLIGHT_STARTS, RF__FLIGHT_LANDED };
+typedef void rf__flight_hook(void *ctx, rf__flight_rec *r, int phase);
 
 typedef struct rf__flight {
 	_Atomic(rf__reader *) rd; /* NULL until rf__flight_open (the owner publishes it to the lane) */
@@ -59,7 +66,8 @@ typedef struct rf__flight {
 	int failed;          /* a run's copy failed: drop the signals behind it */
 	char msg[240];       /* its sentence */
 	char last[240];      /* the sentence of the last failed copy (a blocking read's) */
-	struct rf__trace *trace; /* the run's, while a run is in progress */
+	rf__flight_hook *hook;   /* told of traced copies (a run's trace, while a run is in progress) */
+	void *hook_ctx;
 	atomic_uint inflight;   /* copies in flight, for other threads deciding how to wait */
 	char why[320];       /* how the reader reads (describe), once open; rf__flight_refresh renews it */
 	unsigned why_gen;    /* rf__reader_gen when `why` was written */
@@ -128,7 +136,14 @@ void rf__flight_run_start(rf__flight *f, int first_small);
 /* A run's end, once its copies have landed: the window's reads ahead too (its files may be closed). */
 void rf__flight_run_end(rf__flight *f);
 
-/* A blocking read on the calling thread. RF_OK, or RF_EIO / RF_EINVAL with rf_errmsg set. */
-int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap);
+/* A blocking read on the calling thread, with rf__reader_start's flags: *shift says where the bytes
+ * begin (RF__RD_SHIFT_OK). RF_OK, or RF_EIO / RF_EINVAL with rf_errmsg set. */
+int rf__flight_read_shifted(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
+			    unsigned flags, size_t *shift);
+static inline int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap)
+{
+	size_t shift;
+	return rf__flight_read_shifted(f, s, n, dst, cap, 0, &shift);
+}
 
 #endif

@@ -1,0 +1,176 @@
+/* io/reader_int.h — internal to the reader (io/reader.h): its state and what its files share.
+ *   io/reader.c  the reader object: create, start, poll, wait, describe, the rules it measures by;
+ *   io/pieces.c  a copy's pieces: issued, retried, completed, preads, failures put into words;
+ *   io/window.c  the read-ahead window (rf__reader_window);
+ *   io/uring.c   the io_uring ring: setup, submission, reaping, the doorbell, registration. */
+#ifndef RF_IO_READER_INT_H
+#define RF_IO_READER_INT_H
+
+#include "base/wait.h"
+#include "io/reader.h"
+
+#ifdef RF_HAVE_LIBURING
+#include <liburing.h>
+#endif
+#define RD_BELL UINT64_MAX /* user_data of the doorbell's poll */
+#define RD_SQ_ENTRIES 64u  /* the reads in flight, the doorbell, and room to spare */
+/* A read, or io_uring_enter, answered EAGAIN / EBUSY / EINTR is tried again after a short sleep (50 us,
+ * doubling: about 6 ms over all tries), this many times in a row at most: a kernel (a
+ * seccomp filter, a driver) that gives one of them for ever would otherwise spin the caller for ever.
+ * Then the ring is given up for pread, a piece the ring keeps refusing is read with pread, and a pread
+ * that keeps refusing fails its copy (RF_EIO). */
+#define RD_TRIES 8u
+#define RD_SETUP_AGAIN_NS 200000000 /* the least time between two tries of an io_uring_setup short of resources */
+#define RD_TRIES_S "8" /* RD_TRIES in words */
+
+typedef struct rd_copy {
+	uint64_t tag;
+	rf_file *f;
+	unsigned char *dst; /* the window's first byte lands here */
+	uint64_t win_off;   /* file offset of the window */
+	size_t win_len;     /* bytes of the window */
+	uint64_t end;       /* file offset just past the range: what must arrive */
+	size_t n, shift, piece, next; /* next: window bytes issued so far */
+	unsigned out;                 /* pieces in flight */
+	int rc;
+	unsigned char direct, move, timed, pending, win;
+	unsigned cls, method;
+	size_t cap;      /* dst_cap, and the start's flags: for a window copy that is read on its own */
+	unsigned flags;
+	int64_t t0; /* rf__now_ns at its start, when timed */
+	/* the first failure, put into words when poll hands the copy back */
+	int err_no;           /* errno of a failed read, or 0 for a short one */
+	uint64_t err_off;     /* its offset */
+	uint64_t err_size;    /* short: the file's size then (UINT64_MAX: unknown) */
+	size_t err_len, err_got;
+} rd_copy;
+
+/* The read-ahead window (rf__reader_window): chunks, each one request, in file order. */
+#define RD_WIN_MAX 16u           /* chunks at most */
+#define RD_CHUNK 0x80000000u     /* rd_piece.copy of a chunk's read (low bits: the chunk) */
+#define RD_HUGE ((size_t)2 << 20) /* the window's mapping is aligned to a huge page */
+enum { RD_CH_OUT = 1, RD_CH_IN, RD_CH_BAD };
+
+typedef struct rd_chunk {
+	uint64_t off, lim; /* the file range it was read for */
+	uint64_t end;      /* its bytes are good up to here (<= lim: the file ended) */
+	unsigned char state;
+} rd_chunk;
+
+typedef struct rd_win {
+	unsigned char *mem; /* cap bytes, chunk i at mem + i * chunk */
+	size_t cap, map_len;
+	void *map;
+	rf_file *f;         /* the file the chunks hold (NULL: none yet) */
+	size_t chunk;       /* bytes per chunk for f */
+	unsigned k;         /* chunks of the window for f */
+	rd_chunk ch[RD_WIN_MAX];
+	unsigned head, n, out; /* chunks held: ch[(head + i) % k], i < n, in file order; of them in flight */
+	uint64_t next;      /* file offset of the next chunk to read */
+	uint64_t limit;     /* read no further (the run's bytes as the caller said) */
+	int final;          /* limit is where the run's contiguous bytes end, not only how far it was told */
+	uint64_t expect;    /* where the next copy served from the window must start */
+	unsigned *wait, wait_head, nwait; /* copies waiting for chunks, in file order (max_copies long) */
+	uint64_t copies, read;
+	uint64_t landed;    /* chunks landed so far (rf__rd_top_up serves again when it moves) */
+	int online;         /* the chunks in flight are chosen online (ahead) */
+	size_t from;        /* online: the bytes the search starts from (the chunks a copy needs, if more) */
+	rf__rd_ahead ahead; /* chunks read ahead at once: ahead.on (all k when not online) */
+	int64_t m_t0, m_last; /* the measurement in progress: its start, the last landing (ns) */
+	double m_sum, m_sq;  /* the intervals between its landings: their sum, their squares' */
+	uint64_t m_bytes, m_round; /* bytes landed in it, in its round so far */
+	unsigned m_landed;
+} rd_win;
+
+typedef struct rd_piece {
+	unsigned copy;
+	uint64_t off;
+	size_t len;
+	unsigned char *dst;
+	unsigned tries;   /* EAGAIN / EBUSY / EINTR answers in a row from the ring */
+	int by_pread;     /* the last answer came from rf__rd_pread (which retries on its own) */
+} rd_piece;
+
+struct rf__reader {
+	unsigned max_copies;
+	int bell_fd;
+	int uring;       /* reads go through the ring */
+	int ring_open;   /* the ring exists (it may outlive uring after a failure, for reads it owes) */
+	int bell_armed;  /* a poll of bell_fd is in the ring */
+	int bell_dead;   /* polling it failed: wait no longer counts on it */
+	int bell_rang;   /* reaped a ring of the doorbell that no wait has returned for yet */
+	unsigned enter_fails; /* io_uring_enter answered EAGAIN / EBUSY / EINTR, times in a row */
+	int setup_again; /* io_uring_setup failed for want of a descriptor or memory: try again when idle */
+	int64_t setup_at; /* not before this time (rf__now_ns) */
+	unsigned gen;    /* bumped whenever what describe says changes */
+	char why[160];   /* why pread: io_uring refused, or failed */
+	char err[512];   /* the last RF_EIO */
+	void *reg_base;  /* the registered region, when registered */
+	size_t reg_len;
+	void *want_base; /* the region asked for (registered once a ring exists) */
+	size_t want_len;
+	int reg_tried;
+	char reg_why[96];
+	rd_copy *copies;
+	unsigned *free_copies, nfree_copies;
+	/* FIFO of copies with pieces not yet issued, max_copies long; a failed copy stays listed (and
+	 * unfinished) until it reaches the head */
+	unsigned *pend, pend_head, npend;
+	unsigned *done, done_head, ndone; /* FIFO of finished copies, max_copies long */
+	rd_piece pieces[RF__RD_QD];
+	unsigned free_pieces[RF__RD_QD], nfree_pieces;
+	rf__rd_samples samples[RF__RD_CLASSES];
+	rf__reader_counters cnt;
+	rd_win win;
+#ifdef RF_HAVE_LIBURING
+	struct io_uring ring;
+#endif
+};
+
+_Static_assert(RD_TRIES == 8, "RD_TRIES_S says RD_TRIES");
+
+/* io/pieces.c */
+int rf__rd_transient(int err);        /* "not now" (EAGAIN, EBUSY, EINTR): worth another try */
+void rf__rd_backoff(unsigned k);      /* the sleep before try k + 1 */
+void rf__rd_setup(rf__reader *r, unsigned ci);   /* how copy ci is read on its own; onto the pending list */
+void rf__rd_top_up_pending(rf__reader *r);       /* issue pending copies' pieces while reads may be added */
+void rf__rd_issue(rf__reader *r, unsigned pi);   /* start piece pi: a submission, or a pread done now */
+void rf__rd_pread(rf__reader *r, unsigned pi);   /* pread piece pi and complete it on the spot */
+void rf__rd_piece_done(rf__reader *r, unsigned pi, long res);
+void rf__rd_retry(rf__reader *r, unsigned pi);   /* a refused read again, or by pread */
+void rf__rd_rest(rf__reader *r, unsigned pi, long res); /* the rest of a partial read */
+void rf__rd_finish(rf__reader *r, unsigned ci);  /* every piece back: queue copy ci for poll */
+void rf__rd_explain(rf__reader *r, const rd_copy *c); /* failed copy c's sentence into r->err */
+/* io/window.c */
+void rf__rd_chunk_done(rf__reader *r, unsigned pi, long res);
+void rf__rd_win_serve(rf__reader *r);
+void rf__rd_win_fill(rf__reader *r);
+int rf__rd_win_take(rf__reader *r, unsigned ci, size_t ahead);
+/* io/reader.c */
+void rf__rd_progress(rf__reader *r); /* reap, issue what waits for room, submit */
+/* io/uring.c; without liburing there is never a ring, and the calls that need one are no-ops */
+void rf__rd_uring_init(rf__reader *r);  /* set up the ring, or say in r->why why not */
+void rf__rd_bell_drain(rf__reader *r);  /* consume the doorbell's count */
+void rf__rd_register(rf__reader *r);    /* register the region asked for, or say why not */
+#ifdef RF_HAVE_LIBURING
+void rf__rd_uring_again(rf__reader *r); /* an io_uring_setup short of resources, again */
+void rf__rd_uring_close(rf__reader *r); /* wait for the reads the ring owes, and close it */
+int rf__rd_uring_queue(rf__reader *r, unsigned pi, int fd); /* piece pi as a submission: 1, or 0 (none) */
+int rf__rd_uring_wait(rf__reader *r);   /* rf__reader_wait on a ring: 1 if it waited (or need not) */
+void rf__rd_submit(rf__reader *r);      /* hand the queued submissions to the kernel */
+void rf__rd_reap(rf__reader *r);        /* complete what the ring has handed back */
+#else
+#define rf__rd_uring_again(r) ((void)(r))
+#define rf__rd_uring_close(r) ((void)(r))
+#define rf__rd_uring_queue(r, pi, fd) ((void)(r), (void)(pi), (void)(fd), 0)
+#define rf__rd_uring_wait(r) ((void)(r), 0)
+#define rf__rd_submit(r) ((void)(r))
+#define rf__rd_reap(r) ((void)(r))
+#endif
+
+static inline unsigned rf__rd_reads_out(const rf__reader *r)
+{
+	return RF__RD_QD - r->nfree_pieces;
+}
+
+#endif

@@ -1,0 +1,269 @@
+/* io/window.c — the reader's read-ahead window (rf__reader_window, io/reader.h): chunks read ahead in
+ * file order, each one request as large as the device takes, and the small copies served from them. */
+#define _GNU_SOURCE /* MADV_HUGEPAGE */
+#include "base/error.h"
+#include "io/reader_int.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* A chunk of `bytes` landed during a measurement: each `on` chunks a round, and after
+ * RF__RD_AHEAD_ROUNDS rounds the rule decides. */
+static void rd_win_measure(rf__reader *r, uint64_t bytes)
+{
+	rd_win *w = &r->win;
+	w->m_bytes += bytes;
+	w->m_round += bytes;
+	if (++w->m_landed % w->ahead.on != 0)
+		return;
+	int64_t t = rf__now_ns();
+	double d = (double)(t - w->m_last) * 1e-9, x = d > 0 ? (double)w->m_round / d : 0; /* a round's rate */
+	w->m_last = t, w->m_round = 0;
+	w->m_sum += x, w->m_sq += x * x;
+	if (w->m_landed < RF__RD_AHEAD_ROUNDS * w->ahead.on)
+		return;
+	double rate, err;
+	rf__reader_ahead_sample(w->m_bytes, (double)(t - w->m_t0) * 1e-9, RF__RD_AHEAD_ROUNDS, w->m_sum, w->m_sq, &rate,
+				&err);
+	rf__reader_ahead_rule(&w->ahead, rate, err);
+	r->gen++; /* describe shows the rates so far */
+	w->m_t0 = w->ahead.settled ? 0 : t, w->m_landed = 0, w->m_bytes = 0, w->m_sum = 0, w->m_sq = 0;
+}
+
+/* Chunk pi came back with res. A refusal ("not now") is retried as a copy's piece is; a partial read
+ * on the alignment reads the rest; anything else ends the chunk: its good bytes end where the read
+ * ended (a short read: the file's end, or the file shrank; the copies past it are read on their own
+ * and fail there, with their own words). */
+void rf__rd_chunk_done(rf__reader *r, unsigned pi, long res)
+{
+	rd_piece *p = &r->pieces[pi];
+	rd_win *w = &r->win;
+	rd_chunk *h = &w->ch[p->copy & ~RD_CHUNK];
+	if (res < 0 && rf__rd_transient((int)-res) && !p->by_pread) {
+		rf__rd_retry(r, pi);
+		return;
+	}
+	if (res > 0 && (size_t)res < p->len && p->off + (uint64_t)res < h->lim &&
+	    (size_t)res % rf__file_dio_align(w->f) == 0) {
+		rf__rd_rest(r, pi, res);
+		return;
+	}
+	if (res < 0) {
+		h->state = RD_CH_BAD;
+	} else {
+		uint64_t got = p->off + (uint64_t)res;
+		h->end = got < h->lim ? got : h->lim;
+		h->state = RD_CH_IN;
+		w->read += (uint64_t)res;
+		if (w->online && !w->ahead.settled && w->m_t0 != 0)
+			rd_win_measure(r, (uint64_t)res);
+	}
+	w->landed++;
+	w->out--;
+	r->free_pieces[r->nfree_pieces++] = pi;
+}
+
+/* Serve the waiting copies, oldest first, whose chunks have all landed: move their bytes into place, or
+ * (a chunk failed or the file ended early) read them on their own. Then let go of the chunks no copy
+ * still to come can want (copies come in file order). */
+void rf__rd_win_serve(rf__reader *r)
+{
+	rd_win *w = &r->win;
+	while (w->nwait > 0) {
+		unsigned ci = w->wait[w->wait_head];
+		rd_copy *c = &r->copies[ci];
+		uint64_t off = c->win_off, end = c->end, pos = off;
+		int ready = 1, good = 1;
+		for (unsigned j = 0; j < w->n && pos < end; j++) {
+			const rd_chunk *h = &w->ch[(w->head + j) % w->k];
+			if (h->lim <= pos)
+				continue;
+			if (h->state == RD_CH_OUT) {
+				ready = 0;
+				break;
+			}
+			if (h->state == RD_CH_BAD || h->off > pos || h->end < (h->lim < end ? h->lim : end)) {
+				good = 0;
+				break;
+			}
+			pos = h->lim < end ? h->lim : end;
+		}
+		if (good && ready && pos < end)
+			ready = 0; /* its last chunk is not read yet */
+		if (!ready && good)
+			break;
+		w->wait_head = (w->wait_head + 1) % r->max_copies;
+		w->nwait--;
+		if (good) {
+			for (unsigned j = 0; j < w->n && pos > off; j++) {
+				const rd_chunk *h = &w->ch[(w->head + j) % w->k];
+				if (h->lim <= off || h->off >= end)
+					continue;
+				uint64_t a = off > h->off ? off : h->off, b = end < h->lim ? end : h->lim;
+				unsigned i = (w->head + j) % w->k;
+				memcpy(c->dst + (a - off), w->mem + (size_t)i * w->chunk + (a - h->off), (size_t)(b - a));
+			}
+			w->copies++;
+			rf__rd_finish(r, ci);
+		} else { /* read on its own, where a failure is put into words */
+			c->win = 0;
+			rf__rd_setup(r, ci);
+		}
+		while (w->n > 0 && w->ch[w->head].state != RD_CH_OUT && w->ch[w->head].lim <= end) {
+			w->head = (w->head + 1) % w->k;
+			w->n--;
+		}
+	}
+}
+
+/* The chunks read so far do not reach the end of the oldest waiting copy: it needs more than the
+ * setting allows (a copy across a chunk's boundary with one chunk read ahead), which it gets. */
+static int rd_win_short(const rf__reader *r)
+{
+	const rd_win *w = &r->win;
+	return w->nwait > 0 && w->next < r->copies[w->wait[w->wait_head]].end;
+}
+
+/* Read chunks ahead while the window has room: whole chunks while the run goes on past them, the last
+ * one up to where the run ends. */
+void rf__rd_win_fill(rf__reader *r)
+{
+	rd_win *w = &r->win;
+	while (w->f != NULL && w->n < w->k && (w->n < w->ahead.on || rd_win_short(r)) && w->next < w->limit &&
+	       r->nfree_pieces > 0) {
+		if (!w->final && w->next + w->chunk > w->limit)
+			return; /* a partial chunk would leave the next one off the alignment */
+		size_t a = rf__file_dio_align(w->f);
+		uint64_t lim = w->next + w->chunk < w->limit ? w->next + w->chunk : w->limit;
+		size_t len = (size_t)((lim - w->next + a - 1) / a * a);
+		unsigned i = (w->head + w->n) % w->k;
+		w->ch[i] = (rd_chunk){w->next, lim, w->next, RD_CH_OUT};
+		w->n++;
+		w->out++;
+		if (w->online && !w->ahead.settled && w->m_landed == 0 && w->m_t0 == 0)
+			w->m_t0 = w->m_last = rf__now_ns(); /* a measurement starts with its first read */
+		unsigned pi = r->free_pieces[--r->nfree_pieces];
+		r->pieces[pi] = (rd_piece){RD_CHUNK | i, w->next, len, w->mem + (size_t)i * w->chunk, 0, 0};
+		w->next = lim;
+		rf__rd_issue(r, pi);
+	}
+}
+
+/* Copy ci (filled in by start) is served from the window if it is small, of a file O_DIRECT reads, and
+ * either continues the window's run or starts a new one (none of the old chunks still in flight).
+ * 1 if taken. */
+int rf__rd_win_take(rf__reader *r, unsigned ci, size_t ahead)
+{
+	rd_win *w = &r->win;
+	rd_copy *c = &r->copies[ci];
+	rf_file *f = c->f;
+	size_t a = rf__file_dio_align(f);
+	if (w->mem == NULL || a == 0 || (c->flags & RF__RD_SHIFT_OK))
+		return 0;
+	int cont = w->f == f && c->win_off == w->expect && w->expect < w->limit;
+	if (!cont) {
+		/* pread mode reads each copy before start returns: nothing to overlap, so no window */
+		if (ahead == 0 || w->out != 0 || w->nwait != 0 || !r->uring)
+			return 0;
+		/* a chunk is one request as large as the device takes, and the window at least four of them */
+		size_t piece = rf__reader_piece(w->cap / 4, a, f->io_max);
+		size_t al = a > 4096 ? a : 4096, chunk = piece / al * al;
+		if (chunk == 0)
+			return 0;
+		unsigned k = (unsigned)(w->cap / chunk);
+		k = k > RD_WIN_MAX ? RD_WIN_MAX : k;
+		if (k < 2 || c->n > RF__RD_WIN_SMALL(k * chunk))
+			return 0;
+		if (w->f != f || w->chunk != chunk)
+			r->gen++; /* describe names the chunk size */
+		if (w->chunk != chunk || w->k != k) { /* a new setting to choose: the old one was for other chunks */
+			/* from the chunks one copy may need at once (it may cross a chunk's boundary) */
+			unsigned need = (unsigned)((c->n + chunk - 1) / chunk) + 1, from = (unsigned)(w->from / chunk);
+			rf__reader_ahead_start(&w->ahead, k, need > from ? need : from);
+			if (!w->online)
+				w->ahead.on = k, w->ahead.settled = 1;
+		}
+		w->m_t0 = 0, w->m_landed = 0, w->m_bytes = 0, w->m_round = 0, w->m_sum = 0, w->m_sq = 0; /* one stream's */
+		w->f = f, w->chunk = chunk, w->k = k, w->head = 0, w->n = 0;
+		w->next = c->win_off / a * a;
+		w->limit = c->win_off;
+		w->final = 0;
+	} else if (c->n > RF__RD_WIN_SMALL(w->k * w->chunk)) {
+		return 0;
+	}
+	uint64_t size = rf_file_size(f), lim = c->end + (ahead < w->cap ? ahead : w->cap);
+	lim = lim > size ? size : lim;
+	if (lim > w->limit || (cont && ahead < w->cap)) {
+		w->limit = lim > w->limit ? lim : w->limit;
+		w->final = ahead < w->cap || lim == size;
+	}
+	w->expect = c->end;
+	c->win = 1;
+	w->wait[(w->wait_head + w->nwait++) % r->max_copies] = ci;
+	return 1;
+}
+
+int rf__reader_window(rf__reader *r, size_t bytes)
+{
+	if (r == NULL)
+		return rf__err(RF_EINVAL, "rf__reader_window: r is NULL");
+	if (r->nfree_copies != r->max_copies || r->win.out != 0)
+		return rf__err(RF_EBUSY, "rf__reader_window: copies in flight");
+	rd_win *w = &r->win;
+	if (w->map != NULL)
+		munmap(w->map, w->map_len);
+	unsigned *wait = w->wait;
+	uint64_t copies = w->copies, rd = w->read;
+	int online = w->online;
+	size_t from = w->from;
+	*w = (rd_win){.wait = wait, .copies = copies, .read = rd, .online = online, .from = from};
+	r->gen++;
+	if (bytes == 0)
+		return RF_OK;
+	size_t len = (bytes + RD_HUGE - 1) / RD_HUGE * RD_HUGE, map_len = len + RD_HUGE;
+	void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return rf__err(RF_ENOMEM, "rf__reader_window: mmap of %zu bytes: %s", map_len, strerror(errno));
+	unsigned char *mem = (unsigned char *)(((uintptr_t)m + RD_HUGE - 1) / RD_HUGE * RD_HUGE);
+#ifdef MADV_HUGEPAGE
+	(void)madvise(mem, len, MADV_HUGEPAGE); /* a refusal leaves 4 KiB pages: slower, not wrong */
+#endif
+	memset(mem, 0, len); /* its pages now, not during a run */
+	w->map = m, w->map_len = map_len, w->mem = mem, w->cap = bytes;
+	return RF_OK;
+}
+
+void rf__reader_window_drop(rf__reader *r)
+{
+	rd_win *w = &r->win;
+	w->expect = UINT64_MAX; /* no copy continues what is held: the next one starts afresh */
+	if (w->out == 0 && w->nwait == 0)
+		w->n = 0, w->head = 0;
+}
+
+void rf__reader_window_release(rf__reader *r)
+{
+	rd_win *w = &r->win;
+	if (w->nwait != 0)
+		return;
+	while (w->out != 0) {
+		rf__rd_progress(r);
+		if (w->out != 0)
+			rf__reader_wait(r);
+	}
+	w->f = NULL, w->n = 0, w->head = 0, w->expect = UINT64_MAX;
+}
+
+void rf__reader_window_online(rf__reader *r, int on, size_t from)
+{
+	r->win.online = on != 0;
+	r->win.from = from;
+	r->win.chunk = 0, r->win.k = 0; /* the next window chooses afresh */
+}
+
+void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out)
+{
+	*out = (rf__reader_window_stats){r->win.mem ? r->win.cap : 0, r->win.chunk, r->win.k, r->win.ahead.on,
+					 r->win.copies, r->win.read};
+}
