@@ -109,27 +109,26 @@ int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 			rf__tk_wait(t, req->after, NULL, 1);
 		return rf__cpu_kissue(NULL, req, out);
 	}
-	rf__fsrc fs = {NULL, 0};
-	int file = rf__file_classify("keyed copy", "src", req->src, req->bytes, 1, &fs);
-	if (file < 0)
-		return file;
+	int file = req->src.fs.f != NULL;
+	int rc = file ? rf__file_hold("keyed copy", "src", &req->src, req->bytes) : RF_OK;
+	if (rc != RF_OK)
+		return rc;
 	/* A hint: after `after` by construction (every hint into a slot goes down one lane). */
 	rf__tlane *l = &t->lane[req->lane];
 	int64_t v = l->kposted + 1;
 	rf__tk_item *it = &l->kitem[(uint64_t)v % RF__TK_RING];
-	int rc = RF_OK;
 	if (it->w.fn != NULL && rf__lane_consumed(&t->pool, req->lane) <= it->seq)
 		rc = RF_ENOSPC; /* the item this one reuses is still queued */
 	else if (file)
 		rc = rf__flight_open(&l->flight, t->ring, t->ring_len);
 	if (rc == RF_OK) {
 		it->w.fn = rf__tk_item_fn;
-		it->src = req->src;
+		it->src = req->src.p;
 		it->dst = req->dst;
 		it->bytes = req->bytes;
 		it->cap = req->cap;
 		it->failed = req->failed;
-		it->fs = fs;
+		it->fs = req->src.fs;
 		atomic_store_explicit(&it->value, v, memory_order_relaxed);
 		it->counter = req->counter;
 		it->seq = rf__lane_posted(&t->pool, req->lane);
@@ -137,7 +136,7 @@ int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	}
 	if (rc != RF_OK) {
 		if (file)
-			rf__file_unhold(fs.f);
+			rf__file_unhold(req->src.fs.f);
 		return rc;
 	}
 	l->kposted = v;

@@ -14,6 +14,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/pause.h"
+#include "base/test_hooks.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -243,30 +244,32 @@ static int rf__file_where(const char *who, const char *what, uintptr_t a, size_t
 	return 1;
 }
 
-int rf__file_classify(const char *who, const char *what, const void *src, size_t n, int hold, rf__fsrc *out)
+int rf__file_classify(const char *who, const char *what, const void *src, size_t n, rf__src *out)
 {
-	if (!rf__file_any())
-		return 0;
-	uintptr_t a = (uintptr_t)src;
+	if (RF__TEST_HOOK(classify) != NULL)
+		RF__TEST_HOOK(classify)(src, n);
 	rf_file *f = NULL;
-	int rc = rf__file_where(who, what, a, n, &f);
-	if (rc != 1)
+	int rc = rf__file_any() ? rf__file_where(who, what, (uintptr_t)src, n, &f) : 0;
+	if (rc < 0)
 		return rc;
-	if (hold) {
-		/* Again under the mutex, so that a close cannot free f between the lookup and the hold. */
-		rf__freg_hit h;
-		pthread_mutex_lock(&rf__freg.mu);
-		rf__freg_find(a, &h);
-		int same = h.f == f && a < h.hi && n <= h.hi - a;
-		if (same)
-			atomic_fetch_add_explicit(&f->holds, 1, memory_order_relaxed);
-		pthread_mutex_unlock(&rf__freg.mu);
-		if (!same) /* closed in between: the range is not that file's any more */
-			return rf__err(RF_EINVAL, "%s: %s lies in a file closed while it was named", who, what);
-	}
-	out->f = f;
-	out->off = (uint64_t)(a - (uintptr_t)f->map);
-	return 1;
+	*out = (rf__src){.p = src, .fs = {.f = f, .off = rc ? (uint64_t)((uintptr_t)src - (uintptr_t)f->map) : 0}};
+	return rc;
+}
+
+int rf__file_hold(const char *who, const char *what, const rf__src *s, size_t n)
+{
+	/* Found again under the mutex: a close in between removed the range (or it is another file's now). */
+	uintptr_t a = (uintptr_t)s->p;
+	rf__freg_hit h;
+	pthread_mutex_lock(&rf__freg.mu);
+	rf__freg_find(a, &h);
+	int same = h.f == s->fs.f && a < h.hi && n <= h.hi - a;
+	if (same)
+		atomic_fetch_add_explicit(&s->fs.f->holds, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&rf__freg.mu);
+	if (!same)
+		return rf__err(RF_EINVAL, "%s: %s lies in a file closed while it was named", who, what);
+	return RF_OK;
 }
 
 void rf__file_unhold(rf_file *f)

@@ -183,7 +183,7 @@ void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap
 
 int rf__be_kissue(const rf__backend_ops *be, void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
-	assert(req->bytes > 0 && req->src != NULL && req->lane < rf__be_klanes(be, ctx));
+	assert(req->bytes > 0 && req->src.p != NULL && req->lane < rf__be_klanes(be, ctx));
 	if (rf__fault())
 		return rf__be_fault(be, "kissue");
 	return be->kissue(ctx, req, out);

@@ -187,6 +187,7 @@ void rf__engine_io_refresh(rf__engine *e)
 void rf__engine_fini(rf__engine *e)
 {
 	rf__flight_fini(&e->io);
+	free(e->src);
 	pthread_mutex_destroy(&e->stats_mu);
 	free(e->trace_path);
 	rf__be_slots_free(e->be, e->ctx, e->slots, e->slots_len);
@@ -195,29 +196,59 @@ void rf__engine_fini(rf__engine *e)
 	rf_program_destroy(e->prog);
 }
 
-/* The nfile file blocks of a run: held for its duration (rf_file_close is then RF_EBUSY; RF_EINVAL and
- * none held if a file was closed since the inputs were checked), let go after it (hold 0). */
-static int rf__hold_files(const char *who, size_t nblocks, const void *const *srcs, const size_t *sizes,
-			  size_t nfile, int hold)
+/* The run's nfile file blocks (e->src) held for its duration (rf_file_close is then RF_EBUSY; RF_EINVAL
+ * and none held if a file was closed since they were resolved), let go after it (hold 0). */
+static int rf__hold_files(rf__engine *e, const char *who, size_t nblocks, const size_t *sizes, size_t nfile,
+			  int hold)
 {
-	size_t n = 0;
-	for (size_t i = 0; i < nblocks && n < nfile; i++) {
-		rf__fsrc fs;
-		if (sizes[i] == 0 || rf__file_classify(who, "a block", srcs[i], sizes[i], hold, &fs) != 1)
+	size_t n = 0, i = 0;
+	for (; i < nblocks && n < nfile; i++) {
+		const rf__src *s = &e->src[i];
+		if (s->fs.f == NULL)
 			continue;
 		if (!hold)
-			rf__file_unhold(fs.f);
+			rf__file_unhold(s->fs.f);
+		else if (rf__file_hold(who, "a block", s, sizes[i]) != RF_OK)
+			break;
 		n++;
 	}
 	if (!hold || n == nfile)
 		return RF_OK;
-	rf__hold_files(who, nblocks, srcs, sizes, n, 0);
+	rf__hold_files(e, who, i, sizes, n, 0); /* the n held before block i */
 	return rf__err(RF_EINVAL, "%s: a block's file was closed while the run was starting", who);
 }
 
+/* Every block's source resolved once (e->src, grown to the longest run's nblocks and kept), when a file
+ * is open: the run's file blocks and bytes, and what its copies read (rf__run.src). Once the run is
+ * ours: e->src is the engine's. */
+static int rf__resolve(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
+		       const size_t *sizes, size_t *nfile, uint64_t *file_bytes)
+{
+	if (!rf__file_any()) /* per run, not per block */
+		return RF_OK;
+	if (nblocks > e->src_cap) {
+		rf__src *a = nblocks <= SIZE_MAX / sizeof *a ? rf__realloc(e->src, nblocks * sizeof *a) : NULL;
+		if (a == NULL)
+			return rf__err(RF_ENOMEM, "%s: out of memory for %zu blocks' sources", who, nblocks);
+		e->src = a, e->src_cap = nblocks;
+	}
+	for (size_t i = 0; i < nblocks; i++) {
+		e->src[i] = (rf__src){.p = srcs[i]};
+		if (sizes[i] == 0)
+			continue;
+		char what[48];
+		snprintf(what, sizeof what, "block %zu", i);
+		int rc = rf__file_classify(who, what, srcs[i], sizes[i], &e->src[i]);
+		if (rc < 0)
+			return rc;
+		*nfile += (size_t)rc;
+		*file_bytes += rc ? sizes[i] : 0;
+	}
+	return RF_OK;
+}
+
 static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
-			    const size_t *sizes, rf_compute_fn compute, uint64_t *bytes, size_t *nfile,
-			    uint64_t *file_bytes, size_t *nonempty)
+			    const size_t *sizes, rf_compute_fn compute, uint64_t *bytes, size_t *nonempty)
 {
 	if (nblocks < e->prog->nblocks_min)
 		return rf__err(RF_EINVAL, "%s: the graph uses blocks up to %zu but nblocks is %zu", who,
@@ -227,10 +258,10 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 			       srcs == NULL ? "srcs" : sizes == NULL ? "sizes" : "compute", nblocks);
 	if (nblocks > RF__MAX_NBLOCKS)
 		return rf__err(RF_EINVAL, "%s: nblocks %zu is over %zu", who, nblocks, RF__MAX_NBLOCKS);
-	/* rf__file_any per run, not per block. A source must not overlap the ring or its staging slots: a
-	 * copy from a slot races with its refill (the ring's edges cover only the slots' own blocks). A
-	 * device backend's are another address space (empty ranges). Integers: unrelated objects. */
-	const int any_file = rf__file_any(), host = !(e->be->caps & RF__CAP_DEVICE);
+	/* A source must not overlap the ring or its staging slots: a copy from a slot races with its refill
+	 * (the ring's edges cover only the slots' own blocks). A device backend's are another address space
+	 * (empty ranges). Integers: unrelated objects. */
+	const int host = !(e->be->caps & RF__CAP_DEVICE);
 	const uintptr_t rlo = (uintptr_t)e->slots, rhi = host ? rlo + e->slots_len : rlo;
 	const uintptr_t slo = (uintptr_t)e->stage, shi = host ? slo + e->stage_len : slo;
 	uint64_t sum = *bytes; /* in registers: the outputs may alias sizes[] as far as the compiler knows */
@@ -247,16 +278,6 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 						  "first: a slot is refilled while later blocks are copied)", who, i);
 		sum += sizes[i];
 		nz += sizes[i] != 0;
-		if (sizes[i] != 0 && any_file) {
-			rf__fsrc fs;
-			char what[48];
-			snprintf(what, sizeof what, "block %zu", i);
-			int rc = rf__file_classify(who, what, srcs[i], sizes[i], 0, &fs);
-			if (rc < 0)
-				return rc;
-			*nfile += (size_t)rc;
-			*file_bytes += rc ? sizes[i] : 0;
-		}
 	}
 	*bytes = sum;
 	*nonempty = nz;
@@ -266,9 +287,11 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 			   const size_t *sizes, rf_compute_fn compute, void *user, size_t nfile, int files_only)
 {
-	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_stride, e->stage, &e->cancel, 0, 0,
-		       NULL, NULL, nfile, nfile ? &e->io : NULL, files_only, e->last.bytes, e->vary,
-		       (e->be->caps & RF__CAP_OVERLAP) ? RF_SCHEDULE_RING : RF_SCHEDULE_INLINE, 0, NULL};
+	rf__run run = {.prog = e->prog, .nblocks = nblocks, .srcs = srcs, .sizes = sizes, .compute = compute,
+		       .user = user, .slots = e->slots, .slot_stride = e->slot_stride, .stage = e->stage,
+		       .cancel = &e->cancel, .nfile = nfile, .src = nfile ? e->src : NULL, .io = nfile ? &e->io : NULL,
+		       .files_only = files_only, .bytes = e->last.bytes, .vary = e->vary,
+		       .sched = (e->be->caps & RF__CAP_OVERLAP) ? RF_SCHEDULE_RING : RF_SCHEDULE_INLINE};
 	if (e->collect_stats) {
 		memset(e->qstats, 0, sizeof e->qstats);
 		run.stats = e->qstats;
@@ -420,19 +443,20 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 		return RF_OK;
 	uint64_t bytes = 0, file_bytes = 0;
 	size_t nfile = 0, nonempty = 0;
-	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute, &bytes, &nfile, &file_bytes, &nonempty);
+	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute, &bytes, &nonempty);
 	if (rc == RF_OK)
 		rc = rf__engine_forked(e, who);
 	if (rc == RF_OK)
 		rc = rf__engine_take(e, who, RF__RUNNING);
 	if (rc != RF_OK)
 		return rc;
-	if (nfile > 0 && ((rc = rf__engine_io(e, who)) != RF_OK ||
-			  (rc = rf__hold_files(who, nblocks, srcs, sizes, nfile, 1)) != RF_OK))
+	if ((rc = rf__resolve(e, who, nblocks, srcs, sizes, &nfile, &file_bytes)) != RF_OK ||
+	    (nfile > 0 && ((rc = rf__engine_io(e, who)) != RF_OK ||
+			   (rc = rf__hold_files(e, who, nblocks, sizes, nfile, 1)) != RF_OK)))
 		goto idle;
 	/* Holds are read only once the run is ours: a racing run's reset of the keyed cache cannot overlap. */
 	if (e->keyed != NULL && rf__keyed_held(e->keyed)) {
-		rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
+		rf__hold_files(e, who, nblocks, sizes, nfile, 0);
 		rc = rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
 		goto idle;
 	}
@@ -446,7 +470,7 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	e->last.file_bytes = file_bytes;
 	int measuring = e->measure != NULL;
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile, nfile > 0 && nfile == nonempty);
-	rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
+	rf__hold_files(e, who, nblocks, sizes, nfile, 0);
 	if (nfile > 0) {
 		rf__engine_io_refresh(e);
 		rf__reader *rd = atomic_load_explicit(&e->io.rd, memory_order_relaxed);

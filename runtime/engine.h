@@ -62,6 +62,8 @@ typedef struct rf__engine {
 	int64_t wait_spin_ns;
 	unsigned nslots;    /* slots allocated (set by init) */
 	rf__flight io;      /* the calling thread's reader for its own file copies, opened at the first */
+	rf__src *src;       /* a run's sources resolved (rf__run.src): src_cap, the longest run's nblocks */
+	size_t src_cap;
 	/* Keyed use (runtime/keyed.h), or NULL: a run refuses to start while it holds a block and empties
 	 * it before the run reuses the slots. */
 	struct rf__keyed *keyed;
