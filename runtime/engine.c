@@ -6,8 +6,6 @@
 #include "io/file.h"
 #include "runtime/autodepth.h"
 #include "runtime/engine.h"
-#include "runtime/keyed.h"
-#include "runtime/ktrace.h"
 #include "runtime/oracle.h"
 #include "runtime/trace.h"
 
@@ -455,16 +453,11 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	    (nfile > 0 && ((rc = rf__engine_io(e, who)) != RF_OK ||
 			   (rc = rf__hold_files(e, who, nblocks, sizes, nfile, 1)) != RF_OK)))
 		goto idle;
-	/* Holds are read only once the run is ours: a racing run's reset of the keyed cache cannot overlap. */
-	if (e->keyed != NULL && rf__keyed_held(e->keyed)) {
+	/* The owner's checks only once the run is ours: a racing run's cannot overlap them. */
+	if (e->before != NULL && (rc = e->before(e->owner, who)) != RF_OK) {
 		rf__hold_files(e, who, nblocks, sizes, nfile, 0);
-		rc = rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
 		goto idle;
 	}
-	if (e->keyed != NULL) /* the run reuses every slot: no key stays resident */
-		rf__keyed_reset(e->keyed);
-	if (e->ktrace != NULL)
-		rf__ktrace_add(e->ktrace, RF_KTRACE_RESET, 0, 0, UINT32_MAX);
 	memset(&e->last, 0, sizeof e->last);
 	e->last.blocks = nblocks;
 	e->last.bytes = bytes;

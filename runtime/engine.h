@@ -64,8 +64,8 @@ typedef struct rf__engine {
 	rf__flight io;      /* the calling thread's reader for its own file copies, opened at the first */
 	rf__src *src;       /* a run's sources resolved (rf__run.src): src_cap, the longest run's nblocks */
 	size_t src_cap;
-	/* Keyed use (runtime/keyed.h), or NULL: a run refuses to start while it holds a block and empties
-	 * it before the run reuses the slots. */
+	/* The owner's keyed use (runtime/keyed.h), or NULL; the engine never calls it: a pipeline's
+	 * `before` refuses a run while a block is held and empties the cache before the run. */
 	struct rf__keyed *keyed;
 	struct rf__ktrace *ktrace; /* rf_pipeline_keyed_trace, or NULL: a reset is recorded there */
 	/* RINGFETCH_ORACLE=1 (set by init): check every successful run's execution log (runtime/oracle.h),
@@ -79,6 +79,9 @@ typedef struct rf__engine {
 	 * concurrently with a run, before a deferred destroy releases the owner): may swap e->prog for one
 	 * within the slots. */
 	void (*after)(void *owner);
+	/* Called once a run is the engine's, its files held, before it starts (NULL: none): anything but
+	 * RF_OK refuses the run with that (rf_errmsg set), nothing changed. */
+	int (*before)(void *owner, const char *who);
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
 	void *owner;
 	int vary;  /* rf__run.vary: set by a pipeline once depth = auto has settled; 0 for rf_exec */
