@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int rf__keyed_create(struct rf__engine *eng, rf__keyed **out)
+int rf__keyed_create(struct rf__engine *eng, uint64_t hint_bytes, rf__keyed **out)
 {
 	rf__keyed *k = rf__calloc(1, sizeof *k);
 	if (k == NULL)
@@ -49,7 +49,9 @@ int rf__keyed_create(struct rf__engine *eng, rf__keyed **out)
 		k->s[nslots].ln[l].prev = k->s[nslots].ln[l].next = nslots;
 	for (unsigned i = 0; i < nslots; i++)
 		rf__kempty_set(k, i, 1);
-	rf__keyed_hint_budget(k, 0);
+	uint64_t all = (uint64_t)nslots * k->slot_bytes; /* more than the slots could never be outstanding */
+	k->hints_bounded = hint_bytes != 0;
+	k->hint_cap = k->credit = hint_bytes == 0 ? SIZE_MAX : (size_t)(hint_bytes < all ? hint_bytes : all);
 	atomic_flag_clear(&k->lock);
 	*out = k;
 	return RF_OK;
@@ -75,14 +77,6 @@ void rf__keyed_destroy(rf__keyed *k)
 	free(k);
 }
 
-void rf__keyed_hint_budget(rf__keyed *k, uint64_t bytes)
-{
-	uint64_t all = (uint64_t)k->n * k->slot_bytes; /* more than the slots could never be outstanding */
-	k->hints_bounded = bytes != 0;
-	k->hint_cap = bytes == 0 ? SIZE_MAX : (size_t)(bytes < all ? bytes : all);
-	k->credit = k->hint_cap;
-}
-
 /* Hint credit back (an acquired hint, or one never copied; demand copies' share), at most hint_cap. */
 static void rf__kcredit(rf__keyed *k, size_t bytes)
 {
@@ -95,11 +89,6 @@ static void rf__kdebit(rf__keyed *k, size_t bytes)
 {
 	if (k->hints_bounded)
 		k->credit -= bytes;
-}
-
-int rf__keyed_held(const rf__keyed *k)
-{
-	return k->nheld != 0;
 }
 
 /* Oracle, WAR: no copy may write a held slot. Holds are counted from acquire/release alone, so that a
@@ -676,8 +665,10 @@ void rf__keyed_stats(const rf__keyed *k, rf_keyed_stats *out)
 		*f[i] = atomic_load_explicit(&((rf__keyed *)k)->st[i], memory_order_relaxed);
 }
 
-void rf__keyed_reset(rf__keyed *k)
+int rf__keyed_reset(rf__keyed *k, const char *who)
 {
+	if (k->nheld != 0)
+		return rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
 	rf__be_kquiesce(k->be, k->ctx);
 	rf__klock(k);
 	for (unsigned i = 0; i < k->n; i++) {
@@ -691,4 +682,5 @@ void rf__keyed_reset(rf__keyed *k)
 	for (unsigned l = 0; l < k->nlanes; l++)
 		k->nfl[l] = 0;
 	k->nheld = 0;
+	return RF_OK;
 }

@@ -69,17 +69,15 @@ static void rf__pipeline_free(void *p)
 	free(pl);
 }
 
-/* Before each run of a pipeline with keyed use (rf__engine.before): a keyed block held refuses it;
- * else the run reuses every slot and no key stays resident. */
+/* Before each run of a pipeline with keyed use (rf__engine.before): the run reuses every slot, so no
+ * key stays resident (a keyed block held refuses the run). */
 static int rf__pipeline_before(void *owner, const char *who)
 {
 	rf__engine *e = &((rf_pipeline *)owner)->eng;
-	if (rf__keyed_held(e->keyed))
-		return rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
-	rf__keyed_reset(e->keyed);
-	if (e->ktrace != NULL)
+	int rc = rf__keyed_reset(e->keyed, who);
+	if (rc == RF_OK && e->ktrace != NULL)
 		rf__ktrace_add(e->ktrace, RF_KTRACE_RESET, 0, 0, UINT32_MAX);
-	return RF_OK;
+	return rc;
 }
 
 /* The values to build with: explicit params, else configured (file < environment), else defaults. */
@@ -328,13 +326,12 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		goto fail;
 	p->eng.release = rf__pipeline_free;
 	p->eng.owner = p;
-	if (p->eng.be->kissue != NULL && (rc = rf__keyed_create(&p->eng, &p->eng.keyed)) != RF_OK) {
+	uint64_t hint_bytes = params->hint_bytes ? params->hint_bytes : r.cfg.hint_bytes;
+	if (p->eng.be->kissue != NULL && (rc = rf__keyed_create(&p->eng, hint_bytes, &p->eng.keyed)) != RF_OK) {
 		rc = rf__err(rc, "rf_pipeline_create: %s", rf__errmsg_peek());
 		goto fail_free;
 	}
 	p->eng.before = p->eng.keyed != NULL ? rf__pipeline_before : NULL;
-	if (p->eng.keyed != NULL)
-		rf__keyed_hint_budget(p->eng.keyed, params->hint_bytes ? params->hint_bytes : r.cfg.hint_bytes);
 	atomic_init(&p->depth, r.depth);
 	p->copy_queues = r.kq;
 	if (r.auto_max != 0 && r.device)
