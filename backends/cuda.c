@@ -10,7 +10,6 @@
 #include "backends/cuda_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
-#include "io/file.h"
 #include "runtime/walk.h"
 
 #include <stdio.h>

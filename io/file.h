@@ -31,9 +31,8 @@ typedef struct rf__fsrc {
 	uint64_t off;
 } rf__fsrc;
 
-/* A source resolved once, by whoever accepts it from the caller (the engine for a run's blocks, the
- * keyed cache for a keyed call), and read by the copy paths without another registry lookup: the
- * caller's pointer, and the file's range when it lies in one (fs.f NULL: memory). */
+/* A source resolved once (by the engine for a run's blocks, the keyed cache for a keyed call), read by
+ * the copies with no other lookup: the caller's pointer, and its file's range (fs.f NULL: memory). */
 typedef struct rf__src {
 	const void *p;
 	rf__fsrc fs;
@@ -48,9 +47,8 @@ int rf__file_any(void);
  * the mapping and runs into it (rf_errmsg: "<who>: <what> ..."). Holds nothing. */
 int rf__file_classify(const char *who, const char *what, const void *src, size_t n, rf__src *out);
 
-/* Hold the file of a resolved file source for a copy of its first n bytes (to be let go with
- * rf__file_unhold): RF_OK, or RF_EINVAL when the file was closed since it was resolved. Takes the
- * registry's mutex, so that a close cannot free the file between the check and the hold. */
+/* Hold the file of a resolved file source for a copy of its first n bytes (let go: rf__file_unhold):
+ * RF_OK, or RF_EINVAL when it was closed since. Under the registry's mutex: a close cannot intervene. */
 int rf__file_hold(const char *who, const char *what, const rf__src *s, size_t n);
 
 /* Let go of one hold (any thread). */

@@ -195,33 +195,20 @@ void rf__engine_fini(rf__engine *e)
 	rf_program_destroy(e->prog);
 }
 
-/* The run's nfile file blocks (e->src) held for its duration (rf_file_close is then RF_EBUSY; RF_EINVAL
- * and none held if a file was closed since they were resolved), let go after it (hold 0). */
-static int rf__hold_files(rf__engine *e, const char *who, size_t nblocks, const size_t *sizes, size_t nfile,
-			  int hold)
+/* Let go of the files of the run's blocks before `end` (e->src; none held when nfile is 0). */
+static void rf__unhold_files(const rf__engine *e, size_t end, size_t nfile)
 {
-	size_t n = 0, i = 0;
-	for (; i < nblocks && n < nfile; i++) {
-		const rf__src *s = &e->src[i];
-		if (s->fs.f == NULL)
-			continue;
-		if (!hold)
-			rf__file_unhold(s->fs.f);
-		else if (rf__file_hold(who, "a block", s, sizes[i]) != RF_OK)
-			break;
-		n++;
-	}
-	if (!hold || n == nfile)
-		return RF_OK;
-	rf__hold_files(e, who, i, sizes, n, 0); /* the n held before block i */
-	return rf__err(RF_EINVAL, "%s: a block's file was closed while the run was starting", who);
+	for (size_t i = 0; nfile > 0 && i < end; i++)
+		if (e->src[i].fs.f != NULL)
+			rf__file_unhold(e->src[i].fs.f);
 }
 
-/* Every block's source resolved once (e->src, grown to the longest run's nblocks and kept), when a file
- * is open: the run's file blocks and bytes, and what its copies read (rf__run.src). Once the run is
- * ours: e->src is the engine's. */
-static int rf__resolve(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
-		       const size_t *sizes, size_t *nfile, uint64_t *file_bytes)
+/* A run's sources, when a file is open, once the run is ours: every block's resolved once into e->src
+ * (grown to the longest run's nblocks, kept), which its copies read (rf__run.src); with file blocks,
+ * the reader opened and their files held for the run (rf_file_close is then RF_EBUSY; RF_EINVAL and
+ * none held if a file was closed since). */
+static int rf__engine_files(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
+			    const size_t *sizes, size_t *nfile, uint64_t *file_bytes)
 {
 	if (!rf__file_any()) /* per run, not per block */
 		return RF_OK;
@@ -243,7 +230,11 @@ static int rf__resolve(rf__engine *e, const char *who, size_t nblocks, const voi
 		*nfile += (size_t)rc;
 		*file_bytes += rc ? sizes[i] : 0;
 	}
-	return RF_OK;
+	int rc = *nfile > 0 ? rf__engine_io(e, who) : RF_OK;
+	for (size_t i = 0; *nfile > 0 && i < nblocks && rc == RF_OK; i++)
+		if (e->src[i].fs.f != NULL && (rc = rf__file_hold(who, "a block", &e->src[i], sizes[i])) != RF_OK)
+			rf__unhold_files(e, i, *nfile);
+	return rc;
 }
 
 static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
@@ -449,13 +440,11 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 		rc = rf__engine_take(e, who, RF__RUNNING);
 	if (rc != RF_OK)
 		return rc;
-	if ((rc = rf__resolve(e, who, nblocks, srcs, sizes, &nfile, &file_bytes)) != RF_OK ||
-	    (nfile > 0 && ((rc = rf__engine_io(e, who)) != RF_OK ||
-			   (rc = rf__hold_files(e, who, nblocks, sizes, nfile, 1)) != RF_OK)))
+	if ((rc = rf__engine_files(e, who, nblocks, srcs, sizes, &nfile, &file_bytes)) != RF_OK)
 		goto idle;
 	/* The owner's checks only once the run is ours: a racing run's cannot overlap them. */
 	if (e->before != NULL && (rc = e->before(e->owner, who)) != RF_OK) {
-		rf__hold_files(e, who, nblocks, sizes, nfile, 0);
+		rf__unhold_files(e, nblocks, nfile);
 		goto idle;
 	}
 	memset(&e->last, 0, sizeof e->last);
@@ -464,7 +453,7 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	e->last.file_bytes = file_bytes;
 	int measuring = e->measure != NULL;
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile, nfile > 0 && nfile == nonempty);
-	rf__hold_files(e, who, nblocks, sizes, nfile, 0);
+	rf__unhold_files(e, nblocks, nfile);
 	if (nfile > 0) {
 		rf__engine_io_refresh(e);
 		rf__reader *rd = atomic_load_explicit(&e->io.rd, memory_order_relaxed);

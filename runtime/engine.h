@@ -79,8 +79,7 @@ typedef struct rf__engine {
 	 * concurrently with a run, before a deferred destroy releases the owner): may swap e->prog for one
 	 * within the slots. */
 	void (*after)(void *owner);
-	/* Called once a run is the engine's, its files held, before it starts (NULL: none): anything but
-	 * RF_OK refuses the run with that (rf_errmsg set), nothing changed. */
+	/* Once a run is the engine's and its files held (NULL: none): not RF_OK refuses it, nothing changed. */
 	int (*before)(void *owner, const char *who);
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
 	void *owner;

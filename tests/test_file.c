@@ -438,9 +438,9 @@ Test(file, each_source_is_resolved_once, .timeout = 120)
 				cr_assert_eq(rf_pipeline_run(p, N, srcs[set], sizes[set], same_cb, &c), RF_OK, "%s",
 					     rf_errmsg());
 				cr_assert_eq(c.bad, 0);
-				cr_assert_eq(atomic_load(&g_classified), (long)nonempty[set],
-					     "%s depth %u, blocks %d: %ld lookups for %zu blocks", backends[be], depth, set,
-					     atomic_load(&g_classified), nonempty[set]);
+				cr_assert_eq(atomic_load(&g_classified), (long)nonempty[set], "%s depth %u, set %d: %ld "
+					     "lookups for %zu blocks", backends[be], depth, set, atomic_load(&g_classified),
+					     nonempty[set]);
 			}
 			atomic_store(&g_classified, 0);
 			long calls = 0;
