@@ -132,8 +132,7 @@ typedef struct rf__kcopy {
 	unsigned lane;      /* < klanes() */
 	unsigned slot;      /* < nslots */
 	void *dst;          /* the slot's address (a device pointer on cuda) */
-	rf__src src;        /* as the cache resolved it: src.p host memory, valid until the ticket finished;
-	                       src.fs.f: a file's range, which the copy holds (rf__file_hold) until it lands */
+	rf__src src;        /* as resolved: host memory (valid until the ticket finished) or a file's range */
 	size_t bytes;       /* 1 .. slot_bytes */
 	int demand;         /* 1: an acquire's copy (see (c)); 0: a hint */
 	rf__kticket after;  /* the slot's previous copy, not known finished (0: none) */

@@ -203,10 +203,9 @@ static void rf__unhold_files(const rf__engine *e, size_t end, size_t nfile)
 			rf__file_unhold(e->src[i].fs.f);
 }
 
-/* A run's sources, when a file is open, once the run is ours: every block's resolved once into e->src
- * (grown to the longest run's nblocks, kept), which its copies read (rf__run.src); with file blocks,
- * the reader opened and their files held for the run (rf_file_close is then RF_EBUSY; RF_EINVAL and
- * none held if a file was closed since). */
+/* Once the run is ours, if a file is open: each block's source resolved into e->src (grown to the
+ * longest run, kept; rf__run.src); with file blocks, the reader opened and their files held for the run
+ * (rf_file_close is then RF_EBUSY; RF_EINVAL and none held if a file was closed since). */
 static int rf__engine_files(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 			    const size_t *sizes, size_t *nfile, uint64_t *file_bytes)
 {

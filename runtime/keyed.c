@@ -147,8 +147,7 @@ static unsigned rf__klane_count(rf__keyed *k, unsigned lane)
 	return m;
 }
 
-/* Slot i leaves the held-back list (its copy issued, or the hint gone): let go of its file, which the
- * hint held (rf__keyed_prefetch). */
+/* Slot i leaves the held-back list (its copy issued, or the hint gone): let go of the file it held. */
 static void rf__khb_leave(rf__keyed *k, unsigned i)
 {
 	rf__kunlink(k, RF__KHB, i);
