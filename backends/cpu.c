@@ -69,17 +69,16 @@ static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b,
 		return 0;
 	if (w->overlapped) /* write after write: an earlier read into this slot lands first */
 		rf__flight_wait_dst(run->io, dst, run->slot_stride);
-	const rf__fsrc *fs = src == NULL && run->nfile > 0 ? &run->src[b].fs : NULL;
-	if (fs == NULL || fs->f == NULL) {
+	if (src != NULL || run->nfile == 0 || run->src[b].fs.f == NULL) {
 		memcpy(dst, src != NULL ? src : run->srcs[b], n);
 		return 0;
 	}
 	if (!w->overlapped || slot == RF__NO_STAGE || ((run->prog->compute_queues >> queue) & 1))
-		return rf__flight_read(run->io, fs, n, dst, run->slot_stride);
+		return rf__flight_read(run->io, &run->src[b].fs, n, dst, run->slot_stride);
 	rf__flight_rec rec = {.block = (int64_t)b, .slot = slot, .node = node, .queue = (uint8_t)queue,
 			      .traced = run->trace != NULL,
 			      .ahead = run->io->window_state > 0 ? rf__cpu_ahead(w, run, b, w->ra_cap) : 0};
-	int rc = rf__flight_start(run->io, fs, n, dst, run->slot_stride, &rec);
+	int rc = rf__flight_start(run->io, &run->src[b].fs, n, dst, run->slot_stride, &rec);
 	if (rc != RF_OK)
 		return rc;
 	w->after[queue] = run->io->started;

@@ -369,12 +369,10 @@ int rf__cu_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 		return rc;
 	/* A file's range is read into the pinned ring, never faulted in. */
 	int file = req->src.fs.f != NULL;
-	if (file && k->pins == 0)
-		rc = rf__err(RF_ENOTSUP, "cuda: a keyed source in a file needs staging queues");
-	else if (file && (rc = rf__file_hold("cuda", "a keyed source", &req->src, req->bytes)) == RF_OK)
-		fs = req->src.fs;
-	if (rc != RF_OK)
+	if (file && (rc = k->pins == 0 ? rf__err(RF_ENOTSUP, "cuda: a keyed source in a file needs staging queues")
+				      : rf__file_hold("cuda", "a keyed source", &req->src, req->bytes)) != RF_OK)
 		goto out;
+	fs = req->src.fs; /* a file's: held, let go below or by the item */
 	unsigned l = req->lane % k->nlanes;
 	void *s = req->demand ? k->demand[l] : k->hint[l];
 	rf__kticket t = k->next + 1;

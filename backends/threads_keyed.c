@@ -109,8 +109,7 @@ int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 			rf__tk_wait(t, req->after, NULL, 1);
 		return rf__cpu_kissue(NULL, req, out);
 	}
-	int file = req->src.fs.f != NULL;
-	int rc = file ? rf__file_hold("keyed copy", "src", &req->src, req->bytes) : RF_OK;
+	int file = req->src.fs.f != NULL, rc = file ? rf__file_hold("keyed copy", "src", &req->src, req->bytes) : RF_OK;
 	if (rc != RF_OK)
 		return rc;
 	/* A hint: after `after` by construction (every hint into a slot goes down one lane). */

@@ -41,10 +41,9 @@ typedef struct rf__src {
 /* Is any file open in the process? A relaxed load: the fast path of every classification. */
 int rf__file_any(void);
 
-/* Resolve [src, src + n) (n >= 1) into *out: 0 when it overlaps no open file's mapping (memory); 1 when
- * it lies inside a file's bytes (out->fs set); RF_EINVAL when it overlaps a mapping without lying inside
- * the file: it ends past the file's end, starts in the mapping's last page past the end, or starts below
- * the mapping and runs into it (rf_errmsg: "<who>: <what> ..."). Holds nothing. */
+/* Resolve [src, src + n) (n >= 1) into *out, holding nothing: 0 memory (it overlaps no open file's
+ * mapping), 1 inside a file's bytes; RF_EINVAL ("<who>: <what> ...") when it overlaps a mapping outside
+ * the file: it ends past the file's end, starts in the mapping's last page, or runs into it from below. */
 int rf__file_classify(const char *who, const char *what, const void *src, size_t n, rf__src *out);
 
 /* Hold the file of a resolved file source for a copy of its first n bytes (let go: rf__file_unhold):

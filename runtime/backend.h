@@ -44,9 +44,8 @@ typedef struct rf__run {
 	int failed_value;    /* out, RF_ECALLBACK: what the compute returned */
 	struct rf__trace *trace; /* non-NULL: walkers record copy/compute slices (runtime/trace.h) */
 	rf__qstats *stats;       /* non-NULL: walkers account time per queue (RF_MAX_QUEUES entries) */
-	/* File sources (io/file.h): how many blocks are file ranges (the engine holds their files for the
-	 * run), each block's source as the engine resolved it (NULL when nfile is 0: backends never look
-	 * one up), and the calling thread's reader for the copies it makes itself (open when nfile > 0). */
+	/* File sources (io/file.h): how many blocks are file ranges (held for the run), every block's source as
+	 * the engine resolved it (src; NULL when nfile is 0) and the calling thread's reader for its own copies. */
 	size_t nfile;
 	const rf__src *src;
 	struct rf__flight *io;

@@ -350,10 +350,8 @@ static void rf__stats_summarise(rf__engine *e)
 	s->nqueues = nq < RF_STATS_QUEUES ? nq : RF_STATS_QUEUES;
 	for (unsigned q = 0; q < nq; q++) {
 		const rf__qstats *x = &e->qstats[q];
-		if (q < RF_STATS_QUEUES) {
-			rf_queue_stats y = {(uint64_t)x->busy_ns, (uint64_t)x->wait_ns, x->copies, x->computes};
-			s->queue[q] = y;
-		}
+		s->queue[q] = (rf_queue_stats){.busy_ns = (uint64_t)x->busy_ns, .wait_ns = (uint64_t)x->wait_ns,
+					       .copies = x->copies, .computes = x->computes};
 		if (x->copies > 0 && x->computes == 0)
 			s->copy_ns += (uint64_t)x->busy_ns;
 	}

@@ -64,9 +64,7 @@ typedef struct rf__engine {
 	rf__flight io;      /* the calling thread's reader for its own file copies, opened at the first */
 	rf__src *src;       /* a run's sources resolved (rf__run.src): src_cap, the longest run's nblocks */
 	size_t src_cap;
-	/* The owner's keyed use (runtime/keyed.h), or NULL; the engine never calls it: a pipeline's
-	 * `before` refuses a run while a block is held and empties the cache before the run. */
-	struct rf__keyed *keyed;
+	struct rf__keyed *keyed;   /* the owner's keyed use (runtime/keyed.h), or NULL: see `before` */
 	struct rf__ktrace *ktrace; /* rf_pipeline_keyed_trace, or NULL: a reset is recorded there */
 	/* RINGFETCH_ORACLE=1 (set by init): check every successful run's execution log (runtime/oracle.h),
 	 * as a ring's, or against `graph`'s promises when non-NULL (rf_exec). */

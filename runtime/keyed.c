@@ -343,7 +343,6 @@ static int rf__kcall_err(const char *who, int rc)
 	return rf__err(rc, "%s: %s", who, m);
 }
 
-/* The arguments checked, and src resolved once into *rs: what every copy of the call reads. */
 static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t bytes, unsigned flags, rf__src *rs)
 {
 	if (src == NULL)
@@ -358,9 +357,7 @@ static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t byt
 	if (!k->device && s < hi && s + bytes > lo)
 		return rf__err(RF_EINVAL, "%s: src lies in the pipeline's own ring (copy it out first)", who);
 	int file = rf__file_classify(who, "src", src, bytes, rs);
-	if (file < 0)
-		return file;
-	return file ? rf__engine_io(k->eng, who) : RF_OK;
+	return file <= 0 ? file : rf__engine_io(k->eng, who); /* RF_OK (memory), an error, or a file's */
 }
 
 /* 1 when slot i's last copy was a hint's failed file read: its key then left (a wasted hint). */

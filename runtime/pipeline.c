@@ -69,8 +69,7 @@ static void rf__pipeline_free(void *p)
 	free(pl);
 }
 
-/* Before each run of a pipeline with keyed use (rf__engine.before): the run reuses every slot, so no
- * key stays resident (a keyed block held refuses the run). */
+/* rf__engine.before with keyed use: a run reuses every slot, no key stays (RF_EBUSY while one is held). */
 static int rf__pipeline_before(void *owner, const char *who)
 {
 	rf__engine *e = &((rf_pipeline *)owner)->eng;
