@@ -471,12 +471,10 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	 * compute had started) stays pending for the next run. */
 	if (rc == RF_ECANCELED)
 		atomic_store(&e->cancel, 0);
+idle:;
 	int running = RF__RUNNING;
 	if (!atomic_compare_exchange_strong(&e->state, &running, RF__IDLE))
-		e->release(e->owner); /* destroyed from inside the run: ours to release now */
-	return rc;
-idle:
-	atomic_store(&e->state, RF__IDLE);
+		e->release(e->owner); /* destroyed while the run was ours (a refused one too): ours to release */
 	return rc;
 }
 

@@ -4,6 +4,7 @@
  * closed while others classify. */
 #include "base/test_hooks.h"
 #include "io/file.h"
+#include "memory/staging.h"
 #include "ringfetch.h"
 
 #include <criterion/criterion.h>
@@ -562,5 +563,47 @@ Test(file, held_back_hints_keep_their_file_open, .timeout = 120)
 		rf_pipeline_destroy(p);
 		rf__test_hooks.keyed_before_copy = NULL;
 	}
+	drop(path);
+}
+
+/* A destroy that lands while a run is refused for its sources (here: from the resolution itself, as
+ * another thread's destroy could) is the run's to finish: the pipeline is released, not left behind. */
+static rf_pipeline *g_doom;
+
+static void doom_on_classify(const void *src, size_t n)
+{
+	(void)src, (void)n;
+	if (g_doom != NULL) {
+		rf_pipeline *p = g_doom;
+		g_doom = NULL;
+		rf_pipeline_destroy(p); /* deferred: the run holds the pipeline */
+	}
+}
+
+Test(file, a_destroy_during_a_refused_run_releases_the_pipeline)
+{
+	char *path = make_file(8192, 7);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	const char *backends[] = {"cpu", "threads"};
+	for (int be = 0; be < 2; be++) {
+		rf__staging_stats before, after;
+		rf__staging_get_stats(&before);
+		rf_pipeline_params pp = {.depth = 2, .slot_bytes = 8192, .backend = backends[be]};
+		rf_pipeline *p;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+		const void *srcs[2] = {d + 4096, d};
+		size_t sizes[2] = {8192, 4096}; /* block 0 runs past the file's end */
+		g_doom = p;
+		rf__test_hooks.classify = doom_on_classify;
+		cr_assert_eq(rf_pipeline_run(p, 2, srcs, sizes, same_cb, &(same_ctx){srcs, 0}), RF_EINVAL);
+		rf__test_hooks.classify = NULL;
+		cr_assert_null(g_doom);
+		rf__staging_get_stats(&after);
+		cr_assert_eq(after.live_allocs, before.live_allocs, "%s: the destroyed pipeline's slots are still "
+			     "allocated (%ld, before %ld)", backends[be], after.live_allocs, before.live_allocs);
+	}
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
 	drop(path);
 }
