@@ -65,21 +65,20 @@ static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b,
 			const unsigned char *src, uint32_t node)
 {
 	size_t n = run->sizes[b];
-	rf__fsrc fs;
 	if (n == 0)
 		return 0;
 	if (w->overlapped) /* write after write: an earlier read into this slot lands first */
 		rf__flight_wait_dst(run->io, dst, run->slot_stride);
-	if (src != NULL || run->nfile == 0 || rf__file_classify("", "", run->srcs[b], n, 0, &fs) != 1) {
+	if (src != NULL || run->nfile == 0 || run->src[b].fs.f == NULL) {
 		memcpy(dst, src != NULL ? src : run->srcs[b], n);
 		return 0;
 	}
 	if (!w->overlapped || slot == RF__NO_STAGE || ((run->prog->compute_queues >> queue) & 1))
-		return rf__flight_read(run->io, &fs, n, dst, run->slot_stride);
+		return rf__flight_read(run->io, &run->src[b].fs, n, dst, run->slot_stride);
 	rf__flight_rec rec = {.block = (int64_t)b, .slot = slot, .node = node, .queue = (uint8_t)queue,
 			      .traced = run->trace != NULL,
 			      .ahead = run->io->window_state > 0 ? rf__cpu_ahead(w, run, b, w->ra_cap) : 0};
-	int rc = rf__flight_start(run->io, &fs, n, dst, run->slot_stride, &rec);
+	int rc = rf__flight_start(run->io, &run->src[b].fs, n, dst, run->slot_stride, &rec);
 	if (rc != RF_OK)
 		return rc;
 	w->after[queue] = run->io->started;
@@ -223,21 +222,20 @@ int rf__cpu_kpost(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	(void)ctx;
 	if (req->op != RF__KOP_COPY)
 		return RF_OK;
-	rf__fsrc fs;
-	int file = rf__file_classify("keyed copy", "src", req->src, req->bytes, 1, &fs);
-	if (file < 0)
-		return file;
+	const rf__src *s = &req->src;
+	int rc = s->fs.f != NULL ? rf__file_hold("keyed copy", "src", s, req->bytes) : RF_OK;
+	if (rc != RF_OK)
+		return rc;
 	atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
 	*out = 0;
 	rf__tspan sp = rf__trace_kstart(req->trace);
-	int rc = RF_OK;
-	if (!file)
-		memcpy(req->dst, req->src, req->bytes);
+	if (s->fs.f == NULL)
+		memcpy(req->dst, s->p, req->bytes);
 	else
-		rc = rf__flight_read(req->io, &fs, req->bytes, req->dst, req->cap);
+		rc = rf__flight_read(req->io, &s->fs, req->bytes, req->dst, req->cap);
 	rf__trace_kcopy(req->trace, req->tev, sp, req->key, req->slot, req->lane);
-	if (file)
-		rf__file_unhold(fs.f);
+	if (s->fs.f != NULL)
+		rf__file_unhold(s->fs.f);
 	return rc;
 }
 

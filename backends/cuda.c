@@ -10,7 +10,6 @@
 #include "backends/cuda_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
-#include "io/file.h"
 #include "runtime/walk.h"
 
 #include <stdio.h>
@@ -272,8 +271,7 @@ static int rf__cu_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned
 	if (atomic_load_explicit(run->cancel, memory_order_relaxed) || atomic_load_explicit(&cx->stop, memory_order_relaxed))
 		return RF_ECANCELED;
 	const void *src = stage == RF__NO_STAGE ? run->srcs[b] : cx->sslot[stage];
-	rf__fsrc f;
-	if (stage == RF__NO_STAGE && run->nfile > 0 && rf__file_classify("", "", src, n, 0, &f) == 1)
+	if (stage == RF__NO_STAGE && run->nfile > 0 && run->src[b].fs.f != NULL)
 		return rf__err(RF_ENOTSUP, "cuda: block %zu lies in a file: a file's bytes reach the device through a STAGE "
 					   "node (the pipeline's staged ring has them)", b);
 	RF__CU_TRY(cx->api, "cudaMemcpyAsync", cx->api->memcpy_async(rf__slot_ptr(run, slot), src, n, cx->q[queue].stream));

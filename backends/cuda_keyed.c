@@ -311,7 +311,7 @@ static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, void *s
 		if (err != 0)
 			return rf__cu_fail(cx->api, "cudaEventSynchronize (keyed staging slot free)", err);
 		if (fs->f == NULL)
-			memcpy(pin + (size_t)pt * cx->pin_stride, req->src, req->bytes);
+			memcpy(pin + (size_t)pt * cx->pin_stride, req->src.p, req->bytes);
 		else if ((rc = rf__cu_read(cx, &cx->krd, fs, req->bytes, pin + (size_t)pt * cx->pin_stride, &data)) != RF_OK)
 			return rc;
 		k->reader[pt] = e->t;
@@ -372,11 +372,11 @@ static int rf__cu_kissue(rf__cu *cx, const rf__kcopy *req, rf__kticket *out)
 	rf__fsrc fs = {NULL, 0};
 	int rc = RF_OK;
 	/* A file's range is read into the pinned ring, never faulted in. */
-	int file = rf__file_classify("cuda", "a keyed source", req->src, req->bytes, 1, &fs);
-	if (file < 0 || (file == 1 && k->pins == 0)) {
-		rc = file < 0 ? file : rf__err(RF_ENOTSUP, "cuda: a keyed source in a file needs staging queues");
+	int file = req->src.fs.f != NULL;
+	if (file && (rc = k->pins == 0 ? rf__err(RF_ENOTSUP, "cuda: a keyed source in a file needs staging queues")
+				      : rf__file_hold("cuda", "a keyed source", &req->src, req->bytes)) != RF_OK)
 		goto out;
-	}
+	fs = req->src.fs; /* a file's: held, let go below or by the item */
 	unsigned l = req->lane % k->nlanes;
 	void *s = req->demand ? k->demand[l] : k->hint[l];
 	rf__kticket t = k->next + 1;
@@ -387,16 +387,16 @@ static int rf__cu_kissue(rf__cu *cx, const rf__kcopy *req, rf__kticket *out)
 	if (old != 0 && atomic_load(&e->state) == RF__CK_WITHDRAWN) /* its item names the entry till passed */
 		rf__ec_wait(&cx->ec, rf__cu_kitems_done, cx, cx->spin_ns);
 	atomic_store_explicit(&e->num, 0, memory_order_release);
-	e->t = t, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src, e->dst = req->dst;
+	e->t = t, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src.p, e->dst = req->dst;
 	e->bytes = req->bytes, e->counter = req->counter, e->failed = req->failed;
 	e->trace = req->trace, e->tev = req->tev, e->key = req->key, e->lane = l;
-	int dma = !file && (k->pins == 0 || rf__cu_is_dma(cx, k->ranges, req->src, req->bytes));
+	int dma = !file && (k->pins == 0 || rf__cu_is_dma(cx, k->ranges, req->src.p, req->bytes));
 	/* Issued now (not by the lane's order): the slot's previous copy must be issued first. */
 	if ((dma || req->demand) && req->after != 0 && (rc = rf__cu_kready(cx, req->after, NULL, 0)) != RF_OK)
 		goto out;
 	if ((rc = rf__cu_korder(cx, req->slot, req->after, s)) != RF_OK)
 		goto out;
-	rc = dma ? rf__cu_kcopy(cx, e, req->src, s) : rf__cu_kstage(cx, req, e, s, &fs);
+	rc = dma ? rf__cu_kcopy(cx, e, req->src.p, s) : rf__cu_kstage(cx, req, e, s, &fs);
 	if (rc != RF_OK)
 		goto out;
 	for (unsigned j = 0; (dma || req->demand) && j < RF__CU_KREL; j++) /* before this H2D and later ones */

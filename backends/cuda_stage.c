@@ -298,8 +298,7 @@ static int rf__cu_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, un
 		return RF_ECANCELED;
 	size_t n = run->sizes[b];
 	const void *src = run->srcs[b];
-	rf__fsrc f;
-	int file = n != 0 && run->nfile > 0 && rf__file_classify("", "", src, n, 0, &f) == 1, rc;
+	int file = n != 0 && run->nfile > 0 && run->src[b].fs.f != NULL, rc;
 	if (n == 0 || (!file && rf__cu_is_dma(cx, l->ranges, src, n))) {
 		cx->sslot[t] = src; /* its copy reads the source: nothing to stage */
 		return RF_OK;
@@ -308,7 +307,7 @@ static int rf__cu_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, un
 		return rc;
 	l->pend = 0;
 	if (file) /* its read starts; the copy's source is known once it landed (rf__cu_landed) */
-		return rf__cu_stage_file(l, &f, n, b, t);
+		return rf__cu_stage_file(l, &run->src[b].fs, n, b, t);
 	const unsigned char *data = NULL;
 	rc = rf__cu_fill(l, t, src, NULL, n, b, &data);
 	cx->sslot[t] = data;

@@ -85,13 +85,13 @@ static int rf__thr_move(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 	if (rf__thr_stopped(c))
 		return RF_ECANCELED;
 	size_t n = run->sizes[b];
-	rf__fsrc fs;
 	if (n != 0 && wk->lane != NULL && rf__flight_busy(&wk->lane->flight)) /* write after write */
 		rf__flight_wait_dst(&wk->lane->flight, dst, run->slot_stride);
-	if (n != 0 && src == NULL && run->nfile > 0 && rf__file_classify("", "", run->srcs[b], n, 0, &fs) == 1)
+	const rf__fsrc *fs = n != 0 && src == NULL && run->nfile > 0 ? &run->src[b].fs : NULL;
+	if (fs != NULL && fs->f != NULL)
 		return slot != RF__NO_STAGE && !((run->prog->compute_queues >> queue) & 1)
-			       ? rf__thr_file_copy(c, run, &fs, b, slot, node)
-			       : rf__flight_read(wk->lane ? &wk->lane->flight : run->io, &fs, n, dst, run->slot_stride);
+			       ? rf__thr_file_copy(c, run, fs, b, slot, node)
+			       : rf__flight_read(wk->lane ? &wk->lane->flight : run->io, fs, n, dst, run->slot_stride);
 	src = src != NULL ? src : run->srcs[b];
 	if (n != 0) {
 		rf__threads *t = wk->t;

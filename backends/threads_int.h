@@ -40,8 +40,7 @@ typedef struct rf__threads rf__threads;
 /* A keyed copy: a copy op and the signal of its ticket, as a work item of a lane. */
 typedef struct rf__tk_item {
 	rf__work w;
-	rf__kcopy k;          /* the request as issued */
-	rf__fsrc fs;          /* fs.f != NULL: a file source, held by the issuer until the copy lands */
+	rf__kcopy k;          /* the request as issued: a file source (k.src.fs.f) is held until it lands */
 	_Atomic int64_t value; /* the lane's value once done (read by lookups on any thread) */
 	uint64_t seq;         /* its position in the lane's inbox (reuse: once consumed) */
 } rf__tk_item;

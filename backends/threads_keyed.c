@@ -38,16 +38,16 @@ static void rf__tk_item_fn(rf__work *w, void *ctx)
 		/* An earlier read into this slot may not have landed yet. */
 		rf__flight_wait_dst(&l->flight, it->k.dst, it->k.cap);
 		rf__tspan sp = rf__trace_kstart(it->k.trace);
-		if (it->fs.f == NULL) {
-			memcpy(it->k.dst, it->k.src, it->k.bytes);
+		if (it->k.src.fs.f == NULL) {
+			memcpy(it->k.dst, it->k.src.p, it->k.bytes);
 		} else {
 			rf__flight_rec rec = {0};
-			rec.unhold = it->fs.f;
+			rec.unhold = it->k.src.fs.f;
 			rec.fail_at = it->k.failed;
 			rec.fail_value = (int64_t)(((uint64_t)l->q << RF__TK_SHIFT) | (uint64_t)v);
-			if (rf__flight_start(&l->flight, &it->fs, it->k.bytes, it->k.dst, it->k.cap, &rec) != RF_OK) {
+			if (rf__flight_start(&l->flight, &it->k.src.fs, it->k.bytes, it->k.dst, it->k.cap, &rec) != RF_OK) {
 				atomic_store_explicit(rec.fail_at, rec.fail_value, memory_order_release);
-				rf__file_unhold(it->fs.f);
+				rf__file_unhold(it->k.src.fs.f);
 			}
 		}
 		/* A file read ends here once in flight: the next copy into the slot waits for it to land. */
@@ -98,8 +98,8 @@ static int rf__tk_cancel(void *ctx, rf__kticket tk)
 	rf__tk_item *it = &t->lane[lane].kitem[(uint64_t)v % RF__TK_RING];
 	if (atomic_load_explicit(&it->value, memory_order_relaxed) != v || !rf__work_cancel(&it->w))
 		return 0;
-	if (it->fs.f != NULL) /* it will never read its file: let go now (a close may follow at once) */
-		rf__file_unhold(it->fs.f);
+	if (it->k.src.fs.f != NULL) /* it will never read its file: let go now (a close may follow at once) */
+		rf__file_unhold(it->k.src.fs.f);
 	return 1;
 }
 
@@ -111,15 +111,13 @@ static int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 			rf__tk_wait(t, req->after);
 		return rf__cpu_kpost(NULL, req, out);
 	}
-	rf__fsrc fs = {NULL, 0};
-	int file = rf__file_classify("keyed copy", "src", req->src, req->bytes, 1, &fs);
-	if (file < 0)
-		return file;
+	int file = req->src.fs.f != NULL, rc = file ? rf__file_hold("keyed copy", "src", &req->src, req->bytes) : RF_OK;
+	if (rc != RF_OK)
+		return rc;
 	/* A hint: after `after` by construction (every hint into a slot goes down one lane). */
 	rf__tlane *l = &t->lane[req->lane];
 	int64_t v = l->kposted + 1;
 	rf__tk_item *it = &l->kitem[(uint64_t)v % RF__TK_RING];
-	int rc = RF_OK;
 	if (it->w.fn != NULL && rf__lane_consumed(&t->pool, req->lane) <= it->seq)
 		rc = RF_ENOSPC; /* the item this one reuses is still queued */
 	else if (file)
@@ -127,14 +125,13 @@ static int rf__tk_issue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	if (rc == RF_OK) {
 		it->w.fn = rf__tk_item_fn;
 		it->k = *req;
-		it->fs = fs;
 		atomic_store_explicit(&it->value, v, memory_order_relaxed);
 		it->seq = rf__lane_posted(&t->pool, req->lane);
 		rc = rf__pool_post(&t->pool, req->lane, &it->w); /* RF_OK or RF_ENOSPC */
 	}
 	if (rc != RF_OK) {
 		if (file)
-			rf__file_unhold(fs.f);
+			rf__file_unhold(req->src.fs.f);
 		return rc;
 	}
 	l->kposted = v;

@@ -24,6 +24,7 @@ typedef struct rf__test_hooks {
 	void (*piece_copy)(int where);
 	/* A flight (io/flight.h) started a copy: the copies it has in flight now, that one included. */
 	void (*flight_started)(unsigned in_flight);
+	void (*classify)(const void *src, size_t n); /* io/file.c: each source resolved (rf__file_classify) */
 } rf__test_hooks_t;
 
 /* Defined only with RF_TESTING; tests set it before creating pipelines. */

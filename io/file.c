@@ -14,6 +14,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/pause.h"
+#include "base/test_hooks.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -218,19 +219,23 @@ static void rf__freg_remove(rf_file *f)
 	rf__freg_write_end();
 }
 
-/* The classification of [a, a + n) (see io/file.h); *f the file when 1. */
-static int rf__file_where(const char *who, const char *what, uintptr_t a, size_t n, rf_file **f)
+int rf__file_classify(const char *who, const char *what, const void *src, size_t n, rf__src *out)
 {
-	rf__freg_hit h;
-	rf__freg_find(a, &h);
+	if (RF__TEST_HOOK(classify) != NULL)
+		RF__TEST_HOOK(classify)(src, n);
+	uintptr_t a = (uintptr_t)src;
+	rf__freg_hit h = {0};
+	if (rf__file_any())
+		rf__freg_find(a, &h);
 	if (h.f == NULL) {
 		/* Memory, unless it runs into the next mapping: its first bytes would be copied from memory
 		 * and the rest from the file's pages (or their tail), which is neither source. */
-		if (h.next == NULL || n <= h.next_lo - a)
-			return 0;
-		return rf__err(RF_EINVAL, "%s: %s starts %" PRIuPTR " bytes before file %s and runs into its mapping: a "
-					  "source lies inside one file or in no file at all", who, what,
-			       h.next_lo - a, h.next->path);
+		if (h.next != NULL && n > h.next_lo - a)
+			return rf__err(RF_EINVAL, "%s: %s starts %" PRIuPTR " bytes before file %s and runs into its "
+						  "mapping: a source lies inside one file or in no file at all", who, what,
+				       h.next_lo - a, h.next->path);
+		*out = (rf__src){.p = src};
+		return 0;
 	}
 	if (a >= h.hi) /* the rest of the mapping's last page: zeros that are not in the file */
 		return rf__err(RF_EINVAL, "%s: %s starts %" PRIuPTR " bytes past the end of file %s (in its mapping's "
@@ -239,34 +244,22 @@ static int rf__file_where(const char *who, const char *what, uintptr_t a, size_t
 	if (n > h.hi - a)
 		return rf__err(RF_EINVAL, "%s: %s starts inside file %s at offset %" PRIuPTR " and ends %zu bytes past "
 					  "its end", who, what, h.f->path, a - h.lo, n - (size_t)(h.hi - a));
-	*f = h.f;
+	*out = (rf__src){.p = src, .fs = {.f = h.f, .off = (uint64_t)(a - h.lo)}};
 	return 1;
 }
 
-int rf__file_classify(const char *who, const char *what, const void *src, size_t n, int hold, rf__fsrc *out)
+int rf__file_hold(const char *who, const char *what, const rf__src *s, size_t n)
 {
-	if (!rf__file_any())
-		return 0;
-	uintptr_t a = (uintptr_t)src;
-	rf_file *f = NULL;
-	int rc = rf__file_where(who, what, a, n, &f);
-	if (rc != 1)
-		return rc;
-	if (hold) {
-		/* Again under the mutex, so that a close cannot free f between the lookup and the hold. */
-		rf__freg_hit h;
-		pthread_mutex_lock(&rf__freg.mu);
-		rf__freg_find(a, &h);
-		int same = h.f == f && a < h.hi && n <= h.hi - a;
-		if (same)
-			atomic_fetch_add_explicit(&f->holds, 1, memory_order_relaxed);
-		pthread_mutex_unlock(&rf__freg.mu);
-		if (!same) /* closed in between: the range is not that file's any more */
-			return rf__err(RF_EINVAL, "%s: %s lies in a file closed while it was named", who, what);
-	}
-	out->f = f;
-	out->off = (uint64_t)(a - (uintptr_t)f->map);
-	return 1;
+	/* Found again under the mutex: a close in between removed the range (or it is another file's now). */
+	uintptr_t a = (uintptr_t)s->p;
+	rf__freg_hit h;
+	pthread_mutex_lock(&rf__freg.mu);
+	rf__freg_find(a, &h);
+	int same = h.f == s->fs.f && a < h.hi && n <= h.hi - a;
+	if (same)
+		atomic_fetch_add_explicit(&s->fs.f->holds, 1, memory_order_relaxed);
+	pthread_mutex_unlock(&rf__freg.mu);
+	return same ? RF_OK : rf__err(RF_EINVAL, "%s: %s lies in a file closed while it was named", who, what);
 }
 
 void rf__file_unhold(rf_file *f)

@@ -31,15 +31,24 @@ typedef struct rf__fsrc {
 	uint64_t off;
 } rf__fsrc;
 
+/* A source resolved once (by the engine for a run's blocks, the keyed cache for a keyed call), read by
+ * the copies with no other lookup: the caller's pointer, and its file's range (fs.f NULL: memory). */
+typedef struct rf__src {
+	const void *p;
+	rf__fsrc fs;
+} rf__src;
+
 /* Is any file open in the process? A relaxed load: the fast path of every classification. */
 int rf__file_any(void);
 
-/* Classify [src, src + n) (n >= 1): 0 when it overlaps no open file's mapping (memory); 1 when it lies
- * inside a file's bytes (*out set; the file held when `hold`, to be let go with rf__file_unhold);
- * RF_EINVAL when it overlaps a mapping without lying inside the file: it ends past the file's end,
- * starts in the mapping's last page past the end, or starts below the mapping and runs into it
- * (rf_errmsg: "<who>: <what> ..."); RF_EINVAL too when `hold` and the file was closed meanwhile. */
-int rf__file_classify(const char *who, const char *what, const void *src, size_t n, int hold, rf__fsrc *out);
+/* Resolve [src, src + n) (n >= 1) into *out, holding nothing: 0 memory (it overlaps no open file's
+ * mapping), 1 inside a file's bytes; RF_EINVAL ("<who>: <what> ...") when it overlaps a mapping outside
+ * the file: it ends past the file's end, starts in the mapping's last page, or runs into it from below. */
+int rf__file_classify(const char *who, const char *what, const void *src, size_t n, rf__src *out);
+
+/* Hold the file of a resolved file source for a copy of its first n bytes (let go: rf__file_unhold):
+ * RF_OK, or RF_EINVAL when it was closed since. Under the registry's mutex: a close cannot intervene. */
+int rf__file_hold(const char *who, const char *what, const rf__src *s, size_t n);
 
 /* Let go of one hold (any thread). */
 void rf__file_unhold(rf_file *f);

@@ -185,7 +185,7 @@ void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap
 
 int rf__be_kissue(const rf__backend_ops *be, void *ctx, rf__kcopy *req, rf__kticket *out)
 {
-	assert(req->bytes > 0 && req->src != NULL);
+	assert(req->bytes > 0 && req->src.p != NULL);
 	if (rf__fault())
 		return rf__be_fault(be, "keyed copy");
 	req->op = RF__KOP_COPY;

@@ -8,6 +8,7 @@
 #include "base/align.h"
 #include "base/test_hooks.h"
 #include "graph/program.h"
+#include "io/file.h"
 #include "ringfetch.h"
 #include "ringfetch/staging.h"
 
@@ -43,9 +44,10 @@ typedef struct rf__run {
 	int failed_value;    /* out, RF_ECALLBACK: what the compute returned */
 	struct rf__trace *trace; /* non-NULL: walkers record copy/compute slices (runtime/trace.h) */
 	rf__qstats *stats;       /* non-NULL: walkers account time per queue (RF_MAX_QUEUES entries) */
-	/* File sources (io/file.h): how many blocks are file ranges (the engine holds their files for the
-	 * run), and the calling thread's reader for the copies it makes itself (open when nfile > 0). */
+	/* File sources (io/file.h): how many blocks are file ranges (held for the run), every block's source as
+	 * the engine resolved it (src; NULL when nfile is 0) and the calling thread's reader for its own copies. */
 	size_t nfile;
+	const rf__src *src;
 	struct rf__flight *io;
 	int files_only; /* every non-empty block is a file range: no copy needs a CPU */
 	/* The run's bytes, and whether the backend may choose how to run it from its own measurements
@@ -125,7 +127,7 @@ typedef struct rf__kcopy {
 	unsigned lane;      /* < klanes */
 	unsigned slot;      /* < nslots */
 	void *dst;          /* the slot's address (a device pointer on cuda) */
-	const void *src;    /* host memory, valid until the ticket finished */
+	rf__src src;        /* as resolved: host memory (valid until the ticket finished) or a file's range */
 	size_t bytes;       /* 1 .. slot_bytes */
 	int demand;         /* 1: an acquire's copy (see (c)); 0: a hint */
 	rf__kticket after;  /* the slot's previous copy, not known finished (0: none) */

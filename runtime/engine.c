@@ -6,8 +6,6 @@
 #include "io/file.h"
 #include "runtime/autodepth.h"
 #include "runtime/engine.h"
-#include "runtime/keyed.h"
-#include "runtime/ktrace.h"
 #include "runtime/oracle.h"
 #include "runtime/trace.h"
 
@@ -57,9 +55,11 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	/* min_slots: room for a deeper program later (depth = auto). */
 	e->nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
 	e->nslots += e->nslots == 0;
-	rf__open_args args = {prog->nqueues ? prog->nqueues : 1, device, &e->staging, prog, slot_bytes,
-			     e->nslots, e->wait_spin_ns, 0, cfg->oracle, cfg->handoff, cfg->overlap,
-			     cfg->worker_cpus, &e->io, &e->klanes};
+	rf__open_args args = {.nqueues = prog->nqueues ? prog->nqueues : 1, .device = device, .staging = &e->staging,
+			      .prog = prog, .slot_bytes = slot_bytes, .nslots = e->nslots,
+			      .wait_spin_ns = e->wait_spin_ns, .oracle = cfg->oracle, .handoff = cfg->handoff,
+			      .overlap = cfg->overlap, .worker_cpus = cfg->worker_cpus, .files_report = &e->io,
+			      .klanes = &e->klanes};
 	int rc = rf__backend_lookup(backend, device, &e->be);
 	if (rc != RF_OK)
 		goto fail;
@@ -187,6 +187,7 @@ void rf__engine_io_refresh(rf__engine *e)
 void rf__engine_fini(rf__engine *e)
 {
 	rf__flight_fini(&e->io);
+	free(e->src);
 	pthread_mutex_destroy(&e->stats_mu);
 	free(e->trace_path);
 	rf__be_slots_free(e->be, e->ctx, e->slots, e->slots_len);
@@ -195,29 +196,49 @@ void rf__engine_fini(rf__engine *e)
 	rf_program_destroy(e->prog);
 }
 
-/* The nfile file blocks of a run: held for its duration (rf_file_close is then RF_EBUSY; RF_EINVAL and
- * none held if a file was closed since the inputs were checked), let go after it (hold 0). */
-static int rf__hold_files(const char *who, size_t nblocks, const void *const *srcs, const size_t *sizes,
-			  size_t nfile, int hold)
+/* Let go of the files of the run's blocks before `end` (e->src; none held when nfile is 0). */
+static void rf__unhold_files(const rf__engine *e, size_t end, size_t nfile)
 {
-	size_t n = 0;
-	for (size_t i = 0; i < nblocks && n < nfile; i++) {
-		rf__fsrc fs;
-		if (sizes[i] == 0 || rf__file_classify(who, "a block", srcs[i], sizes[i], hold, &fs) != 1)
-			continue;
-		if (!hold)
-			rf__file_unhold(fs.f);
-		n++;
-	}
-	if (!hold || n == nfile)
+	for (size_t i = 0; nfile > 0 && i < end; i++)
+		if (e->src[i].fs.f != NULL)
+			rf__file_unhold(e->src[i].fs.f);
+}
+
+/* Once the run is ours, if a file is open: each block's source resolved into e->src (grown to the
+ * longest run, kept; rf__run.src); with file blocks, the reader opened and their files held for the run
+ * (rf_file_close is then RF_EBUSY; RF_EINVAL and none held if a file was closed since). */
+static int rf__engine_files(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
+			    const size_t *sizes, size_t *nfile, uint64_t *file_bytes)
+{
+	if (!rf__file_any()) /* per run, not per block */
 		return RF_OK;
-	rf__hold_files(who, nblocks, srcs, sizes, n, 0);
-	return rf__err(RF_EINVAL, "%s: a block's file was closed while the run was starting", who);
+	if (nblocks > e->src_cap) {
+		rf__src *a = nblocks <= SIZE_MAX / sizeof *a ? rf__realloc(e->src, nblocks * sizeof *a) : NULL;
+		if (a == NULL)
+			return rf__err(RF_ENOMEM, "%s: out of memory for %zu blocks' sources", who, nblocks);
+		e->src = a, e->src_cap = nblocks;
+	}
+	for (size_t i = 0; i < nblocks; i++) {
+		e->src[i] = (rf__src){.p = srcs[i]};
+		if (sizes[i] == 0)
+			continue;
+		char what[48];
+		snprintf(what, sizeof what, "block %zu", i);
+		int rc = rf__file_classify(who, what, srcs[i], sizes[i], &e->src[i]);
+		if (rc < 0)
+			return rc;
+		*nfile += (size_t)rc;
+		*file_bytes += rc ? sizes[i] : 0;
+	}
+	int rc = *nfile > 0 ? rf__engine_io(e, who) : RF_OK;
+	for (size_t i = 0; *nfile > 0 && i < nblocks && rc == RF_OK; i++)
+		if (e->src[i].fs.f != NULL && (rc = rf__file_hold(who, "a block", &e->src[i], sizes[i])) != RF_OK)
+			rf__unhold_files(e, i, *nfile);
+	return rc;
 }
 
 static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
-			    const size_t *sizes, rf_compute_fn compute, uint64_t *bytes, size_t *nfile,
-			    uint64_t *file_bytes, size_t *nonempty)
+			    const size_t *sizes, rf_compute_fn compute, uint64_t *bytes, size_t *nonempty)
 {
 	if (nblocks < e->prog->nblocks_min)
 		return rf__err(RF_EINVAL, "%s: the graph uses blocks up to %zu but nblocks is %zu", who,
@@ -227,10 +248,10 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 			       srcs == NULL ? "srcs" : sizes == NULL ? "sizes" : "compute", nblocks);
 	if (nblocks > RF__MAX_NBLOCKS)
 		return rf__err(RF_EINVAL, "%s: nblocks %zu is over %zu", who, nblocks, RF__MAX_NBLOCKS);
-	/* rf__file_any per run, not per block. A source must not overlap the ring or its staging slots: a
-	 * copy from a slot races with its refill (the ring's edges cover only the slots' own blocks). A
-	 * device backend's are another address space (empty ranges). Integers: unrelated objects. */
-	const int any_file = rf__file_any(), host = !(e->be->caps & RF__CAP_DEVICE);
+	/* A source must not overlap the ring or its staging slots: a copy from a slot races with its refill
+	 * (the ring's edges cover only the slots' own blocks). A device backend's are another address space
+	 * (empty ranges). Integers: unrelated objects. */
+	const int host = !(e->be->caps & RF__CAP_DEVICE);
 	const uintptr_t rlo = (uintptr_t)e->slots, rhi = host ? rlo + e->slots_len : rlo;
 	const uintptr_t slo = (uintptr_t)e->stage, shi = host ? slo + e->stage_len : slo;
 	uint64_t sum = *bytes; /* in registers: the outputs may alias sizes[] as far as the compiler knows */
@@ -247,16 +268,6 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 						  "first: a slot is refilled while later blocks are copied)", who, i);
 		sum += sizes[i];
 		nz += sizes[i] != 0;
-		if (sizes[i] != 0 && any_file) {
-			rf__fsrc fs;
-			char what[48];
-			snprintf(what, sizeof what, "block %zu", i);
-			int rc = rf__file_classify(who, what, srcs[i], sizes[i], 0, &fs);
-			if (rc < 0)
-				return rc;
-			*nfile += (size_t)rc;
-			*file_bytes += rc ? sizes[i] : 0;
-		}
 	}
 	*bytes = sum;
 	*nonempty = nz;
@@ -266,9 +277,11 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 			   const size_t *sizes, rf_compute_fn compute, void *user, size_t nfile, int files_only)
 {
-	rf__run run = {e->prog, nblocks, srcs, sizes, compute, user, e->slots, e->slot_stride, e->stage, &e->cancel, 0, 0,
-		       NULL, NULL, nfile, nfile ? &e->io : NULL, files_only, e->last.bytes, e->vary,
-		       (e->be->caps & RF__CAP_OVERLAP) ? RF_SCHEDULE_RING : RF_SCHEDULE_INLINE, 0, NULL};
+	rf__run run = {.prog = e->prog, .nblocks = nblocks, .srcs = srcs, .sizes = sizes, .compute = compute,
+		       .user = user, .slots = e->slots, .slot_stride = e->slot_stride, .stage = e->stage,
+		       .cancel = &e->cancel, .nfile = nfile, .src = nfile ? e->src : NULL, .io = nfile ? &e->io : NULL,
+		       .files_only = files_only, .bytes = e->last.bytes, .vary = e->vary,
+		       .sched = (e->be->caps & RF__CAP_OVERLAP) ? RF_SCHEDULE_RING : RF_SCHEDULE_INLINE};
 	if (e->collect_stats) {
 		memset(e->qstats, 0, sizeof e->qstats);
 		run.stats = e->qstats;
@@ -338,10 +351,8 @@ static void rf__stats_summarise(rf__engine *e)
 	s->nqueues = nq < RF_STATS_QUEUES ? nq : RF_STATS_QUEUES;
 	for (unsigned q = 0; q < nq; q++) {
 		const rf__qstats *x = &e->qstats[q];
-		if (q < RF_STATS_QUEUES) {
-			rf_queue_stats y = {(uint64_t)x->busy_ns, (uint64_t)x->wait_ns, x->copies, x->computes};
-			s->queue[q] = y;
-		}
+		s->queue[q] = (rf_queue_stats){.busy_ns = (uint64_t)x->busy_ns, .wait_ns = (uint64_t)x->wait_ns,
+					       .copies = x->copies, .computes = x->computes};
 		if (x->copies > 0 && x->computes == 0)
 			s->copy_ns += (uint64_t)x->busy_ns;
 	}
@@ -420,37 +431,27 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 		return RF_OK;
 	uint64_t bytes = 0, file_bytes = 0;
 	size_t nfile = 0, nonempty = 0;
-	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute, &bytes, &nfile, &file_bytes, &nonempty);
+	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute, &bytes, &nonempty);
 	if (rc == RF_OK)
 		rc = rf__engine_forked(e, who);
 	if (rc == RF_OK)
 		rc = rf__engine_take(e, who, RF__RUNNING);
 	if (rc != RF_OK)
 		return rc;
-	if (nfile > 0 && ((rc = rf__engine_io(e, who)) != RF_OK ||
-			  (rc = rf__hold_files(who, nblocks, srcs, sizes, nfile, 1)) != RF_OK))
+	if ((rc = rf__engine_files(e, who, nblocks, srcs, sizes, &nfile, &file_bytes)) != RF_OK)
 		goto idle;
-	/* Holds are read only once the run is ours: a racing run's reset of the keyed cache cannot overlap. */
-	if (e->keyed != NULL && rf__keyed_held(e->keyed)) {
-		rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
-		rc = rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
+	/* The owner's checks only once the run is ours: a racing run's cannot overlap them. */
+	if (e->before != NULL && (rc = e->before(e->owner, who)) != RF_OK) {
+		rf__unhold_files(e, nblocks, nfile);
 		goto idle;
 	}
-	/* The run reuses every slot: no key stays resident (first the keyed copies' trace is written). */
-	if (e->keyed != NULL && (rc = rf__keyed_reset(e->keyed)) != RF_OK) {
-		rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
-		rc = rf__err(rc, "%s: %s", who, rf__errmsg_peek());
-		goto idle;
-	}
-	if (e->ktrace != NULL)
-		rf__ktrace_add(e->ktrace, RF_KTRACE_RESET, 0, 0, UINT32_MAX);
 	memset(&e->last, 0, sizeof e->last);
 	e->last.blocks = nblocks;
 	e->last.bytes = bytes;
 	e->last.file_bytes = file_bytes;
 	int measuring = e->measure != NULL;
 	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile, nfile > 0 && nfile == nonempty);
-	rf__hold_files(who, nblocks, srcs, sizes, nfile, 0);
+	rf__unhold_files(e, nblocks, nfile);
 	if (nfile > 0) {
 		rf__engine_io_refresh(e);
 		rf__reader *rd = atomic_load_explicit(&e->io.rd, memory_order_relaxed);
@@ -471,12 +472,10 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	 * compute had started) stays pending for the next run. */
 	if (rc == RF_ECANCELED)
 		atomic_store(&e->cancel, 0);
+idle:;
 	int running = RF__RUNNING;
 	if (!atomic_compare_exchange_strong(&e->state, &running, RF__IDLE))
-		e->release(e->owner); /* destroyed from inside the run: ours to release now */
-	return rc;
-idle:
-	atomic_store(&e->state, RF__IDLE);
+		e->release(e->owner); /* destroyed while the run was ours (a refused one too): ours to release */
 	return rc;
 }
 

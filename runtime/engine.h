@@ -63,9 +63,9 @@ typedef struct rf__engine {
 	unsigned nslots;    /* slots allocated (set by init) */
 	unsigned klanes;    /* lanes keyed copies may use (the backend's, at open) */
 	rf__flight io;      /* the calling thread's reader for its own file copies, opened at the first */
-	/* Keyed use (runtime/keyed.h), or NULL: a run refuses to start while it holds a block and empties
-	 * it before the run reuses the slots. */
-	struct rf__keyed *keyed;
+	rf__src *src;       /* a run's sources resolved (rf__run.src): src_cap, the longest run's nblocks */
+	size_t src_cap;
+	struct rf__keyed *keyed;   /* the owner's keyed use (runtime/keyed.h), or NULL: see `before` */
 	struct rf__ktrace *ktrace; /* rf_pipeline_keyed_trace, or NULL: a reset is recorded there */
 	/* RINGFETCH_ORACLE=1 (set by init): check every successful run's execution log (runtime/oracle.h),
 	 * as a ring's, or against `graph`'s promises when non-NULL (rf_exec). */
@@ -78,6 +78,8 @@ typedef struct rf__engine {
 	 * concurrently with a run, before a deferred destroy releases the owner): may swap e->prog for one
 	 * within the slots. */
 	void (*after)(void *owner);
+	/* Once a run is the engine's and its files held (NULL: none): not RF_OK refuses it, nothing changed. */
+	int (*before)(void *owner, const char *who);
 	void (*release)(void *owner); /* frees the owner when a destroy was deferred to the run's end */
 	void *owner;
 	int vary;  /* rf__run.vary: set by a pipeline once depth = auto has settled; 0 for rf_exec */

@@ -73,7 +73,7 @@ static int rf__ktrace_room(rf__keyed *k, rf__trace **out)
 	return rc;
 }
 
-int rf__keyed_create(struct rf__engine *eng, rf__keyed **out)
+int rf__keyed_create(struct rf__engine *eng, uint64_t hint_bytes, rf__keyed **out)
 {
 	rf__keyed *k = rf__calloc(1, sizeof *k);
 	if (k == NULL)
@@ -107,7 +107,9 @@ int rf__keyed_create(struct rf__engine *eng, rf__keyed **out)
 		rf__keyed_destroy(k);
 		return rf__err(RF_ENOMEM, "keyed: out of memory for the oracle's log");
 	}
-	rf__keyed_hint_budget(k, 0);
+	uint64_t all = (uint64_t)nslots * k->slot_bytes; /* more than the slots could never be outstanding */
+	k->hints_bounded = hint_bytes != 0;
+	k->hint_cap = k->credit = hint_bytes == 0 ? SIZE_MAX : (size_t)(hint_bytes < all ? hint_bytes : all);
 	atomic_flag_clear(&k->lock);
 	*out = k;
 	return RF_OK;
@@ -121,8 +123,8 @@ void rf__keyed_destroy(rf__keyed *k)
 		rf__kop(k, RF__KOP_QUIESCE, 0, NULL);
 		rf__ktrace_flush(k); /* nobody to tell of a failure */
 		for (unsigned i = 0; i < k->n; i++) /* held-back hints' files */
-			if (k->s[i].hbf != NULL)
-				rf__file_unhold(k->s[i].hbf);
+			if (k->s[i].state == RF__K_HELDBACK && k->s[i].src.fs.f != NULL)
+				rf__file_unhold(k->s[i].src.fs.f);
 	}
 	rf__trace_drop(&k->tr);
 	free(k->s);
@@ -133,14 +135,6 @@ void rf__keyed_destroy(rf__keyed *k)
 	rf__oracle_keyed_free(&k->orc);
 	free((void *)k->failed);
 	free(k);
-}
-
-void rf__keyed_hint_budget(rf__keyed *k, uint64_t bytes)
-{
-	uint64_t all = (uint64_t)k->n * k->slot_bytes; /* more than the slots could never be outstanding */
-	k->hints_bounded = bytes != 0;
-	k->hint_cap = bytes == 0 ? SIZE_MAX : (size_t)(bytes < all ? bytes : all);
-	k->credit = k->hint_cap;
 }
 
 /* Hint credit back (an acquired hint, or one never copied; demand copies' share), at most hint_cap. */
@@ -155,11 +149,6 @@ static void rf__kdebit(rf__keyed *k, size_t bytes)
 {
 	if (k->hints_bounded)
 		k->credit -= bytes;
-}
-
-int rf__keyed_held(const rf__keyed *k)
-{
-	return k->nheld != 0;
 }
 
 /* Whether ticket t, finished, was a hint's failed file read into slot i (the backend stored it). */
@@ -199,17 +188,15 @@ static unsigned rf__klane_count(rf__keyed *k, unsigned lane)
 	return m;
 }
 
-/* Slot i leaves the held-back list (its copy issued, or the hint gone): let go of its file. */
+/* Slot i leaves the held-back list (its copy issued, or the hint gone): let go of the file it held. */
 static void rf__khb_leave(rf__keyed *k, unsigned i)
 {
 	rf__kunlink(k, RF__KHB, i);
-	if (k->s[i].hbf != NULL) {
-		rf__file_unhold(k->s[i].hbf);
-		k->s[i].hbf = NULL;
-	}
+	if (k->s[i].src.fs.f != NULL)
+		rf__file_unhold(k->s[i].src.fs.f);
 }
 
-static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes, int demand, void *stream,
+static int rf__kissue(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand, void *stream,
 		      uint64_t key, rf__kticket *t)
 {
 	int rc = rf__oracle_keyed_copy(&k->orc, slot, key);
@@ -220,7 +207,7 @@ static int rf__kissue(rf__keyed *k, unsigned slot, const void *src, size_t bytes
 		return rc;
 	rf__kslot *s = &k->s[slot];
 	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
-	rf__kcopy req = {.lane = rf__klane(k, slot), .slot = slot, .dst = rf__kdata(k, slot), .src = src,
+	rf__kcopy req = {.lane = rf__klane(k, slot), .slot = slot, .dst = rf__kdata(k, slot), .src = *src,
 			 .bytes = bytes, .demand = demand, .after = after, .stream = stream,
 			 .counter = &k->st[ST_BYTES], .io = &k->eng->io, .cap = k->slot_stride,
 			 .failed = &k->failed[slot], .trace = tr, .tev = k->tr_next, .key = key};
@@ -248,7 +235,7 @@ static void rf__kpump(rf__keyed *k)
 		unsigned next = s->ln[RF__KHB].next, lane = rf__klane(k, i);
 		rf__kticket t;
 		if (k->nfl[lane] < RF__KEYED_HINTS_PER_LANE &&
-		    rf__kissue(k, i, s->src, s->bytes, 0, NULL, s->key, &t) == RF_OK) {
+		    rf__kissue(k, i, &s->src, s->bytes, 0, NULL, s->key, &t) == RF_OK) {
 			rf__khb_leave(k, i);
 			rf__klock(k);
 			s->state = RF__K_FILLED;
@@ -363,12 +350,12 @@ static void rf__kdrop(rf__keyed *k, unsigned v)
 
 /* Make slot v hold `key` (state given), not held, at the tail of the LRU list (hint 0) or of the hint
  * list (hint 1). Under the lock. */
-static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const void *src, size_t bytes, int state,
+static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const rf__src *src, size_t bytes, int state,
 			 int hint)
 {
 	rf__kforget(k, v);
 	rf__kslot *s = &k->s[v];
-	s->key = key, s->src = src, s->bytes = bytes, s->state = (uint8_t)state;
+	s->key = key, s->src = *src, s->bytes = bytes, s->state = (uint8_t)state;
 	s->hint = (uint8_t)hint;
 	k->hint_bytes += hint ? bytes : 0;
 	rf__kempty_set(k, v, 0);
@@ -401,7 +388,7 @@ static int rf__kcall_err(const char *who, int rc)
 	return rf__err(rc, "%s: %s", who, m);
 }
 
-static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t bytes, unsigned flags)
+static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t bytes, unsigned flags, rf__src *rs)
 {
 	if (src == NULL)
 		return rf__err(RF_EINVAL, "%s: src is NULL", who);
@@ -414,11 +401,8 @@ static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t byt
 	uintptr_t s = (uintptr_t)src, lo = (uintptr_t)k->slots, hi = lo + (size_t)k->n * k->slot_stride;
 	if (!k->device && s < hi && s + bytes > lo)
 		return rf__err(RF_EINVAL, "%s: src lies in the pipeline's own ring (copy it out first)", who);
-	rf__fsrc fs;
-	int file = rf__file_classify(who, "src", src, bytes, 0, &fs);
-	if (file < 0)
-		return file;
-	return file ? rf__engine_io(k->eng, who) : RF_OK;
+	int file = rf__file_classify(who, "src", src, bytes, rs);
+	return file <= 0 ? file : rf__engine_io(k->eng, who); /* RF_OK (memory), an error, or a file's */
 }
 
 /* 1 when slot i's last copy was a hint's failed file read: its key then left (a wasted hint). */
@@ -449,7 +433,8 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 {
 	static const char who[] = "rf_pipeline_prefetch";
 	unsigned i;
-	int rc = rf__kcheck(k, who, src, bytes, flags);
+	rf__src rs;
+	int rc = rf__kcheck(k, who, src, bytes, flags, &rs);
 	if (rc == RF_OK)
 		rc = rf__kfind_live(k, who, key, bytes, &i);
 	if (rc != RF_OK)
@@ -482,7 +467,7 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	int state = RF__K_HELDBACK;
 	/* Issue now only when the lane has room and no older hint waits for it (they go first). */
 	if (k->nheldback == 0 && rf__klane_count(k, rf__klane(k, v)) < RF__KEYED_HINTS_PER_LANE) {
-		rc = rf__kissue(k, v, src, bytes, 0, NULL, key, &t);
+		rc = rf__kissue(k, v, &rs, bytes, 0, NULL, key, &t);
 		if (rc == RF_OK)
 			state = RF__K_FILLED;
 		else if (rc == RF_EIO) /* a read made on the spot failed: a wasted hint, the key absent */
@@ -494,12 +479,10 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	}
 	/* Held back, a hint names its source with no copy yet to hold it: the hint holds a file source
 	 * itself, so that the file cannot be closed (and unmapped) before the copy is issued. */
-	rf__fsrc hb = {NULL, 0};
-	if (state == RF__K_HELDBACK && (rc = rf__file_classify(who, "src", src, bytes, 1, &hb)) < 0)
+	if (state == RF__K_HELDBACK && rs.fs.f != NULL && (rc = rf__file_hold(who, "src", &rs, bytes)) != RF_OK)
 		goto fail;
 	rf__klock(k);
-	rf__kinstall(k, v, key, src, bytes, state, 1);
-	k->s[v].hbf = hb.f;
+	rf__kinstall(k, v, key, &rs, bytes, state, 1);
 	k->s[v].issued = state == RF__K_FILLED;
 	rf__kdebit(k, bytes);
 	if (state == RF__K_FILLED)
@@ -546,7 +529,8 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 {
 	static const char who[] = "rf_pipeline_acquire";
 	unsigned i;
-	int rc = rf__kcheck(k, who, src, bytes, flags);
+	rf__src rs;
+	int rc = rf__kcheck(k, who, src, bytes, flags, &rs);
 	if (rc != RF_OK)
 		return rc;
 	if (out == NULL)
@@ -585,7 +569,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		return rf__err(RF_ENOSPC, "%s: every one of the %u slots is held by other keys", who, k->n);
 	withdrawn |= rf__kwithdraw(k, v) || overtaken; /* a pending copy of the slot's previous key */
 	rf__kticket t;
-	if ((rc = rf__kissue(k, v, src, bytes, 1, stream, key, &t)) == RF_OK &&
+	if ((rc = rf__kissue(k, v, &rs, bytes, 1, stream, key, &t)) == RF_OK &&
 	    (rc = rf__kop(k, RF__KOP_WAIT_STREAM, t, stream)) == RF_OK)
 		rc = k->oracle && !k->device ? rf__oracle_keyed_acquire(rf__kdata(k, v), src, bytes, key, v) : RF_OK;
 	if (rc != RF_OK) {
@@ -601,9 +585,9 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		rf__kunhint(k, v);
 		k->s[v].issued = 0;
 		k->s[v].state = RF__K_FILLED;
-		k->s[v].src = src;
+		k->s[v].src = rs;
 	} else {
-		rf__kinstall(k, v, key, src, bytes, RF__K_FILLED, 0);
+		rf__kinstall(k, v, key, &rs, bytes, RF__K_FILLED, 0);
 	}
 	rf__kcredit(k, bytes / RF__KEYED_WASTE_SHARE); /* a demand copy earns hints their share */
 	atomic_store_explicit(&k->s[v].ticket, rf__kop(k, RF__KOP_TEST, t, NULL) ? 0 : t, memory_order_relaxed);
@@ -721,12 +705,14 @@ void rf__keyed_stats(const rf__keyed *k, rf_keyed_stats *out)
 		*f[i] = atomic_load_explicit(&((rf__keyed *)k)->st[i], memory_order_relaxed);
 }
 
-int rf__keyed_reset(rf__keyed *k)
+int rf__keyed_reset(rf__keyed *k, const char *who)
 {
+	if (k->nheld != 0)
+		return rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
 	rf__kop(k, RF__KOP_QUIESCE, 0, NULL);
 	int rc = rf__ktrace_flush(k);
 	if (rc != RF_OK)
-		return rc;
+		return rf__err(rc, "%s: %s", who, rf__errmsg_peek());
 	rf__klock(k);
 	for (unsigned i = 0; i < k->n; i++) {
 		rf__kforget(k, i);

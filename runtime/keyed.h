@@ -14,19 +14,23 @@ typedef struct rf__keyed rf__keyed;
 
 /* A cache over the engine's slots (its backend's address space) and its backend instance. With its
  * oracle (RINGFETCH_ORACLE=1): RF_EHAZARD when an acquire's host slot differs from src (RAW) or a copy
- * would write a held slot (WAR). RF_OK or RF_ENOMEM. */
+ * would write a held slot (WAR). hint_bytes bounds hints' bytes outstanding (rf_pipeline_params.
+ * hint_bytes, resolved: params, else RINGFETCH_HINT_BYTES, else the file's hint_bytes). 0: hints are
+ * not bounded and the slot choice is the documented LRU rule (lowest-numbered empty slot, else the
+ * least recently used slot not held; every unheld key in one LRU list, no hint ever dropped for
+ * credit); > 0 (at most all the slots): the bounded policy, the hint list and the hints' credit.
+ * RF_OK or RF_ENOMEM. */
 struct rf__engine;
-int rf__keyed_create(struct rf__engine *eng, rf__keyed **out);
+int rf__keyed_create(struct rf__engine *eng, uint64_t hint_bytes, rf__keyed **out);
 /* Wait for every keyed copy, write their slices to the trace file, drop every hold, free. NULL is a
  * no-op. */
 void rf__keyed_destroy(rf__keyed *k);
 
-/* Is any block held? (rf_pipeline_run refuses to start.) */
-int rf__keyed_held(const rf__keyed *k);
-/* A run is about to reuse every slot: wait for the keyed copies, write their slices to the trace file,
- * forget every key (unacquired hints count as wasted or dropped). No block may be held. RF_OK; the
- * trace's failure or the oracle's RF_EHAZARD (runtime/oracle.h, WAW; nothing forgotten then). */
-int rf__keyed_reset(rf__keyed *k);
+/* A run is about to reuse every slot: RF_EBUSY if a block is held (nothing changes; `who` names the
+ * run), else wait for the keyed copies, write their slices to the trace file and forget every key
+ * (unacquired hints count as wasted or dropped). RF_OK; RF_EBUSY; the trace's failure or the oracle's
+ * RF_EHAZARD (runtime/oracle.h, WAW; nothing forgotten then). */
+int rf__keyed_reset(rf__keyed *k, const char *who);
 
 /* The public calls, arguments not yet checked except p (see ringfetch.h for the contract). */
 int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes, unsigned flags);
@@ -39,13 +43,6 @@ int rf__keyed_evict(rf__keyed *k, uint64_t key);
 int rf__keyed_unprefetch(rf__keyed *k, uint64_t key);
 int rf__keyed_lookup(const rf__keyed *k, uint64_t key, rf_key_state *state, unsigned *slot);
 void rf__keyed_stats(const rf__keyed *k, rf_keyed_stats *out);
-
-/* The bound on hints' bytes outstanding (rf_pipeline_params.hint_bytes, resolved: params, else
- * RINGFETCH_HINT_BYTES, else the file's hint_bytes). 0: hints are not bounded and the slot choice is
- * the documented LRU rule (lowest-numbered empty slot, else the least recently used slot not held;
- * every unheld key in one LRU list, no hint ever dropped for credit); > 0 (at most all the slots): the
- * bounded policy, the hint list and the hints' credit. Called once, after create. */
-void rf__keyed_hint_budget(rf__keyed *k, uint64_t bytes);
 
 /* Hint copies in flight per copy lane before further hints are held back. */
 #define RF__KEYED_HINTS_PER_LANE 8u

@@ -17,7 +17,8 @@ enum { RF__KLRU = 0, RF__KHB = 1, RF__KHINT = 2 }; /* the lists */
 
 typedef struct rf__kslot {
 	uint64_t key;
-	const void *src;
+	rf__src src; /* as the hint or acquire resolved it; a held-back hint holds its file (rf_file_close:
+	                RF_EBUSY) until it leaves the held-back list: its copy, issued, holds the file itself */
 	size_t bytes;
 	_Atomic uint64_t ticket; /* last copy issued into the slot, 0 once known finished (lookup reads it) */
 	rf__kticket before;      /* the copy before it, when not known finished at issue: a withdrawn ticket
@@ -26,8 +27,6 @@ typedef struct rf__kslot {
 	uint8_t state;
 	uint8_t hint;   /* filled by a hint that no acquire has taken yet */
 	uint8_t issued; /* that hint's copy was issued (wasted, not dropped, if it leaves unacquired) */
-	struct rf_file *hbf; /* a held-back hint's file source, held (rf_file_close: RF_EBUSY) until the hint
-	                        leaves the held-back list: its copy, issued, holds the file itself */
 	/* RF__KLRU: unheld keys, least recently used first: with hints bounded (hints_bounded) only those
 	 * that an acquire took; RF__KHINT, with hints bounded only: unheld keys no acquire has taken since
 	 * their hint (hint set), least recently used first (each unheld key is in exactly one of the two:

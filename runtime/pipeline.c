@@ -69,6 +69,16 @@ static void rf__pipeline_free(void *p)
 	free(pl);
 }
 
+/* rf__engine.before with keyed use: a run reuses every slot, no key stays (RF_EBUSY while one is held). */
+static int rf__pipeline_before(void *owner, const char *who)
+{
+	rf__engine *e = &((rf_pipeline *)owner)->eng;
+	int rc = rf__keyed_reset(e->keyed, who);
+	if (rc == RF_OK && e->ktrace != NULL)
+		rf__ktrace_add(e->ktrace, RF_KTRACE_RESET, 0, 0, UINT32_MAX);
+	return rc;
+}
+
 /* The values to build with: explicit params, else configured (file < environment), else defaults. */
 typedef struct rf__resolved {
 	unsigned depth, kq, pins;
@@ -315,12 +325,12 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		goto fail;
 	p->eng.release = rf__pipeline_free;
 	p->eng.owner = p;
-	if (p->eng.be->post != NULL && (rc = rf__keyed_create(&p->eng, &p->eng.keyed)) != RF_OK) {
+	uint64_t hint_bytes = params->hint_bytes ? params->hint_bytes : r.cfg.hint_bytes;
+	if (p->eng.be->post != NULL && (rc = rf__keyed_create(&p->eng, hint_bytes, &p->eng.keyed)) != RF_OK) {
 		rc = rf__err(rc, "rf_pipeline_create: %s", rf__errmsg_peek());
 		goto fail_free;
 	}
-	if (p->eng.keyed != NULL)
-		rf__keyed_hint_budget(p->eng.keyed, params->hint_bytes ? params->hint_bytes : r.cfg.hint_bytes);
+	p->eng.before = p->eng.keyed != NULL ? rf__pipeline_before : NULL;
 	atomic_init(&p->depth, r.depth);
 	p->copy_queues = r.kq;
 	if (r.auto_max != 0 && r.device)

@@ -411,6 +411,70 @@ Test(cuda_files, keyed_hints_and_acquires, .timeout = 120)
 	leak_check();
 }
 
+static atomic_long g_classified;
+
+static void count_classify(const void *src, size_t n)
+{
+	(void)src, (void)n;
+	atomic_fetch_add(&g_classified, 1);
+}
+
+/* A run's sources are resolved by the engine, once per block, and the staging lanes and copies read
+ * what it resolved (before: four lookups of each file block, the STAGE's the fourth); a keyed call's
+ * once, by the keyed cache (before: twice for a miss). */
+Test(cuda_files, each_source_is_resolved_once, .timeout = 120)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	enum { K = 12, SZ = 20000 };
+	uint64_t rng = 11;
+	sim_use(8, 0.5);
+	rf_pipeline *p = make(3, SZ);
+	rf__test_hooks.classify = count_classify;
+	for (int mixed = 0; mixed < 2; mixed++) {
+		blockset bs;
+		file_blocks(&bs, 30, SZ, d, mixed, &rng);
+		check c;
+		atomic_store(&g_classified, 0);
+		cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(c.bad, 0, "block %zu", c.first_bad);
+		cr_assert_eq(atomic_load(&g_classified), (long)bs.n, "%ld lookups for %zu blocks",
+			     atomic_load(&g_classified), bs.n);
+		free_file_blocks(&bs);
+	}
+	blockset bs;
+	bs_alloc(&bs, K, 1);
+	for (size_t k = 0; k < K; k++)
+		bs.srcs[k] = d + k * SZ + 3, bs.sizes[k] = SZ;
+	check c;
+	memset(&c, 0, sizeof c);
+	c.bs = &bs;
+	g_nprobes = 0;
+	atomic_store(&g_classified, 0);
+	for (uint64_t k = 0; k < K / 2; k++)
+		cr_assert_eq(rf_pipeline_prefetch(p, k, bs.srcs[k], SZ, 0), RF_OK, "%s", rf_errmsg());
+	for (uint64_t k = 0; k < K; k++) { /* hits, then misses */
+		rf_block b;
+		cr_assert_eq(rf_pipeline_acquire(p, k, bs.srcs[k], SZ, NULL, 0, &b), RF_OK, "%s", rf_errmsg());
+		g_probes[g_nprobes] = (probe){&c, b};
+		cr_assert_eq(sim_launch(NULL, probe_fn, &g_probes[g_nprobes++]), 0);
+		cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+	}
+	cr_assert_eq(sim_api.stream_synchronize(NULL), 0);
+	cr_assert_eq(c.checked, K);
+	cr_assert_eq(c.bad, 0, "key %zu", c.first_bad);
+	cr_assert_eq(atomic_load(&g_classified), K / 2 + K, "%ld lookups for %d keyed calls",
+		     atomic_load(&g_classified), K / 2 + K);
+	rf__test_hooks.classify = NULL;
+	rf_pipeline_destroy(p);
+	free(bs.srcs);
+	free(bs.sizes);
+	free(bs.bufs);
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	leak_check();
+}
+
 /* ---- keyed hints held back (not yet on a staging lane) keep their file open --------------------------- */
 
 static atomic_int g_gate; /* 0: the staging lane waits before it claims each hint's stage */

@@ -4,6 +4,7 @@
  * closed while others classify. */
 #include "base/test_hooks.h"
 #include "io/file.h"
+#include "memory/staging.h"
 #include "ringfetch.h"
 
 #include <criterion/criterion.h>
@@ -209,24 +210,25 @@ Test(file, classify_memory_file_and_crossing_ranges)
 	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
 	const unsigned char *d = rf_file_data(f);
 	static unsigned char mem[64];
-	rf__fsrc s = {0};
-	cr_assert_eq(rf__file_classify("t", "block 0", mem, sizeof mem, 0, &s), 0);
-	cr_assert_eq(rf__file_classify("t", "block 0", d, 65536, 0, &s), 1);
-	cr_assert_eq(s.f, f);
-	cr_assert_eq(s.off, 0u);
-	cr_assert_eq(rf__file_classify("t", "block 1", d + 4097, 100, 1, &s), 1);
-	cr_assert_eq(s.off, 4097u);
+	rf__src s = {0};
+	cr_assert_eq(rf__file_classify("t", "block 0", mem, sizeof mem, &s), 0);
+	cr_assert_eq(rf__file_classify("t", "block 0", d, 65536, &s), 1);
+	cr_assert_eq(s.fs.f, f);
+	cr_assert_eq(s.fs.off, 0u);
+	cr_assert_eq(rf__file_classify("t", "block 1", d + 4097, 100, &s), 1);
+	cr_assert_eq(rf__file_hold("t", "block 1", &s, 100), RF_OK);
+	cr_assert_eq(s.fs.off, 4097u);
 	/* held: close refuses, and changes nothing */
 	cr_assert_eq(rf_file_close(f), RF_EBUSY);
 	cr_assert(strstr(rf_errmsg(), "in flight") != NULL, "%s", rf_errmsg());
 	cr_assert_eq(rf_file_data(f), d);
 	rf__file_unhold(f);
-	cr_assert_eq(rf__file_classify("t", "block 2", d + 65535, 2, 0, &s), RF_EINVAL);
+	cr_assert_eq(rf__file_classify("t", "block 2", d + 65535, 2, &s), RF_EINVAL);
 	cr_assert(strstr(rf_errmsg(), "block 2") != NULL && strstr(rf_errmsg(), "1 bytes past") != NULL, "%s",
 		  rf_errmsg());
-	cr_assert_eq(rf__file_classify("t", "block 3", d + 65535, 1, 0, &s), 1);
+	cr_assert_eq(rf__file_classify("t", "block 3", d + 65535, 1, &s), 1);
 	cr_assert_eq(rf_file_close(f), RF_OK);
-	cr_assert_eq(rf__file_classify("t", "block 0", d, 1, 0, &s), 0, "a closed file is no source");
+	cr_assert_eq(rf__file_classify("t", "block 0", d, 1, &s), 0, "a closed file is no source");
 	drop(path);
 }
 
@@ -241,19 +243,19 @@ Test(file, classify_ranges_overlapping_a_mapping_outside_the_file)
 	const unsigned char *d = rf_file_data(f);
 	long page = sysconf(_SC_PAGESIZE);
 	size_t end = ((size_t)10000 + (size_t)page - 1) & ~((size_t)page - 1);
-	rf__fsrc s = {0};
-	cr_assert_eq(rf__file_classify("t", "b", d + 10000, 1, 0, &s), RF_EINVAL);
+	rf__src s = {0};
+	cr_assert_eq(rf__file_classify("t", "b", d + 10000, 1, &s), RF_EINVAL);
 	cr_assert(strstr(rf_errmsg(), "0 bytes past the end of file") != NULL && strstr(rf_errmsg(), path) != NULL,
 		  "%s", rf_errmsg());
-	cr_assert_eq(rf__file_classify("t", "b", d + end - 1, 1, 0, &s), RF_EINVAL, "the tail's last byte");
-	cr_assert_eq(rf__file_classify("t", "b", d - 10, 20, 0, &s), RF_EINVAL);
+	cr_assert_eq(rf__file_classify("t", "b", d + end - 1, 1, &s), RF_EINVAL, "the tail's last byte");
+	cr_assert_eq(rf__file_classify("t", "b", d - 10, 20, &s), RF_EINVAL);
 	cr_assert(strstr(rf_errmsg(), "10 bytes before file") != NULL, "%s", rf_errmsg());
-	cr_assert_eq(rf__file_classify("t", "b", d - 10, 20000, 0, &s), RF_EINVAL, "over the whole mapping");
-	cr_assert_eq(rf__file_classify("t", "b", d - 10, 10, 0, &s), 0, "ends where the mapping starts");
-	cr_assert_eq(rf__file_classify("t", "b", d + end, 10, 0, &s), 0, "starts where the mapping ends");
-	cr_assert_eq(rf__file_classify("t", "b", d - 10, 20, 1, &s), RF_EINVAL);
-	cr_assert_eq(rf__file_classify("t", "b", d + 9990, 10, 1, &s), 1);
-	cr_assert_eq(s.off, 9990u);
+	cr_assert_eq(rf__file_classify("t", "b", d - 10, 20000, &s), RF_EINVAL, "over the whole mapping");
+	cr_assert_eq(rf__file_classify("t", "b", d - 10, 10, &s), 0, "ends where the mapping starts");
+	cr_assert_eq(rf__file_classify("t", "b", d + end, 10, &s), 0, "starts where the mapping ends");
+	cr_assert_eq(rf__file_classify("t", "b", d + 9990, 10, &s), 1);
+	cr_assert_eq(rf__file_hold("t", "b", &s, 10), RF_OK);
+	cr_assert_eq(s.fs.off, 9990u);
 	rf__file_unhold(f);
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	drop(path);
@@ -275,11 +277,11 @@ Test(file, many_files_each_found)
 	for (int i = 0; i < N; i++) {
 		if (f[i] == NULL)
 			continue;
-		rf__fsrc s;
+		rf__src s;
 		const unsigned char *d = rf_file_data(f[i]);
-		cr_assert_eq(rf__file_classify("t", "b", d + i, 4096, 0, &s), 1);
-		cr_assert_eq(s.f, f[i]);
-		cr_assert_eq(s.off, (uint64_t)i);
+		cr_assert_eq(rf__file_classify("t", "b", d + i, 4096, &s), 1);
+		cr_assert_eq(s.fs.f, f[i]);
+		cr_assert_eq(s.fs.off, (uint64_t)i);
 		cr_assert_eq(d[i], (unsigned char)((i * 7 + i) & 255));
 	}
 	for (int i = 0; i < N; i++) {
@@ -316,11 +318,11 @@ Test(file, files_opened_on_several_threads_are_each_found)
 	}
 	for (int t = 0; t < PAR_T; t++)
 		for (int i = 0; i < PAR_N; i++) {
-			rf__fsrc s;
+			rf__src s;
 			const unsigned char *d = rf_file_data(g_par[t][i]);
-			cr_assert_eq(rf__file_classify("t", "b", d + 7, 100, 0, &s), 1, "thread %d file %d", t, i);
-			cr_assert_eq(s.f, g_par[t][i]);
-			cr_assert_eq(s.off, 7u);
+			cr_assert_eq(rf__file_classify("t", "b", d + 7, 100, &s), 1, "thread %d file %d", t, i);
+			cr_assert_eq(s.fs.f, g_par[t][i]);
+			cr_assert_eq(s.fs.off, 7u);
 		}
 	for (int t = 0; t < PAR_T; t++)
 		for (int i = 0; i < PAR_N; i++)
@@ -338,9 +340,9 @@ static void *classify_loop(void *arg)
 	static unsigned char mem[16];
 	long bad = 0;
 	while (!atomic_load(&stop_churn)) {
-		rf__fsrc s;
-		bad += rf__file_classify("t", "b", steady + 100, 10, 0, &s) != 1 || s.off != 100;
-		bad += rf__file_classify("t", "b", mem, sizeof mem, 0, &s) != 0;
+		rf__src s;
+		bad += rf__file_classify("t", "b", steady + 100, 10, &s) != 1 || s.fs.off != 100;
+		bad += rf__file_classify("t", "b", mem, sizeof mem, &s) != 0;
 	}
 	return (void *)bad;
 }
@@ -377,6 +379,102 @@ static int sum_cb(void *user, const rf_block *b)
 {
 	*(unsigned *)user += ((const unsigned char *)b->data)[0];
 	return 0;
+}
+
+/* ---- every source is resolved once ------------------------------------------------------------------ */
+
+static atomic_long g_classified;
+
+static void count_classify(const void *src, size_t n)
+{
+	(void)src, (void)n;
+	atomic_fetch_add(&g_classified, 1);
+}
+
+typedef struct same_ctx {
+	const void *const *srcs;
+	long bad;
+} same_ctx;
+
+static int same_cb(void *user, const rf_block *b)
+{
+	same_ctx *c = user;
+	c->bad += b->bytes != 0 && memcmp(b->data, c->srcs[b->index], b->bytes) != 0;
+	return 0;
+}
+
+/* A run's sources are resolved by the engine, once per non-empty block, and the copies read what it
+ * resolved; a keyed call's once, by the keyed cache. Before, the engine looked each file block up three
+ * times (check, hold, let go) and the backend's copy once more; a keyed miss twice, a held-back hint
+ * three times. Runs mixing file ranges, memory and empty blocks, and runs of file ranges only (read in
+ * flight), on each CPU backend and depth 1 and 3; then misses, hints (issued and held back) and hits. */
+Test(file, each_source_is_resolved_once, .timeout = 120)
+{
+	enum { N = 24, SB = 4096 };
+	char *path = make_file(2 * N * SB, 6);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	static unsigned char mem[SB];
+	const void *srcs[2][N];
+	size_t sizes[2][N], nonempty[2] = {0, 0};
+	for (size_t i = 0; i < N; i++) {
+		srcs[0][i] = i % 4 == 3 ? (const void *)mem : d + i * SB + i; /* mixed */
+		sizes[0][i] = i % 8 == 5 ? 0 : SB - i;
+		srcs[1][i] = d + (N + i) * SB; /* file ranges only, in file order */
+		sizes[1][i] = SB;
+		nonempty[0] += sizes[0][i] != 0;
+		nonempty[1]++;
+	}
+	const char *backends[] = {"cpu", "threads"};
+	for (int be = 0; be < 2; be++)
+		for (unsigned depth = 1; depth <= 3; depth += 2) {
+			rf_pipeline_params pp = {.depth = depth, .slot_bytes = SB, .backend = backends[be]};
+			rf_pipeline *p;
+			cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+			rf__test_hooks.classify = count_classify;
+			for (int set = 0; set < 2; set++) {
+				same_ctx c = {srcs[set], 0};
+				atomic_store(&g_classified, 0);
+				cr_assert_eq(rf_pipeline_run(p, N, srcs[set], sizes[set], same_cb, &c), RF_OK, "%s",
+					     rf_errmsg());
+				cr_assert_eq(c.bad, 0);
+				cr_assert_eq(atomic_load(&g_classified), (long)nonempty[set], "%s depth %u, set %d: %ld "
+					     "lookups for %zu blocks", backends[be], depth, set, atomic_load(&g_classified),
+					     nonempty[set]);
+			}
+			atomic_store(&g_classified, 0);
+			long calls = 0;
+			for (unsigned k = 0; k < 2 * depth + 4; k++, calls++) /* hints: issued, then held back */
+				cr_assert_eq(rf_pipeline_prefetch(p, k, d + k * SB, SB, 0), RF_OK, "%s", rf_errmsg());
+			for (unsigned k = 0; k < 2 * depth + 8; k++, calls++) { /* hits, misses */
+				rf_block b;
+				cr_assert_eq(rf_pipeline_acquire(p, k, d + k * SB, SB, NULL, 0, &b), RF_OK, "%s",
+					     rf_errmsg());
+				cr_assert_eq(memcmp(b.data, d + k * SB, SB), 0, "key %u", k);
+				cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+			}
+			cr_assert_eq(atomic_load(&g_classified), calls, "%s depth %u: %ld lookups for %ld keyed calls",
+				     backends[be], depth, atomic_load(&g_classified), calls);
+			rf__test_hooks.classify = NULL;
+			rf_pipeline_destroy(p);
+		}
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	drop(path);
+}
+
+/* A source resolved as a file's, then its file closed: a hold is RF_EINVAL, nothing held. */
+Test(file, a_hold_after_close_is_einval)
+{
+	char *path = make_file(8192, 7);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	rf__src s;
+	cr_assert_eq(rf__file_classify("t", "block 4", (const unsigned char *)rf_file_data(f) + 100, 1000, &s), 1);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	cr_assert_eq(rf__file_hold("t", "block 4", &s, 1000), RF_EINVAL);
+	cr_assert(strstr(rf_errmsg(), "block 4 lies in a file closed") != NULL, "%s", rf_errmsg());
+	drop(path);
 }
 
 /* ---- keyed hints held back (not yet on a copy lane) keep their file open ------------------------------ */
@@ -465,5 +563,47 @@ Test(file, held_back_hints_keep_their_file_open, .timeout = 120)
 		rf_pipeline_destroy(p);
 		rf__test_hooks.keyed_before_copy = NULL;
 	}
+	drop(path);
+}
+
+/* A destroy that lands while a run is refused for its sources (here: from the resolution itself, as
+ * another thread's destroy could) is the run's to finish: the pipeline is released, not left behind. */
+static rf_pipeline *g_doom;
+
+static void doom_on_classify(const void *src, size_t n)
+{
+	(void)src, (void)n;
+	if (g_doom != NULL) {
+		rf_pipeline *p = g_doom;
+		g_doom = NULL;
+		rf_pipeline_destroy(p); /* deferred: the run holds the pipeline */
+	}
+}
+
+Test(file, a_destroy_during_a_refused_run_releases_the_pipeline)
+{
+	char *path = make_file(8192, 7);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	const char *backends[] = {"cpu", "threads"};
+	for (int be = 0; be < 2; be++) {
+		rf__staging_stats before, after;
+		rf__staging_get_stats(&before);
+		rf_pipeline_params pp = {.depth = 2, .slot_bytes = 8192, .backend = backends[be]};
+		rf_pipeline *p;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+		const void *srcs[2] = {d + 4096, d};
+		size_t sizes[2] = {8192, 4096}; /* block 0 runs past the file's end */
+		g_doom = p;
+		rf__test_hooks.classify = doom_on_classify;
+		cr_assert_eq(rf_pipeline_run(p, 2, srcs, sizes, same_cb, &(same_ctx){srcs, 0}), RF_EINVAL);
+		rf__test_hooks.classify = NULL;
+		cr_assert_null(g_doom);
+		rf__staging_get_stats(&after);
+		cr_assert_eq(after.live_allocs, before.live_allocs, "%s: the destroyed pipeline's slots are still "
+			     "allocated (%ld, before %ld)", backends[be], after.live_allocs, before.live_allocs);
+	}
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
 	drop(path);
 }

@@ -277,8 +277,8 @@ Test(recording, war_check_catches_a_dropped_wait)
 	for (size_t i = 0; i < N; i++)
 		srcs[i] = src, sizes[i] = SZ;
 	atomic_int cancel = 0;
-	rf__run run = {p, N, srcs, sizes, check_payload_any, NULL, slots, SZ, NULL, &cancel, 0, 0, NULL, NULL, 0, NULL, 0,
-		       0, 0, 0, 0, NULL};
+	rf__run run = {.prog = p, .nblocks = N, .srcs = srcs, .sizes = sizes, .compute = check_payload_any,
+		       .slots = slots, .slot_stride = SZ, .cancel = &cancel};
 	cr_assert_eq(rf__walk(&run, -1, 0, &rec_walk, NULL), 0);
 	cr_assert_eq(war_violation(N, D, 1), (long)D, "the first reuse of a slot must be reported");
 	rf_program_destroy(p);
