@@ -99,10 +99,11 @@ typedef struct rf__open_args {
  *  - RF__KOP_COPY: a one-block program, a COPY of req->bytes from req->src into slot req->slot on lane
  *    req->lane (< rf__open_args.klanes), posted without waiting; *out is its ticket, a queue value that
  *    only grows (threads: what its lane's queue reaches once the copy is done; cuda: its event's number;
- *    never 0), or 0 when the backend copied inline (cpu; threads' demand copies). Ordered after (a) the slot's previous copy, req->after unless known finished (0): WAW;
- *    hints into one slot share a lane, so a FIFO lane suffices; (b) the work released on the slot since
- *    its previous fill: WAR (CPU backends: nothing to do; cuda: the lane stream waits, on the device, on
- *    each release's event and on req->after's). (c) A demand copy (req->demand) never queues behind a
+ *    never 0), or 0 when the backend copied inline (cpu; threads' demand copies). Ordered after (a) the
+ *    slot's previous copy, req->after unless known finished (0): WAW; hints into one slot share a lane,
+ *    so a FIFO lane suffices; (b) the work released on the slot since its previous fill: WAR (CPU
+ *    backends: nothing to do; cuda: the lane stream waits, on the device, on each release's event and on
+ *    req->after's). (c) A demand copy (req->demand) never queues behind a
  *    hint not yet started: threads copies it inline, cuda on a demand stream of its own per lane. The
  *    backend adds req->bytes to *req->counter when the copy starts. RF_EBACKEND issues nothing; RF_ENOSPC:
  *    a hint's lane has no room now (the core retries later); RF_ENOTSUP: a demand copy whose stream is

@@ -547,12 +547,13 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	if (i < k->n && k->s[i].state == RF__K_FILLED && !overtaken) { /* a hit, possibly late */
 		rf__kslot *s = &k->s[i];
 		int late = !rf__kdone(k, s);
-		if (late && (rc = rf__kop(k, RF__KOP_WAIT_STREAM,
-					       atomic_load_explicit(&s->ticket, memory_order_relaxed), stream)) != RF_OK)
+		if (late && (rc = rf__kop(k, RF__KOP_WAIT_STREAM, atomic_load_explicit(&s->ticket, memory_order_relaxed),
+					  stream)) != RF_OK)
 			return rf__kcall_err(who, rc);
 		if (late && s->refs == 0 && rf__kfailed(k, i)) /* the hint's read failed: copy it now */
 			return rf__keyed_acquire(k, key, src, bytes, stream, flags, out);
-		if (k->oracle && !k->device && (rc = rf__oracle_keyed_acquire(rf__kdata(k, i), src, bytes, key, i)))
+		if (k->oracle && !k->device &&
+		    (rc = rf__oracle_keyed_acquire(rf__kdata(k, i), src, bytes, key, i)) != RF_OK)
 			return rc;
 		rf__khold(k, i);
 		rf__kst_add(k, ST_ACQ, 1);
@@ -646,8 +647,7 @@ int rf__keyed_evict(rf__keyed *k, uint64_t key)
 		i = k->n;
 	int rc = RF_OK;
 	if (i < k->n && !rf__kwithdraw(k, i) && !rf__kdone(k, &k->s[i]))
-		rc = rf__kop(k, RF__KOP_WAIT, atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed),
-				  NULL);
+		rc = rf__kop(k, RF__KOP_WAIT, atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed), NULL);
 	if (rc == RF_OK)
 		rc = rf__ksync_key(k, key);
 	if (rc != RF_OK)
