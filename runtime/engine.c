@@ -221,11 +221,13 @@ static int rf__engine_files(rf__engine *e, const char *who, size_t nblocks, cons
 		e->src[i] = (rf__src){.p = srcs[i]};
 		if (sizes[i] == 0)
 			continue;
-		char what[48];
-		snprintf(what, sizeof what, "block %zu", i);
-		int rc = rf__file_classify(who, what, srcs[i], sizes[i], &e->src[i]);
-		if (rc < 0)
-			return rc;
+		int rc = rf__file_classify(who, "a block", srcs[i], sizes[i], &e->src[i]);
+		if (rc < 0) { /* again, for the message only: naming every block would cost each run a format */
+			char what[48];
+			snprintf(what, sizeof what, "block %zu", i);
+			int again = rf__file_classify(who, what, srcs[i], sizes[i], &e->src[i]);
+			return again < 0 ? again : rc; /* the file closed in between: the first sentence stands */
+		}
 		*nfile += (size_t)rc;
 		*file_bytes += rc ? sizes[i] : 0;
 	}
