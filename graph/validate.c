@@ -309,10 +309,9 @@ int rf_graph_validate(const rf_graph *g)
 	int rc = rf__graph_topo(g, &order, &pos);
 	if (rc != RF_OK)
 		return rc;
-	size_t *qnext = rf__malloc((g->n ? g->n : 1) * sizeof *qnext);
-	rf__reach r = {g, pos, qnext, rf__calloc(g->n ? g->n : 1, sizeof(uint32_t)), 0,
-		       rf__malloc((g->n ? g->n : 1) * sizeof(size_t))};
-	if (r.seen == NULL || r.stack == NULL || qnext == NULL) {
+	size_t n = g->n ? g->n : 1, *qnext = rf__malloc(2 * n * sizeof *qnext); /* and the search stack */
+	rf__reach r = {g, pos, qnext, rf__calloc(n, sizeof(uint32_t)), 0, qnext ? qnext + n : NULL};
+	if (r.seen == NULL || qnext == NULL) {
 		rc = rf__err(RF_ENOMEM, "rf_graph_validate: out of memory");
 	} else {
 		rf__qnext(g, qnext);
@@ -320,7 +319,6 @@ int rf_graph_validate(const rf_graph *g)
 	}
 	free(qnext);
 	free(r.seen);
-	free(r.stack);
 	free(order);
 	free(pos);
 	return rc;
