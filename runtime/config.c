@@ -67,6 +67,8 @@ int rf__parse_bytes(const char *s, unsigned long long *out)
 	return 0;
 }
 
+#define RF__WAITS "auto, sleep or spin:N (N us, 0..10000000)" /* the wait policies */
+
 static int rf__parse_wait(const char *s, long long *ns)
 {
 	uint64_t us;
@@ -185,7 +187,7 @@ static const rf__config_key rf__config_keys[] = {
 	 RF__K_STAGING},
 	{"trace", "RINGFETCH_TRACE", 0, "a file path (1..1023 bytes)", RF__K_TRACE},
 	{"memory_budget", "RINGFETCH_MEMORY_BUDGET", 0, "a size in bytes (K, M, G suffixes)", RF__K_BUDGET},
-	{"wait", "RINGFETCH_WAIT", RF__WANT_WAIT, "auto, sleep or spin:N (N us, 0..10000000)", RF__K_WAIT},
+	{"wait", "RINGFETCH_WAIT", RF__WANT_WAIT, RF__WAITS, RF__K_WAIT},
 	{"handoff", "RINGFETCH_HANDOFF", 0, "auto, off or on", RF__K_HANDOFF},
 	{"overlap", "RINGFETCH_OVERLAP", 0, "auto, off or on", RF__K_OVERLAP},
 	{"worker_cpus", "RINGFETCH_WORKER_CPUS", 0, "a CPU list like 2-3,6 (CPUs and ranges lo-hi, lo <= hi)",
@@ -440,15 +442,10 @@ const char *rf__config_backend(const rf__config *c, const char *explicit_backend
 
 int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *ns)
 {
-	if (explicit_wait != NULL) {
-		if (rf__parse_wait(explicit_wait, ns) != 0)
-			return rf__err(RF_EINVAL, "rf_pipeline_create: wait \"%.64s\" is not auto, sleep or spin:N (N us, "
-						  "0..10000000)", explicit_wait);
-		return RF_OK;
-	}
-	const char *v = getenv("RINGFETCH_WAIT");
+	const char *v = explicit_wait != NULL ? explicit_wait : getenv("RINGFETCH_WAIT");
 	if (v != NULL && rf__parse_wait(v, ns) != 0)
-		return rf__err(RF_ECONFIG, "RINGFETCH_WAIT=\"%.64s\" is not auto, sleep or spin:N (N us, 0..10000000)", v);
+		return explicit_wait != NULL ? rf__err(RF_EINVAL, "rf_pipeline_create: wait \"%.64s\" is not %s", v, RF__WAITS)
+					     : rf__err(RF_ECONFIG, "RINGFETCH_WAIT=\"%.64s\" is not %s", v, RF__WAITS);
 	if (v == NULL)
 		*ns = c->wait_ns;
 	return RF_OK;
