@@ -190,7 +190,7 @@ int rf__staging_alloc(const rf__staging_policy *pol, size_t bytes, size_t align,
 	rf__staging_hook_step = NULL;
 	void *p = NULL;
 	if (rf__staging_fault("mallocx"))
-		rf__staging_hook_fail("carving the block (injected fault)", ENOMEM);
+		rf__staging_hook_fail("carving the block (injected fault)", ENOMEM, NULL);
 	else
 		p = rf__staging_is_direct(bytes, align) ? rf__staging_direct_alloc(a, bytes) : rf__staging_mallocx(a, bytes, align);
 	if (p == NULL)
