@@ -50,17 +50,14 @@ int rf__parse_copy_queues(const char *s, unsigned *out)
 
 int rf__parse_bytes(const char *s, unsigned long long *out)
 {
+	static const char units[] = "kmg"; /* either case: powers of 1024 */
 	const uint64_t max = 1ull << 50;
 	uint64_t v, mul = 1;
-	const char *c;
+	const char *c, *u;
 	if (rf__parse_decimal(s, max, &v, &c) != 0)
 		return -1;
-	if (*c == 'K' || *c == 'k')
-		mul = 1ull << 10, c++;
-	else if (*c == 'M' || *c == 'm')
-		mul = 1ull << 20, c++;
-	else if (*c == 'G' || *c == 'g')
-		mul = 1ull << 30, c++;
+	if (*c != '\0' && (u = strchr(units, *c | 0x20)) != NULL)
+		mul = 1ull << (10 * (u - units + 1)), c++;
 	if (*c != '\0' || v == 0 || v > max / mul)
 		return -1;
 	*out = v * mul;
