@@ -14,9 +14,7 @@
 
 void rf__ec_init(rf__ec *ec)
 {
-	atomic_init(&ec->seq, 0);
-	atomic_init(&ec->sleepers, 0);
-	atomic_init(&ec->armed, 0);
+	*ec = (rf__ec){0};
 	for (unsigned i = 0; i < RF__EC_BELLS; i++)
 		ec->bell[i] = -1;
 }
