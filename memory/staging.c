@@ -80,9 +80,7 @@ static int rf__staging_arena_new(const rf__staging_policy *key, rf__staging_aren
 	a->key = *key;
 	a->topo = rf__staging_topo;
 	pthread_mutex_init(&a->mu, NULL);
-	if ((rc = rf__staging_nodeset(a)) != RF_OK)
-		goto fail;
-	if ((rc = rf__staging_jemalloc_arena(a)) != RF_OK)
+	if ((rc = rf__staging_nodeset(a)) != RF_OK || (rc = rf__staging_jemalloc_arena(a)) != RF_OK)
 		goto fail;
 	a->next = rf__staging_arenas;
 	rf__staging_arenas = a;
