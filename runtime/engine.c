@@ -20,7 +20,7 @@
 static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args, size_t ring_cap)
 {
 	size_t align = e->be->slot_align ? e->be->slot_align : RF__SLOT_ALIGN_DEFAULT;
-	size_t n = args->nslots, stride = rf__slot_stride(e->slot_bytes, align);
+	size_t n = args->nslots, stride = rf__align_up(e->slot_bytes, align);
 	int host = !(e->be->caps & RF__CAP_DEVICE);
 	if (stride == 0 || stride > SIZE_MAX / n)
 		return rf__err(RF_EINVAL, "%s: %zu slots of %zu bytes overflow size_t", who, n, e->slot_bytes);
