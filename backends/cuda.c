@@ -174,7 +174,7 @@ static int rf__cu_open(const rf__open_args *args, void **ctx)
 	cx->nstage = args->prog != NULL ? args->prog->nstage : 0;
 	cx->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
 	/* Pinned slots start on page boundaries: the H2D of each reads whole pages. */
-	cx->pin_stride = rf__slot_stride(args->slot_bytes, RF__ALIGN_PINNED);
+	cx->pin_stride = rf__align_up(args->slot_bytes, RF__ALIGN_PINNED);
 	pthread_mutex_init(&cx->pin_mu, NULL);
 	rf__ec_init(&cx->ec);
 	if ((rc = rf__cu_enter(api, cx->device, &saved)) != RF_OK) {

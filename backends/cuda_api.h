@@ -14,7 +14,6 @@ enum rf__cuda_errkind {
 	RF__CUE_OK = 0,
 	RF__CUE_NOT_READY, /* cudaErrorNotReady: a query found work still pending */
 	RF__CUE_NOMEM,     /* cudaErrorMemoryAllocation */
-	RF__CUE_NODEV,     /* unused: every cudaGetDeviceCount failure is "no usable GPU" (rf__cu_probe) */
 	RF__CUE_OTHER
 };
 

@@ -348,7 +348,7 @@ static int rf__thr_run(void *ctx, rf__run *run)
 	/* The arm: from this pipeline's own runs of this shape, unless the owner compares runs itself
 	 * (depth = auto) or the run reads files (overlap always hides the device's wait). */
 	rf__sch_class *c = NULL;
-	unsigned arm = t->overlap_mode == RF__OV_OFF ? RF__SCH_INLINE : RF__SCH_LANES;
+	unsigned arm = t->overlap_mode == RF__MODE_OFF ? RF__SCH_INLINE : RF__SCH_LANES;
 	if (run->vary && run->nfile == 0)
 		arm = rf__sch_pick(&t->sch, rf__sch_shape(run->bytes, run->nblocks), &c);
 	t->handoff = arm == RF__SCH_HANDOFF || (arm == RF__SCH_LANES && t->handoff_fixed);
@@ -400,11 +400,11 @@ static const rf__lane_ops rf__thr_lane_ops = {rf__thr_lane_idle, rf__thr_lane_sl
 static void rf__thr_arms(rf__threads *t, int handoff)
 {
 	unsigned arms[RF__SCH_NARMS], n = 0;
-	int ho = rf__ho_pipeline(handoff, t->nq, t->nslots, &t->handoff_fixed, t->handoff_why,
+	int ho = rf__sch_handoff(handoff, t->nq, t->nslots, &t->handoff_fixed, t->handoff_why,
 				 sizeof t->handoff_why);
-	if (t->overlap_mode != RF__OV_ON)
+	if (t->overlap_mode != RF__MODE_ON)
 		arms[n++] = RF__SCH_INLINE;
-	if (t->overlap_mode != RF__OV_OFF) {
+	if (t->overlap_mode != RF__MODE_OFF) {
 		arms[n++] = RF__SCH_LANES;
 		if (ho)
 			arms[n++] = RF__SCH_HANDOFF;
@@ -414,8 +414,8 @@ static void rf__thr_arms(rf__threads *t, int handoff)
 	if (t->nq < 2 || t->nslots < 2)
 		return;
 	snprintf(t->handoff_why + len, sizeof t->handoff_why - len, "; overlap %s",
-		 t->overlap_mode == RF__OV_OFF  ? "off (forced by configuration: every run inline on the caller)"
-		 : t->overlap_mode == RF__OV_ON ? "on (forced by configuration)"
+		 t->overlap_mode == RF__MODE_OFF  ? "off (forced by configuration: every run inline on the caller)"
+		 : t->overlap_mode == RF__MODE_ON ? "on (forced by configuration)"
 						: "auto (each run shape's first runs compare the lanes with running inline "
 						  "on the caller; the faster is kept and checked again now and then)");
 }

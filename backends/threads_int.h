@@ -6,7 +6,6 @@
 #define RF_BACKENDS_THREADS_INT_H
 
 #include "base/piece.h"
-#include "backends/threads_handoff.h"
 #include "backends/threads_sched.h"
 #include "base/pool.h"
 #include "base/wait.h"

@@ -1,7 +1,12 @@
 /* backends/threads_sched.c — the threads backend's choice of schedule (backends/threads_sched.h). */
 #include "backends/threads_sched.h"
 
+#include <stdio.h>
 #include <string.h>
+
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 
 _Static_assert(RF__SCH_NARMS <= RF__CMP_ARMS, "one comparator holds every arm");
 
@@ -68,5 +73,38 @@ int rf__sch_note(rf__sch *s, rf__sch_class *c, unsigned arm, double x)
 		c->interval *= 2;
 	c->left = c->interval;
 	c->probing = 0;
+	return 1;
+}
+
+/* Whether the CPU implements CLDEMOTE (CPUID.7.0:ECX[25]); elsewhere the hint is a no-op: 0. */
+static int rf__sch_cldemote(void)
+{
+#if defined(__x86_64__)
+	unsigned a, b, c, d;
+	if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0)
+		return 0;
+	return (c >> 25) & 1;
+#else
+	return 0;
+#endif
+}
+
+int rf__sch_handoff(int mode, unsigned nq, unsigned nslots, int *on, char *why, size_t cap)
+{
+	*on = 0;
+	if (nq < 2 || nslots < 2) {
+		snprintf(why, cap, "cache handoff off (%s)", nq < 2 ? "no copy queue" : "depth 1");
+		return 0;
+	}
+	if (mode != RF__MODE_AUTO) {
+		*on = mode == RF__MODE_ON;
+		snprintf(why, cap, "cache handoff %s (forced by configuration)", *on ? "on" : "off");
+		return 0;
+	}
+	if (!rf__sch_cldemote()) {
+		snprintf(why, cap, "cache handoff off (auto: this CPU has no cldemote)");
+		return 0;
+	}
+	snprintf(why, cap, "cache handoff auto (compared with the lanes without it on the first runs)");
 	return 1;
 }

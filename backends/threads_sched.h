@@ -1,8 +1,10 @@
 /* backends/threads_sched.h — which schedule (arm) a threads pipeline runs: on the lanes, inline on the
- * caller (no thread hop), or on the lanes with the cache handoff. The fastest depends on the machine and
- * the workload, so each run shape's first runs compare the arms (base/compare.h, the lowest mean time
- * per byte: the caller waits for the sum, not the typical run), again after 16 runs, then 32, ... 1024
- * while the choice holds, 16 when it changes. Pure functions of the samples: threads.c times the runs. */
+ * caller (no thread hop), or on the lanes with the cache handoff (the copy lanes demote what they copy
+ * to the shared cache: CLDEMOTE, base/piece.h). The fastest depends on the machine and the workload, so
+ * each run shape's first runs compare the arms (base/compare.h, the lowest mean time per byte: the
+ * caller waits for the sum, not the typical run), again after 16 runs, then 32, ... 1024 while the
+ * choice holds, 16 when it changes: a synthetic probe would measure something other than the pipeline's
+ * work. Pure functions of the samples: threads.c times the runs. */
 #ifndef RF_BACKENDS_THREADS_SCHED_H
 #define RF_BACKENDS_THREADS_SCHED_H
 
@@ -11,8 +13,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* overlap = auto | off | on (RINGFETCH_OVERLAP, rf__parse_handoff): compare, always inline, always lanes. */
-enum { RF__OV_AUTO = 0, RF__OV_OFF = 1, RF__OV_ON = 2 };
+/* overlap and handoff = auto | off | on (RINGFETCH_OVERLAP, RINGFETCH_HANDOFF, config keys of those
+ * names: rf__parse_handoff). Overlap: compare, always inline, always lanes; handoff: below. */
+enum { RF__MODE_AUTO = 0, RF__MODE_OFF = 1, RF__MODE_ON = 2 };
 
 /* The arms. Listed in preference order: on a tie the earlier one is kept (inline uses one core). */
 enum { RF__SCH_INLINE = 0, RF__SCH_LANES = 1, RF__SCH_HANDOFF = 2, RF__SCH_NARMS = 3 };
@@ -56,5 +59,11 @@ unsigned rf__sch_pick(rf__sch *s, uint32_t shape, rf__sch_class **c);
  * a comparison (c->choice and c->cmp.fig are new, worth describing), else 0. */
 int rf__sch_note(rf__sch *s, rf__sch_class *c, unsigned arm, double x);
 const char *rf__sch_name(unsigned arm); /* "inline", "lanes", "lanes + handoff" */
+
+/* The handoff of a threads pipeline at create: off where nothing overlaps (no copy queue, depth 1) or
+ * the CPU has no cldemote; `mode` (rf__config.handoff) when forced. Sets *on (the handoff of runs on
+ * the lanes when it is not compared) and a description in why (for rf_pipeline_describe). Returns 1
+ * when it is to be compared on the pipeline's runs (auto, with cldemote), else 0. */
+int rf__sch_handoff(int mode, unsigned nq, unsigned nslots, int *on, char *why, size_t cap);
 
 #endif

@@ -11,17 +11,11 @@
 #define RF__ALIGN_DEVICE 256u
 #define RF__ALIGN_PINNED 4096u
 
-/* n rounded up to a multiple of align (a power of two); 0 if that does not fit in size_t (and n > 0). */
+/* n rounded up to a multiple of align (a power of two): a slot stride, a mapping's length; 0 for n = 0
+ * or when that does not fit in size_t. */
 static inline size_t rf__align_up(size_t n, size_t align)
 {
 	return n > SIZE_MAX - (align - 1) ? 0 : (n + align - 1) & ~(align - 1);
-}
-
-/* The stride of slots of slot_bytes each in memory that wants `align` (RF__ALIGN_*); 0 if slot_bytes is
- * 0 or it overflows. */
-static inline size_t rf__slot_stride(size_t slot_bytes, size_t align)
-{
-	return slot_bytes == 0 ? 0 : rf__align_up(slot_bytes, align);
 }
 
 #endif

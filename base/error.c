@@ -8,34 +8,30 @@
 /* Holds the longest detail composed (two node descriptions plus a CUDA error string). */
 static _Thread_local char rf__detail[512];
 
-const char *rf_strerror(int err)
+/* A code's sentence, or with `name` its name: one switch generated from RF_ERROR_MAP. */
+static const char *rf__error_word(int err, int name)
 {
 	switch (err) {
 	case RF_OK:
-		return "success";
-#define RF__XX_TEXT(name, value, text)                                                                     \
-	case RF_##name:                                                                                    \
-		return text;
-		RF_ERROR_MAP(RF__XX_TEXT)
-#undef RF__XX_TEXT
+		return name ? "RF_OK" : "success";
+#define RF__XX_WORD(code, value, text)                                                                     \
+	case RF_##code:                                                                                    \
+		return name ? "RF_" #code : text;
+		RF_ERROR_MAP(RF__XX_WORD)
+#undef RF__XX_WORD
 	default:
-		return "unknown error";
+		return name ? "RF_UNKNOWN" : "unknown error";
 	}
+}
+
+const char *rf_strerror(int err)
+{
+	return rf__error_word(err, 0);
 }
 
 const char *rf_err_name(int err)
 {
-	switch (err) {
-	case RF_OK:
-		return "RF_OK";
-#define RF__XX_NAME(name, value, text)                                                                     \
-	case RF_##name:                                                                                    \
-		return "RF_" #name;
-		RF_ERROR_MAP(RF__XX_NAME)
-#undef RF__XX_NAME
-	default:
-		return "RF_UNKNOWN";
-	}
+	return rf__error_word(err, 1);
 }
 
 const char *rf_errmsg(void)

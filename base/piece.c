@@ -13,12 +13,7 @@
 
 void rf__piece_init(rf__piece_job *j)
 {
-	atomic_init(&j->state, 0);
-	atomic_init(&j->done, 0);
-	atomic_init(&j->block, SIZE_MAX);
-	j->dst = NULL;
-	j->src = NULL;
-	j->n = j->piece = 0;
+	*j = (rf__piece_job){.block = SIZE_MAX};
 }
 
 /* At least 16 KiB (a claim is one contended CAS, a piece microseconds of copying), about 16 pieces per

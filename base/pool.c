@@ -119,9 +119,7 @@ int rf__pool_start(rf__pool *p, unsigned n, const char *role, rf__ec *ec, int64_
 		l->pool = p;
 		l->ctx = ctx != NULL ? ctx[i] : NULL;
 		l->bell = i;
-	}
-	for (unsigned i = 0; i < n; i++) {
-		int err = rf__thread_start(&p->lane[i].tid, role, i, rf__lane_main, &p->lane[i]);
+		int err = rf__thread_start(&l->tid, role, i, rf__lane_main, l);
 		if (err != 0) {
 			rf__pool_stop(p);
 			return rf__err(RF_ENOMEM, "cannot start worker thread rf-%s-%u: %s", role, i, strerror(err));

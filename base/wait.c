@@ -14,9 +14,7 @@
 
 void rf__ec_init(rf__ec *ec)
 {
-	atomic_init(&ec->seq, 0);
-	atomic_init(&ec->sleepers, 0);
-	atomic_init(&ec->armed, 0);
+	*ec = (rf__ec){0};
 	for (unsigned i = 0; i < RF__EC_BELLS; i++)
 		ec->bell[i] = -1;
 }
@@ -43,7 +41,8 @@ void rf__ec_notify(rf__ec *ec)
 	}
 }
 
-int rf__ec_spin(rf__ec_pred pred, void *arg, int64_t spin_ns)
+/* Spin only: 1 when pred became true within spin_ns, else 0. */
+static int rf__ec_spin(rf__ec_pred pred, void *arg, int64_t spin_ns)
 {
 	for (unsigned i = 0; i < RF__EC_PAUSES; i++) {
 		if (pred(arg))
@@ -61,37 +60,36 @@ int rf__ec_spin(rf__ec_pred pred, void *arg, int64_t spin_ns)
 	return pred(arg);
 }
 
-/* One sleep: announce, re-check, sleep unless the sequence moved (on the futex when sleep is NULL). */
-static void rf__ec_sleep(rf__ec *ec, rf__ec_pred pred, void *arg, int bell, void (*sleep)(void *), void *sarg)
+/* Spin, then sleep until pred holds: announce, re-check, sleep unless the sequence moved (wait.h). */
+static void rf__ec_block(rf__ec *ec, rf__ec_pred pred, void *arg, int64_t spin_ns, int bell, void (*sleep)(void *),
+			 void *sarg)
 {
-	atomic_fetch_add_explicit(&ec->sleepers, 1, memory_order_seq_cst);
-	if (bell >= 0)
-		atomic_fetch_or_explicit(&ec->armed, 1ull << bell, memory_order_seq_cst);
-	unsigned key = atomic_load_explicit(&ec->seq, memory_order_seq_cst);
-	if (!pred(arg)) {
-		if (sleep == NULL)
-			syscall(SYS_futex, &ec->seq, FUTEX_WAIT_PRIVATE, key, NULL, NULL, 0);
-		else if (atomic_load_explicit(&ec->seq, memory_order_seq_cst) == key)
-			sleep(sarg);
+	if (rf__ec_spin(pred, arg, spin_ns))
+		return;
+	while (!pred(arg)) {
+		atomic_fetch_add_explicit(&ec->sleepers, 1, memory_order_seq_cst);
+		if (bell >= 0)
+			atomic_fetch_or_explicit(&ec->armed, 1ull << bell, memory_order_seq_cst);
+		unsigned key = atomic_load_explicit(&ec->seq, memory_order_seq_cst);
+		if (!pred(arg)) {
+			if (sleep == NULL)
+				syscall(SYS_futex, &ec->seq, FUTEX_WAIT_PRIVATE, key, NULL, NULL, 0);
+			else if (atomic_load_explicit(&ec->seq, memory_order_seq_cst) == key)
+				sleep(sarg);
+		}
+		if (bell >= 0)
+			atomic_fetch_and_explicit(&ec->armed, ~(1ull << bell), memory_order_relaxed);
+		atomic_fetch_sub_explicit(&ec->sleepers, 1, memory_order_relaxed);
 	}
-	if (bell >= 0)
-		atomic_fetch_and_explicit(&ec->armed, ~(1ull << bell), memory_order_relaxed);
-	atomic_fetch_sub_explicit(&ec->sleepers, 1, memory_order_relaxed);
 }
 
 void rf__ec_wait(rf__ec *ec, rf__ec_pred pred, void *arg, int64_t spin_ns)
 {
-	if (rf__ec_spin(pred, arg, spin_ns))
-		return;
-	while (!pred(arg))
-		rf__ec_sleep(ec, pred, arg, -1, NULL, NULL);
+	rf__ec_block(ec, pred, arg, spin_ns, -1, NULL, NULL);
 }
 
 void rf__ec_wait_bell(rf__ec *ec, rf__ec_pred pred, void *arg, int64_t spin_ns, unsigned bell, void (*sleep)(void *),
 		      void *sarg)
 {
-	if (rf__ec_spin(pred, arg, spin_ns))
-		return;
-	while (!pred(arg))
-		rf__ec_sleep(ec, pred, arg, (int)bell, sleep, sarg);
+	rf__ec_block(ec, pred, arg, spin_ns, (int)bell, sleep, sarg);
 }

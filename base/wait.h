@@ -44,9 +44,6 @@ void rf__ec_wait_bell(rf__ec *ec, rf__ec_pred pred, void *arg, int64_t spin_ns, 
 /* Give bell slot i an eventfd (-1: none). Before any waiter uses slot i. */
 void rf__ec_set_bell(rf__ec *ec, unsigned i, int fd);
 
-/* Spin only: 1 when pred became true within spin_ns, else 0. */
-int rf__ec_spin(rf__ec_pred pred, void *arg, int64_t spin_ns);
-
 /* Monotonic nanoseconds (CLOCK_MONOTONIC): waits, run timing and trace events alike. */
 static inline int64_t rf__now_ns(void)
 {

@@ -25,16 +25,15 @@ static void rf__put(rf__out *o, const char *fmt, ...)
 
 static void rf__dot_node(rf__out *o, const rf_graph *g, size_t i)
 {
+	static const char *const look[][2] = {[RF_NODE_COPY] = {"copy", "box"},
+					       [RF_NODE_STAGE] = {"stage", "box, style=rounded"},
+					       [RF_NODE_COMPUTE] = {"compute", "ellipse, style=filled, fillcolor=\"#e8f0ff\""}};
 	const rf_node_desc *d = &g->nodes[i];
 	if (d->kind == RF_NODE_WAIT)
 		rf__put(o, "    n%zu [label=\"wait\", shape=diamond];\n", i);
-	else if (d->kind == RF_NODE_COPY)
-		rf__put(o, "    n%zu [label=\"copy b%zu\\ns%u\", shape=box];\n", i, d->block, d->slot);
-	else if (d->kind == RF_NODE_STAGE)
-		rf__put(o, "    n%zu [label=\"stage b%zu\\nt%u\", shape=box, style=rounded];\n", i, d->block, d->slot);
 	else
-		rf__put(o, "    n%zu [label=\"compute b%zu\\ns%u\", shape=ellipse, style=filled, fillcolor=\"#e8f0ff\"];\n",
-			i, d->block, d->slot);
+		rf__put(o, "    n%zu [label=\"%s b%zu\\n%c%u\", shape=%s];\n", i, look[d->kind][0], d->block,
+			d->kind == RF_NODE_STAGE ? 't' : 's', d->slot, look[d->kind][1]);
 }
 
 /* An edge from a slot's reader into its next writer (or a WAIT that guards it) is the WAR half of the

@@ -5,7 +5,6 @@
 #include "base/error.h"
 
 #include <stdlib.h>
-#include <string.h>
 
 static const char *const rf__kind_names[] = {"copy", "wait", "compute", "stage"};
 
@@ -94,8 +93,7 @@ int rf_graph_add_node(rf_graph *g, const rf_node_desc *desc, size_t *id)
 	if (d.queue >= g->nqueues)
 		g->nqueues = d.queue + 1;
 	g->nodes[i] = d;
-	memset(&g->out[i], 0, sizeof g->out[i]);
-	memset(&g->in[i], 0, sizeof g->in[i]);
+	g->out[i] = g->in[i] = (rf__idvec){0};
 	g->qprev[i] = g->qlast[d.queue];
 	g->qlast[d.queue] = i;
 	if (id != NULL)

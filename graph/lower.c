@@ -64,7 +64,7 @@ typedef struct rf__lower {
 	rf__stage_ent *st; /* the STAGE nodes by block: the staging slot a COPY reads */
 	int64_t *sigval;     /* value signalled after node i, 0 = none */
 	int64_t *waited;     /* waited[q * RF_MAX_QUEUES + wq]: highest value q already waited for */
-	int64_t next[RF_MAX_QUEUES];
+	int64_t last[RF_MAX_QUEUES]; /* the value each queue signalled last (they count up from 1) */
 } rf__lower;
 
 static bool rf__has_foreign_consumer(const rf_graph *g, size_t x)
@@ -110,7 +110,7 @@ static void rf__lower_node(rf__lower *l, size_t x)
 		p->ops[p->nops++] = op;
 	}
 	if (rf__has_foreign_consumer(l->g, x)) {
-		l->sigval[x] = l->next[d->queue]++;
+		l->sigval[x] = ++l->last[d->queue];
 		p->ops[p->nops++] = rf__op_signal(d->queue, l->sigval[x], 0, 0, x);
 	}
 }
@@ -127,8 +127,6 @@ int rf_graph_lower(const rf_graph *g, rf_program **out)
 		return rc;
 	rf__lower l = {g, rf__prog_alloc(g->nedges + 2 * g->n), 0, NULL, rf__calloc(g->n + 1, sizeof(int64_t)),
 		       rf__calloc((size_t)RF_MAX_QUEUES * RF_MAX_QUEUES, sizeof(int64_t)), {0}};
-	for (unsigned q = 0; q < RF_MAX_QUEUES; q++)
-		l.next[q] = 1;
 	rc = (l.p && l.sigval && l.waited && rf__graph_stages(g, &l.st, &l.nst) == RF_OK) ? RF_OK : RF_ENOMEM;
 	for (size_t i = 0; i < g->n && rc == RF_OK; i++)
 		rf__lower_node(&l, order[i]);
@@ -320,16 +318,10 @@ int rf_program_op(const rf_program *p, unsigned q, size_t i, rf_op *out)
 		return rf__err(RF_EINVAL, "rf_program_op: %s is NULL", p == NULL ? "p" : "out");
 	if (q >= p->nqueues || i >= rf_program_ops(p, q))
 		return rf__err(RF_EINVAL, "rf_program_op: queue %u has no op %zu", q, i);
+	/* rf_graph_lower's ops: the fields a kind does not use are 0 (the constructors of graph/program.h). */
 	const rf__op *o = &p->ops[p->qidx[p->qstart[q] + i]];
-	*out = (rf_op){(rf_op_kind)o->kind, o->queue, o->node, 0, 0, 0, 0};
-	if (o->kind == RF_OP_COPY || o->kind == RF_OP_COMPUTE || o->kind == RF_OP_STAGE) {
-		out->block = (size_t)o->block;
-		out->slot = o->kind == RF_OP_STAGE ? o->stage : o->slot;
-	}
-	if (o->kind == RF_OP_WAIT)
-		out->wait_queue = o->wqueue;
-	if (o->kind == RF_OP_WAIT || o->kind == RF_OP_SIGNAL)
-		out->value = (uint64_t)o->value;
+	*out = (rf_op){(rf_op_kind)o->kind, o->queue, o->node, (size_t)o->block,
+		       o->kind == RF_OP_STAGE ? o->stage : o->slot, o->wqueue, (uint64_t)o->value};
 	return RF_OK;
 }
 

@@ -10,8 +10,7 @@
 
 static rf_step rf__step(rf_step_kind kind, size_t block, unsigned depth)
 {
-	rf_step s = {kind, block, (unsigned)(block % depth)};
-	return s;
+	return (rf_step){kind, block, (unsigned)(block % depth)};
 }
 
 int rf_plan_ring(size_t nblocks, unsigned depth, rf_step *steps, size_t cap, size_t *len)

@@ -97,7 +97,6 @@ static inline int64_t rf__prog_iter_end(const struct rf_program *p, size_t nbloc
 	return (int64_t)((nblocks + (size_t)p->period - 1) / (size_t)p->period);
 }
 
-
 /* The shallowest ring that keeps `copy_queues` copy queues busy: one block in flight on each and one
  * computing. */
 static inline unsigned rf__ring_busy_depth(unsigned copy_queues)

@@ -255,8 +255,8 @@ static int rf__check_slot_run(rf__reach *r, const rf__access *a, size_t n, size_
 	return RF_OK;
 }
 
-/* Every node's accesses: a COPY writes its ring slot and reads its block's staging slot, if staged.
- * A block staged twice is a hazard of its own. */
+/* Every node's accesses, sorted: a COPY writes its ring slot and reads its block's staging slot, if
+ * staged. A block staged twice is a hazard of its own. */
 static int rf__accesses(const rf_graph *g, const rf__stage_ent *st, size_t nst, rf__access *acc, size_t *m)
 {
 	for (size_t i = 1; i < nst; i++)
@@ -275,6 +275,7 @@ static int rf__accesses(const rf_graph *g, const rf__stage_ent *st, size_t nst, 
 		if (e != NULL)
 			acc[(*m)++] = (rf__access){1, e->slot, 1, d->block, i};
 	}
+	qsort(acc, *m, sizeof *acc, rf__access_cmp);
 	return RF_OK;
 }
 
@@ -288,8 +289,6 @@ static int rf__check_hazards(rf__reach *r)
 	int rc = acc == NULL || ids == NULL || rf__graph_stages(g, &st, &nst) != RF_OK
 			 ? rf__err(RF_ENOMEM, "rf_graph_validate: out of memory")
 			 : rf__accesses(g, st, nst, acc, &m);
-	if (rc == RF_OK)
-		qsort(acc, m, sizeof *acc, rf__access_cmp);
 	for (size_t i = 0, j; i < m && rc == RF_OK; i = j) {
 		for (j = i; j < m && acc[j].slot == acc[i].slot && acc[j].ns == acc[i].ns; j++)
 			;
@@ -309,10 +308,9 @@ int rf_graph_validate(const rf_graph *g)
 	int rc = rf__graph_topo(g, &order, &pos);
 	if (rc != RF_OK)
 		return rc;
-	size_t *qnext = rf__malloc((g->n ? g->n : 1) * sizeof *qnext);
-	rf__reach r = {g, pos, qnext, rf__calloc(g->n ? g->n : 1, sizeof(uint32_t)), 0,
-		       rf__malloc((g->n ? g->n : 1) * sizeof(size_t))};
-	if (r.seen == NULL || r.stack == NULL || qnext == NULL) {
+	size_t n = g->n ? g->n : 1, *qnext = rf__malloc(2 * n * sizeof *qnext); /* and the search stack */
+	rf__reach r = {g, pos, qnext, rf__calloc(n, sizeof(uint32_t)), 0, qnext ? qnext + n : NULL};
+	if (r.seen == NULL || qnext == NULL) {
 		rc = rf__err(RF_ENOMEM, "rf_graph_validate: out of memory");
 	} else {
 		rf__qnext(g, qnext);
@@ -320,7 +318,6 @@ int rf_graph_validate(const rf_graph *g)
 	}
 	free(qnext);
 	free(r.seen);
-	free(r.stack);
 	free(order);
 	free(pos);
 	return rc;

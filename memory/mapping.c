@@ -47,11 +47,11 @@ int rf__staging_fault(const char *step)
 	return RF__TEST_HOOK(fail_alloc_step) != NULL ? RF__TEST_HOOK(fail_alloc_step)(step) : 0;
 }
 
-void rf__staging_hook_fail(const char *step, int err)
+void rf__staging_hook_fail(const char *step, int err, const char *detail)
 {
 	rf__staging_hook_step = step;
 	rf__staging_hook_errno = err;
-	rf__staging_hook_detail = NULL;
+	rf__staging_hook_detail = detail;
 }
 
 size_t rf__staging_page(void)
@@ -191,7 +191,7 @@ static int rf__staging_bind(rf__staging_arena *a, void *p, size_t len, int *why)
 		*why = e;
 		return 0;
 	}
-	rf__staging_hook_fail("binding memory (hwloc_set_area_membind)", e);
+	rf__staging_hook_fail("binding memory (hwloc_set_area_membind)", e, NULL);
 	return -1;
 }
 
@@ -202,16 +202,16 @@ static void *rf__staging_map(rf__staging_arena *a, size_t size, size_t align, in
 {
 	size_t page = rf__staging_page(), extra = align > page ? align - page : 0;
 	if (size == 0 || size + extra < size) { /* 0: rounding a block up to a page overflowed */
-		rf__staging_hook_fail("mapping memory (size overflows)", ENOMEM);
+		rf__staging_hook_fail("mapping memory (size overflows)", ENOMEM, NULL);
 		return NULL;
 	}
 	if (rf__staging_fault("fallback")) {
-		rf__staging_hook_fail("mapping memory (injected fault)", ENOMEM);
+		rf__staging_hook_fail("mapping memory (injected fault)", ENOMEM, NULL);
 		return NULL;
 	}
 	void *raw = mmap(NULL, size + extra, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (raw == MAP_FAILED) {
-		rf__staging_hook_fail("mapping memory (mmap)", errno);
+		rf__staging_hook_fail("mapping memory (mmap)", errno, NULL);
 		return NULL;
 	}
 	uintptr_t r = (uintptr_t)raw, p = rf__align_up(r, align);
@@ -237,13 +237,11 @@ static int rf__staging_pin(void *p, size_t len)
 	const rf__staging_pinner *pin = atomic_load(&rf__staging_current_pinner);
 	const char *detail = NULL;
 	if (pin == NULL) {
-		rf__staging_hook_fail("page-locking", ENOSYS);
-		rf__staging_hook_detail = "no CUDA backend in this library to page-lock with";
+		rf__staging_hook_fail("page-locking", ENOSYS, "no CUDA backend in this library to page-lock with");
 		return 0;
 	}
 	if (rf__staging_fault("pin") || pin->pin(p, len, &detail) != 0) {
-		rf__staging_hook_fail("page-locking (cudaHostRegister)", ENOMEM);
-		rf__staging_hook_detail = detail != NULL ? detail : "injected fault";
+		rf__staging_hook_fail("page-locking (cudaHostRegister)", ENOMEM, detail != NULL ? detail : "injected fault");
 		return 0;
 	}
 	return 1;
@@ -278,7 +276,7 @@ void *rf__staging_new_mapping(rf__staging_arena *a, size_t size, size_t align, i
 	pthread_mutex_unlock(&a->mu);
 	if (!ok) {
 		rf__staging_unmap(a, p, size);
-		rf__staging_hook_fail("recording the region", ENOMEM);
+		rf__staging_hook_fail("recording the region", ENOMEM, NULL);
 		return NULL;
 	}
 	atomic_fetch_add(&rf__staging_mapped, size);

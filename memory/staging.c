@@ -80,9 +80,7 @@ static int rf__staging_arena_new(const rf__staging_policy *key, rf__staging_aren
 	a->key = *key;
 	a->topo = rf__staging_topo;
 	pthread_mutex_init(&a->mu, NULL);
-	if ((rc = rf__staging_nodeset(a)) != RF_OK)
-		goto fail;
-	if ((rc = rf__staging_jemalloc_arena(a)) != RF_OK)
+	if ((rc = rf__staging_nodeset(a)) != RF_OK || (rc = rf__staging_jemalloc_arena(a)) != RF_OK)
 		goto fail;
 	a->next = rf__staging_arenas;
 	rf__staging_arenas = a;
@@ -190,7 +188,7 @@ int rf__staging_alloc(const rf__staging_policy *pol, size_t bytes, size_t align,
 	rf__staging_hook_step = NULL;
 	void *p = NULL;
 	if (rf__staging_fault("mallocx"))
-		rf__staging_hook_fail("carving the block (injected fault)", ENOMEM);
+		rf__staging_hook_fail("carving the block (injected fault)", ENOMEM, NULL);
 	else
 		p = rf__staging_is_direct(bytes, align) ? rf__staging_direct_alloc(a, bytes) : rf__staging_mallocx(a, bytes, align);
 	if (p == NULL)

@@ -53,9 +53,7 @@ void rf__staging_free(void *p);
 /* Placement of staging memory at p; RF_EINVAL if p is not inside staging memory. */
 int rf__staging_placement(const void *p, rf_placement *out);
 
-/* ---- for tests ---------------------------------------------------------------------------------- */
-
-#ifdef RF_TESTING /* the testing build only (base/test_hooks.h) */
+#ifdef RF_TESTING /* for tests, in the testing build only (base/test_hooks.h) */
 typedef struct rf__staging_stats {
 	long live_allocs;         /* successful rf__staging_alloc minus rf__staging_free */
 	size_t mapped_bytes;      /* bytes currently mapped through the extent hooks, all arenas */

@@ -61,8 +61,8 @@ extern const extent_hooks_t rf__staging_hooks;
 
 /* Fault injection at a named step: non-zero makes it fail (for "membind", the errno seen). */
 int rf__staging_fault(const char *step);
-/* Note why a step failed (clears the detail). */
-void rf__staging_hook_fail(const char *step, int err);
+/* Note why a step failed: err, or the detail instead of strerror(err) when not NULL. */
+void rf__staging_hook_fail(const char *step, int err, const char *detail);
 /* The page size: the granularity of mapping, binding and touching. */
 size_t rf__staging_page(void);
 /* The transparent huge page size, or 0 when the kernel gives no huge pages to mappings that ask. */

@@ -17,22 +17,17 @@ hwloc_topology_t rf__topo_acquire(void)
 	pthread_mutex_lock(&rf__topo_mu);
 	if (rf__topo_refs == 0 && rf__fault()) {
 		rf__err(RF_EBACKEND, "hwloc_topology_init: injected fault");
-		goto out;
-	}
-	if (rf__topo_refs == 0 && hwloc_topology_init(&rf__topo) != 0) {
+	} else if (rf__topo_refs == 0 && hwloc_topology_init(&rf__topo) != 0) {
 		rf__err(RF_EBACKEND, "hwloc_topology_init: %s", strerror(errno));
-		goto out;
-	}
-	if (rf__topo_refs == 0 && hwloc_topology_load(rf__topo) != 0) {
+	} else if (rf__topo_refs == 0 && hwloc_topology_load(rf__topo) != 0) {
 		int e = errno;
 		hwloc_topology_destroy(rf__topo);
 		rf__topo = NULL;
 		rf__err(RF_EBACKEND, "hwloc_topology_load: %s", strerror(e));
-		goto out;
+	} else {
+		rf__topo_refs++;
+		t = rf__topo;
 	}
-	rf__topo_refs++;
-	t = rf__topo;
-out:
 	pthread_mutex_unlock(&rf__topo_mu);
 	return t;
 }

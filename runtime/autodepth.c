@@ -52,16 +52,11 @@ unsigned rf__auto_rule(rf__auto_samples *s, unsigned kq, unsigned max, rf__auto_
 	return d > max ? max : d;
 }
 
-/* A compute's end, by block: refill latencies pair each sampled copy with it. */
+/* A compute's end, by block: refill latencies pair each sampled copy with it. Block first: rf__cmp_i64
+ * orders them by block (a pointer to a struct points to its first member). */
 typedef struct rf__auto_end {
 	int64_t block, t1;
 } rf__auto_end;
-
-static int rf__cmp_end(const void *a, const void *b)
-{
-	int64_t x = ((const rf__auto_end *)a)->block, y = ((const rf__auto_end *)b)->block;
-	return (x > y) - (x < y);
-}
 
 int rf__auto_collect(const rf__trace *t, unsigned depth, rf__auto_samples *s)
 {
@@ -87,7 +82,7 @@ int rf__auto_collect(const rf__trace *t, unsigned depth, rf__auto_samples *s)
 				ends[nend++] = (rf__auto_end){e->block, e->t1};
 			}
 		}
-	qsort(ends, nend, sizeof *ends, rf__cmp_end);
+	qsort(ends, nend, sizeof *ends, rf__cmp_i64);
 	for (unsigned q = 0; q < t->nq; q++)
 		for (size_t i = 0; i < t->n[q] && s->ncopy < cap; i++) {
 			const rf__tev *e = &t->ev[q][i];
@@ -97,7 +92,7 @@ int rf__auto_collect(const rf__trace *t, unsigned depth, rf__auto_samples *s)
 			rf__auto_end key = {e->block - (int64_t)depth, 0};
 			const rf__auto_end *f = NULL;
 			if (key.block >= 0)
-				f = bsearch(&key, ends, nend, sizeof *ends, rf__cmp_end);
+				f = bsearch(&key, ends, nend, sizeof *ends, rf__cmp_i64);
 			if (f != NULL)
 				s->refill[s->nrefill++] = e->t1 - f->t1;
 		}

@@ -50,22 +50,21 @@ int rf__parse_copy_queues(const char *s, unsigned *out)
 
 int rf__parse_bytes(const char *s, unsigned long long *out)
 {
+	static const char units[] = "kmg"; /* either case: powers of 1024 */
 	const uint64_t max = 1ull << 50;
 	uint64_t v, mul = 1;
-	const char *c;
+	const char *c, *u;
 	if (rf__parse_decimal(s, max, &v, &c) != 0)
 		return -1;
-	if (*c == 'K' || *c == 'k')
-		mul = 1ull << 10, c++;
-	else if (*c == 'M' || *c == 'm')
-		mul = 1ull << 20, c++;
-	else if (*c == 'G' || *c == 'g')
-		mul = 1ull << 30, c++;
+	if (*c != '\0' && (u = strchr(units, *c | 0x20)) != NULL)
+		mul = 1ull << (10 * (u - units + 1)), c++;
 	if (*c != '\0' || v == 0 || v > max / mul)
 		return -1;
 	*out = v * mul;
 	return 0;
 }
+
+#define RF__WAITS "auto, sleep or spin:N (N us, 0..10000000)" /* the wait policies */
 
 static int rf__parse_wait(const char *s, long long *ns)
 {
@@ -185,7 +184,7 @@ static const rf__config_key rf__config_keys[] = {
 	 RF__K_STAGING},
 	{"trace", "RINGFETCH_TRACE", 0, "a file path (1..1023 bytes)", RF__K_TRACE},
 	{"memory_budget", "RINGFETCH_MEMORY_BUDGET", 0, "a size in bytes (K, M, G suffixes)", RF__K_BUDGET},
-	{"wait", "RINGFETCH_WAIT", RF__WANT_WAIT, "auto, sleep or spin:N (N us, 0..10000000)", RF__K_WAIT},
+	{"wait", "RINGFETCH_WAIT", RF__WANT_WAIT, RF__WAITS, RF__K_WAIT},
 	{"handoff", "RINGFETCH_HANDOFF", 0, "auto, off or on", RF__K_HANDOFF},
 	{"overlap", "RINGFETCH_OVERLAP", 0, "auto, off or on", RF__K_OVERLAP},
 	{"worker_cpus", "RINGFETCH_WORKER_CPUS", 0, "a CPU list like 2-3,6 (CPUs and ranges lo-hi, lo <= hi)",
@@ -440,15 +439,10 @@ const char *rf__config_backend(const rf__config *c, const char *explicit_backend
 
 int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *ns)
 {
-	if (explicit_wait != NULL) {
-		if (rf__parse_wait(explicit_wait, ns) != 0)
-			return rf__err(RF_EINVAL, "rf_pipeline_create: wait \"%.64s\" is not auto, sleep or spin:N (N us, "
-						  "0..10000000)", explicit_wait);
-		return RF_OK;
-	}
-	const char *v = getenv("RINGFETCH_WAIT");
+	const char *v = explicit_wait != NULL ? explicit_wait : getenv("RINGFETCH_WAIT");
 	if (v != NULL && rf__parse_wait(v, ns) != 0)
-		return rf__err(RF_ECONFIG, "RINGFETCH_WAIT=\"%.64s\" is not auto, sleep or spin:N (N us, 0..10000000)", v);
+		return explicit_wait != NULL ? rf__err(RF_EINVAL, "rf_pipeline_create: wait \"%.64s\" is not %s", v, RF__WAITS)
+					     : rf__err(RF_ECONFIG, "RINGFETCH_WAIT=\"%.64s\" is not %s", v, RF__WAITS);
 	if (v == NULL)
 		*ns = c->wait_ns;
 	return RF_OK;

@@ -41,8 +41,8 @@ typedef struct rf__config {
  * RF_ECONFIG naming it); else the file's `wait`, already loaded into c; else auto. */
 int rf__config_wait(const char *explicit_wait, const rf__config *c, long long *ns);
 
-/* The threads backend's cache handoff (backends/threads_handoff.h) and overlap (backends/threads_sched.h)
- * modes: "auto" 0, "off" 1, "on" 2; -1 if malformed. Overlap auto compares runs on the lanes with runs
+/* The threads backend's cache handoff and overlap modes (backends/threads_sched.h, RF__MODE_*):
+ * "auto" 0, "off" 1, "on" 2; -1 if malformed. Overlap auto compares runs on the lanes with runs
  * inline and keeps the faster; off runs inline on the caller, on runs on the lanes. */
 int rf__parse_handoff(const char *s); /* either mode */
 

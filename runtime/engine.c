@@ -20,7 +20,7 @@
 static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args, size_t ring_cap)
 {
 	size_t align = e->be->slot_align ? e->be->slot_align : RF__SLOT_ALIGN_DEFAULT;
-	size_t n = args->nslots, stride = rf__slot_stride(e->slot_bytes, align);
+	size_t n = args->nslots, stride = rf__align_up(e->slot_bytes, align);
 	int host = !(e->be->caps & RF__CAP_DEVICE);
 	if (stride == 0 || stride > SIZE_MAX / n)
 		return rf__err(RF_EINVAL, "%s: %zu slots of %zu bytes overflow size_t", who, n, e->slot_bytes);
@@ -222,11 +222,13 @@ static int rf__engine_files(rf__engine *e, const char *who, size_t nblocks, cons
 		e->src[i] = (rf__src){.p = srcs[i]};
 		if (sizes[i] == 0)
 			continue;
-		char what[48];
-		snprintf(what, sizeof what, "block %zu", i);
-		int rc = rf__file_classify(who, what, srcs[i], sizes[i], &e->src[i]);
-		if (rc < 0)
-			return rc;
+		int rc = rf__file_classify(who, "a block", srcs[i], sizes[i], &e->src[i]);
+		if (rc < 0) { /* again, for the message only: naming every block would cost each run a format */
+			char what[48];
+			snprintf(what, sizeof what, "block %zu", i);
+			int again = rf__file_classify(who, what, srcs[i], sizes[i], &e->src[i]);
+			return again < 0 ? again : rc; /* the file closed in between: the first sentence stands */
+		}
 		*nfile += (size_t)rc;
 		*file_bytes += rc ? sizes[i] : 0;
 	}

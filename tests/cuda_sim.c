@@ -779,7 +779,6 @@ static int s_error_kind(int e)
 	case 0: return RF__CUE_OK;
 	case SIM_NOT_READY: return RF__CUE_NOT_READY;
 	case 2: return RF__CUE_NOMEM;
-	case 35: case 100: case 3: return RF__CUE_NODEV;
 	default: return RF__CUE_OTHER;
 	}
 }

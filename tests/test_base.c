@@ -1,6 +1,6 @@
 /*
  * tests/test_base.c — base/parse.h (the library's one decimal grammar, and CPU lists) and base/align.h
- * (the one alignment rule, slot strides included). White-box (static library).
+ * (the one alignment rule: slot strides, mappings). White-box (static library).
  */
 #include <criterion/criterion.h>
 
@@ -35,19 +35,19 @@ Test(base, parse_uint_is_strict)
 	cr_assert_eq(rf__parse_decimal("9", 8, &v, &end), -1, "a digit over max");
 }
 
-Test(base, align_up_and_slot_stride)
+Test(base, align_up)
 {
 	cr_assert_eq(rf__align_up(0, 64), 0);
 	cr_assert_eq(rf__align_up(1, 64), 64);
 	cr_assert_eq(rf__align_up(64, 64), 64);
 	cr_assert_eq(rf__align_up(65, 4096), 4096);
 	cr_assert_eq(rf__align_up(SIZE_MAX - 10, 64), 0, "overflow");
-	cr_assert_eq(rf__slot_stride(0, RF__ALIGN_CPU), 0);
-	cr_assert_eq(rf__slot_stride(1, RF__ALIGN_CPU), 64);
-	cr_assert_eq(rf__slot_stride(1001, RF__ALIGN_DEVICE), 1024);
-	cr_assert_eq(rf__slot_stride(4097, RF__ALIGN_PINNED), 8192);
-	cr_assert_eq(rf__slot_stride(1u << 20, RF__ALIGN_PINNED), 1u << 20);
-	cr_assert_eq(rf__slot_stride(SIZE_MAX, RF__ALIGN_CPU), 0, "overflow");
+	cr_assert_eq(rf__align_up(0, RF__ALIGN_CPU), 0, "a slot stride of 0 bytes");
+	cr_assert_eq(rf__align_up(1, RF__ALIGN_CPU), 64);
+	cr_assert_eq(rf__align_up(1001, RF__ALIGN_DEVICE), 1024);
+	cr_assert_eq(rf__align_up(4097, RF__ALIGN_PINNED), 8192);
+	cr_assert_eq(rf__align_up(1u << 20, RF__ALIGN_PINNED), 1u << 20);
+	cr_assert_eq(rf__align_up(SIZE_MAX, RF__ALIGN_CPU), 0, "overflow");
 }
 
 /* CPU lists (worker_cpus): hwloc's list syntax, strictly. */

@@ -9,7 +9,6 @@
 
 #include "ringfetch.h"
 #include "base/piece.h"
-#include "backends/threads_handoff.h"
 #include "backends/threads_sched.h"
 #include "base/test_hooks.h"
 #include "runtime/config.h"
@@ -170,9 +169,9 @@ Test(threads_copy, waiter_takes_the_pieces_of_its_copy)
 
 Test(threads_copy, parse_handoff)
 {
-	cr_assert_eq(rf__parse_handoff("auto"), RF__HO_AUTO);
-	cr_assert_eq(rf__parse_handoff("off"), RF__HO_OFF);
-	cr_assert_eq(rf__parse_handoff("on"), RF__HO_ON);
+	cr_assert_eq(rf__parse_handoff("auto"), RF__MODE_AUTO);
+	cr_assert_eq(rf__parse_handoff("off"), RF__MODE_OFF);
+	cr_assert_eq(rf__parse_handoff("on"), RF__MODE_ON);
 	cr_assert_eq(rf__parse_handoff("On"), -1);
 	cr_assert_eq(rf__parse_handoff(""), -1);
 	cr_assert_eq(rf__parse_handoff("on "), -1);
@@ -263,10 +262,10 @@ Test(threads_copy, handoff_key_in_the_file_and_env_wins)
 	rf__config c;
 	write_config("[ringfetch]\nhandoff = on\n");
 	cr_assert_eq(rf__config_load(&c, 0, 0, 0, 0), RF_OK, "%s", rf_errmsg());
-	cr_assert_eq(c.handoff, RF__HO_ON);
+	cr_assert_eq(c.handoff, RF__MODE_ON);
 	setenv("RINGFETCH_HANDOFF", "off", 1);
 	cr_assert_eq(rf__config_load(&c, 0, 0, 0, 0), RF_OK);
-	cr_assert_eq(c.handoff, RF__HO_OFF);
+	cr_assert_eq(c.handoff, RF__MODE_OFF);
 	unsetenv("RINGFETCH_HANDOFF");
 	write_config("[ringfetch]\nhandoff = maybe\n");
 	rf_pipeline *p = make(4096, 2, &rc);

@@ -272,9 +272,9 @@ Test(sched, the_handoff_is_an_arm_by_the_same_rule)
 Test(sched, parse_overlap)
 {
 	/* the overlap modes are parsed as the handoff's (the same three words) */
-	cr_assert_eq(rf__parse_handoff("auto"), RF__OV_AUTO);
-	cr_assert_eq(rf__parse_handoff("off"), RF__OV_OFF);
-	cr_assert_eq(rf__parse_handoff("on"), RF__OV_ON);
+	cr_assert_eq(rf__parse_handoff("auto"), RF__MODE_AUTO);
+	cr_assert_eq(rf__parse_handoff("off"), RF__MODE_OFF);
+	cr_assert_eq(rf__parse_handoff("on"), RF__MODE_ON);
 	cr_assert_eq(rf__parse_handoff("yes"), -1);
 	cr_assert_eq(rf__parse_handoff(""), -1);
 }
