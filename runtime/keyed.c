@@ -42,7 +42,7 @@ static int rf__ktrace_make(rf__keyed *k)
 /* The slices of the keyed copies issued since the last time, once every one has finished: checked (a
  * hazard keeps them), written to the trace file (if one is set; never by a child of fork(): they are
  * the parent's), then forgotten. */
-static int rf__ktrace_flush(rf__keyed *k)
+int rf__keyed_trace_flush(rf__keyed *k)
 {
 	if (k->tr_next == 0)
 		return RF_OK;
@@ -68,7 +68,7 @@ static int rf__ktrace_room(rf__keyed *k, rf__trace **out)
 		return RF_OK;
 	if (k->tr.ev[0] == NULL && rf__ktrace_make(k) != RF_OK)
 		return rf__err(RF_ENOMEM, "keyed: out of memory for the trace of keyed copies");
-	int rc = k->tr_next == RF__KTRACE_EVENTS ? rf__ktrace_flush(k) : RF_OK;
+	int rc = k->tr_next == RF__KTRACE_EVENTS ? rf__keyed_trace_flush(k) : RF_OK;
 	*out = rc == RF_OK ? &k->tr : NULL;
 	return rc;
 }
@@ -121,7 +121,7 @@ void rf__keyed_destroy(rf__keyed *k)
 		return;
 	if (k->s != NULL) {
 		rf__kop(k, RF__KOP_QUIESCE, 0, NULL);
-		rf__ktrace_flush(k); /* nobody to tell of a failure */
+		rf__keyed_trace_flush(k); /* nobody to tell of a failure */
 		for (unsigned i = 0; i < k->n; i++) /* held-back hints' files */
 			if (k->s[i].state == RF__K_HELDBACK && k->s[i].src.fs.f != NULL)
 				rf__file_unhold(k->s[i].src.fs.f);
@@ -710,7 +710,7 @@ int rf__keyed_reset(rf__keyed *k, const char *who)
 	if (k->nheld != 0)
 		return rf__err(RF_EBUSY, "%s: a keyed block is held (release it first)", who);
 	rf__kop(k, RF__KOP_QUIESCE, 0, NULL);
-	int rc = rf__ktrace_flush(k);
+	int rc = rf__keyed_trace_flush(k);
 	if (rc != RF_OK)
 		return rf__err(rc, "%s: %s", who, rf__errmsg_peek());
 	rf__klock(k);

@@ -32,6 +32,11 @@ void rf__keyed_destroy(rf__keyed *k);
  * RF_EHAZARD (runtime/oracle.h, WAW; nothing forgotten then). */
 int rf__keyed_reset(rf__keyed *k, const char *who);
 
+/* Wait for the keyed copies issued since the last write-out and write their slices to the trace file
+ * set now (when one is; before the file changes, so that each goes to the file it was traced under):
+ * RF_OK, the trace's failure, or the oracle's RF_EHAZARD. */
+int rf__keyed_trace_flush(rf__keyed *k);
+
 /* The public calls, arguments not yet checked except p (see ringfetch.h for the contract). */
 int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes, unsigned flags);
 int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes, void *stream, unsigned flags,

@@ -425,7 +425,14 @@ int rf_pipeline_trace(rf_pipeline *p, const char *path)
 		return rf__err(RF_EINVAL, "rf_pipeline_trace: p is NULL");
 	if (path != NULL && path[0] == '\0')
 		return rf__err(RF_EINVAL, "rf_pipeline_trace: empty path");
-	return rf__engine_trace(&p->eng, "rf_pipeline_trace", path);
+	int rc = RF_OK;
+	if (p->eng.keyed != NULL) { /* the keyed copies traced so far belong to the file set now */
+		if ((rc = rf__engine_keyed_begin(&p->eng, "rf_pipeline_trace")) != RF_OK)
+			return rc;
+		rc = rf__keyed_trace_flush(p->eng.keyed);
+		rf__engine_keyed_end(&p->eng);
+	}
+	return rc != RF_OK ? rc : rf__engine_trace(&p->eng, "rf_pipeline_trace", path);
 }
 
 /* The staging layer knows every region it mapped; a device backend reports its pinned host ring. */

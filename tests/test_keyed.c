@@ -563,6 +563,35 @@ Test(keyed, every_keyed_copy_is_a_slice_of_the_trace)
 	}
 }
 
+/* Tracing stopped or moved to another file: the keyed copies traced so far go to the file they were
+ * traced for, not nowhere and not the next file. */
+Test(keyed, keyed_slices_go_to_the_trace_they_were_made_under)
+{
+	char a[96], b[96];
+	snprintf(a, sizeof a, "/tmp/rf_test_keyed_trace_a_%ld.json", (long)getpid());
+	snprintf(b, sizeof b, "/tmp/rf_test_keyed_trace_b_%ld.json", (long)getpid());
+	for (int move = 0; move < 2; move++) {
+		unlink(a), unlink(b);
+		rf_pipeline *p = mk(4);
+		cr_assert_eq(rf_pipeline_trace(p, a), RF_OK, "%s", rf_errmsg());
+		for (unsigned i = 0; i < 6; i++) {
+			rf_block m = acq(p, i, 512);
+			rel(p, &m);
+		}
+		cr_assert_eq(rf_pipeline_trace(p, move ? b : NULL), RF_OK, "%s", rf_errmsg());
+		cr_assert_eq(count_in_file(a, "\"args\":{\"key\":"), 6, "the six copies traced under the first file");
+		for (unsigned i = 6; i < 9; i++) {
+			rf_block m = acq(p, i, 512);
+			rel(p, &m);
+		}
+		rf_pipeline_destroy(p);
+		cr_assert_eq(count_in_file(a, "\"args\":{\"key\":"), 6, "nothing later in the first file");
+		if (move)
+			cr_assert_eq(count_in_file(b, "\"args\":{\"key\":"), 3, "the three later copies in the second");
+		unlink(a), unlink(b);
+	}
+}
+
 /* ---- the oracle must be able to fail -------------------------------------------------------------- */
 
 Test(keyed, oracle_catches_a_refill_of_a_held_slot)
