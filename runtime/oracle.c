@@ -298,16 +298,9 @@ void rf__oracle_keyed_free(rf__oracle_keyed *o)
 	memset(o, 0, sizeof *o);
 }
 
-void rf__oracle_keyed_hold(rf__oracle_keyed *o, unsigned slot, int delta)
-{
-	if (o->holds != NULL)
-		o->holds[slot] = delta == 0 || (delta < 0 && o->holds[slot] == 0) ? 0 : o->holds[slot] + (unsigned)delta;
-}
 
-int rf__oracle_keyed_copy(const rf__oracle_keyed *o, unsigned slot, uint64_t key)
+int rf__oracle_keyed_war(const rf__oracle_keyed *o, unsigned slot, uint64_t key)
 {
-	if (o->holds == NULL || o->holds[slot] == 0)
-		return RF_OK;
 	return rf__err(RF_EHAZARD, "keyed oracle: WAR: a copy of key %llu into slot %u, which is held %u time(s)",
 		       (unsigned long long)key, slot, o->holds[slot]);
 }

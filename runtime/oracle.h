@@ -51,10 +51,20 @@ typedef struct rf__oracle_keyed {
 
 int rf__oracle_keyed_make(rf__oracle_keyed *o, unsigned nslots); /* RF_OK or RF_ENOMEM */
 void rf__oracle_keyed_free(rf__oracle_keyed *o);
-/* A hold taken (+1) or let go (-1) on slot; 0: every hold on it dropped (a reset). */
-void rf__oracle_keyed_hold(rf__oracle_keyed *o, unsigned slot, int delta);
-/* WAR: before a copy of key into slot, which no hold may be on. RF_OK or RF_EHAZARD. */
-int rf__oracle_keyed_copy(const rf__oracle_keyed *o, unsigned slot, uint64_t key);
+/* A hold taken (+1) or let go (-1) on slot; 0: every hold on it dropped (a reset). Inline, as the next
+ * one: every hit and release passes here, and without the oracle it is one test. */
+static inline void rf__oracle_keyed_hold(rf__oracle_keyed *o, unsigned slot, int delta)
+{
+	if (o->holds != NULL)
+		o->holds[slot] = delta == 0 || (delta < 0 && o->holds[slot] == 0) ? 0 : o->holds[slot] + (unsigned)delta;
+}
+/* WAR: before a copy of key into slot, which no hold may be on. RF_OK or RF_EHAZARD (the sentence:
+ * rf__oracle_keyed_war). */
+int rf__oracle_keyed_war(const rf__oracle_keyed *o, unsigned slot, uint64_t key);
+static inline int rf__oracle_keyed_copy(const rf__oracle_keyed *o, unsigned slot, uint64_t key)
+{
+	return o->holds == NULL || o->holds[slot] == 0 ? RF_OK : rf__oracle_keyed_war(o, slot, key);
+}
 /* RAW: an acquire on a host backend returns slot (at data) holding exactly key's bytes at src. */
 int rf__oracle_keyed_acquire(const void *data, const void *src, size_t bytes, uint64_t key, unsigned slot);
 /* WAW, from the keyed copies' slices (runtime/trace.h, keyed; every copy finished): each copy into a
