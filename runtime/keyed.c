@@ -11,67 +11,12 @@
 #include "runtime/keyed_cache.h"
 #include "base/alloc.h"
 #include "base/error.h"
-#include "base/pool.h"
 #include "io/file.h"
 #include "runtime/engine.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-
-static unsigned char *rf__kdata(const rf__keyed *k, unsigned slot)
-{
-	return k->slots + (size_t)slot * k->slot_stride;
-}
-
-/* A WAIT op on ticket t (RF__KOP_TEST, CANCEL, WAIT, WAIT_STREAM, QUIESCE: runtime/backend.h). */
-static int rf__kop(const rf__keyed *k, unsigned mode, rf__kticket t, void *stream)
-{
-	return rf__be_kwait(k->be, k->ctx, mode, t, stream);
-}
-
-#define RF__KTRACE_EVENTS 4096u /* keyed copies' slices kept before they are written out */
-
-static int rf__ktrace_make(rf__keyed *k)
-{
-	k->tr.nq = 1, k->tr.keyed = 1, k->tr.cap[0] = RF__KTRACE_EVENTS;
-	k->tr.ev[0] = rf__calloc(RF__KTRACE_EVENTS, sizeof *k->tr.ev[0]);
-	return k->tr.ev[0] != NULL ? RF_OK : RF_ENOMEM;
-}
-
-/* The slices of the keyed copies issued since the last time, once every one has finished: checked (a
- * hazard keeps them), written to the trace file (if one is set; never by a child of fork(): they are
- * the parent's), then forgotten. */
-int rf__keyed_trace_flush(rf__keyed *k)
-{
-	if (k->tr_next == 0)
-		return RF_OK;
-	rf__kop(k, RF__KOP_QUIESCE, 0, NULL);
-	k->tr.n[0] = k->eng->forks == rf__fork_count() ? k->tr_next : 0;
-	const char *path = k->eng->trace_path;
-	int rc = k->oracle ? rf__oracle_keyed_log(&k->orc, &k->tr) : RF_OK;
-	if (rc != RF_OK) /* kept: every later write-out (run, keyed call) finds the hazard again */
-		return rc;
-	rc = path != NULL && k->tr.n[0] > 0 ? rf__trace_write(&k->tr, path, k->be->name) : RF_OK;
-	memset(k->tr.ev[0], 0, (size_t)k->tr_next * sizeof *k->tr.ev[0]);
-	k->tr_next = 0;
-	k->tr.n[0] = 0;
-	return rc;
-}
-
-/* The trace for the next keyed copy (NULL: neither traced nor checked), with room for its slice: made
- * at the first traced copy, written out when full (a traced pipeline's keyed call then writes). */
-static int rf__ktrace_room(rf__keyed *k, rf__trace **out)
-{
-	*out = NULL;
-	if (!k->oracle && k->eng->trace_path == NULL)
-		return RF_OK;
-	if (k->tr.ev[0] == NULL && rf__ktrace_make(k) != RF_OK)
-		return rf__err(RF_ENOMEM, "keyed: out of memory for the trace of keyed copies");
-	int rc = k->tr_next == RF__KTRACE_EVENTS ? rf__keyed_trace_flush(k) : RF_OK;
-	*out = rc == RF_OK ? &k->tr : NULL;
-	return rc;
-}
 
 int rf__keyed_create(struct rf__engine *eng, uint64_t hint_bytes, rf__keyed **out)
 {
@@ -137,119 +82,6 @@ void rf__keyed_destroy(rf__keyed *k)
 	free(k);
 }
 
-/* Hint credit back (an acquired hint, or one never copied; demand copies' share), at most hint_cap. */
-static void rf__kcredit(rf__keyed *k, size_t bytes)
-{
-	if (k->hints_bounded)
-		k->credit = bytes < k->hint_cap - k->credit ? k->credit + bytes : k->hint_cap;
-}
-
-/* An accepted hint takes its bytes of credit (accepted only when they are there). */
-static void rf__kdebit(rf__keyed *k, size_t bytes)
-{
-	if (k->hints_bounded)
-		k->credit -= bytes;
-}
-
-/* Whether ticket t, finished, was a hint's failed file read into slot i (the backend stored it). */
-static int rf__kread_failed(const rf__keyed *k, unsigned i, rf__kticket t)
-{
-	return t != 0 && (uint64_t)atomic_load_explicit(&k->failed[i], memory_order_acquire) == t;
-}
-
-/* 1 when the slot's last copy finished, 0 while it runs, -1 when it failed (a file read; the ticket is
- * kept, so that every look says so). */
-static int rf__kdone(rf__keyed *k, rf__kslot *s)
-{
-	rf__kticket t = atomic_load_explicit(&s->ticket, memory_order_relaxed);
-	if (t != 0 && !rf__kop(k, RF__KOP_TEST, t, NULL))
-		return 0;
-	if (rf__kread_failed(k, (unsigned)(s - k->s), t))
-		return -1;
-	atomic_store_explicit(&s->ticket, 0, memory_order_relaxed);
-	return 1;
-}
-
-/* The lane of a slot: fixed, so that hints into one slot are ordered by their lane (backend.h (a)). */
-static unsigned rf__klane(const rf__keyed *k, unsigned slot)
-{
-	return slot % k->nlanes;
-}
-
-/* Forget finished hint copies; returns the hints in flight on `lane`. */
-static unsigned rf__klane_count(rf__keyed *k, unsigned lane)
-{
-	rf__kflight *f = k->fl + (size_t)lane * RF__KEYED_HINTS_PER_LANE;
-	unsigned n = k->nfl[lane], m = 0;
-	for (unsigned i = 0; i < n; i++)
-		if (!rf__kop(k, RF__KOP_TEST, f[i].t, NULL))
-			f[m++] = f[i];
-	k->nfl[lane] = m;
-	return m;
-}
-
-/* Slot i leaves the held-back list (its copy issued, or the hint gone): let go of the file it held. */
-static void rf__khb_leave(rf__keyed *k, unsigned i)
-{
-	rf__kunlink(k, RF__KHB, i);
-	if (k->s[i].src.fs.f != NULL)
-		rf__file_unhold(k->s[i].src.fs.f);
-}
-
-static int rf__kissue(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand, void *stream,
-		      uint64_t key, rf__kticket *t)
-{
-	int rc = rf__oracle_keyed_copy(&k->orc, slot, key);
-	if (rc != RF_OK)
-		return rc;
-	rf__trace *tr;
-	if ((rc = rf__ktrace_room(k, &tr)) != RF_OK)
-		return rc;
-	rf__kslot *s = &k->s[slot];
-	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
-	rf__kcopy req = {.lane = rf__klane(k, slot), .slot = slot, .dst = rf__kdata(k, slot), .src = *src,
-			 .bytes = bytes, .demand = demand, .after = after, .stream = stream,
-			 .counter = &k->st[ST_BYTES], .io = &k->eng->io, .cap = k->slot_stride,
-			 .failed = &k->failed[slot], .trace = tr, .tev = k->tr_next, .key = key};
-	if ((rc = rf__be_kissue(k->be, k->ctx, &req, t)) != RF_OK)
-		return rc;
-	k->tr_next += tr != NULL;
-	s->before = after;
-	atomic_store_explicit(&s->ticket, *t, memory_order_relaxed);
-	if (!demand && !rf__kop(k, RF__KOP_TEST, *t, NULL)) /* a hint in flight on its lane */
-		k->fl[(size_t)req.lane * RF__KEYED_HINTS_PER_LANE + k->nfl[req.lane]++] =
-			(rf__kflight){*t, key};
-	return RF_OK;
-}
-
-/* Issue held-back hints, oldest first, on lanes with room. A failure leaves the hint held back. */
-static void rf__kpump(rf__keyed *k)
-{
-	if (k->nheldback == 0)
-		return;
-	unsigned room = 0;
-	for (unsigned l = 0; l < k->nlanes; l++)
-		room += rf__klane_count(k, l) < RF__KEYED_HINTS_PER_LANE;
-	for (unsigned i = k->s[k->n].ln[RF__KHB].next; i != k->n && room > 0;) {
-		rf__kslot *s = &k->s[i];
-		unsigned next = s->ln[RF__KHB].next, lane = rf__klane(k, i);
-		rf__kticket t;
-		if (k->nfl[lane] < RF__KEYED_HINTS_PER_LANE &&
-		    rf__kissue(k, i, &s->src, s->bytes, 0, NULL, s->key, &t) == RF_OK) {
-			rf__khb_leave(k, i);
-			rf__klock(k);
-			s->state = RF__K_FILLED;
-			s->issued = 1;
-			atomic_store_explicit(&s->ticket, t, memory_order_relaxed);
-			rf__kunlock(k);
-			room -= k->nfl[lane] == RF__KEYED_HINTS_PER_LANE;
-		}
-		i = next;
-	}
-}
-
-static int rf__kwithdraw(rf__keyed *k, unsigned v);
-
 /* The oldest unacquired hint whose slot a new copy can take without waiting: held back, its copy
  * finished, or its copy withdrawn here (*withdrawn = 1); k->n if every one is being copied. */
 static unsigned rf__kchoose_hint(rf__keyed *k, int *withdrawn)
@@ -294,23 +126,6 @@ static unsigned rf__kchoose(rf__keyed *k, int why, int *withdrawn)
 			if (k->s[i].refs > 0)
 				return i; /* negative control: refill a held slot */
 	return v;
-}
-
-/* Before a copy into victim v: withdraw its pending hint copy where the backend can (so the new copy
- * never waits behind a hint that has not started). Returns 1 when one was withdrawn. */
-static int rf__kwithdraw(rf__keyed *k, unsigned v)
-{
-	rf__kslot *s = &k->s[v];
-	if (rf__kdone(k, s))
-		return 0;
-	if (!rf__kop(k, RF__KOP_CANCEL, atomic_load_explicit(&s->ticket, memory_order_relaxed), NULL))
-		return 0;
-	/* The copy before the withdrawn one may have started and still be writing the slot: the next copy
-	 * must wait for it (tests/race_keyed.c). */
-	atomic_store_explicit(&s->ticket, s->before, memory_order_relaxed);
-	s->before = 0;
-	s->issued = 0; /* it never copied a byte: dropped, not wasted, when its key goes */
-	return 1;
 }
 
 /* The key in slot v leaves: count an unacquired hint, unlink, clear; the ticket stays, so the next
@@ -619,21 +434,6 @@ int rf__keyed_release(rf__keyed *k, const rf_block *b)
 		k->nheld--;
 	}
 	rf__kpump(k);
-	return RF_OK;
-}
-
-/* No copy may read `key`'s source once evict returns: its fill, or a hint copy whose slot was taken
- * for another key while it was in flight (still listed per lane). */
-static int rf__ksync_key(rf__keyed *k, uint64_t key)
-{
-	for (unsigned l = 0; l < k->nlanes; l++) {
-		const rf__kflight *f = k->fl + (size_t)l * RF__KEYED_HINTS_PER_LANE;
-		for (unsigned j = 0; j < k->nfl[l]; j++) {
-			int rc = f[j].key == key ? rf__kop(k, RF__KOP_WAIT, f[j].t, NULL) : RF_OK;
-			if (rc != RF_OK)
-				return rc;
-		}
-	}
 	return RF_OK;
 }
 

@@ -1,4 +1,5 @@
-/* runtime/keyed_cache.h — the keyed cache's data structures (runtime/keyed.c), private to it: slots,
+/* runtime/keyed_cache.h — the keyed cache's data structures, private to runtime/keyed.c (its decisions)
+ * and runtime/keyed_copy.c (its copies, which keyed.c calls, never the reverse): slots,
  * the key table (open addressing, at least 2n entries, backward-shift deletion: no tombstones), the LRU,
  * unacquired-hint and held-back lists (intrusive, by slot index, sentinel at index n), the empty-slot
  * bitmap. */
@@ -179,5 +180,65 @@ static inline void rf__kempty_set(rf__keyed *k, unsigned i, int on)
 	else
 		k->empty[i / 64] &= ~(1ull << (i % 64));
 }
+
+static inline unsigned char *rf__kdata(const rf__keyed *k, unsigned slot)
+{
+	return k->slots + (size_t)slot * k->slot_stride;
+}
+
+/* A WAIT op on ticket t (RF__KOP_TEST, CANCEL, WAIT, WAIT_STREAM, QUIESCE: runtime/backend.h). */
+static inline int rf__kop(const rf__keyed *k, unsigned mode, rf__kticket t, void *stream)
+{
+	return rf__be_kwait(k->be, k->ctx, mode, t, stream);
+}
+
+/* The lane of a slot: fixed, so that hints into one slot are ordered by their lane (backend.h (a)). */
+static inline unsigned rf__klane(const rf__keyed *k, unsigned slot)
+{
+	return slot % k->nlanes;
+}
+
+/* Whether ticket t, finished, was a hint's failed file read into slot i (the backend stored it). */
+static inline int rf__kread_failed(const rf__keyed *k, unsigned i, rf__kticket t)
+{
+	return t != 0 && (uint64_t)atomic_load_explicit(&k->failed[i], memory_order_acquire) == t;
+}
+
+/* Hint credit back (an acquired hint, or one never copied; demand copies' share), at most hint_cap. */
+static inline void rf__kcredit(rf__keyed *k, size_t bytes)
+{
+	if (k->hints_bounded)
+		k->credit = bytes < k->hint_cap - k->credit ? k->credit + bytes : k->hint_cap;
+}
+
+/* An accepted hint takes its bytes of credit (accepted only when they are there). */
+static inline void rf__kdebit(rf__keyed *k, size_t bytes)
+{
+	if (k->hints_bounded)
+		k->credit -= bytes;
+}
+
+/* runtime/keyed_copy.c */
+/* Make the trace that keyed copies' slices are kept in until written out: RF_OK or RF_ENOMEM. */
+int rf__ktrace_make(rf__keyed *k);
+/* 1 when the slot's last copy finished, 0 while it runs, -1 when it failed (a file read; the ticket is
+ * kept, so that every look says so). */
+int rf__kdone(rf__keyed *k, rf__kslot *s);
+/* Forget finished hint copies; returns the hints in flight on `lane`. */
+unsigned rf__klane_count(rf__keyed *k, unsigned lane);
+/* Slot i leaves the held-back list (its copy issued, or the hint gone): let go of the file it held. */
+void rf__khb_leave(rf__keyed *k, unsigned i);
+/* Issue a copy of key into slot (a demand copy, or a hint listed in flight on its lane), ordered after the
+ * slot's unfinished last copy; the oracle's, the trace's or the backend's error, nothing issued then. */
+int rf__kissue(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand, void *stream,
+	       uint64_t key, rf__kticket *t);
+/* Issue held-back hints, oldest first, on lanes with room. A failure leaves the hint held back. */
+void rf__kpump(rf__keyed *k);
+/* Before a copy into victim v: withdraw its pending hint copy where the backend can (so the new copy
+ * never waits behind a hint that has not started). Returns 1 when one was withdrawn. */
+int rf__kwithdraw(rf__keyed *k, unsigned v);
+/* No copy may read `key`'s source once evict returns: its fill, or a hint copy whose slot was taken
+ * for another key while it was in flight (still listed per lane). */
+int rf__ksync_key(rf__keyed *k, uint64_t key);
 
 #endif
