@@ -102,7 +102,7 @@ typedef struct rf__cu {
 	rf__cu_keyed *keyed;
 } rf__cu;
 
-/* RF_EBACKEND naming the call and CUDA's words for the error (clears the error we caused). */
+/* cuda_ctx.c (below the others): RF_EBACKEND naming the call and CUDA's words for the error, cleared. */
 int rf__cu_fail(const rf__cuda_api *api, const char *call, int err);
 
 /* Clear the error a call of ours left (e != 0): it must not reach the application's next check. */
@@ -116,6 +116,7 @@ static inline int rf__cu_clear(const rf__cuda_api *api, int e)
 /* n events into ev (RF_EBACKEND naming `call`); destroy those made (NULL entries skipped). */
 int rf__cu_events_make(const rf__cuda_api *api, void **ev, size_t n, const char *call);
 void rf__cu_events_free(const rf__cuda_api *api, void **ev, size_t n);
+void *rf__cu_event_for(rf__cu_queue *w, int64_t v); /* the oldest record in w's pool with value >= v */
 
 #define RF__CU_TRY(api, call, expr)                                                                         \
 	do {                                                                                                \
@@ -158,8 +159,6 @@ void rf__cu_run_fail(rf__cu *cx, int rc); /* a walk failed: the first failure wi
  * STAGE and WAIT ops, and the walker skips them). */
 int rf__cu_misplaced(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot);
 int rf__cu_host_wait(rf__cu *cx, unsigned wq, int64_t v, size_t block); /* the walker waits for a lane */
-
-void *rf__cu_event_for(rf__cu_queue *w, int64_t v); /* the oldest record in w's pool with value >= v */
 
 /* cuda_keyed.c: keyed use (runtime/backend.h), stream-ordered; streams and events made in open. */
 int rf__cu_keyed_open(rf__cu *cx, unsigned *lanes); /* *lanes: rf__open_args.klanes */
