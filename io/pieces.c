@@ -12,18 +12,50 @@
 #include <time.h>
 #include <unistd.h>
 
-/* An answer that says "not now" rather than "no": worth another try (RD_TRIES). */
-int rf__rd_transient(int err)
+_Static_assert(RF__RD_PROBES % 2 == 1, "rd_median takes the middle sample");
+
+static float rd_median(const float *v) /* of RF__RD_PROBES samples, by insertion sort */
 {
-	return err == EAGAIN || err == EBUSY || err == EINTR;
+	float s[RF__RD_PROBES];
+	memcpy(s, v, sizeof s);
+	for (unsigned i = 1; i < RF__RD_PROBES; i++)
+		for (unsigned j = i; j > 0 && s[j - 1] > s[j]; j--) {
+			float t = s[j];
+			s[j] = s[j - 1];
+			s[j - 1] = t;
+		}
+	return s[RF__RD_PROBES / 2];
 }
 
-/* The sleep before try k + 1 (k >= 1 tries made). */
-void rf__rd_backoff(unsigned k)
+int rf__reader_rule_decided(const rf__rd_samples *s)
 {
-	long us = 50L << (k > 7 ? 7 : k - 1);
-	struct timespec d = {0, (us > 5000 ? 5000 : us) * 1000L};
-	nanosleep(&d, NULL);
+	return s->n[RF__RD_MOVE] >= RF__RD_PROBES && s->n[RF__RD_BUFFERED] >= RF__RD_PROBES;
+}
+
+int rf__reader_rule(const rf__rd_samples *s)
+{
+	if (!rf__reader_rule_decided(s))
+		return s->n[RF__RD_BUFFERED] < s->n[RF__RD_MOVE] ? RF__RD_BUFFERED : RF__RD_MOVE;
+	float mv = rd_median(s->ns_per_byte[RF__RD_MOVE]), bf = rd_median(s->ns_per_byte[RF__RD_BUFFERED]);
+	return bf < mv ? RF__RD_BUFFERED : RF__RD_MOVE;
+}
+
+unsigned rf__reader_class(size_t n)
+{
+	unsigned c = 0;
+	for (size_t lim = 4096; n > lim && c + 1 < RF__RD_CLASSES; lim <<= 1)
+		c++;
+	return c;
+}
+
+size_t rf__reader_piece(size_t n, size_t align, size_t io_max)
+{
+	size_t hi = io_max ? io_max : RF__RD_PIECE_UNKNOWN;
+	hi = hi > RF__RD_PIECE_MAX ? RF__RD_PIECE_MAX : hi;
+	hi = hi / align * align;
+	hi = hi < align ? align : hi;
+	size_t p = (n + align - 1) / align * align;
+	return p > hi ? hi : p;
 }
 
 /* The copy failed (the first failure is the one reported); no more of its pieces are issued. */
@@ -75,6 +107,14 @@ void rf__rd_finish(rf__reader *r, unsigned ci)
 	r->ndone++;
 }
 
+/* Piece pi's descriptor: a chunk's is O_DIRECT, a copy's as its copy reads. */
+static int rd_fd(const rf__reader *r, const rd_piece *p)
+{
+	if (p->copy & RD_CHUNK)
+		return rf__file_fd(r->win.f, 1);
+	return rf__file_fd(r->copies[p->copy].f, r->copies[p->copy].direct);
+}
+
 /* A refused read ("not now", res = -EAGAIN ...) of piece pi: the same read again after a pause, or,
  * once the ring has refused it RD_TRIES times, by pread (which retries on its own). */
 void rf__rd_retry(rf__reader *r, unsigned pi)
@@ -84,7 +124,7 @@ void rf__rd_retry(rf__reader *r, unsigned pi)
 		rf__rd_backoff(p->tries);
 		rf__rd_issue(r, pi);
 	} else {
-		rf__rd_pread(r, pi);
+		rf__rd_pread(r, pi, rd_fd(r, p));
 	}
 }
 
@@ -99,14 +139,10 @@ void rf__rd_rest(rf__reader *r, unsigned pi, long res)
 	rf__rd_issue(r, pi);
 }
 
-/* Piece pi came back with res (bytes, or -errno). */
+/* Copy piece pi came back with res (bytes, or -errno). */
 void rf__rd_piece_done(rf__reader *r, unsigned pi, long res)
 {
 	rd_piece *p = &r->pieces[pi];
-	if (p->copy & RD_CHUNK) {
-		rf__rd_chunk_done(r, pi, res);
-		return;
-	}
 	unsigned ci = p->copy;
 	rd_copy *c = &r->copies[ci];
 	if (res < 0 && rf__rd_transient((int)-res) && c->rc == RF_OK && !p->by_pread) {
@@ -131,39 +167,6 @@ void rf__rd_piece_done(rf__reader *r, unsigned pi, long res)
 		rf__rd_finish(r, ci);
 }
 
-/* Piece pi's descriptor: a chunk's is O_DIRECT, a copy's as its copy reads. */
-static int rd_fd(const rf__reader *r, const rd_piece *p)
-{
-	if (p->copy & RD_CHUNK)
-		return rf__file_fd(r->win.f, 1);
-	return rf__file_fd(r->copies[p->copy].f, r->copies[p->copy].direct);
-}
-
-/* pread the piece to its end (or EOF, or an error) and complete it on the spot. */
-void rf__rd_pread(rf__reader *r, unsigned pi)
-{
-	rd_piece *p = &r->pieces[pi];
-	int fd = rd_fd(r, p);
-	size_t got = 0;
-	long res = 0;
-	unsigned tries = 0;
-	while (got < p->len) {
-		ssize_t k = pread(fd, p->dst + got, p->len - got, (off_t)(p->off + got));
-		if (k < 0 && rf__rd_transient(errno) && ++tries < RD_TRIES) {
-			rf__rd_backoff(tries);
-			continue;
-		}
-		if (k <= 0) {
-			res = k < 0 ? -errno : 0;
-			break;
-		}
-		got += (size_t)k;
-		tries = 0;
-	}
-	p->by_pread = 1;
-	rf__rd_piece_done(r, pi, got > 0 || res == 0 ? (long)got : res);
-}
-
 /* Start the read of piece pi (filled in): a submission queued in the ring, or a pread done now. */
 void rf__rd_issue(rf__reader *r, unsigned pi)
 {
@@ -171,8 +174,9 @@ void rf__rd_issue(rf__reader *r, unsigned pi)
 	r->cnt.reads++;
 	r->cnt.reads_direct += (unsigned)((p->copy & RD_CHUNK) || r->copies[p->copy].direct);
 	p->by_pread = 0;
-	if (!rf__rd_uring_queue(r, pi, rd_fd(r, p)))
-		rf__rd_pread(r, pi);
+	int fd = rd_fd(r, p);
+	if (!rf__rd_uring_queue(r, pi, fd))
+		rf__rd_pread(r, pi, fd);
 }
 
 void rf__rd_top_up_pending(rf__reader *r)
