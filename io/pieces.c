@@ -207,18 +207,15 @@ void rf__rd_top_up_pending(rf__reader *r)
 void rf__rd_setup(rf__reader *r, unsigned ci)
 {
 	rd_copy *c = &r->copies[ci];
-	const rf__fsrc sv = {c->f, c->win_off}, *s = &sv;
-	size_t n = c->n, dst_cap = c->cap;
-	unsigned char *dst = c->dst;
-	unsigned flags = c->flags;
-	size_t a = rf__file_dio_align(s->f), ma = s->f->dio_mem_align;
+	const rf_file *f = c->f;
+	size_t a = rf__file_dio_align(f), ma = f->dio_mem_align;
 	if (a != 0) {
-		uint64_t wo = s->off / a * a, we = (s->off + n + a - 1) / a * a;
-		size_t shift = (size_t)(s->off - wo), wl = (size_t)(we - wo);
-		if (((uintptr_t)dst & (ma - 1)) == 0 && dst_cap >= wl) {
+		uint64_t wo = c->win_off / a * a, we = (c->win_off + c->n + a - 1) / a * a;
+		size_t shift = (size_t)(c->win_off - wo), wl = (size_t)(we - wo);
+		if (((uintptr_t)c->dst & (ma - 1)) == 0 && c->cap >= wl) {
 			c->method = RF__RD_MOVE;
-			if (shift != 0 && !(flags & RF__RD_SHIFT_OK)) {
-				c->cls = rf__reader_class(n);
+			if (shift != 0 && !(c->flags & RF__RD_SHIFT_OK)) {
+				c->cls = rf__reader_class(c->n);
 				c->method = (unsigned)rf__reader_rule(&r->samples[c->cls]);
 				c->timed = !rf__reader_rule_decided(&r->samples[c->cls]);
 				c->t0 = c->timed ? rf__now_ns() : 0;
@@ -230,7 +227,7 @@ void rf__rd_setup(rf__reader *r, unsigned ci)
 			}
 		}
 	}
-	c->piece = rf__reader_piece(c->win_len, c->direct ? a : 4096, s->f->io_max);
+	c->piece = rf__reader_piece(c->win_len, c->direct ? a : 4096, f->io_max);
 	r->pend[(r->pend_head + r->npend++) % r->max_copies] = ci;
 	c->pending = 1;
 }

@@ -1,4 +1,4 @@
-/* io/reader.c — the reads of file copies (io/reader.h): the reader object, and the rules it measures by.
+/* io/reader.c — the reads of file copies (io/reader.h): the reader object, and the read-ahead rule.
  *
  * A copy is a window of the file (its range, or the range widened to the O_DIRECT alignment) cut into
  * pieces, one read each (io/pieces.c). Copies with pieces not yet issued wait in a FIFO (the pending
@@ -256,8 +256,7 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 			continue;
 		size_t lim = (size_t)4096 << k;
 		int mib = lim >= ((size_t)1 << 20);
-		RD_PUT("%s<=%zu%c %s", first ? ", unaligned ranges: " : ", ", lim >> (mib ? 20 : 10),
-		       mib ? 'M' : 'K',
+		RD_PUT("%s<=%zu%c %s", first ? ", unaligned ranges: " : ", ", lim >> (mib ? 20 : 10), mib ? 'M' : 'K',
 		       rf__reader_rule(&r->samples[k]) == RF__RD_MOVE ? "O_DIRECT+move" : "buffered");
 		first = 0;
 	}
@@ -288,11 +287,8 @@ int rf__reader_window(rf__reader *r, size_t bytes)
 	rd_win *w = &r->win;
 	if (w->map != NULL)
 		munmap(w->map, w->map_len);
-	unsigned *wait = w->wait;
-	uint64_t copies = w->copies, rd = w->read;
-	int online = w->online;
-	size_t from = w->from;
-	*w = (rd_win){.wait = wait, .copies = copies, .read = rd, .online = online, .from = from};
+	const rd_win o = *w; /* what outlives a window */
+	*w = (rd_win){.wait = o.wait, .copies = o.copies, .read = o.read, .online = o.online, .from = o.from};
 	r->gen++;
 	if (bytes == 0)
 		return RF_OK;

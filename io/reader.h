@@ -48,16 +48,15 @@ int rf__reader_register(rf__reader *r, void *base, size_t len);
 int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
 		     unsigned flags, uint64_t tag);
 
-/* The read-ahead window: copies that follow one another in one file (a ring's blocks, up to half the
- * window each) are read ahead of the slots as large O_DIRECT requests into the window's memory, and
- * each copy is moved from there into its destination once its bytes have landed. The disk pays per
- * request, and a ring of a few slots keeps a few requests of a block each in flight; the window keeps
- * up to `bytes` in flight in requests as large as the device takes (f->io_max, at most a quarter of
- * the window), read only as far as the caller says
- * the run goes (rf__reader_start_ahead's `ahead`), never past it. A chunk that fails or comes back
- * short leaves its copies to be read on their own (so RF_EIO names what failed). The memory is mapped
- * here, on huge pages where the kernel gives them (each physically contiguous run of a destination is
- * a request segment to the disk). bytes 0 frees it. RF_OK; RF_EBUSY (copies in flight); RF_ENOMEM. */
+/* The read-ahead window: copies that follow one another in one file (a ring's blocks, up to half the window
+ * each) are read ahead of the slots as large O_DIRECT requests into the window's memory, and each copy is
+ * moved from there into its destination once its bytes have landed. The disk pays per request, and a ring of a
+ * few slots keeps a few requests of a block each in flight; the window keeps up to `bytes` in flight in
+ * requests as large as the device takes (f->io_max, at most a quarter of the window), read only as far as the
+ * caller says the run goes (rf__reader_start_ahead's `ahead`), never past it. A chunk that fails or comes back
+ * short leaves its copies to be read on their own (so RF_EIO names what failed). The memory is mapped here, on
+ * huge pages where the kernel gives them (each physically contiguous run of a destination is a request segment
+ * to the disk). bytes 0 frees it. RF_OK; RF_EBUSY (copies in flight); RF_ENOMEM. */
 int rf__reader_window(rf__reader *r, size_t bytes);
 /* Choose the chunks in flight online (on != 0) from the next window on, starting from `from` bytes
  * read ahead (or the chunks one copy needs, if more), or read with all of them (0). */

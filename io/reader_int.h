@@ -1,8 +1,8 @@
-/* io/reader_int.h — internal to the reader (io/reader.h): its state and what its files share.
- *   io/reader.c  the reader object: create, start, poll, wait, describe, the rules it measures by;
- *   io/pieces.c  a copy's pieces: issued, retried, completed, preads, failures put into words;
- *   io/window.c  the read-ahead window (rf__reader_window);
- *   io/uring.c   the io_uring ring: setup, submission, reaping, the doorbell, registration. */
+/* io/reader_int.h — internal to the reader (io/reader.h): its state and what its files share, in layers,
+ * each file calling only those below it (what a lower one needs from above is passed down in the struct):
+ *   io/reader.c  the reader object: io/reader.h's entry points, the read-ahead rule;
+ *   io/window.c  the read-ahead window;   io/pieces.c  a copy's pieces, retries, failures, the copy rule;
+ *   io/uring.c   reads made: the io_uring ring (submission, reaping, doorbell, registration) or pread. */
 #ifndef RF_IO_READER_INT_H
 #define RF_IO_READER_INT_H
 
@@ -147,8 +147,7 @@ void rf__rd_done(rf__reader *r, unsigned pi, long res); /* read pi came back: a 
 void rf__rd_win_serve(rf__reader *r);
 void rf__rd_win_fill(rf__reader *r);
 int rf__rd_win_take(rf__reader *r, unsigned ci, size_t ahead);
-/* io/uring.c, the lowest: what comes back is reported through r->read_done. Without liburing there is never
- * a ring, and the calls that need one are no-ops. */
+/* io/uring.c: what comes back goes to r->read_done. Without liburing no ring; what needs one is a no-op. */
 int rf__rd_transient(int err);        /* "not now" (EAGAIN, EBUSY, EINTR): worth another try */
 void rf__rd_backoff(unsigned k);      /* the sleep before try k + 1 */
 void rf__rd_pread(rf__reader *r, unsigned pi, int fd); /* pread piece pi and complete it on the spot */
