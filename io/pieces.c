@@ -1,16 +1,12 @@
 /* io/pieces.c — a copy's pieces (io/reader_int.h): how a copy is read, its pieces issued as room
  * allows, completed (a partial read's rest, a refusal tried again, a pread when the ring will not),
- * its failure put into words, its bytes moved into place and timed for the rule. */
-#define _GNU_SOURCE /* O_DIRECT */
+ * its failure put into words, its bytes moved into place and timed for the rule, and the rule. */
 #include "io/reader_int.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 _Static_assert(RF__RD_PROBES % 2 == 1, "rd_median takes the middle sample");
 

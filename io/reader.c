@@ -248,7 +248,7 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 		RD_PUT(", read-ahead up to %zuK (blocks in file order)", r->win.cap >> 10);
 	if (r->reg_base != NULL)
 		RD_PUT(", slots registered");
-	else if (r->reg_tried)
+	else if (r->want_len > 0)
 		RD_PUT(", slots not registered (%s)", r->reg_why);
 	int first = 1;
 	for (unsigned k = 0; k < RF__RD_CLASSES; k++) {
@@ -270,8 +270,6 @@ int rf__reader_register(rf__reader *r, void *base, size_t len)
 	unsigned inflight = r->max_copies - r->nfree_copies;
 	if (rf__rd_reads_out(r) != 0 || inflight != 0)
 		return rf__err(RF_EBUSY, "rf__reader_register: %u copies in flight", inflight);
-	r->reg_tried = len > 0;
-	r->reg_why[0] = '\0';
 	r->want_base = base, r->want_len = len;
 	r->gen++;
 	rf__rd_register(r);

@@ -23,6 +23,7 @@
 #define RD_TRIES 8u
 #define RD_SETUP_AGAIN_NS 200000000 /* the least time between two tries of an io_uring_setup short of resources */
 #define RD_TRIES_S "8" /* RD_TRIES in words */
+_Static_assert(RD_TRIES == 8, "RD_TRIES_S says RD_TRIES");
 
 typedef struct rd_copy {
 	uint64_t tag;
@@ -112,8 +113,7 @@ struct rf__reader {
 	void *reg_base;  /* the registered region, when registered */
 	size_t reg_len;
 	void *want_base; /* the region asked for (registered once a ring exists) */
-	size_t want_len;
-	int reg_tried;
+	size_t want_len;  /* 0: none asked for */
 	char reg_why[96];
 	rd_copy *copies;
 	unsigned *free_copies, nfree_copies;
@@ -130,8 +130,6 @@ struct rf__reader {
 	struct io_uring ring;
 #endif
 };
-
-_Static_assert(RD_TRIES == 8, "RD_TRIES_S says RD_TRIES");
 
 /* io/pieces.c */
 void rf__rd_setup(rf__reader *r, unsigned ci);   /* how copy ci is read on its own; onto the pending list */

@@ -72,7 +72,7 @@ void rf__rd_register(rf__reader *r)
 	if (r->uring && r->reg_base != NULL)
 		io_uring_unregister_buffers(&r->ring);
 #endif
-	r->reg_base = NULL, r->reg_len = 0;
+	r->reg_base = NULL, r->reg_len = 0, r->reg_why[0] = '\0';
 	if (r->want_len == 0)
 		return;
 #ifdef RF_HAVE_LIBURING
@@ -199,13 +199,9 @@ void rf__rd_uring_again(rf__reader *r)
 	rf__rd_uring_init(r); /* sets setup_again and setup_at again if it fails the same way */
 	if (!r->uring)
 		return;
-	r->setup_again = 0;
 	r->why[0] = '\0';
 	r->gen++;
-	if (r->reg_tried) {
-		r->reg_why[0] = '\0';
-		rf__rd_register(r);
-	}
+	rf__rd_register(r);
 }
 
 /* Piece pi as a submission queued in the ring: 1, or 0 where there is no ring to queue it in. */
