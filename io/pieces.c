@@ -1,29 +1,57 @@
 /* io/pieces.c — a copy's pieces (io/reader_int.h): how a copy is read, its pieces issued as room
  * allows, completed (a partial read's rest, a refusal tried again, a pread when the ring will not),
- * its failure put into words, its bytes moved into place and timed for the rule. */
-#define _GNU_SOURCE /* O_DIRECT */
+ * its failure put into words, its bytes moved into place and timed for the rule, and the rule. */
 #include "io/reader_int.h"
 
-#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
-/* An answer that says "not now" rather than "no": worth another try (RD_TRIES). */
-int rf__rd_transient(int err)
+_Static_assert(RF__RD_PROBES % 2 == 1, "rd_median takes the middle sample");
+
+static float rd_median(const float *v) /* of RF__RD_PROBES samples, by insertion sort */
 {
-	return err == EAGAIN || err == EBUSY || err == EINTR;
+	float s[RF__RD_PROBES];
+	memcpy(s, v, sizeof s);
+	for (unsigned i = 1; i < RF__RD_PROBES; i++)
+		for (unsigned j = i; j > 0 && s[j - 1] > s[j]; j--) {
+			float t = s[j];
+			s[j] = s[j - 1];
+			s[j - 1] = t;
+		}
+	return s[RF__RD_PROBES / 2];
 }
 
-/* The sleep before try k + 1 (k >= 1 tries made). */
-void rf__rd_backoff(unsigned k)
+int rf__reader_rule_decided(const rf__rd_samples *s)
 {
-	long us = 50L << (k > 7 ? 7 : k - 1);
-	struct timespec d = {0, (us > 5000 ? 5000 : us) * 1000L};
-	nanosleep(&d, NULL);
+	return s->n[RF__RD_MOVE] >= RF__RD_PROBES && s->n[RF__RD_BUFFERED] >= RF__RD_PROBES;
+}
+
+int rf__reader_rule(const rf__rd_samples *s)
+{
+	if (!rf__reader_rule_decided(s))
+		return s->n[RF__RD_BUFFERED] < s->n[RF__RD_MOVE] ? RF__RD_BUFFERED : RF__RD_MOVE;
+	float mv = rd_median(s->ns_per_byte[RF__RD_MOVE]), bf = rd_median(s->ns_per_byte[RF__RD_BUFFERED]);
+	return bf < mv ? RF__RD_BUFFERED : RF__RD_MOVE;
+}
+
+unsigned rf__reader_class(size_t n)
+{
+	unsigned c = 0;
+	for (size_t lim = 4096; n > lim && c + 1 < RF__RD_CLASSES; lim <<= 1)
+		c++;
+	return c;
+}
+
+size_t rf__reader_piece(size_t n, size_t align, size_t io_max)
+{
+	size_t hi = io_max ? io_max : RF__RD_PIECE_UNKNOWN;
+	hi = hi > RF__RD_PIECE_MAX ? RF__RD_PIECE_MAX : hi;
+	hi = hi / align * align;
+	hi = hi < align ? align : hi;
+	size_t p = (n + align - 1) / align * align;
+	return p > hi ? hi : p;
 }
 
 /* The copy failed (the first failure is the one reported); no more of its pieces are issued. */
@@ -75,6 +103,14 @@ void rf__rd_finish(rf__reader *r, unsigned ci)
 	r->ndone++;
 }
 
+/* Piece pi's descriptor: a chunk's is O_DIRECT, a copy's as its copy reads. */
+static int rd_fd(const rf__reader *r, const rd_piece *p)
+{
+	if (p->copy & RD_CHUNK)
+		return rf__file_fd(r->win.f, 1);
+	return rf__file_fd(r->copies[p->copy].f, r->copies[p->copy].direct);
+}
+
 /* A refused read ("not now", res = -EAGAIN ...) of piece pi: the same read again after a pause, or,
  * once the ring has refused it RD_TRIES times, by pread (which retries on its own). */
 void rf__rd_retry(rf__reader *r, unsigned pi)
@@ -84,7 +120,7 @@ void rf__rd_retry(rf__reader *r, unsigned pi)
 		rf__rd_backoff(p->tries);
 		rf__rd_issue(r, pi);
 	} else {
-		rf__rd_pread(r, pi);
+		rf__rd_pread(r, pi, rd_fd(r, p));
 	}
 }
 
@@ -99,14 +135,10 @@ void rf__rd_rest(rf__reader *r, unsigned pi, long res)
 	rf__rd_issue(r, pi);
 }
 
-/* Piece pi came back with res (bytes, or -errno). */
+/* Copy piece pi came back with res (bytes, or -errno). */
 void rf__rd_piece_done(rf__reader *r, unsigned pi, long res)
 {
 	rd_piece *p = &r->pieces[pi];
-	if (p->copy & RD_CHUNK) {
-		rf__rd_chunk_done(r, pi, res);
-		return;
-	}
 	unsigned ci = p->copy;
 	rd_copy *c = &r->copies[ci];
 	if (res < 0 && rf__rd_transient((int)-res) && c->rc == RF_OK && !p->by_pread) {
@@ -131,39 +163,6 @@ void rf__rd_piece_done(rf__reader *r, unsigned pi, long res)
 		rf__rd_finish(r, ci);
 }
 
-/* Piece pi's descriptor: a chunk's is O_DIRECT, a copy's as its copy reads. */
-static int rd_fd(const rf__reader *r, const rd_piece *p)
-{
-	if (p->copy & RD_CHUNK)
-		return rf__file_fd(r->win.f, 1);
-	return rf__file_fd(r->copies[p->copy].f, r->copies[p->copy].direct);
-}
-
-/* pread the piece to its end (or EOF, or an error) and complete it on the spot. */
-void rf__rd_pread(rf__reader *r, unsigned pi)
-{
-	rd_piece *p = &r->pieces[pi];
-	int fd = rd_fd(r, p);
-	size_t got = 0;
-	long res = 0;
-	unsigned tries = 0;
-	while (got < p->len) {
-		ssize_t k = pread(fd, p->dst + got, p->len - got, (off_t)(p->off + got));
-		if (k < 0 && rf__rd_transient(errno) && ++tries < RD_TRIES) {
-			rf__rd_backoff(tries);
-			continue;
-		}
-		if (k <= 0) {
-			res = k < 0 ? -errno : 0;
-			break;
-		}
-		got += (size_t)k;
-		tries = 0;
-	}
-	p->by_pread = 1;
-	rf__rd_piece_done(r, pi, got > 0 || res == 0 ? (long)got : res);
-}
-
 /* Start the read of piece pi (filled in): a submission queued in the ring, or a pread done now. */
 void rf__rd_issue(rf__reader *r, unsigned pi)
 {
@@ -171,8 +170,9 @@ void rf__rd_issue(rf__reader *r, unsigned pi)
 	r->cnt.reads++;
 	r->cnt.reads_direct += (unsigned)((p->copy & RD_CHUNK) || r->copies[p->copy].direct);
 	p->by_pread = 0;
-	if (!rf__rd_uring_queue(r, pi, rd_fd(r, p)))
-		rf__rd_pread(r, pi);
+	int fd = rd_fd(r, p);
+	if (!rf__rd_uring_queue(r, pi, fd))
+		rf__rd_pread(r, pi, fd);
 }
 
 void rf__rd_top_up_pending(rf__reader *r)
@@ -203,18 +203,15 @@ void rf__rd_top_up_pending(rf__reader *r)
 void rf__rd_setup(rf__reader *r, unsigned ci)
 {
 	rd_copy *c = &r->copies[ci];
-	const rf__fsrc sv = {c->f, c->win_off}, *s = &sv;
-	size_t n = c->n, dst_cap = c->cap;
-	unsigned char *dst = c->dst;
-	unsigned flags = c->flags;
-	size_t a = rf__file_dio_align(s->f), ma = s->f->dio_mem_align;
+	const rf_file *f = c->f;
+	size_t a = rf__file_dio_align(f), ma = f->dio_mem_align;
 	if (a != 0) {
-		uint64_t wo = s->off / a * a, we = (s->off + n + a - 1) / a * a;
-		size_t shift = (size_t)(s->off - wo), wl = (size_t)(we - wo);
-		if (((uintptr_t)dst & (ma - 1)) == 0 && dst_cap >= wl) {
+		uint64_t wo = c->win_off / a * a, we = (c->win_off + c->n + a - 1) / a * a;
+		size_t shift = (size_t)(c->win_off - wo), wl = (size_t)(we - wo);
+		if (((uintptr_t)c->dst & (ma - 1)) == 0 && c->cap >= wl) {
 			c->method = RF__RD_MOVE;
-			if (shift != 0 && !(flags & RF__RD_SHIFT_OK)) {
-				c->cls = rf__reader_class(n);
+			if (shift != 0 && !(c->flags & RF__RD_SHIFT_OK)) {
+				c->cls = rf__reader_class(c->n);
 				c->method = (unsigned)rf__reader_rule(&r->samples[c->cls]);
 				c->timed = !rf__reader_rule_decided(&r->samples[c->cls]);
 				c->t0 = c->timed ? rf__now_ns() : 0;
@@ -226,7 +223,7 @@ void rf__rd_setup(rf__reader *r, unsigned ci)
 			}
 		}
 	}
-	c->piece = rf__reader_piece(c->win_len, c->direct ? a : 4096, s->f->io_max);
+	c->piece = rf__reader_piece(c->win_len, c->direct ? a : 4096, f->io_max);
 	r->pend[(r->pend_head + r->npend++) % r->max_copies] = ci;
 	c->pending = 1;
 }

@@ -1,4 +1,4 @@
-/* io/reader.c — the reads of file copies (io/reader.h): the reader object, and the rules it measures by.
+/* io/reader.c — the reads of file copies (io/reader.h): the reader object, and the read-ahead rule.
  *
  * A copy is a window of the file (its range, or the range widened to the O_DIRECT alignment) cut into
  * pieces, one read each (io/pieces.c). Copies with pieces not yet issued wait in a FIFO (the pending
@@ -7,80 +7,20 @@
  * (io/uring.c), or a pread completed on the spot, so completion (short reads, errors, the move, the
  * timing) is one code path for both. Small copies in file order may be served from the read-ahead
  * window (io/window.c). */
+#define _GNU_SOURCE /* MADV_HUGEPAGE */
+#include "io/reader.h"
 #include "io/reader_int.h"
 #include "base/alloc.h"
 #include "base/compare.h"
 #include "base/error.h"
 
 #include <inttypes.h>
-#include <math.h>
+#include <errno.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-
-_Static_assert(RF__RD_PROBES % 2 == 1, "rd_median takes the middle sample");
-
-static float rd_median(const float *v) /* of RF__RD_PROBES samples, by insertion sort */
-{
-	float s[RF__RD_PROBES];
-	memcpy(s, v, sizeof s);
-	for (unsigned i = 1; i < RF__RD_PROBES; i++)
-		for (unsigned j = i; j > 0 && s[j - 1] > s[j]; j--) {
-			float t = s[j];
-			s[j] = s[j - 1];
-			s[j - 1] = t;
-		}
-	return s[RF__RD_PROBES / 2];
-}
-
-int rf__reader_rule_decided(const rf__rd_samples *s)
-{
-	return s->n[RF__RD_MOVE] >= RF__RD_PROBES && s->n[RF__RD_BUFFERED] >= RF__RD_PROBES;
-}
-
-int rf__reader_rule(const rf__rd_samples *s)
-{
-	if (!rf__reader_rule_decided(s))
-		return s->n[RF__RD_BUFFERED] < s->n[RF__RD_MOVE] ? RF__RD_BUFFERED : RF__RD_MOVE;
-	float mv = rd_median(s->ns_per_byte[RF__RD_MOVE]), bf = rd_median(s->ns_per_byte[RF__RD_BUFFERED]);
-	return bf < mv ? RF__RD_BUFFERED : RF__RD_MOVE;
-}
-
-unsigned rf__reader_class(size_t n)
-{
-	unsigned c = 0;
-	for (size_t lim = 4096; n > lim && c + 1 < RF__RD_CLASSES; lim <<= 1)
-		c++;
-	return c;
-}
-
-size_t rf__reader_piece(size_t n, size_t align, size_t io_max)
-{
-	size_t hi = io_max ? io_max : RF__RD_PIECE_UNKNOWN;
-	hi = hi > RF__RD_PIECE_MAX ? RF__RD_PIECE_MAX : hi;
-	hi = hi / align * align;
-	hi = hi < align ? align : hi;
-	size_t p = (n + align - 1) / align * align;
-	return p > hi ? hi : p;
-}
-
-void rf__reader_ahead_start(rf__rd_ahead *a, unsigned max, unsigned first)
-{
-	*a = (rf__rd_ahead){.on = 1, .max = max ? max : 1};
-	while (a->on * 2 <= first && a->on * 2 <= a->max && a->on * 2 < (1u << RF__RD_AHEAD_SETTINGS))
-		a->on *= 2;
-	a->settled = a->on >= a->max;
-}
-
-void rf__reader_ahead_sample(uint64_t bytes, double seconds, unsigned n, double sum, double sumsq, double *rate,
-			     double *err)
-{
-	*rate = seconds > 0 ? (double)bytes / seconds : 0;
-	double mu = n > 1 ? sum / n : 0, var = n > 1 ? (sumsq - n * mu * mu) / (n - 1) : 0;
-	*err = var > 0 ? sqrt(var / n) : 0;
-}
 
 unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double rate, double err)
 {
@@ -123,6 +63,8 @@ int rf__reader_create(unsigned max_copies, int bell_fd, rf__reader **out)
 	for (unsigned i = 0; i < RF__RD_QD; i++)
 		r->free_pieces[i] = RF__RD_QD - 1 - i;
 	r->nfree_pieces = RF__RD_QD;
+	r->read_done = rf__rd_done;
+	r->ahead_rule = rf__reader_ahead_rule;
 	rf__rd_uring_init(r);
 	*out = r;
 	return RF_OK;
@@ -163,7 +105,7 @@ static void rd_top_up(rf__reader *r)
 }
 
 /* Reap, issue what waits for room, submit. */
-void rf__rd_progress(rf__reader *r)
+static void rd_progress(rf__reader *r)
 {
 	if (r->ring_open)
 		rf__rd_reap(r);
@@ -205,7 +147,7 @@ int rf__reader_start_ahead(rf__reader *r, const rf__fsrc *s, size_t n, unsigned 
 int rf__reader_poll(rf__reader *r, uint64_t *tag, int *rc, size_t *shift)
 {
 	if (r->ndone == 0)
-		rf__rd_progress(r);
+		rd_progress(r);
 	if (r->ndone == 0)
 		return 0;
 	unsigned ci = r->done[r->done_head];
@@ -226,12 +168,17 @@ int rf__reader_poll(rf__reader *r, uint64_t *tag, int *rc, size_t *shift)
 void rf__reader_wait(rf__reader *r)
 {
 	if (r->ring_open) /* what has come back already (a doorbell's ring too) is no reason to sleep */
-		rf__rd_progress(r);
+		rd_progress(r);
 	if (r->bell_rang) {
 		r->bell_rang = 0;
 		return;
 	}
-	if (r->ndone != 0 || rf__rd_uring_wait(r) || r->bell_fd < 0 || r->bell_dead)
+	int ring = r->ndone != 0 ? 0 : rf__rd_uring_wait(r);
+	if (ring == 2) {
+		rd_progress(r); /* take what woke us now: a ring reaped here is this wait's reason to return */
+		r->bell_rang = 0;
+	}
+	if (r->ndone != 0 || ring != 0 || r->bell_fd < 0 || r->bell_dead)
 		return;
 	struct pollfd pf = {r->bell_fd, POLLIN, 0};
 	if (poll(&pf, 1, -1) == 1)
@@ -280,8 +227,7 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 	else
 		RD_PUT("pread (%s), one read at a time", r->why);
 	RD_PUT(", O_DIRECT where the file and the range allow it");
-	if (r->win.mem != NULL && r->win.chunk != 0)
-	{
+	if (r->win.mem != NULL && r->win.chunk != 0) {
 		const rf__rd_ahead *a = &r->win.ahead;
 		RD_PUT(", read-ahead %u x %zuK in flight (blocks in file order", a->on, r->win.chunk >> 10);
 		if (r->win.online) {
@@ -298,12 +244,11 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 				RD_PUT("; more did not pay");
 		}
 		RD_PUT(")");
-	}
-	else if (r->win.mem != NULL)
+	} else if (r->win.mem != NULL)
 		RD_PUT(", read-ahead up to %zuK (blocks in file order)", r->win.cap >> 10);
 	if (r->reg_base != NULL)
 		RD_PUT(", slots registered");
-	else if (r->reg_tried)
+	else if (r->want_len > 0)
 		RD_PUT(", slots not registered (%s)", r->reg_why);
 	int first = 1;
 	for (unsigned k = 0; k < RF__RD_CLASSES; k++) {
@@ -311,10 +256,83 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 			continue;
 		size_t lim = (size_t)4096 << k;
 		int mib = lim >= ((size_t)1 << 20);
-		RD_PUT("%s<=%zu%c %s", first ? ", unaligned ranges: " : ", ", lim >> (mib ? 20 : 10),
-		       mib ? 'M' : 'K',
+		RD_PUT("%s<=%zu%c %s", first ? ", unaligned ranges: " : ", ", lim >> (mib ? 20 : 10), mib ? 'M' : 'K',
 		       rf__reader_rule(&r->samples[k]) == RF__RD_MOVE ? "O_DIRECT+move" : "buffered");
 		first = 0;
 	}
 #undef RD_PUT
+}
+
+int rf__reader_register(rf__reader *r, void *base, size_t len)
+{
+	if (r == NULL || (base == NULL && len > 0))
+		return rf__err(RF_EINVAL, "rf__reader_register: %s", r == NULL ? "r is NULL" : "base is NULL");
+	unsigned inflight = r->max_copies - r->nfree_copies;
+	if (rf__rd_reads_out(r) != 0 || inflight != 0)
+		return rf__err(RF_EBUSY, "rf__reader_register: %u copies in flight", inflight);
+	r->want_base = base, r->want_len = len;
+	r->gen++;
+	rf__rd_register(r);
+	return RF_OK;
+}
+
+int rf__reader_window(rf__reader *r, size_t bytes)
+{
+	if (r == NULL)
+		return rf__err(RF_EINVAL, "rf__reader_window: r is NULL");
+	if (r->nfree_copies != r->max_copies || r->win.out != 0)
+		return rf__err(RF_EBUSY, "rf__reader_window: copies in flight");
+	rd_win *w = &r->win;
+	if (w->map != NULL)
+		munmap(w->map, w->map_len);
+	const rd_win o = *w; /* what outlives a window */
+	*w = (rd_win){.wait = o.wait, .copies = o.copies, .read = o.read, .online = o.online, .from = o.from};
+	r->gen++;
+	if (bytes == 0)
+		return RF_OK;
+	size_t len = (bytes + RD_HUGE - 1) / RD_HUGE * RD_HUGE, map_len = len + RD_HUGE;
+	void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return rf__err(RF_ENOMEM, "rf__reader_window: mmap of %zu bytes: %s", map_len, strerror(errno));
+	unsigned char *mem = (unsigned char *)(((uintptr_t)m + RD_HUGE - 1) / RD_HUGE * RD_HUGE);
+#ifdef MADV_HUGEPAGE
+	(void)madvise(mem, len, MADV_HUGEPAGE); /* a refusal leaves 4 KiB pages: slower, not wrong */
+#endif
+	memset(mem, 0, len); /* its pages now, not during a run */
+	w->map = m, w->map_len = map_len, w->mem = mem, w->cap = bytes;
+	return RF_OK;
+}
+
+void rf__reader_window_drop(rf__reader *r)
+{
+	rd_win *w = &r->win;
+	w->expect = UINT64_MAX; /* no copy continues what is held: the next one starts afresh */
+	if (w->out == 0 && w->nwait == 0)
+		w->n = 0, w->head = 0;
+}
+
+void rf__reader_window_release(rf__reader *r)
+{
+	rd_win *w = &r->win;
+	if (w->nwait != 0)
+		return;
+	while (w->out != 0) {
+		rd_progress(r);
+		if (w->out != 0)
+			rf__reader_wait(r);
+	}
+	w->f = NULL, w->n = 0, w->head = 0, w->expect = UINT64_MAX;
+}
+
+void rf__reader_window_online(rf__reader *r, int on, size_t from)
+{
+	r->win.online = on != 0;
+	r->win.from = from;
+	r->win.chunk = 0, r->win.k = 0; /* the next window chooses afresh */
+}
+
+void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out)
+{
+	*out = (rf__reader_window_stats){r->win.mem ? r->win.cap : 0, r->win.chunk, r->win.k, r->win.ahead.on,
+					 r->win.copies, r->win.read};
 }

@@ -1,13 +1,14 @@
-/* io/reader_int.h — internal to the reader (io/reader.h): its state and what its files share.
- *   io/reader.c  the reader object: create, start, poll, wait, describe, the rules it measures by;
- *   io/pieces.c  a copy's pieces: issued, retried, completed, preads, failures put into words;
- *   io/window.c  the read-ahead window (rf__reader_window);
- *   io/uring.c   the io_uring ring: setup, submission, reaping, the doorbell, registration. */
+/* io/reader_int.h — internal to the reader (io/reader.h): its state and what its files share, in layers,
+ * each file calling only those below it (what a lower one needs from above is passed down in the struct):
+ *   io/reader.c  the reader object: io/reader.h's entry points, the read-ahead rule;
+ *   io/window.c  the read-ahead window;   io/pieces.c  a copy's pieces, retries, failures, the copy rule;
+ *   io/uring.c   reads made: the io_uring ring (submission, reaping, doorbell, registration) or pread. */
 #ifndef RF_IO_READER_INT_H
 #define RF_IO_READER_INT_H
 
 #include "base/wait.h"
-#include "io/reader.h"
+#include "io/file.h"
+#include "io/reader_types.h"
 
 #ifdef RF_HAVE_LIBURING
 #include <liburing.h>
@@ -22,6 +23,7 @@
 #define RD_TRIES 8u
 #define RD_SETUP_AGAIN_NS 200000000 /* the least time between two tries of an io_uring_setup short of resources */
 #define RD_TRIES_S "8" /* RD_TRIES in words */
+_Static_assert(RD_TRIES == 8, "RD_TRIES_S says RD_TRIES");
 
 typedef struct rd_copy {
 	uint64_t tag;
@@ -92,6 +94,9 @@ typedef struct rd_piece {
 } rd_piece;
 
 struct rf__reader {
+	/* passed down by io/reader.c: what a read that came back goes to (rf__rd_done), the window's rule */
+	void (*read_done)(rf__reader *r, unsigned pi, long res);
+	unsigned (*ahead_rule)(rf__rd_ahead *a, double rate, double err); /* rf__reader_ahead_rule */
 	unsigned max_copies;
 	int bell_fd;
 	int uring;       /* reads go through the ring */
@@ -108,8 +113,7 @@ struct rf__reader {
 	void *reg_base;  /* the registered region, when registered */
 	size_t reg_len;
 	void *want_base; /* the region asked for (registered once a ring exists) */
-	size_t want_len;
-	int reg_tried;
+	size_t want_len;  /* 0: none asked for */
 	char reg_why[96];
 	rd_copy *copies;
 	unsigned *free_copies, nfree_copies;
@@ -127,36 +131,32 @@ struct rf__reader {
 #endif
 };
 
-_Static_assert(RD_TRIES == 8, "RD_TRIES_S says RD_TRIES");
-
 /* io/pieces.c */
-int rf__rd_transient(int err);        /* "not now" (EAGAIN, EBUSY, EINTR): worth another try */
-void rf__rd_backoff(unsigned k);      /* the sleep before try k + 1 */
 void rf__rd_setup(rf__reader *r, unsigned ci);   /* how copy ci is read on its own; onto the pending list */
 void rf__rd_top_up_pending(rf__reader *r);       /* issue pending copies' pieces while reads may be added */
 void rf__rd_issue(rf__reader *r, unsigned pi);   /* start piece pi: a submission, or a pread done now */
-void rf__rd_pread(rf__reader *r, unsigned pi);   /* pread piece pi and complete it on the spot */
-void rf__rd_piece_done(rf__reader *r, unsigned pi, long res);
+void rf__rd_piece_done(rf__reader *r, unsigned pi, long res); /* copy piece pi came back */
 void rf__rd_retry(rf__reader *r, unsigned pi);   /* a refused read again, or by pread */
 void rf__rd_rest(rf__reader *r, unsigned pi, long res); /* the rest of a partial read */
 void rf__rd_finish(rf__reader *r, unsigned ci);  /* every piece back: queue copy ci for poll */
 void rf__rd_explain(rf__reader *r, const rd_copy *c); /* failed copy c's sentence into r->err */
 /* io/window.c */
-void rf__rd_chunk_done(rf__reader *r, unsigned pi, long res);
+void rf__rd_done(rf__reader *r, unsigned pi, long res); /* read pi came back: a chunk's, or a copy's piece */
 void rf__rd_win_serve(rf__reader *r);
 void rf__rd_win_fill(rf__reader *r);
 int rf__rd_win_take(rf__reader *r, unsigned ci, size_t ahead);
-/* io/reader.c */
-void rf__rd_progress(rf__reader *r); /* reap, issue what waits for room, submit */
-/* io/uring.c; without liburing there is never a ring, and the calls that need one are no-ops */
+/* io/uring.c: what comes back goes to r->read_done. Without liburing no ring; what needs one is a no-op. */
+int rf__rd_transient(int err);        /* "not now" (EAGAIN, EBUSY, EINTR): worth another try */
+void rf__rd_backoff(unsigned k);      /* the sleep before try k + 1 */
+void rf__rd_pread(rf__reader *r, unsigned pi, int fd); /* pread piece pi and complete it on the spot */
 void rf__rd_uring_init(rf__reader *r);  /* set up the ring, or say in r->why why not */
 void rf__rd_bell_drain(rf__reader *r);  /* consume the doorbell's count */
-void rf__rd_register(rf__reader *r);    /* register the region asked for, or say why not */
+void rf__rd_register(rf__reader *r);    /* the region asked for (r->want_*) registered, or why not */
 #ifdef RF_HAVE_LIBURING
 void rf__rd_uring_again(rf__reader *r); /* an io_uring_setup short of resources, again */
 void rf__rd_uring_close(rf__reader *r); /* wait for the reads the ring owes, and close it */
 int rf__rd_uring_queue(rf__reader *r, unsigned pi, int fd); /* piece pi as a submission: 1, or 0 (none) */
-int rf__rd_uring_wait(rf__reader *r);   /* rf__reader_wait on a ring: 1 if it waited (or need not) */
+int rf__rd_uring_wait(rf__reader *r);   /* rf__reader_wait on a ring: 2 slept in it, 1 waited or need not */
 void rf__rd_submit(rf__reader *r);      /* hand the queued submissions to the kernel */
 void rf__rd_reap(rf__reader *r);        /* complete what the ring has handed back */
 #else

@@ -10,7 +10,46 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
+
+/* An answer that says "not now" rather than "no": worth another try (RD_TRIES). */
+int rf__rd_transient(int err)
+{
+	return err == EAGAIN || err == EBUSY || err == EINTR;
+}
+
+/* The sleep before try k + 1 (k >= 1 tries made). */
+void rf__rd_backoff(unsigned k)
+{
+	long us = 50L << (k > 7 ? 7 : k - 1);
+	struct timespec d = {0, (us > 5000 ? 5000 : us) * 1000L};
+	nanosleep(&d, NULL);
+}
+
+/* pread piece pi from fd to its end (or EOF, or an error) and complete it on the spot (r->read_done). */
+void rf__rd_pread(rf__reader *r, unsigned pi, int fd)
+{
+	rd_piece *p = &r->pieces[pi];
+	size_t got = 0;
+	long res = 0;
+	unsigned tries = 0;
+	while (got < p->len) {
+		ssize_t k = pread(fd, p->dst + got, p->len - got, (off_t)(p->off + got));
+		if (k < 0 && rf__rd_transient(errno) && ++tries < RD_TRIES) {
+			rf__rd_backoff(tries);
+			continue;
+		}
+		if (k <= 0) {
+			res = k < 0 ? -errno : 0;
+			break;
+		}
+		got += (size_t)k;
+		tries = 0;
+	}
+	p->by_pread = 1;
+	r->read_done(r, pi, got > 0 || res == 0 ? (long)got : res);
+}
 
 /* The doorbell rang: consume its count, so that the next wait waits afresh; only if still readable (a
  * blocking eventfd whose count someone else took would block the read). */
@@ -26,31 +65,16 @@ void rf__rd_bell_drain(rf__reader *r)
 	}
 }
 
-int rf__reader_register(rf__reader *r, void *base, size_t len)
+/* Let go of the region registered, and register the one asked for (if any) with the ring, or say why not. */
+void rf__rd_register(rf__reader *r)
 {
-	if (r == NULL || (base == NULL && len > 0))
-		return rf__err(RF_EINVAL, "rf__reader_register: %s", r == NULL ? "r is NULL" : "base is NULL");
-	unsigned inflight = r->max_copies - r->nfree_copies;
-	if (rf__rd_reads_out(r) != 0 || inflight != 0)
-		return rf__err(RF_EBUSY, "rf__reader_register: %u copies in flight", inflight);
 #ifdef RF_HAVE_LIBURING
 	if (r->uring && r->reg_base != NULL)
 		io_uring_unregister_buffers(&r->ring);
 #endif
-	r->reg_base = NULL, r->reg_len = 0;
-	r->reg_tried = len > 0;
-	r->reg_why[0] = '\0';
-	r->want_base = base, r->want_len = len;
-	r->gen++;
-	if (len == 0)
-		return RF_OK;
-	rf__rd_register(r);
-	return RF_OK;
-}
-
-/* Register the region asked for with the ring, or say why not. */
-void rf__rd_register(rf__reader *r)
-{
+	r->reg_base = NULL, r->reg_len = 0, r->reg_why[0] = '\0';
+	if (r->want_len == 0)
+		return;
 #ifdef RF_HAVE_LIBURING
 	if (r->uring) {
 		struct iovec iov = {r->want_base, r->want_len};
@@ -109,11 +133,11 @@ static void rd_uring_broke(rf__reader *r, int err)
 	r->gen++;
 	unsigned k = io_uring_sq_ready(&r->ring), head = *r->ring.sq.khead;
 	for (unsigned i = 0; i < k; i++) {
-		uint64_t ud = r->ring.sq.sqes[(head + i) & *r->ring.sq.kring_mask].user_data;
-		if (ud == RD_BELL)
+		const struct io_uring_sqe *sqe = &r->ring.sq.sqes[(head + i) & *r->ring.sq.kring_mask];
+		if (sqe->user_data == RD_BELL)
 			r->bell_armed = 0;
 		else
-			rf__rd_pread(r, (unsigned)ud);
+			rf__rd_pread(r, (unsigned)sqe->user_data, sqe->fd);
 	}
 }
 
@@ -158,7 +182,7 @@ void rf__rd_reap(rf__reader *r)
 			continue;
 		}
 		/* The CQE stays until the advance below: a retry the piece queues lands in the SQ only. */
-		rf__rd_piece_done(r, (unsigned)ud, res);
+		r->read_done(r, (unsigned)ud, res);
 	}
 	io_uring_cq_advance(&r->ring, n);
 	if (n > 0) /* the ring answers: an interrupted wait before this one was no refusal */
@@ -175,13 +199,9 @@ void rf__rd_uring_again(rf__reader *r)
 	rf__rd_uring_init(r); /* sets setup_again and setup_at again if it fails the same way */
 	if (!r->uring)
 		return;
-	r->setup_again = 0;
 	r->why[0] = '\0';
 	r->gen++;
-	if (r->reg_tried) {
-		r->reg_why[0] = '\0';
-		rf__rd_register(r);
-	}
+	rf__rd_register(r);
 }
 
 /* Piece pi as a submission queued in the ring: 1, or 0 where there is no ring to queue it in. */
@@ -204,7 +224,7 @@ int rf__rd_uring_queue(rf__reader *r, unsigned pi, int fd)
 }
 
 /* The ring's part of rf__reader_wait: sleep in io_uring_enter until a read or the doorbell's poll
- * completes. 1 if it waited, or found nothing to wait for; 0 without a ring. */
+ * completes. 2 if it slept so, 1 if it waited otherwise or found nothing to wait for; 0 without a ring. */
 int rf__rd_uring_wait(rf__reader *r)
 {
 	if (r->uring) {
@@ -220,9 +240,7 @@ int rf__rd_uring_wait(rf__reader *r)
 			return 1;
 		int rc = io_uring_submit_and_wait(&r->ring, 1);
 		rd_entered(r, rc == -ETIME ? 0 : rc);
-		rf__rd_progress(r); /* take what woke us now: a ring reaped here is this wait's reason to return */
-		r->bell_rang = 0;
-		return 1;
+		return 2;
 	}
 	if (r->ring_open && rf__rd_reads_out(r) != 0) { /* a broken ring still owes reads it took */
 		struct io_uring_cqe *cqe;

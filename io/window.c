@@ -1,12 +1,25 @@
 /* io/window.c — the reader's read-ahead window (rf__reader_window, io/reader.h): chunks read ahead in
  * file order, each one request as large as the device takes, and the small copies served from them. */
-#define _GNU_SOURCE /* MADV_HUGEPAGE */
-#include "base/error.h"
 #include "io/reader_int.h"
 
-#include <errno.h>
+#include <math.h>
 #include <string.h>
-#include <sys/mman.h>
+
+void rf__reader_ahead_start(rf__rd_ahead *a, unsigned max, unsigned first)
+{
+	*a = (rf__rd_ahead){.on = 1, .max = max ? max : 1};
+	while (a->on * 2 <= first && a->on * 2 <= a->max && a->on * 2 < (1u << RF__RD_AHEAD_SETTINGS))
+		a->on *= 2;
+	a->settled = a->on >= a->max;
+}
+
+void rf__reader_ahead_sample(uint64_t bytes, double seconds, unsigned n, double sum, double sumsq, double *rate,
+			     double *err)
+{
+	*rate = seconds > 0 ? (double)bytes / seconds : 0;
+	double mu = n > 1 ? sum / n : 0, var = n > 1 ? (sumsq - n * mu * mu) / (n - 1) : 0;
+	*err = var > 0 ? sqrt(var / n) : 0;
+}
 
 /* A chunk of `bytes` landed during a measurement: each `on` chunks a round, and after
  * RF__RD_AHEAD_ROUNDS rounds the rule decides. */
@@ -26,7 +39,7 @@ static void rd_win_measure(rf__reader *r, uint64_t bytes)
 	double rate, err;
 	rf__reader_ahead_sample(w->m_bytes, (double)(t - w->m_t0) * 1e-9, RF__RD_AHEAD_ROUNDS, w->m_sum, w->m_sq, &rate,
 				&err);
-	rf__reader_ahead_rule(&w->ahead, rate, err);
+	r->ahead_rule(&w->ahead, rate, err);
 	r->gen++; /* describe shows the rates so far */
 	w->m_t0 = w->ahead.settled ? 0 : t, w->m_landed = 0, w->m_bytes = 0, w->m_sum = 0, w->m_sq = 0;
 }
@@ -35,7 +48,7 @@ static void rd_win_measure(rf__reader *r, uint64_t bytes)
  * on the alignment reads the rest; anything else ends the chunk: its good bytes end where the read
  * ended (a short read: the file's end, or the file shrank; the copies past it are read on their own
  * and fail there, with their own words). */
-void rf__rd_chunk_done(rf__reader *r, unsigned pi, long res)
+static void rd_chunk_done(rf__reader *r, unsigned pi, long res)
 {
 	rd_piece *p = &r->pieces[pi];
 	rd_win *w = &r->win;
@@ -204,66 +217,12 @@ int rf__rd_win_take(rf__reader *r, unsigned ci, size_t ahead)
 	return 1;
 }
 
-int rf__reader_window(rf__reader *r, size_t bytes)
+/* A read came back (the ring's or pread's report, r->read_done): a chunk's is the window's, a copy's piece
+ * goes to io/pieces.c. */
+void rf__rd_done(rf__reader *r, unsigned pi, long res)
 {
-	if (r == NULL)
-		return rf__err(RF_EINVAL, "rf__reader_window: r is NULL");
-	if (r->nfree_copies != r->max_copies || r->win.out != 0)
-		return rf__err(RF_EBUSY, "rf__reader_window: copies in flight");
-	rd_win *w = &r->win;
-	if (w->map != NULL)
-		munmap(w->map, w->map_len);
-	unsigned *wait = w->wait;
-	uint64_t copies = w->copies, rd = w->read;
-	int online = w->online;
-	size_t from = w->from;
-	*w = (rd_win){.wait = wait, .copies = copies, .read = rd, .online = online, .from = from};
-	r->gen++;
-	if (bytes == 0)
-		return RF_OK;
-	size_t len = (bytes + RD_HUGE - 1) / RD_HUGE * RD_HUGE, map_len = len + RD_HUGE;
-	void *m = mmap(NULL, map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m == MAP_FAILED)
-		return rf__err(RF_ENOMEM, "rf__reader_window: mmap of %zu bytes: %s", map_len, strerror(errno));
-	unsigned char *mem = (unsigned char *)(((uintptr_t)m + RD_HUGE - 1) / RD_HUGE * RD_HUGE);
-#ifdef MADV_HUGEPAGE
-	(void)madvise(mem, len, MADV_HUGEPAGE); /* a refusal leaves 4 KiB pages: slower, not wrong */
-#endif
-	memset(mem, 0, len); /* its pages now, not during a run */
-	w->map = m, w->map_len = map_len, w->mem = mem, w->cap = bytes;
-	return RF_OK;
-}
-
-void rf__reader_window_drop(rf__reader *r)
-{
-	rd_win *w = &r->win;
-	w->expect = UINT64_MAX; /* no copy continues what is held: the next one starts afresh */
-	if (w->out == 0 && w->nwait == 0)
-		w->n = 0, w->head = 0;
-}
-
-void rf__reader_window_release(rf__reader *r)
-{
-	rd_win *w = &r->win;
-	if (w->nwait != 0)
-		return;
-	while (w->out != 0) {
-		rf__rd_progress(r);
-		if (w->out != 0)
-			rf__reader_wait(r);
-	}
-	w->f = NULL, w->n = 0, w->head = 0, w->expect = UINT64_MAX;
-}
-
-void rf__reader_window_online(rf__reader *r, int on, size_t from)
-{
-	r->win.online = on != 0;
-	r->win.from = from;
-	r->win.chunk = 0, r->win.k = 0; /* the next window chooses afresh */
-}
-
-void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out)
-{
-	*out = (rf__reader_window_stats){r->win.mem ? r->win.cap : 0, r->win.chunk, r->win.k, r->win.ahead.on,
-					 r->win.copies, r->win.read};
+	if (r->pieces[pi].copy & RD_CHUNK)
+		rd_chunk_done(r, pi, res);
+	else
+		rf__rd_piece_done(r, pi, res);
 }
