@@ -201,11 +201,3 @@ int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *s
 	return be->post(ctx, &(rf__kcopy){.op = RF__KOP_RELEASE, .slot = slot, .stream = stream}, NULL);
 }
 
-int rf__be_kwait(const rf__backend_ops *be, void *ctx, unsigned mode, rf__kticket t, void *stream)
-{
-	/* No fault injection: an acquire's wait comes after its copy was issued, where a failure could no
-	 * longer leave everything unchanged. */
-	if (t == 0 && mode != RF__KOP_QUIESCE)
-		return mode == RF__KOP_TEST;
-	return be->post(ctx, &(rf__kcopy){.op = mode, .after = t, .stream = stream}, NULL);
-}

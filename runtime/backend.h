@@ -210,7 +210,15 @@ void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap
  * RF__KOP_QUIESCE) on ticket t, where t 0 is finished: TEST 1, CANCEL 0, the waits RF_OK. */
 int rf__be_kissue(const rf__backend_ops *be, void *ctx, rf__kcopy *req, rf__kticket *out);
 int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream);
-int rf__be_kwait(const rf__backend_ops *be, void *ctx, unsigned mode, rf__kticket t, void *stream);
+/* Inline: every keyed call asks about tickets, most of them 0 (copied inline or known finished). No
+ * fault injection: an acquire's wait comes after its copy was issued, where a failure could no longer
+ * leave everything unchanged. */
+static inline int rf__be_kwait(const rf__backend_ops *be, void *ctx, unsigned mode, rf__kticket t, void *stream)
+{
+	if (t == 0 && mode != RF__KOP_QUIESCE)
+		return mode == RF__KOP_TEST;
+	return be->post(ctx, &(rf__kcopy){.op = mode, .after = t, .stream = stream}, NULL);
+}
 
 /* Frees host slot memory from the staging layer (rf__staging_alloc); ctx and bytes ignored. */
 void rf__host_slots_free(void *ctx, void *mem, size_t bytes);

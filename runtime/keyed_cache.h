@@ -232,8 +232,14 @@ void rf__khb_leave(rf__keyed *k, unsigned i);
  * slot's unfinished last copy; the oracle's, the trace's or the backend's error, nothing issued then. */
 int rf__kissue(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand, void *stream,
 	       uint64_t key, rf__kticket *t);
-/* Issue held-back hints, oldest first, on lanes with room. A failure leaves the hint held back. */
-void rf__kpump(rf__keyed *k);
+/* Issue held-back hints, oldest first, on lanes with room. A failure leaves the hint held back. Every
+ * acquire and release ends here, nearly always with nothing held back: that test is inline. */
+void rf__kpump_held(rf__keyed *k);
+static inline void rf__kpump(rf__keyed *k)
+{
+	if (k->nheldback != 0)
+		rf__kpump_held(k);
+}
 /* Before a copy into victim v: withdraw its pending hint copy where the backend can (so the new copy
  * never waits behind a hint that has not started). Returns 1 when one was withdrawn. */
 int rf__kwithdraw(rf__keyed *k, unsigned v);

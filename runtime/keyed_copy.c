@@ -109,10 +109,8 @@ int rf__kissue(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, in
 	return RF_OK;
 }
 
-void rf__kpump(rf__keyed *k)
+void rf__kpump_held(rf__keyed *k)
 {
-	if (k->nheldback == 0)
-		return;
 	unsigned room = 0;
 	for (unsigned l = 0; l < k->nlanes; l++)
 		room += rf__klane_count(k, l) < RF__KEYED_HINTS_PER_LANE;
