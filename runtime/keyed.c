@@ -299,9 +299,7 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	rf__klock(k);
 	rf__kinstall(k, v, key, &rs, bytes, state, 1);
 	k->s[v].issued = state == RF__K_FILLED;
-	rf__kdebit(k, bytes);
-	if (state == RF__K_FILLED)
-		atomic_store_explicit(&k->s[v].ticket, t, memory_order_relaxed);
+	rf__kdebit(k, bytes); /* an issued copy's ticket: stored by rf__kissue */
 	rf__kunlock(k);
 	if (state == RF__K_HELDBACK)
 		rf__kpush(k, RF__KHB, v);

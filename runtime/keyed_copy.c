@@ -123,8 +123,7 @@ void rf__kpump_held(rf__keyed *k)
 			rf__khb_leave(k, i);
 			rf__klock(k);
 			s->state = RF__K_FILLED;
-			s->issued = 1;
-			atomic_store_explicit(&s->ticket, t, memory_order_relaxed);
+			s->issued = 1; /* its ticket: stored by rf__kissue */
 			rf__kunlock(k);
 			room -= k->nfl[lane] == RF__KEYED_HINTS_PER_LANE;
 		}
