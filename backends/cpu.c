@@ -172,7 +172,7 @@ int rf__cpu_walk_overlapped(rf__run *run)
 	/* The read-ahead window pays for blocks that follow one another in a file where it keeps twice the
 	 * bytes in flight that the ring's own reads (depth - 1 blocks) do, or more. */
 	size_t n0 = run->sizes[0];
-	int ahead = run->nblocks >= 2 && n0 != 0 && n0 <= RF__RD_WIN_SMALL(f->window) && n0 <= f->window_block &&
+	int ahead = run->nblocks >= 2 && n0 != 0 && n0 <= RF__READER_WIN_SMALL(f->window) && n0 <= f->window_block &&
 		    (size_t)(run->prog->nslots - 1) * n0 * 2 <= f->window &&
 		    run->srcs[1] == (const unsigned char *)run->srcs[0] + n0;
 	w.ra_cap = ahead ? f->window : 0;

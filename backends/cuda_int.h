@@ -21,24 +21,24 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#define RF__CU_PIECE ((size_t)256 << 10) /* the pinned ring's sizing unit (rf__cu_stage_slots) */
-#define RF__CU_STAGE_MAX 8u            /* host staging threads per pipeline: lanes + helpers */
-#define RF__CU_NPIN_MAX 16u            /* pinned slots per copy queue */
-#define RF__CU_WINDOW_MIN 32u          /* computes the host may enqueue ahead of the device (+ slots) */
-#define RF__CU_RANGES 8u               /* DMA-capable ranges remembered per classifying thread */
-#define RF__CU_STOP (-1000)            /* a walk stopped because the run stopped (not an error of its own) */
+#define RF__CUDA_PIECE ((size_t)256 << 10) /* the pinned ring's sizing unit (rf__cuda_stage_slots) */
+#define RF__CUDA_STAGE_MAX 8u            /* host staging threads per pipeline: lanes + helpers */
+#define RF__CUDA_NPIN_MAX 16u            /* pinned slots per copy queue */
+#define RF__CUDA_WINDOW_MIN 32u          /* computes the host may enqueue ahead of the device (+ slots) */
+#define RF__CUDA_RANGES 8u               /* DMA-capable ranges remembered per classifying thread */
+#define RF__CUDA_STOP (-1000)            /* a walk stopped because the run stopped (not an error of its own) */
 
-struct rf__cu;
+struct rf__cuda_ctx;
 
-typedef struct rf__cu_range {
+typedef struct rf__cuda_range {
 	uintptr_t start;
 	size_t len;
-} rf__cu_range;
+} rf__cuda_range;
 
 /* A lane of the staging pool (index < nhost: walks host queue q and stages keyed hints), or a helper
  * taking pieces of lane q's copies. */
-typedef struct rf__cu_lane {
-	struct rf__cu *cx;
+typedef struct rf__cuda_lane {
+	struct rf__cuda_ctx *cx;
 	unsigned index, q;         /* q: the host queue it walks (lanes), or its owner lane (helpers) */
 	rf__work walk;             /* lanes: the run's walk of queue q; helpers: the help item */
 	rf__piece_job job;         /* lanes: its current staging copy, open to helpers and waiters */
@@ -50,10 +50,10 @@ typedef struct rf__cu_lane {
 	int entered;               /* device current and capture mode thread-local, once per thread */
 	rf__flight flight;         /* its file reads into the pinned ring, in flight (opened on the first) */
 	int reported;              /* a read of this run failed and the run was told */
-	rf__cu_range ranges[RF__CU_RANGES];
-} rf__cu_lane;
+	rf__cuda_range ranges[RF__CUDA_RANGES];
+} rf__cuda_lane;
 
-typedef struct rf__cu_queue {
+typedef struct rf__cuda_queue {
 	_Alignas(64) _Atomic int64_t value; /* the last signal published (host) or recorded (stream), this run */
 	void *stream;                    /* NULL: a host queue */
 	void **ev;                       /* stream: pool, recorded round-robin */
@@ -63,21 +63,21 @@ typedef struct rf__cu_queue {
 	int copies;                      /* the program copies on this queue */
 	int watched;                     /* a host queue waits on this stream: its records are published */
 	unsigned lane;                   /* host: the lane that walks it */
-} rf__cu_queue;
+} rf__cuda_queue;
 
-typedef struct rf__cu_keyed rf__cu_keyed; /* cuda_keyed.c */
+typedef struct rf__cuda_keyed rf__cuda_keyed; /* cuda_keyed.c */
 
-typedef struct rf__cu {
+typedef struct rf__cuda_ctx {
 	const rf__cuda_api *api;
 	int device;
 	unsigned nq, nslots, ncopyq, nstage;
 	size_t pin_stride;
-	rf__cu_queue *q;
+	rf__cuda_queue *q;
 	uint64_t hostq;        /* queues walked by lanes (the program's STAGE queues) */
 	const struct rf_program *seen; /* the program hostq and the deferrals were derived from */
 	rf__pool pool;
 	rf__ec ec;
-	rf__cu_lane *lane;     /* pool.n: nhost lanes, then the helpers */
+	rf__cuda_lane *lane;     /* pool.n: nhost lanes, then the helpers */
 	unsigned nhost, nhelp;
 	int64_t spin_ns;
 	char placed[120];      /* where the lanes run (describe) */
@@ -99,14 +99,14 @@ typedef struct rf__cu {
 	void **win;     /* the enqueue window: compute c waits for compute c - nwin */
 	unsigned nwin;
 	uint64_t ncomp; /* computes enqueued this run */
-	rf__cu_keyed *keyed;
-} rf__cu;
+	rf__cuda_keyed *keyed;
+} rf__cuda_ctx;
 
 /* cuda_ctx.c (below the others): RF_EBACKEND naming the call and CUDA's words for the error, cleared. */
-int rf__cu_fail(const rf__cuda_api *api, const char *call, int err);
+int rf__cuda_fail(const rf__cuda_api *api, const char *call, int err);
 
 /* Clear the error a call of ours left (e != 0): it must not reach the application's next check. */
-static inline int rf__cu_clear(const rf__cuda_api *api, int e)
+static inline int rf__cuda_clear(const rf__cuda_api *api, int e)
 {
 	if (e != 0)
 		(void)api->get_last_error();
@@ -114,56 +114,56 @@ static inline int rf__cu_clear(const rf__cuda_api *api, int e)
 }
 
 /* n events into ev (RF_EBACKEND naming `call`); destroy those made (NULL entries skipped). */
-int rf__cu_events_make(const rf__cuda_api *api, void **ev, size_t n, const char *call);
-void rf__cu_events_free(const rf__cuda_api *api, void **ev, size_t n);
-void *rf__cu_event_for(rf__cu_queue *w, int64_t v); /* the oldest record in w's pool with value >= v */
+int rf__cuda_events_make(const rf__cuda_api *api, void **ev, size_t n, const char *call);
+void rf__cuda_events_free(const rf__cuda_api *api, void **ev, size_t n);
+void *rf__cuda_event_for(rf__cuda_queue *w, int64_t v); /* the oldest record in w's pool with value >= v */
 
-#define RF__CU_TRY(api, call, expr)                                                                         \
+#define RF__CUDA_TRY(api, call, expr)                                                                         \
 	do {                                                                                                \
 		int e_ = (expr);                                                                            \
 		if (e_ != 0)                                                                                \
-			return rf__cu_fail((api), (call), e_);                                              \
+			return rf__cuda_fail((api), (call), e_);                                              \
 	} while (0)
 
 /* Make `device` current for a call and put the caller's context back afterwards — "none" included —
  * and the capture mode when `moded` (keyed calls run in thread-local mode). */
-typedef struct rf__cu_saved {
+typedef struct rf__cuda_saved {
 	void *ctx;
 	int valid, mode, moded;
-} rf__cu_saved;
-int rf__cu_enter(const rf__cuda_api *api, int device, rf__cu_saved *saved);
-void rf__cu_leave(const rf__cuda_api *api, const rf__cu_saved *saved);
+} rf__cuda_saved;
+int rf__cuda_enter(const rf__cuda_api *api, int device, rf__cuda_saved *saved);
+void rf__cuda_leave(const rf__cuda_api *api, const rf__cuda_saved *saved);
 
 /* cuda_stage.c: pinned memory, DMA ranges, the staging pool */
-void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy *in, rf__staging_policy *out,
+void rf__cuda_policy(const rf__cuda_api *api, int device, const rf__staging_policy *in, rf__staging_policy *out,
 		   int *numa_node);
-int rf__cu_pin_ring(rf__cu *cx, unsigned char **out); /* the pinned ring, allocated on first need */
-int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n);
+int rf__cuda_pin_ring(rf__cuda_ctx *cx, unsigned char **out); /* the pinned ring, allocated on first need */
+int rf__cuda_is_dma(rf__cuda_ctx *cx, rf__cuda_range *cache, const void *p, size_t n);
 /* Read a file range into the pinned ring at dst with *rd (made on first use); *data: where the bytes
  * landed (the aligned window may start earlier). RF_OK; RF_EIO naming path and offset; RF_EINVAL,
  * RF_ENOMEM. */
-int rf__cu_read(rf__cu *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsigned char *dst,
+int rf__cuda_read(rf__cuda_ctx *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsigned char *dst,
 		const unsigned char **data);
-unsigned rf__cu_stage_slots(size_t slot_bytes);
-int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p); /* host queues, lanes, helpers */
-void rf__cu_pool_close(rf__cu *cx);
-int rf__cu_pool_prepare(rf__cu *cx, const struct rf_program *p); /* per run: deferrals, watched streams */
-void rf__cu_lane_enter(rf__cu_lane *l); /* once per lane thread */
+unsigned rf__cuda_stage_slots(size_t slot_bytes);
+int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p); /* host queues, lanes, helpers */
+void rf__cuda_pool_close(rf__cuda_ctx *cx);
+int rf__cuda_pool_prepare(rf__cuda_ctx *cx, const struct rf_program *p); /* per run: deferrals, watched streams */
+void rf__cuda_lane_enter(rf__cuda_lane *l); /* once per lane thread */
 /* On lane l, fill pinned slot t with n bytes of src: in pieces shared with its helpers (and a waiting
  * walker) as block `block`, or read from the file range *fs (non-NULL); *data: where the bytes begin.
  * RF_OK, or the failure (of the pinned ring or the read). */
-int rf__cu_fill(rf__cu_lane *l, unsigned t, const void *src, const rf__fsrc *fs, size_t n, size_t block,
+int rf__cuda_fill(rf__cuda_lane *l, unsigned t, const void *src, const rf__fsrc *fs, size_t n, size_t block,
 		const unsigned char **data);
-void rf__cu_run_fail(rf__cu *cx, int rc); /* a walk failed: the first failure wins, everyone stops */
-/* A lane's copy or compute, the walker's stage: never called (rf__cu_pool_open keeps host queues to
+void rf__cuda_run_fail(rf__cuda_ctx *cx, int rc); /* a walk failed: the first failure wins, everyone stops */
+/* A lane's copy or compute, the walker's stage: never called (rf__cuda_pool_open keeps host queues to
  * STAGE and WAIT ops, and the walker skips them). */
-int rf__cu_misplaced(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot);
-int rf__cu_host_wait(rf__cu *cx, unsigned wq, int64_t v, size_t block); /* the walker waits for a lane */
+int rf__cuda_misplaced(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot);
+int rf__cuda_host_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block); /* the walker waits for a lane */
 
 /* cuda_keyed.c: keyed use (runtime/backend.h), stream-ordered; streams and events made in open. */
-int rf__cu_keyed_open(rf__cu *cx, unsigned *lanes); /* *lanes: rf__open_args.klanes */
-void rf__cu_keyed_free(rf__cu *cx);
-int rf__cu_keyed_settle(rf__cu *cx); /* a device synchronisation when keyed use ever happened */
-int rf__cu_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out);
+int rf__cuda_keyed_open(rf__cuda_ctx *cx, unsigned *lanes); /* *lanes: rf__open_args.klanes */
+void rf__cuda_keyed_free(rf__cuda_ctx *cx);
+int rf__cuda_keyed_settle(rf__cuda_ctx *cx); /* a device synchronisation when keyed use ever happened */
+int rf__cuda_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out);
 
 #endif

@@ -9,7 +9,7 @@
  *     free pinned slot (after the H2D that last read it) and then enqueues the H2D itself;
  *   pageable, an acquire's: the caller stages it itself into the lane's slot 0, then the H2D.
  * Ordering of the H2D: WAW, its stream waits on the slot's previous ticket (req->after); WAR, on the
- * release events of the slot (one per releasing stream, RF__CU_KREL at most: a further stream first
+ * release events of the slot (one per releasing stream, RF__CUDA_KREL at most: a further stream first
  * waits on the oldest and takes its place); RAW, acquire makes the caller's stream wait on the copy's
  * event. The owner enqueues the WAW and WAR waits at issue, a hint's before posting its item (so the lane
  * never reads release events): a previous copy not issued yet is an earlier hint of the same lane, before
@@ -27,21 +27,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define RF__CU_KREL 4u /* release events kept per slot */
+#define RF__CUDA_KREL 4u /* release events kept per slot */
 
 /* A ticket's state. EIO: a hint's file read failed (no H2D; *failed says so); FAILED: its lane failed
  * (rc: RF_EHAZARD, the oracle refused its H2D; else a CUDA call, a device error). */
 enum { RF__CK_STAGING = 1, RF__CK_ISSUED, RF__CK_WITHDRAWN, RF__CK_EIO, RF__CK_FAILED };
 
-typedef struct rf__cu_krel {
+typedef struct rf__cuda_krel {
 	void *stream;
 	void *ev;
 	int live;
-} rf__cu_krel;
+} rf__cuda_krel;
 
 /* A ticket: its event, and a staged hint's work item (first: the item is the entry). The owner writes
  * the fields before it posts the item; the lane then writes only rc and state. */
-typedef struct rf__cu_kt {
+typedef struct rf__cuda_kt {
 	rf__work w;
 	_Atomic rf__kticket num; /* the ticket it holds; 0: none or known finished */
 	rf__kticket t;           /* the ticket it stands for (num is published once it is issued) */
@@ -60,27 +60,27 @@ typedef struct rf__cu_kt {
 	uint32_t tev;
 	uint64_t key;
 	unsigned lane;
-} rf__cu_kt;
+} rf__cuda_kt;
 
-struct rf__cu_keyed {
+struct rf__cuda_keyed {
 	unsigned nlanes, nslots, nt, pins;
 	void **hint;             /* per lane: its copy queue's stream; then demand, its own */
 	void **demand;
-	rf__cu_kt *kt;           /* nt */
+	rf__cuda_kt *kt;           /* nt */
 	void **ev;               /* the tickets' events, then the releases' */
 	rf__kticket *reader;     /* per staging slot: the last ticket whose H2D reads it */
 	unsigned *next_pin;      /* per lane */
 	rf__kticket next;        /* the last ticket issued */
 	int dirty;               /* something issued or released since the last quiesce */
 	int used;                /* a keyed copy was ever issued: callers' streams may read the slots */
-	rf__cu_krel *rel;        /* nslots * RF__CU_KREL */
-	rf__cu_range ranges[RF__CU_RANGES];
+	rf__cuda_krel *rel;        /* nslots * RF__CUDA_KREL */
+	rf__cuda_range ranges[RF__CUDA_RANGES];
 };
 
-int rf__cu_keyed_open(rf__cu *cx, unsigned *lanes)
+int rf__cuda_keyed_open(rf__cuda_ctx *cx, unsigned *lanes)
 {
 	const rf__cuda_api *api = cx->api;
-	rf__cu_keyed *k = rf__calloc(1, sizeof *k);
+	rf__cuda_keyed *k = rf__calloc(1, sizeof *k);
 	if (k == NULL)
 		return rf__err(RF_ENOMEM, "cuda: out of memory");
 	cx->keyed = k;
@@ -92,37 +92,37 @@ int rf__cu_keyed_open(rf__cu *cx, unsigned *lanes)
 	k->pins = cx->nhost ? cx->nstage / k->nlanes : 0;
 	if ((k->hint = rf__calloc(2 * (size_t)k->nlanes, sizeof *k->hint)) == NULL ||
 	    (k->kt = rf__calloc(k->nt, sizeof *k->kt)) == NULL ||
-	    (k->ev = rf__calloc(k->nt + (size_t)k->nslots * RF__CU_KREL, sizeof *k->ev)) == NULL ||
+	    (k->ev = rf__calloc(k->nt + (size_t)k->nslots * RF__CUDA_KREL, sizeof *k->ev)) == NULL ||
 	    (k->reader = rf__calloc(cx->nstage ? cx->nstage : 1, sizeof *k->reader)) == NULL ||
 	    (k->next_pin = rf__calloc(k->nlanes, sizeof *k->next_pin)) == NULL ||
-	    (k->rel = rf__calloc((size_t)k->nslots * RF__CU_KREL, sizeof *k->rel)) == NULL)
+	    (k->rel = rf__calloc((size_t)k->nslots * RF__CUDA_KREL, sizeof *k->rel)) == NULL)
 		return rf__err(RF_ENOMEM, "cuda: out of memory for keyed use");
 	k->demand = k->hint + k->nlanes;
 	for (unsigned i = 0, j = 0; i < k->nlanes; i++) {
 		while (j < cx->nq && !cx->q[j].copies)
 			j++;
-		RF__CU_TRY(api, "cudaStreamCreateWithFlags (keyed demand)", api->stream_create(&k->demand[i]));
+		RF__CUDA_TRY(api, "cudaStreamCreateWithFlags (keyed demand)", api->stream_create(&k->demand[i]));
 		k->hint[i] = j < cx->nq ? cx->q[j++].stream : k->demand[i];
 	}
-	int rc = rf__cu_events_make(api, k->ev, k->nt + (size_t)k->nslots * RF__CU_KREL,
+	int rc = rf__cuda_events_make(api, k->ev, k->nt + (size_t)k->nslots * RF__CUDA_KREL,
 				    "cudaEventCreateWithFlags (keyed)");
 	for (unsigned i = 0; i < k->nt; i++)
 		k->kt[i].ev = k->ev[i];
-	for (size_t i = 0; i < (size_t)k->nslots * RF__CU_KREL; i++)
+	for (size_t i = 0; i < (size_t)k->nslots * RF__CUDA_KREL; i++)
 		k->rel[i].ev = k->ev[k->nt + i];
 	return rc;
 }
 
-void rf__cu_keyed_free(rf__cu *cx)
+void rf__cuda_keyed_free(rf__cuda_ctx *cx)
 {
-	rf__cu_keyed *k = cx->keyed;
+	rf__cuda_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
 	if (k == NULL)
 		return;
 	for (unsigned i = 0; k->demand != NULL && i < k->nlanes; i++)
 		if (k->demand[i] != NULL)
-			rf__cu_clear(api, api->stream_destroy(k->demand[i]));
-	rf__cu_events_free(api, k->ev, k->nt + (size_t)k->nslots * RF__CU_KREL);
+			rf__cuda_clear(api, api->stream_destroy(k->demand[i]));
+	rf__cuda_events_free(api, k->ev, k->nt + (size_t)k->nslots * RF__CUDA_KREL);
 	free(k->hint);
 	free(k->kt);
 	free(k->ev);
@@ -133,43 +133,43 @@ void rf__cu_keyed_free(rf__cu *cx)
 	cx->keyed = NULL;
 }
 
-static rf__cu_kt *rf__cu_kt_of(rf__cu_keyed *k, rf__kticket t)
+static rf__cuda_kt *rf__cuda_kt_of(rf__cuda_keyed *k, rf__kticket t)
 {
-	rf__cu_kt *e = &k->kt[t % k->nt];
+	rf__cuda_kt *e = &k->kt[t % k->nt];
 	return atomic_load_explicit(&e->num, memory_order_acquire) == t ? e : NULL;
 }
 
 /* Around every keyed CUDA call: params.device current (a thread without a context would get device
  * 0's), thread-local capture mode. */
-static int rf__cu_kbegin(rf__cu *cx, rf__cu_saved *sc)
+static int rf__cuda_kbegin(rf__cuda_ctx *cx, rf__cuda_saved *sc)
 {
-	int rc = rf__cu_enter(cx->api, cx->device, sc);
+	int rc = rf__cuda_enter(cx->api, cx->device, sc);
 	if (rc == RF_OK)
-		sc->moded = rf__cu_clear(cx->api, cx->api->capture_mode_local(&sc->mode)) == 0;
+		sc->moded = rf__cuda_clear(cx->api, cx->api->capture_mode_local(&sc->mode)) == 0;
 	return rc;
 }
 
 /* Any thread (lookup): an event query only. */
-static int rf__cu_ktest(rf__cu *cx, rf__kticket t)
+static int rf__cuda_ktest(rf__cuda_ctx *cx, rf__kticket t)
 {
-	rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
+	rf__cuda_kt *e = rf__cuda_kt_of(cx->keyed, t);
 	int st = e != NULL ? atomic_load_explicit(&e->state, memory_order_acquire) : 0;
-	if (e == NULL || rf__cu_kt_of(cx->keyed, t) == NULL || st == RF__CK_WITHDRAWN || st == RF__CK_EIO)
+	if (e == NULL || rf__cuda_kt_of(cx->keyed, t) == NULL || st == RF__CK_WITHDRAWN || st == RF__CK_EIO)
 		return 1;
 	if (st != RF__CK_ISSUED)
 		return 0;
-	rf__cu_saved sc;
-	if (rf__cu_kbegin(cx, &sc) != RF_OK)
+	rf__cuda_saved sc;
+	if (rf__cuda_kbegin(cx, &sc) != RF_OK)
 		return 0; /* cannot ask: not known finished (a later wait reports the error) */
 	int q = cx->api->event_query(e->ev);
-	rf__cu_leave(cx->api, &sc);
+	rf__cuda_leave(cx->api, &sc);
 	/* Not ready (an error cudaEventQuery leaves), or a device error: the copy will never finish and the
 	 * next call that waits reports it. */
-	rf__cu_clear(cx->api, q);
+	rf__cuda_clear(cx->api, q);
 	return q == 0 || cx->api->error_kind(q) != RF__CUE_NOT_READY;
 }
 
-static int rf__cu_kraw(const rf__cu_kt *e)
+static int rf__cuda_kraw(const rf__cuda_kt *e)
 {
 	return rf__err(RF_EHAZARD, "keyed oracle: RAW: the copy of %zu bytes into slot %u would read pinned slot %u "
 				   "before its stage filled it", e->bytes, e->slot, e->pin);
@@ -177,63 +177,63 @@ static int rf__cu_kraw(const rf__cu_kt *e)
 
 /* Stream s waits for what the H2D into `slot` follows (owner thread, before that H2D is enqueued): the
  * slot's previous copy once issued (WAW), the slot's releases (WAR). */
-static int rf__cu_korder(rf__cu *cx, unsigned slot, rf__kticket after, void *s)
+static int rf__cuda_korder(rf__cuda_ctx *cx, unsigned slot, rf__kticket after, void *s)
 {
-	rf__cu_keyed *k = cx->keyed;
+	rf__cuda_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
-	rf__cu_kt *a = after != 0 ? rf__cu_kt_of(k, after) : NULL;
+	rf__cuda_kt *a = after != 0 ? rf__cuda_kt_of(k, after) : NULL;
 	int err = a != NULL && atomic_load(&a->state) == RF__CK_ISSUED ? api->stream_wait_event(s, a->ev) : 0;
-	rf__cu_krel *rel = &k->rel[(size_t)slot * RF__CU_KREL];
-	for (unsigned j = 0; err == 0 && j < RF__CU_KREL; j++)
+	rf__cuda_krel *rel = &k->rel[(size_t)slot * RF__CUDA_KREL];
+	for (unsigned j = 0; err == 0 && j < RF__CUDA_KREL; j++)
 		if (rel[j].live)
 			err = api->stream_wait_event(s, rel[j].ev);
-	return err != 0 ? rf__cu_fail(api, "cudaStreamWaitEvent (keyed copy)", err) : RF_OK;
+	return err != 0 ? rf__cuda_fail(api, "cudaStreamWaitEvent (keyed copy)", err) : RF_OK;
 }
 
 /* The H2D of ticket entry e from `src` on stream s, then its event; counted in bytes_copied now. On the
  * owner's thread, or a staged hint's lane (the state last). */
-static int rf__cu_kcopy(rf__cu *cx, rf__cu_kt *e, const void *src, void *s)
+static int rf__cuda_kcopy(rf__cuda_ctx *cx, rf__cuda_kt *e, const void *src, void *s)
 {
 	const rf__cuda_api *api = cx->api;
 	if (cx->oracle && e->pin != RF__NO_STAGE && memcmp(src, e->src, e->bytes) != 0)
-		return rf__cu_kraw(e);
+		return rf__cuda_kraw(e);
 	rf__tspan sp = rf__trace_kstart(e->trace);
 	int err = api->memcpy_async(e->dst, src, e->bytes, s);
 	if (err == 0)
 		err = api->event_record(e->ev, s);
 	rf__trace_kcopy(e->trace, e->tev, sp, e->key, e->slot, e->lane);
 	if (err != 0)
-		return rf__cu_fail(api, "keyed copy (cudaMemcpyAsync / cudaEventRecord)", err);
+		return rf__cuda_fail(api, "keyed copy (cudaMemcpyAsync / cudaEventRecord)", err);
 	atomic_fetch_add_explicit(e->counter, e->bytes, memory_order_relaxed);
 	atomic_store_explicit(&e->state, RF__CK_ISSUED, memory_order_release);
 	return RF_OK;
 }
 
-static int rf__cu_kstaged(void *arg)
+static int rf__cuda_kstaged(void *arg)
 {
-	const rf__cu_kt *e = arg;
+	const rf__cuda_kt *e = arg;
 	return atomic_load_explicit(&e->state, memory_order_acquire) != RF__CK_STAGING;
 }
 
 /* Ticket t's lane is done with it (its H2D enqueued, or not to be), waited for on the host (a failure
  * there is this call's); then, once its copy was issued, `stream` waits on its event (how 1) or the
  * calling thread does (how 2). */
-static int rf__cu_kready(rf__cu *cx, rf__kticket t, void *stream, int how)
+static int rf__cuda_kready(rf__cuda_ctx *cx, rf__kticket t, void *stream, int how)
 {
-	rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
+	rf__cuda_kt *e = rf__cuda_kt_of(cx->keyed, t);
 	if (e == NULL)
 		return RF_OK;
-	rf__ec_wait(&cx->ec, rf__cu_kstaged, e, cx->spin_ns);
+	rf__ec_wait(&cx->ec, rf__cuda_kstaged, e, cx->spin_ns);
 	int st = atomic_load_explicit(&e->state, memory_order_acquire), err = 0;
 	if (st == RF__CK_ISSUED && how != 0)
 		err = how == 2 ? cx->api->event_synchronize(e->ev) : cx->api->stream_wait_event(stream, e->ev);
 	if (err != 0)
-		return rf__cu_fail(cx->api, how == 2 ? "cudaEventSynchronize (keyed copy)" : "cudaStreamWaitEvent (acquire)",
+		return rf__cuda_fail(cx->api, how == 2 ? "cudaEventSynchronize (keyed copy)" : "cudaStreamWaitEvent (acquire)",
 				   err);
 	if (st != RF__CK_FAILED)
 		return RF_OK;
 	if (e->rc == RF_EHAZARD)
-		return rf__cu_kraw(e);
+		return rf__cuda_kraw(e);
 	cx->broken = 1;
 	snprintf(cx->broken_msg, sizeof cx->broken_msg, "a CUDA call failed on a staging lane");
 	return rf__err(RF_EBACKEND, "cuda: a keyed copy's stage failed: %s", cx->broken_msg);
@@ -241,12 +241,12 @@ static int rf__cu_kready(rf__cu *cx, rf__kticket t, void *stream, int how)
 
 /* On the host lane: copy (or read) a hint's source into its pinned slot after the slot's previous H2D,
  * then enqueue its H2D (the owner made its stream wait for the WAW and WAR before posting). */
-static void rf__cu_kstage_fn(rf__work *w, void *ctx)
+static void rf__cuda_kstage_fn(rf__work *w, void *ctx)
 {
-	rf__cu_kt *e = (rf__cu_kt *)w;
-	rf__cu_lane *l = ctx;
-	rf__cu *cx = l->cx;
-	rf__cu_lane_enter(l);
+	rf__cuda_kt *e = (rf__cuda_kt *)w;
+	rf__cuda_lane *l = ctx;
+	rf__cuda_ctx *cx = l->cx;
+	rf__cuda_lane_enter(l);
 	if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 		RF__TEST_HOOK(keyed_before_copy)(0);
 	if (rf__work_claim(w)) {
@@ -256,9 +256,9 @@ static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 		int rc = RF_OK, to = RF__CK_FAILED;
 		if (RF__TEST_HOOK(drop_keyed_stage_wait))
 			; /* a negative control: the H2D without its stage */
-		else if (rf__cu_clear(cx->api, e->war != NULL ? cx->api->event_synchronize(e->war) : 0) != 0)
+		else if (rf__cuda_clear(cx->api, e->war != NULL ? cx->api->event_synchronize(e->war) : 0) != 0)
 			rc = RF_EBACKEND;
-		else if ((rc = rf__cu_fill(l, e->pin, e->src, e->fs.f != NULL ? &e->fs : NULL, e->bytes,
+		else if ((rc = rf__cuda_fill(l, e->pin, e->src, e->fs.f != NULL ? &e->fs : NULL, e->bytes,
 					   SIZE_MAX - 1 - e->pin, &data)) != RF_OK)
 			to = RF__CK_EIO;
 		if (to == RF__CK_EIO)
@@ -266,7 +266,7 @@ static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 		if (e->fs.f != NULL) /* before the state says so: the file may be closed at once */
 			rf__file_unhold(e->fs.f);
 		if (rc == RF_OK)
-			rc = rf__cu_kcopy(cx, e, data, e->s);
+			rc = rf__cuda_kcopy(cx, e, data, e->s);
 		if (rc != RF_OK) {
 			e->rc = rc;
 			atomic_store_explicit(&e->state, to, memory_order_release);
@@ -278,12 +278,12 @@ static void rf__cu_kstage_fn(rf__work *w, void *ctx)
 /* A pinned slot of lane l and the event of the H2D that last read it (NULL: none). An acquire has slot 0
  * to itself (never waiting for a hint's stage); a hint takes another one whose last hint's lane is done
  * with it, else RF__NO_STAGE. */
-static unsigned rf__cu_kpin(rf__cu *cx, unsigned l, int demand, void **war)
+static unsigned rf__cuda_kpin(rf__cuda_ctx *cx, unsigned l, int demand, void **war)
 {
-	rf__cu_keyed *k = cx->keyed;
+	rf__cuda_keyed *k = cx->keyed;
 	for (unsigned i = 0; i < (demand ? 1 : k->pins - 1); i++) {
 		unsigned t = l + k->nlanes * (demand ? 0 : 1 + (k->next_pin[l] + i) % (k->pins - 1));
-		rf__cu_kt *r = k->reader[t] ? rf__cu_kt_of(k, k->reader[t]) : NULL;
+		rf__cuda_kt *r = k->reader[t] ? rf__cuda_kt_of(k, k->reader[t]) : NULL;
 		if (r != NULL && atomic_load_explicit(&r->state, memory_order_acquire) == RF__CK_STAGING)
 			continue;
 		*war = r != NULL ? r->ev : NULL;
@@ -295,13 +295,13 @@ static unsigned rf__cu_kpin(rf__cu *cx, unsigned l, int demand, void **war)
 
 /* Stage req's source for entry e (a file's range when fs->f, held until the read), then its H2D: a hint's
  * on the host lane (RF_ENOSPC when no pinned slot is free), an acquire's here. */
-static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, void *s, rf__fsrc *fs)
+static int rf__cuda_kstage(rf__cuda_ctx *cx, const rf__kcopy *req, rf__cuda_kt *e, void *s, rf__fsrc *fs)
 {
-	rf__cu_keyed *k = cx->keyed;
+	rf__cuda_keyed *k = cx->keyed;
 	unsigned char *pin;
 	void *war = NULL;
-	int rc = rf__cu_pin_ring(cx, &pin) == RF_OK ? RF_OK : rf__err(RF_EBACKEND, "%s", rf__errmsg_peek());
-	unsigned l = req->lane % k->nlanes, pt = rc == RF_OK ? rf__cu_kpin(cx, l, req->demand, &war) : RF__NO_STAGE;
+	int rc = rf__cuda_pin_ring(cx, &pin) == RF_OK ? RF_OK : rf__err(RF_EBACKEND, "%s", rf__errmsg_peek());
+	unsigned l = req->lane % k->nlanes, pt = rc == RF_OK ? rf__cuda_kpin(cx, l, req->demand, &war) : RF__NO_STAGE;
 	if (rc != RF_OK || pt == RF__NO_STAGE)
 		return rc != RF_OK ? rc : RF_ENOSPC;
 	const unsigned char *data = pin + (size_t)pt * cx->pin_stride;
@@ -309,15 +309,15 @@ static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, void *s
 	if (req->demand) {
 		int err = war != NULL ? cx->api->event_synchronize(war) : 0;
 		if (err != 0)
-			return rf__cu_fail(cx->api, "cudaEventSynchronize (keyed staging slot free)", err);
+			return rf__cuda_fail(cx->api, "cudaEventSynchronize (keyed staging slot free)", err);
 		if (fs->f == NULL)
 			memcpy(pin + (size_t)pt * cx->pin_stride, req->src.p, req->bytes);
-		else if ((rc = rf__cu_read(cx, &cx->krd, fs, req->bytes, pin + (size_t)pt * cx->pin_stride, &data)) != RF_OK)
+		else if ((rc = rf__cuda_read(cx, &cx->krd, fs, req->bytes, pin + (size_t)pt * cx->pin_stride, &data)) != RF_OK)
 			return rc;
 		k->reader[pt] = e->t;
-		return rf__cu_kcopy(cx, e, data, s);
+		return rf__cuda_kcopy(cx, e, data, s);
 	}
-	e->w.fn = rf__cu_kstage_fn;
+	e->w.fn = rf__cuda_kstage_fn;
 	e->s = s, e->war = war, e->fs = *fs;
 	atomic_store_explicit(&e->state, RF__CK_STAGING, memory_order_relaxed);
 	atomic_store_explicit(&e->num, e->t, memory_order_release);
@@ -332,43 +332,43 @@ static int rf__cu_kstage(rf__cu *cx, const rf__kcopy *req, rf__cu_kt *e, void *s
 
 /* Every owner-thread entry point: the scope; with `what` (the caller's name), RF_ENOTSUP when `stream`
  * is being captured (a keyed copy cannot be part of a graph). */
-static int rf__cu_kenter(rf__cu *cx, rf__cu_saved *sc, void *stream, const char *what)
+static int rf__cuda_kenter(rf__cuda_ctx *cx, rf__cuda_saved *sc, void *stream, const char *what)
 {
 	int yes = 0, e, rc;
 	if (cx->broken)
 		return rf__err(RF_EBACKEND, "cuda: pipeline unusable after a device error: %s", cx->broken_msg);
-	if ((rc = rf__cu_kbegin(cx, sc)) != RF_OK)
+	if ((rc = rf__cuda_kbegin(cx, sc)) != RF_OK)
 		return rc;
 	if (what != NULL && (e = cx->api->stream_capturing(stream, &yes)) != 0)
-		rc = rf__cu_fail(cx->api, "cudaStreamIsCapturing", e);
+		rc = rf__cuda_fail(cx->api, "cudaStreamIsCapturing", e);
 	else if (yes)
 		rc = rf__err(RF_ENOTSUP, "cuda: %s: the stream is being captured (keyed copies cannot be "
 			     "captured)", what);
 	if (rc != RF_OK)
-		rf__cu_leave(cx->api, sc);
+		rf__cuda_leave(cx->api, sc);
 	return rc;
 }
 
 /* Before the device ring goes: callers' kernels may still read slots held at destroy. */
-int rf__cu_keyed_settle(rf__cu *cx)
+int rf__cuda_keyed_settle(rf__cuda_ctx *cx)
 {
 	if (cx->keyed == NULL || !cx->keyed->used)
 		return 0;
 	return cx->api->device_synchronize();
 }
 
-static int rf__cu_kitems_done(void *arg)
+static int rf__cuda_kitems_done(void *arg)
 {
-	rf__cu *cx = arg;
+	rf__cuda_ctx *cx = arg;
 	for (unsigned i = 0; i < cx->nhost; i++)
 		if (rf__lane_consumed(&cx->pool, i) < rf__lane_posted(&cx->pool, i))
 			return 0;
 	return 1;
 }
 
-static int rf__cu_kissue(rf__cu *cx, const rf__kcopy *req, rf__kticket *out)
+static int rf__cuda_kissue(rf__cuda_ctx *cx, const rf__kcopy *req, rf__kticket *out)
 {
-	rf__cu_keyed *k = cx->keyed;
+	rf__cuda_keyed *k = cx->keyed;
 	rf__fsrc fs = {NULL, 0};
 	int rc = RF_OK;
 	/* A file's range is read into the pinned ring, never faulted in. */
@@ -380,27 +380,27 @@ static int rf__cu_kissue(rf__cu *cx, const rf__kcopy *req, rf__kticket *out)
 	unsigned l = req->lane % k->nlanes;
 	void *s = req->demand ? k->demand[l] : k->hint[l];
 	rf__kticket t = k->next + 1;
-	rf__cu_kt *e = &k->kt[t % k->nt];
+	rf__cuda_kt *e = &k->kt[t % k->nt];
 	rf__kticket old = atomic_load_explicit(&e->num, memory_order_acquire);
-	if (old != 0 && (rc = rf__cu_kready(cx, old, NULL, 2)) != RF_OK) /* the ring came round to one (rare) */
+	if (old != 0 && (rc = rf__cuda_kready(cx, old, NULL, 2)) != RF_OK) /* the ring came round to one (rare) */
 		goto out;
 	if (old != 0 && atomic_load(&e->state) == RF__CK_WITHDRAWN) /* its item names the entry till passed */
-		rf__ec_wait(&cx->ec, rf__cu_kitems_done, cx, cx->spin_ns);
+		rf__ec_wait(&cx->ec, rf__cuda_kitems_done, cx, cx->spin_ns);
 	atomic_store_explicit(&e->num, 0, memory_order_release);
 	e->t = t, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src.p, e->dst = req->dst;
 	e->bytes = req->bytes, e->counter = req->counter, e->failed = req->failed;
 	e->trace = req->trace, e->tev = req->tev, e->key = req->key, e->lane = l;
-	int dma = !file && (k->pins == 0 || rf__cu_is_dma(cx, k->ranges, req->src.p, req->bytes));
+	int dma = !file && (k->pins == 0 || rf__cuda_is_dma(cx, k->ranges, req->src.p, req->bytes));
 	/* Issued now (not by the lane's order): the slot's previous copy must be issued first. */
-	if ((dma || req->demand) && req->after != 0 && (rc = rf__cu_kready(cx, req->after, NULL, 0)) != RF_OK)
+	if ((dma || req->demand) && req->after != 0 && (rc = rf__cuda_kready(cx, req->after, NULL, 0)) != RF_OK)
 		goto out;
-	if ((rc = rf__cu_korder(cx, req->slot, req->after, s)) != RF_OK)
+	if ((rc = rf__cuda_korder(cx, req->slot, req->after, s)) != RF_OK)
 		goto out;
-	rc = dma ? rf__cu_kcopy(cx, e, req->src.p, s) : rf__cu_kstage(cx, req, e, s, &fs);
+	rc = dma ? rf__cuda_kcopy(cx, e, req->src.p, s) : rf__cuda_kstage(cx, req, e, s, &fs);
 	if (rc != RF_OK)
 		goto out;
-	for (unsigned j = 0; (dma || req->demand) && j < RF__CU_KREL; j++) /* before this H2D and later ones */
-		k->rel[(size_t)req->slot * RF__CU_KREL + j].live = 0;
+	for (unsigned j = 0; (dma || req->demand) && j < RF__CUDA_KREL; j++) /* before this H2D and later ones */
+		k->rel[(size_t)req->slot * RF__CUDA_KREL + j].live = 0;
 	atomic_store_explicit(&e->num, t, memory_order_release);
 	k->next = t;
 	k->dirty = 1;
@@ -413,9 +413,9 @@ out:
 }
 
 /* Withdraw a hint whose stage has not started: its item does nothing, its H2D never happens. */
-static int rf__cu_kcancel(rf__cu *cx, rf__kticket t)
+static int rf__cuda_kcancel(rf__cuda_ctx *cx, rf__kticket t)
 {
-	rf__cu_kt *e = rf__cu_kt_of(cx->keyed, t);
+	rf__cuda_kt *e = rf__cuda_kt_of(cx->keyed, t);
 	if (e == NULL || atomic_load(&e->state) != RF__CK_STAGING || !rf__work_cancel(&e->w))
 		return 0;
 	if (e->fs.f != NULL) /* the item will not run: its hold is ours to let go */
@@ -424,18 +424,18 @@ static int rf__cu_kcancel(rf__cu *cx, rf__kticket t)
 	return 1;
 }
 
-static int rf__cu_krelease(rf__cu *cx, unsigned slot, void *stream)
+static int rf__cuda_krelease(rf__cuda_ctx *cx, unsigned slot, void *stream)
 {
-	rf__cu_keyed *k = cx->keyed;
+	rf__cuda_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
 	int rc = RF_OK;
-	rf__cu_krel *rel = &k->rel[(size_t)slot * RF__CU_KREL];
-	unsigned j = 0, free_j = RF__CU_KREL;
-	for (; j < RF__CU_KREL && !(rel[j].live && rel[j].stream == stream); j++)
-		if (!rel[j].live && free_j == RF__CU_KREL)
+	rf__cuda_krel *rel = &k->rel[(size_t)slot * RF__CUDA_KREL];
+	unsigned j = 0, free_j = RF__CUDA_KREL;
+	for (; j < RF__CUDA_KREL && !(rel[j].live && rel[j].stream == stream); j++)
+		if (!rel[j].live && free_j == RF__CUDA_KREL)
 			free_j = j;
 	int e = 0;
-	if (j == RF__CU_KREL && (j = free_j) == RF__CU_KREL) { /* a new stream, no room: take the oldest's */
+	if (j == RF__CUDA_KREL && (j = free_j) == RF__CUDA_KREL) { /* a new stream, no room: take the oldest's */
 		j = 0;
 		e = api->stream_wait_event(stream, rel[0].ev);
 	}
@@ -444,30 +444,30 @@ static int rf__cu_krelease(rf__cu *cx, unsigned slot, void *stream)
 		rel[j].live = 1;
 		k->dirty = 1;
 	} else {
-		rc = rf__cu_fail(api, "cudaEventRecord (release)", e);
+		rc = rf__cuda_fail(api, "cudaEventRecord (release)", e);
 	}
 	return rc;
 }
 
 /* Everything keyed finished, every release ordered: a host wait (runs, reset, destroy). */
-static int rf__cu_kquiesce(rf__cu *cx)
+static int rf__cuda_kquiesce(rf__cuda_ctx *cx)
 {
-	rf__cu_keyed *k = cx->keyed;
+	rf__cuda_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
-	rf__cu_saved saved;
+	rf__cuda_saved saved;
 	if (!k->dirty) /* nothing keyed since the last time: no host wait (runs start here) */
 		return RF_OK;
 	k->dirty = 0;
-	int rc = rf__cu_enter(api, cx->device, &saved), first = 0;
+	int rc = rf__cuda_enter(api, cx->device, &saved), first = 0;
 	if (rc != RF_OK)
-		return rc; /* rf__cu_enter said why */
+		return rc; /* rf__cuda_enter said why */
 	/* Every staged hint's H2D enqueued (withdrawn items read nothing after this). */
-	rf__ec_wait(&cx->ec, rf__cu_kitems_done, cx, cx->spin_ns);
+	rf__ec_wait(&cx->ec, rf__cuda_kitems_done, cx, cx->spin_ns);
 	for (unsigned i = 0; i < 2 * k->nlanes; i++) { /* hint and demand streams */
 		int e = api->stream_synchronize(k->hint[i]);
 		first = first ? first : e;
 	}
-	for (size_t i = 0; i < (size_t)k->nslots * RF__CU_KREL; i++)
+	for (size_t i = 0; i < (size_t)k->nslots * RF__CUDA_KREL; i++)
 		if (k->rel[i].live) {
 			int e = api->event_synchronize(k->rel[i].ev);
 			first = first ? first : e;
@@ -475,35 +475,35 @@ static int rf__cu_kquiesce(rf__cu *cx)
 		}
 	for (unsigned i = 0; i < k->nt; i++)
 		atomic_store_explicit(&k->kt[i].num, 0, memory_order_release);
-	rf__cu_leave(api, &saved);
+	rf__cuda_leave(api, &saved);
 	if (first != 0)
-		return rf__cu_fail(api, "keyed quiesce (cudaStreamSynchronize / cudaEventSynchronize)", first);
+		return rf__cuda_fail(api, "keyed quiesce (cudaStreamSynchronize / cudaEventSynchronize)", first);
 	return RF_OK;
 }
 
-/* TEST, CANCEL and QUIESCE as they are; the rest in the scope of an owner-thread call (rf__cu_kenter):
+/* TEST, CANCEL and QUIESCE as they are; the rest in the scope of an owner-thread call (rf__cuda_kenter):
  * a copy, a release, or a wait (once the ticket is issued, the acquirer's stream waits on its event, or
  * the host does). */
-int rf__cu_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out)
+int rf__cuda_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out)
 {
-	rf__cu *cx = ctx;
+	rf__cuda_ctx *cx = ctx;
 	if (op->op == RF__KOP_TEST || op->op == RF__KOP_CANCEL)
-		return (op->op == RF__KOP_TEST ? rf__cu_ktest : rf__cu_kcancel)(cx, op->after);
+		return (op->op == RF__KOP_TEST ? rf__cuda_ktest : rf__cuda_kcancel)(cx, op->after);
 	if (op->op == RF__KOP_QUIESCE)
-		return rf__cu_kquiesce(cx);
+		return rf__cuda_kquiesce(cx);
 	const char *who = op->op == RF__KOP_RELEASE ? "rf_pipeline_release"
 			  : op->op == RF__KOP_WAIT_STREAM || (op->op == RF__KOP_COPY && op->demand) ? "rf_pipeline_acquire"
 												    : NULL;
-	rf__cu_saved sc;
-	int rc = rf__cu_kenter(cx, &sc, op->stream, who);
+	rf__cuda_saved sc;
+	int rc = rf__cuda_kenter(cx, &sc, op->stream, who);
 	if (rc != RF_OK)
 		return rc;
 	if (op->op == RF__KOP_COPY)
-		rc = rf__cu_kissue(cx, op, out);
+		rc = rf__cuda_kissue(cx, op, out);
 	else if (op->op == RF__KOP_RELEASE)
-		rc = rf__cu_krelease(cx, op->slot, op->stream);
+		rc = rf__cuda_krelease(cx, op->slot, op->stream);
 	else
-		rc = rf__cu_kready(cx, op->after, op->stream, op->op == RF__KOP_WAIT ? 2 : 1);
-	rf__cu_leave(cx->api, &sc);
+		rc = rf__cuda_kready(cx, op->after, op->stream, op->op == RF__KOP_WAIT ? 2 : 1);
+	rf__cuda_leave(cx->api, &sc);
 	return rc;
 }

@@ -29,40 +29,40 @@
 #include <unistd.h>
 
 /* The pinner the staging layer page-locks pinned arenas with. */
-static int rf__cu_pin(void *p, size_t len, const char **why)
+static int rf__cuda_pin(void *p, size_t len, const char **why)
 {
-	int e = rf__cu_clear(rf__cuda, rf__cuda->host_register(p, len));
+	int e = rf__cuda_clear(rf__cuda, rf__cuda->host_register(p, len));
 	if (e != 0)
 		*why = rf__cuda->error_string(e);
 	return e;
 }
 
-static void rf__cu_unpin(void *p)
+static void rf__cuda_unpin(void *p)
 {
-	rf__cu_clear(rf__cuda, rf__cuda->host_unregister(p));
+	rf__cuda_clear(rf__cuda, rf__cuda->host_unregister(p));
 }
 
-static const rf__staging_pinner rf__cu_pinner = {rf__cu_pin, rf__cu_unpin};
+static const rf__staging_pinner rf__cuda_pinner = {rf__cuda_pin, rf__cuda_unpin};
 
 /* A pinned staging policy for `device`: "auto" becomes the GPU's NUMA node when known. */
-void rf__cu_policy(const rf__cuda_api *api, int device, const rf__staging_policy *in, rf__staging_policy *out,
+void rf__cuda_policy(const rf__cuda_api *api, int device, const rf__staging_policy *in, rf__staging_policy *out,
 		   int *numa_node)
 {
 	*out = in != NULL ? *in : (rf__staging_policy){RF__STG_AUTO, -1, 0};
 	*numa_node = -1;
-	if (rf__cu_clear(api, api->device_numa_node(device, numa_node)) != 0)
+	if (rf__cuda_clear(api, api->device_numa_node(device, numa_node)) != 0)
 		*numa_node = -1;
 	if (out->kind == RF__STG_AUTO && *numa_node >= 0) {
 		out->kind = RF__STG_NODE;
 		out->node = *numa_node;
 	}
 	out->pinned = 1;
-	rf__staging_set_pinner(&rf__cu_pinner);
+	rf__staging_set_pinner(&rf__cuda_pinner);
 }
 
 /* The ring under cx's policy; when "auto" chose a GPU node the process may not use (cpuset/mems: the
  * note is still ""), by the caller's node instead, said in placement. Under pin_mu. */
-static int rf__cu_ring_alloc(rf__cu *cx, void **mem)
+static int rf__cuda_ring_alloc(rf__cuda_ctx *cx, void **mem)
 {
 	size_t bytes = (size_t)cx->nstage * cx->pin_stride;
 	int rc = rf__staging_alloc(&cx->pinned_policy, bytes, RF__STAGING_SLOT_ALIGN, mem);
@@ -80,7 +80,7 @@ static int rf__cu_ring_alloc(rf__cu *cx, void **mem)
 	return rc;
 }
 
-int rf__cu_pin_ring(rf__cu *cx, unsigned char **out)
+int rf__cuda_pin_ring(rf__cuda_ctx *cx, unsigned char **out)
 {
 	int rc = RF_OK;
 	if ((*out = atomic_load_explicit(&cx->pin, memory_order_acquire)) != NULL)
@@ -88,49 +88,49 @@ int rf__cu_pin_ring(rf__cu *cx, unsigned char **out)
 	pthread_mutex_lock(&cx->pin_mu);
 	if ((*out = atomic_load_explicit(&cx->pin, memory_order_relaxed)) == NULL) {
 		void *mem = NULL;
-		rc = rf__cu_ring_alloc(cx, &mem);
+		rc = rf__cuda_ring_alloc(cx, &mem);
 		atomic_store_explicit(&cx->pin, *out = mem, memory_order_release);
 	}
 	pthread_mutex_unlock(&cx->pin_mu);
 	return rc;
 }
 
-/* Staging threads: half the online CPUs (more only contend for memory bandwidth), 1..RF__CU_STAGE_MAX. */
-static unsigned rf__cu_stage_threads(void)
+/* Staging threads: half the online CPUs (more only contend for memory bandwidth), 1..RF__CUDA_STAGE_MAX. */
+static unsigned rf__cuda_stage_threads(void)
 {
 	if (RF__TEST_HOOK(cuda_copy_threads) != 0)
-		return RF__TEST_HOOK(cuda_copy_threads) < RF__CU_STAGE_MAX ? RF__TEST_HOOK(cuda_copy_threads) : RF__CU_STAGE_MAX;
+		return RF__TEST_HOOK(cuda_copy_threads) < RF__CUDA_STAGE_MAX ? RF__TEST_HOOK(cuda_copy_threads) : RF__CUDA_STAGE_MAX;
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned want = cpus > 2 ? (unsigned)(cpus / 2) : 1;
-	return want > RF__CU_STAGE_MAX ? RF__CU_STAGE_MAX : want;
+	return want > RF__CUDA_STAGE_MAX ? RF__CUDA_STAGE_MAX : want;
 }
 
 /* Pinned slots per copy queue: two (one filling, one draining) plus enough for every staging thread to
- * have a piece in flight, at most RF__CU_NPIN_MAX; independent of depth (deep rings would page-lock GBs). */
-unsigned rf__cu_stage_slots(size_t slot_bytes)
+ * have a piece in flight, at most RF__CUDA_NPIN_MAX; independent of depth (deep rings would page-lock GBs). */
+unsigned rf__cuda_stage_slots(size_t slot_bytes)
 {
-	size_t pieces = (slot_bytes + RF__CU_PIECE - 1) / RF__CU_PIECE, threads = rf__cu_stage_threads();
+	size_t pieces = (slot_bytes + RF__CUDA_PIECE - 1) / RF__CUDA_PIECE, threads = rf__cuda_stage_threads();
 	size_t n = 2 + (threads + pieces - 1) / (pieces ? pieces : 1);
-	return n > RF__CU_NPIN_MAX ? RF__CU_NPIN_MAX : (unsigned)n;
+	return n > RF__CUDA_NPIN_MAX ? RF__CUDA_NPIN_MAX : (unsigned)n;
 }
 
 /* 1 when every byte of [p, p + n) is DMA-capable; `cache` is the calling thread's (an unused entry's
  * length 0 contains nothing). */
-int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n)
+int rf__cuda_is_dma(rf__cuda_ctx *cx, rf__cuda_range *cache, const void *p, size_t n)
 {
 	uintptr_t at = (uintptr_t)p, end = at + n;
 	while (at < end) {
 		unsigned i = 0;
-		while (i < RF__CU_RANGES && !(at >= cache[i].start && at - cache[i].start < cache[i].len))
+		while (i < RF__CUDA_RANGES && !(at >= cache[i].start && at - cache[i].start < cache[i].len))
 			i++;
-		if (i == RF__CU_RANGES) {
+		if (i == RF__CUDA_RANGES) {
 			const void *start;
 			size_t len;
 			if (!cx->api->dma_range((const void *)at, &start, &len) || len == 0 ||
 			    (uintptr_t)start > at || (uintptr_t)start + len <= at)
 				return 0;
-			memmove(&cache[1], &cache[0], (RF__CU_RANGES - 1) * sizeof cache[0]);
-			cache[0] = (rf__cu_range){(uintptr_t)start, len};
+			memmove(&cache[1], &cache[0], (RF__CUDA_RANGES - 1) * sizeof cache[0]);
+			cache[0] = (rf__cuda_range){(uintptr_t)start, len};
 			i = 0;
 		}
 		at = cache[i].start + cache[i].len;
@@ -138,7 +138,8 @@ int rf__cu_is_dma(rf__cu *cx, rf__cu_range *cache, const void *p, size_t n)
 	return 1;
 }
 
-int rf__cu_read(rf__cu *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsigned char *dst, const unsigned char **data)
+int rf__cuda_read(rf__cuda_ctx *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsigned char *dst,
+		const unsigned char **data)
 {
 	uint64_t tag;
 	size_t shift = 0;
@@ -146,7 +147,7 @@ int rf__cu_read(rf__cu *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsig
 	if (*rd == NULL && (rc = rf__reader_create(1, -1, rd)) == RF_OK) /* fixed buffers; a refusal is said nowhere */
 		(void)rf__reader_register(*rd, atomic_load(&cx->pin), (size_t)cx->nstage * cx->pin_stride);
 	if (rc == RF_OK)
-		rc = rf__reader_start(*rd, fs, n, dst, cx->pin_stride, RF__RD_SHIFT_OK, 0);
+		rc = rf__reader_start(*rd, fs, n, dst, cx->pin_stride, RF__READER_SHIFT_OK, 0);
 	for (done = rc != RF_OK; !done && !(done = rf__reader_poll(*rd, &tag, &rc, &shift));)
 		rf__reader_wait(*rd);
 	if (rc != RF_OK)
@@ -156,7 +157,7 @@ int rf__cu_read(rf__cu *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsig
 }
 
 /* Lane l's flight, opened on its first file read: its reader and bell, the pinned ring registered. */
-static int rf__cu_lane_open(rf__cu_lane *l, unsigned char *pin)
+static int rf__cuda_lane_open(rf__cuda_lane *l, unsigned char *pin)
 {
 	if (rf__flight_open(&l->flight, pin, (size_t)l->cx->nstage * l->cx->pin_stride) != RF_OK)
 		return rf__err(RF_ENOMEM, "cuda: file reads of staging lane %u: %s", l->index, rf__errmsg_peek());
@@ -164,80 +165,80 @@ static int rf__cu_lane_open(rf__cu_lane *l, unsigned char *pin)
 }
 
 /* A read landed: the copy of its staging slot reads where its bytes begin (before the signal behind it). */
-static void rf__cu_landed(void *ctx, rf__flight_rec *r, int phase)
+static void rf__cuda_landed(void *ctx, rf__flight_rec *r, int phase)
 {
 	if (phase == RF__FLIGHT_LANDED && r->rc == RF_OK)
-		((rf__cu *)ctx)->sslot[r->slot] = r->dst + r->shift;
+		((rf__cuda_ctx *)ctx)->sslot[r->slot] = r->dst + r->shift;
 }
 
 /* Reap lane l's landed reads (their signals go out in order); a failed one fails the run. */
-static void rf__cu_lane_progress(rf__cu_lane *l)
+static void rf__cuda_lane_progress(rf__cuda_lane *l)
 {
 	rf__flight_progress(&l->flight);
 	if (l->flight.failed && !l->reported) {
 		l->reported = 1;
 		rf__err(RF_EIO, "cuda: %s", l->flight.msg);
-		rf__cu_run_fail(l->cx, RF_EIO);
+		rf__cuda_run_fail(l->cx, RF_EIO);
 	}
 }
 
-typedef struct rf__cu_until {
-	rf__cu *cx;
-	const rf__cu_queue *w;
+typedef struct rf__cuda_until {
+	rf__cuda_ctx *cx;
+	const rf__cuda_queue *w;
 	int64_t v;
-	rf__cu_lane *l; /* a waiting lane, which keeps its reads landing (NULL: the walker) */
-} rf__cu_until;
+	rf__cuda_lane *l; /* a waiting lane, which keeps its reads landing (NULL: the walker) */
+} rf__cuda_until;
 
 /* A waiting lane reaps its reads only while what it waits for has not come: a wait already met costs a load. */
-static int rf__cu_reached(void *arg)
+static int rf__cuda_reached(void *arg)
 {
-	rf__cu_until *u = arg;
+	rf__cuda_until *u = arg;
 	for (int reaped = u->l == NULL;; reaped = 1) {
 		if (atomic_load_explicit(&u->w->value, memory_order_acquire) >= u->v ||
 		    atomic_load_explicit(&u->cx->stop, memory_order_relaxed))
 			return 1;
 		if (reaped)
 			return 0;
-		rf__cu_lane_progress(u->l);
+		rf__cuda_lane_progress(u->l);
 	}
 }
 
 /* Wait for queue w to reach v. A lane with reads in flight sleeps in its reader, woken by a read
  * landing or by its bell: what it waits for may be queued behind its own reads. */
-static int rf__cu_await(rf__cu *cx, const rf__cu_queue *w, int64_t v, rf__cu_lane *l)
+static int rf__cuda_await(rf__cuda_ctx *cx, const rf__cuda_queue *w, int64_t v, rf__cuda_lane *l)
 {
-	rf__cu_until u = {cx, w, v, l};
-	while (l != NULL && rf__flight_busy(&l->flight) && !rf__cu_reached(&u))
-		rf__ec_wait_bell(&cx->ec, rf__cu_reached, &u, 0, l->flight.bell_slot, rf__flight_sleep, &l->flight);
-	rf__ec_wait(&cx->ec, rf__cu_reached, &u, cx->spin_ns);
-	return atomic_load_explicit(&w->value, memory_order_acquire) >= v ? RF_OK : RF__CU_STOP;
+	rf__cuda_until u = {cx, w, v, l};
+	while (l != NULL && rf__flight_busy(&l->flight) && !rf__cuda_reached(&u))
+		rf__ec_wait_bell(&cx->ec, rf__cuda_reached, &u, 0, l->flight.bell_slot, rf__flight_sleep, &l->flight);
+	rf__ec_wait(&cx->ec, rf__cuda_reached, &u, cx->spin_ns);
+	return atomic_load_explicit(&w->value, memory_order_acquire) >= v ? RF_OK : RF__CUDA_STOP;
 }
 
-static int rf__cu_host_await(rf__cu *cx, unsigned wq, int64_t v, size_t block, rf__cu_lane *l)
+static int rf__cuda_host_await(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block, rf__cuda_lane *l)
 {
-	rf__cu_queue *w = &cx->q[wq];
+	rf__cuda_queue *w = &cx->q[wq];
 	if (atomic_load_explicit(&w->value, memory_order_acquire) >= v)
 		return RF_OK;
 	rf__piece_help(&cx->lane[w->lane].job, block, &w->value, v);
-	return rf__cu_await(cx, w, v, l);
+	return rf__cuda_await(cx, w, v, l);
 }
 
-int rf__cu_host_wait(rf__cu *cx, unsigned wq, int64_t v, size_t block)
+int rf__cuda_host_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block)
 {
-	return rf__cu_host_await(cx, wq, v, block, NULL);
+	return rf__cuda_host_await(cx, wq, v, block, NULL);
 }
 
-static int rf__cu_event_wait(rf__cu *cx, unsigned wq, int64_t v)
+static int rf__cuda_event_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v)
 {
-	int e = cx->api->event_synchronize(rf__cu_event_for(&cx->q[wq], v));
-	return e != 0 ? rf__cu_fail(cx->api, "cudaEventSynchronize (staging slot free)", e) : RF_OK;
+	int e = cx->api->event_synchronize(rf__cuda_event_for(&cx->q[wq], v));
+	return e != 0 ? rf__cuda_fail(cx->api, "cudaEventSynchronize (staging slot free)", e) : RF_OK;
 }
 
-void rf__cu_run_fail(rf__cu *cx, int rc)
+void rf__cuda_run_fail(rf__cuda_ctx *cx, int rc)
 {
 	int prev = 0;
 	/* A compute's failure outranks a cancel a lane saw first: the caller must hear of that block. */
-	if (rc != RF__CU_STOP && (atomic_compare_exchange_strong(&cx->first_rc, &prev, rc) ||
+	if (rc != RF__CUDA_STOP && (atomic_compare_exchange_strong(&cx->first_rc, &prev, rc) ||
 				  (rc == RF_ECALLBACK && prev == RF_ECANCELED &&
 				   atomic_compare_exchange_strong(&cx->first_rc, &prev, rc))))
 		snprintf(cx->fail_msg, sizeof cx->fail_msg, "%s", rf__errmsg_peek());
@@ -245,26 +246,26 @@ void rf__cu_run_fail(rf__cu *cx, int rc)
 	rf__ec_notify(&cx->ec);
 }
 
-int rf__cu_fill(rf__cu_lane *l, unsigned t, const void *src, const rf__fsrc *fs, size_t n, size_t block,
+int rf__cuda_fill(rf__cuda_lane *l, unsigned t, const void *src, const rf__fsrc *fs, size_t n, size_t block,
 		const unsigned char **data)
 {
-	rf__cu *cx = l->cx;
+	rf__cuda_ctx *cx = l->cx;
 	unsigned char *pin;
-	int rc = rf__cu_pin_ring(cx, &pin);
+	int rc = rf__cuda_pin_ring(cx, &pin);
 	if (rc != RF_OK)
 		return rc;
 	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
 	*data = dst;
 	if (fs != NULL) { /* a file's bytes start where its aligned read put them */
 		size_t shift = 0, cap = cx->pin_stride;
-		if ((rc = rf__cu_lane_open(l, pin)) == RF_OK &&
-		    (rc = rf__flight_read_shifted(&l->flight, fs, n, dst, cap, RF__RD_SHIFT_OK, &shift)) != RF_OK)
+		if ((rc = rf__cuda_lane_open(l, pin)) == RF_OK &&
+		    (rc = rf__flight_read_shifted(&l->flight, fs, n, dst, cap, RF__READER_SHIFT_OK, &shift)) != RF_OK)
 			rf__err(rc, "cuda: %s", rf__errmsg_peek());
 		*data = dst + shift;
 		return rc;
 	}
 	for (unsigned i = cx->nhost + l->index; rf__piece_size(n) != 0 && i < cx->nhost + cx->nhelp; i += cx->nhost) {
-		rf__cu_lane *h = &cx->lane[i];
+		rf__cuda_lane *h = &cx->lane[i];
 		if (h->help_seq != UINT64_MAX && rf__lane_consumed(&cx->pool, i) <= h->help_seq)
 			continue; /* still on an earlier copy */
 		h->help_block = block;
@@ -277,123 +278,124 @@ int rf__cu_fill(rf__cu_lane *l, unsigned t, const void *src, const rf__fsrc *fs,
 
 /* Block b's file range into pinned slot t: the read starts and the lane walks on, keeping a read in
  * flight per staging slot; the signal behind it goes out once it landed, in order. */
-static int rf__cu_stage_file(rf__cu_lane *l, const rf__fsrc *fs, size_t n, size_t b, unsigned t)
+static int rf__cuda_stage_file(rf__cuda_lane *l, const rf__fsrc *fs, size_t n, size_t b, unsigned t)
 {
-	rf__cu *cx = l->cx;
+	rf__cuda_ctx *cx = l->cx;
 	unsigned char *pin;
-	int rc = rf__cu_pin_ring(cx, &pin);
-	if (rc != RF_OK || (rc = rf__cu_lane_open(l, pin)) != RF_OK)
+	int rc = rf__cuda_pin_ring(cx, &pin);
+	if (rc != RF_OK || (rc = rf__cuda_lane_open(l, pin)) != RF_OK)
 		return rc;
-	rf__flight_rec rec = {.block = (int64_t)b, .slot = t, .traced = 1, .flags = RF__RD_SHIFT_OK};
+	rf__flight_rec rec = {.block = (int64_t)b, .slot = t, .traced = 1, .flags = RF__READER_SHIFT_OK};
 	rc = rf__flight_start(&l->flight, fs, n, pin + (size_t)t * cx->pin_stride, cx->pin_stride, &rec);
 	return rc == RF_OK ? RF__WALK_ASYNC : rc;
 }
 
-static int rf__cu_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned t)
+static int rf__cuda_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned t)
 {
 	(void)queue;
-	rf__cu_lane *l = c;
-	rf__cu *cx = l->cx;
+	rf__cuda_lane *l = c;
+	rf__cuda_ctx *cx = l->cx;
 	if (atomic_load_explicit(&cx->stop, memory_order_relaxed) || atomic_load_explicit(run->cancel, memory_order_relaxed))
 		return RF_ECANCELED;
 	size_t n = run->sizes[b];
 	const void *src = run->srcs[b];
 	int file = n != 0 && run->nfile > 0 && run->src[b].fs.f != NULL, rc;
-	if (n == 0 || (!file && rf__cu_is_dma(cx, l->ranges, src, n))) {
+	if (n == 0 || (!file && rf__cuda_is_dma(cx, l->ranges, src, n))) {
 		cx->sslot[t] = src; /* its copy reads the source: nothing to stage */
 		return RF_OK;
 	}
-	if (l->pend != 0 && (rc = rf__cu_event_wait(cx, l->pend_q, l->pend)) != RF_OK)
+	if (l->pend != 0 && (rc = rf__cuda_event_wait(cx, l->pend_q, l->pend)) != RF_OK)
 		return rc;
 	l->pend = 0;
-	if (file) /* its read starts; the copy's source is known once it landed (rf__cu_landed) */
-		return rf__cu_stage_file(l, &run->src[b].fs, n, b, t);
+	if (file) /* its read starts; the copy's source is known once it landed (rf__cuda_landed) */
+		return rf__cuda_stage_file(l, &run->src[b].fs, n, b, t);
 	const unsigned char *data = NULL;
-	rc = rf__cu_fill(l, t, src, NULL, n, b, &data);
+	rc = rf__cuda_fill(l, t, src, NULL, n, b, &data);
 	cx->sslot[t] = data;
 	return rc;
 }
 
-static int rf__cu_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, size_t block)
+static int rf__cuda_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, size_t block)
 {
 	(void)queue;
-	rf__cu_lane *l = c;
+	rf__cuda_lane *l = c;
 	if (l->cx->q[wq].stream == NULL)
-		return rf__cu_host_await(l->cx, wq, v, block, l);
+		return rf__cuda_host_await(l->cx, wq, v, block, l);
 	/* The record first: the walker's copy has read the slot's state by then. */
-	int rc = rf__cu_await(l->cx, &l->cx->q[wq], v, l);
+	int rc = rf__cuda_await(l->cx, &l->cx->q[wq], v, l);
 	if (rc != RF_OK || !l->defer)
-		return rc != RF_OK ? rc : rf__cu_event_wait(l->cx, wq, v);
+		return rc != RF_OK ? rc : rf__cuda_event_wait(l->cx, wq, v);
 	l->pend_q = wq;
 	l->pend = v > l->pend ? v : l->pend;
 	return RF_OK;
 }
 
-static int rf__cu_lane_signal(void *c, unsigned queue, int64_t v, size_t block)
+static int rf__cuda_lane_signal(void *c, unsigned queue, int64_t v, size_t block)
 {
 	(void)block;
-	rf__cu_lane *l = c; /* after the lane's reads in flight, in order */
+	rf__cuda_lane *l = c; /* after the lane's reads in flight, in order */
 	rf__flight_signal(&l->flight, &l->cx->q[queue].value, v);
 	return RF_OK;
 }
 
-int rf__cu_misplaced(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
+int rf__cuda_misplaced(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
 	(void)c, (void)run, (void)b, (void)slot;
 	return rf__err(RF_EBACKEND, "cuda: queue %u: an op its side does not run (host queues only stage)",
 		       queue);
 }
 
-static int rf__cu_lane_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
+static int rf__cuda_lane_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage,
+		uint32_t node)
 {
 	(void)stage;
 	(void)node;
-	return rf__cu_misplaced(c, run, queue, b, slot);
+	return rf__cuda_misplaced(c, run, queue, b, slot);
 }
 
-static const rf__walk_ops rf__cu_lane_ops = {rf__cu_lane_copy, rf__cu_misplaced, rf__cu_lane_signal,
-					     rf__cu_lane_wait, rf__cu_lane_stage};
+static const rf__walk_ops rf__cuda_lane_ops = {rf__cuda_lane_copy, rf__cuda_misplaced, rf__cuda_lane_signal,
+					     rf__cuda_lane_wait, rf__cuda_lane_stage};
 
 /* Once per lane thread: the device current, and thread-local capture mode (another thread's global
  * capture must not turn its event waits into errors). */
-void rf__cu_lane_enter(rf__cu_lane *l)
+void rf__cuda_lane_enter(rf__cuda_lane *l)
 {
 	const rf__cuda_api *api = l->cx->api;
 	int mode;
 	if (!l->entered)
-		rf__cu_clear(api, api->set_device(l->cx->device) != 0 || api->capture_mode_local(&mode) != 0);
+		rf__cuda_clear(api, api->set_device(l->cx->device) != 0 || api->capture_mode_local(&mode) != 0);
 	l->entered = 1;
 }
 
-static void rf__cu_walk_item(rf__work *w, void *ctx)
+static void rf__cuda_walk_item(rf__work *w, void *ctx)
 {
 	(void)w;
-	rf__cu_lane *l = ctx;
-	rf__cu *cx = l->cx;
-	rf__cu_lane_enter(l);
+	rf__cuda_lane *l = ctx;
+	rf__cuda_ctx *cx = l->cx;
+	rf__cuda_lane_enter(l);
 	l->pend = 0;
 	l->flight.failed = 0;
 	l->reported = 0;
-	int rc = rf__walk(cx->run, (int)l->q, 0, &rf__cu_lane_ops, l);
+	int rc = rf__walk(cx->run, (int)l->q, 0, &rf__cuda_lane_ops, l);
 	if (rc != 0)
-		rf__cu_run_fail(cx, rc);
+		rf__cuda_run_fail(cx, rc);
 	/* The walk is over, its reads may not be (they write the pinned ring and read the caller's files). */
-	for (rf__cu_lane_progress(l); rf__flight_busy(&l->flight); rf__cu_lane_progress(l))
+	for (rf__cuda_lane_progress(l); rf__flight_busy(&l->flight); rf__cuda_lane_progress(l))
 		rf__flight_sleep(&l->flight);
 	atomic_fetch_sub_explicit(&cx->active, 1, memory_order_release);
 	rf__ec_notify(&cx->ec);
 }
 
-static void rf__cu_help_item(rf__work *w, void *ctx)
+static void rf__cuda_help_item(rf__work *w, void *ctx)
 {
 	(void)w;
 	static const _Atomic int64_t never = 0;
-	rf__cu_lane *h = ctx;
+	rf__cuda_lane *h = ctx;
 	rf__piece_help(&h->cx->lane[h->q].job, h->help_block, &never, 1);
 }
 
 /* The lanes run on the CPUs of the GPU's NUMA node when allowed (else as created; describe says why). */
-static int rf__cu_place(rf__cu *cx)
+static int rf__cuda_place(rf__cuda_ctx *cx)
 {
 	hwloc_topology_t topo = rf__topo_acquire();
 	if (topo == NULL)
@@ -417,7 +419,7 @@ static int rf__cu_place(rf__cu *cx)
 	return RF_OK;
 }
 
-int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p)
+int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p)
 {
 	uint64_t others = 0;
 	for (size_t i = 0; p != NULL && i < p->nops; i++) {
@@ -433,7 +435,7 @@ int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p)
 	cx->nhost = (unsigned)__builtin_popcountll(cx->hostq);
 	if (cx->nhost == 0)
 		return RF_OK;
-	unsigned threads = rf__cu_stage_threads(), n;
+	unsigned threads = rf__cuda_stage_threads(), n;
 	cx->nhelp = threads > cx->nhost ? threads - cx->nhost : 0;
 	n = cx->nhost + cx->nhelp;
 	void **ctx = rf__calloc(n, sizeof *ctx);
@@ -443,15 +445,15 @@ int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p)
 		return rf__err(RF_ENOMEM, "cuda: out of memory");
 	}
 	for (unsigned i = 0, q = 0; i < n; i++) {
-		rf__cu_lane *l = &cx->lane[i];
+		rf__cuda_lane *l = &cx->lane[i];
 		while (i < cx->nhost && !((cx->hostq >> q) & 1))
 			q++;
-		*l = (rf__cu_lane){.cx = cx, .index = i, .q = i < cx->nhost ? q++ : (i - cx->nhost) % cx->nhost,
+		*l = (rf__cuda_lane){.cx = cx, .index = i, .q = i < cx->nhost ? q++ : (i - cx->nhost) % cx->nhost,
 				   .help_seq = UINT64_MAX};
-		l->walk.fn = i < cx->nhost ? rf__cu_walk_item : rf__cu_help_item;
+		l->walk.fn = i < cx->nhost ? rf__cuda_walk_item : rf__cuda_help_item;
 		rf__piece_init(&l->job);
 		rf__flight_init(&l->flight, &cx->ec, i, NULL);
-		l->flight.hook = rf__cu_landed, l->flight.hook_ctx = cx;
+		l->flight.hook = rf__cuda_landed, l->flight.hook_ctx = cx;
 		if (i < cx->nhost)
 			cx->q[l->q].lane = i;
 		ctx[i] = l;
@@ -460,10 +462,10 @@ int rf__cu_pool_open(rf__cu *cx, const struct rf_program *p)
 	free(ctx);
 	if (rc != RF_OK)
 		return rf__err(rc, "cuda: %s", rf__errmsg_peek());
-	return rf__cu_place(cx);
+	return rf__cuda_place(cx);
 }
 
-void rf__cu_pool_close(rf__cu *cx)
+void rf__cuda_pool_close(rf__cuda_ctx *cx)
 {
 	rf__pool_stop(&cx->pool);
 	for (unsigned i = 0; cx->lane != NULL && i < cx->nhost + cx->nhelp; i++)
@@ -475,7 +477,7 @@ void rf__cu_pool_close(rf__cu *cx)
 	cx->sslot = NULL;
 }
 
-int rf__cu_pool_prepare(rf__cu *cx, const struct rf_program *p)
+int rf__cuda_pool_prepare(rf__cuda_ctx *cx, const struct rf_program *p)
 {
 	if (p == cx->seen)
 		return RF_OK;

@@ -22,12 +22,12 @@
 typedef struct rf__walker {
 	rf__threads *t;
 	rf__run run;
-	rf__tlane *lane;
+	rf__threads_lane *lane;
 } rf__walker;
 
 /* Record the run's first failure and stop every queue. A compute's failure outranks a cancel seen first
  * by another queue (a callback that destroys its pipeline, then fails): the caller hears of the block. */
-static void rf__thr_fail(rf__walker *wk, int rc)
+static void rf__threads_fail(rf__walker *wk, int rc)
 {
 	rf__threads *t = wk->t;
 	int prev = 0;
@@ -42,27 +42,28 @@ static void rf__thr_fail(rf__walker *wk, int rc)
 	rf__ec_notify(&t->ec);
 }
 
-static int rf__thr_stopped(const rf__walker *wk)
+static int rf__threads_stopped(const rf__walker *wk)
 {
 	return atomic_load_explicit(&wk->t->stop, memory_order_relaxed) ||
 	       atomic_load_explicit(wk->run.cancel, memory_order_relaxed);
 }
 
 /* Reap the lane's landed file copies (their signals go out in order); a failed one fails the run. */
-static void rf__thr_progress(rf__walker *wk)
+static void rf__threads_progress(rf__walker *wk)
 {
-	rf__tlane *l = wk->lane;
+	rf__threads_lane *l = wk->lane;
 	if (l == NULL)
 		return;
 	rf__flight_progress(&l->flight);
 	if (l->flight.failed && !l->reported) {
 		l->reported = 1;
-		rf__thr_fail(wk, RF_EIO);
+		rf__threads_fail(wk, RF_EIO);
 	}
 }
 
 /* A file copy: a lane starts its reads and walks on; the caller reads it through. */
-static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, size_t b, unsigned slot, uint32_t node)
+static int rf__threads_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, size_t b, unsigned slot,
+		uint32_t node)
 {
 	size_t n = run->sizes[b];
 	unsigned char *dst = rf__slot_ptr(run, slot);
@@ -71,18 +72,19 @@ static int rf__thr_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, s
 	rf__flight_rec rec = {.block = (int64_t)b, .slot = slot, .node = node, .queue = (uint8_t)wk->lane->q,
 			      .traced = run->trace != NULL};
 	int rc = rf__flight_start(&wk->lane->flight, fs, n, dst, run->slot_stride, &rec);
-	rf__thr_progress(wk);
+	rf__threads_progress(wk);
 	return rc == RF_OK ? RF__WALK_ASYNC : rc;
 }
 
 /* Block b's bytes into dst: from src (its staging slot), else from its source. A file is read by a lane
  * asynchronously into ring slot `slot`; at once into a staging slot, by the caller, or on a queue that
  * also computes (a compute may follow its copy there with no wait between them). */
-static int rf__thr_move(void *c, rf__run *run, unsigned queue, size_t b, unsigned char *dst, const unsigned char *src,
+static int rf__threads_move(void *c, rf__run *run, unsigned queue, size_t b, unsigned char *dst,
+		const unsigned char *src,
 			unsigned slot, uint32_t node)
 {
 	rf__walker *wk = c;
-	if (rf__thr_stopped(c))
+	if (rf__threads_stopped(c))
 		return RF_ECANCELED;
 	size_t n = run->sizes[b];
 	if (n != 0 && wk->lane != NULL && rf__flight_busy(&wk->lane->flight)) /* write after write */
@@ -90,7 +92,7 @@ static int rf__thr_move(void *c, rf__run *run, unsigned queue, size_t b, unsigne
 	const rf__fsrc *fs = n != 0 && src == NULL && run->nfile > 0 ? &run->src[b].fs : NULL;
 	if (fs != NULL && fs->f != NULL)
 		return slot != RF__NO_STAGE && !((run->prog->compute_queues >> queue) & 1)
-			       ? rf__thr_file_copy(c, run, fs, b, slot, node)
+			       ? rf__threads_file_copy(c, run, fs, b, slot, node)
 			       : rf__flight_read(wk->lane ? &wk->lane->flight : run->io, fs, n, dst, run->slot_stride);
 	src = src != NULL ? src : run->srcs[b];
 	if (n != 0) {
@@ -108,7 +110,7 @@ static int rf__thr_move(void *c, rf__run *run, unsigned queue, size_t b, unsigne
  * it and makes it (it would only have waited; the block lands where it is computed); the lane skips a
  * claimed copy once the caller's has ended, so its signal still means "copied". Whoever raises the
  * lane's `claimed` to b owns copy b: 1 for this thread, 0 when the other side had it. */
-static int rf__thr_claim(rf__tq *tq, size_t b)
+static int rf__threads_claim(rf__tq *tq, size_t b)
 {
 	int64_t x = atomic_load_explicit(&tq->claimed, memory_order_relaxed);
 	while (x < (int64_t)b)
@@ -119,7 +121,7 @@ static int rf__thr_claim(rf__tq *tq, size_t b)
 }
 
 /* The caller's side: copy block b for lane queue tq (traced on queue 0's track, which has room). */
-static void rf__thr_steal(rf__walker *wk, rf__tq *tq, size_t b)
+static void rf__threads_steal(rf__walker *wk, rf__tq *tq, size_t b)
 {
 	rf__run *run = &wk->run;
 	unsigned slot = (unsigned)(b % run->prog->nslots);
@@ -137,46 +139,47 @@ static void rf__thr_steal(rf__walker *wk, rf__tq *tq, size_t b)
 	rf__ec_notify(&wk->t->ec);
 }
 
-typedef struct rf__thr_steal_wait {
+typedef struct rf__threads_steal_wait {
 	rf__tq *tq;
 	int64_t b;
-} rf__thr_steal_wait;
+} rf__threads_steal_wait;
 
-static int rf__thr_stolen_done(void *arg)
+static int rf__threads_stolen_done(void *arg)
 {
-	const rf__thr_steal_wait *w = arg;
+	const rf__threads_steal_wait *w = arg;
 	return atomic_load_explicit(&w->tq->stolen, memory_order_acquire) >= w->b;
 }
 
 /* The lane's side: copy b was the caller's. Help with its pieces, then wait for its end (the caller
  * claims in order, so `stolen` reaching b means copy b has ended). */
-static int rf__thr_skip(rf__walker *wk, size_t b)
+static int rf__threads_skip(rf__walker *wk, size_t b)
 {
 	rf__threads *t = wk->t;
 	rf__tq *tq = &t->q[wk->lane->q];
 	rf__piece_help(&tq->sjob, b, &tq->stolen, (int64_t)b);
-	rf__thr_steal_wait w = {tq, (int64_t)b};
-	rf__ec_wait(&t->ec, rf__thr_stolen_done, &w, t->run_spin_ns);
+	rf__threads_steal_wait w = {tq, (int64_t)b};
+	rf__ec_wait(&t->ec, rf__threads_stolen_done, &w, t->run_spin_ns);
 	return RF__WALK_ELSEWHERE;
 }
 
-static int rf__thr_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage, uint32_t node)
+static int rf__threads_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage,
+		uint32_t node)
 {
 	rf__walker *wk = c;
 	/* Claimed first: a copy the caller made is done whatever happens next (a late cancel must not fail
 	 * the run on a lagging lane). */
-	if (wk->lane != NULL && wk->t->steal && !rf__thr_claim(&wk->t->q[queue], b))
-		return rf__thr_skip(wk, b);
+	if (wk->lane != NULL && wk->t->steal && !rf__threads_claim(&wk->t->q[queue], b))
+		return rf__threads_skip(wk, b);
 	const unsigned char *src = stage == RF__NO_STAGE ? NULL : rf__stage_ptr(run, stage);
-	return rf__thr_move(c, run, queue, b, rf__slot_ptr(run, slot), src, slot, node);
+	return rf__threads_move(c, run, queue, b, rf__slot_ptr(run, slot), src, slot, node);
 }
 
-static int rf__thr_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
+static int rf__threads_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
 {
-	return rf__thr_move(c, run, queue, b, rf__stage_ptr(run, stage), NULL, RF__NO_STAGE, 0);
+	return rf__threads_move(c, run, queue, b, rf__stage_ptr(run, stage), NULL, RF__NO_STAGE, 0);
 }
 
-static int rf__thr_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
+static int rf__threads_compute(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot)
 {
 	(void)queue;
 	rf__walker *wk = c;
@@ -185,7 +188,7 @@ static int rf__thr_compute(void *c, rf__run *run, unsigned queue, size_t b, unsi
 	return rf__call_compute(run, b, slot, NULL);
 }
 
-static int rf__thr_signal(void *c, unsigned q, int64_t v, size_t block)
+static int rf__threads_signal(void *c, unsigned q, int64_t v, size_t block)
 {
 	(void)block;
 	rf__walker *wk = c;
@@ -199,91 +202,92 @@ static int rf__thr_signal(void *c, unsigned q, int64_t v, size_t block)
 	return 0;
 }
 
-typedef struct rf__thr_until {
+typedef struct rf__threads_until {
 	rf__walker *wk;
 	unsigned q;
 	int64_t v;
-} rf__thr_until;
+} rf__threads_until;
 
-static int rf__thr_reached(void *arg)
+static int rf__threads_reached(void *arg)
 {
-	const rf__thr_until *u = arg;
+	const rf__threads_until *u = arg;
 	rf__threads *t = u->wk->t;
-	rf__thr_progress(u->wk); /* a waiting lane keeps its reads landing and its signals going out */
+	rf__threads_progress(u->wk); /* a waiting lane keeps its reads landing and its signals going out */
 	return atomic_load_explicit(&t->q[u->q].value, memory_order_acquire) >= u->v ||
 	       atomic_load_explicit(&t->stop, memory_order_relaxed);
 }
 
-static int rf__thr_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
+static int rf__threads_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
 {
 	(void)q;
 	rf__walker *wk = c;
 	rf__threads *t = wk->t;
 	rf__tq *e = &t->q[wq];
-	rf__thr_until u = {wk, wq, e->base + v};
+	rf__threads_until u = {wk, wq, e->base + v};
 	/* Rather than wait idle, take pieces of the copy of `block`; a ring's RAW wait whose lane has not
 	 * claimed the copy by then makes it instead. */
 	rf__piece_help(&e->job, block, &e->value, u.v);
 	if (t->steal && wk->lane == NULL && wq > 0 && atomic_load_explicit(&e->value, memory_order_acquire) < u.v &&
-	    !atomic_load_explicit(&t->stop, memory_order_relaxed) && rf__thr_claim(e, block)) {
-		rf__thr_steal(wk, e, block);
+	    !atomic_load_explicit(&t->stop, memory_order_relaxed) && rf__threads_claim(e, block)) {
+		rf__threads_steal(wk, e, block);
 		return 0;
 	}
 	/* A wait involving reads in flight is the device's latency: no long spin. A lane with reads sleeps
 	 * in its reader, woken by a read landing or by its bell. */
-	rf__tlane *l = wk->lane;
-	while (l != NULL && rf__flight_busy(&l->flight) && !rf__thr_reached(&u))
-		rf__ec_wait_bell(&t->ec, rf__thr_reached, &u, 0, l->flight.bell_slot, rf__flight_sleep, &l->flight);
+	rf__threads_lane *l = wk->lane;
+	while (l != NULL && rf__flight_busy(&l->flight) && !rf__threads_reached(&u))
+		rf__ec_wait_bell(&t->ec, rf__threads_reached, &u, 0, l->flight.bell_slot, rf__flight_sleep, &l->flight);
 	int io = wq > 0 && atomic_load_explicit(&t->lane[wq - 1].flight.inflight, memory_order_relaxed) != 0;
-	rf__ec_wait(&t->ec, rf__thr_reached, &u, io ? 0 : t->run_spin_ns);
+	rf__ec_wait(&t->ec, rf__threads_reached, &u, io ? 0 : t->run_spin_ns);
 	return atomic_load_explicit(&e->value, memory_order_acquire) >= u.v ? 0 : RF_ECANCELED;
 }
 
-static const rf__walk_ops rf__thr_ops = {rf__thr_copy, rf__thr_compute, rf__thr_signal, rf__thr_wait, rf__thr_stage};
+static const rf__walk_ops rf__threads_ops = {rf__threads_copy, rf__threads_compute, rf__threads_signal,
+		rf__threads_wait, rf__threads_stage};
 
-static int rf__thr_drained(void *arg)
+static int rf__threads_drained(void *arg)
 {
 	rf__walker *wk = arg;
-	rf__thr_progress(wk);
+	rf__threads_progress(wk);
 	return !rf__flight_busy(&wk->lane->flight);
 }
 
-static void rf__thr_walk(rf__threads *t, rf__run *run, unsigned q, rf__tlane *lane)
+static void rf__threads_walk(rf__threads *t, rf__run *run, unsigned q, rf__threads_lane *lane)
 {
 	rf__walker wk = {t, *run, lane};
-	int rc = rf__walk(&wk.run, (int)q, 0, &rf__thr_ops, &wk);
+	int rc = rf__walk(&wk.run, (int)q, 0, &rf__threads_ops, &wk);
 	if (rc != 0)
-		rf__thr_fail(&wk, rc);
+		rf__threads_fail(&wk, rc);
 	/* The walk is over, its reads may not be (they write the ring and read the caller's files). */
-	while (lane != NULL && !rf__thr_drained(&wk))
-		rf__ec_wait_bell(&t->ec, rf__thr_drained, &wk, 0, lane->flight.bell_slot, rf__flight_sleep, &lane->flight);
+	while (lane != NULL && !rf__threads_drained(&wk))
+		rf__ec_wait_bell(&t->ec, rf__threads_drained, &wk, 0, lane->flight.bell_slot, rf__flight_sleep, &lane->flight);
 }
 
 /* A lane's item: the walk of its queue in the run in progress. Its flight state is set here, on the
  * lane's thread (which reaps between items too). */
-static void rf__thr_walk_item(rf__work *w, void *ctx)
+static void rf__threads_walk_item(rf__work *w, void *ctx)
 {
 	(void)w;
-	rf__tlane *l = ctx;
+	rf__threads_lane *l = ctx;
 	rf__threads *t = l->t;
 	l->flight.failed = 0;
 	l->reported = 0;
 	rf__trace_flight(&l->flight, t->run->trace);
-	rf__thr_walk(t, t->run, l->q, l);
+	rf__threads_walk(t, t->run, l->q, l);
 	rf__trace_flight(&l->flight, NULL);
 	atomic_fetch_sub_explicit(&t->active, 1, memory_order_release);
 	rf__ec_notify(&t->ec);
 }
 
-static int rf__thr_all_done(void *arg)
+static int rf__threads_all_done(void *arg)
 {
 	return atomic_load_explicit(&((rf__threads *)arg)->active, memory_order_acquire) == 0;
 }
 
 /* The run on the lanes: each lane walks its queue, the caller walks queue 0. */
-static int rf__thr_lanes(rf__threads *t, rf__run *run)
+static int rf__threads_lanes(rf__threads *t, rf__run *run)
 {
-	rf__thr_follow(t);
+	rf__threads_follow(t);
 	for (unsigned i = 0; i < t->pool.n; i++)
 		if (run->nfile > 0 && rf__flight_open(&t->lane[i].flight, t->ring, t->ring_len) != RF_OK)
 			return rf__err(RF_ENOMEM, "threads: file reads of lane %u: %s", i, rf__errmsg_peek());
@@ -297,9 +301,9 @@ static int rf__thr_lanes(rf__threads *t, rf__run *run)
 	for (unsigned i = 0; i < t->pool.n; i++)
 		if (rf__pool_post(&t->pool, i, &t->lane[i].walk) != RF_OK) /* keyed copies were quiesced */
 			return rf__err(RF_EBACKEND, "threads: lane %u has no room for the run", i);
-	rf__thr_walk(t, run, 0, NULL);
-	rf__ec_wait(&t->ec, rf__thr_all_done, t, t->run_spin_ns);
-	rf__tk_after_run(t);
+	rf__threads_walk(t, run, 0, NULL);
+	rf__ec_wait(&t->ec, rf__threads_all_done, t, t->run_spin_ns);
+	rf__threads_kafter_run(t);
 	int rc = atomic_load(&t->first_rc);
 	if (rc == RF_ECALLBACK) {
 		run->failed_block = t->fail_block;
@@ -311,7 +315,7 @@ static int rf__thr_lanes(rf__threads *t, rf__run *run)
 }
 
 /* After a comparison of the arms: what rf_pipeline_describe says about this shape. */
-static void rf__thr_note(rf__threads *t, const rf__sch_class *c, rf__run *run)
+static void rf__threads_note(rf__threads *t, const rf__sch_class *c, rf__run *run)
 {
 	uint64_t n = run->nblocks ? run->nblocks : 1, mean = run->bytes / n;
 	int len = snprintf(t->note, sizeof t->note, "; schedule for %llu %s blocks x %zu: %s (", (unsigned long long)
@@ -326,7 +330,7 @@ static void rf__thr_note(rf__threads *t, const rf__sch_class *c, rf__run *run)
 	run->note = t->note;
 }
 
-static int rf__thr_run(void *ctx, rf__run *run)
+static int rf__threads_run(void *ctx, rf__run *run)
 {
 	rf__threads *t = ctx;
 	if (!rf__pool_owned(&t->pool))
@@ -360,22 +364,22 @@ static int rf__thr_run(void *ctx, rf__run *run)
 	} else {
 		run->sched = RF_SCHEDULE_RING;
 		run->handoff = t->handoff;
-		rc = rf__thr_lanes(t, run);
+		rc = rf__threads_lanes(t, run);
 	}
 	if (c != NULL && rc == RF_OK) {
 		double x = (double)(rf__now_ns() - t0) / (double)(run->bytes ? run->bytes : run->nblocks);
 		if (rf__sch_note(&t->sch, c, arm, x))
-			rf__thr_note(t, c, run);
+			rf__threads_note(t, c, run);
 	}
 	return rc;
 }
 
-static void rf__thr_close(void *ctx)
+static void rf__threads_close(void *ctx)
 {
 	rf__threads *t = ctx;
 	int owned = rf__pool_owned(&t->pool);
 	rf__pool_stop(&t->pool);
-	rf__thr_unpin(t, owned);
+	rf__threads_unpin(t, owned);
 	for (unsigned i = 0; owned && i + 1 < t->nq; i++)
 		rf__flight_fini(&t->lane[i].flight);
 	free(t->q);
@@ -384,20 +388,20 @@ static void rf__thr_close(void *ctx)
 }
 
 /* A lane between items: its file copies land and their signals go out; it sleeps in its reader. */
-static int rf__thr_lane_idle(void *ctx)
+static int rf__threads_lane_idle(void *ctx)
 {
-	return rf__flight_progress(&((rf__tlane *)ctx)->flight);
+	return rf__flight_progress(&((rf__threads_lane *)ctx)->flight);
 }
 
-static void rf__thr_lane_sleep(void *ctx)
+static void rf__threads_lane_sleep(void *ctx)
 {
-	rf__flight_sleep(&((rf__tlane *)ctx)->flight);
+	rf__flight_sleep(&((rf__threads_lane *)ctx)->flight);
 }
 
-static const rf__lane_ops rf__thr_lane_ops = {rf__thr_lane_idle, rf__thr_lane_sleep};
+static const rf__lane_ops rf__threads_lane_ops = {rf__threads_lane_idle, rf__threads_lane_sleep};
 
 /* The arms a pipeline's runs compare (handoff: the configured mode), and the policy for describe. */
-static void rf__thr_arms(rf__threads *t, int handoff)
+static void rf__threads_arms(rf__threads *t, int handoff)
 {
 	unsigned arms[RF__SCH_NARMS], n = 0;
 	int ho = rf__sch_handoff(handoff, t->nq, t->nslots, &t->handoff_fixed, t->handoff_why,
@@ -420,7 +424,7 @@ static void rf__thr_arms(rf__threads *t, int handoff)
 						  "on the caller; the faster is kept and checked again now and then)");
 }
 
-static int rf__thr_describe(void *ctx, char *buf, size_t cap)
+static int rf__threads_describe(void *ctx, char *buf, size_t cap)
 {
 	rf__threads *t = ctx;
 	snprintf(buf, cap, "threads: %u queue(s), %u worker thread(s) (rf-copy-N, keyed copies on the same); "
@@ -429,7 +433,7 @@ static int rf__thr_describe(void *ctx, char *buf, size_t cap)
 	return RF_OK;
 }
 
-static int rf__thr_open(const rf__open_args *args, void **ctx)
+static int rf__threads_open(const rf__open_args *args, void **ctx)
 {
 	rf__threads *t = rf__calloc(1, sizeof *t);
 	if (t == NULL)
@@ -460,7 +464,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	for (unsigned i = 0; i < nl; i++) {
 		t->lane[i].t = t;
 		t->lane[i].q = i + 1;
-		t->lane[i].walk.fn = rf__thr_walk_item;
+		t->lane[i].walk.fn = rf__threads_walk_item;
 		t->lane[i].core = -1;
 		rf__flight_init(&t->lane[i].flight, &t->ec, i, &t->q[i + 1].value);
 		t->lane[i].flight.report = args->files_report; /* describe: how the lane's reader reads */
@@ -469,14 +473,14 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 	rf__ec_init(&t->ec);
 	t->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
 	t->run_spin_ns = t->spin_ns > RF__RUN_SPIN_NS ? t->spin_ns : RF__RUN_SPIN_NS;
-	rf__thr_arms(t, args->handoff);
-	int rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__thr_lane_ops, lctx);
+	rf__threads_arms(t, args->handoff);
+	int rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__threads_lane_ops, lctx);
 	free(lctx);
 	if (rc != RF_OK) {
-		rf__thr_close(t);
+		rf__threads_close(t);
 		return rf__err(rc, "threads: %s", rf__errmsg_peek());
 	}
-	rf__thr_pin(t, args->worker_cpus);
+	rf__threads_pin(t, args->worker_cpus);
 	if (args->klanes != NULL && t->pool.n > 0)
 		*args->klanes = t->pool.n;
 	*ctx = t;
@@ -484,7 +488,7 @@ static int rf__thr_open(const rf__open_args *args, void **ctx)
 }
 
 /* The ring, under the pipeline's staging policy: "auto" resolves on the calling thread, queue 0's. */
-static int rf__thr_slots_alloc(void *ctx, size_t bytes, void **mem)
+static int rf__threads_slots_alloc(void *ctx, size_t bytes, void **mem)
 {
 	rf__threads *t = ctx;
 	int rc = rf__staging_alloc(t->staging, bytes, RF__STAGING_SLOT_ALIGN, mem);
@@ -499,11 +503,11 @@ const rf__backend_ops rf__backend_threads = {
 	.abi = RF__BACKEND_ABI,
 	.name = "threads",
 	.caps = RF__CAP_OVERLAP,
-	.open = rf__thr_open,
-	.close = rf__thr_close,
-	.slots_alloc = rf__thr_slots_alloc,
+	.open = rf__threads_open,
+	.close = rf__threads_close,
+	.slots_alloc = rf__threads_slots_alloc,
 	.slots_free = rf__host_slots_free,
-	.run = rf__thr_run,
-	.describe = rf__thr_describe,
-	.post = rf__tk_post,
+	.run = rf__threads_run,
+	.describe = rf__threads_describe,
+	.post = rf__threads_kpost,
 };

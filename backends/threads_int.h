@@ -17,17 +17,17 @@
 #include <stdatomic.h>
 
 /* Keyed copies queued per lane (> RF__KEYED_HINTS_PER_LANE: withdrawn ones take room until passed). */
-#define RF__TK_RING 8u
-/* A keyed hint's ticket: (lane + 1) << RF__TK_SHIFT | the value the lane stores when the copy is done
+#define RF__THREADS_KRING 8u
+/* A keyed hint's ticket: (lane + 1) << RF__THREADS_KSHIFT | the value the lane stores when the copy is done
  * (a copy made inline is ticket 0). */
-#define RF__TK_SHIFT 48
-#define RF__TK_MASK ((1ull << RF__TK_SHIFT) - 1)
+#define RF__THREADS_KSHIFT 48
+#define RF__THREADS_KMASK ((1ull << RF__THREADS_KSHIFT) - 1)
 
 typedef struct rf__tq {
 	_Alignas(64) _Atomic int64_t value; /* what this queue has done (monotone) */
 	int64_t base;                       /* value at the start of the current run */
 	rf__piece_job job;                  /* its current copy, open to helpers */
-	/* Copies the caller takes over (rf__thr_steal): the last block claimed by either side, the last
+	/* Copies the caller takes over (rf__threads_steal): the last block claimed by either side, the last
 	 * one the caller copied, and the caller's copy in progress, open to the lane's help. */
 	_Alignas(64) _Atomic int64_t claimed;
 	_Atomic int64_t stolen;
@@ -37,28 +37,28 @@ typedef struct rf__tq {
 typedef struct rf__threads rf__threads;
 
 /* A keyed copy: a copy op and the signal of its ticket, as a work item of a lane. */
-typedef struct rf__tk_item {
+typedef struct rf__threads_kitem {
 	rf__work w;
 	rf__kcopy k;          /* the request as issued: a file source (k.src.fs.f) is held until it lands */
 	_Atomic int64_t value; /* the lane's value once done (read by lookups on any thread) */
 	uint64_t seq;         /* its position in the lane's inbox (reuse: once consumed) */
-} rf__tk_item;
+} rf__threads_kitem;
 
-typedef struct rf__tlane {
+typedef struct rf__threads_lane {
 	rf__threads *t;
 	unsigned q;          /* the queue it serves */
 	rf__work walk;       /* the current run's walk of queue q */
-	rf__tk_item kitem[RF__TK_RING];
+	rf__threads_kitem kitem[RF__THREADS_KRING];
 	int64_t kposted;     /* the value of the last keyed copy posted (owner) */
 	int core;            /* logical index of the core it is counted on, -1: none */
 	rf__flight flight;   /* its file copies in flight and the signals behind them */
 	int reported;        /* its failed file copy has failed the run */
-} rf__tlane;
+} rf__threads_lane;
 
 struct rf__threads {
 	unsigned nq;
 	rf__tq *q;
-	rf__tlane *lane; /* nq - 1 */
+	rf__threads_lane *lane; /* nq - 1 */
 	rf__pool pool;
 	rf__ec ec;
 	int64_t spin_ns;     /* the wait policy after runs and keyed copies (0: sleep at once) */
@@ -93,13 +93,13 @@ struct rf__threads {
 
 /* Placement (threads_place.c): pin the lanes (at open, within the CPU list `cpus`, "": the caller's
  * binding), follow the caller (per run), let go (close). */
-void rf__thr_pin(rf__threads *t, const char *cpus);
-void rf__thr_follow(rf__threads *t);
-void rf__thr_unpin(rf__threads *t, int owned);
+void rf__threads_pin(rf__threads *t, const char *cpus);
+void rf__threads_follow(rf__threads *t);
+void rf__threads_unpin(rf__threads *t, int owned);
 
 /* The backend's k* methods (threads_keyed.c). */
-int rf__tk_post(void *ctx, const rf__kcopy *op, rf__kticket *out);
+int rf__threads_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out);
 /* After a run: keyed tickets continue from where the run left the lanes' values. */
-void rf__tk_after_run(rf__threads *t);
+void rf__threads_kafter_run(rf__threads *t);
 
 #endif

@@ -101,7 +101,7 @@ static cpu_set_t *rf__tp_sets(hwloc_topology_t topo, hwloc_obj_t *cores, unsigne
 }
 
 /* Pin each lane (never the caller's thread); returns the length of t->placement. */
-static int rf__thr_place(rf__threads *t, int n, const char *cpus)
+static int rf__threads_place(rf__threads *t, int n, const char *cpus)
 {
 	/* A topology failure is not the caller's failure (create still succeeds): keep its rf_errmsg. */
 	char saved[256];
@@ -152,18 +152,18 @@ static int rf__thr_place(rf__threads *t, int n, const char *cpus)
 /* Pin each lane to the core of the caller's binding (or of the configured set), other than the caller's,
  * that holds the fewest lanes of the process. Recorded in t->placement for describe: failing to pin is
  * not an error (the run is still correct), but never silent. */
-void rf__thr_pin(rf__threads *t, const char *cpus)
+void rf__threads_pin(rf__threads *t, const char *cpus)
 {
 	int n = snprintf(t->placement, sizeof t->placement, "compute: caller's thread (not pinned by ringfetch)");
 	if (t->pool.n > 0)
-		n = rf__thr_place(t, n, cpus);
+		n = rf__threads_place(t, n, cpus);
 	if (n >= 0 && (size_t)n < sizeof t->placement)
 		snprintf(t->placement + n, sizeof t->placement - (size_t)n, "; %s", t->handoff_why);
 }
 
 /* Per run: when the caller now runs on a lane's core (an unpinned caller migrates), move that lane to
  * the least loaded other core. One look per run when nothing changed; no allocation. */
-void rf__thr_follow(rf__threads *t)
+void rf__threads_follow(rf__threads *t)
 {
 	if (t->scratch == NULL || t->cand_sets == NULL || !t->avoid_home)
 		return;
@@ -190,7 +190,7 @@ void rf__thr_follow(rf__threads *t)
 
 /* In a child of fork() the process-wide tables' locks may be held by parent threads that do not exist
  * here: only what the child's memory holds is freed. */
-void rf__thr_unpin(rf__threads *t, int owned)
+void rf__threads_unpin(rf__threads *t, int owned)
 {
 	for (unsigned i = 0; owned && i + 1 < t->nq; i++)
 		if (t->lane[i].core >= 0)

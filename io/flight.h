@@ -35,7 +35,7 @@ typedef struct rf__flight_rec {
 	int64_t fail_value;
 	unsigned char *dst;        /* where it writes (set by rf__flight_start) */
 	size_t len;
-	unsigned flags;            /* rf__reader_start's (RF__RD_SHIFT_OK) */
+	unsigned flags;            /* rf__reader_start's (RF__READER_SHIFT_OK) */
 	size_t shift;              /* once landed: its bytes begin at dst + shift */
 	uint8_t done;
 	int rc;
@@ -137,7 +137,7 @@ void rf__flight_run_start(rf__flight *f, int first_small);
 void rf__flight_run_end(rf__flight *f);
 
 /* A blocking read on the calling thread, with rf__reader_start's flags: *shift says where the bytes
- * begin (RF__RD_SHIFT_OK). RF_OK, or RF_EIO / RF_EINVAL with rf_errmsg set. */
+ * begin (RF__READER_SHIFT_OK). RF_OK, or RF_EIO / RF_EINVAL with rf_errmsg set. */
 int rf__flight_read_shifted(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
 			    unsigned flags, size_t *shift);
 static inline int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap)

@@ -8,46 +8,46 @@
 #include <string.h>
 #include <sys/stat.h>
 
-_Static_assert(RF__RD_PROBES % 2 == 1, "rd_median takes the middle sample");
+_Static_assert(RF__READER_PROBES % 2 == 1, "rd_median takes the middle sample");
 
-static float rd_median(const float *v) /* of RF__RD_PROBES samples, by insertion sort */
+static float rd_median(const float *v) /* of RF__READER_PROBES samples, by insertion sort */
 {
-	float s[RF__RD_PROBES];
+	float s[RF__READER_PROBES];
 	memcpy(s, v, sizeof s);
-	for (unsigned i = 1; i < RF__RD_PROBES; i++)
+	for (unsigned i = 1; i < RF__READER_PROBES; i++)
 		for (unsigned j = i; j > 0 && s[j - 1] > s[j]; j--) {
 			float t = s[j];
 			s[j] = s[j - 1];
 			s[j - 1] = t;
 		}
-	return s[RF__RD_PROBES / 2];
+	return s[RF__READER_PROBES / 2];
 }
 
-int rf__reader_rule_decided(const rf__rd_samples *s)
+int rf__reader_rule_decided(const rf__reader_samples *s)
 {
-	return s->n[RF__RD_MOVE] >= RF__RD_PROBES && s->n[RF__RD_BUFFERED] >= RF__RD_PROBES;
+	return s->n[RF__READER_MOVE] >= RF__READER_PROBES && s->n[RF__READER_BUFFERED] >= RF__READER_PROBES;
 }
 
-int rf__reader_rule(const rf__rd_samples *s)
+int rf__reader_rule(const rf__reader_samples *s)
 {
 	if (!rf__reader_rule_decided(s))
-		return s->n[RF__RD_BUFFERED] < s->n[RF__RD_MOVE] ? RF__RD_BUFFERED : RF__RD_MOVE;
-	float mv = rd_median(s->ns_per_byte[RF__RD_MOVE]), bf = rd_median(s->ns_per_byte[RF__RD_BUFFERED]);
-	return bf < mv ? RF__RD_BUFFERED : RF__RD_MOVE;
+		return s->n[RF__READER_BUFFERED] < s->n[RF__READER_MOVE] ? RF__READER_BUFFERED : RF__READER_MOVE;
+	float mv = rd_median(s->ns_per_byte[RF__READER_MOVE]), bf = rd_median(s->ns_per_byte[RF__READER_BUFFERED]);
+	return bf < mv ? RF__READER_BUFFERED : RF__READER_MOVE;
 }
 
 unsigned rf__reader_class(size_t n)
 {
 	unsigned c = 0;
-	for (size_t lim = 4096; n > lim && c + 1 < RF__RD_CLASSES; lim <<= 1)
+	for (size_t lim = 4096; n > lim && c + 1 < RF__READER_CLASSES; lim <<= 1)
 		c++;
 	return c;
 }
 
 size_t rf__reader_piece(size_t n, size_t align, size_t io_max)
 {
-	size_t hi = io_max ? io_max : RF__RD_PIECE_UNKNOWN;
-	hi = hi > RF__RD_PIECE_MAX ? RF__RD_PIECE_MAX : hi;
+	size_t hi = io_max ? io_max : RF__READER_PIECE_UNKNOWN;
+	hi = hi > RF__READER_PIECE_MAX ? RF__READER_PIECE_MAX : hi;
 	hi = hi / align * align;
 	hi = hi < align ? align : hi;
 	size_t p = (n + align - 1) / align * align;
@@ -66,13 +66,13 @@ static void rd_fail(rf__reader *r, unsigned ci, const rd_piece *p, int err_no, s
 }
 
 /* The sentence of failed copy c, into r->err. */
-void rf__rd_explain(rf__reader *r, const rd_copy *c)
+void rf__reader_explain(rf__reader *r, const rd_copy *c)
 {
 	const char *path = c->f->path;
 	if (c->err_no != 0)
 		snprintf(r->err, sizeof r->err, "%s: read of %zu bytes at offset %" PRIu64 ": %s%s", path, c->err_len,
 			 c->err_off, strerror(c->err_no),
-			 rf__rd_transient(c->err_no) ? " (every try of " RD_TRIES_S ")" : "");
+			 rf__reader_transient(c->err_no) ? " (every try of " RD_TRIES_S ")" : "");
 	else if (c->err_size != UINT64_MAX)
 		snprintf(r->err, sizeof r->err, "%s: short read at offset %" PRIu64 ": file shrank to %" PRIu64 " bytes",
 			 path, c->err_off, c->err_size);
@@ -83,7 +83,7 @@ void rf__rd_explain(rf__reader *r, const rd_copy *c)
 
 /* Every piece of copy ci has come back: move the bytes down if read as its window, time it while the
  * rule measures its class, queue it for poll. */
-void rf__rd_finish(rf__reader *r, unsigned ci)
+void rf__reader_finish(rf__reader *r, unsigned ci)
 {
 	rd_copy *c = &r->copies[ci];
 	if (c->rc == RF_OK && c->move) {
@@ -91,9 +91,9 @@ void rf__rd_finish(rf__reader *r, unsigned ci)
 		c->shift = 0;
 	}
 	if (c->rc == RF_OK && c->timed) {
-		rf__rd_samples *s = &r->samples[c->cls];
+		rf__reader_samples *s = &r->samples[c->cls];
 		unsigned k = s->n[c->method];
-		if (k < RF__RD_PROBES) {
+		if (k < RF__READER_PROBES) {
 			s->ns_per_byte[c->method][k] = (float)((double)(rf__now_ns() - c->t0) / (double)c->n);
 			s->n[c->method] = k + 1;
 			r->gen += (unsigned)rf__reader_rule_decided(s); /* the class has its rule: describe lists it */
@@ -113,43 +113,43 @@ static int rd_fd(const rf__reader *r, const rd_piece *p)
 
 /* A refused read ("not now", res = -EAGAIN ...) of piece pi: the same read again after a pause, or,
  * once the ring has refused it RD_TRIES times, by pread (which retries on its own). */
-void rf__rd_retry(rf__reader *r, unsigned pi)
+void rf__reader_retry(rf__reader *r, unsigned pi)
 {
 	rd_piece *p = &r->pieces[pi];
 	if (++p->tries < RD_TRIES) {
-		rf__rd_backoff(p->tries);
-		rf__rd_issue(r, pi);
+		rf__reader_backoff(p->tries);
+		rf__reader_issue(r, pi);
 	} else {
-		rf__rd_pread(r, pi, rd_fd(r, p));
+		rf__reader_pread(r, pi, rd_fd(r, p));
 	}
 }
 
 /* A partial read of res bytes (on the alignment): the rest of piece pi, as its own read. */
-void rf__rd_rest(rf__reader *r, unsigned pi, long res)
+void rf__reader_rest(rf__reader *r, unsigned pi, long res)
 {
 	rd_piece *p = &r->pieces[pi];
 	p->off += (uint64_t)res;
 	p->dst += res;
 	p->len -= (size_t)res;
 	p->tries = 0;
-	rf__rd_issue(r, pi);
+	rf__reader_issue(r, pi);
 }
 
 /* Copy piece pi came back with res (bytes, or -errno). */
-void rf__rd_piece_done(rf__reader *r, unsigned pi, long res)
+void rf__reader_piece_done(rf__reader *r, unsigned pi, long res)
 {
 	rd_piece *p = &r->pieces[pi];
 	unsigned ci = p->copy;
 	rd_copy *c = &r->copies[ci];
-	if (res < 0 && rf__rd_transient((int)-res) && c->rc == RF_OK && !p->by_pread) {
-		rf__rd_retry(r, pi);
+	if (res < 0 && rf__reader_transient((int)-res) && c->rc == RF_OK && !p->by_pread) {
+		rf__reader_retry(r, pi);
 		return;
 	}
 	uint64_t want = p->off + p->len < c->end ? p->off + p->len : c->end;
 	if (res >= 0 && p->off + (uint64_t)res < want && c->rc == RF_OK) {
 		size_t a = c->direct ? rf__file_dio_align(c->f) : 1;
 		if (res > 0 && (size_t)res % a == 0) {
-			rf__rd_rest(r, pi, res);
+			rf__reader_rest(r, pi, res);
 			return;
 		}
 		struct stat st;
@@ -160,22 +160,22 @@ void rf__rd_piece_done(rf__reader *r, unsigned pi, long res)
 	}
 	r->free_pieces[r->nfree_pieces++] = pi;
 	if (--c->out == 0 && c->next == c->win_len && !c->pending)
-		rf__rd_finish(r, ci);
+		rf__reader_finish(r, ci);
 }
 
 /* Start the read of piece pi (filled in): a submission queued in the ring, or a pread done now. */
-void rf__rd_issue(rf__reader *r, unsigned pi)
+void rf__reader_issue(rf__reader *r, unsigned pi)
 {
 	rd_piece *p = &r->pieces[pi];
 	r->cnt.reads++;
 	r->cnt.reads_direct += (unsigned)((p->copy & RD_CHUNK) || r->copies[p->copy].direct);
 	p->by_pread = 0;
 	int fd = rd_fd(r, p);
-	if (!rf__rd_uring_queue(r, pi, fd))
-		rf__rd_pread(r, pi, fd);
+	if (!rf__reader_uring_queue(r, pi, fd))
+		rf__reader_pread(r, pi, fd);
 }
 
-void rf__rd_top_up_pending(rf__reader *r)
+void rf__reader_top_up_pending(rf__reader *r)
 {
 	while (r->nfree_pieces > 0 && r->npend > 0) {
 		unsigned ci = r->pend[r->pend_head];
@@ -186,21 +186,21 @@ void rf__rd_top_up_pending(rf__reader *r)
 			r->pieces[pi] = (rd_piece){ci, c->win_off + c->next, len, c->dst + c->next, 0, 0};
 			c->next += len;
 			c->out++;
-			rf__rd_issue(r, pi);
+			rf__reader_issue(r, pi);
 		}
 		if (c->next == c->win_len) {
 			r->pend_head = (r->pend_head + 1) % r->max_copies;
 			r->npend--;
 			c->pending = 0;
 			if (c->out == 0)
-				rf__rd_finish(r, ci);
+				rf__reader_finish(r, ci);
 		}
 	}
 }
 
 /* How copy ci (tag, f, dst, range, cap and flags filled in) is read on its own, and onto the pending
  * list with it. */
-void rf__rd_setup(rf__reader *r, unsigned ci)
+void rf__reader_setup(rf__reader *r, unsigned ci)
 {
 	rd_copy *c = &r->copies[ci];
 	const rf_file *f = c->f;
@@ -209,15 +209,15 @@ void rf__rd_setup(rf__reader *r, unsigned ci)
 		uint64_t wo = c->win_off / a * a, we = (c->win_off + c->n + a - 1) / a * a;
 		size_t shift = (size_t)(c->win_off - wo), wl = (size_t)(we - wo);
 		if (((uintptr_t)c->dst & (ma - 1)) == 0 && c->cap >= wl) {
-			c->method = RF__RD_MOVE;
-			if (shift != 0 && !(c->flags & RF__RD_SHIFT_OK)) {
+			c->method = RF__READER_MOVE;
+			if (shift != 0 && !(c->flags & RF__READER_SHIFT_OK)) {
 				c->cls = rf__reader_class(c->n);
 				c->method = (unsigned)rf__reader_rule(&r->samples[c->cls]);
 				c->timed = !rf__reader_rule_decided(&r->samples[c->cls]);
 				c->t0 = c->timed ? rf__now_ns() : 0;
-				c->move = c->method == RF__RD_MOVE;
+				c->move = c->method == RF__READER_MOVE;
 			}
-			if (c->method == RF__RD_MOVE) {
+			if (c->method == RF__READER_MOVE) {
 				c->direct = 1;
 				c->win_off = wo, c->win_len = wl, c->shift = shift;
 			}

@@ -3,7 +3,7 @@
  * A copy is a window of the file (its range, or the range widened to the O_DIRECT alignment) cut into
  * pieces, one read each (io/pieces.c). Copies with pieces not yet issued wait in a FIFO (the pending
  * list); as a read finishes, the next piece of the oldest pending copy takes its place, so the device
- * sees up to RF__RD_QD reads. Every piece goes through rf__rd_issue: an io_uring submission
+ * sees up to RF__READER_QD reads. Every piece goes through rf__reader_issue: an io_uring submission
  * (io/uring.c), or a pread completed on the spot, so completion (short reads, errors, the move, the
  * timing) is one code path for both. Small copies in file order may be served from the read-ahead
  * window (io/window.c). */
@@ -22,19 +22,19 @@
 #include <string.h>
 #include <sys/mman.h>
 
-unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double rate, double err)
+unsigned rf__reader_ahead_rule(rf__reader_ahead *a, double rate, double err)
 {
 	static const rf__cmp_rule pays = {.z = 1, .higher = 1}; /* more in flight: a rise beyond the noise */
 	if (a->settled)
 		return a->on;
 	unsigned i = 0;
-	while ((2u << i) <= a->on && i + 1 < RF__RD_AHEAD_SETTINGS)
+	while ((2u << i) <= a->on && i + 1 < RF__READER_AHEAD_SETTINGS)
 		i++;
 	a->rate[i] = rate;
 	a->err[i] = err;
 	unsigned lo = i > 0 && a->rate[i - 1] > 0 ? i - 1 : i; /* the setting kept before this one */
 	unsigned w = lo + rf__cmp_pick(&pays, a->rate + lo, a->err + lo, i + 1 - lo);
-	a->settled = w < i || i + 1 == RF__RD_AHEAD_SETTINGS || (2u << i) > a->max; /* back, for good; or top */
+	a->settled = w < i || i + 1 == RF__READER_AHEAD_SETTINGS || (2u << i) > a->max; /* back, for good; or top */
 	a->on = a->settled ? 1u << w : 2u << i;
 	return a->on;
 }
@@ -60,12 +60,12 @@ int rf__reader_create(unsigned max_copies, int bell_fd, rf__reader **out)
 	for (unsigned i = 0; i < max_copies; i++)
 		r->free_copies[i] = max_copies - 1 - i;
 	r->nfree_copies = max_copies;
-	for (unsigned i = 0; i < RF__RD_QD; i++)
-		r->free_pieces[i] = RF__RD_QD - 1 - i;
-	r->nfree_pieces = RF__RD_QD;
-	r->read_done = rf__rd_done;
+	for (unsigned i = 0; i < RF__READER_QD; i++)
+		r->free_pieces[i] = RF__READER_QD - 1 - i;
+	r->nfree_pieces = RF__READER_QD;
+	r->read_done = rf__reader_done;
 	r->ahead_rule = rf__reader_ahead_rule;
-	rf__rd_uring_init(r);
+	rf__reader_uring_init(r);
 	*out = r;
 	return RF_OK;
 }
@@ -74,7 +74,7 @@ void rf__reader_destroy(rf__reader *r)
 {
 	if (r == NULL)
 		return;
-	rf__rd_uring_close(r);
+	rf__reader_uring_close(r);
 	if (r->win.map != NULL)
 		munmap(r->win.map, r->win.map_len);
 	free(r->win.wait);
@@ -94,10 +94,10 @@ static void rd_top_up(rf__reader *r)
 		uint64_t landed = r->win.landed;
 		unsigned nwait = r->win.nwait;
 		if (nwait > 0)
-			rf__rd_win_serve(r);
-		rf__rd_top_up_pending(r);
+			rf__reader_win_serve(r);
+		rf__reader_top_up_pending(r);
 		if (r->win.f != NULL)
-			rf__rd_win_fill(r);
+			rf__reader_win_fill(r);
 		/* a chunk read on the spot (pread), or chunks let go: serve and read ahead again */
 		if (r->win.nwait == 0 || (r->win.landed == landed && r->win.nwait == nwait))
 			return;
@@ -108,9 +108,9 @@ static void rd_top_up(rf__reader *r)
 static void rd_progress(rf__reader *r)
 {
 	if (r->ring_open)
-		rf__rd_reap(r);
+		rf__reader_reap(r);
 	rd_top_up(r);
-	rf__rd_submit(r);
+	rf__reader_submit(r);
 }
 
 int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *dst, size_t dst_cap,
@@ -123,7 +123,7 @@ int rf__reader_start_ahead(rf__reader *r, const rf__fsrc *s, size_t n, unsigned 
 			   unsigned flags, uint64_t tag, size_t ahead)
 {
 	static const char who[] = "rf__reader_start";
-	if (r == NULL || s == NULL || s->f == NULL || dst == NULL || n == 0 || dst_cap < n || (flags & ~RF__RD_SHIFT_OK))
+	if (r == NULL || s == NULL || s->f == NULL || dst == NULL || n == 0 || dst_cap < n || (flags & ~RF__READER_SHIFT_OK))
 		return rf__err(RF_EINVAL, "%s: bad arguments", who);
 	uint64_t size = rf_file_size(s->f);
 	if (s->off > size || n > size - s->off)
@@ -132,15 +132,15 @@ int rf__reader_start_ahead(rf__reader *r, const rf__fsrc *s, size_t n, unsigned 
 	if (r->nfree_copies == 0)
 		return rf__err(RF_EBUSY, "%s: %u copies in flight", who, r->max_copies);
 	if (r->setup_again && r->nfree_copies == r->max_copies && rf__now_ns() >= r->setup_at)
-		rf__rd_uring_again(r);
+		rf__reader_uring_again(r);
 	unsigned ci = r->free_copies[--r->nfree_copies];
 	rd_copy *c = &r->copies[ci];
 	*c = (rd_copy){.tag = tag, .f = s->f, .dst = dst, .win_off = s->off, .win_len = n, .end = s->off + n, .n = n,
 		       .cap = dst_cap, .flags = flags};
-	if (!rf__rd_win_take(r, ci, ahead))
-		rf__rd_setup(r, ci);
+	if (!rf__reader_win_take(r, ci, ahead))
+		rf__reader_setup(r, ci);
 	rd_top_up(r);
-	rf__rd_submit(r);
+	rf__reader_submit(r);
 	return RF_OK;
 }
 
@@ -157,7 +157,7 @@ int rf__reader_poll(rf__reader *r, uint64_t *tag, int *rc, size_t *shift)
 	*tag = c->tag;
 	*rc = c->rc;
 	if (c->rc != RF_OK)
-		rf__rd_explain(r, c);
+		rf__reader_explain(r, c);
 	*shift = c->rc == RF_OK ? c->shift : 0;
 	r->cnt.copies++;
 	r->cnt.failed += c->rc != RF_OK;
@@ -173,7 +173,7 @@ void rf__reader_wait(rf__reader *r)
 		r->bell_rang = 0;
 		return;
 	}
-	int ring = r->ndone != 0 ? 0 : rf__rd_uring_wait(r);
+	int ring = r->ndone != 0 ? 0 : rf__reader_uring_wait(r);
 	if (ring == 2) {
 		rd_progress(r); /* take what woke us now: a ring reaped here is this wait's reason to return */
 		r->bell_rang = 0;
@@ -182,12 +182,12 @@ void rf__reader_wait(rf__reader *r)
 		return;
 	struct pollfd pf = {r->bell_fd, POLLIN, 0};
 	if (poll(&pf, 1, -1) == 1)
-		rf__rd_bell_drain(r);
+		rf__reader_bell_drain(r);
 }
 
 unsigned rf__reader_reads_out(const rf__reader *r)
 {
-	return r->ring_open ? rf__rd_reads_out(r) : 0;
+	return r->ring_open ? rf__reader_ring_reads(r) : 0;
 }
 
 unsigned rf__reader_gen(const rf__reader *r)
@@ -223,24 +223,24 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 	if (cap == 0)
 		return;
 	if (r->uring)
-		RD_PUT("io_uring, up to %u reads in flight", RF__RD_QD);
+		RD_PUT("io_uring, up to %u reads in flight", RF__READER_QD);
 	else
 		RD_PUT("pread (%s), one read at a time", r->why);
 	RD_PUT(", O_DIRECT where the file and the range allow it");
 	if (r->win.mem != NULL && r->win.chunk != 0) {
-		const rf__rd_ahead *a = &r->win.ahead;
+		const rf__reader_ahead *a = &r->win.ahead;
 		RD_PUT(", read-ahead %u x %zuK in flight (blocks in file order", a->on, r->win.chunk >> 10);
 		if (r->win.online) {
 			RD_PUT("; %s online", a->settled ? "chosen" : "choosing");
-			for (unsigned i = 0, first = 1; i < RF__RD_AHEAD_SETTINGS; i++)
+			for (unsigned i = 0, first = 1; i < RF__READER_AHEAD_SETTINGS; i++)
 				if (a->rate[i] > 0) {
 					RD_PUT("%s %u: %.2f", first ? ", GB/s at" : "", 1u << i, a->rate[i] * 1e-9);
 					first = 0;
 				}
 			unsigned i = 0;
-			while ((2u << i) <= a->on && i + 1 < RF__RD_AHEAD_SETTINGS)
+			while ((2u << i) <= a->on && i + 1 < RF__READER_AHEAD_SETTINGS)
 				i++;
-			if (a->settled && i + 1 < RF__RD_AHEAD_SETTINGS && a->rate[i + 1] > 0)
+			if (a->settled && i + 1 < RF__READER_AHEAD_SETTINGS && a->rate[i + 1] > 0)
 				RD_PUT("; more did not pay");
 		}
 		RD_PUT(")");
@@ -251,13 +251,13 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 	else if (r->want_len > 0)
 		RD_PUT(", slots not registered (%s)", r->reg_why);
 	int first = 1;
-	for (unsigned k = 0; k < RF__RD_CLASSES; k++) {
+	for (unsigned k = 0; k < RF__READER_CLASSES; k++) {
 		if (!rf__reader_rule_decided(&r->samples[k]))
 			continue;
 		size_t lim = (size_t)4096 << k;
 		int mib = lim >= ((size_t)1 << 20);
 		RD_PUT("%s<=%zu%c %s", first ? ", unaligned ranges: " : ", ", lim >> (mib ? 20 : 10), mib ? 'M' : 'K',
-		       rf__reader_rule(&r->samples[k]) == RF__RD_MOVE ? "O_DIRECT+move" : "buffered");
+		       rf__reader_rule(&r->samples[k]) == RF__READER_MOVE ? "O_DIRECT+move" : "buffered");
 		first = 0;
 	}
 #undef RD_PUT
@@ -268,11 +268,11 @@ int rf__reader_register(rf__reader *r, void *base, size_t len)
 	if (r == NULL || (base == NULL && len > 0))
 		return rf__err(RF_EINVAL, "rf__reader_register: %s", r == NULL ? "r is NULL" : "base is NULL");
 	unsigned inflight = r->max_copies - r->nfree_copies;
-	if (rf__rd_reads_out(r) != 0 || inflight != 0)
+	if (rf__reader_ring_reads(r) != 0 || inflight != 0)
 		return rf__err(RF_EBUSY, "rf__reader_register: %u copies in flight", inflight);
 	r->want_base = base, r->want_len = len;
 	r->gen++;
-	rf__rd_register(r);
+	rf__reader_ring_register(r);
 	return RF_OK;
 }
 

@@ -2,15 +2,15 @@
  *
  * A reader belongs to one thread at a time (a copy lane, the caller on "cpu", a host lane of "cuda");
  * only the doorbell (bell_fd) is written by others. Nothing allocates after rf__reader_create.
- *  - io_uring: a copy is cut into pieces, one read each, at most RF__RD_QD in flight; the rest are
+ *  - io_uring: a copy is cut into pieces, one read each, at most RF__READER_QD in flight; the rest are
  *    submitted as reads finish (poll, wait); reads into the registered region are fixed-buffer reads.
  *    Where io_uring is refused (old kernel, io_uring_disabled, seccomp) start preads the whole copy
  *    and poll hands it back: never a failure; describe says which and why. An io_uring_setup that
  *    failed for want of a descriptor or memory (EMFILE, ENFILE, ENOMEM, EAGAIN) is tried again by a
  *    start that finds nothing in flight, at most five times a second: a shortage does not last.
  *  - O_DIRECT when the range's aligned window can land in dst: dst aligned to f->dio_mem_align,
- *    the range on a dio_align boundary or RF__RD_SHIFT_OK given, and dst_cap holding the
- *    window. A range off the boundary without RF__RD_SHIFT_OK is read buffered, or as its O_DIRECT
+ *    the range on a dio_align boundary or RF__READER_SHIFT_OK given, and dst_cap holding the
+ *    window. A range off the boundary without RF__READER_SHIFT_OK is read buffered, or as its O_DIRECT
  *    window moved down in place, whichever was measured faster for its size (rf__reader_rule).
  *  - A piece is cut only where the block layer would cut anyway (f->io_max): smaller requests
  *    each cost a request and buy nothing the reads of the next blocks do not.
@@ -41,7 +41,7 @@ void rf__reader_destroy(rf__reader *r);
 int rf__reader_register(rf__reader *r, void *base, size_t len);
 
 /* Queue and submit the reads of one copy: n >= 1 bytes of s->f from s->off to dst (dst_cap >= n
- * usable). flags: 0 or RF__RD_SHIFT_OK; tag comes back from poll. Never waits for the device (pread
+ * usable). flags: 0 or RF__READER_SHIFT_OK; tag comes back from poll. Never waits for the device (pread
  * mode reads before it returns). RF_OK; RF_EBUSY (max_copies in flight: poll first); RF_EINVAL (bad
  * arguments, a range past the file's size at open). Read failures come back from poll; a ring whose
  * submission fails for good is left for pread, its queued reads included. */
@@ -76,7 +76,7 @@ int rf__reader_start_ahead(rf__reader *r, const rf__fsrc *s, size_t n, unsigned 
 			   unsigned flags, uint64_t tag, size_t ahead);
 
 /* Hand back one finished copy, any order: 1 with *tag, *rc (RF_OK or RF_EIO) and *shift (data start
- * at dst + *shift; 0 without RF__RD_SHIFT_OK); 0 when none has finished. Never waits for the device,
+ * at dst + *shift; 0 without RF__READER_SHIFT_OK); 0 when none has finished. Never waits for the device,
  * only the pauses between tries of a refused read and the preads of a ring given up. */
 int rf__reader_poll(rf__reader *r, uint64_t *tag, int *rc, size_t *shift);
 

@@ -74,10 +74,10 @@ typedef struct rd_win {
 	uint64_t expect;    /* where the next copy served from the window must start */
 	unsigned *wait, wait_head, nwait; /* copies waiting for chunks, in file order (max_copies long) */
 	uint64_t copies, read;
-	uint64_t landed;    /* chunks landed so far (rf__rd_top_up serves again when it moves) */
+	uint64_t landed;    /* chunks landed so far (rf__reader_top_up serves again when it moves) */
 	int online;         /* the chunks in flight are chosen online (ahead) */
 	size_t from;        /* online: the bytes the search starts from (the chunks a copy needs, if more) */
-	rf__rd_ahead ahead; /* chunks read ahead at once: ahead.on (all k when not online) */
+	rf__reader_ahead ahead; /* chunks read ahead at once: ahead.on (all k when not online) */
 	int64_t m_t0, m_last; /* the measurement in progress: its start, the last landing (ns) */
 	double m_sum, m_sq;  /* the intervals between its landings: their sum, their squares' */
 	uint64_t m_bytes, m_round; /* bytes landed in it, in its round so far */
@@ -90,13 +90,13 @@ typedef struct rd_piece {
 	size_t len;
 	unsigned char *dst;
 	unsigned tries;   /* EAGAIN / EBUSY / EINTR answers in a row from the ring */
-	int by_pread;     /* the last answer came from rf__rd_pread (which retries on its own) */
+	int by_pread;     /* the last answer came from rf__reader_pread (which retries on its own) */
 } rd_piece;
 
 struct rf__reader {
-	/* passed down by io/reader.c: what a read that came back goes to (rf__rd_done), the window's rule */
+	/* passed down by io/reader.c: what a read that came back goes to (rf__reader_done), the window's rule */
 	void (*read_done)(rf__reader *r, unsigned pi, long res);
-	unsigned (*ahead_rule)(rf__rd_ahead *a, double rate, double err); /* rf__reader_ahead_rule */
+	unsigned (*ahead_rule)(rf__reader_ahead *a, double rate, double err); /* rf__reader_ahead_rule */
 	unsigned max_copies;
 	int bell_fd;
 	int uring;       /* reads go through the ring */
@@ -121,9 +121,9 @@ struct rf__reader {
 	 * unfinished) until it reaches the head */
 	unsigned *pend, pend_head, npend;
 	unsigned *done, done_head, ndone; /* FIFO of finished copies, max_copies long */
-	rd_piece pieces[RF__RD_QD];
-	unsigned free_pieces[RF__RD_QD], nfree_pieces;
-	rf__rd_samples samples[RF__RD_CLASSES];
+	rd_piece pieces[RF__READER_QD];
+	unsigned free_pieces[RF__READER_QD], nfree_pieces;
+	rf__reader_samples samples[RF__READER_CLASSES];
 	rf__reader_counters cnt;
 	rd_win win;
 #ifdef RF_HAVE_LIBURING
@@ -132,45 +132,45 @@ struct rf__reader {
 };
 
 /* io/pieces.c */
-void rf__rd_setup(rf__reader *r, unsigned ci);   /* how copy ci is read on its own; onto the pending list */
-void rf__rd_top_up_pending(rf__reader *r);       /* issue pending copies' pieces while reads may be added */
-void rf__rd_issue(rf__reader *r, unsigned pi);   /* start piece pi: a submission, or a pread done now */
-void rf__rd_piece_done(rf__reader *r, unsigned pi, long res); /* copy piece pi came back */
-void rf__rd_retry(rf__reader *r, unsigned pi);   /* a refused read again, or by pread */
-void rf__rd_rest(rf__reader *r, unsigned pi, long res); /* the rest of a partial read */
-void rf__rd_finish(rf__reader *r, unsigned ci);  /* every piece back: queue copy ci for poll */
-void rf__rd_explain(rf__reader *r, const rd_copy *c); /* failed copy c's sentence into r->err */
+void rf__reader_setup(rf__reader *r, unsigned ci);   /* how copy ci is read on its own; onto the pending list */
+void rf__reader_top_up_pending(rf__reader *r);       /* issue pending copies' pieces while reads may be added */
+void rf__reader_issue(rf__reader *r, unsigned pi);   /* start piece pi: a submission, or a pread done now */
+void rf__reader_piece_done(rf__reader *r, unsigned pi, long res); /* copy piece pi came back */
+void rf__reader_retry(rf__reader *r, unsigned pi);   /* a refused read again, or by pread */
+void rf__reader_rest(rf__reader *r, unsigned pi, long res); /* the rest of a partial read */
+void rf__reader_finish(rf__reader *r, unsigned ci);  /* every piece back: queue copy ci for poll */
+void rf__reader_explain(rf__reader *r, const rd_copy *c); /* failed copy c's sentence into r->err */
 /* io/window.c */
-void rf__rd_done(rf__reader *r, unsigned pi, long res); /* read pi came back: a chunk's, or a copy's piece */
-void rf__rd_win_serve(rf__reader *r);
-void rf__rd_win_fill(rf__reader *r);
-int rf__rd_win_take(rf__reader *r, unsigned ci, size_t ahead);
+void rf__reader_done(rf__reader *r, unsigned pi, long res); /* read pi came back: a chunk's, or a copy's piece */
+void rf__reader_win_serve(rf__reader *r);
+void rf__reader_win_fill(rf__reader *r);
+int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead);
 /* io/uring.c: what comes back goes to r->read_done. Without liburing no ring; what needs one is a no-op. */
-int rf__rd_transient(int err);        /* "not now" (EAGAIN, EBUSY, EINTR): worth another try */
-void rf__rd_backoff(unsigned k);      /* the sleep before try k + 1 */
-void rf__rd_pread(rf__reader *r, unsigned pi, int fd); /* pread piece pi and complete it on the spot */
-void rf__rd_uring_init(rf__reader *r);  /* set up the ring, or say in r->why why not */
-void rf__rd_bell_drain(rf__reader *r);  /* consume the doorbell's count */
-void rf__rd_register(rf__reader *r);    /* the region asked for (r->want_*) registered, or why not */
+int rf__reader_transient(int err);        /* "not now" (EAGAIN, EBUSY, EINTR): worth another try */
+void rf__reader_backoff(unsigned k);      /* the sleep before try k + 1 */
+void rf__reader_pread(rf__reader *r, unsigned pi, int fd); /* pread piece pi and complete it on the spot */
+void rf__reader_uring_init(rf__reader *r);  /* set up the ring, or say in r->why why not */
+void rf__reader_bell_drain(rf__reader *r);  /* consume the doorbell's count */
+void rf__reader_ring_register(rf__reader *r);    /* the region asked for (r->want_*) registered, or why not */
 #ifdef RF_HAVE_LIBURING
-void rf__rd_uring_again(rf__reader *r); /* an io_uring_setup short of resources, again */
-void rf__rd_uring_close(rf__reader *r); /* wait for the reads the ring owes, and close it */
-int rf__rd_uring_queue(rf__reader *r, unsigned pi, int fd); /* piece pi as a submission: 1, or 0 (none) */
-int rf__rd_uring_wait(rf__reader *r);   /* rf__reader_wait on a ring: 2 slept in it, 1 waited or need not */
-void rf__rd_submit(rf__reader *r);      /* hand the queued submissions to the kernel */
-void rf__rd_reap(rf__reader *r);        /* complete what the ring has handed back */
+void rf__reader_uring_again(rf__reader *r); /* an io_uring_setup short of resources, again */
+void rf__reader_uring_close(rf__reader *r); /* wait for the reads the ring owes, and close it */
+int rf__reader_uring_queue(rf__reader *r, unsigned pi, int fd); /* piece pi as a submission: 1, or 0 (none) */
+int rf__reader_uring_wait(rf__reader *r);   /* rf__reader_wait on a ring: 2 slept in it, 1 waited or need not */
+void rf__reader_submit(rf__reader *r);      /* hand the queued submissions to the kernel */
+void rf__reader_reap(rf__reader *r);        /* complete what the ring has handed back */
 #else
-#define rf__rd_uring_again(r) ((void)(r))
-#define rf__rd_uring_close(r) ((void)(r))
-#define rf__rd_uring_queue(r, pi, fd) ((void)(r), (void)(pi), (void)(fd), 0)
-#define rf__rd_uring_wait(r) ((void)(r), 0)
-#define rf__rd_submit(r) ((void)(r))
-#define rf__rd_reap(r) ((void)(r))
+#define rf__reader_uring_again(r) ((void)(r))
+#define rf__reader_uring_close(r) ((void)(r))
+#define rf__reader_uring_queue(r, pi, fd) ((void)(r), (void)(pi), (void)(fd), 0)
+#define rf__reader_uring_wait(r) ((void)(r), 0)
+#define rf__reader_submit(r) ((void)(r))
+#define rf__reader_reap(r) ((void)(r))
 #endif
 
-static inline unsigned rf__rd_reads_out(const rf__reader *r)
+static inline unsigned rf__reader_ring_reads(const rf__reader *r)
 {
-	return RF__RD_QD - r->nfree_pieces;
+	return RF__READER_QD - r->nfree_pieces;
 }
 
 #endif

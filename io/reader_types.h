@@ -8,10 +8,10 @@
 
 typedef struct rf__reader rf__reader;
 
-#define RF__RD_SHIFT_OK 1u /* rf__reader_start flag: the data may start at dst + *shift */
-#define RF__RD_QD 32u                           /* reads in flight, at most (io_uring) */
-#define RF__RD_PIECE_UNKNOWN ((size_t)1 << 20)  /* the largest piece when sysfs does not say */
-#define RF__RD_PIECE_MAX ((size_t)4 << 20)      /* and the largest piece whatever it says */
+#define RF__READER_SHIFT_OK 1u /* rf__reader_start flag: the data may start at dst + *shift */
+#define RF__READER_QD 32u                           /* reads in flight, at most (io_uring) */
+#define RF__READER_PIECE_UNKNOWN ((size_t)1 << 20)  /* the largest piece when sysfs does not say */
+#define RF__READER_PIECE_MAX ((size_t)4 << 20)      /* and the largest piece whatever it says */
 
 /* The window's figures: bytes mapped (0: none), chunk bytes for the last file, its chunks, of them read
  * ahead at once now, copies served from it, bytes read into it. */
@@ -24,34 +24,34 @@ typedef struct rf__reader_window_stats {
 /* How many of the window's chunks are read ahead at once. Fixed (all of them) unless chosen online
  * (rf__reader_window_online): then a pure rule over the read rates measured at each setting, tested on
  * its own. Settings are powers of two from where the search starts, climbed as base/compare.h's
- * ladder: each measurement lasts RF__RD_AHEAD_ROUNDS rounds of chunks landed, each round timed; the
+ * ladder: each measurement lasts RF__READER_AHEAD_ROUNDS rounds of chunks landed, each round timed; the
  * next setting doubles while the rate rises by more than the standard error of the difference (from
  * the spread of the rounds), and goes back to the last one that paid, for good, once it does not. */
-#define RF__RD_AHEAD_SETTINGS 5u /* 1, 2, 4, 8, 16 chunks */
+#define RF__READER_AHEAD_SETTINGS 5u /* 1, 2, 4, 8, 16 chunks */
 /* A measurement at `on` chunks lasts this many rounds of `on` chunks landed: the fewest whose spread says
  * something (three degrees of freedom). */
-#define RF__RD_AHEAD_ROUNDS 4u
-typedef struct rf__rd_ahead {
+#define RF__READER_AHEAD_ROUNDS 4u
+typedef struct rf__reader_ahead {
 	unsigned on;  /* chunks read ahead at once now */
 	unsigned max; /* the window's chunks */
 	int settled;
-	double rate[RF__RD_AHEAD_SETTINGS]; /* bytes per second at 1 << i chunks (0: not measured) */
-	double err[RF__RD_AHEAD_SETTINGS];  /* its standard error */
-} rf__rd_ahead;
+	double rate[RF__READER_AHEAD_SETTINGS]; /* bytes per second at 1 << i chunks (0: not measured) */
+	double err[RF__READER_AHEAD_SETTINGS];  /* its standard error */
+} rf__reader_ahead;
 /* Start at the largest setting <= first (the chunks one copy may need at once), within max. */
-void rf__reader_ahead_start(rf__rd_ahead *a, unsigned max, unsigned first);
+void rf__reader_ahead_start(rf__reader_ahead *a, unsigned max, unsigned first);
 /* A measurement at a->on read `rate` bytes per second, with standard error err: the next setting. */
-unsigned rf__reader_ahead_rule(rf__rd_ahead *a, double rate, double err);
+unsigned rf__reader_ahead_rule(rf__reader_ahead *a, double rate, double err);
 /* A measurement's rate and standard error: bytes landed in `seconds`, in n rounds (a round: as many
  * chunks landed as the setting reads ahead at once) whose own rates sum to sum, their squares to sumsq.
  * The rate is bytes / seconds; its error the rounds' standard deviation / sqrt(n) (batch means: chunks
  * that land together are one round, not many samples). */
 void rf__reader_ahead_sample(uint64_t bytes, double seconds, unsigned n, double sum, double sumsq, double *rate,
 			     double *err);
-/* A copy is served from a window of `bytes` when n <= RF__RD_WIN_SMALL(bytes): two copies at least fit
+/* A copy is served from a window of `bytes` when n <= RF__READER_WIN_SMALL(bytes): two copies at least fit
  * in it. Whether that pays is the caller's to say (it passes `ahead` or not): where the window keeps
  * more bytes in flight than the caller's own copies do. */
-#define RF__RD_WIN_SMALL(bytes) ((bytes) / 2)
+#define RF__READER_WIN_SMALL(bytes) ((bytes) / 2)
 
 typedef struct rf__reader_counters {
 	uint64_t copies;       /* copies handed back, failed ones included */
@@ -61,26 +61,26 @@ typedef struct rf__reader_counters {
 	uint64_t reads_fixed;  /* of those, into the registered region */
 } rf__reader_counters;
 
-/* How a copy whose range starts off the O_DIRECT alignment, without RF__RD_SHIFT_OK, is read (a pure
+/* How a copy whose range starts off the O_DIRECT alignment, without RF__READER_SHIFT_OK, is read (a pure
  * rule, tested on its own). */
-enum { RF__RD_MOVE = 0,     /* its O_DIRECT window into dst, then memmove down by the shift */
-       RF__RD_BUFFERED = 1, /* buffered reads straight into dst */
-       RF__RD_NMETHODS = 2 };
+enum { RF__READER_MOVE = 0,     /* its O_DIRECT window into dst, then memmove down by the shift */
+       RF__READER_BUFFERED = 1, /* buffered reads straight into dst */
+       RF__READER_NMETHODS = 2 };
 
-#define RF__RD_PROBES 5u  /* timed copies of each method per size class before the rule decides */
-#define RF__RD_CLASSES 20u /* size classes: <= 4 KiB, <= 8 KiB, ... (powers of two), the last open-ended */
+#define RF__READER_PROBES 5u  /* timed copies of each method per size class before the rule decides */
+#define RF__READER_CLASSES 20u /* size classes: <= 4 KiB, <= 8 KiB, ... (powers of two), the last open-ended */
 
-typedef struct rf__rd_samples {
-	float ns_per_byte[RF__RD_NMETHODS][RF__RD_PROBES];
-	unsigned n[RF__RD_NMETHODS]; /* samples taken (at most RF__RD_PROBES kept) */
-} rf__rd_samples;
+typedef struct rf__reader_samples {
+	float ns_per_byte[RF__READER_NMETHODS][RF__READER_PROBES];
+	unsigned n[RF__READER_NMETHODS]; /* samples taken (at most RF__READER_PROBES kept) */
+} rf__reader_samples;
 
-/* The method for the next copy of a class: while either has fewer than RF__RD_PROBES samples, the one
- * with fewer (so they alternate); then the lower median time per byte. Ties: RF__RD_MOVE (it leaves
+/* The method for the next copy of a class: while either has fewer than RF__READER_PROBES samples, the one
+ * with fewer (so they alternate); then the lower median time per byte. Ties: RF__READER_MOVE (it leaves
  * the page cache alone). */
-int rf__reader_rule(const rf__rd_samples *s);
+int rf__reader_rule(const rf__reader_samples *s);
 /* 1 when the rule has decided for s (both methods fully sampled). */
-int rf__reader_rule_decided(const rf__rd_samples *s);
+int rf__reader_rule_decided(const rf__reader_samples *s);
 /* The size class of an n-byte copy. */
 unsigned rf__reader_class(size_t n);
 /* The piece size of an n-byte copy aligned to `align`; io_max: the device's largest request (0: unknown). */

@@ -14,13 +14,13 @@
 #include <unistd.h>
 
 /* An answer that says "not now" rather than "no": worth another try (RD_TRIES). */
-int rf__rd_transient(int err)
+int rf__reader_transient(int err)
 {
 	return err == EAGAIN || err == EBUSY || err == EINTR;
 }
 
 /* The sleep before try k + 1 (k >= 1 tries made). */
-void rf__rd_backoff(unsigned k)
+void rf__reader_backoff(unsigned k)
 {
 	long us = 50L << (k > 7 ? 7 : k - 1);
 	struct timespec d = {0, (us > 5000 ? 5000 : us) * 1000L};
@@ -28,7 +28,7 @@ void rf__rd_backoff(unsigned k)
 }
 
 /* pread piece pi from fd to its end (or EOF, or an error) and complete it on the spot (r->read_done). */
-void rf__rd_pread(rf__reader *r, unsigned pi, int fd)
+void rf__reader_pread(rf__reader *r, unsigned pi, int fd)
 {
 	rd_piece *p = &r->pieces[pi];
 	size_t got = 0;
@@ -36,8 +36,8 @@ void rf__rd_pread(rf__reader *r, unsigned pi, int fd)
 	unsigned tries = 0;
 	while (got < p->len) {
 		ssize_t k = pread(fd, p->dst + got, p->len - got, (off_t)(p->off + got));
-		if (k < 0 && rf__rd_transient(errno) && ++tries < RD_TRIES) {
-			rf__rd_backoff(tries);
+		if (k < 0 && rf__reader_transient(errno) && ++tries < RD_TRIES) {
+			rf__reader_backoff(tries);
 			continue;
 		}
 		if (k <= 0) {
@@ -53,7 +53,7 @@ void rf__rd_pread(rf__reader *r, unsigned pi, int fd)
 
 /* The doorbell rang: consume its count, so that the next wait waits afresh; only if still readable (a
  * blocking eventfd whose count someone else took would block the read). */
-void rf__rd_bell_drain(rf__reader *r)
+void rf__reader_bell_drain(rf__reader *r)
 {
 	struct pollfd pf = {r->bell_fd, POLLIN, 0};
 	if (poll(&pf, 1, 0) == 1 && (pf.revents & POLLIN)) {
@@ -66,7 +66,7 @@ void rf__rd_bell_drain(rf__reader *r)
 }
 
 /* Let go of the region registered, and register the one asked for (if any) with the ring, or say why not. */
-void rf__rd_register(rf__reader *r)
+void rf__reader_ring_register(rf__reader *r)
 {
 #ifdef RF_HAVE_LIBURING
 	if (r->uring && r->reg_base != NULL)
@@ -93,13 +93,13 @@ void rf__rd_register(rf__reader *r)
 
 #ifdef RF_HAVE_LIBURING
 /* Set up the ring, or say in r->why why not (the reader then reads with pread). */
-void rf__rd_uring_init(rf__reader *r)
+void rf__reader_uring_init(rf__reader *r)
 {
 	r->setup_again = 0;
 	int rc = io_uring_queue_init(RD_SQ_ENTRIES, &r->ring, 0);
 	if (rc < 0) {
 		/* Out of descriptors or memory is a moment's shortage, not the system's word: try again later
-		 * (rf__rd_uring_again); a refusal (EPERM, ENOSYS, io_uring_disabled) stands. */
+		 * (rf__reader_uring_again); a refusal (EPERM, ENOSYS, io_uring_disabled) stands. */
 		r->setup_again = rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM || rc == -EAGAIN;
 		r->setup_at = rf__now_ns() + RD_SETUP_AGAIN_NS;
 		snprintf(r->why, sizeof r->why, "io_uring refused: io_uring_setup: %s%s", strerror(-rc),
@@ -128,7 +128,7 @@ void rf__rd_uring_init(rf__reader *r)
 static void rd_uring_broke(rf__reader *r, int err)
 {
 	snprintf(r->why, sizeof r->why, "io_uring failed: io_uring_enter: %s%s", strerror(err),
-		 rf__rd_transient(err) ? " (every try of " RD_TRIES_S ")" : "");
+		 rf__reader_transient(err) ? " (every try of " RD_TRIES_S ")" : "");
 	r->uring = 0;
 	r->gen++;
 	unsigned k = io_uring_sq_ready(&r->ring), head = *r->ring.sq.khead;
@@ -137,7 +137,7 @@ static void rd_uring_broke(rf__reader *r, int err)
 		if (sqe->user_data == RD_BELL)
 			r->bell_armed = 0;
 		else
-			rf__rd_pread(r, (unsigned)sqe->user_data, sqe->fd);
+			rf__reader_pread(r, (unsigned)sqe->user_data, sqe->fd);
 	}
 }
 
@@ -150,22 +150,22 @@ static void rd_entered(rf__reader *r, int rc)
 		r->enter_fails = 0;
 		return;
 	}
-	if (rf__rd_transient(-rc) && ++r->enter_fails < RD_TRIES) {
-		rf__rd_backoff(r->enter_fails);
+	if (rf__reader_transient(-rc) && ++r->enter_fails < RD_TRIES) {
+		rf__reader_backoff(r->enter_fails);
 		return;
 	}
 	rd_uring_broke(r, -rc);
 }
 
 /* Hand the queued submissions to the kernel. */
-void rf__rd_submit(rf__reader *r)
+void rf__reader_submit(rf__reader *r)
 {
 	if (!r->uring || io_uring_sq_ready(&r->ring) == 0)
 		return;
 	rd_entered(r, io_uring_submit(&r->ring));
 }
 
-void rf__rd_reap(rf__reader *r)
+void rf__reader_reap(rf__reader *r)
 {
 	struct io_uring_cqe *cqe;
 	unsigned head, n = 0;
@@ -188,24 +188,24 @@ void rf__rd_reap(rf__reader *r)
 	if (n > 0) /* the ring answers: an interrupted wait before this one was no refusal */
 		r->enter_fails = 0;
 	if (bell) {
-		rf__rd_bell_drain(r);
+		rf__reader_bell_drain(r);
 		r->bell_rang = 1;
 	}
 }
 
 /* io_uring_setup failed for want of resources: try again (nothing in flight, nothing owed by a ring). */
-void rf__rd_uring_again(rf__reader *r)
+void rf__reader_uring_again(rf__reader *r)
 {
-	rf__rd_uring_init(r); /* sets setup_again and setup_at again if it fails the same way */
+	rf__reader_uring_init(r); /* sets setup_again and setup_at again if it fails the same way */
 	if (!r->uring)
 		return;
 	r->why[0] = '\0';
 	r->gen++;
-	rf__rd_register(r);
+	rf__reader_ring_register(r);
 }
 
 /* Piece pi as a submission queued in the ring: 1, or 0 where there is no ring to queue it in. */
-int rf__rd_uring_queue(rf__reader *r, unsigned pi, int fd)
+int rf__reader_uring_queue(rf__reader *r, unsigned pi, int fd)
 {
 	/* Never NULL with a ring: RD_SQ_ENTRIES holds every piece and the doorbell. */
 	struct io_uring_sqe *sqe = r->uring ? io_uring_get_sqe(&r->ring) : NULL;
@@ -225,7 +225,7 @@ int rf__rd_uring_queue(rf__reader *r, unsigned pi, int fd)
 
 /* The ring's part of rf__reader_wait: sleep in io_uring_enter until a read or the doorbell's poll
  * completes. 2 if it slept so, 1 if it waited otherwise or found nothing to wait for; 0 without a ring. */
-int rf__rd_uring_wait(rf__reader *r)
+int rf__reader_uring_wait(rf__reader *r)
 {
 	if (r->uring) {
 		if (r->bell_fd >= 0 && !r->bell_armed && !r->bell_dead) {
@@ -236,16 +236,16 @@ int rf__rd_uring_wait(rf__reader *r)
 				r->bell_armed = 1;
 			}
 		}
-		if (rf__rd_reads_out(r) == 0 && !r->bell_armed)
+		if (rf__reader_ring_reads(r) == 0 && !r->bell_armed)
 			return 1;
 		int rc = io_uring_submit_and_wait(&r->ring, 1);
 		rd_entered(r, rc == -ETIME ? 0 : rc);
 		return 2;
 	}
-	if (r->ring_open && rf__rd_reads_out(r) != 0) { /* a broken ring still owes reads it took */
+	if (r->ring_open && rf__reader_ring_reads(r) != 0) { /* a broken ring still owes reads it took */
 		struct io_uring_cqe *cqe;
 		if (io_uring_wait_cqe(&r->ring, &cqe) < 0) /* they complete without us: no hot spin */
-			rf__rd_backoff(3);
+			rf__reader_backoff(3);
 		return 1;
 	}
 	return 0;
@@ -253,20 +253,20 @@ int rf__rd_uring_wait(rf__reader *r)
 
 /* The kernel writes the destinations until each read completes: wait for them, then close. The
  * doorbell's poll references no memory of ours; exit cancels it. */
-void rf__rd_uring_close(rf__reader *r)
+void rf__reader_uring_close(rf__reader *r)
 {
-	while (r->ring_open && rf__rd_reads_out(r) != 0) {
-		rf__rd_submit(r);
+	while (r->ring_open && rf__reader_ring_reads(r) != 0) {
+		rf__reader_submit(r);
 		struct io_uring_cqe *cqe;
-		if (r->ring_open && rf__rd_reads_out(r) != 0 && io_uring_wait_cqe(&r->ring, &cqe) < 0)
-			rf__rd_backoff(3);
-		rf__rd_reap(r);
+		if (r->ring_open && rf__reader_ring_reads(r) != 0 && io_uring_wait_cqe(&r->ring, &cqe) < 0)
+			rf__reader_backoff(3);
+		rf__reader_reap(r);
 	}
 	if (r->ring_open)
 		io_uring_queue_exit(&r->ring);
 }
 #else /* built without liburing: no ring, ever (io/reader_int.h): pread only */
-void rf__rd_uring_init(rf__reader *r)
+void rf__reader_uring_init(rf__reader *r)
 {
 	snprintf(r->why, sizeof r->why, "built without liburing");
 }

@@ -5,10 +5,10 @@
 #include <math.h>
 #include <string.h>
 
-void rf__reader_ahead_start(rf__rd_ahead *a, unsigned max, unsigned first)
+void rf__reader_ahead_start(rf__reader_ahead *a, unsigned max, unsigned first)
 {
-	*a = (rf__rd_ahead){.on = 1, .max = max ? max : 1};
-	while (a->on * 2 <= first && a->on * 2 <= a->max && a->on * 2 < (1u << RF__RD_AHEAD_SETTINGS))
+	*a = (rf__reader_ahead){.on = 1, .max = max ? max : 1};
+	while (a->on * 2 <= first && a->on * 2 <= a->max && a->on * 2 < (1u << RF__READER_AHEAD_SETTINGS))
 		a->on *= 2;
 	a->settled = a->on >= a->max;
 }
@@ -22,7 +22,7 @@ void rf__reader_ahead_sample(uint64_t bytes, double seconds, unsigned n, double 
 }
 
 /* A chunk of `bytes` landed during a measurement: each `on` chunks a round, and after
- * RF__RD_AHEAD_ROUNDS rounds the rule decides. */
+ * RF__READER_AHEAD_ROUNDS rounds the rule decides. */
 static void rd_win_measure(rf__reader *r, uint64_t bytes)
 {
 	rd_win *w = &r->win;
@@ -34,10 +34,10 @@ static void rd_win_measure(rf__reader *r, uint64_t bytes)
 	double d = (double)(t - w->m_last) * 1e-9, x = d > 0 ? (double)w->m_round / d : 0; /* a round's rate */
 	w->m_last = t, w->m_round = 0;
 	w->m_sum += x, w->m_sq += x * x;
-	if (w->m_landed < RF__RD_AHEAD_ROUNDS * w->ahead.on)
+	if (w->m_landed < RF__READER_AHEAD_ROUNDS * w->ahead.on)
 		return;
 	double rate, err;
-	rf__reader_ahead_sample(w->m_bytes, (double)(t - w->m_t0) * 1e-9, RF__RD_AHEAD_ROUNDS, w->m_sum, w->m_sq, &rate,
+	rf__reader_ahead_sample(w->m_bytes, (double)(t - w->m_t0) * 1e-9, RF__READER_AHEAD_ROUNDS, w->m_sum, w->m_sq, &rate,
 				&err);
 	r->ahead_rule(&w->ahead, rate, err);
 	r->gen++; /* describe shows the rates so far */
@@ -53,13 +53,13 @@ static void rd_chunk_done(rf__reader *r, unsigned pi, long res)
 	rd_piece *p = &r->pieces[pi];
 	rd_win *w = &r->win;
 	rd_chunk *h = &w->ch[p->copy & ~RD_CHUNK];
-	if (res < 0 && rf__rd_transient((int)-res) && !p->by_pread) {
-		rf__rd_retry(r, pi);
+	if (res < 0 && rf__reader_transient((int)-res) && !p->by_pread) {
+		rf__reader_retry(r, pi);
 		return;
 	}
 	if (res > 0 && (size_t)res < p->len && p->off + (uint64_t)res < h->lim &&
 	    (size_t)res % rf__file_dio_align(w->f) == 0) {
-		rf__rd_rest(r, pi, res);
+		rf__reader_rest(r, pi, res);
 		return;
 	}
 	if (res < 0) {
@@ -80,7 +80,7 @@ static void rd_chunk_done(rf__reader *r, unsigned pi, long res)
 /* Serve the waiting copies, oldest first, whose chunks have all landed: move their bytes into place, or
  * (a chunk failed or the file ended early) read them on their own. Then let go of the chunks no copy
  * still to come can want (copies come in file order). */
-void rf__rd_win_serve(rf__reader *r)
+void rf__reader_win_serve(rf__reader *r)
 {
 	rd_win *w = &r->win;
 	while (w->nwait > 0) {
@@ -118,10 +118,10 @@ void rf__rd_win_serve(rf__reader *r)
 				memcpy(c->dst + (a - off), w->mem + (size_t)i * w->chunk + (a - h->off), (size_t)(b - a));
 			}
 			w->copies++;
-			rf__rd_finish(r, ci);
+			rf__reader_finish(r, ci);
 		} else { /* read on its own, where a failure is put into words */
 			c->win = 0;
-			rf__rd_setup(r, ci);
+			rf__reader_setup(r, ci);
 		}
 		while (w->n > 0 && w->ch[w->head].state != RD_CH_OUT && w->ch[w->head].lim <= end) {
 			w->head = (w->head + 1) % w->k;
@@ -140,7 +140,7 @@ static int rd_win_short(const rf__reader *r)
 
 /* Read chunks ahead while the window has room: whole chunks while the run goes on past them, the last
  * one up to where the run ends. */
-void rf__rd_win_fill(rf__reader *r)
+void rf__reader_win_fill(rf__reader *r)
 {
 	rd_win *w = &r->win;
 	while (w->f != NULL && w->n < w->k && (w->n < w->ahead.on || rd_win_short(r)) && w->next < w->limit &&
@@ -159,20 +159,20 @@ void rf__rd_win_fill(rf__reader *r)
 		unsigned pi = r->free_pieces[--r->nfree_pieces];
 		r->pieces[pi] = (rd_piece){RD_CHUNK | i, w->next, len, w->mem + (size_t)i * w->chunk, 0, 0};
 		w->next = lim;
-		rf__rd_issue(r, pi);
+		rf__reader_issue(r, pi);
 	}
 }
 
 /* Copy ci (filled in by start) is served from the window if it is small, of a file O_DIRECT reads, and
  * either continues the window's run or starts a new one (none of the old chunks still in flight).
  * 1 if taken. */
-int rf__rd_win_take(rf__reader *r, unsigned ci, size_t ahead)
+int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead)
 {
 	rd_win *w = &r->win;
 	rd_copy *c = &r->copies[ci];
 	rf_file *f = c->f;
 	size_t a = rf__file_dio_align(f);
-	if (w->mem == NULL || a == 0 || (c->flags & RF__RD_SHIFT_OK))
+	if (w->mem == NULL || a == 0 || (c->flags & RF__READER_SHIFT_OK))
 		return 0;
 	int cont = w->f == f && c->win_off == w->expect && w->expect < w->limit;
 	if (!cont) {
@@ -186,7 +186,7 @@ int rf__rd_win_take(rf__reader *r, unsigned ci, size_t ahead)
 			return 0;
 		unsigned k = (unsigned)(w->cap / chunk);
 		k = k > RD_WIN_MAX ? RD_WIN_MAX : k;
-		if (k < 2 || c->n > RF__RD_WIN_SMALL(k * chunk))
+		if (k < 2 || c->n > RF__READER_WIN_SMALL(k * chunk))
 			return 0;
 		if (w->f != f || w->chunk != chunk)
 			r->gen++; /* describe names the chunk size */
@@ -202,7 +202,7 @@ int rf__rd_win_take(rf__reader *r, unsigned ci, size_t ahead)
 		w->next = c->win_off / a * a;
 		w->limit = c->win_off;
 		w->final = 0;
-	} else if (c->n > RF__RD_WIN_SMALL(w->k * w->chunk)) {
+	} else if (c->n > RF__READER_WIN_SMALL(w->k * w->chunk)) {
 		return 0;
 	}
 	uint64_t size = rf_file_size(f), lim = c->end + (ahead < w->cap ? ahead : w->cap);
@@ -219,10 +219,10 @@ int rf__rd_win_take(rf__reader *r, unsigned ci, size_t ahead)
 
 /* A read came back (the ring's or pread's report, r->read_done): a chunk's is the window's, a copy's piece
  * goes to io/pieces.c. */
-void rf__rd_done(rf__reader *r, unsigned pi, long res)
+void rf__reader_done(rf__reader *r, unsigned pi, long res)
 {
 	if (r->pieces[pi].copy & RD_CHUNK)
 		rd_chunk_done(r, pi, res);
 	else
-		rf__rd_piece_done(r, pi, res);
+		rf__reader_piece_done(r, pi, res);
 }

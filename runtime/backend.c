@@ -132,50 +132,50 @@ bool rf__backend_is_device(const char *name)
 }
 
 /* Every wrapper that can fail is a fault-injection point (base/alloc.h), asserts its arguments. */
-static int rf__be_fault(const rf__backend_ops *be, const char *call)
+static int rf__backend_fault(const rf__backend_ops *be, const char *call)
 {
 	return rf__err(RF_EBACKEND, "backend %s: %s: injected fault", be->name, call);
 }
 
-int rf__be_open(const rf__backend_ops *be, const rf__open_args *args, void **ctx)
+int rf__backend_open(const rf__backend_ops *be, const rf__open_args *args, void **ctx)
 {
 	assert(args->nqueues >= 1 && args->nqueues <= RF_MAX_QUEUES);
 	if (rf__fault())
-		return rf__be_fault(be, "open");
+		return rf__backend_fault(be, "open");
 	if (args->klanes != NULL) /* unless the backend says more */
 		*args->klanes = 1;
 	return be->open(args, ctx);
 }
 
-void rf__be_close(const rf__backend_ops *be, void *ctx)
+void rf__backend_close(const rf__backend_ops *be, void *ctx)
 {
 	if (be->close != NULL)
 		be->close(ctx);
 }
 
-int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void **mem)
+int rf__backend_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void **mem)
 {
 	assert(bytes > 0);
 	if (rf__fault())
-		return rf__be_fault(be, "slots_alloc");
+		return rf__backend_fault(be, "slots_alloc");
 	return be->slots_alloc(ctx, bytes, mem);
 }
 
-void rf__be_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t bytes)
+void rf__backend_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t bytes)
 {
 	if (mem != NULL)
 		be->slots_free(ctx, mem, bytes);
 }
 
-int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run)
+int rf__backend_run(const rf__backend_ops *be, void *ctx, rf__run *run)
 {
 	assert(run->prog != NULL && run->slots != NULL);
 	if (rf__fault())
-		return rf__be_fault(be, "run");
+		return rf__backend_fault(be, "run");
 	return be->run(ctx, run);
 }
 
-void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap)
+void rf__backend_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap)
 {
 	if (be->describe == NULL || be->describe(ctx, buf, cap) != RF_OK)
 		snprintf(buf, cap, "%s", be->name);
@@ -183,21 +183,21 @@ void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap
 
 /* ---- keyed use ---------------------------------------------------------------------------------- */
 
-int rf__be_kissue(const rf__backend_ops *be, void *ctx, rf__kcopy *req, rf__kticket *out)
+int rf__backend_kissue(const rf__backend_ops *be, void *ctx, rf__kcopy *req, rf__kticket *out)
 {
 	assert(req->bytes > 0 && req->src.p != NULL);
 	if (rf__fault())
-		return rf__be_fault(be, "keyed copy");
+		return rf__backend_fault(be, "keyed copy");
 	req->op = RF__KOP_COPY;
 	return be->post(ctx, req, out);
 }
 
-int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream)
+int rf__backend_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream)
 {
 	if (!(be->caps & RF__CAP_DEVICE)) /* CPU backends order a refill after a release by nothing: (b) */
 		return RF_OK;
 	if (rf__fault())
-		return rf__be_fault(be, "keyed release");
+		return rf__backend_fault(be, "keyed release");
 	return be->post(ctx, &(rf__kcopy){.op = RF__KOP_RELEASE, .slot = slot, .stream = stream}, NULL);
 }
 

@@ -1,6 +1,6 @@
 /* runtime/backend.h — the backend interface. Each backend exports one const ops table (in the manner
  * of SQLite's VFS: versioned by `abi`, methods only appended); the core calls backends only through
- * the rf__be_* wrappers below, which is where argument asserts and fault injection (base/alloc.h, the
+ * the rf__backend_* wrappers below, which is where argument asserts and fault injection (base/alloc.h, the
  * testing build) live. */
 #ifndef RF_RUNTIME_BACKEND_H
 #define RF_RUNTIME_BACKEND_H
@@ -86,7 +86,7 @@ typedef struct rf__open_args {
 	/* The engine's reader's flight (io/flight.h): a backend's lanes that read files report to it
 	 * how their readers read (rf__flight.report), for describe. Valid until close. */
 	struct rf__flight *files_report;
-	unsigned *klanes; /* out: lanes keyed copies may use (>= 1; rf__be_open sets 1 first) */
+	unsigned *klanes; /* out: lanes keyed copies may use (>= 1; rf__backend_open sets 1 first) */
 } rf__open_args;
 
 #define RF__WAIT_SLEEP ((int64_t)-1)
@@ -200,20 +200,20 @@ int rf__backend_register(const rf__backend_ops *ops);
 
 /* ---- wrappers: the only way the core reaches a backend ---------------------------------------- */
 
-int rf__be_open(const rf__backend_ops *be, const rf__open_args *args, void **ctx);
-void rf__be_close(const rf__backend_ops *be, void *ctx);
-int rf__be_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void **mem);
-void rf__be_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t bytes);
-int rf__be_run(const rf__backend_ops *be, void *ctx, rf__run *run);
-void rf__be_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap);
+int rf__backend_open(const rf__backend_ops *be, const rf__open_args *args, void **ctx);
+void rf__backend_close(const rf__backend_ops *be, void *ctx);
+int rf__backend_slots_alloc(const rf__backend_ops *be, void *ctx, size_t bytes, void **mem);
+void rf__backend_slots_free(const rf__backend_ops *be, void *ctx, void *mem, size_t bytes);
+int rf__backend_run(const rf__backend_ops *be, void *ctx, rf__run *run);
+void rf__backend_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap);
 /* Keyed wrappers: a COPY and a RELEASE (fault injection); a WAIT op (mode RF__KOP_TEST ..
  * RF__KOP_QUIESCE) on ticket t, where t 0 is finished: TEST 1, CANCEL 0, the waits RF_OK. */
-int rf__be_kissue(const rf__backend_ops *be, void *ctx, rf__kcopy *req, rf__kticket *out);
-int rf__be_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream);
+int rf__backend_kissue(const rf__backend_ops *be, void *ctx, rf__kcopy *req, rf__kticket *out);
+int rf__backend_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream);
 /* Inline: every keyed call asks about tickets, most of them 0 (copied inline or known finished). No
  * fault injection: an acquire's wait comes after its copy was issued, where a failure could no longer
  * leave everything unchanged. */
-static inline int rf__be_kwait(const rf__backend_ops *be, void *ctx, unsigned mode, rf__kticket t, void *stream)
+static inline int rf__backend_kwait(const rf__backend_ops *be, void *ctx, unsigned mode, rf__kticket t, void *stream)
 {
 	if (t == 0 && mode != RF__KOP_QUIESCE)
 		return mode == RF__KOP_TEST;

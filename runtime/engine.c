@@ -28,16 +28,16 @@ static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args,
 	e->slots_len = n * stride;
 	if (host) /* a host ring: on whole huge pages when the budget allows */
 		e->slots_len = rf__staging_ring_len(e->slots_len, ring_cap);
-	int rc = rf__be_open(e->be, args, &e->ctx);
+	int rc = rf__backend_open(e->be, args, &e->ctx);
 	if (rc != RF_OK)
 		return rc;
 	void *mem = NULL, *stage = NULL;
 	e->stage_len = host ? (size_t)e->prog->nstage * stride : 0;
-	if ((rc = rf__be_slots_alloc(e->be, e->ctx, e->slots_len, &mem)) != RF_OK ||
+	if ((rc = rf__backend_slots_alloc(e->be, e->ctx, e->slots_len, &mem)) != RF_OK ||
 	    (e->stage_len && (rc = rf__staging_alloc(&e->staging, e->stage_len, RF__STAGING_SLOT_ALIGN, &stage)) != RF_OK)) {
 		rf__err(rc, "%s: %s slots: %s", who, mem ? "staging" : "ring", rf__errmsg_peek());
-		rf__be_slots_free(e->be, e->ctx, mem, e->slots_len);
-		rf__be_close(e->be, e->ctx);
+		rf__backend_slots_free(e->be, e->ctx, mem, e->slots_len);
+		rf__backend_close(e->be, e->ctx);
 		return rc;
 	}
 	e->slots = mem;
@@ -74,7 +74,7 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	}
 	if (rc != RF_OK)
 		goto fail;
-	rf__be_describe(e->be, e->ctx, e->desc_core, sizeof e->desc_core);
+	rf__backend_describe(e->be, e->ctx, e->desc_core, sizeof e->desc_core);
 	_Static_assert(sizeof e->describe[0] >= sizeof e->desc_core, "a version holds the core");
 	memcpy(e->describe[0], e->desc_core, sizeof e->desc_core);
 	if (why[0] != '\0')
@@ -190,9 +190,9 @@ void rf__engine_fini(rf__engine *e)
 	free(e->src);
 	pthread_mutex_destroy(&e->stats_mu);
 	free(e->trace_path);
-	rf__be_slots_free(e->be, e->ctx, e->slots, e->slots_len);
+	rf__backend_slots_free(e->be, e->ctx, e->slots, e->slots_len);
 	rf__staging_free(e->stage);
-	rf__be_close(e->be, e->ctx);
+	rf__backend_close(e->be, e->ctx);
 	rf_program_destroy(e->prog);
 }
 
@@ -299,7 +299,7 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 		run.trace = &trace;
 	}
 	int64_t t0 = rf__now_ns();
-	int rc = rf__be_run(e->be, e->ctx, &run);
+	int rc = rf__backend_run(e->be, e->ctx, &run);
 	e->last.wall_ns = (uint64_t)(rf__now_ns() - t0);
 	e->last.schedule = run.sched == RF_SCHEDULE_RING && e->local ? RF_SCHEDULE_LOCAL : run.sched;
 	e->last.handoff_runs = run.handoff != 0; /* this run's share of the total (rf__stats_publish) */

@@ -422,7 +422,7 @@ int rf__keyed_release(rf__keyed *k, const rf_block *b)
 	    k->s[b->slot].key != (uint64_t)b->index)
 		return rf__err(RF_EINVAL, "%s: key %llu is not held in slot %u", who, (unsigned long long)b->index,
 			       b->slot);
-	int rc = rf__be_krelease(k->be, k->ctx, b->slot, b->stream);
+	int rc = rf__backend_krelease(k->be, k->ctx, b->slot, b->stream);
 	if (rc != RF_OK)
 		return rc;
 	rf__kslot *s = &k->s[b->slot];

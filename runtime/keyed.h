@@ -1,6 +1,6 @@
 /* runtime/keyed.h — keyed use of a pipeline's slots (rf_pipeline_prefetch/acquire/release/evict/lookup/
  * keyed_stats): a cache of blocks named by 64-bit keys, LRU, with refcounted holds and bounded hints.
- * It reaches the backend only through the rf__be_k* wrappers (posted ops); only rf__keyed_create allocates.
+ * It reaches the backend only through the rf__backend_k* wrappers (posted ops); only rf__keyed_create allocates.
  *
  * Threading: one owner thread at a time calls everything except lookup and stats, which any thread may
  * call (lookup takes a short spinlock that the owner takes only while it changes which key is in which

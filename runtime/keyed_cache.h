@@ -189,7 +189,7 @@ static inline unsigned char *rf__kdata(const rf__keyed *k, unsigned slot)
 /* A WAIT op on ticket t (RF__KOP_TEST, CANCEL, WAIT, WAIT_STREAM, QUIESCE: runtime/backend.h). */
 static inline int rf__kop(const rf__keyed *k, unsigned mode, rf__kticket t, void *stream)
 {
-	return rf__be_kwait(k->be, k->ctx, mode, t, stream);
+	return rf__backend_kwait(k->be, k->ctx, mode, t, stream);
 }
 
 /* The lane of a slot: fixed, so that hints into one slot are ordered by their lane (backend.h (a)). */

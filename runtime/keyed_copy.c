@@ -98,7 +98,7 @@ int rf__kissue(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, in
 			 .bytes = bytes, .demand = demand, .after = after, .stream = stream,
 			 .counter = &k->st[ST_BYTES], .io = &k->eng->io, .cap = k->slot_stride,
 			 .failed = &k->failed[slot], .trace = tr, .tev = k->tr_next, .key = key};
-	if ((rc = rf__be_kissue(k->be, k->ctx, &req, t)) != RF_OK)
+	if ((rc = rf__backend_kissue(k->be, k->ctx, &req, t)) != RF_OK)
 		return rc;
 	k->tr_next += tr != NULL;
 	s->before = after;

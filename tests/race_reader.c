@@ -61,7 +61,7 @@ static void *lane_main(void *arg)
 			n[s] = 1 + (size_t)rnd(&L->seed, SLOT - 8192);
 			off[s] = rnd(&L->seed, FSIZE - n[s] + 1);
 			rf__fsrc src = {L->f, off[s]};
-			unsigned flags = rnd(&L->seed, 2) ? RF__RD_SHIFT_OK : 0;
+			unsigned flags = rnd(&L->seed, 2) ? RF__READER_SHIFT_OK : 0;
 			if (rf__reader_start(L->r, &src, n[s], L->slots + s * SLOT, SLOT, flags, s) != RF_OK) {
 				fprintf(stderr, "start: %s\n", rf_errmsg());
 				L->failed = 1;

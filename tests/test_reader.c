@@ -103,7 +103,7 @@ static void one_copy(rf__reader *r, rf_file *f, uint64_t off, size_t n, unsigned
 	size_t shift = 99;
 	int rc = finish_one(r, off * 31 + n, &shift);
 	cr_assert_eq(rc, RF_OK, "off %llu n %zu: %s", (unsigned long long)off, n, rf__reader_error(r));
-	if (!(flags & RF__RD_SHIFT_OK))
+	if (!(flags & RF__READER_SHIFT_OK))
 		cr_assert_eq(shift, 0u);
 	cr_assert(shift + n <= cap);
 	cr_assert(check_bytes(dst + shift, off, n, seed), "wrong bytes: off %llu n %zu flags %u shift %zu",
@@ -140,13 +140,13 @@ Test(reader, ranges_aligned_and_not)
 	size_t cap = (6u << 20) + 16384;
 	unsigned char *dst = xalign(4096, cap);
 	sweep(r, f, FSIZE, dst, cap, 0, 5);
-	sweep(r, f, FSIZE, dst, cap, RF__RD_SHIFT_OK, 5);
+	sweep(r, f, FSIZE, dst, cap, RF__READER_SHIFT_OK, 5);
 	sweep(r, f, FSIZE, dst + 1, cap - 1, 0, 5); /* an unaligned destination: buffered */
 	/* Registered: fixed-buffer reads. */
 	cr_assert_eq(rf__reader_register(r, dst, cap), RF_OK);
 	rf__reader_counters c0, c1;
 	rf__reader_counters_get(r, &c0);
-	sweep(r, f, FSIZE, dst, cap, RF__RD_SHIFT_OK, 5);
+	sweep(r, f, FSIZE, dst, cap, RF__READER_SHIFT_OK, 5);
 	sweep(r, f, FSIZE, dst, cap, 0, 5);
 	rf__reader_counters_get(r, &c1);
 	char d[512];
@@ -175,7 +175,7 @@ Test(reader, buffered_file_and_tiny_destination)
 	cr_assert_eq(rf__reader_create(2, -1, &r), RF_OK);
 	size_t cap = (6u << 20) + 16384;
 	unsigned char *dst = xalign(4096, cap);
-	sweep(r, f, FSIZE, dst, cap, RF__RD_SHIFT_OK, 9);
+	sweep(r, f, FSIZE, dst, cap, RF__READER_SHIFT_OK, 9);
 	rf__reader_counters c;
 	rf__reader_counters_get(r, &c);
 	cr_assert_eq(c.reads_direct, 0u, "RF_FILE_BUFFERED: never O_DIRECT");
@@ -212,7 +212,7 @@ Test(reader, many_in_flight)
 			off[i] = ((uint64_t)(i * 7919 + round * 104729) % (FSIZE - slot)) & ~(uint64_t)(round & 1 ? 0 : 4095);
 			n[i] = slot - 8192 - (i * 37 % 4096);
 			rf__fsrc s = {f, off[i]};
-			cr_assert_eq(rf__reader_start(r, &s, n[i], dst + i * slot, slot, RF__RD_SHIFT_OK, i), RF_OK);
+			cr_assert_eq(rf__reader_start(r, &s, n[i], dst + i * slot, slot, RF__READER_SHIFT_OK, i), RF_OK);
 		}
 		rf__fsrc s = {f, 0};
 		cr_assert_eq(rf__reader_start(r, &s, 10, dst, slot, 0, 99), RF_EBUSY);
@@ -232,7 +232,7 @@ Test(reader, many_in_flight)
 	rf__reader_counters c;
 	rf__reader_counters_get(r, &c);
 	cr_assert_eq(c.copies, 4u * N);
-	cr_assert(N > RF__RD_QD && c.reads >= 4u * N, "%llu reads for %llu copies", (unsigned long long)c.reads,
+	cr_assert(N > RF__READER_QD && c.reads >= 4u * N, "%llu reads for %llu copies", (unsigned long long)c.reads,
 		  (unsigned long long)c.copies);
 	rf__reader_destroy(r);
 	free(dst);
@@ -305,7 +305,7 @@ static void shrink_check(unsigned flags_open)
 	for (unsigned i = 0; i < 4; i++) {
 		rf__fsrc s = {f, offs[i]};
 		memset(dst, 0, 2u << 20);
-		cr_assert_eq(rf__reader_start(r, &s, 1u << 20, dst, 2u << 20, RF__RD_SHIFT_OK, i), RF_OK);
+		cr_assert_eq(rf__reader_start(r, &s, 1u << 20, dst, 2u << 20, RF__READER_SHIFT_OK, i), RF_OK);
 		size_t shift;
 		int rc = finish_one(r, i, &shift);
 		cr_assert_eq(rc, RF_EIO, "offset %llu: a copy past the new end must fail", (unsigned long long)offs[i]);
@@ -317,7 +317,7 @@ static void shrink_check(unsigned flags_open)
 	static const uint64_t two[] = {(2u << 20) + 33, 3u << 20};
 	for (unsigned i = 0; i < 2; i++) {
 		rf__fsrc s = {f, two[i]};
-		cr_assert_eq(rf__reader_start(r, &s, 256u << 10, dst + ((size_t)i << 20), 1u << 20, RF__RD_SHIFT_OK, 10 + i), RF_OK);
+		cr_assert_eq(rf__reader_start(r, &s, 256u << 10, dst + ((size_t)i << 20), 1u << 20, RF__READER_SHIFT_OK, 10 + i), RF_OK);
 	}
 	struct timespec ts = {0, 50 * 1000 * 1000};
 	nanosleep(&ts, NULL); /* both come back before the first poll */
@@ -440,7 +440,7 @@ Test(reader, direct_reads_leave_the_page_cache_cold)
 	cr_assert_eq(rf__reader_create(4, -1, &r), RF_OK);
 	unsigned char *dst = xalign(4096, size);
 	one_copy(r, f, 0, size, dst, size, 0, 4);
-	one_copy(r, f, 4096 + 100, (1u << 20), dst, 2u << 20, RF__RD_SHIFT_OK, 4);
+	one_copy(r, f, 4096 + 100, (1u << 20), dst, 2u << 20, RF__READER_SHIFT_OK, 4);
 	cr_assert_eq(resident_pages(map, size), 0u, "O_DIRECT reads left pages in the page cache");
 	/* The negative control: a buffered read of the same file fills the cache, and mincore sees it. */
 	rf_file *b;
@@ -1057,7 +1057,7 @@ Test(reader_window, other_copies_are_read_on_their_own)
 	cr_assert_eq(bad, UINT64_MAX);
 	for (uint64_t off = 6u << 20; off > 0; off -= 65536) /* backwards */
 		one_copy(r, f, off, 65536, dst, 1u << 20, 0, 22);
-	one_copy(r, f, 65536, 65536, dst, 1u << 20, RF__RD_SHIFT_OK, 22);
+	one_copy(r, f, 65536, 65536, dst, 1u << 20, RF__READER_SHIFT_OK, 22);
 	rf__reader_window_stats w;
 	rf__reader_window_get(r, &w);
 	cr_assert_eq(w.copies, 0u, "%llu copies from the window", (unsigned long long)w.copies);
@@ -1141,7 +1141,7 @@ Test(reader_window, an_undropped_window_held_the_bytes_read_ahead) { take_up(0, 
  * error `noise`; returns the setting it settles on (and how many measurements it took). */
 static unsigned settle(unsigned max, double (*rate_at)(unsigned), double noise, unsigned *steps)
 {
-	rf__rd_ahead a;
+	rf__reader_ahead a;
 	rf__reader_ahead_start(&a, max, 1);
 	unsigned k = 0;
 	while (!a.settled && k < 20) {
@@ -1210,7 +1210,7 @@ Test(reader_rule, rate_and_error_from_the_rounds)
 /* The search starts at the chunks one copy may need at once: fewer would be no setting at all. */
 Test(reader_rule, starts_at_the_chunks_a_copy_needs)
 {
-	rf__rd_ahead a;
+	rf__reader_ahead a;
 	rf__reader_ahead_start(&a, 16, 2);
 	cr_assert_eq(a.on, 2u);
 	rf__reader_ahead_start(&a, 16, 3);
@@ -1233,7 +1233,7 @@ Test(reader_rule, a_rise_within_the_measurements_noise_does_not_count)
 	cr_assert_eq(settle(16, rising, 1.5e9, &steps), 1u);
 	/* the same gain with errors of 0.5 is one (the difference's error: 0.71) */
 	cr_assert_eq(settle(16, knee4, 0.5e9, &steps), 4u);
-	rf__rd_ahead a;
+	rf__reader_ahead a;
 	rf__reader_ahead_start(&a, 16, 1);
 	cr_assert_eq(rf__reader_ahead_rule(&a, 1e9, 0), 2u);
 	cr_assert_eq(rf__reader_ahead_rule(&a, 2e9, 1.1e9), 1u, "2.0 against 1.0, but with an error of 1.1");
@@ -1243,44 +1243,44 @@ Test(reader_rule, a_rise_within_the_measurements_noise_does_not_count)
 	cr_assert_eq(a.rate[1], 2e9);
 }
 
-static void add(rf__rd_samples *s, int m, float v)
+static void add(rf__reader_samples *s, int m, float v)
 {
-	cr_assert(s->n[m] < RF__RD_PROBES);
+	cr_assert(s->n[m] < RF__READER_PROBES);
 	s->ns_per_byte[m][s->n[m]++] = v;
 }
 
 Test(reader_rule, alternates_then_takes_the_faster_median)
 {
-	rf__rd_samples s = {0};
+	rf__reader_samples s = {0};
 	/* Probing: the method with fewer samples, O_DIRECT+move first on a tie. */
-	for (unsigned k = 0; k < 2 * RF__RD_PROBES; k++) {
+	for (unsigned k = 0; k < 2 * RF__READER_PROBES; k++) {
 		cr_assert(!rf__reader_rule_decided(&s));
 		int m = rf__reader_rule(&s);
-		cr_assert_eq(m, k % 2 ? RF__RD_BUFFERED : RF__RD_MOVE, "copy %u", k);
+		cr_assert_eq(m, k % 2 ? RF__READER_BUFFERED : RF__READER_MOVE, "copy %u", k);
 		/* move: 1.0 ns/B with one outlier; buffered: 0.8 ns/B with two outliers */
-		add(&s, m, m == RF__RD_MOVE ? (k == 0 ? 50.f : 1.0f) : (k == 1 || k == 3 ? 40.f : 0.8f));
+		add(&s, m, m == RF__READER_MOVE ? (k == 0 ? 50.f : 1.0f) : (k == 1 || k == 3 ? 40.f : 0.8f));
 	}
 	cr_assert(rf__reader_rule_decided(&s));
-	cr_assert_eq(rf__reader_rule(&s), RF__RD_BUFFERED, "medians 1.0 vs 0.8: buffered");
+	cr_assert_eq(rf__reader_rule(&s), RF__READER_BUFFERED, "medians 1.0 vs 0.8: buffered");
 	/* Outliers do not decide: the medians do. */
-	rf__rd_samples t = {0};
-	for (unsigned k = 0; k < RF__RD_PROBES; k++) {
-		add(&t, RF__RD_MOVE, k < 2 ? 100.f : 0.5f);
-		add(&t, RF__RD_BUFFERED, 0.6f);
+	rf__reader_samples t = {0};
+	for (unsigned k = 0; k < RF__READER_PROBES; k++) {
+		add(&t, RF__READER_MOVE, k < 2 ? 100.f : 0.5f);
+		add(&t, RF__READER_BUFFERED, 0.6f);
 	}
-	cr_assert_eq(rf__reader_rule(&t), RF__RD_MOVE);
+	cr_assert_eq(rf__reader_rule(&t), RF__READER_MOVE);
 	/* A tie keeps the page cache alone. */
-	rf__rd_samples u = {0};
-	for (unsigned k = 0; k < RF__RD_PROBES; k++) {
-		add(&u, RF__RD_MOVE, 0.7f);
-		add(&u, RF__RD_BUFFERED, 0.7f);
+	rf__reader_samples u = {0};
+	for (unsigned k = 0; k < RF__READER_PROBES; k++) {
+		add(&u, RF__READER_MOVE, 0.7f);
+		add(&u, RF__READER_BUFFERED, 0.7f);
 	}
-	cr_assert_eq(rf__reader_rule(&u), RF__RD_MOVE);
+	cr_assert_eq(rf__reader_rule(&u), RF__READER_MOVE);
 	/* One method ahead (it finished more probes): the other catches up first. */
-	rf__rd_samples v = {0};
-	add(&v, RF__RD_MOVE, 1);
-	add(&v, RF__RD_MOVE, 1);
-	cr_assert_eq(rf__reader_rule(&v), RF__RD_BUFFERED);
+	rf__reader_samples v = {0};
+	add(&v, RF__READER_MOVE, 1);
+	add(&v, RF__READER_MOVE, 1);
+	cr_assert_eq(rf__reader_rule(&v), RF__READER_BUFFERED);
 }
 
 Test(reader_rule, classes_and_pieces)
@@ -1290,7 +1290,7 @@ Test(reader_rule, classes_and_pieces)
 	cr_assert_eq(rf__reader_class(4097), 1u);
 	cr_assert_eq(rf__reader_class(65536), 4u);
 	cr_assert_eq(rf__reader_class(1u << 20), 8u);
-	cr_assert_eq(rf__reader_class((size_t)1 << 40), RF__RD_CLASSES - 1);
+	cr_assert_eq(rf__reader_class((size_t)1 << 40), RF__READER_CLASSES - 1);
 	/* A 1 MiB copy on a device that takes 4 MiB requests: one read. */
 	cr_assert_eq(rf__reader_piece(1u << 20, 4096, 4u << 20), 1u << 20);
 	/* ... and on one whose requests are split at 128 KiB: pieces of 128 KiB. */
@@ -1299,9 +1299,9 @@ Test(reader_rule, classes_and_pieces)
 	cr_assert_eq(rf__reader_piece(65536, 4096, 4u << 20), 64u << 10);
 	cr_assert_eq(rf__reader_piece(100, 512, 4u << 20), 512u);
 	cr_assert_eq(rf__reader_piece(100000, 4096, 0), 102400u); /* rounded up to 4 KiB */
-	/* Unknown device: at most RF__RD_PIECE_UNKNOWN; a huge reported limit: at most RF__RD_PIECE_MAX. */
-	cr_assert_eq(rf__reader_piece(64u << 20, 4096, 0), RF__RD_PIECE_UNKNOWN);
-	cr_assert_eq(rf__reader_piece(64u << 20, 4096, 1u << 30), RF__RD_PIECE_MAX);
+	/* Unknown device: at most RF__READER_PIECE_UNKNOWN; a huge reported limit: at most RF__READER_PIECE_MAX. */
+	cr_assert_eq(rf__reader_piece(64u << 20, 4096, 0), RF__READER_PIECE_UNKNOWN);
+	cr_assert_eq(rf__reader_piece(64u << 20, 4096, 1u << 30), RF__READER_PIECE_MAX);
 	/* A limit that is not a multiple of the alignment (254 segments of 4 KiB) stays aligned. */
 	cr_assert_eq(rf__reader_piece(64u << 20, 4096, 254u * 4096) % 4096, 0u);
 }
@@ -1399,7 +1399,7 @@ Test(flight, the_hook_hears_of_traced_copies_as_they_start_and_land)
 	cr_assert_eq(rf__flight_open(&fl, buf, 4 * SZ), RF_OK, "%s", rf_errmsg());
 	fl.hook = log_hook, fl.hook_ctx = &h;
 	rf__fsrc a = {f, OFF}, b = {f, 0}, c = {f, 3 * SZ};
-	rf__flight_rec ra = {.block = 1, .traced = 1, .flags = RF__RD_SHIFT_OK}, rb = {.block = 2};
+	rf__flight_rec ra = {.block = 1, .traced = 1, .flags = RF__READER_SHIFT_OK}, rb = {.block = 2};
 	cr_assert_eq(rf__flight_start(&fl, &a, SZ, buf, 2 * SZ, &ra), RF_OK, "%s", rf_errmsg());
 	cr_assert_eq(h.n, 1, "stamped as it starts");
 	cr_assert_eq(rf__flight_start(&fl, &b, SZ, buf + 2 * SZ, SZ, &rb), RF_OK, "%s", rf_errmsg());
