@@ -223,10 +223,13 @@ int rf__file_classify(const char *who, const char *what, const void *src, size_t
 {
 	if (RF__TEST_HOOK(classify) != NULL)
 		RF__TEST_HOOK(classify)(src, n);
+	if (!rf__file_any()) { /* no file open: memory, without a registry read (every keyed call's path) */
+		*out = (rf__src){.p = src};
+		return 0;
+	}
 	uintptr_t a = (uintptr_t)src;
-	rf__freg_hit h = {0};
-	if (rf__file_any())
-		rf__freg_find(a, &h);
+	rf__freg_hit h;
+	rf__freg_find(a, &h);
 	if (h.f == NULL) {
 		/* Memory, unless it runs into the next mapping: its first bytes would be copied from memory
 		 * and the rest from the file's pages (or their tail), which is neither source. */
