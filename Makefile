@@ -97,13 +97,13 @@ test: build
 
 # The Python package as a user gets it: `pip install .` into a fresh venv (PyPI brings scikit-build-core,
 # and numpy, pytest and safetensors for the suite; torch and transformers, the [transformers] extra, for
-# ringfetch.transformers), then its pytest suite, tests/python. The extension's
-# CMake build is kept in $(BUILD)/python between runs; jemalloc is the one above.
+# ringfetch.transformers), then its pytest suite, tests/python. The venv is kept between runs (its
+# dependencies are fetched once; ringfetch itself pip reinstalls from this tree every time), and so is the
+# extension's CMake build in $(BUILD)/python; jemalloc is the one above. A clean clone starts fresh.
 PYTEST ?= 1
 PYVENV ?= $(BUILD)/pyvenv
 pytest: deps
-	rm -rf $(PYVENV)
-	python3 -m venv $(PYVENV)
+	test -x $(PYVENV)/bin/python || python3 -m venv $(PYVENV)
 	$(PYVENV)/bin/pip install -q --disable-pip-version-check ".[test,transformers]" -C build-dir=$(abspath $(BUILD))/python \
 		-C cmake.define.RINGFETCH_JEMALLOC_ROOT=$(JEMALLOC_PREFIX)
 	$(PYVENV)/bin/python -m pytest -q -p no:cacheprovider tests/python
