@@ -148,14 +148,14 @@ int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p, struct rf__
 void rf__cuda_pool_close(rf__cuda_ctx *cx);
 int rf__cuda_pool_prepare(rf__cuda_ctx *cx, const struct rf_program *p); /* per run: deferrals, watched streams */
 void rf__cuda_lane_enter(rf__cuda_lane *l); /* once per lane thread */
-/* On lane l, fill pinned slot t with n bytes of src in pieces shared with its helpers (and a waiting
- * walker) as block `block`; *data: where the bytes begin. RF_OK, or the pinned ring's failure. */
-int rf__cuda_fill(rf__cuda_lane *l, unsigned t, const void *src, size_t n, size_t block, const unsigned char **data);
-/* On lane l, start the read of n bytes of the file range *fs into pinned slot t and return: the read is
- * in flight, cx->sslot[t] says where its bytes begin once it landed (NULL: it failed), and the signals
- * the lane sends afterwards wait for it. rec: the caller's part of the flight record (a keyed copy's
- * file to let go of and failure to mark). RF__WALK_ASYNC, or the pinned ring's or the reader's failure. */
-int rf__cuda_stage_file(rf__cuda_lane *l, const rf__fsrc *fs, size_t n, unsigned t, const rf__flight_rec *rec);
+/* On lane l, a STAGE into pinned slot t (a run's, or a keyed hint's): n bytes of src copied in pieces
+ * shared with its helpers (and a waiting walker) as block `block`, cx->sslot[t] then set; or, fs
+ * non-NULL, the read of that file range started and left in flight (RF__WALK_ASYNC): cx->sslot[t] says
+ * where its bytes begin once it landed (NULL: it failed), and the signals the lane sends afterwards wait
+ * for it. rec: the caller's part of the read's flight record (a keyed copy's file to let go of and
+ * failure to mark). RF_OK, RF__WALK_ASYNC, or the pinned ring's or the reader's failure. */
+int rf__cuda_stage(rf__cuda_lane *l, const void *src, const rf__fsrc *fs, size_t n, size_t block, unsigned t,
+		 const rf__flight_rec *rec);
 void rf__cuda_run_fail(rf__cuda_ctx *cx, int rc); /* a walk failed: the first failure wins, everyone stops */
 /* A lane's copy or compute, the walker's stage: never called (rf__cuda_pool_open keeps host queues to
  * STAGE and WAIT ops, and the walker skips them). */

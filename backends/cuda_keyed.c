@@ -261,30 +261,23 @@ static void rf__cuda_kstage_fn(rf__work *w, void *ctx)
 	if (rf__work_claim(w)) {
 		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 			RF__TEST_HOOK(keyed_before_copy)(1);
-		const unsigned char *data = atomic_load(&cx->pin) + (size_t)e->pin * cx->pin_stride;
-		int file = e->fs.f != NULL, inflight = 0;
-		if (RF__TEST_HOOK(drop_keyed_stage_wait))
-			; /* a negative control: the H2D without its stage */
+		int rc = RF_OK, file = e->fs.f != NULL;
+		if (RF__TEST_HOOK(drop_keyed_stage_wait)) /* a negative control: the H2D without its stage */
+			cx->sslot[e->pin] = atomic_load(&cx->pin) + (size_t)e->pin * cx->pin_stride;
 		else if (rf__cuda_clear(cx->api, e->war != NULL ? cx->api->event_synchronize(e->war) : 0) != 0)
-			data = NULL, e->rc = RF_EBACKEND;
-		else if (!file && rf__cuda_fill(l, e->pin, e->src, e->bytes, SIZE_MAX - 1 - e->pin, &data) != RF_OK)
-			data = NULL; /* the pinned ring (made before the post: never) */
-		/* A file's read lets go of the file and marks a failure once landed (io/flight.h). */
-		else if (file && !(inflight = rf__cuda_stage_file(l, &e->fs, e->bytes, e->pin,
-								&(rf__flight_rec){.unhold = e->fs.f, .fail_at = e->failed,
-										  .fail_value = (int64_t)e->t}) ==
-							 RF__WALK_ASYNC))
-			data = NULL; /* refused: failed as a read that landed so */
-		if (file && !inflight) {
-			if (data == NULL && e->rc == RF_OK)
-				atomic_store_explicit(e->failed, (int64_t)e->t, memory_order_release);
-			rf__file_unhold(e->fs.f); /* before the state says so: the file may be closed at once */
+			e->rc = RF_EBACKEND;
+		else /* a file's read lets go of the file and marks a failure once landed (io/flight.h) */
+			rc = rf__cuda_stage(l, e->src, file ? &e->fs : NULL, e->bytes, SIZE_MAX - 1 - e->pin, e->pin,
+					  &(rf__flight_rec){.unhold = e->fs.f, .fail_at = e->failed, .fail_value = (int64_t)e->t});
+		if (rc < 0) { /* refused: failed as a read that landed so */
+			cx->sslot[e->pin] = NULL;
+			atomic_store_explicit(e->failed, (int64_t)e->t, memory_order_release);
 		}
+		if (file && rc != RF__WALK_ASYNC) /* before the state says so: the file may be closed at once */
+			rf__file_unhold(e->fs.f);
 		if (e->rc != RF_OK) {
 			atomic_store_explicit(&e->state, RF__CK_FAILED, memory_order_release);
 		} else {
-			if (!inflight)
-				cx->sslot[e->pin] = data; /* else once the read landed (NULL: failed, EIO) */
 			e->next = NULL;
 			e->tag = l->flight.started;
 			*(l->khead != NULL ? &l->ktail->next : &l->khead) = e;

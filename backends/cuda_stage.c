@@ -229,15 +229,22 @@ void rf__cuda_run_fail(rf__cuda_ctx *cx, int rc)
 	rf__ec_notify(&cx->ec);
 }
 
-int rf__cuda_fill(rf__cuda_lane *l, unsigned t, const void *src, size_t n, size_t block, const unsigned char **data)
+int rf__cuda_stage(rf__cuda_lane *l, const void *src, const rf__fsrc *fs, size_t n, size_t block, unsigned t,
+		 const rf__flight_rec *rec)
 {
 	rf__cuda_ctx *cx = l->cx;
 	unsigned char *pin;
 	int rc = rf__cuda_pin_ring(cx, &pin);
-	if (rc != RF_OK)
+	if (rc != RF_OK || (fs != NULL && (rc = rf__cuda_lane_open(l, pin)) != RF_OK))
 		return rc;
 	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
-	*data = dst;
+	if (fs != NULL) { /* the read starts and the lane walks on; its bytes are known once landed */
+		rf__flight_rec r = *rec;
+		r.slot = t, r.traced = 1, r.flags = RF__READER_SHIFT_OK; /* traced: rf__cuda_landed is told */
+		if ((rc = rf__flight_start(&l->flight, fs, n, dst, cx->pin_stride, &r)) != RF_OK)
+			return rf__err(rc, "cuda: %s", rf__errmsg_peek());
+		return RF__WALK_ASYNC;
+	}
 	for (unsigned i = cx->nhost + l->index; rf__piece_size(n) != 0 && i < cx->nhost + cx->nhelp; i += cx->nhost) {
 		rf__cuda_lane *h = &cx->lane[i];
 		if (h->help_seq != UINT64_MAX && rf__lane_consumed(&cx->pool, i) <= h->help_seq)
@@ -247,24 +254,8 @@ int rf__cuda_fill(rf__cuda_lane *l, unsigned t, const void *src, size_t n, size_
 		(void)rf__pool_post(&cx->pool, i, &h->walk);
 	}
 	rf__piece_copy(&l->job, dst, src, n, block, 0);
+	cx->sslot[t] = dst;
 	return RF_OK;
-}
-
-/* A file's range into pinned slot t: the read starts and the lane walks on, keeping a read in flight per
- * staging slot; the signal behind it (a run's STAGE) or the H2D (a keyed hint) goes out once it landed,
- * in order. */
-int rf__cuda_stage_file(rf__cuda_lane *l, const rf__fsrc *fs, size_t n, unsigned t, const rf__flight_rec *rec)
-{
-	rf__cuda_ctx *cx = l->cx;
-	unsigned char *pin;
-	int rc = rf__cuda_pin_ring(cx, &pin);
-	if (rc != RF_OK || (rc = rf__cuda_lane_open(l, pin)) != RF_OK)
-		return rc;
-	rf__flight_rec r = *rec;
-	r.slot = t, r.traced = 1, r.flags = RF__READER_SHIFT_OK; /* traced: rf__cuda_landed is told */
-	if ((rc = rf__flight_start(&l->flight, fs, n, pin + (size_t)t * cx->pin_stride, cx->pin_stride, &r)) != RF_OK)
-		return rf__err(rc, "cuda: %s", rf__errmsg_peek());
-	return RF__WALK_ASYNC;
 }
 
 static int rf__cuda_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned t)
@@ -284,12 +275,7 @@ static int rf__cuda_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, 
 	if (l->pend != 0 && (rc = rf__cuda_event_wait(cx, l->pend_q, l->pend)) != RF_OK)
 		return rc;
 	l->pend = 0;
-	if (file) /* its read starts; the copy's source is known once it landed (rf__cuda_landed) */
-		return rf__cuda_stage_file(l, &run->src[b].fs, n, t, &(rf__flight_rec){.block = (int64_t)b});
-	const unsigned char *data = NULL;
-	rc = rf__cuda_fill(l, t, src, n, b, &data);
-	cx->sslot[t] = data;
-	return rc;
+	return rf__cuda_stage(l, src, file ? &run->src[b].fs : NULL, n, b, t, &(rf__flight_rec){.block = (int64_t)b});
 }
 
 static int rf__cuda_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, size_t block)
