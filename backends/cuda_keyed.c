@@ -17,9 +17,10 @@
  * waits on the oldest and takes its place); RAW, acquire makes the caller's stream wait on the copy's
  * event. The owner enqueues the WAW and WAR waits at issue, a hint's before posting its item (so the lane
  * never reads release events): a previous copy not issued yet is an earlier hint of the same lane, before
- * it in the lane's FIFO and stream. Releases are forgotten once the owner enqueued the H2D itself (a hint
- * may be withdrawn). The lane writes only the entry's rc and state (last); the owner reuses an entry once
- * not STAGING and, withdrawn, once the pool passed its item. A hint not yet started can be withdrawn. A
+ * it in the lane's FIFO and stream (the lane enqueues its hints' H2Ds in the order posted, whatever order
+ * their reads land in). Releases are forgotten once the owner enqueued the H2D itself (a hint may be
+ * withdrawn). The lane writes only the entry's rc and state (last); the owner reuses an entry once not
+ * STAGING and, withdrawn, once the pool passed its item. A hint not yet started can be withdrawn. A
  * stream being captured is refused (RF_ENOTSUP) before anything is issued, and every CUDA call runs in
  * thread-local capture mode. */
 #include "backends/cuda_int.h"

@@ -5,7 +5,8 @@
  * random device schedules — so the read lands before its H2D, and a pinned slot is read again only after
  * the H2D that read it ran — runs mixing files with pinned and pageable memory, many blocks through few
  * pinned slots, no H2D ever reading the file's mapping, a file that shrinks (RF_EIO naming the path,
- * the pipeline whole afterwards), keyed use of file ranges. */
+ * the pipeline whole afterwards), keyed use of file ranges (a lane's hints' reads in flight together,
+ * reads in flight at destroy), the staging lanes' readers in describe. */
 #define _GNU_SOURCE /* usleep, truncate */
 #include <criterion/criterion.h>
 
@@ -708,6 +709,7 @@ Test(cuda_files, describe_names_the_staging_lanes_reader, .timeout = 120)
 	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
 	cr_assert_eq(c.bad, 0, "block %zu", c.first_bad);
 	const char *desc = rf_pipeline_describe(p), *lane = strstr(desc, "; copy lane 0: ");
+	cr_log_info("%s", desc);
 	cr_assert_not_null(lane, "%s", desc);
 	cr_assert(strncmp(lane, "; copy lane 0: io_uring", 23) == 0 || strncmp(lane, "; copy lane 0: pread", 20) == 0,
 		  "%s", desc);
