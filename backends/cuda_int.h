@@ -29,6 +29,7 @@
 #define RF__CUDA_STOP (-1000)            /* a walk stopped because the run stopped (not an error of its own) */
 
 struct rf__cuda_ctx;
+struct rf__cuda_kt; /* cuda_keyed.c: a keyed copy's ticket */
 
 typedef struct rf__cuda_range {
 	uintptr_t start;
@@ -50,6 +51,8 @@ typedef struct rf__cuda_lane {
 	int entered;               /* device current and capture mode thread-local, once per thread */
 	rf__flight flight;         /* its file reads into the pinned ring, in flight (opened on the first) */
 	int reported;              /* a read of this run failed and the run was told */
+	struct rf__cuda_kt *khead, *ktail; /* lanes: its staged hints whose H2D is not enqueued yet, in order */
+	atomic_uint kpend;         /* how many (the owner's quiesce waits for none) */
 	rf__cuda_range ranges[RF__CUDA_RANGES];
 } rf__cuda_lane;
 
@@ -83,8 +86,8 @@ typedef struct rf__cuda_ctx {
 	char placed[120];      /* where the lanes run (describe) */
 	_Atomic(unsigned char *) pin; /* the pinned ring: nstage slots of pin_stride, made on first need */
 	pthread_mutex_t pin_mu;
-	const void **sslot;    /* per staging slot: where its block's copy reads (pinned slot or source) */
-	rf__reader *krd;       /* keyed use's file reads on the owner's thread (made on the first) */
+	const void **sslot;    /* per staging slot: where its copy reads (pinned slot or source; NULL: a read failed) */
+	void (*kflush)(rf__cuda_lane *l); /* a lane between items: keyed H2Ds its landed reads free (cuda_keyed.c) */
 	rf__run *run;          /* the run in progress */
 	atomic_int stop, first_rc;
 	atomic_uint active;    /* lanes still walking */
@@ -139,21 +142,20 @@ void rf__cuda_policy(const rf__cuda_api *api, int device, const rf__staging_poli
 		   int *numa_node);
 int rf__cuda_pin_ring(rf__cuda_ctx *cx, unsigned char **out); /* the pinned ring, allocated on first need */
 int rf__cuda_is_dma(rf__cuda_ctx *cx, rf__cuda_range *cache, const void *p, size_t n);
-/* Read a file range into the pinned ring at dst with *rd (made on first use); *data: where the bytes
- * landed (the aligned window may start earlier). RF_OK; RF_EIO naming path and offset; RF_EINVAL,
- * RF_ENOMEM. */
-int rf__cuda_read(rf__cuda_ctx *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsigned char *dst,
-		const unsigned char **data);
 unsigned rf__cuda_stage_slots(size_t slot_bytes);
-int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p); /* host queues, lanes, helpers */
+/* Host queues, lanes, helpers; report: where the lanes' readers say how they read (describe). */
+int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p, struct rf__flight *report);
 void rf__cuda_pool_close(rf__cuda_ctx *cx);
 int rf__cuda_pool_prepare(rf__cuda_ctx *cx, const struct rf_program *p); /* per run: deferrals, watched streams */
 void rf__cuda_lane_enter(rf__cuda_lane *l); /* once per lane thread */
-/* On lane l, fill pinned slot t with n bytes of src: in pieces shared with its helpers (and a waiting
- * walker) as block `block`, or read from the file range *fs (non-NULL); *data: where the bytes begin.
- * RF_OK, or the failure (of the pinned ring or the read). */
-int rf__cuda_fill(rf__cuda_lane *l, unsigned t, const void *src, const rf__fsrc *fs, size_t n, size_t block,
-		const unsigned char **data);
+/* On lane l, a STAGE into pinned slot t (a run's, or a keyed hint's): n bytes of src copied in pieces
+ * shared with its helpers (and a waiting walker) as block `block`, cx->sslot[t] then set; or, fs
+ * non-NULL, the read of that file range started and left in flight (RF__WALK_ASYNC): cx->sslot[t] says
+ * where its bytes begin once it landed (NULL: it failed), and the signals the lane sends afterwards wait
+ * for it. rec: the caller's part of the read's flight record (a keyed copy's file to let go of and
+ * failure to mark). RF_OK, RF__WALK_ASYNC, or the pinned ring's or the reader's failure. */
+int rf__cuda_stage(rf__cuda_lane *l, const void *src, const rf__fsrc *fs, size_t n, size_t block, unsigned t,
+		 const rf__flight_rec *rec);
 void rf__cuda_run_fail(rf__cuda_ctx *cx, int rc); /* a walk failed: the first failure wins, everyone stops */
 /* A lane's copy or compute, the walker's stage: never called (rf__cuda_pool_open keeps host queues to
  * STAGE and WAIT ops, and the walker skips them). */
@@ -165,5 +167,6 @@ int rf__cuda_keyed_open(rf__cuda_ctx *cx, unsigned *lanes); /* *lanes: rf__open_
 void rf__cuda_keyed_free(rf__cuda_ctx *cx);
 int rf__cuda_keyed_settle(rf__cuda_ctx *cx); /* a device synchronisation when keyed use ever happened */
 int rf__cuda_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out);
+void rf__cuda_kflush(rf__cuda_lane *l); /* rf__cuda_ctx.kflush */
 
 #endif

@@ -5,17 +5,22 @@
  * stream, an acquire's copy on the lane's demand stream (never behind a hint not yet started). A copy's
  * ticket is an event recorded after its H2D, from a ring re-used only once known finished. By source:
  *   DMA-capable: the H2D from the source, at once;
- *   pageable, a hint: its ticket entry is a work item on the host lane, which copies the source into a
- *     free pinned slot (after the H2D that last read it) and then enqueues the H2D itself;
- *   pageable, an acquire's: the caller stages it itself into the lane's slot 0, then the H2D.
+ *   pageable or in a file, a hint: its ticket entry is a work item on the host lane, which stages it into
+ *     a free pinned slot (after the H2D that last read it) as a run's STAGE does: memory is copied, a
+ *     file's read starts and the lane goes on to the next item, so that its hints' reads are in flight
+ *     together (io/flight.h). The lane enqueues the H2Ds itself once their stages are done, in order
+ *     (rf__cuda_kflush, between items);
+ *   pageable or in a file, an acquire's: the caller stages it itself into the lane's slot 0 (a file's
+ *     range with the caller's reader, rf__kcopy.io), then the H2D.
  * Ordering of the H2D: WAW, its stream waits on the slot's previous ticket (req->after); WAR, on the
  * release events of the slot (one per releasing stream, RF__CUDA_KREL at most: a further stream first
  * waits on the oldest and takes its place); RAW, acquire makes the caller's stream wait on the copy's
  * event. The owner enqueues the WAW and WAR waits at issue, a hint's before posting its item (so the lane
  * never reads release events): a previous copy not issued yet is an earlier hint of the same lane, before
- * it in the lane's FIFO and stream. Releases are forgotten once the owner enqueued the H2D itself (a hint
- * may be withdrawn). The lane writes only the entry's rc and state (last); the owner reuses an entry once
- * not STAGING and, withdrawn, once the pool passed its item. A hint not yet started can be withdrawn. A
+ * it in the lane's FIFO and stream (the lane enqueues its hints' H2Ds in the order posted, whatever order
+ * their reads land in). Releases are forgotten once the owner enqueued the H2D itself (a hint may be
+ * withdrawn). The lane writes only the entry's rc and state (last); the owner reuses an entry once not
+ * STAGING and, withdrawn, once the pool passed its item. A hint not yet started can be withdrawn. A
  * stream being captured is refused (RF_ENOTSUP) before anything is issued, and every CUDA call runs in
  * thread-local capture mode. */
 #include "backends/cuda_int.h"
@@ -40,9 +45,12 @@ typedef struct rf__cuda_krel {
 } rf__cuda_krel;
 
 /* A ticket: its event, and a staged hint's work item (first: the item is the entry). The owner writes
- * the fields before it posts the item; the lane then writes only rc and state. */
+ * the fields before it posts the item; the lane then writes only rc, state and its place in the lane's
+ * hints whose H2D waits for their stage (next, tag). */
 typedef struct rf__cuda_kt {
 	rf__work w;
+	struct rf__cuda_kt *next; /* the lane's next such hint */
+	uint64_t tag;             /* its H2D waits for the lane's first `tag` reads to land */
 	_Atomic rf__kticket num; /* the ticket it holds; 0: none or known finished */
 	rf__kticket t;           /* the ticket it stands for (num is published once it is issued) */
 	atomic_int state;        /* RF__CK_* */
@@ -239,8 +247,10 @@ static int rf__cuda_kready(rf__cuda_ctx *cx, rf__kticket t, void *stream, int ho
 	return rf__err(RF_EBACKEND, "cuda: a keyed copy's stage failed: %s", cx->broken_msg);
 }
 
-/* On the host lane: copy (or read) a hint's source into its pinned slot after the slot's previous H2D,
- * then enqueue its H2D (the owner made its stream wait for the WAW and WAR before posting). */
+/* On the host lane: stage a hint's source into its pinned slot after the slot's previous H2D (the owner
+ * made its stream wait for the WAW and WAR before posting); its H2D is enqueued once the stage is done,
+ * behind the lane's earlier hints (rf__cuda_kflush). A file's read is left in flight: the lane reaps
+ * reads only between items, so a burst of hints has every read in flight at once. */
 static void rf__cuda_kstage_fn(rf__work *w, void *ctx)
 {
 	rf__cuda_kt *e = (rf__cuda_kt *)w;
@@ -252,27 +262,52 @@ static void rf__cuda_kstage_fn(rf__work *w, void *ctx)
 	if (rf__work_claim(w)) {
 		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
 			RF__TEST_HOOK(keyed_before_copy)(1);
-		const unsigned char *data = atomic_load(&cx->pin) + (size_t)e->pin * cx->pin_stride;
-		int rc = RF_OK, to = RF__CK_FAILED;
-		if (RF__TEST_HOOK(drop_keyed_stage_wait))
-			; /* a negative control: the H2D without its stage */
+		int rc = RF_OK, file = e->fs.f != NULL;
+		if (RF__TEST_HOOK(drop_keyed_stage_wait)) /* a negative control: the H2D without its stage */
+			cx->sslot[e->pin] = atomic_load(&cx->pin) + (size_t)e->pin * cx->pin_stride;
 		else if (rf__cuda_clear(cx->api, e->war != NULL ? cx->api->event_synchronize(e->war) : 0) != 0)
-			rc = RF_EBACKEND;
-		else if ((rc = rf__cuda_fill(l, e->pin, e->src, e->fs.f != NULL ? &e->fs : NULL, e->bytes,
-					   SIZE_MAX - 1 - e->pin, &data)) != RF_OK)
-			to = RF__CK_EIO;
-		if (to == RF__CK_EIO)
+			e->rc = RF_EBACKEND;
+		else /* a file's read lets go of the file and marks a failure once landed (io/flight.h) */
+			rc = rf__cuda_stage(l, e->src, file ? &e->fs : NULL, e->bytes, SIZE_MAX - 1 - e->pin, e->pin,
+					  &(rf__flight_rec){.unhold = e->fs.f, .fail_at = e->failed, .fail_value = (int64_t)e->t});
+		if (rc < 0) { /* refused: failed as a read that landed so */
+			cx->sslot[e->pin] = NULL;
 			atomic_store_explicit(e->failed, (int64_t)e->t, memory_order_release);
-		if (e->fs.f != NULL) /* before the state says so: the file may be closed at once */
+		}
+		if (file && rc != RF__WALK_ASYNC) /* before the state says so: the file may be closed at once */
 			rf__file_unhold(e->fs.f);
-		if (rc == RF_OK)
-			rc = rf__cuda_kcopy(cx, e, data, e->s);
-		if (rc != RF_OK) {
-			e->rc = rc;
-			atomic_store_explicit(&e->state, to, memory_order_release);
+		if (e->rc != RF_OK) {
+			atomic_store_explicit(&e->state, RF__CK_FAILED, memory_order_release);
+		} else {
+			e->next = NULL;
+			e->tag = l->flight.started;
+			*(l->khead != NULL ? &l->ktail->next : &l->khead) = e;
+			l->ktail = e;
+			atomic_fetch_add_explicit(&l->kpend, 1, memory_order_relaxed);
+			rf__cuda_kflush(l); /* a stage already done goes at once (nothing is reaped here) */
 		}
 	}
 	rf__ec_notify(&cx->ec);
+}
+
+/* On host lane l: the H2Ds of its hints whose stage is done, in order (a hint into a slot whose previous
+ * hint is not enqueued yet relies on the stream's order: WAW); a failed read's hint is EIO, no H2D. */
+void rf__cuda_kflush(rf__cuda_lane *l)
+{
+	rf__cuda_ctx *cx = l->cx;
+	int any = 0;
+	for (rf__cuda_kt *e = l->khead; e != NULL && e->tag <= l->flight.upto; e = l->khead, any = 1) {
+		l->khead = e->next;
+		const unsigned char *data = cx->sslot[e->pin];
+		int rc = data != NULL ? rf__cuda_kcopy(cx, e, data, e->s) : RF_EIO;
+		if (rc != RF_OK) {
+			e->rc = rc;
+			atomic_store_explicit(&e->state, data != NULL ? RF__CK_FAILED : RF__CK_EIO, memory_order_release);
+		}
+		atomic_fetch_sub_explicit(&l->kpend, 1, memory_order_release);
+	}
+	if (any)
+		rf__ec_notify(&cx->ec);
 }
 
 /* A pinned slot of lane l and the event of the H2D that last read it (NULL: none). An acquire has slot 0
@@ -310,10 +345,13 @@ static int rf__cuda_kstage(rf__cuda_ctx *cx, const rf__kcopy *req, rf__cuda_kt *
 		int err = war != NULL ? cx->api->event_synchronize(war) : 0;
 		if (err != 0)
 			return rf__cuda_fail(cx->api, "cudaEventSynchronize (keyed staging slot free)", err);
+		size_t shift = 0;
 		if (fs->f == NULL)
 			memcpy(pin + (size_t)pt * cx->pin_stride, req->src.p, req->bytes);
-		else if ((rc = rf__cuda_read(cx, &cx->krd, fs, req->bytes, pin + (size_t)pt * cx->pin_stride, &data)) != RF_OK)
+		else if ((rc = rf__flight_read_shifted(req->io, fs, req->bytes, pin + (size_t)pt * cx->pin_stride,
+						       cx->pin_stride, RF__READER_SHIFT_OK, &shift)) != RF_OK)
 			return rc;
+		data += shift;
 		k->reader[pt] = e->t;
 		return rf__cuda_kcopy(cx, e, data, s);
 	}
@@ -357,11 +395,13 @@ int rf__cuda_keyed_settle(rf__cuda_ctx *cx)
 	return cx->api->device_synchronize();
 }
 
+/* Every item passed and every staged hint's H2D enqueued (its read landed). */
 static int rf__cuda_kitems_done(void *arg)
 {
 	rf__cuda_ctx *cx = arg;
 	for (unsigned i = 0; i < cx->nhost; i++)
-		if (rf__lane_consumed(&cx->pool, i) < rf__lane_posted(&cx->pool, i))
+		if (rf__lane_consumed(&cx->pool, i) < rf__lane_posted(&cx->pool, i) ||
+		    atomic_load_explicit(&cx->lane[i].kpend, memory_order_acquire) != 0)
 			return 0;
 	return 1;
 }
@@ -387,7 +427,7 @@ static int rf__cuda_kissue(rf__cuda_ctx *cx, const rf__kcopy *req, rf__kticket *
 	if (old != 0 && atomic_load(&e->state) == RF__CK_WITHDRAWN) /* its item names the entry till passed */
 		rf__ec_wait(&cx->ec, rf__cuda_kitems_done, cx, cx->spin_ns);
 	atomic_store_explicit(&e->num, 0, memory_order_release);
-	e->t = t, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src.p, e->dst = req->dst;
+	e->t = t, e->rc = RF_OK, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src.p, e->dst = req->dst;
 	e->bytes = req->bytes, e->counter = req->counter, e->failed = req->failed;
 	e->trace = req->trace, e->tev = req->tev, e->key = req->key, e->lane = l;
 	int dma = !file && (k->pins == 0 || rf__cuda_is_dma(cx, k->ranges, req->src.p, req->bytes));

@@ -138,24 +138,6 @@ int rf__cuda_is_dma(rf__cuda_ctx *cx, rf__cuda_range *cache, const void *p, size
 	return 1;
 }
 
-int rf__cuda_read(rf__cuda_ctx *cx, rf__reader **rd, const rf__fsrc *fs, size_t n, unsigned char *dst,
-		const unsigned char **data)
-{
-	uint64_t tag;
-	size_t shift = 0;
-	int rc = RF_OK, done;
-	if (*rd == NULL && (rc = rf__reader_create(1, -1, rd)) == RF_OK) /* fixed buffers; a refusal is said nowhere */
-		(void)rf__reader_register(*rd, atomic_load(&cx->pin), (size_t)cx->nstage * cx->pin_stride);
-	if (rc == RF_OK)
-		rc = rf__reader_start(*rd, fs, n, dst, cx->pin_stride, RF__READER_SHIFT_OK, 0);
-	for (done = rc != RF_OK; !done && !(done = rf__reader_poll(*rd, &tag, &rc, &shift));)
-		rf__reader_wait(*rd);
-	if (rc != RF_OK)
-		return rf__err(rc, "cuda: %s", rc == RF_EIO ? rf__reader_error(*rd) : rf__errmsg_peek());
-	*data = dst + shift;
-	return RF_OK;
-}
-
 /* Lane l's flight, opened on its first file read: its reader and bell, the pinned ring registered. */
 static int rf__cuda_lane_open(rf__cuda_lane *l, unsigned char *pin)
 {
@@ -164,11 +146,12 @@ static int rf__cuda_lane_open(rf__cuda_lane *l, unsigned char *pin)
 	return RF_OK;
 }
 
-/* A read landed: the copy of its staging slot reads where its bytes begin (before the signal behind it). */
+/* A read landed: the copy of its staging slot reads where its bytes begin (before the signal behind it,
+ * or the keyed H2D behind it); NULL says it failed. */
 static void rf__cuda_landed(void *ctx, rf__flight_rec *r, int phase)
 {
-	if (phase == RF__FLIGHT_LANDED && r->rc == RF_OK)
-		((rf__cuda_ctx *)ctx)->sslot[r->slot] = r->dst + r->shift;
+	if (phase == RF__FLIGHT_LANDED)
+		((rf__cuda_ctx *)ctx)->sslot[r->slot] = r->rc == RF_OK ? r->dst + r->shift : NULL;
 }
 
 /* Reap lane l's landed reads (their signals go out in order); a failed one fails the run. */
@@ -246,23 +229,21 @@ void rf__cuda_run_fail(rf__cuda_ctx *cx, int rc)
 	rf__ec_notify(&cx->ec);
 }
 
-int rf__cuda_fill(rf__cuda_lane *l, unsigned t, const void *src, const rf__fsrc *fs, size_t n, size_t block,
-		const unsigned char **data)
+int rf__cuda_stage(rf__cuda_lane *l, const void *src, const rf__fsrc *fs, size_t n, size_t block, unsigned t,
+		 const rf__flight_rec *rec)
 {
 	rf__cuda_ctx *cx = l->cx;
 	unsigned char *pin;
 	int rc = rf__cuda_pin_ring(cx, &pin);
-	if (rc != RF_OK)
+	if (rc != RF_OK || (fs != NULL && (rc = rf__cuda_lane_open(l, pin)) != RF_OK))
 		return rc;
 	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
-	*data = dst;
-	if (fs != NULL) { /* a file's bytes start where its aligned read put them */
-		size_t shift = 0, cap = cx->pin_stride;
-		if ((rc = rf__cuda_lane_open(l, pin)) == RF_OK &&
-		    (rc = rf__flight_read_shifted(&l->flight, fs, n, dst, cap, RF__READER_SHIFT_OK, &shift)) != RF_OK)
-			rf__err(rc, "cuda: %s", rf__errmsg_peek());
-		*data = dst + shift;
-		return rc;
+	if (fs != NULL) { /* the read starts and the lane walks on; its bytes are known once landed */
+		rf__flight_rec r = *rec;
+		r.slot = t, r.traced = 1, r.flags = RF__READER_SHIFT_OK; /* traced: rf__cuda_landed is told */
+		if ((rc = rf__flight_start(&l->flight, fs, n, dst, cx->pin_stride, &r)) != RF_OK)
+			return rf__err(rc, "cuda: %s", rf__errmsg_peek());
+		return RF__WALK_ASYNC;
 	}
 	for (unsigned i = cx->nhost + l->index; rf__piece_size(n) != 0 && i < cx->nhost + cx->nhelp; i += cx->nhost) {
 		rf__cuda_lane *h = &cx->lane[i];
@@ -273,21 +254,8 @@ int rf__cuda_fill(rf__cuda_lane *l, unsigned t, const void *src, const rf__fsrc 
 		(void)rf__pool_post(&cx->pool, i, &h->walk);
 	}
 	rf__piece_copy(&l->job, dst, src, n, block, 0);
+	cx->sslot[t] = dst;
 	return RF_OK;
-}
-
-/* Block b's file range into pinned slot t: the read starts and the lane walks on, keeping a read in
- * flight per staging slot; the signal behind it goes out once it landed, in order. */
-static int rf__cuda_stage_file(rf__cuda_lane *l, const rf__fsrc *fs, size_t n, size_t b, unsigned t)
-{
-	rf__cuda_ctx *cx = l->cx;
-	unsigned char *pin;
-	int rc = rf__cuda_pin_ring(cx, &pin);
-	if (rc != RF_OK || (rc = rf__cuda_lane_open(l, pin)) != RF_OK)
-		return rc;
-	rf__flight_rec rec = {.block = (int64_t)b, .slot = t, .traced = 1, .flags = RF__READER_SHIFT_OK};
-	rc = rf__flight_start(&l->flight, fs, n, pin + (size_t)t * cx->pin_stride, cx->pin_stride, &rec);
-	return rc == RF_OK ? RF__WALK_ASYNC : rc;
 }
 
 static int rf__cuda_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned t)
@@ -307,12 +275,7 @@ static int rf__cuda_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, 
 	if (l->pend != 0 && (rc = rf__cuda_event_wait(cx, l->pend_q, l->pend)) != RF_OK)
 		return rc;
 	l->pend = 0;
-	if (file) /* its read starts; the copy's source is known once it landed (rf__cuda_landed) */
-		return rf__cuda_stage_file(l, &run->src[b].fs, n, b, t);
-	const unsigned char *data = NULL;
-	rc = rf__cuda_fill(l, t, src, NULL, n, b, &data);
-	cx->sslot[t] = data;
-	return rc;
+	return rf__cuda_stage(l, src, file ? &run->src[b].fs : NULL, n, b, t, &(rf__flight_rec){.block = (int64_t)b});
 }
 
 static int rf__cuda_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, size_t block)
@@ -386,6 +349,23 @@ static void rf__cuda_walk_item(rf__work *w, void *ctx)
 	rf__ec_notify(&cx->ec);
 }
 
+/* A lane between items: its file reads land, and keyed hints' H2Ds they free are enqueued. */
+static int rf__cuda_lane_idle(void *ctx)
+{
+	rf__cuda_lane *l = ctx;
+	int busy = rf__flight_progress(&l->flight);
+	if (l->cx->kflush != NULL)
+		l->cx->kflush(l);
+	return busy;
+}
+
+static void rf__cuda_lane_sleep(void *ctx)
+{
+	rf__flight_sleep(&((rf__cuda_lane *)ctx)->flight);
+}
+
+static const rf__lane_ops rf__cuda_pool_ops = {rf__cuda_lane_idle, rf__cuda_lane_sleep};
+
 static void rf__cuda_help_item(rf__work *w, void *ctx)
 {
 	(void)w;
@@ -419,7 +399,7 @@ static int rf__cuda_place(rf__cuda_ctx *cx)
 	return RF_OK;
 }
 
-int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p)
+int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p, struct rf__flight *report)
 {
 	uint64_t others = 0;
 	for (size_t i = 0; p != NULL && i < p->nops; i++) {
@@ -454,11 +434,13 @@ int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p)
 		rf__piece_init(&l->job);
 		rf__flight_init(&l->flight, &cx->ec, i, NULL);
 		l->flight.hook = rf__cuda_landed, l->flight.hook_ctx = cx;
-		if (i < cx->nhost)
+		if (i < cx->nhost) {
 			cx->q[l->q].lane = i;
+			l->flight.report = report; /* describe: how the lane's reader reads */
+		}
 		ctx[i] = l;
 	}
-	int rc = rf__pool_start(&cx->pool, n, "stage", &cx->ec, cx->spin_ns, NULL, ctx);
+	int rc = rf__pool_start(&cx->pool, n, "stage", &cx->ec, cx->spin_ns, &rf__cuda_pool_ops, ctx);
 	free(ctx);
 	if (rc != RF_OK)
 		return rf__err(rc, "cuda: %s", rf__errmsg_peek());
@@ -470,7 +452,6 @@ void rf__cuda_pool_close(rf__cuda_ctx *cx)
 	rf__pool_stop(&cx->pool);
 	for (unsigned i = 0; cx->lane != NULL && i < cx->nhost + cx->nhelp; i++)
 		rf__flight_fini(&cx->lane[i].flight);
-	rf__reader_destroy(cx->krd);
 	free(cx->lane);
 	free((void *)cx->sslot);
 	cx->lane = NULL;

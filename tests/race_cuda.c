@@ -7,7 +7,8 @@
  * threads, several runs per pipeline (the pinned ring allocated in the middle of the first pageable
  * run), cancels from another thread at random moments, and keyed use between runs (hints staged by the
  * lanes, acquires staged by the caller). One run of each pipeline reads most blocks from a file (the
- * lanes' reads in flight, landing while the walker waits for them). Every block is checked in stream order, where a kernel would
+ * lanes' reads in flight, landing while the walker waits for them), and so do its keyed steps (bursts
+ * of hints: a lane's reads in flight, their H2Ds enqueued by the lane as they land). Every block is checked in stream order, where a kernel would
  * read it; after a canceled run the next run must be whole.
  * Usage: race_cuda [--iterations N] [--seed S]. Exit 0 when every check passed.
  */
@@ -187,9 +188,10 @@ static int keyed_steps(rf_pipeline *p, const blocks *b, unsigned depth, unsigned
 			continue;
 		unsigned op = (unsigned)rnd(rng, 4);
 		int r = RF_OK;
-		if (op == 0) {
-			r = rf_pipeline_prefetch(p, i, b->srcs[i], b->sizes[i], 0);
-			r = r == RF_ENOSPC ? RF_OK : r;
+		if (op == 0) { /* a burst of hints: a lane's file reads in flight together */
+			for (size_t j = i, end = i + 1 + (size_t)rnd(rng, 4); r == RF_OK && j < end && j < b->n && j < MAXBLK; j++)
+				if (b->sizes[j] != 0 && (r = rf_pipeline_prefetch(p, j, b->srcs[j], b->sizes[j], 0)) == RF_ENOSPC)
+					r = RF_OK;
 		} else if (op < 3 && nheld + 1 < depth) {
 			rf_block *k = &held[nheld];
 			r = rf_pipeline_acquire(p, i, b->srcs[i], b->sizes[i], NULL, 0, k);

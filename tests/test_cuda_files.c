@@ -5,7 +5,8 @@
  * random device schedules — so the read lands before its H2D, and a pinned slot is read again only after
  * the H2D that read it ran — runs mixing files with pinned and pageable memory, many blocks through few
  * pinned slots, no H2D ever reading the file's mapping, a file that shrinks (RF_EIO naming the path,
- * the pipeline whole afterwards), keyed use of file ranges. */
+ * the pipeline whole afterwards), keyed use of file ranges (a lane's hints' reads in flight together,
+ * reads in flight at destroy), the staging lanes' readers in describe. */
 #define _GNU_SOURCE /* usleep, truncate */
 #include <criterion/criterion.h>
 
@@ -579,6 +580,142 @@ Test(cuda_files, exec_stage_nodes_read_files, .timeout = 120)
 		rf_exec_destroy(e);
 		free_file_blocks(&bs);
 	}
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	leak_check();
+}
+
+/* ---- keyed hints' reads in flight together, on the staging lane --------------------------------------- */
+
+static atomic_uint g_claimed; /* hints whose stage the lane has started (they can no longer be withdrawn) */
+
+static void gate_count_hook(int started)
+{
+	gate_hook(started);
+	if (started)
+		atomic_fetch_add(&g_claimed, 1);
+}
+
+/* File hints queued together on one staging lane have their reads in flight together: the lane starts
+ * each read and goes on to the next hint, and enqueues the H2Ds once the reads landed, in order. The gate
+ * holds the lane until every hint is queued, and the lane reaps reads only between items, so the count
+ * is exact, not a matter of the disk's speed. Every hinted key's bytes are checked where a kernel reads
+ * them; a hint whose read fails (its range lies past the end of a file that shrank) comes back through
+ * its ticket: its key is absent, it counts as wasted, and its acquire (the caller's read) is RF_EIO. */
+Test(cuda_files, keyed_hints_keep_their_reads_in_flight_together, .timeout = 60)
+{
+	enum { SZ = 20000 };
+	char path[] = "rf_cuda_files_hints_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	cr_assert_eq(write(fd, g_ref, FSIZE), (ssize_t)FSIZE);
+	close(fd);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	cr_assert_eq(truncate(path, FSIZE / 2), 0);
+	rf__test_hooks.cuda_copy_threads = 6; /* 8 pinned slots: 7 for hints (the keyed cache queues 8 per lane) */
+	for (int round = 0; round < 4; round++) {
+		sim_use(31 + (uint64_t)round, (double)round / 4.0);
+		rf_pipeline *p = make_one_queue(24, SZ);
+		unsigned nh = pinned_slots(p) - 1; /* the lane's pinned slots but the acquires' own */
+		cr_assert_geq(nh, 4u, "%s", rf_pipeline_describe(p));
+		atomic_store(&g_gate, 0);
+		atomic_store(&g_claimed, 0);
+		rf__test_hooks.keyed_before_copy = gate_count_hook;
+		rf__test_hooks.flight_started = most_in_flight;
+		atomic_store(&g_most, 0);
+		blockset bs;
+		bs_alloc(&bs, nh, 1);
+		for (unsigned k = 0; k < nh; k++) { /* unaligned ranges; the last one past the new end */
+			size_t off = k + 1 < nh ? k * (SZ + 4099) + 7 * (unsigned)round : FSIZE / 2 + 4096;
+			bs.srcs[k] = d + off, bs.sizes[k] = SZ;
+			cr_assert_eq(rf_pipeline_prefetch(p, k, bs.srcs[k], SZ, 0), RF_OK, "%s", rf_errmsg());
+		}
+		atomic_store(&g_gate, 1);
+		while (atomic_load(&g_claimed) < nh) /* an acquire would overtake a hint not yet started */
+			usleep(200);
+		rf_keyed_stats k0, k1;
+		rf_pipeline_keyed_stats(p, &k0);
+		check c;
+		memset(&c, 0, sizeof c);
+		c.bs = &bs;
+		g_nprobes = 0;
+		for (unsigned k = 0; k + 1 < nh; k++) {
+			rf_block b;
+			cr_assert_eq(rf_pipeline_acquire(p, k, bs.srcs[k], SZ, NULL, 0, &b), RF_OK, "%s", rf_errmsg());
+			g_probes[g_nprobes] = (probe){&c, b};
+			cr_assert_eq(sim_launch(NULL, probe_fn, &g_probes[g_nprobes++]), 0);
+			cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+		}
+		rf_block b;
+		cr_assert_eq(rf_pipeline_acquire(p, nh - 1, bs.srcs[nh - 1], SZ, NULL, 0, &b), RF_EIO, "%s", rf_errmsg());
+		cr_assert(strstr(rf_errmsg(), path) != NULL, "names the path: %s", rf_errmsg());
+		rf_pipeline_keyed_stats(p, &k1);
+		cr_assert_eq(k1.hits, k0.hits + nh - 1, "every good hint was a hit: %llu of %u",
+			     (unsigned long long)(k1.hits - k0.hits), nh - 1);
+		cr_assert_eq(k1.wasted, k0.wasted + 1, "the failed hint counts as wasted");
+		rf_key_state st = RF_KEY_READY;
+		cr_assert_eq(rf_pipeline_lookup(p, nh - 1, &st, NULL), RF_OK);
+		cr_assert_eq(st, RF_KEY_ABSENT);
+		cr_assert_eq(sim_api.stream_synchronize(NULL), 0);
+		cr_assert_eq(c.checked, nh - 1);
+		cr_assert_eq(c.bad, 0, "round %d: key %zu", round, c.first_bad);
+		cr_assert_eq(atomic_load(&g_most), nh, "round %d: %u reads in flight at most, %u hints queued", round,
+			     atomic_load(&g_most), nh);
+		rf__test_hooks.flight_started = NULL;
+		rf__test_hooks.keyed_before_copy = NULL;
+		rf_pipeline_destroy(p);
+		free(bs.srcs);
+		free(bs.sizes);
+		free(bs.bufs);
+	}
+	rf__test_hooks.cuda_copy_threads = 0;
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	unlink(path);
+	leak_check();
+}
+
+/* Hints left in flight at destroy: the reads land, the file is let go, nothing leaks. */
+Test(cuda_files, destroy_with_keyed_reads_in_flight, .timeout = 120)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	rf__test_hooks.cuda_copy_threads = 4;
+	for (int round = 0; round < 6; round++) {
+		sim_use(41 + (uint64_t)round, (double)(round % 3) / 3.0);
+		rf_pipeline *p = make_one_queue(12, 30000);
+		for (unsigned k = 0; k < 12; k++)
+			(void)rf_pipeline_prefetch(p, k, d + k * 30011, 30000, 0); /* RF_ENOSPC once the lane is full */
+		rf_pipeline_destroy(p);
+	}
+	rf__test_hooks.cuda_copy_threads = 0;
+	cr_assert_eq(rf_file_close(f), RF_OK, "no hint still holds the file: %s", rf_errmsg());
+	leak_check();
+}
+
+/* The staging lanes' readers say how they read in describe, as the threads lanes' do: a staged file run
+ * names the lane whose reader (the pinned ring registered with it) reads otherwise than the caller's. */
+Test(cuda_files, describe_names_the_staging_lanes_reader, .timeout = 120)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	sim_use(51, 0.5);
+	rf_pipeline *p = make_one_queue(3, 16384);
+	uint64_t rng = 12;
+	blockset bs;
+	file_blocks(&bs, 20, 16384, rf_file_data(f), 0, &rng);
+	check c;
+	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.bad, 0, "block %zu", c.first_bad);
+	const char *desc = rf_pipeline_describe(p), *lane = strstr(desc, "; copy lane 0: ");
+	cr_log_info("%s", desc);
+	cr_assert_not_null(lane, "%s", desc);
+	cr_assert(strncmp(lane, "; copy lane 0: io_uring", 23) == 0 || strncmp(lane, "; copy lane 0: pread", 20) == 0,
+		  "%s", desc);
+	cr_assert(strstr(lane, "slots registered") != NULL || strstr(lane, "slots not registered") != NULL, "%s", desc);
+	rf_pipeline_destroy(p);
+	free_file_blocks(&bs);
 	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
 	leak_check();
 }
