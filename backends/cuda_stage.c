@@ -353,10 +353,10 @@ static void rf__cuda_walk_item(rf__work *w, void *ctx)
 static int rf__cuda_lane_idle(void *ctx)
 {
 	rf__cuda_lane *l = ctx;
-	int busy = rf__flight_progress(&l->flight);
+	int st = rf__flight_idle(&l->flight);
 	if (l->cx->kflush != NULL)
 		l->cx->kflush(l);
-	return busy;
+	return st;
 }
 
 static void rf__cuda_lane_sleep(void *ctx)

@@ -390,7 +390,7 @@ static void rf__threads_close(void *ctx)
 /* A lane between items: its file copies land and their signals go out; it sleeps in its reader. */
 static int rf__threads_lane_idle(void *ctx)
 {
-	return rf__flight_progress(&((rf__threads_lane *)ctx)->flight);
+	return rf__flight_idle(&((rf__threads_lane *)ctx)->flight);
 }
 
 static void rf__threads_lane_sleep(void *ctx)

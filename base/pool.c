@@ -44,7 +44,7 @@ static int rf__lane_has_work(void *arg)
 static int rf__lane_has_progress(void *arg)
 {
 	rf__lane *l = arg;
-	return rf__lane_has_work(l) || !l->pool->ops->idle(l->ctx);
+	return rf__lane_has_work(l) || l->pool->ops->idle(l->ctx) != RF__LANE_BUSY;
 }
 
 static void *rf__lane_main(void *arg)
@@ -63,9 +63,10 @@ static void *rf__lane_main(void *arg)
 			io = 0;
 			continue;
 		}
-		int async = p->ops != NULL && p->ops->idle != NULL && p->ops->idle(l->ctx);
+		int st = p->ops != NULL && p->ops->idle != NULL ? p->ops->idle(l->ctx) : 0, async = st == RF__LANE_BUSY;
 		if (!async && atomic_load_explicit(&p->quit, memory_order_acquire))
 			break;
+		io |= st == RF__LANE_READ;
 		/* Spin only after work that did not wait for a device: a lane that never worked sleeps at
 		 * once; one waiting for reads sleeps until they land, and for the next item too (most likely
 		 * reads again, whose latency a wake-up hardly adds to). */

@@ -23,8 +23,12 @@ typedef struct rf__work {
 } rf__work;
 
 /* Between items, for asynchronous work an item left behind (file reads in flight): idle() progresses it
- * and returns 1 while some remains; the lane then sleeps in sleep(), which must return when that work
- * may have progressed or the lane's bell is written. NULL idle: items finish within fn. */
+ * and returns RF__LANE_BUSY while some remains; the lane then sleeps in sleep(), which must return when
+ * that work may have progressed or the lane's bell is written. RF__LANE_READ: none remains, but the items
+ * since the last call read a device (a blocking read, or reads landed since): the lane sleeps for its
+ * next item rather than spin, as after reads it waited for. 0: neither. NULL idle: items finish within fn. */
+#define RF__LANE_BUSY 1
+#define RF__LANE_READ 2
 typedef struct rf__lane_ops {
 	int (*idle)(void *ctx);
 	void (*sleep)(void *ctx);

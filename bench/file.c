@@ -687,6 +687,15 @@ static double find_cpu(const result *r, size_t n, size_t size, int kind, int com
 	return NAN;
 }
 
+/* A ratio as printed: "-" where a side did not run (no hand loop without liburing, no fio). */
+static const char *ratio(char *buf, double v)
+{
+	if (!isfinite(v) || v <= 0)
+		return "-";
+	snprintf(buf, 16, "%.2fx", v);
+	return buf;
+}
+
 static void report(const ctx *c, const result *r, size_t n)
 {
 	const fopts *o = c->o;
@@ -725,10 +734,12 @@ static void report(const ctx *c, const result *r, size_t n)
 			double xa = find(r, n, z, who[k].kind, 0, who[k].param, 0);
 			if (isnan(x))
 				continue;
-			printf("%7zuK  %-12s  vs pread %.2fx  vs not ours %.2fx  vs hand %.2fx  vs mmap %.2fx  vs fio %.2fx  "
-			       "read alone vs fio %.2fx  CPU/GB vs hand %.2fx\n",
-			       z >> 10, who[k].name, x / pr, x / best, x / hand, x / mm, x / fio, xa / fio,
-			       find_cpu(r, n, z, who[k].kind, 1, who[k].param) / hcpu);
+			char b[7][16];
+			printf("%7zuK  %-12s  vs pread %s  vs not ours %s  vs hand %s  vs mmap %s  vs fio %s  "
+			       "read alone vs fio %s  CPU/GB vs hand %s\n",
+			       z >> 10, who[k].name, ratio(b[0], x / pr), ratio(b[1], x / best), ratio(b[2], x / hand),
+			       ratio(b[3], x / mm), ratio(b[4], x / fio), ratio(b[5], xa / fio),
+			       ratio(b[6], find_cpu(r, n, z, who[k].kind, 1, who[k].param) / hcpu));
 		}
 	}
 	for (unsigned s = 0; s < o->nsizes; s++)

@@ -175,6 +175,16 @@ int rf__flight_progress(rf__flight *f)
 	return rf__flight_busy(f);
 }
 
+int rf__flight_idle(rf__flight *f)
+{
+	if (rf__flight_progress(f))
+		return RF__LANE_BUSY;
+	if (f->idle_seen == f->started)
+		return 0;
+	f->idle_seen = f->started;
+	return RF__LANE_READ;
+}
+
 int rf__flight_refresh(rf__flight *f)
 {
 	rf__reader *rd = rf__flight_rd(f);

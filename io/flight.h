@@ -12,6 +12,7 @@
 #ifndef RF_IO_FLIGHT_H
 #define RF_IO_FLIGHT_H
 
+#include "base/pool.h"
 #include "base/wait.h"
 #include "io/file.h"
 #include "io/reader.h"
@@ -54,6 +55,7 @@ typedef struct rf__flight {
 	rf__ec *ec;
 	_Atomic int64_t *value; /* the queue's value */
 	uint64_t started, upto; /* copies started; the oldest not yet landed */
+	uint64_t idle_seen;     /* `started` at the last rf__flight_idle */
 	rf__flight_rec rec[RF__FLIGHT_MAX];
 	/* queued signals, oldest first: value, where, and the copies that land first (`after` grows per
 	 * place, so firing in order keeps each place's order) */
@@ -121,6 +123,9 @@ void rf__flight_signal(rf__flight *f, _Atomic int64_t *q, int64_t v);
 void rf__flight_signal_after(rf__flight *f, _Atomic int64_t *q, int64_t v, uint64_t after);
 /* Reap landed copies and fire the signals they free. 1 while copies are still in flight. */
 int rf__flight_progress(rf__flight *f);
+/* A lane's idle() (base/pool.h): progress, then RF__LANE_BUSY while copies are in flight, RF__LANE_READ
+ * if copies were started since the last call (and all landed: a blocking read's did at once), else 0. */
+int rf__flight_idle(rf__flight *f);
 /* Sleep until a copy may have landed or the bell rang (rf__ec_wait_bell's sleep). */
 void rf__flight_sleep(void *f);
 /* Copies in flight (the lane's view). */

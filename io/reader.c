@@ -227,7 +227,9 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 	else
 		RD_PUT("pread (%s), one read at a time", r->why);
 	RD_PUT(", O_DIRECT where the file and the range allow it");
-	if (r->win.mem != NULL && r->win.chunk != 0) {
+	if (r->win.mem != NULL && r->win.chunk != 0 && !r->uring) {
+		RD_PUT(", read-ahead in %zuK requests (blocks in file order)", r->win.chunk >> 10);
+	} else if (r->win.mem != NULL && r->win.chunk != 0) {
 		const rf__reader_ahead *a = &r->win.ahead;
 		RD_PUT(", read-ahead %u x %zuK in flight (blocks in file order", a->on, r->win.chunk >> 10);
 		if (r->win.online) {

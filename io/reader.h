@@ -54,7 +54,9 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
  * few slots keeps a few requests of a block each in flight; the window keeps up to `bytes` in flight in
  * requests as large as the device takes (f->io_max, at most a quarter of the window), read only as far as the
  * caller says the run goes (rf__reader_start_ahead's `ahead`), never past it. A chunk that fails or comes back
- * short leaves its copies to be read on their own (so RF_EIO names what failed). The memory is mapped here, on
+ * short leaves its copies to be read on their own (so RF_EIO names what failed). Without io_uring (pread) the
+ * chunks are read one at a time, each when a copy needs it: large requests still, nothing read further ahead
+ * (no read would overlap it), and the setting is not chosen online. The memory is mapped here, on
  * huge pages where the kernel gives them (each physically contiguous run of a destination is a request segment
  * to the disk). bytes 0 frees it. RF_OK; RF_EBUSY (copies in flight); RF_ENOMEM. */
 int rf__reader_window(rf__reader *r, size_t bytes);

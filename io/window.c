@@ -176,8 +176,7 @@ int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead)
 		return 0;
 	int cont = w->f == f && c->win_off == w->expect && w->expect < w->limit;
 	if (!cont) {
-		/* pread mode reads each copy before start returns: nothing to overlap, so no window */
-		if (ahead == 0 || w->out != 0 || w->nwait != 0 || !r->uring)
+		if (ahead == 0 || w->out != 0 || w->nwait != 0)
 			return 0;
 		/* a chunk is one request as large as the device takes, and the window at least four of them */
 		size_t piece = rf__reader_piece(w->cap / 4, a, f->io_max);
@@ -194,7 +193,9 @@ int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead)
 			/* from the chunks one copy may need at once (it may cross a chunk's boundary) */
 			unsigned need = (unsigned)((c->n + chunk - 1) / chunk) + 1, from = (unsigned)(w->from / chunk);
 			rf__reader_ahead_start(&w->ahead, k, need > from ? need : from);
-			if (!w->online)
+			if (!r->uring) /* preads, one at a time: a chunk further ahead overlaps nothing */
+				w->ahead.on = need < k ? need : k, w->ahead.settled = 1;
+			else if (!w->online)
 				w->ahead.on = k, w->ahead.settled = 1;
 		}
 		w->m_t0 = 0, w->m_landed = 0, w->m_bytes = 0, w->m_round = 0, w->m_sum = 0, w->m_sq = 0; /* one stream's */

@@ -638,7 +638,7 @@ Test(files, small_blocks_in_file_order_are_read_ahead_of_the_slots)
 }
 
 /* The bytes read ahead in the stats; with depth = auto chosen online during the first run (the rates
- * measured so far in describe), at the defaults all of the window. */
+ * measured so far in describe), at the defaults all of the window (with io_uring). */
 Test(files, the_bytes_read_ahead_are_in_the_stats_and_depth_auto_chooses_them_online)
 {
 	rf_file *f;
@@ -659,10 +659,12 @@ Test(files, the_bytes_read_ahead_are_in_the_stats_and_depth_auto_chooses_them_on
 			cr_assert_eq(st.ahead_bytes, 0u);
 			cr_assert_eq(st.total_ahead_blocks, 0u);
 		} else {
+			/* without io_uring the window's chunks are read one at a time, as blocks need them */
+			int ring = strstr(desc, "files: pread (") == NULL;
 			cr_assert_gt(st.ahead_bytes, 0u, "%s", desc);
 			cr_assert_eq(st.total_ahead_blocks, FSIZE / 65536, "%llu", (unsigned long long)st.total_ahead_blocks);
-			cr_assert_eq(strstr(desc, "online") != NULL, autod, "%s", desc);
-			if (!autod)
+			cr_assert_eq(strstr(desc, "online") != NULL, autod && ring, "%s", desc);
+			if (!autod && ring)
 				cr_assert_geq(st.ahead_bytes, 2u << 20, "the defaults read ahead the whole window: %llu",
 					      (unsigned long long)st.ahead_bytes);
 		}
