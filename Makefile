@@ -19,7 +19,7 @@ DEB_PACKAGES := cmake make gcc g++ pkg-config libhwloc-dev libcriterion-dev gnup
 JEMALLOC_PREFIX ?= $(CURDIR)/.cache/jemalloc
 RESULTS := $(BUILD)/results
 
-.PHONY: all deps configure build run run-hf test pytest sanitize tsan valgrind clean distclean
+.PHONY: all deps configure build run run-hf test pytest sanitize nouring tsan valgrind clean distclean
 
 all: build
 
@@ -112,6 +112,17 @@ pytest: deps
 sanitize: deps
 	LSAN_OPTIONS="suppressions=$(CURDIR)/tests/lsan.supp$${LSAN_OPTIONS:+:$$LSAN_OPTIONS}" \
 	$(MAKE) test BUILD=$(BUILD)-asan BUILD_TYPE=Debug PYTEST= CMAKE_FLAGS="-DRINGFETCH_SANITIZE=address,undefined $(CMAKE_FLAGS)"
+
+# The file tests in a build without liburing: every file read is a pread, as where io_uring is refused
+# (a container's seccomp profile, an old kernel), on every backend.
+NOURING_TESTS := test_file test_reader test_files test_keyed test_noalloc test_keyed_noalloc test_cuda_files race_reader race_files \
+	ringfetch-file-bench ringfetch-serve-file-bench
+nouring: deps
+	cmake -S . -B $(BUILD)-nouring -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) -DRINGFETCH_WERROR=ON -DRINGFETCH_IO_URING=OFF \
+		-DRINGFETCH_JEMALLOC_ROOT=$(JEMALLOC_PREFIX) $(CMAKE_FLAGS)
+	cmake --build $(BUILD)-nouring -j $(JOBS) --target $(NOURING_TESTS)
+	cd $(BUILD)-nouring && ctest --output-on-failure -j $(JOBS) \
+		-R '^(file|reader|files_.*|keyed_(cpu|threads)|noalloc_.*|keyed_noalloc_.*|cuda_files|race_reader|race_files|file_bench_smoke)$$'
 
 # The race and stress tests (label tsan) under ThreadSanitizer. Criterion cannot run under TSan, so the
 # threaded checks live in plain programs: tests/race.c, race_copy.c, race_keyed.c, race_control.c,
