@@ -152,7 +152,7 @@ valgrind: build
 		--reps 1 --baselines sequential,hand --quiet
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan
+	rm -rf $(BUILD) $(BUILD)-asan $(BUILD)-tsan $(BUILD)-nouring
 
 distclean: clean
 	rm -rf $(JEMALLOC_PREFIX) $(JEMALLOC_PREFIX).src
