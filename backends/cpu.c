@@ -98,8 +98,9 @@ static inline __attribute__((always_inline)) int rf__cpu_copy(void *c, rf__run *
 	return rf__cpu_move(c, run, queue, b, slot, rf__slot_ptr(run, slot), src, node);
 }
 
-static int rf__cpu_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
+static int rf__cpu_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage, uint32_t node)
 {
+	(void)node; /* read at once: the walk traces it */
 	return rf__cpu_move(c, run, queue, b, RF__NO_STAGE, rf__stage_ptr(run, stage), NULL, 0);
 }
 

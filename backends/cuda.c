@@ -292,9 +292,15 @@ static int rf__cuda_compute(void *c, rf__run *run, unsigned queue, size_t b, uns
 	return 0;
 }
 
+static int rf__cuda_misplaced_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage, uint32_t node)
+{
+	(void)node;
+	return rf__cuda_misplaced(c, run, queue, b, stage);
+}
+
 /* Host queues' ops are their lanes': the walker skips them (rf__walk's skip mask). */
 static const rf__walk_ops rf__cuda_ops = {rf__cuda_copy, rf__cuda_compute, rf__cuda_signal, rf__cuda_wait,
-					rf__cuda_misplaced};
+					rf__cuda_misplaced_stage};
 
 static int rf__cuda_lanes_done(void *arg)
 {

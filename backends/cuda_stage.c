@@ -147,11 +147,15 @@ static int rf__cuda_lane_open(rf__cuda_lane *l, unsigned char *pin)
 }
 
 /* A read landed: the copy of its staging slot reads where its bytes begin (before the signal behind it,
- * or the keyed H2D behind it); NULL says it failed. */
+ * or the keyed H2D behind it); NULL says it failed. A run's stage is a slice of its trace from its start
+ * to its landing (a keyed hint's is traced by the keyed trace). */
 static void rf__cuda_landed(void *ctx, rf__flight_rec *r, int phase)
 {
+	rf__cuda_lane *l = ctx;
+	if (r->kind == RF_OP_STAGE && l->trace != NULL)
+		rf__trace_copy(l->trace, r, phase);
 	if (phase == RF__FLIGHT_LANDED)
-		((rf__cuda_ctx *)ctx)->sslot[r->slot] = r->rc == RF_OK ? r->dst + r->shift : NULL;
+		l->cx->sslot[r->slot] = r->rc == RF_OK ? r->dst + r->shift : NULL;
 }
 
 /* Reap lane l's landed reads (their signals go out in order); a failed one fails the run. */
@@ -258,9 +262,8 @@ int rf__cuda_stage(rf__cuda_lane *l, const void *src, const rf__fsrc *fs, size_t
 	return RF_OK;
 }
 
-static int rf__cuda_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned t)
+static int rf__cuda_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned t, uint32_t node)
 {
-	(void)queue;
 	rf__cuda_lane *l = c;
 	rf__cuda_ctx *cx = l->cx;
 	if (atomic_load_explicit(&cx->stop, memory_order_relaxed) || atomic_load_explicit(run->cancel, memory_order_relaxed))
@@ -275,7 +278,8 @@ static int rf__cuda_lane_stage(void *c, rf__run *run, unsigned queue, size_t b, 
 	if (l->pend != 0 && (rc = rf__cuda_event_wait(cx, l->pend_q, l->pend)) != RF_OK)
 		return rc;
 	l->pend = 0;
-	return rf__cuda_stage(l, src, file ? &run->src[b].fs : NULL, n, b, t, &(rf__flight_rec){.block = (int64_t)b});
+	rf__flight_rec rec = {.block = (int64_t)b, .node = node, .queue = (uint8_t)queue, .kind = RF_OP_STAGE};
+	return rf__cuda_stage(l, src, file ? &run->src[b].fs : NULL, n, b, t, &rec);
 }
 
 static int rf__cuda_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, size_t block)
@@ -339,12 +343,14 @@ static void rf__cuda_walk_item(rf__work *w, void *ctx)
 	l->pend = 0;
 	l->flight.failed = 0;
 	l->reported = 0;
+	l->trace = cx->run->trace;
 	int rc = rf__walk(cx->run, (int)l->q, 0, &rf__cuda_lane_ops, l);
 	if (rc != 0)
 		rf__cuda_run_fail(cx, rc);
 	/* The walk is over, its reads may not be (they write the pinned ring and read the caller's files). */
 	for (rf__cuda_lane_progress(l); rf__flight_busy(&l->flight); rf__cuda_lane_progress(l))
 		rf__flight_sleep(&l->flight);
+	l->trace = NULL;
 	atomic_fetch_sub_explicit(&cx->active, 1, memory_order_release);
 	rf__ec_notify(&cx->ec);
 }
@@ -433,7 +439,7 @@ int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p, struct rf__
 		l->walk.fn = i < cx->nhost ? rf__cuda_walk_item : rf__cuda_help_item;
 		rf__piece_init(&l->job);
 		rf__flight_init(&l->flight, &cx->ec, i, NULL);
-		l->flight.hook = rf__cuda_landed, l->flight.hook_ctx = cx;
+		l->flight.hook = rf__cuda_landed, l->flight.hook_ctx = l;
 		if (i < cx->nhost) {
 			cx->q[l->q].lane = i;
 			l->flight.report = report; /* describe: how the lane's reader reads */

@@ -174,8 +174,9 @@ static int rf__threads_copy(void *c, rf__run *run, unsigned queue, size_t b, uns
 	return rf__threads_move(c, run, queue, b, rf__slot_ptr(run, slot), src, slot, node);
 }
 
-static int rf__threads_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
+static int rf__threads_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage, uint32_t node)
 {
+	(void)node; /* read at once: the walk traces it */
 	return rf__threads_move(c, run, queue, b, rf__stage_ptr(run, stage), NULL, RF__NO_STAGE, 0);
 }
 

@@ -30,6 +30,7 @@ typedef struct rf__flight_rec {
 	int64_t block; /* the owner's names of the copy, for its hook */
 	uint32_t slot, node;
 	uint8_t queue;
+	uint8_t kind;              /* RF_OP_COPY (0) or RF_OP_STAGE: what its trace slice says */
 	uint8_t traced;            /* tell f->hook when it starts and when it lands */
 	rf_file *unhold;           /* let go of this file once landed (NULL: the caller holds it) */
 	_Atomic int64_t *fail_at;  /* keyed: set to fail_value when the copy fails */

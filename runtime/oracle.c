@@ -103,7 +103,8 @@ static int rf__pred_add(rf__oracle_graph *og, size_t v, size_t u, int how, size_
  * behind them). By a path that never leaves v's queue ("local"): a COPY before a COPY v into another
  * ring slot need only have started before v (a queue keeps several copies in flight, and nothing v does
  * touches what it writes; whatever that copy had to follow, v follows through it, having started after
- * it), anything else must have ended (RF__ORC_END); the copies into one slot are ordered apart
+ * it), and so a STAGE before a STAGE into another staging slot; anything else must have ended
+ * (RF__ORC_END); the copies into one slot, and the stages into one staging slot, are ordered apart
  * (rf__oracle_waw). A node reached both ways is noted both ways. seen[u] == v: u reached from outside;
  * seen_local[u] == v: reached locally. */
 static int rf__work_preds(const struct rf_graph *g, size_t v, size_t *seen, size_t *seen_local, size_t *stack,
@@ -133,9 +134,8 @@ static int rf__work_preds(const struct rf_graph *g, size_t v, size_t *seen, size
 				local[sp++] = (uint8_t)lu;
 				continue;
 			}
-			int how = !lu ? RF__ORC_QUEUE_END
-				  : nv->kind == RF_NODE_COPY && nu->kind == RF_NODE_COPY && nu->slot != nv->slot ? RF__ORC_START
-														    : RF__ORC_END;
+			int fills = (nv->kind == RF_NODE_COPY || nv->kind == RF_NODE_STAGE) && nu->kind == nv->kind;
+			int how = !lu ? RF__ORC_QUEUE_END : fills && nu->slot != nv->slot ? RF__ORC_START : RF__ORC_END;
 			if (rf__pred_add(og, v, u, how, cap) != RF_OK)
 				return RF_ENOMEM;
 		}
@@ -203,22 +203,25 @@ static int rf__tev_slot_cmp(const void *a, const void *b)
 /* WAW: the copies into one ring slot, in block order (the order rf_graph_validate requires of them), each
  * start after the one before ended. The predecessors catch this between neighbours on a queue; this
  * catches it between copies that others came between (copies of one queue may overlap otherwise). */
-static int rf__oracle_waw(const rf__tev **ev, size_t n)
+/* The events of `kind` (copies into ring slots, or stages into staging slots) that fill one slot do so
+ * one after another. */
+static int rf__oracle_waw(const rf__tev **ev, size_t n, uint8_t kind)
 {
 	const rf__tev **cp = rf__malloc((n ? n : 1) * sizeof *cp);
 	if (cp == NULL)
 		return rf__err(RF_ENOMEM, "oracle: out of memory");
 	size_t m = 0;
 	for (size_t v = 0; v < n; v++)
-		if (ev[v] != NULL && ev[v]->kind == RF_OP_COPY)
+		if (ev[v] != NULL && ev[v]->kind == kind)
 			cp[m++] = ev[v];
 	qsort((void *)cp, m, sizeof *cp, rf__tev_slot_cmp);
 	int rc = RF_OK;
 	for (size_t i = 1; i < m && rc == RF_OK; i++)
 		if (cp[i]->slot == cp[i - 1]->slot && cp[i]->s0 < cp[i - 1]->s1)
-			rc = rf__err(RF_EHAZARD, "oracle: WAW: node %u (block %lld) started filling slot %u before node %u "
+			rc = rf__err(RF_EHAZARD, "oracle: WAW: node %u (block %lld) started filling %sslot %u before node %u "
 						 "(block %lld) ended filling it", cp[i]->node, (long long)cp[i]->block,
-				     cp[i]->slot, cp[i - 1]->node, (long long)cp[i - 1]->block);
+				     kind == RF_OP_STAGE ? "staging " : "", cp[i]->slot, cp[i - 1]->node,
+				     (long long)cp[i - 1]->block);
 	free((void *)cp);
 	return rc;
 }
@@ -275,7 +278,9 @@ int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og)
 		}
 	}
 	if (rc == RF_OK)
-		rc = rf__oracle_waw(ev, og->n);
+		rc = rf__oracle_waw(ev, og->n, RF_OP_COPY);
+	if (rc == RF_OK)
+		rc = rf__oracle_waw(ev, og->n, RF_OP_STAGE);
 	free(qend);
 	free((void *)ev);
 	return rc;

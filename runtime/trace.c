@@ -51,14 +51,13 @@ int rf__trace_begin(rf__trace *t, const struct rf_program *p, size_t nblocks, in
 	return RF_OK;
 }
 
-/* A traced copy of a flight: stamped as it starts, a slice once it landed (a failed one is no slice). */
-static void rf__trace_copy(void *ctx, rf__flight_rec *r, int phase)
+void rf__trace_copy(void *ctx, rf__flight_rec *r, int phase)
 {
 	rf__trace *t = ctx;
 	if (phase == RF__FLIGHT_STARTS)
 		r->t0 = rf__now_ns(), r->s0 = rf__trace_seq(t);
 	else if (r->rc == RF_OK)
-		rf__trace_add(t, r->queue, RF_OP_COPY, r->block, r->slot, r->node, r->t0, rf__now_ns(), r->s0);
+		rf__trace_add(t, r->queue, r->kind, r->block, r->slot, r->node, r->t0, rf__now_ns(), r->s0);
 }
 
 void rf__trace_flight(struct rf__flight *f, rf__trace *t)

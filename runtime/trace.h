@@ -91,9 +91,13 @@ int rf__trace_end(rf__trace *t, const char *path, const char *label);
 int rf__trace_write(const rf__trace *t, const char *path, const char *label);
 /* Release the arrays without writing. */
 void rf__trace_drop(rf__trace *t);
-/* Record the traced copies of flight f (io/flight.h) as COPY slices of t, from their start to their
- * landing; t NULL: no more. The flight's thread, between its runs. */
+/* Record the traced copies of flight f (io/flight.h) as slices of t (COPY, or STAGE as the record says),
+ * from their start to their landing; t NULL: no more. The flight's thread, between its runs. */
 struct rf__flight;
 void rf__trace_flight(struct rf__flight *f, rf__trace *t);
+/* That hook (ctx: the trace), for an owner whose flight has a hook of its own: a traced copy is stamped
+ * as it starts, a slice once it landed (a failed one is no slice). */
+struct rf__flight_rec;
+void rf__trace_copy(void *ctx, struct rf__flight_rec *r, int phase);
 
 #endif

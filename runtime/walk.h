@@ -21,8 +21,8 @@ typedef struct rf__walk_ops {
 	/* block: SIGNAL, the producer's block; WAIT, the block of the node it precedes (for logs, traces). */
 	int (*signal)(void *c, unsigned queue, int64_t value, size_t block);
 	int (*wait)(void *c, unsigned queue, unsigned wait_queue, int64_t value, size_t block);
-	/* copy srcs[block] into staging slot `stage` */
-	int (*stage)(void *c, rf__run *run, unsigned queue, size_t block, unsigned stage);
+	/* copy srcs[block] into staging slot `stage` (node: as for copy) */
+	int (*stage)(void *c, rf__run *run, unsigned queue, size_t block, unsigned stage, uint32_t node);
 } rf__walk_ops;
 
 /* After a timed copy, stage or compute (trace or stats on): record the slice and account the busy time
@@ -84,7 +84,7 @@ static inline __attribute__((always_inline)) int rf__walk(rf__run *run, int queu
 				if (RF__TEST_HOOK(before_copy) != NULL)
 					RF__TEST_HOOK(before_copy)((size_t)b);
 				if (o->kind == RF_OP_STAGE)
-					rc = h->stage(c, run, o->queue, (size_t)b, slot = st);
+					rc = h->stage(c, run, o->queue, (size_t)b, slot = st, (uint32_t)o->node);
 				else
 					rc = h->copy(c, run, o->queue, (size_t)b, slot, st, (uint32_t)o->node);
 				if (rc == 0) {

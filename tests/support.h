@@ -46,7 +46,6 @@ static inline void leak_check(void)
 
 /* ---- environment, seeds, patterns ------------------------------------------------------------------ */
 
-/* The backend under test: RF_TEST_BACKEND, "cpu" when unset. */
 /* How many lines of the file at path hold needle (a trace: one event a line). */
 static inline size_t count_in_file(const char *path, const char *needle)
 {
@@ -60,6 +59,7 @@ static inline size_t count_in_file(const char *path, const char *needle)
 	return n;
 }
 
+/* The backend under test: RF_TEST_BACKEND, "cpu" when unset. */
 static inline const char *test_backend(void)
 {
 	const char *b = getenv("RF_TEST_BACKEND");

@@ -131,6 +131,35 @@ Test(cuda_files, runs_read_files_into_the_pinned_ring, .timeout = 120)
 	leak_check();
 }
 
+/* A file's block is staged by a read left in flight: its stage is still one slice of the run's trace,
+ * from the read's start to its landing, and the hazard oracle checks it against the H2D behind it. */
+Test(cuda_files, a_staged_file_run_traces_every_stage, .timeout = 120)
+{
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	uint64_t rng = 11;
+	sim_use(7, 0.5);
+	char path[64];
+	snprintf(path, sizeof path, "rf-cuda-trace-%d.json", (int)getpid());
+	unlink(path);
+	rf_pipeline *p = make(3, 8192);
+	cr_assert_eq(rf_pipeline_trace(p, path), RF_OK, "%s", rf_errmsg());
+	blockset bs;
+	file_blocks(&bs, 24, 8192, d, 0, &rng);
+	check c;
+	cr_assert_eq(run_checked(p, &bs, &c), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(c.bad, 0, "block %zu", c.first_bad);
+	cr_assert_eq(rf_pipeline_trace(p, NULL), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(count_in_file(path, "\"name\":\"stage b"), (size_t)bs.n, "%s", path);
+	cr_assert_eq(count_in_file(path, "\"name\":\"copy b"), (size_t)bs.n, "%s", path);
+	rf_pipeline_destroy(p);
+	free_file_blocks(&bs);
+	unlink(path);
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	leak_check();
+}
+
 /* ---- a staging lane keeps a read in flight per pinned slot ------------------------------------------ */
 
 static atomic_uint g_most; /* the most copies a flight had in flight at once */

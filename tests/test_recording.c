@@ -44,9 +44,10 @@ static int rec_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned sl
 	return 0;
 }
 
-static int rec_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage)
+static int rec_stage(void *c, rf__run *run, unsigned queue, size_t b, unsigned stage, uint32_t node)
 {
 	(void)c;
+	(void)node;
 	log_op((rec){RF_OP_STAGE, queue, 0, stage, b, 0});
 	memcpy(rf__stage_ptr(run, stage), run->srcs[b], run->sizes[b]);
 	return 0;
