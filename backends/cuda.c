@@ -124,7 +124,7 @@ static int rf__cuda_open(const rf__open_args *args, void **ctx)
 	cx->oracle = args->oracle;
 	cx->nslots = args->nslots ? args->nslots : 1; /* depth = auto may deepen the ring up to this */
 	cx->nstage = args->prog != NULL ? args->prog->nstage : 0;
-	cx->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
+	cx->spin_ns = args->wait_spin_ns;
 	/* Pinned slots start on page boundaries: the H2D of each reads whole pages. */
 	cx->pin_stride = rf__align_up(args->slot_bytes, RF__ALIGN_PINNED);
 	pthread_mutex_init(&cx->pin_mu, NULL);

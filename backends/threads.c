@@ -471,7 +471,7 @@ static int rf__threads_open(const rf__open_args *args, void **ctx)
 		lctx[i] = &t->lane[i];
 	}
 	rf__ec_init(&t->ec);
-	t->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
+	t->spin_ns = args->wait_spin_ns;
 	t->run_spin_ns = t->spin_ns > RF__RUN_SPIN_NS ? t->spin_ns : RF__RUN_SPIN_NS;
 	rf__threads_arms(t, args->handoff);
 	int rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__threads_lane_ops, lctx);

@@ -71,9 +71,9 @@ typedef struct rf__open_args {
 	const struct rf_program *prog; /* the first program (depth = auto may switch to one of <= nslots) */
 	size_t slot_bytes;
 	unsigned nslots; /* slots allocated: >= prog->nslots */
-	/* The wait policy (runtime/config.h): ns a waiting thread spins (pause, then yield) before it
-	 * sleeps; 0 = "auto" (RF__WAIT_AUTO_NS); RF__WAIT_SLEEP sleeps at once between runs and keyed
-	 * copies (a short spin remains within a run). Backends without threads ignore it. */
+	/* The wait policy (runtime/config.h) resolved: ns a waiting thread spins (pause, then yield) before
+	 * it sleeps; 0 sleeps at once between runs and keyed copies (a short spin remains within a run).
+	 * Backends without threads ignore it. */
 	int64_t wait_spin_ns;
 	size_t slot_stride; /* slot_bytes rounded up to the backend's slot_align */
 	int oracle;         /* RINGFETCH_ORACLE=1: the backend checks what only it sees (cuda: a staged
@@ -89,7 +89,6 @@ typedef struct rf__open_args {
 	unsigned *klanes; /* out: lanes keyed copies may use (>= 1; rf__backend_open sets 1 first) */
 } rf__open_args;
 
-#define RF__WAIT_SLEEP ((int64_t)-1)
 #define RF__WAIT_AUTO_NS ((int64_t)2000000) /* "auto": spin up to 2 ms (docs/serving.md) */
 
 /* ---- keyed use (runtime/keyed.c) ----------------------------------------------------------------
