@@ -50,7 +50,6 @@ typedef struct rf__cuda_lane {
 	int64_t pend;
 	int entered;               /* device current and capture mode thread-local, once per thread */
 	rf__flight flight;         /* its file reads into the pinned ring, in flight (opened on the first) */
-	int reported;              /* a read of this run failed and the run was told */
 	struct rf__cuda_kt *khead, *ktail; /* lanes: its staged hints whose H2D is not enqueued yet, in order */
 	atomic_uint kpend;         /* how many (the owner's quiesce waits for none) */
 	rf__cuda_range ranges[RF__CUDA_RANGES];

@@ -157,9 +157,7 @@ static void rf__cuda_landed(void *ctx, rf__flight_rec *r, int phase)
 /* Reap lane l's landed reads (their signals go out in order); a failed one fails the run. */
 static void rf__cuda_lane_progress(rf__cuda_lane *l)
 {
-	rf__flight_progress(&l->flight);
-	if (l->flight.failed && !l->reported) {
-		l->reported = 1;
+	if (rf__flight_reap(&l->flight) != RF_OK) {
 		rf__err(RF_EIO, "cuda: %s", l->flight.msg);
 		rf__cuda_run_fail(l->cx, RF_EIO);
 	}
@@ -337,8 +335,7 @@ static void rf__cuda_walk_item(rf__work *w, void *ctx)
 	rf__cuda_ctx *cx = l->cx;
 	rf__cuda_lane_enter(l);
 	l->pend = 0;
-	l->flight.failed = 0;
-	l->reported = 0;
+	rf__flight_walk_start(&l->flight);
 	int rc = rf__walk(cx->run, (int)l->q, 0, &rf__cuda_lane_ops, l);
 	if (rc != 0)
 		rf__cuda_run_fail(cx, rc);

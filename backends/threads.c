@@ -51,14 +51,8 @@ static int rf__threads_stopped(const rf__walker *wk)
 /* Reap the lane's landed file copies (their signals go out in order); a failed one fails the run. */
 static void rf__threads_progress(rf__walker *wk)
 {
-	rf__threads_lane *l = wk->lane;
-	if (l == NULL)
-		return;
-	rf__flight_progress(&l->flight);
-	if (l->flight.failed && !l->reported) {
-		l->reported = 1;
+	if (wk->lane != NULL && rf__flight_reap(&wk->lane->flight) != RF_OK)
 		rf__threads_fail(wk, RF_EIO);
-	}
 }
 
 /* A file copy: a lane starts its reads and walks on; the caller reads it through. */
@@ -245,13 +239,6 @@ static int rf__threads_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t 
 static const rf__walk_ops rf__threads_ops = {rf__threads_copy, rf__threads_compute, rf__threads_signal,
 		rf__threads_wait, rf__threads_stage};
 
-static int rf__threads_drained(void *arg)
-{
-	rf__walker *wk = arg;
-	rf__threads_progress(wk);
-	return !rf__flight_busy(&wk->lane->flight);
-}
-
 static void rf__threads_walk(rf__threads *t, rf__run *run, unsigned q, rf__threads_lane *lane)
 {
 	rf__walker wk = {t, *run, lane};
@@ -259,8 +246,8 @@ static void rf__threads_walk(rf__threads *t, rf__run *run, unsigned q, rf__threa
 	if (rc != 0)
 		rf__threads_fail(&wk, rc);
 	/* The walk is over, its reads may not be (they write the ring and read the caller's files). */
-	while (lane != NULL && !rf__threads_drained(&wk))
-		rf__ec_wait_bell(&t->ec, rf__threads_drained, &wk, 0, lane->flight.bell_slot, rf__flight_sleep, &lane->flight);
+	for (rf__threads_progress(&wk); lane != NULL && rf__flight_busy(&lane->flight); rf__threads_progress(&wk))
+		rf__flight_sleep(&lane->flight);
 }
 
 /* A lane's item: the walk of its queue in the run in progress. Its flight state is set here, on the
@@ -270,8 +257,7 @@ static void rf__threads_walk_item(rf__work *w, void *ctx)
 	(void)w;
 	rf__threads_lane *l = ctx;
 	rf__threads *t = l->t;
-	l->flight.failed = 0;
-	l->reported = 0;
+	rf__flight_walk_start(&l->flight);
 	rf__trace_flight(&l->flight, t->run->trace);
 	rf__threads_walk(t, t->run, l->q, l);
 	rf__trace_flight(&l->flight, NULL);

@@ -64,6 +64,7 @@ typedef struct rf__flight {
 	} sig[RF__FLIGHT_MAX + 1];
 	unsigned sn;
 	int failed;          /* a run's copy failed: drop the signals behind it */
+	int reported;        /* and rf__flight_reap said so */
 	char msg[240];       /* its sentence */
 	char last[240];      /* the sentence of the last failed copy (a blocking read's) */
 	rf__flight_hook *hook;   /* told of traced copies (a run's trace, while a run is in progress) */
@@ -121,6 +122,23 @@ void rf__flight_signal(rf__flight *f, _Atomic int64_t *q, int64_t v);
 void rf__flight_signal_after(rf__flight *f, _Atomic int64_t *q, int64_t v, uint64_t after);
 /* Reap landed copies and fire the signals they free. 1 while copies are still in flight. */
 int rf__flight_progress(rf__flight *f);
+/* A lane's walk of a run starts: none of its copies has failed yet. */
+static inline void rf__flight_walk_start(rf__flight *f)
+{
+	f->failed = 0;
+	f->reported = 0;
+}
+/* A lane's reap between the steps of its walk (inline: a waiting lane's predicate calls it):
+ * rf__flight_progress; RF_EIO the first time one of the run's copies is seen failed since
+ * rf__flight_walk_start (the lane fails its run, once), else RF_OK. */
+static inline int rf__flight_reap(rf__flight *f)
+{
+	rf__flight_progress(f);
+	if (!f->failed || f->reported)
+		return RF_OK;
+	f->reported = 1;
+	return RF_EIO;
+}
 /* Sleep until a copy may have landed or the bell rang (rf__ec_wait_bell's sleep). */
 void rf__flight_sleep(void *f);
 /* Copies in flight (the lane's view). */
