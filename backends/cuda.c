@@ -353,7 +353,7 @@ static int rf__cuda_run(void *ctx, rf__run *run)
 	return rc;
 }
 
-static int rf__cuda_describe(void *ctx, char *buf, size_t cap)
+static void rf__cuda_describe(void *ctx, char *buf, size_t cap)
 {
 	rf__cuda_ctx *cx = ctx;
 	unsigned ns = cx->nq - cx->nhost; /* host queues have no stream */
@@ -368,7 +368,6 @@ static int rf__cuda_describe(void *ctx, char *buf, size_t cap)
 		 "cuda: device %d (%s, host NUMA node %s); %u stream%s, %u events each, reused round-robin; the host "
 		 "enqueues at most %u computes ahead; %s",
 		 cx->device, cx->name, node, ns, ns == 1 ? "" : "s", 2 * cx->nslots + 8, cx->nwin, stage);
-	return RF_OK;
 }
 
 /* The pinned host ring, once allocated. */

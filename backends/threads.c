@@ -410,13 +410,12 @@ static void rf__threads_arms(rf__threads *t, int handoff)
 						  "on the caller; the faster is kept and checked again now and then)");
 }
 
-static int rf__threads_describe(void *ctx, char *buf, size_t cap)
+static void rf__threads_describe(void *ctx, char *buf, size_t cap)
 {
 	rf__threads *t = ctx;
 	snprintf(buf, cap, "threads: %u queue(s), %u worker thread(s) (rf-copy-N, keyed copies on the same); "
 			   "wait: %s %lld us; %s",
 		 t->nq, t->pool.n, t->spin_ns ? "spin" : "sleep", (long long)(t->spin_ns / 1000), t->placement);
-	return RF_OK;
 }
 
 static int rf__threads_open(const rf__open_args *args, void **ctx)

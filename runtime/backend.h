@@ -163,7 +163,7 @@ typedef struct rf__backend_ops {
 	 * RF_OK, RF_ECALLBACK (failed_* set), RF_ECANCELED, RF_EBACKEND (rf_errmsg set). */
 	int (*run)(void *ctx, rf__run *run);
 	/* Optional: one line on how the instance is laid out (threads, pinning), for rf_pipeline_describe. */
-	int (*describe)(void *ctx, char *buf, size_t cap);
+	void (*describe)(void *ctx, char *buf, size_t cap);
 	/* Optional: where the backend's host staging memory lives (cuda: the pinned host ring), for
 	 * rf_pipeline_placement; NULL: the ring slots themselves are staging memory. */
 	int (*placement)(void *ctx, rf_placement *out);
