@@ -217,11 +217,7 @@ static int rf__cuda_event_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v)
 
 void rf__cuda_run_fail(rf__cuda_ctx *cx, int rc)
 {
-	int prev = 0;
-	/* A compute's failure outranks a cancel a lane saw first: the caller must hear of that block. */
-	if (rc != RF__CUDA_STOP && (atomic_compare_exchange_strong(&cx->first_rc, &prev, rc) ||
-				  (rc == RF_ECALLBACK && prev == RF_ECANCELED &&
-				   atomic_compare_exchange_strong(&cx->first_rc, &prev, rc))))
+	if (rc != RF__CUDA_STOP && rf__first_failure(&cx->first_rc, rc))
 		snprintf(cx->fail_msg, sizeof cx->fail_msg, "%s", rf__errmsg_peek());
 	atomic_store(&cx->stop, 1);
 	rf__ec_notify(&cx->ec);

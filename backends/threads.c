@@ -25,14 +25,11 @@ typedef struct rf__walker {
 	rf__threads_lane *lane;
 } rf__walker;
 
-/* Record the run's first failure and stop every queue. A compute's failure outranks a cancel seen first
- * by another queue (a callback that destroys its pipeline, then fails): the caller hears of the block. */
+/* Record the run's first failure (rf__first_failure) and stop every queue. */
 static void rf__threads_fail(rf__walker *wk, int rc)
 {
 	rf__threads *t = wk->t;
-	int prev = 0;
-	if (atomic_compare_exchange_strong(&t->first_rc, &prev, rc) ||
-	    (rc == RF_ECALLBACK && prev == RF_ECANCELED && atomic_compare_exchange_strong(&t->first_rc, &prev, rc))) {
+	if (rf__first_failure(&t->first_rc, rc)) {
 		t->fail_block = wk->run.failed_block;
 		t->fail_value = wk->run.failed_value;
 		if (rc == RF_EIO)
