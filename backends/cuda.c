@@ -136,7 +136,7 @@ static int rf__cuda_open(const rf__open_args *args, void **ctx)
 	if (rf__cuda_clear(api, api->device_name(cx->device, cx->name, sizeof cx->name)) != 0)
 		snprintf(cx->name, sizeof cx->name, "?");
 	rf__cuda_policy(api, cx->device, args->staging, &cx->pinned_policy, &cx->numa_node);
-	/* "auto" turned into the GPU's node: a refusal of that node may fall back (rf__cuda_pinned_alloc). */
+	/* "auto" turned into the GPU's node: a refusal of that node may fall back (rf__cuda_ring_alloc). */
 	if ((args->staging == NULL || args->staging->kind == RF__STG_AUTO) && cx->pinned_policy.kind == RF__STG_NODE)
 		cx->placement_note = "";
 	if ((cx->q = rf__calloc(cx->nq, sizeof *cx->q)) == NULL)
@@ -261,7 +261,7 @@ static int rf__cuda_wait(void *c, unsigned queue, unsigned wqueue, int64_t v, si
 		return 0;
 	rf__cuda_queue *q = &cx->q[queue], *w = &cx->q[wqueue];
 	if (w->stream == NULL) /* a host queue: its lane's signal, on the host */
-		return rf__cuda_host_wait(cx, wqueue, v, block);
+		return rf__cuda_host_wait(cx, wqueue, v, block, NULL);
 	if (RF__TEST_HOOK(drop_raw_wait) && !q->copies && w->copies) /* negative control only */
 		return 0;
 	uint64_t n = atomic_load_explicit(&w->nrec, memory_order_relaxed);

@@ -159,7 +159,9 @@ void rf__cuda_run_fail(rf__cuda_ctx *cx, int rc); /* a walk failed: the first fa
 /* A lane's copy or compute, the walker's stage: never called (rf__cuda_pool_open keeps host queues to
  * STAGE and WAIT ops, and the walker skips them). */
 int rf__cuda_misplaced(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot);
-int rf__cuda_host_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block); /* the walker waits for a lane */
+/* Wait for host queue wq to reach v, taking pieces of its copy of `block` meanwhile; l: the waiting lane
+ * (NULL: the walker). */
+int rf__cuda_host_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block, rf__cuda_lane *l);
 
 /* cuda_keyed.c: keyed use (runtime/backend.h), stream-ordered; streams and events made in open. */
 int rf__cuda_keyed_open(rf__cuda_ctx *cx, unsigned *lanes); /* *lanes: rf__open_args.klanes */

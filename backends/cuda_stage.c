@@ -195,18 +195,13 @@ static int rf__cuda_await(rf__cuda_ctx *cx, const rf__cuda_queue *w, int64_t v, 
 	return atomic_load_explicit(&w->value, memory_order_acquire) >= v ? RF_OK : RF__CUDA_STOP;
 }
 
-static int rf__cuda_host_await(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block, rf__cuda_lane *l)
+int rf__cuda_host_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block, rf__cuda_lane *l)
 {
 	rf__cuda_queue *w = &cx->q[wq];
 	if (atomic_load_explicit(&w->value, memory_order_acquire) >= v)
 		return RF_OK;
 	rf__piece_help(&cx->lane[w->lane].job, block, &w->value, v);
 	return rf__cuda_await(cx, w, v, l);
-}
-
-int rf__cuda_host_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block)
-{
-	return rf__cuda_host_await(cx, wq, v, block, NULL);
 }
 
 static int rf__cuda_event_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v)
@@ -277,7 +272,7 @@ static int rf__cuda_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, s
 	(void)queue;
 	rf__cuda_lane *l = c;
 	if (l->cx->q[wq].stream == NULL)
-		return rf__cuda_host_await(l->cx, wq, v, block, l);
+		return rf__cuda_host_wait(l->cx, wq, v, block, l);
 	/* The record first: the walker's copy has read the slot's state by then. */
 	int rc = rf__cuda_await(l->cx, &l->cx->q[wq], v, l);
 	if (rc != RF_OK || !l->defer)
