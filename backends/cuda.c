@@ -141,7 +141,6 @@ static int rf__cuda_open(const rf__open_args *args, void **ctx)
 		cx->placement_note = "";
 	if ((cx->q = rf__calloc(cx->nq, sizeof *cx->q)) == NULL)
 		rc = rf__err(RF_ENOMEM, "cuda: out of memory");
-	cx->kflush = rf__cuda_kflush; /* before the lanes start: they call it between items */
 	if (rc == RF_OK && (rc = rf__cuda_pool_open(cx, args->prog, args->files_report)) == RF_OK &&
 	    (rc = rf__cuda_streams_open(cx, args->prog)) == RF_OK)
 		rc = rf__cuda_keyed_open(cx, args->klanes);

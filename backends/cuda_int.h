@@ -86,7 +86,6 @@ typedef struct rf__cuda_ctx {
 	_Atomic(unsigned char *) pin; /* the pinned ring: nstage slots of pin_stride, made on first need */
 	pthread_mutex_t pin_mu;
 	const void **sslot;    /* per staging slot: where its copy reads (pinned slot or source; NULL: a read failed) */
-	void (*kflush)(rf__cuda_lane *l); /* a lane between items: keyed H2Ds its landed reads free (cuda_keyed.c) */
 	rf__run *run;          /* the run in progress */
 	atomic_int stop, first_rc;
 	atomic_uint active;    /* lanes still walking */
@@ -168,6 +167,6 @@ int rf__cuda_keyed_open(rf__cuda_ctx *cx, unsigned *lanes); /* *lanes: rf__open_
 void rf__cuda_keyed_free(rf__cuda_ctx *cx);
 int rf__cuda_keyed_settle(rf__cuda_ctx *cx); /* a device synchronisation when keyed use ever happened */
 int rf__cuda_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out);
-void rf__cuda_kflush(rf__cuda_lane *l); /* rf__cuda_ctx.kflush */
+void rf__cuda_kflush(rf__cuda_lane *l); /* a lane between items: the H2Ds its landed reads free */
 
 #endif

@@ -342,8 +342,7 @@ static int rf__cuda_lane_idle(void *ctx)
 {
 	rf__cuda_lane *l = ctx;
 	int busy = rf__flight_progress(&l->flight);
-	if (l->cx->kflush != NULL)
-		l->cx->kflush(l);
+	rf__cuda_kflush(l);
 	return busy;
 }
 
