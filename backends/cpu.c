@@ -197,11 +197,10 @@ static int rf__cpu_open(const rf__open_args *args, void **ctx)
 	return RF_OK;
 }
 
-static int rf__cpu_describe(void *ctx, char *buf, size_t cap)
+static void rf__cpu_describe(void *ctx, char *buf, size_t cap)
 {
 	(void)ctx;
 	snprintf(buf, cap, "cpu: copies and computes inline on the caller's thread, no worker threads");
-	return RF_OK;
 }
 
 void rf__host_slots_free(void *ctx, void *mem, size_t bytes)

@@ -124,7 +124,7 @@ static int rf__cuda_open(const rf__open_args *args, void **ctx)
 	cx->oracle = args->oracle;
 	cx->nslots = args->nslots ? args->nslots : 1; /* depth = auto may deepen the ring up to this */
 	cx->nstage = args->prog != NULL ? args->prog->nstage : 0;
-	cx->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
+	cx->spin_ns = args->wait_spin_ns;
 	/* Pinned slots start on page boundaries: the H2D of each reads whole pages. */
 	cx->pin_stride = rf__align_up(args->slot_bytes, RF__ALIGN_PINNED);
 	pthread_mutex_init(&cx->pin_mu, NULL);
@@ -136,12 +136,11 @@ static int rf__cuda_open(const rf__open_args *args, void **ctx)
 	if (rf__cuda_clear(api, api->device_name(cx->device, cx->name, sizeof cx->name)) != 0)
 		snprintf(cx->name, sizeof cx->name, "?");
 	rf__cuda_policy(api, cx->device, args->staging, &cx->pinned_policy, &cx->numa_node);
-	/* "auto" turned into the GPU's node: a refusal of that node may fall back (rf__cuda_pinned_alloc). */
+	/* "auto" turned into the GPU's node: a refusal of that node may fall back (rf__cuda_ring_alloc). */
 	if ((args->staging == NULL || args->staging->kind == RF__STG_AUTO) && cx->pinned_policy.kind == RF__STG_NODE)
 		cx->placement_note = "";
 	if ((cx->q = rf__calloc(cx->nq, sizeof *cx->q)) == NULL)
 		rc = rf__err(RF_ENOMEM, "cuda: out of memory");
-	cx->kflush = rf__cuda_kflush; /* before the lanes start: they call it between items */
 	if (rc == RF_OK && (rc = rf__cuda_pool_open(cx, args->prog, args->files_report)) == RF_OK &&
 	    (rc = rf__cuda_streams_open(cx, args->prog)) == RF_OK)
 		rc = rf__cuda_keyed_open(cx, args->klanes);
@@ -261,7 +260,7 @@ static int rf__cuda_wait(void *c, unsigned queue, unsigned wqueue, int64_t v, si
 		return 0;
 	rf__cuda_queue *q = &cx->q[queue], *w = &cx->q[wqueue];
 	if (w->stream == NULL) /* a host queue: its lane's signal, on the host */
-		return rf__cuda_host_wait(cx, wqueue, v, block);
+		return rf__cuda_host_wait(cx, wqueue, v, block, NULL);
 	if (RF__TEST_HOOK(drop_raw_wait) && !q->copies && w->copies) /* negative control only */
 		return 0;
 	uint64_t n = atomic_load_explicit(&w->nrec, memory_order_relaxed);
@@ -359,7 +358,7 @@ static int rf__cuda_run(void *ctx, rf__run *run)
 	return rc;
 }
 
-static int rf__cuda_describe(void *ctx, char *buf, size_t cap)
+static void rf__cuda_describe(void *ctx, char *buf, size_t cap)
 {
 	rf__cuda_ctx *cx = ctx;
 	unsigned ns = cx->nq - cx->nhost; /* host queues have no stream */
@@ -374,7 +373,6 @@ static int rf__cuda_describe(void *ctx, char *buf, size_t cap)
 		 "cuda: device %d (%s, host NUMA node %s); %u stream%s, %u events each, reused round-robin; the host "
 		 "enqueues at most %u computes ahead; %s",
 		 cx->device, cx->name, node, ns, ns == 1 ? "" : "s", 2 * cx->nslots + 8, cx->nwin, stage);
-	return RF_OK;
 }
 
 /* The pinned host ring, once allocated. */

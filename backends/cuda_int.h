@@ -50,7 +50,6 @@ typedef struct rf__cuda_lane {
 	int64_t pend;
 	int entered;               /* device current and capture mode thread-local, once per thread */
 	rf__flight flight;         /* its file reads into the pinned ring, in flight (opened on the first) */
-	int reported;              /* a read of this run failed and the run was told */
 	struct rf__trace *trace;   /* lanes: the run's trace while the lane walks it (its stages' slices) */
 	struct rf__cuda_kt *khead, *ktail; /* lanes: its staged hints whose H2D is not enqueued yet, in order */
 	atomic_uint kpend;         /* how many (the owner's quiesce waits for none) */
@@ -88,7 +87,6 @@ typedef struct rf__cuda_ctx {
 	_Atomic(unsigned char *) pin; /* the pinned ring: nstage slots of pin_stride, made on first need */
 	pthread_mutex_t pin_mu;
 	const void **sslot;    /* per staging slot: where its copy reads (pinned slot or source; NULL: a read failed) */
-	void (*kflush)(rf__cuda_lane *l); /* a lane between items: keyed H2Ds its landed reads free (cuda_keyed.c) */
 	rf__run *run;          /* the run in progress */
 	atomic_int stop, first_rc;
 	atomic_uint active;    /* lanes still walking */
@@ -161,13 +159,15 @@ void rf__cuda_run_fail(rf__cuda_ctx *cx, int rc); /* a walk failed: the first fa
 /* A lane's copy or compute, the walker's stage: never called (rf__cuda_pool_open keeps host queues to
  * STAGE and WAIT ops, and the walker skips them). */
 int rf__cuda_misplaced(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot);
-int rf__cuda_host_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block); /* the walker waits for a lane */
+/* Wait for host queue wq to reach v, taking pieces of its copy of `block` meanwhile; l: the waiting lane
+ * (NULL: the walker). */
+int rf__cuda_host_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block, rf__cuda_lane *l);
 
 /* cuda_keyed.c: keyed use (runtime/backend.h), stream-ordered; streams and events made in open. */
 int rf__cuda_keyed_open(rf__cuda_ctx *cx, unsigned *lanes); /* *lanes: rf__open_args.klanes */
 void rf__cuda_keyed_free(rf__cuda_ctx *cx);
 int rf__cuda_keyed_settle(rf__cuda_ctx *cx); /* a device synchronisation when keyed use ever happened */
 int rf__cuda_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out);
-void rf__cuda_kflush(rf__cuda_lane *l); /* rf__cuda_ctx.kflush */
+void rf__cuda_kflush(rf__cuda_lane *l); /* a lane between items: the H2Ds its landed reads free */
 
 #endif

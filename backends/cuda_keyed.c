@@ -339,7 +339,7 @@ static int rf__cuda_kstage(rf__cuda_ctx *cx, const rf__kcopy *req, rf__cuda_kt *
 	unsigned l = req->lane % k->nlanes, pt = rc == RF_OK ? rf__cuda_kpin(cx, l, req->demand, &war) : RF__NO_STAGE;
 	if (rc != RF_OK || pt == RF__NO_STAGE)
 		return rc != RF_OK ? rc : RF_ENOSPC;
-	const unsigned char *data = pin + (size_t)pt * cx->pin_stride;
+	unsigned char *data = pin + (size_t)pt * cx->pin_stride;
 	e->pin = pt;
 	if (req->demand) {
 		int err = war != NULL ? cx->api->event_synchronize(war) : 0;
@@ -347,13 +347,12 @@ static int rf__cuda_kstage(rf__cuda_ctx *cx, const rf__kcopy *req, rf__cuda_kt *
 			return rf__cuda_fail(cx->api, "cudaEventSynchronize (keyed staging slot free)", err);
 		size_t shift = 0;
 		if (fs->f == NULL)
-			memcpy(pin + (size_t)pt * cx->pin_stride, req->src.p, req->bytes);
-		else if ((rc = rf__flight_read_shifted(req->io, fs, req->bytes, pin + (size_t)pt * cx->pin_stride,
-						       cx->pin_stride, RF__READER_SHIFT_OK, &shift)) != RF_OK)
+			memcpy(data, req->src.p, req->bytes);
+		else if ((rc = rf__flight_read_shifted(req->io, fs, req->bytes, data, cx->pin_stride,
+						       RF__READER_SHIFT_OK, &shift)) != RF_OK)
 			return rc;
-		data += shift;
 		k->reader[pt] = e->t;
-		return rf__cuda_kcopy(cx, e, data, s);
+		return rf__cuda_kcopy(cx, e, data + shift, s);
 	}
 	e->w.fn = rf__cuda_kstage_fn;
 	e->s = s, e->war = war, e->fs = *fs;
@@ -466,10 +465,8 @@ static int rf__cuda_kcancel(rf__cuda_ctx *cx, rf__kticket t)
 
 static int rf__cuda_krelease(rf__cuda_ctx *cx, unsigned slot, void *stream)
 {
-	rf__cuda_keyed *k = cx->keyed;
 	const rf__cuda_api *api = cx->api;
-	int rc = RF_OK;
-	rf__cuda_krel *rel = &k->rel[(size_t)slot * RF__CUDA_KREL];
+	rf__cuda_krel *rel = &cx->keyed->rel[(size_t)slot * RF__CUDA_KREL];
 	unsigned j = 0, free_j = RF__CUDA_KREL;
 	for (; j < RF__CUDA_KREL && !(rel[j].live && rel[j].stream == stream); j++)
 		if (!rel[j].live && free_j == RF__CUDA_KREL)
@@ -479,14 +476,12 @@ static int rf__cuda_krelease(rf__cuda_ctx *cx, unsigned slot, void *stream)
 		j = 0;
 		e = api->stream_wait_event(stream, rel[0].ev);
 	}
-	if (e == 0 && (e = api->event_record(rel[j].ev, stream)) == 0) {
-		rel[j].stream = stream;
-		rel[j].live = 1;
-		k->dirty = 1;
-	} else {
-		rc = rf__cuda_fail(api, "cudaEventRecord (release)", e);
-	}
-	return rc;
+	if (e != 0 || (e = api->event_record(rel[j].ev, stream)) != 0)
+		return rf__cuda_fail(api, "cudaEventRecord (release)", e);
+	rel[j].stream = stream;
+	rel[j].live = 1;
+	cx->keyed->dirty = 1;
+	return RF_OK;
 }
 
 /* Everything keyed finished, every release ordered: a host wait (runs, reset, destroy). */

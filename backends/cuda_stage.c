@@ -161,9 +161,7 @@ static void rf__cuda_landed(void *ctx, rf__flight_rec *r, int phase)
 /* Reap lane l's landed reads (their signals go out in order); a failed one fails the run. */
 static void rf__cuda_lane_progress(rf__cuda_lane *l)
 {
-	rf__flight_progress(&l->flight);
-	if (l->flight.failed && !l->reported) {
-		l->reported = 1;
+	if (rf__flight_reap(&l->flight) != RF_OK) {
 		rf__err(RF_EIO, "cuda: %s", l->flight.msg);
 		rf__cuda_run_fail(l->cx, RF_EIO);
 	}
@@ -201,18 +199,13 @@ static int rf__cuda_await(rf__cuda_ctx *cx, const rf__cuda_queue *w, int64_t v, 
 	return atomic_load_explicit(&w->value, memory_order_acquire) >= v ? RF_OK : RF__CUDA_STOP;
 }
 
-static int rf__cuda_host_await(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block, rf__cuda_lane *l)
+int rf__cuda_host_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block, rf__cuda_lane *l)
 {
 	rf__cuda_queue *w = &cx->q[wq];
 	if (atomic_load_explicit(&w->value, memory_order_acquire) >= v)
 		return RF_OK;
 	rf__piece_help(&cx->lane[w->lane].job, block, &w->value, v);
 	return rf__cuda_await(cx, w, v, l);
-}
-
-int rf__cuda_host_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v, size_t block)
-{
-	return rf__cuda_host_await(cx, wq, v, block, NULL);
 }
 
 static int rf__cuda_event_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v)
@@ -223,11 +216,7 @@ static int rf__cuda_event_wait(rf__cuda_ctx *cx, unsigned wq, int64_t v)
 
 void rf__cuda_run_fail(rf__cuda_ctx *cx, int rc)
 {
-	int prev = 0;
-	/* A compute's failure outranks a cancel a lane saw first: the caller must hear of that block. */
-	if (rc != RF__CUDA_STOP && (atomic_compare_exchange_strong(&cx->first_rc, &prev, rc) ||
-				  (rc == RF_ECALLBACK && prev == RF_ECANCELED &&
-				   atomic_compare_exchange_strong(&cx->first_rc, &prev, rc))))
+	if (rc != RF__CUDA_STOP && rf__first_failure(&cx->first_rc, rc))
 		snprintf(cx->fail_msg, sizeof cx->fail_msg, "%s", rf__errmsg_peek());
 	atomic_store(&cx->stop, 1);
 	rf__ec_notify(&cx->ec);
@@ -287,7 +276,7 @@ static int rf__cuda_lane_wait(void *c, unsigned queue, unsigned wq, int64_t v, s
 	(void)queue;
 	rf__cuda_lane *l = c;
 	if (l->cx->q[wq].stream == NULL)
-		return rf__cuda_host_await(l->cx, wq, v, block, l);
+		return rf__cuda_host_wait(l->cx, wq, v, block, l);
 	/* The record first: the walker's copy has read the slot's state by then. */
 	int rc = rf__cuda_await(l->cx, &l->cx->q[wq], v, l);
 	if (rc != RF_OK || !l->defer)
@@ -341,8 +330,7 @@ static void rf__cuda_walk_item(rf__work *w, void *ctx)
 	rf__cuda_ctx *cx = l->cx;
 	rf__cuda_lane_enter(l);
 	l->pend = 0;
-	l->flight.failed = 0;
-	l->reported = 0;
+	rf__flight_walk_start(&l->flight);
 	l->trace = cx->run->trace;
 	int rc = rf__walk(cx->run, (int)l->q, 0, &rf__cuda_lane_ops, l);
 	if (rc != 0)
@@ -360,8 +348,7 @@ static int rf__cuda_lane_idle(void *ctx)
 {
 	rf__cuda_lane *l = ctx;
 	int st = rf__flight_idle(&l->flight);
-	if (l->cx->kflush != NULL)
-		l->cx->kflush(l);
+	rf__cuda_kflush(l);
 	return st;
 }
 

@@ -25,14 +25,11 @@ typedef struct rf__walker {
 	rf__threads_lane *lane;
 } rf__walker;
 
-/* Record the run's first failure and stop every queue. A compute's failure outranks a cancel seen first
- * by another queue (a callback that destroys its pipeline, then fails): the caller hears of the block. */
+/* Record the run's first failure (rf__first_failure) and stop every queue. */
 static void rf__threads_fail(rf__walker *wk, int rc)
 {
 	rf__threads *t = wk->t;
-	int prev = 0;
-	if (atomic_compare_exchange_strong(&t->first_rc, &prev, rc) ||
-	    (rc == RF_ECALLBACK && prev == RF_ECANCELED && atomic_compare_exchange_strong(&t->first_rc, &prev, rc))) {
+	if (rf__first_failure(&t->first_rc, rc)) {
 		t->fail_block = wk->run.failed_block;
 		t->fail_value = wk->run.failed_value;
 		if (rc == RF_EIO)
@@ -51,14 +48,8 @@ static int rf__threads_stopped(const rf__walker *wk)
 /* Reap the lane's landed file copies (their signals go out in order); a failed one fails the run. */
 static void rf__threads_progress(rf__walker *wk)
 {
-	rf__threads_lane *l = wk->lane;
-	if (l == NULL)
-		return;
-	rf__flight_progress(&l->flight);
-	if (l->flight.failed && !l->reported) {
-		l->reported = 1;
+	if (wk->lane != NULL && rf__flight_reap(&wk->lane->flight) != RF_OK)
 		rf__threads_fail(wk, RF_EIO);
-	}
 }
 
 /* A file copy: a lane starts its reads and walks on; the caller reads it through. */
@@ -246,13 +237,6 @@ static int rf__threads_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t 
 static const rf__walk_ops rf__threads_ops = {rf__threads_copy, rf__threads_compute, rf__threads_signal,
 		rf__threads_wait, rf__threads_stage};
 
-static int rf__threads_drained(void *arg)
-{
-	rf__walker *wk = arg;
-	rf__threads_progress(wk);
-	return !rf__flight_busy(&wk->lane->flight);
-}
-
 static void rf__threads_walk(rf__threads *t, rf__run *run, unsigned q, rf__threads_lane *lane)
 {
 	rf__walker wk = {t, *run, lane};
@@ -260,8 +244,8 @@ static void rf__threads_walk(rf__threads *t, rf__run *run, unsigned q, rf__threa
 	if (rc != 0)
 		rf__threads_fail(&wk, rc);
 	/* The walk is over, its reads may not be (they write the ring and read the caller's files). */
-	while (lane != NULL && !rf__threads_drained(&wk))
-		rf__ec_wait_bell(&t->ec, rf__threads_drained, &wk, 0, lane->flight.bell_slot, rf__flight_sleep, &lane->flight);
+	for (rf__threads_progress(&wk); lane != NULL && rf__flight_busy(&lane->flight); rf__threads_progress(&wk))
+		rf__flight_sleep(&lane->flight);
 }
 
 /* A lane's item: the walk of its queue in the run in progress. Its flight state is set here, on the
@@ -271,8 +255,7 @@ static void rf__threads_walk_item(rf__work *w, void *ctx)
 	(void)w;
 	rf__threads_lane *l = ctx;
 	rf__threads *t = l->t;
-	l->flight.failed = 0;
-	l->reported = 0;
+	rf__flight_walk_start(&l->flight);
 	rf__trace_flight(&l->flight, t->run->trace);
 	rf__threads_walk(t, t->run, l->q, l);
 	rf__trace_flight(&l->flight, NULL);
@@ -425,13 +408,12 @@ static void rf__threads_arms(rf__threads *t, int handoff)
 						  "on the caller; the faster is kept and checked again now and then)");
 }
 
-static int rf__threads_describe(void *ctx, char *buf, size_t cap)
+static void rf__threads_describe(void *ctx, char *buf, size_t cap)
 {
 	rf__threads *t = ctx;
 	snprintf(buf, cap, "threads: %u queue(s), %u worker thread(s) (rf-copy-N, keyed copies on the same); "
 			   "wait: %s %lld us; %s",
 		 t->nq, t->pool.n, t->spin_ns ? "spin" : "sleep", (long long)(t->spin_ns / 1000), t->placement);
-	return RF_OK;
 }
 
 static int rf__threads_open(const rf__open_args *args, void **ctx)
@@ -472,7 +454,7 @@ static int rf__threads_open(const rf__open_args *args, void **ctx)
 		lctx[i] = &t->lane[i];
 	}
 	rf__ec_init(&t->ec);
-	t->spin_ns = args->wait_spin_ns == RF__WAIT_SLEEP ? 0 : args->wait_spin_ns ? args->wait_spin_ns : RF__WAIT_AUTO_NS;
+	t->spin_ns = args->wait_spin_ns;
 	t->run_spin_ns = t->spin_ns > RF__RUN_SPIN_NS ? t->spin_ns : RF__RUN_SPIN_NS;
 	rf__threads_arms(t, args->handoff);
 	int rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__threads_lane_ops, lctx);

@@ -52,7 +52,6 @@ typedef struct rf__threads_lane {
 	int64_t kposted;     /* the value of the last keyed copy posted (owner) */
 	int core;            /* logical index of the core it is counted on, -1: none */
 	rf__flight flight;   /* its file copies in flight and the signals behind them */
-	int reported;        /* its failed file copy has failed the run */
 } rf__threads_lane;
 
 struct rf__threads {

@@ -46,18 +46,10 @@ static int rf__graph_reserve(rf_graph *g)
 	void *p;
 	if (g->n < g->cap)
 		return RF_OK;
-	if ((p = rf__realloc(g->nodes, cap * sizeof *g->nodes)) == NULL)
+#define RF__GROW(a) ((p = rf__realloc((a), cap * sizeof *(a))) != NULL && ((a) = p, 1))
+	if (!RF__GROW(g->nodes) || !RF__GROW(g->out) || !RF__GROW(g->in) || !RF__GROW(g->qprev))
 		return RF_ENOMEM;
-	g->nodes = p;
-	if ((p = rf__realloc(g->out, cap * sizeof *g->out)) == NULL)
-		return RF_ENOMEM;
-	g->out = p;
-	if ((p = rf__realloc(g->in, cap * sizeof *g->in)) == NULL)
-		return RF_ENOMEM;
-	g->in = p;
-	if ((p = rf__realloc(g->qprev, cap * sizeof *g->qprev)) == NULL)
-		return RF_ENOMEM;
-	g->qprev = p;
+#undef RF__GROW
 	g->cap = cap;
 	return RF_OK;
 }

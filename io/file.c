@@ -357,14 +357,10 @@ static int rf__file_direct(const char *who, rf_file *f, const struct stat *st)
 	return RF_OK;
 }
 
-/* What a file that is not a regular one is, for the message of RF_ENOTSUP. */
-static const char *rf__file_kind(mode_t m)
+const char *rf__file_kind(mode_t m)
 {
-	return S_ISDIR(m)			 ? "a directory"
-	       : S_ISFIFO(m)			 ? "a FIFO"
-	       : S_ISCHR(m) || S_ISBLK(m) ? "a device"
-	       : S_ISSOCK(m)			 ? "a socket"
-						 : "not a regular file";
+	return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" :
+	       S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
 }
 
 /* The name of a pseudo file system (its files' bytes are made as they are read: the size fstat gives,
@@ -409,16 +405,14 @@ int rf_file_open(const char *path, unsigned flags, rf_file **out)
 	if ((f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY)) < 0) {
 		/* A socket (ENXIO), or a device without its driver, cannot be opened at all: say what it is. */
 		int e = errno;
-		if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
-			rc = rf__err(RF_ENOTSUP, "%s: %s is %s", who, path, rf__file_kind(st.st_mode));
-			goto fail;
+		if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) {
+			errno = e;
+			goto fail_sys;
 		}
-		errno = e;
+	} else if (fstat(f->fd, &st) != 0) {
+		op = "fstat";
 		goto fail_sys;
 	}
-	op = "fstat";
-	if (fstat(f->fd, &st) != 0)
-		goto fail_sys;
 	if (!S_ISREG(st.st_mode)) {
 		rc = rf__err(RF_ENOTSUP, "%s: %s is %s", who, path, rf__file_kind(st.st_mode));
 		goto fail;

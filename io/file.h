@@ -12,6 +12,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct rf_file {
 	int fd;  /* buffered */
@@ -52,6 +53,9 @@ int rf__file_hold(const char *who, const char *what, const rf__src *s, size_t n)
 
 /* Let go of one hold (any thread). */
 void rf__file_unhold(rf_file *f);
+
+/* What a file that is not a regular one is ("a FIFO", "a character device"), for messages. */
+const char *rf__file_kind(mode_t mode);
 
 /* The descriptor to read with: the O_DIRECT one when `direct` and the file has one. */
 static inline int rf__file_fd(const rf_file *f, int direct)

@@ -67,6 +67,7 @@ typedef struct rf__flight {
 	} sig[RF__FLIGHT_MAX + 1];
 	unsigned sn;
 	int failed;          /* a run's copy failed: drop the signals behind it */
+	int reported;        /* and rf__flight_reap said so */
 	char msg[240];       /* its sentence */
 	char last[240];      /* the sentence of the last failed copy (a blocking read's) */
 	rf__flight_hook *hook;   /* told of traced copies (a run's trace, while a run is in progress) */
@@ -127,6 +128,23 @@ int rf__flight_progress(rf__flight *f);
 /* A lane's idle() (base/pool.h): progress, then RF__LANE_BUSY while copies are in flight, RF__LANE_READ
  * if copies were started since the last call (and all landed: a blocking read's did at once), else 0. */
 int rf__flight_idle(rf__flight *f);
+/* A lane's walk of a run starts: none of its copies has failed yet. */
+static inline void rf__flight_walk_start(rf__flight *f)
+{
+	f->failed = 0;
+	f->reported = 0;
+}
+/* A lane's reap between the steps of its walk (inline: a waiting lane's predicate calls it):
+ * rf__flight_progress; RF_EIO the first time one of the run's copies is seen failed since
+ * rf__flight_walk_start (the lane fails its run, once), else RF_OK. */
+static inline int rf__flight_reap(rf__flight *f)
+{
+	rf__flight_progress(f);
+	if (!f->failed || f->reported)
+		return RF_OK;
+	f->reported = 1;
+	return RF_EIO;
+}
 /* Sleep until a copy may have landed or the bell rang (rf__ec_wait_bell's sleep). */
 void rf__flight_sleep(void *f);
 /* Copies in flight (the lane's view). */

@@ -2,6 +2,7 @@
  * allows, completed (a partial read's rest, a refusal tried again, a pread when the ring will not),
  * its failure put into words, its bytes moved into place and timed for the rule, and the rule. */
 #include "io/reader_int.h"
+#include "base/compare.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -32,8 +33,11 @@ int rf__reader_rule(const rf__reader_samples *s)
 {
 	if (!rf__reader_rule_decided(s))
 		return s->n[RF__READER_BUFFERED] < s->n[RF__READER_MOVE] ? RF__READER_BUFFERED : RF__READER_MOVE;
-	float mv = rd_median(s->ns_per_byte[RF__READER_MOVE]), bf = rd_median(s->ns_per_byte[RF__READER_BUFFERED]);
-	return bf < mv ? RF__READER_BUFFERED : RF__READER_MOVE;
+	/* Medians, not the comparator's means: one stray copy (a fault, a preemption) must not decide. */
+	static const rf__cmp_rule lower = {0};
+	const double med[] = {rd_median(s->ns_per_byte[RF__READER_MOVE]),
+			      rd_median(s->ns_per_byte[RF__READER_BUFFERED])};
+	return (int)rf__cmp_pick(&lower, med, NULL, RF__READER_NMETHODS); /* a tie keeps RF__READER_MOVE */
 }
 
 unsigned rf__reader_class(size_t n)

@@ -74,7 +74,7 @@ typedef struct rd_win {
 	uint64_t expect;    /* where the next copy served from the window must start */
 	unsigned *wait, wait_head, nwait; /* copies waiting for chunks, in file order (max_copies long) */
 	uint64_t copies, read;
-	uint64_t landed;    /* chunks landed so far (rf__reader_top_up serves again when it moves) */
+	uint64_t landed;    /* chunks landed so far (rd_top_up serves again when it moves) */
 	int online;         /* the chunks in flight are chosen online (ahead) */
 	size_t from;        /* online: the bytes the search starts from (the chunks a copy needs, if more) */
 	rf__reader_ahead ahead; /* chunks read ahead at once: ahead.on (all k when not online) */

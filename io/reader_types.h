@@ -76,8 +76,8 @@ typedef struct rf__reader_samples {
 } rf__reader_samples;
 
 /* The method for the next copy of a class: while either has fewer than RF__READER_PROBES samples, the one
- * with fewer (so they alternate); then the lower median time per byte. Ties: RF__READER_MOVE (it leaves
- * the page cache alone). */
+ * with fewer (so they alternate); then the lower median time per byte, kept by base/compare.h's pick with
+ * no margin. Ties: RF__READER_MOVE (it leaves the page cache alone). */
 int rf__reader_rule(const rf__reader_samples *s);
 /* 1 when the rule has decided for s (both methods fully sampled). */
 int rf__reader_rule_decided(const rf__reader_samples *s);

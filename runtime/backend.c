@@ -177,7 +177,9 @@ int rf__backend_run(const rf__backend_ops *be, void *ctx, rf__run *run)
 
 void rf__backend_describe(const rf__backend_ops *be, void *ctx, char *buf, size_t cap)
 {
-	if (be->describe == NULL || be->describe(ctx, buf, cap) != RF_OK)
+	if (be->describe != NULL)
+		be->describe(ctx, buf, cap);
+	else
 		snprintf(buf, cap, "%s", be->name);
 }
 

@@ -71,9 +71,9 @@ typedef struct rf__open_args {
 	const struct rf_program *prog; /* the first program (depth = auto may switch to one of <= nslots) */
 	size_t slot_bytes;
 	unsigned nslots; /* slots allocated: >= prog->nslots */
-	/* The wait policy (runtime/config.h): ns a waiting thread spins (pause, then yield) before it
-	 * sleeps; 0 = "auto" (RF__WAIT_AUTO_NS); RF__WAIT_SLEEP sleeps at once between runs and keyed
-	 * copies (a short spin remains within a run). Backends without threads ignore it. */
+	/* The wait policy (runtime/config.h) resolved: ns a waiting thread spins (pause, then yield) before
+	 * it sleeps; 0 sleeps at once between runs and keyed copies (a short spin remains within a run).
+	 * Backends without threads ignore it. */
 	int64_t wait_spin_ns;
 	size_t slot_stride; /* slot_bytes rounded up to the backend's slot_align */
 	int oracle;         /* RINGFETCH_ORACLE=1: the backend checks what only it sees (cuda: a staged
@@ -89,7 +89,6 @@ typedef struct rf__open_args {
 	unsigned *klanes; /* out: lanes keyed copies may use (>= 1; rf__backend_open sets 1 first) */
 } rf__open_args;
 
-#define RF__WAIT_SLEEP ((int64_t)-1)
 #define RF__WAIT_AUTO_NS ((int64_t)2000000) /* "auto": spin up to 2 ms (docs/serving.md) */
 
 /* ---- keyed use (runtime/keyed.c) ----------------------------------------------------------------
@@ -164,7 +163,7 @@ typedef struct rf__backend_ops {
 	 * RF_OK, RF_ECALLBACK (failed_* set), RF_ECANCELED, RF_EBACKEND (rf_errmsg set). */
 	int (*run)(void *ctx, rf__run *run);
 	/* Optional: one line on how the instance is laid out (threads, pinning), for rf_pipeline_describe. */
-	int (*describe)(void *ctx, char *buf, size_t cap);
+	void (*describe)(void *ctx, char *buf, size_t cap);
 	/* Optional: where the backend's host staging memory lives (cuda: the pinned host ring), for
 	 * rf_pipeline_placement; NULL: the ring slots themselves are staging memory. */
 	int (*placement)(void *ctx, rf_placement *out);

@@ -8,6 +8,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/parse.h"
+#include "io/file.h"
 #include "memory/staging.h"
 #include "runtime/ktrace.h"
 
@@ -199,12 +200,6 @@ static const rf__config_key rf__config_keys[] = {
 
 /* Far more than any real configuration; what bounds the time and memory a hostile file can cost. */
 #define RF__CFG_MAX_BYTES (64u << 10)
-
-static const char *rf__file_kind(mode_t m)
-{
-	return S_ISDIR(m) ? "a directory" : S_ISFIFO(m) ? "a FIFO" : S_ISCHR(m) ? "a character device" :
-	       S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : "not a regular file";
-}
 
 /* The whole file in *text (rf__malloc'ed, NUL-terminated after *len bytes), or RF_ECONFIG saying why not.
  * One more byte than RF__CFG_MAX_BYTES is read to tell "too large". */

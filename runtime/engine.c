@@ -55,11 +55,11 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	/* min_slots: room for a deeper program later (depth = auto). */
 	e->nslots = prog->nslots > e->min_slots ? prog->nslots : e->min_slots;
 	e->nslots += e->nslots == 0;
+	int64_t spin = e->wait_spin_ns < 0 ? 0 : e->wait_spin_ns ? e->wait_spin_ns : RF__WAIT_AUTO_NS;
 	rf__open_args args = {.nqueues = prog->nqueues ? prog->nqueues : 1, .device = device, .staging = &e->staging,
-			      .prog = prog, .slot_bytes = slot_bytes, .nslots = e->nslots,
-			      .wait_spin_ns = e->wait_spin_ns, .oracle = cfg->oracle, .handoff = cfg->handoff,
-			      .overlap = cfg->overlap, .worker_cpus = cfg->worker_cpus, .files_report = &e->io,
-			      .klanes = &e->klanes};
+			      .prog = prog, .slot_bytes = slot_bytes, .nslots = e->nslots, .wait_spin_ns = spin,
+			      .oracle = cfg->oracle, .handoff = cfg->handoff, .overlap = cfg->overlap,
+			      .worker_cpus = cfg->worker_cpus, .files_report = &e->io, .klanes = &e->klanes};
 	int rc = rf__backend_lookup(backend, device, &e->be);
 	if (rc != RF_OK)
 		goto fail;

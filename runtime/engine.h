@@ -56,7 +56,7 @@ typedef struct rf__engine {
 	rf_stats published;
 	char *trace_path;   /* rf_pipeline_trace: Chrome trace appended after each run, or NULL */
 	/* Set by the owner before init: where CPU backends put the slots (zero: "auto"), at least how many
-	 * slots (0: the program's), the wait policy (rf__open_args). */
+	 * slots (0: the program's), the wait policy (runtime/config.h: 0 auto, -1 sleep, else ns of spin). */
 	rf__staging_policy staging;
 	unsigned min_slots;
 	int64_t wait_spin_ns;

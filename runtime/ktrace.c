@@ -5,6 +5,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/wait.h"
+#include "runtime/trace.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -40,25 +41,10 @@ struct rf__ktrace {
 	rf__ktrec *buf;
 };
 
-/* The whole of [p, p + n) or errno (a short write is continued, EINTR retried). */
-static int rf__kt_write(int fd, const void *p, size_t n)
-{
-	const char *c = p;
-	while (n > 0) {
-		ssize_t k = write(fd, c, n);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return k < 0 ? errno : EIO;
-		c += k, n -= (size_t)k;
-	}
-	return 0;
-}
-
 static void rf__kt_flush(rf__ktrace *t)
 {
 	if (t->err == 0 && t->n > 0)
-		t->err = rf__kt_write(t->fd, t->buf, (size_t)t->n * sizeof *t->buf);
+		t->err = rf__write_all(t->fd, t->buf, (size_t)t->n * sizeof *t->buf, NULL) != 0 ? errno : 0;
 	if (t->err != 0)
 		t->lost += t->n;
 	t->n = 0;
@@ -86,7 +72,7 @@ int rf__ktrace_open(const char *who, const char *path, unsigned nslots, size_t s
 	rf__kthdr h = {"RFKTRACE", 1, (uint32_t)sizeof(rf__ktrec), nslots, 0, (uint64_t)slot_bytes};
 	int hdr = e == 0;
 	if (e == 0)
-		e = rf__kt_write(t->fd, &h, sizeof h);
+		e = rf__write_all(t->fd, &h, sizeof h, NULL) != 0 ? errno : 0;
 	if (e != 0) {
 		int rc = rf__err(RF_EIO, "%s: keyed trace \"%.200s\": cannot %s: %s", who, path,
 				 hdr ? "write the header" : "create the file", strerror(e));

@@ -257,24 +257,16 @@ int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og)
 	for (size_t v = 0; v < og->n && rc == RF_OK; v++) {
 		if (!og->work[v])
 			continue;
-		for (size_t k = og->start[v]; k < og->start[v + 1]; k++) {
+		for (size_t k = og->start[v]; k < og->start[v + 1] && rc == RF_OK; k++) {
 			size_t u = og->pred[k];
+			int how = og->how[k];
 			uint64_t s0 = ev[v]->s0;
-			if (og->how[k] == RF__ORC_START && s0 < ev[u]->s0) {
-				rc = rf__err(RF_EHAZARD, "oracle: node %zu started before node %zu (before it on its queue) "
-							 "started", v, u);
-				break;
-			}
-			if (og->how[k] == RF__ORC_END && s0 < ev[u]->s1) {
-				rc = rf__err(RF_EHAZARD, "oracle: node %zu started before node %zu (which it must follow) ended",
-					     v, u);
-				break;
-			}
-			if (og->how[k] == RF__ORC_QUEUE_END && s0 < qend[u]) {
-				rc = rf__err(RF_EHAZARD, "oracle: node %zu started before node %zu (which it must follow)%s ended",
-					     v, u, s0 < ev[u]->s1 ? "" : " and the work before it on its queue");
-				break;
-			}
+			uint64_t need = how == RF__ORC_START ? ev[u]->s0 : how == RF__ORC_END ? ev[u]->s1 : qend[u];
+			const char *also = how == RF__ORC_QUEUE_END && s0 >= ev[u]->s1 ? " and the work before it on its queue" : "";
+			if (s0 < need)
+				rc = rf__err(RF_EHAZARD, "oracle: node %zu started before node %zu (%s)%s %s", v, u,
+					     how == RF__ORC_START ? "before it on its queue" : "which it must follow", also,
+					     how == RF__ORC_START ? "started" : "ended");
 		}
 	}
 	if (rc == RF_OK)
@@ -302,7 +294,6 @@ void rf__oracle_keyed_free(rf__oracle_keyed *o)
 	free(o->last);
 	memset(o, 0, sizeof *o);
 }
-
 
 int rf__oracle_keyed_war(const rf__oracle_keyed *o, unsigned slot, uint64_t key)
 {

@@ -99,17 +99,20 @@ static void rf__trace_events(const rf__trace *t, FILE *f, unsigned pid, const ch
 	}
 }
 
-static int rf__write_at(int fd, const char *buf, size_t len, off_t *off)
+int rf__write_all(int fd, const void *p, size_t n, off_t *off)
 {
-	while (len > 0) {
-		ssize_t n = pwrite(fd, buf, len, *off);
-		if (n < 0 && errno == EINTR)
+	const char *c = p;
+	while (n > 0) {
+		ssize_t k = off != NULL ? pwrite(fd, c, n, *off) : write(fd, c, n);
+		if (k < 0 && errno == EINTR)
 			continue;
-		if (n <= 0)
+		if (k <= 0) {
+			errno = k < 0 ? errno : EIO;
 			return -1;
-		buf += n;
-		len -= (size_t)n;
-		*off += n;
+		}
+		c += k, n -= (size_t)k;
+		if (off != NULL)
+			*off += k;
 	}
 	return 0;
 }
@@ -419,11 +422,11 @@ static int rf__trace_append(const char *path, const char *body, size_t len)
 		goto out;
 	}
 	off_t end = at;
-	if (rf__write_at(fd, sep, strlen(sep), &end) != 0 || rf__write_at(fd, body, len, &end) != 0 ||
-	    rf__write_at(fd, "\n]\n", 3, &end) != 0 || (end < st.st_size && ftruncate(fd, end) != 0)) {
+	if (rf__write_all(fd, sep, strlen(sep), &end) != 0 || rf__write_all(fd, body, len, &end) != 0 ||
+	    rf__write_all(fd, "\n]\n", 3, &end) != 0 || (end < st.st_size && ftruncate(fd, end) != 0)) {
 		int err = errno;
 		end = at;
-		if (ftruncate(fd, st.st_size) == 0 && rf__write_at(fd, tail, keep, &end) == 0)
+		if (ftruncate(fd, st.st_size) == 0 && rf__write_all(fd, tail, keep, &end) == 0)
 			rc = rf__err(RF_EBACKEND, "trace: writing %s failed: %s (the file is as it was)", path,
 				     strerror(err));
 		else

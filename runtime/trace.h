@@ -9,6 +9,7 @@
 
 #include <stdatomic.h>
 #include <stdio.h>
+#include <sys/types.h>
 
 typedef struct rf__tev {
 	int64_t t0, t1;  /* ns, CLOCK_MONOTONIC */
@@ -91,6 +92,9 @@ int rf__trace_end(rf__trace *t, const char *path, const char *label);
 int rf__trace_write(const rf__trace *t, const char *path, const char *label);
 /* Release the arrays without writing. */
 void rf__trace_drop(rf__trace *t);
+/* All n bytes of p into fd at *off (advanced), or at the file offset when off is NULL: a short write is
+ * continued, EINTR retried. 0, or -1 with errno set (EIO when nothing more could be written). */
+int rf__write_all(int fd, const void *p, size_t n, off_t *off);
 /* Record the traced copies of flight f (io/flight.h) as slices of t (COPY, or STAGE as the record says),
  * from their start to their landing; t NULL: no more. The flight's thread, between its runs. */
 struct rf__flight;
