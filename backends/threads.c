@@ -1,8 +1,10 @@
 /* backends/threads.c — queues with CUDA-stream semantics: a signal publishes "this queue has done
  * everything up to v", a wait holds its queue until another has published v. Queue 0 runs on the caller
  * (one hop less; an embedder keeps its thread-locals), queues 1 .. n-1 on the lanes of one pool. The
- * first failing op wins a CAS on `first_rc`, then sets `stop`: every walker stops at its next op or
- * wait, and the run returns once every lane has left its walk. */
+ * first failing op wins a CAS on its program's `first_rc`, then sets its `stop`: every walker of that
+ * program stops at its next op or wait, and a run returns once every lane has left its walk. Keyed
+ * copies (threads_keyed.c) are one-block programs walked with the same handlers, each with its own
+ * program state: they never see a run's stop or failure, nor a run theirs. */
 #include "backends/threads_int.h"
 #include "base/alloc.h"
 #include "base/error.h"
@@ -18,30 +20,23 @@
  * during which the signaller waits for the sleeper's next value; a shorter spin chains sleeps. */
 #define RF__RUN_SPIN_NS 50000
 
-/* A private copy of the run (its failure fields are this walker's), and its lane (NULL: the caller). */
-typedef struct rf__walker {
-	rf__threads *t;
-	rf__run run;
-	rf__threads_lane *lane;
-} rf__walker;
-
 /* Record the run's first failure (rf__first_failure) and stop every queue. */
 static void rf__threads_fail(rf__walker *wk, int rc)
 {
-	rf__threads *t = wk->t;
-	if (rf__first_failure(&t->first_rc, rc)) {
-		t->fail_block = wk->run.failed_block;
-		t->fail_value = wk->run.failed_value;
+	rf__threads_prog *ps = wk->ps;
+	if (rf__first_failure(&ps->first_rc, rc)) {
+		ps->fail_block = wk->run.failed_block;
+		ps->fail_value = wk->run.failed_value;
 		if (rc == RF_EIO)
-			snprintf(t->fail_msg, sizeof t->fail_msg, "%s", wk->lane ? wk->lane->flight.msg : rf__errmsg_peek());
+			snprintf(ps->fail_msg, sizeof ps->fail_msg, "%s", wk->lane ? wk->lane->flight.msg : rf__errmsg_peek());
 	}
-	atomic_store(&t->stop, 1);
-	rf__ec_notify(&t->ec);
+	atomic_store(&ps->stop, 1);
+	rf__ec_notify(&wk->t->ec);
 }
 
 static int rf__threads_stopped(const rf__walker *wk)
 {
-	return atomic_load_explicit(&wk->t->stop, memory_order_relaxed) ||
+	return atomic_load_explicit(&wk->ps->stop, memory_order_relaxed) ||
 	       atomic_load_explicit(wk->run.cancel, memory_order_relaxed);
 }
 
@@ -52,7 +47,10 @@ static void rf__threads_progress(rf__walker *wk)
 		rf__threads_fail(wk, RF_EIO);
 }
 
-/* A file copy: a lane starts its reads and walks on; the caller reads it through. */
+/* A file copy: a lane starts its reads and walks on; the caller reads it through. A keyed hint's read
+ * lets go of its file once landed and marks its slot if it fails (the flight's record says so); one
+ * that cannot start is marked at once. Either way its signal goes out, in order: a hint's failure is
+ * its slot's, never its program's. */
 static int rf__threads_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *fs, size_t b, unsigned slot,
 		uint32_t node)
 {
@@ -61,8 +59,18 @@ static int rf__threads_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *f
 	if (wk->lane == NULL)
 		return rf__flight_read(run->io, fs, n, dst, run->slot_stride);
 	rf__flight_rec rec = {.block = (int64_t)b, .slot = slot, .node = node, .queue = (uint8_t)wk->lane->q,
-			      .traced = run->trace != NULL};
+			      .traced = run->trace != NULL && run->keyed == NULL};
+	if (run->keyed != NULL) {
+		rec.unhold = fs->f;
+		rec.fail_at = run->keyed->failed;
+		rec.fail_value = (int64_t)wk->ticket;
+	}
 	int rc = rf__flight_start(&wk->lane->flight, fs, n, dst, run->slot_stride, &rec);
+	if (rc != RF_OK && run->keyed != NULL) {
+		atomic_store_explicit(rec.fail_at, rec.fail_value, memory_order_release);
+		rf__file_unhold(fs->f);
+		return 0;
+	}
 	rf__threads_progress(wk);
 	return rc == RF_OK ? RF__WALK_ASYNC : rc;
 }
@@ -70,9 +78,8 @@ static int rf__threads_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *f
 /* Block b's bytes into dst: from src (its staging slot), else from its source. A file is read by a lane
  * asynchronously into ring slot `slot`; at once into a staging slot, by the caller, or on a queue that
  * also computes (a compute may follow its copy there with no wait between them). */
-static int rf__threads_move(void *c, rf__run *run, unsigned queue, size_t b, unsigned char *dst,
-		const unsigned char *src,
-			unsigned slot, uint32_t node)
+static inline __attribute__((always_inline)) int rf__threads_move(void *c, rf__run *run, unsigned queue, size_t b,
+		unsigned char *dst, const unsigned char *src, unsigned slot, uint32_t node)
 {
 	rf__walker *wk = c;
 	if (rf__threads_stopped(c))
@@ -90,7 +97,7 @@ static int rf__threads_move(void *c, rf__run *run, unsigned queue, size_t b, uns
 		rf__threads *t = wk->t;
 		/* At depth 1 nothing overlaps: pieces and demotes would only lengthen the critical path. */
 		if (run->prog->nslots >= 2)
-			rf__piece_copy(&t->q[queue].job, dst, src, n, b, t->handoff);
+			rf__piece_copy(&t->q[queue].job, dst, src, n, b, wk->ps->handoff);
 		else
 			memcpy(dst, src, n);
 	}
@@ -149,18 +156,37 @@ static int rf__threads_skip(rf__walker *wk, size_t b)
 	rf__tq *tq = &t->q[wk->lane->q];
 	rf__piece_help(&tq->sjob, b, &tq->stolen, (int64_t)b);
 	rf__threads_steal_wait w = {tq, (int64_t)b};
-	rf__ec_wait(&t->ec, rf__threads_stolen_done, &w, t->run_spin_ns);
+	rf__ec_wait(&t->ec, rf__threads_stolen_done, &w, wk->ps->spin_ns);
 	return RF__WALK_ELSEWHERE;
 }
 
-static int rf__threads_copy(void *c, rf__run *run, unsigned queue, size_t b, unsigned slot, unsigned stage,
-		uint32_t node)
+/* A keyed copy starts: a hint claims its item (1), or finds it withdrawn (0: no copy; the owner let go
+ * of its file then); a copy counts its bytes only once it starts. */
+static int rf__threads_kstart(rf__walker *wk, const rf__kcopy *k)
+{
+	if (wk->item != NULL) {
+		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
+			RF__TEST_HOOK(keyed_before_copy)(0);
+		if (!rf__work_claim(wk->item))
+			return 0;
+		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
+			RF__TEST_HOOK(keyed_before_copy)(1);
+	}
+	atomic_fetch_add_explicit(k->counter, k->bytes, memory_order_relaxed);
+	return 1;
+}
+
+/* Inlined with rf__threads_move into each walk: a keyed miss is this path and a memcpy, nothing more. */
+static inline __attribute__((always_inline)) int rf__threads_copy(void *c, rf__run *run, unsigned queue, size_t b,
+		unsigned slot, unsigned stage, uint32_t node)
 {
 	rf__walker *wk = c;
 	/* Claimed first: a copy the caller made is done whatever happens next (a late cancel must not fail
 	 * the run on a lagging lane). */
-	if (wk->lane != NULL && wk->t->steal && !rf__threads_claim(&wk->t->q[queue], b))
+	if (wk->lane != NULL && wk->ps->steal && !rf__threads_claim(&wk->t->q[queue], b))
 		return rf__threads_skip(wk, b);
+	if (run->keyed != NULL && !rf__threads_kstart(wk, run->keyed))
+		return RF__WALK_ELSEWHERE; /* withdrawn: no copy, no slice; its signal still goes out */
 	const unsigned char *src = stage == RF__NO_STAGE ? NULL : rf__stage_ptr(run, stage);
 	return rf__threads_move(c, run, queue, b, rf__slot_ptr(run, slot), src, slot, node);
 }
@@ -175,7 +201,7 @@ static int rf__threads_compute(void *c, rf__run *run, unsigned queue, size_t b, 
 {
 	(void)queue;
 	rf__walker *wk = c;
-	if (atomic_load_explicit(&wk->t->stop, memory_order_relaxed))
+	if (atomic_load_explicit(&wk->ps->stop, memory_order_relaxed))
 		return RF_ECANCELED;
 	return rf__call_compute(run, b, slot, NULL);
 }
@@ -185,11 +211,12 @@ static int rf__threads_signal(void *c, unsigned q, int64_t v, size_t block)
 	(void)block;
 	rf__walker *wk = c;
 	rf__threads *t = wk->t;
+	v += wk->ps->tickets ? 0 : t->q[q].base;
 	if (wk->lane != NULL) { /* after the lane's copies in flight, in order */
-		rf__flight_signal(&wk->lane->flight, NULL, t->q[q].base + v);
+		rf__flight_signal(&wk->lane->flight, NULL, v);
 		return 0;
 	}
-	atomic_store_explicit(&t->q[q].value, t->q[q].base + v, memory_order_release);
+	atomic_store_explicit(&t->q[q].value, v, memory_order_release);
 	rf__ec_notify(&t->ec);
 	return 0;
 }
@@ -206,7 +233,7 @@ static int rf__threads_reached(void *arg)
 	rf__threads *t = u->wk->t;
 	rf__threads_progress(u->wk); /* a waiting lane keeps its reads landing and its signals going out */
 	return atomic_load_explicit(&t->q[u->q].value, memory_order_acquire) >= u->v ||
-	       atomic_load_explicit(&t->stop, memory_order_relaxed);
+	       atomic_load_explicit(&u->wk->ps->stop, memory_order_relaxed);
 }
 
 static int rf__threads_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
@@ -214,13 +241,14 @@ static int rf__threads_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t 
 	(void)q;
 	rf__walker *wk = c;
 	rf__threads *t = wk->t;
+	rf__threads_prog *ps = wk->ps;
 	rf__tq *e = &t->q[wq];
-	rf__threads_until u = {wk, wq, e->base + v};
+	rf__threads_until u = {wk, wq, (ps->tickets ? 0 : e->base) + v};
 	/* Rather than wait idle, take pieces of the copy of `block`; a ring's RAW wait whose lane has not
 	 * claimed the copy by then makes it instead. */
 	rf__piece_help(&e->job, block, &e->value, u.v);
-	if (t->steal && wk->lane == NULL && wq > 0 && atomic_load_explicit(&e->value, memory_order_acquire) < u.v &&
-	    !atomic_load_explicit(&t->stop, memory_order_relaxed) && rf__threads_claim(e, block)) {
+	if (ps->steal && wk->lane == NULL && wq > 0 && atomic_load_explicit(&e->value, memory_order_acquire) < u.v &&
+	    !atomic_load_explicit(&ps->stop, memory_order_relaxed) && rf__threads_claim(e, block)) {
 		rf__threads_steal(wk, e, block);
 		return 0;
 	}
@@ -230,7 +258,7 @@ static int rf__threads_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t 
 	while (l != NULL && rf__flight_busy(&l->flight) && !rf__threads_reached(&u))
 		rf__ec_wait_bell(&t->ec, rf__threads_reached, &u, 0, l->flight.bell_slot, rf__flight_sleep, &l->flight);
 	int io = wq > 0 && atomic_load_explicit(&t->lane[wq - 1].flight.inflight, memory_order_relaxed) != 0;
-	rf__ec_wait(&t->ec, rf__threads_reached, &u, io ? 0 : t->run_spin_ns);
+	rf__ec_wait(&t->ec, rf__threads_reached, &u, io ? 0 : ps->spin_ns);
 	return atomic_load_explicit(&e->value, memory_order_acquire) >= u.v ? 0 : RF_ECANCELED;
 }
 
@@ -239,13 +267,21 @@ static const rf__walk_ops rf__threads_ops = {rf__threads_copy, rf__threads_compu
 
 static void rf__threads_walk(rf__threads *t, rf__run *run, unsigned q, rf__threads_lane *lane)
 {
-	rf__walker wk = {t, *run, lane};
+	rf__walker wk = {t, *run, lane, &t->rs, NULL, 0};
 	int rc = rf__walk(&wk.run, (int)q, 0, &rf__threads_ops, &wk);
 	if (rc != 0)
 		rf__threads_fail(&wk, rc);
 	/* The walk is over, its reads may not be (they write the ring and read the caller's files). */
 	for (rf__threads_progress(&wk); lane != NULL && rf__flight_busy(&lane->flight); rf__threads_progress(&wk))
 		rf__flight_sleep(&lane->flight);
+}
+
+/* A keyed copy's program, walked with a run's handlers over its one block, from a clean program state. */
+int rf__threads_walk_keyed(rf__walker *wk)
+{
+	atomic_store_explicit(&wk->ps->stop, 0, memory_order_relaxed);
+	atomic_store_explicit(&wk->ps->first_rc, 0, memory_order_relaxed);
+	return rf__walk_block(&wk->run, &rf__threads_ops, wk);
 }
 
 /* A lane's item: the walk of its queue in the run in progress. Its flight state is set here, on the
@@ -276,7 +312,7 @@ static int rf__threads_lanes(rf__threads *t, rf__run *run)
 		if (run->nfile > 0 && rf__flight_open(&t->lane[i].flight, t->ring, t->ring_len) != RF_OK)
 			return rf__err(RF_ENOMEM, "threads: file reads of lane %u: %s", i, rf__errmsg_peek());
 	t->run = run;
-	t->steal = run->prog->ring && run->prog->nstage == 0 && run->nfile == 0;
+	t->rs.steal = run->prog->ring && run->prog->nstage == 0 && run->nfile == 0;
 	for (unsigned i = 0; i < t->nq; i++) {
 		atomic_store_explicit(&t->q[i].claimed, -1, memory_order_relaxed);
 		atomic_store_explicit(&t->q[i].stolen, -1, memory_order_relaxed);
@@ -288,13 +324,13 @@ static int rf__threads_lanes(rf__threads *t, rf__run *run)
 	rf__threads_walk(t, run, 0, NULL);
 	rf__ec_wait(&t->ec, rf__threads_all_done, t, t->run_spin_ns);
 	rf__threads_kafter_run(t);
-	int rc = atomic_load(&t->first_rc);
+	int rc = atomic_load(&t->rs.first_rc);
 	if (rc == RF_ECALLBACK) {
-		run->failed_block = t->fail_block;
-		run->failed_value = t->fail_value;
+		run->failed_block = t->rs.fail_block;
+		run->failed_value = t->rs.fail_value;
 	}
 	if (rc == RF_EIO)
-		return rf__err(RF_EIO, "%s", t->fail_msg);
+		return rf__err(RF_EIO, "%s", t->rs.fail_msg);
 	return rc;
 }
 
@@ -322,8 +358,8 @@ static int rf__threads_run(void *ctx, rf__run *run)
 					    "the process that created it");
 	for (unsigned i = 0; i < t->nq; i++)
 		t->q[i].base = atomic_load_explicit(&t->q[i].value, memory_order_relaxed);
-	atomic_store(&t->stop, 0);
-	atomic_store(&t->first_rc, 0);
+	atomic_store(&t->rs.stop, 0);
+	atomic_store(&t->rs.first_rc, 0);
 	if (run->prog->nslots <= 1) {
 		/* Depth 1: nothing overlaps; the cpu backend's walk saves two thread hops per block. */
 		run->sched = RF_SCHEDULE_INLINE;
@@ -339,7 +375,7 @@ static int rf__threads_run(void *ctx, rf__run *run)
 	unsigned arm = t->overlap_mode == RF__MODE_OFF ? RF__SCH_INLINE : RF__SCH_LANES;
 	if (run->vary && run->nfile == 0)
 		arm = rf__sch_pick(&t->sch, rf__sch_shape(run->bytes, run->nblocks), &c);
-	t->handoff = arm == RF__SCH_HANDOFF || (arm == RF__SCH_LANES && t->handoff_fixed);
+	t->rs.handoff = arm == RF__SCH_HANDOFF || (arm == RF__SCH_LANES && t->handoff_fixed);
 	int64_t t0 = c != NULL ? rf__now_ns() : 0;
 	int rc;
 	if (arm == RF__SCH_INLINE) {
@@ -347,7 +383,7 @@ static int rf__threads_run(void *ctx, rf__run *run)
 		rc = rf__cpu_run(NULL, run);
 	} else {
 		run->sched = RF_SCHEDULE_RING;
-		run->handoff = t->handoff;
+		run->handoff = t->rs.handoff;
 		rc = rf__threads_lanes(t, run);
 	}
 	if (c != NULL && rc == RF_OK) {
@@ -456,6 +492,7 @@ static int rf__threads_open(const rf__open_args *args, void **ctx)
 	rf__ec_init(&t->ec);
 	t->spin_ns = args->wait_spin_ns;
 	t->run_spin_ns = t->spin_ns > RF__RUN_SPIN_NS ? t->spin_ns : RF__RUN_SPIN_NS;
+	t->rs.spin_ns = t->run_spin_ns;
 	rf__threads_arms(t, args->handoff);
 	int rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__threads_lane_ops, lctx);
 	free(lctx);
@@ -464,6 +501,7 @@ static int rf__threads_open(const rf__open_args *args, void **ctx)
 		return rf__err(rc, "threads: %s", rf__errmsg_peek());
 	}
 	rf__threads_pin(t, args->worker_cpus);
+	rf__threads_kopen(t, args->slot_stride);
 	if (args->klanes != NULL && t->pool.n > 0)
 		*args->klanes = t->pool.n;
 	*ctx = t;
@@ -478,6 +516,7 @@ static int rf__threads_slots_alloc(void *ctx, size_t bytes, void **mem)
 	if (rc == RF_OK) {
 		t->ring = *mem;
 		t->ring_len = bytes;
+		rf__threads_kslots(t);
 	}
 	return rc;
 }

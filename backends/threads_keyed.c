@@ -1,13 +1,18 @@
-/* backends/threads_keyed.c — keyed copies on the threads backend. A hint's copy-then-signal is a work
- * item on a copy lane (runs start only once keyed copies are quiesced); a withdrawn one still signals, in
- * order, without copying. A ticket is finished when its lane's value has reached it or it was withdrawn.
- * Demand copies run inline: the caller waits for them anyway, and never behind a hint. */
+/* backends/threads_keyed.c — keyed copies on the threads backend. A keyed copy is a one-block program
+ * walked with a run's handlers (threads.c), so that its copy, file read, flight record and trace slice
+ * are a run's copy's. A hint's program, COPY then the SIGNAL of its ticket, is a work item on a copy lane
+ * (runs start only once keyed copies are quiesced); a withdrawn one still signals, in order, without
+ * copying. A ticket is its lane's queue value: finished when the lane's value has reached it or it was
+ * withdrawn. Demand copies are the caller's own programs, a WAIT for the slot's previous copy (a hint
+ * that started) then the COPY: the caller waits for them anyway, and never behind a hint. */
 #include "backends/threads_int.h"
 #include "base/test_hooks.h"
 #include "io/file.h"
-#include "runtime/trace.h"
 
 #include <string.h>
+
+/* A keyed program's cancel flag: never set (cancel covers runs, not keyed use). */
+static const atomic_int rf__threads_never = 0;
 
 static int rf__threads_klane_of(const rf__threads *t, rf__kticket tk, unsigned *lane, int64_t *v)
 {
@@ -19,41 +24,87 @@ static int rf__threads_klane_of(const rf__threads *t, rf__kticket tk, unsigned *
 	return 1;
 }
 
-/* The item: copy (a file's reads stay in flight), then the ticket's signal, in order behind every copy
- * the lane has in flight. */
+/* p's one-block run over its request, walked by lane l (NULL: the caller) under program state ps; a
+ * hint claims `item` before its copy (NULL: nothing to claim). Its ops are set here but for their slot
+ * and values: a hint's COPY then SIGNAL on its lane's queue, the caller's WAIT then COPY on queue 0. */
+static void rf__threads_kprog_init(rf__threads_kprog *p, rf__threads *t, rf__threads_lane *l, rf__threads_prog *ps,
+				   rf__work *item, size_t stride)
+{
+	memset(p, 0, sizeof *p);
+	if (l != NULL) {
+		p->ops[0] = rf__op_copy(l->q, 0, RF__NO_STAGE, 0, 0);
+		p->ops[1] = rf__op_signal(l->q, 0, 0, 0, 0);
+	} else {
+		p->ops[0] = rf__op_wait(0, 0, 0, 0, 0, 0);
+		p->ops[1] = rf__op_copy(0, 0, RF__NO_STAGE, 0, 0);
+	}
+	p->prog.nqueues = t->nq;
+	p->prog.nslots = t->nslots;
+	p->prog.nops = 2;
+	p->prog.ops = p->ops;
+	p->prog.nblocks_min = 1;
+	p->wk.t = t;
+	p->wk.lane = l;
+	p->wk.ps = ps;
+	p->wk.item = item;
+	rf__run *r = &p->wk.run;
+	r->prog = &p->prog;
+	r->nblocks = 1;
+	r->slot_stride = stride;
+	r->cancel = &rf__threads_never;
+}
+
+/* Keyed programs never steal, demote or count from a run's base; they wait under the keyed policy. */
+static void rf__threads_kps_init(rf__threads_prog *ps, const rf__threads *t)
+{
+	memset(ps, 0, sizeof *ps);
+	atomic_init(&ps->stop, 0);
+	atomic_init(&ps->first_rc, 0);
+	ps->tickets = 1;
+	ps->spin_ns = t->spin_ns;
+}
+
+void rf__threads_kopen(rf__threads *t, size_t stride)
+{
+	for (unsigned i = 0; i < t->pool.n; i++) {
+		rf__threads_lane *l = &t->lane[i];
+		rf__threads_kps_init(&l->kps, t);
+		for (unsigned j = 0; j < RF__THREADS_KRING; j++)
+			rf__threads_kprog_init(&l->kitem[j].p, t, l, &l->kps, &l->kitem[j].w, stride);
+	}
+	rf__threads_kps_init(&t->kps, t);
+	rf__threads_kprog_init(&t->kown, t, NULL, &t->kps, NULL, stride);
+}
+
+void rf__threads_kslots(rf__threads *t)
+{
+	for (unsigned i = 0; i < t->pool.n; i++)
+		for (unsigned j = 0; j < RF__THREADS_KRING; j++)
+			t->lane[i].kitem[j].p.wk.run.slots = t->ring;
+	t->kown.wk.run.slots = t->ring;
+}
+
+/* p's run over request k, valid until the copy is done (its ops are the caller's to set). */
+static void rf__threads_kset(rf__threads_kprog *p, const rf__kcopy *k)
+{
+	rf__run *r = &p->wk.run;
+	r->keyed = k;
+	r->srcs = &k->src.p;
+	r->sizes = &k->bytes;
+	r->src = &k->src;
+	r->nfile = k->src.fs.f != NULL;
+	r->trace = k->trace;
+	r->io = k->io;
+}
+
+/* A hint's item on its lane: its program. A run's failed read, left on the lane's flight (reported by
+ * that run, now ended), must not hold back its signal; a hint's own failure is its slot's (marked there
+ * by its copy). */
 static void rf__threads_kitem_fn(rf__work *w, void *ctx)
 {
-	rf__threads_kitem *it = (rf__threads_kitem *)w;
 	rf__threads_lane *l = ctx;
-	int64_t v = atomic_load_explicit(&it->value, memory_order_relaxed);
-	/* A run's failed copy (reported by that run, now ended) must not hold back keyed signals. */
-	l->flight.failed = 0;
-	if (RF__TEST_HOOK(keyed_before_copy) != NULL)
-		RF__TEST_HOOK(keyed_before_copy)(0);
-	if (rf__work_claim(w)) { /* else withdrawn: the owner let go of its file then */
-		if (RF__TEST_HOOK(keyed_before_copy) != NULL)
-			RF__TEST_HOOK(keyed_before_copy)(1);
-		/* Counted when the copy starts: a withdrawn hint never counts. */
-		atomic_fetch_add_explicit(it->k.counter, it->k.bytes, memory_order_relaxed);
-		/* An earlier read into this slot may not have landed yet. */
-		rf__flight_wait_dst(&l->flight, it->k.dst, it->k.cap);
-		rf__tspan sp = rf__trace_kstart(it->k.trace);
-		if (it->k.src.fs.f == NULL) {
-			memcpy(it->k.dst, it->k.src.p, it->k.bytes);
-		} else {
-			rf__flight_rec rec = {0};
-			rec.unhold = it->k.src.fs.f;
-			rec.fail_at = it->k.failed;
-			rec.fail_value = (int64_t)(((uint64_t)l->q << RF__THREADS_KSHIFT) | (uint64_t)v);
-			if (rf__flight_start(&l->flight, &it->k.src.fs, it->k.bytes, it->k.dst, it->k.cap, &rec) != RF_OK) {
-				atomic_store_explicit(rec.fail_at, rec.fail_value, memory_order_release);
-				rf__file_unhold(it->k.src.fs.f);
-			}
-		}
-		/* A file read ends here once in flight: the next copy into the slot waits for it to land. */
-		rf__trace_kcopy(it->k.trace, it->k.tev, sp, it->k.key, it->k.slot, it->k.lane);
-	}
-	rf__flight_signal(&l->flight, NULL, v);
+	rf__flight_walk_start(&l->flight);
+	(void)rf__threads_walk_keyed(&((rf__threads_kitem *)w)->p.wk);
 }
 
 static int rf__threads_ktest(void *ctx, rf__kticket tk)
@@ -98,19 +149,43 @@ static int rf__threads_kcancel(void *ctx, rf__kticket tk)
 	rf__threads_kitem *it = &t->lane[lane].kitem[(uint64_t)v % RF__THREADS_KRING];
 	if (atomic_load_explicit(&it->value, memory_order_relaxed) != v || !rf__work_cancel(&it->w))
 		return 0;
-	if (it->k.src.fs.f != NULL) /* it will never read its file: let go now (a close may follow at once) */
-		rf__file_unhold(it->k.src.fs.f);
+	if (it->p.k.src.fs.f != NULL) /* it will never read its file: let go now (a close may follow at once) */
+		rf__file_unhold(it->p.k.src.fs.f);
 	return 1;
+}
+
+/* A copy the caller makes (a demand copy; every copy without lanes): ticket 0, finished on return. */
+static int rf__threads_kown(rf__threads *t, const rf__kcopy *req, rf__kticket *out)
+{
+	const rf__src *s = &req->src;
+	int rc = s->fs.f != NULL ? rf__file_hold("keyed copy", "src", s, req->bytes) : RF_OK;
+	if (rc != RF_OK)
+		return rc;
+	rf__threads_kprog *p = &t->kown;
+	rf__threads_kset(p, req); /* the request outlives the copy: no copy of it */
+	unsigned lane = 0;
+	int64_t v = 0;
+	/* After a hint copy into the slot that started (one not started was withdrawn): its lane's value. */
+	int wait = req->after != 0 && !RF__TEST_HOOK(keyed_skip_waw) && rf__threads_klane_of(t, req->after, &lane, &v);
+	if (wait) {
+		p->ops[0].wqueue = (uint8_t)(lane + 1);
+		p->ops[0].value = v;
+	}
+	p->ops[1].slot = req->slot;
+	p->prog.ops = p->ops + (wait ? 0 : 1);
+	p->prog.nops = wait ? 2 : 1;
+	*out = 0;
+	rc = rf__threads_walk_keyed(&p->wk);
+	if (s->fs.f != NULL)
+		rf__file_unhold(s->fs.f);
+	return rc;
 }
 
 static int rf__threads_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 {
 	rf__threads *t = ctx;
-	if (req->demand || t->pool.n == 0) {
-		if (req->after != 0 && !RF__TEST_HOOK(keyed_skip_waw)) /* a hint copy into it that started */
-			rf__threads_kwait(t, req->after);
-		return rf__cpu_kpost(NULL, req, out);
-	}
+	if (req->demand || t->pool.n == 0)
+		return rf__threads_kown(t, req, out);
 	int file = req->src.fs.f != NULL, rc = file ? rf__file_hold("keyed copy", "src", &req->src, req->bytes) : RF_OK;
 	if (rc != RF_OK)
 		return rc;
@@ -118,13 +193,18 @@ static int rf__threads_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	rf__threads_lane *l = &t->lane[req->lane];
 	int64_t v = l->kposted + 1;
 	rf__threads_kitem *it = &l->kitem[(uint64_t)v % RF__THREADS_KRING];
+	rf__kticket tk = ((uint64_t)(req->lane + 1) << RF__THREADS_KSHIFT) | (uint64_t)v;
 	if (it->w.fn != NULL && rf__lane_consumed(&t->pool, req->lane) <= it->seq)
 		rc = RF_ENOSPC; /* the item this one reuses is still queued */
 	else if (file)
 		rc = rf__flight_open(&l->flight, t->ring, t->ring_len);
 	if (rc == RF_OK) {
 		it->w.fn = rf__threads_kitem_fn;
-		it->k = *req;
+		it->p.k = *req;
+		rf__threads_kset(&it->p, &it->p.k);
+		it->p.ops[0].slot = req->slot;
+		it->p.ops[1].value = v;
+		it->p.wk.ticket = tk;
 		atomic_store_explicit(&it->value, v, memory_order_relaxed);
 		it->seq = rf__lane_posted(&t->pool, req->lane);
 		rc = rf__pool_post(&t->pool, req->lane, &it->w); /* RF_OK or RF_ENOSPC */
@@ -135,7 +215,7 @@ static int rf__threads_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 		return rc;
 	}
 	l->kposted = v;
-	*out = ((uint64_t)(req->lane + 1) << RF__THREADS_KSHIFT) | (uint64_t)v;
+	*out = tk;
 	return RF_OK;
 }
 

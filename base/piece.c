@@ -6,7 +6,7 @@
 #include <sched.h>
 #include <string.h>
 
-#define RF__PIECE_MIN_PIECE ((size_t)16 << 10)
+#define RF__PIECE_MIN_PIECE (RF__PIECE_WHOLE / 2)
 #define RF__PIECE_MAX_PIECES 4096u /* fits the 16-bit fields of rf__piece_job.state */
 /* Pauses a waiter looks for a job to help (restarted after each piece) before its plain wait. */
 #define RF__PIECE_HELP_PAUSES 256u
@@ -68,7 +68,8 @@ static void rf__piece_do_piece(rf__piece_job *j, unsigned i, int demote)
 	atomic_fetch_add_explicit(&j->done, 1, memory_order_release);
 }
 
-void rf__piece_copy(rf__piece_job *j, unsigned char *dst, const unsigned char *src, size_t n, size_t block, int demote)
+void rf__piece_copy_job(rf__piece_job *j, unsigned char *dst, const unsigned char *src, size_t n, size_t block,
+			int demote)
 {
 	size_t piece = rf__piece_size(n);
 	if (piece == 0) {

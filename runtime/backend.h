@@ -27,6 +27,8 @@ typedef struct rf__qstats {
 	uint64_t copies, computes;
 } rf__qstats;
 
+struct rf__kcopy;
+
 /* Everything one run needs; the backend fills the out fields. */
 typedef struct rf__run {
 	const struct rf_program *prog;
@@ -60,6 +62,9 @@ typedef struct rf__run {
 	unsigned sched;
 	int handoff;
 	const char *note;
+	/* Non-NULL: a keyed copy's one-block program (block 0 is the request's src and bytes); its copy's
+	 * slice goes into entry keyed->tev of `trace` (rf__trace_kslice), its stats nowhere. */
+	const struct rf__kcopy *keyed;
 } rf__run;
 
 typedef struct rf__open_args {
@@ -232,7 +237,7 @@ extern const rf__backend_ops rf__backend_cuda;
  * calling thread (signals after they land), for runs whose every copy is a file read (run->io open). */
 int rf__cpu_run(void *ctx, rf__run *run);
 int rf__cpu_walk_overlapped(rf__run *run);
-/* The cpu backend's keyed post: copies inline (ticket 0), also the threads backend's demand copies. */
+/* The cpu backend's keyed post: copies inline (ticket 0). */
 int rf__cpu_kpost(void *ctx, const rf__kcopy *req, rf__kticket *out);
 
 #endif

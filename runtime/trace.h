@@ -70,12 +70,18 @@ static inline rf__tspan rf__trace_kstart(rf__trace *t)
 	return t != NULL ? (rf__tspan){rf__now_ns(), rf__trace_seq(t)} : (rf__tspan){0, 0};
 }
 
+/* The same, ended at t1, into a trace that is on (a walk's keyed copy: runtime/walk.h). */
+static inline void rf__trace_kslice(rf__trace *t, uint32_t at, rf__tspan sp, int64_t t1, uint64_t key,
+				    unsigned slot, unsigned lane)
+{
+	t->ev[0][at] = (rf__tev){sp.t0, t1, sp.s0, rf__trace_seq(t), (int64_t)key, slot, lane, RF_OP_COPY};
+}
+
 static inline void rf__trace_kcopy(rf__trace *t, uint32_t at, rf__tspan sp, uint64_t key, unsigned slot,
 				   unsigned lane)
 {
 	if (t != NULL)
-		t->ev[0][at] = (rf__tev){sp.t0, rf__now_ns(), sp.s0, rf__trace_seq(t), (int64_t)key, slot, lane,
-					 RF_OP_COPY};
+		rf__trace_kslice(t, at, sp, rf__now_ns(), key, slot, lane);
 }
 
 /* Size the per-queue arrays for a run of prog over nblocks (a ring's queue 0 with room for every copy:

@@ -9,7 +9,8 @@
 #include "runtime/trace.h"
 
 /* A copy handler's returns: the copy only started (a file read in flight; the backend records and
- * accounts it when it lands), or another thread made, traced and accounted it. */
+ * accounts it when it lands; a keyed copy's slice ends here), or another thread made, traced and
+ * accounted it (or, for a keyed copy, nobody will: it was withdrawn). */
 #define RF__WALK_ASYNC 1
 #define RF__WALK_ELSEWHERE 2
 
@@ -26,12 +27,18 @@ typedef struct rf__walk_ops {
 } rf__walk_ops;
 
 /* After a timed copy, stage or compute (trace or stats on): record the slice and account the busy time
- * (a stage counts as a copy). */
+ * (a stage counts as a copy). A keyed copy's slice is its entry of the keyed copies' trace. */
 static inline void rf__walk_timed(rf__run *run, const rf__op *o, int64_t b, unsigned slot, int64_t t0, uint64_t s0)
 {
 	unsigned q = o->queue;
 	uint8_t kind = o->kind;
 	int64_t t1 = rf__now_ns();
+	if (run->keyed != NULL) {
+		const rf__kcopy *k = run->keyed;
+		if (run->trace)
+			rf__trace_kslice(run->trace, k->tev, (rf__tspan){t0, s0}, t1, k->key, k->slot, k->lane);
+		return;
+	}
 	if (run->trace)
 		rf__trace_add(run->trace, q, kind, b, slot, (uint32_t)o->node, t0, t1, s0);
 	if (run->stats) {
@@ -41,6 +48,62 @@ static inline void rf__walk_timed(rf__run *run, const rf__op *o, int64_t b, unsi
 		else
 			run->stats[q].copies++;
 	}
+}
+
+/* One op of block b, its slot and staging slot resolved, value offset `base`: its handler, and the slice
+ * and time accounting around it. The walk's step, always inlined into it. */
+static inline __attribute__((always_inline)) int rf__walk_op(rf__run *run, const rf__op *o, int64_t b, int64_t base,
+							     unsigned slot, unsigned st, int timed, const rf__walk_ops *h,
+							     void *c)
+{
+	int rc = 0;
+	switch (o->kind) {
+	case RF_OP_COPY:
+	case RF_OP_STAGE: {
+		int64_t t0 = timed ? rf__now_ns() : 0;
+		uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
+		if (RF__TEST_HOOK(before_copy) != NULL && run->keyed == NULL)
+			RF__TEST_HOOK(before_copy)((size_t)b);
+		if (o->kind == RF_OP_STAGE)
+			rc = h->stage(c, run, o->queue, (size_t)b, slot = st, (uint32_t)o->node);
+		else
+			rc = h->copy(c, run, o->queue, (size_t)b, slot, st, (uint32_t)o->node);
+		if (rc == 0) {
+			if (timed)
+				rf__walk_timed(run, o, b, slot, t0, s0);
+		} else if (rc == RF__WALK_ASYNC) {
+			rc = 0;
+			if (run->keyed != NULL && timed) /* its slice ends once its reads are in flight */
+				rf__walk_timed(run, o, b, slot, t0, s0);
+			else if (run->stats)
+				run->stats[o->queue].copies++;
+		} else if (rc == RF__WALK_ELSEWHERE) {
+			rc = 0;
+		} else if (timed && rc != RF_ECANCELED) { /* canceled: the copy never ran */
+			rf__walk_timed(run, o, b, slot, t0, s0);
+		}
+		break;
+	}
+	case RF_OP_COMPUTE: {
+		int64_t t0 = timed ? rf__now_ns() : 0;
+		uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
+		rc = h->compute(c, run, o->queue, (size_t)b, slot);
+		if (timed && rc != RF_ECANCELED) /* canceled: the callback was not called */
+			rf__walk_timed(run, o, b, slot, t0, s0);
+		break;
+	}
+	case RF_OP_SIGNAL:
+		rc = h->signal(c, o->queue, o->value + base, (size_t)b);
+		break;
+	case RF_OP_WAIT: {
+		int64_t t0 = run->stats ? rf__now_ns() : 0;
+		rc = h->wait(c, o->queue, o->wqueue, o->value + base, (size_t)b);
+		if (run->stats)
+			run->stats[o->queue].wait_ns += rf__now_ns() - t0;
+		break;
+	}
+	}
+	return rc;
 }
 
 /* Walk the ops of `queue` (or, when queue < 0, of every queue whose bit is clear in `skip`, in global
@@ -75,51 +138,7 @@ static inline __attribute__((always_inline)) int rf__walk(rf__run *run, int queu
 					st -= st >= nt ? nt : 0;
 				}
 			}
-			int rc = 0;
-			switch (o->kind) {
-			case RF_OP_COPY:
-			case RF_OP_STAGE: {
-				int64_t t0 = timed ? rf__now_ns() : 0;
-				uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
-				if (RF__TEST_HOOK(before_copy) != NULL)
-					RF__TEST_HOOK(before_copy)((size_t)b);
-				if (o->kind == RF_OP_STAGE)
-					rc = h->stage(c, run, o->queue, (size_t)b, slot = st, (uint32_t)o->node);
-				else
-					rc = h->copy(c, run, o->queue, (size_t)b, slot, st, (uint32_t)o->node);
-				if (rc == 0) {
-					if (timed)
-						rf__walk_timed(run, o, b, slot, t0, s0);
-				} else if (rc == RF__WALK_ASYNC) {
-					rc = 0;
-					if (run->stats)
-						run->stats[o->queue].copies++;
-				} else if (rc == RF__WALK_ELSEWHERE) {
-					rc = 0;
-				} else if (timed && rc != RF_ECANCELED) { /* canceled: the copy never ran */
-					rf__walk_timed(run, o, b, slot, t0, s0);
-				}
-				break;
-			}
-			case RF_OP_COMPUTE: {
-				int64_t t0 = timed ? rf__now_ns() : 0;
-				uint64_t s0 = run->trace ? rf__trace_seq(run->trace) : 0;
-				rc = h->compute(c, run, o->queue, (size_t)b, slot);
-				if (timed && rc != RF_ECANCELED) /* canceled: the callback was not called */
-					rf__walk_timed(run, o, b, slot, t0, s0);
-				break;
-			}
-			case RF_OP_SIGNAL:
-				rc = h->signal(c, o->queue, o->value + base, (size_t)b);
-				break;
-			case RF_OP_WAIT: {
-				int64_t t0 = run->stats ? rf__now_ns() : 0;
-				rc = h->wait(c, o->queue, o->wqueue, o->value + base, (size_t)b);
-				if (run->stats)
-					run->stats[o->queue].wait_ns += rf__now_ns() - t0;
-				break;
-			}
-			}
+			int rc = rf__walk_op(run, o, b, base, slot, st, timed, h, c);
 			if (rc != 0)
 				return rc;
 		}
@@ -127,6 +146,21 @@ static inline __attribute__((always_inline)) int rf__walk(rf__run *run, int queu
 		rslot -= rslot >= ns ? ns : 0;
 		rst += tstep;
 		rst -= rst >= nt ? nt : 0;
+	}
+	return 0;
+}
+
+/* The walk of a one-block program whose ops name their slots outright (a keyed copy's: block 0, period
+ * 0, no staging slot, every op run): the same steps in order, without the template's expansion. */
+static inline __attribute__((always_inline)) int rf__walk_block(rf__run *run, const rf__walk_ops *h, void *c)
+{
+	const struct rf_program *p = run->prog;
+	const int timed = run->trace != NULL || run->stats != NULL;
+	for (size_t i = 0; i < p->nops; i++) {
+		const rf__op *o = &p->ops[i];
+		int rc = rf__walk_op(run, o, 0, 0, o->slot, RF__NO_STAGE, timed, h, c);
+		if (rc != 0)
+			return rc;
 	}
 	return 0;
 }

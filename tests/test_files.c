@@ -476,6 +476,127 @@ Test(files, keyed_hints_and_acquires)
 	leak_check();
 }
 
+/* Keyed copies after a run that failed (its compute), one that was canceled and one whose read failed:
+ * misses and hints, from memory and from the file, on every copy lane, hold their bytes; every hint
+ * lands (none is left copying, none failed), is a hit, counts its bytes once and nothing as wasted. A
+ * keyed copy sees no run's stop or failure (on threads it is walked with a run's own copy handler). */
+enum { KR_SZ = 65536, KR_N = 8 };
+static unsigned char g_kr_mem[KR_N + 6][KR_SZ];
+
+static int kr_fail_cb(void *user, const rf_block *b)
+{
+	(void)user;
+	return b->index == 2 ? 7 : 0;
+}
+
+static int kr_cancel_cb(void *user, const rf_block *b)
+{
+	if (b->index == 2)
+		cr_assert_eq(rf_pipeline_cancel(user), RF_OK);
+	return 0;
+}
+
+static int kr_ok_cb(void *user, const rf_block *b)
+{
+	const unsigned char *const *want = user;
+	return memcmp(b->data, want[b->index], b->bytes) != 0;
+}
+
+/* Misses (memory, file) then hints (memory, file, file, memory: slots 2, 3, 0, 1, so each kind on each of
+ * two lanes), all of keys not seen before (base + 0 .. 5; base % 100 <= 90). */
+static void keyed_after_a_bad_run(rf_pipeline *p, const unsigned char *d, uint64_t base)
+{
+	static const int from_file[6] = {0, 1, 0, 1, 1, 0};
+	const void *src[6];
+	const unsigned char *want[6];
+	for (unsigned i = 0; i < 6; i++) {
+		size_t off = (size_t)((base + i) % 100) * (KR_SZ + 8) + 4096; /* within the file's 8 MiB */
+		src[i] = from_file[i] ? (const void *)(d + off) : (const void *)g_kr_mem[KR_N + i];
+		want[i] = from_file[i] ? g_ref + off : g_kr_mem[KR_N + i];
+		if (!from_file[i])
+			fill_pattern(g_kr_mem[KR_N + i], KR_SZ, base + i, 7);
+	}
+	rf_keyed_stats ks0, ks1;
+	cr_assert_eq(rf_pipeline_keyed_stats(p, &ks0), RF_OK);
+	rf_block b;
+	for (unsigned i = 0; i < 2; i++) {
+		cr_assert_eq(rf_pipeline_acquire(p, base + i, src[i], KR_SZ, NULL, 0, &b), RF_OK, "miss %u: %s", i,
+			     rf_errmsg());
+		cr_assert(memcmp(b.data, want[i], KR_SZ) == 0, "miss %u: wrong bytes", i);
+		cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+	}
+	for (unsigned i = 2; i < 6; i++)
+		cr_assert_eq(rf_pipeline_prefetch(p, base + i, src[i], KR_SZ, 0), RF_OK, "hint %u: %s", i, rf_errmsg());
+	for (unsigned i = 2; i < 6; i++) {
+		rf_key_state st = RF_KEY_COPYING;
+		for (int t = 0; t < 10000 && st == RF_KEY_COPYING; t++) {
+			cr_assert_eq(rf_pipeline_lookup(p, base + i, &st, NULL), RF_OK);
+			if (st == RF_KEY_COPYING)
+				usleep(1000);
+		}
+		cr_assert_eq(st, RF_KEY_READY, "hint %u (%s) did not land: state %d", i, from_file[i] ? "file" : "memory",
+			     (int)st);
+	}
+	for (unsigned i = 2; i < 6; i++) {
+		cr_assert_eq(rf_pipeline_acquire(p, base + i, src[i], KR_SZ, NULL, 0, &b), RF_OK, "hit %u: %s", i,
+			     rf_errmsg());
+		cr_assert(memcmp(b.data, want[i], KR_SZ) == 0, "hint %u: wrong bytes", i);
+		cr_assert_eq(rf_pipeline_release(p, &b), RF_OK);
+	}
+	cr_assert_eq(rf_pipeline_keyed_stats(p, &ks1), RF_OK);
+	cr_assert_eq(ks1.acquires, ks0.acquires + 6);
+	cr_assert_eq(ks1.hits, ks0.hits + 4, "every landed hint is a hit");
+	cr_assert_eq(ks1.wasted, ks0.wasted, "no hint failed or went unused");
+	cr_assert_eq(ks1.bytes_copied, ks0.bytes_copied + 6 * KR_SZ, "each copy counted once");
+}
+
+Test(files, keyed_copies_after_failed_canceled_and_eio_runs)
+{
+	rf_file *f, *shrunk;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	char spath[64];
+	snprintf(spath, sizeof spath, "rf_files_shrunk_XXXXXX");
+	int fd = mkstemp(spath);
+	cr_assert(fd >= 0);
+	cr_assert_eq(write(fd, g_ref, 1 << 20), (ssize_t)(1 << 20));
+	close(fd);
+	cr_assert_eq(rf_file_open(spath, 0, &shrunk), RF_OK);
+	cr_assert_eq(truncate(spath, KR_SZ), 0);
+	rf_pipeline *p = mk(4, KR_SZ, 2);
+	/* Runs on the copy lanes: memory and file blocks in turn (a run of file blocks only is the caller's). */
+	const void *srcs[KR_N];
+	const unsigned char *want[KR_N];
+	size_t sizes[KR_N];
+	for (size_t i = 0; i < KR_N; i++) {
+		fill_pattern(g_kr_mem[i], KR_SZ, i, 3);
+		srcs[i] = i % 2 ? (const void *)(d + i * KR_SZ + 8) : (const void *)g_kr_mem[i];
+		want[i] = i % 2 ? g_ref + i * KR_SZ + 8 : g_kr_mem[i];
+		sizes[i] = KR_SZ;
+	}
+	const void *bad[KR_N];
+	memcpy(bad, srcs, sizeof bad);
+	for (size_t i = 3; i < KR_N; i += 2) /* past the shrunk file's end: RF_EIO on a lane */
+		bad[i] = (const unsigned char *)rf_file_data(shrunk) + i * KR_SZ;
+	uint64_t base = 100;
+	for (int kind = 0; kind < 3; kind++, base += 6) {
+		int rc = kind == 0   ? rf_pipeline_run(p, KR_N, srcs, sizes, kr_fail_cb, NULL)
+			 : kind == 1 ? rf_pipeline_run(p, KR_N, srcs, sizes, kr_cancel_cb, p)
+				     : rf_pipeline_run(p, KR_N, bad, sizes, kr_ok_cb, (void *)want);
+		int expect_rc = kind == 0 ? RF_ECALLBACK : kind == 1 ? RF_ECANCELED : RF_EIO;
+		cr_assert_eq(rc, expect_rc, "bad run %d: %s: %s", kind, rf_err_name(rc), rf_errmsg());
+		keyed_after_a_bad_run(p, d, base);
+		rc = rf_pipeline_run(p, KR_N, srcs, sizes, kr_ok_cb, (void *)want);
+		cr_assert_eq(rc, RF_OK, "a run after keyed use (bad run %d): %s: %s", kind, rf_err_name(rc), rf_errmsg());
+		keyed_after_a_bad_run(p, d, base + 40); /* and keyed copies after a good run */
+	}
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(shrunk), RF_OK);
+	unlink(spath);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	leak_check();
+}
+
 /* The nanoseconds a thread of this process named `name` has run (/proc/self/task/<tid>/schedstat), or -1
  * when there is none. */
 static long long thread_ns(const char *name)
