@@ -1142,7 +1142,7 @@ Test(reader_window, an_undropped_window_held_the_bytes_read_ahead) { take_up(0, 
 static unsigned settle(unsigned max, double (*rate_at)(unsigned), double noise, unsigned *steps)
 {
 	rf__reader_ahead a;
-	rf__reader_ahead_start(&a, max, 1);
+	rf__reader_ahead_start(&a, max, 1, 1);
 	unsigned k = 0;
 	while (!a.settled && k < 20) {
 		double r = rate_at(a.on);
@@ -1207,23 +1207,51 @@ Test(reader_rule, rate_and_error_from_the_rounds)
 	cr_assert(err == 0, "one round: no spread to speak of");
 }
 
-/* The search starts at the chunks one copy may need at once: fewer would be no setting at all. */
+/* The search starts where it is told (the power of two at or below), or at the chunks one copy may need
+ * at once if more (the power of two at or above: fewer would read as many all the same). */
 Test(reader_rule, starts_at_the_chunks_a_copy_needs)
 {
 	rf__reader_ahead a;
-	rf__reader_ahead_start(&a, 16, 2);
+	rf__reader_ahead_start(&a, 16, 2, 2);
 	cr_assert_eq(a.on, 2u);
-	rf__reader_ahead_start(&a, 16, 3);
-	cr_assert_eq(a.on, 2u, "the power of two below");
-	rf__reader_ahead_start(&a, 16, 5);
+	rf__reader_ahead_start(&a, 16, 1, 3);
+	cr_assert_eq(a.on, 2u, "from: the power of two below");
+	rf__reader_ahead_start(&a, 16, 3, 1);
+	cr_assert_eq(a.on, 4u, "need: the power of two above");
+	rf__reader_ahead_start(&a, 16, 3, 4);
+	cr_assert_eq(a.on, 4u);
+	rf__reader_ahead_start(&a, 32, 6, 4);
+	cr_assert_eq(a.on, 8u, "a block of five chunks and the next one: 8, not 4");
+	rf__reader_ahead_start(&a, 16, 2, 5);
 	cr_assert_eq(a.on, 4u);
 	cr_assert(!a.settled);
 	cr_assert_eq(rf__reader_ahead_rule(&a, 3e9, 0), 8u, "nothing below to compare with: up");
 	cr_assert_eq(rf__reader_ahead_rule(&a, 3.05e9, 0.1e9), 4u, "no gain: back to where it started");
 	cr_assert(a.settled);
-	rf__reader_ahead_start(&a, 4, 9);
+	rf__reader_ahead_start(&a, 4, 9, 9);
 	cr_assert_eq(a.on, 4u);
 	cr_assert(a.settled, "the window's all from the start: nothing to choose");
+	rf__reader_ahead_start(&a, 32, 1, 64);
+	cr_assert_eq(a.on, 32u, "never past the top setting");
+	cr_assert(a.settled);
+}
+
+/* A disk that wants many requests in flight (the rate rising up to 16 or 32 chunks): the ladder climbs
+ * from where it starts as far as the window and the settings go, and stops where the rise stops. */
+Test(reader_rule, climbs_to_what_a_deep_disk_wants)
+{
+	rf__reader_ahead a;
+	rf__reader_ahead_start(&a, 32, 1, 4);
+	static const double at[] = {1.9e9, 2.6e9, 3.4e9, 3.45e9}; /* 4, 8, 16, 32 chunks */
+	unsigned k = 0;
+	while (!a.settled && k < 4)
+		rf__reader_ahead_rule(&a, at[k++], 0.05e9);
+	cr_assert(a.settled);
+	cr_assert_eq(a.on, 16u, "32 within the noise of 16: back to 16");
+	cr_assert_eq(k, 4u);
+	unsigned steps;
+	cr_assert_eq(settle(32, rising, 0.05e9, &steps), 32u, "rising all the way: the top setting");
+	cr_assert_eq(steps, 6u, "1, 2, 4, 8, 16, 32: the top is measured too (it may not pay)");
 }
 
 Test(reader_rule, a_rise_within_the_measurements_noise_does_not_count)
@@ -1234,7 +1262,7 @@ Test(reader_rule, a_rise_within_the_measurements_noise_does_not_count)
 	/* the same gain with errors of 0.5 is one (the difference's error: 0.71) */
 	cr_assert_eq(settle(16, knee4, 0.5e9, &steps), 4u);
 	rf__reader_ahead a;
-	rf__reader_ahead_start(&a, 16, 1);
+	rf__reader_ahead_start(&a, 16, 1, 1);
 	cr_assert_eq(rf__reader_ahead_rule(&a, 1e9, 0), 2u);
 	cr_assert_eq(rf__reader_ahead_rule(&a, 2e9, 1.1e9), 1u, "2.0 against 1.0, but with an error of 1.1");
 	cr_assert(a.settled);
