@@ -48,8 +48,9 @@ typedef struct rf__engine {
 	atomic_uint desc_cur;
 	char desc_core[512]; /* what the versions are made of: the notes appended, then the backend's latest */
 	char desc_note[256]; /* schedule note (rf__run.note), replaced rather than appended */
-	char desc_files[680]; /* "; files: ", how the calling thread's reader reads now, and a copy lane's
-	                       * reader if it reads otherwise; replaced likewise */
+	char desc_files[880]; /* "; files: ", how the calling thread's reader reads now (and whether its reads
+	                       * kept a fixed depth's compute waiting), and a copy lane's reader if it reads
+	                       * otherwise; replaced likewise */
 	unsigned files_gen, lanes_gen; /* e->io's why_gen and lanes_gen when desc_files was written */
 	int collect_stats;  /* rf_pipeline_collect_stats */
 	rf__qstats qstats[RF_MAX_QUEUES];

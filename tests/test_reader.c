@@ -7,6 +7,7 @@
  * samples; the signals a flight of copies holds back and what its owner's hook hears (io/flight.h).
  * Files live in the working directory (the build tree: a disk that takes O_DIRECT). */
 #define _GNU_SOURCE
+#include "base/test_hooks.h"
 #include "io/file.h"
 #include "io/reader.h"
 #include "ringfetch.h"
@@ -1453,5 +1454,116 @@ Test(flight, the_hook_hears_of_traced_copies_as_they_start_and_land)
 	rf__flight_fini(&fl);
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	free(buf);
+	drop(path);
+}
+
+/* ---- a fixed depth's reads against its compute ------------------------------------------------- */
+
+/* Little's law on synthetic figures (no clock): the rate the compute would take over the one measured,
+ * times what was read ahead, in blocks, is what depth - 1 must hold. */
+Test(reader_fill, the_depth_that_keeps_the_reads_ahead)
+{
+	cr_assert_eq(rf__flight_fill_depth(100e6, 50e6, 1u << 20, 1u << 20), 3u, "1 block ahead, twice the rate: 2");
+	cr_assert_eq(rf__flight_fill_depth(100e6, 60e6, 3u << 20, 1u << 20), 9u, "3 blocks x 2.5 = 7.5: 8 ahead");
+	cr_assert_eq(rf__flight_fill_depth(100e6, 20e6, 4u << 20, 1u << 20), 6u, "4 x 1.25 = 5, exactly");
+	cr_assert_eq(rf__flight_fill_depth(100e6, 9e6, 1u << 20, 1u << 20), 0u, "under a tenth of the time: nothing said");
+	cr_assert_eq(rf__flight_fill_depth(100e6, 10e6, 1u << 20, 1u << 20), 3u, "a tenth: 1.11 blocks, so 2");
+	cr_assert_eq(rf__flight_fill_depth(100e6, 60e6, 4u << 20, 65536), RF__FLIGHT_MAX + 1u,
+		     "more than a lane keeps in flight");
+	cr_assert_eq(rf__flight_fill_depth(100e6, 100e6, 1u << 20, 1u << 20), RF__FLIGHT_MAX + 1u,
+		     "it only waited: as far as it goes");
+	cr_assert_eq(rf__flight_fill_depth(0, 0, 1u << 20, 1u << 20), 0u);
+	cr_assert_eq(rf__flight_fill_depth(100e6, 50e6, 0, 1u << 20), 0u);
+	cr_assert_eq(rf__flight_fill_depth(100e6, 50e6, 1u << 20, 0), 0u);
+}
+
+/* What a run's end measured, replaced (a test hook): the words do not depend on the disk's speed. */
+static int64_t g_fill_elapsed, g_fill_waited;
+static void fill_hook(int64_t *elapsed, int64_t *waited)
+{
+	*elapsed = g_fill_elapsed;
+	*waited = g_fill_waited;
+}
+
+static int noop_compute(void *user, const rf_block *b)
+{
+	(void)user, (void)b;
+	return 0;
+}
+
+static void fill_run(rf_pipeline *p, const unsigned char *d, size_t block, size_t nb, int64_t elapsed, int64_t waited)
+{
+	const void **srcs = malloc(nb * sizeof *srcs);
+	size_t *sizes = malloc(nb * sizeof *sizes);
+	for (size_t i = 0; i < nb; i++)
+		srcs[i] = d + i * block, sizes[i] = block;
+	g_fill_elapsed = elapsed, g_fill_waited = waited;
+	rf__test_hooks.flight_run_end = fill_hook;
+	int rc = rf_pipeline_run(p, nb, srcs, sizes, noop_compute, NULL);
+	rf__test_hooks.flight_run_end = NULL;
+	cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
+	free(srcs);
+	free(sizes);
+}
+
+static rf_pipeline *fill_pipeline(unsigned depth, size_t slot_bytes)
+{
+	rf_pipeline_params pp = {.slot_bytes = slot_bytes, .backend = "threads"};
+	if (depth != 0)
+		pp.depth = depth;
+	else
+		pp.depth_auto = RF_DEPTH_AUTO;
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	return p;
+}
+
+/* A fixed depth whose compute waited for its reads is told, in describe, the depth that would keep them
+ * ahead at the same latency; one whose reads kept up is told nothing (and words said before go); depth =
+ * auto, which measures, is told nothing. The ring of depth 4 reads blocks of 1 MiB on its own (no
+ * window: more than it holds), and starts its four first copies before it waits for any (4 in flight). */
+Test(reader_fill, describe_names_the_depth_that_would_keep_the_reads_ahead)
+{
+	const size_t fsize = 16u << 20;
+	char *path = make_file(fsize, 31);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	rf_pipeline *p = fill_pipeline(4, 1u << 20);
+	fill_run(p, d, 1u << 20, 16, 100000000, 60000000);
+	const char *desc = rf_pipeline_describe(p);
+	cr_assert(strstr(desc, "; the compute waited for reads 60% of the run, 3 x 1024K read ahead: at the same latency "
+			       "depth 9 or more would keep them ahead (depth = auto measures what pays)") != NULL,
+		  "%s", desc);
+	fill_run(p, d, 1u << 20, 16, 100000000, 61000000);
+	cr_assert_str_eq(rf_pipeline_describe(p), desc, "the same depth named: the line stands");
+	fill_run(p, d, 1u << 20, 16, 100000000, 5000000);
+	desc = rf_pipeline_describe(p);
+	cr_assert(strstr(desc, "waited for reads") == NULL, "kept up: nothing said: %s", desc);
+	fill_run(p, d, 1u << 20, 3, 100000000, 90000000);
+	cr_assert(strstr(rf_pipeline_describe(p), "waited for reads") == NULL, "a run too short to say: %s",
+		  rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+	/* small blocks through the fixed window: its chunks are what was read ahead */
+	p = fill_pipeline(2, 65536);
+	fill_run(p, d, 65536, 64, 100000000, 60000000);
+	rf_stats st;
+	cr_assert_eq(rf_pipeline_stats(p, &st), RF_OK);
+	desc = rf_pipeline_describe(p);
+	cr_assert_gt(st.ahead_bytes, 0u, "%s", desc);
+	unsigned want = rf__flight_fill_depth(100e6, 60e6, (double)st.ahead_bytes, 65536);
+	char w[160];
+	if (want > RF__FLIGHT_MAX)
+		snprintf(w, sizeof w, "read ahead: depth = auto would read further ahead");
+	else
+		snprintf(w, sizeof w, "read ahead: at the same latency depth %u or more", want);
+	cr_assert(strstr(desc, "the compute waited for reads 60% of the run, ") != NULL && strstr(desc, w) != NULL,
+		  "%s (%s)", desc, w);
+	rf_pipeline_destroy(p);
+	p = fill_pipeline(0, 1u << 20);
+	fill_run(p, d, 1u << 20, 16, 100000000, 60000000);
+	cr_assert(strstr(rf_pipeline_describe(p), "waited for reads") == NULL, "depth = auto: %s", rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK);
 	drop(path);
 }
