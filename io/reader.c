@@ -334,5 +334,5 @@ void rf__reader_window_online(rf__reader *r, int on, size_t from)
 void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out)
 {
 	*out = (rf__reader_window_stats){r->win.mem ? r->win.cap : 0, r->win.chunk, r->win.k, r->win.ahead.on,
-					 r->win.copies, r->win.read};
+					 r->win.copies, r->win.read, r->win.touched};
 }

@@ -14,11 +14,12 @@ typedef struct rf__reader rf__reader;
 #define RF__READER_PIECE_MAX ((size_t)4 << 20)      /* and the largest piece whatever it says */
 
 /* The window's figures: bytes mapped (0: none), chunk bytes for the last file, its chunks, of them read
- * ahead at once now, copies served from it, bytes read into it. */
+ * ahead at once now, copies served from it, bytes read into it, bytes of it touched so far. */
 typedef struct rf__reader_window_stats {
 	size_t bytes, chunk;
 	unsigned chunks, on;
 	uint64_t copies, read;
+	size_t touched;
 } rf__reader_window_stats;
 
 /* How many of the window's chunks are read ahead at once. Fixed (all of them) unless chosen online

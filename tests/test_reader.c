@@ -1042,6 +1042,42 @@ Test(reader_window, chosen_online_from_one_chunk_up)
 	drop(path);
 }
 
+/* A window's pages are touched as its chunks first use them: a stream that reads only a few chunks
+ * ahead touches only those, and the next stream reuses them (the buffers last given back first). */
+Test(reader_window, only_the_chunks_used_are_touched)
+{
+	char *path = make_file(FSIZE, 27);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	cr_assert_eq(rf__reader_window(r, 32u << 20), RF_OK);
+	rf__reader_window_stats w;
+	rf__reader_window_get(r, &w);
+	cr_assert_eq(w.touched, 0u, "nothing touched before a chunk is read");
+	uint64_t bad;
+	cr_assert_eq(stream(r, f, 0, 2u << 20, 65536, 27, &bad, UINT_MAX), 32u);
+	cr_assert_eq(bad, UINT64_MAX, "%s", rf__reader_error(r));
+	rf__reader_window_get(r, &w);
+	cr_assert(w.copies == 32 && w.chunk > 0, "%llu copies from the window", (unsigned long long)w.copies);
+	size_t most = ((2u << 20) / w.chunk + 2) * w.chunk; /* the chunks a 2 MiB stream can read, and one more */
+	cr_assert(w.touched > 0 && w.touched <= most && w.touched < w.bytes, "%zu of %zu bytes touched (chunks of %zu)",
+		  w.touched, w.bytes, w.chunk);
+	size_t first = w.touched;
+	rf__reader_window_drop(r);
+	cr_assert_eq(stream(r, f, 0, 2u << 20, 65536, 27, &bad, UINT_MAX), 32u);
+	cr_assert_eq(bad, UINT64_MAX);
+	rf__reader_window_get(r, &w);
+	cr_assert_eq(w.touched, first, "the same stream again: the same buffers");
+	cr_assert_eq(stream(r, f, 0, FSIZE, 65536, 27, &bad, UINT_MAX), (FSIZE + 65535) / 65536);
+	cr_assert_eq(bad, UINT64_MAX, "%s", rf__reader_error(r));
+	rf__reader_window_get(r, &w);
+	cr_assert_leq(w.touched, w.bytes);
+	rf__reader_destroy(r);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
 /* Large copies, a stream that is not in file order, copies without `ahead` and shifted (device) copies
  * are read as before: on their own. */
 Test(reader_window, other_copies_are_read_on_their_own)
