@@ -4,6 +4,7 @@
 #define RF_BASE_TEST_HOOKS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 typedef struct rf__test_hooks {
 	void (*before_copy)(size_t block); /* called on the copying thread before each copy and stage */
@@ -25,6 +26,9 @@ typedef struct rf__test_hooks {
 	/* A flight (io/flight.h) started a copy: the copies it has in flight now, that one included. */
 	void (*flight_started)(unsigned in_flight);
 	void (*classify)(const void *src, size_t n); /* io/file.c: each source resolved (rf__file_classify) */
+	/* io/flight.c: a run's end, before its reads are judged (rf__flight_fill_depth): may replace the
+	 * measured ns from the first landing to the end and of them slept for reads. */
+	void (*flight_run_end)(int64_t *elapsed_ns, int64_t *waited_ns);
 } rf__test_hooks_t;
 
 /* Defined only with RF_TESTING; tests set it before creating pipelines. */

@@ -5,6 +5,7 @@
 #include "base/test_hooks.h"
 
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
@@ -154,6 +155,9 @@ static void rf__flight_landed(rf__flight *f, uint64_t tag, int rc, size_t shift)
 		f->hook(f->hook_ctx, r, RF__FLIGHT_LANDED);
 	if (r->unhold != NULL)
 		rf__file_unhold(r->unhold);
+	if (f->run_on && f->run_first == 0)
+		f->run_first = rf__now_ns(), f->run_waited = 0; /* the first read: no depth hides it */
+	f->run_copies += f->run_on && rc == RF_OK;
 	while (f->upto < f->started && f->rec[f->upto % RF__FLIGHT_MAX].done)
 		f->upto++;
 	atomic_store_explicit(&f->inflight, (unsigned)(f->started - f->upto), memory_order_relaxed);
@@ -205,7 +209,10 @@ void rf__flight_sleep(void *arg)
 		nanosleep(&d, NULL);
 		return;
 	}
+	int64_t t0 = f->run_on ? rf__now_ns() : 0;
 	rf__reader_wait(rd);
+	if (t0 != 0)
+		f->run_waited += rf__now_ns() - t0;
 }
 
 int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
@@ -234,6 +241,11 @@ int rf__flight_start(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *
 	r->done = 0;
 	f->started++;
 	atomic_store_explicit(&f->inflight, (unsigned)(f->started - f->upto), memory_order_relaxed);
+	if (f->run_on) {
+		unsigned k = (unsigned)(f->started - f->upto);
+		f->run_most = k > f->run_most ? k : f->run_most;
+		f->run_block = n > f->run_block ? n : f->run_block;
+	}
 	if (RF__TEST_HOOK(flight_started) != NULL)
 		RF__TEST_HOOK(flight_started)((unsigned)(f->started - f->upto));
 	return RF_OK;
@@ -286,6 +298,10 @@ void rf__flight_run_start(rf__flight *f, int first_small)
 	rf__reader *rd = rf__flight_rd(f);
 	if (rd == NULL)
 		return;
+	rf__reader_window_stats ws;
+	rf__reader_window_get(rd, &ws);
+	f->run_on = 1, f->run_first = 0, f->run_waited = 0, f->run_copies = 0, f->run_most = 0, f->run_block = 0;
+	f->run_win0 = ws.copies;
 	rf__reader_window_drop(rd);
 	if (!first_small || f->window == 0 || f->window_state != 0 || rf__flight_busy(f))
 		return;
@@ -294,11 +310,57 @@ void rf__flight_run_start(rf__flight *f, int first_small)
 	rf__flight_describe(f, rd);
 }
 
+unsigned rf__flight_fill_depth(double elapsed, double waited, double ahead, size_t block)
+{
+	if (!(elapsed > 0) || !(ahead > 0) || block == 0 || waited < elapsed / 10)
+		return 0;
+	double fed = elapsed - waited, need = ahead / (double)block * elapsed / (fed > elapsed / 1e3 ? fed : elapsed / 1e3);
+	return need >= RF__FLIGHT_MAX ? RF__FLIGHT_MAX + 1 : 1 + (unsigned)ceil(need - 1e-9);
+}
+
+/* With the read-ahead fixed: what the run's reads say of its depth, into f->fill (a run too short to say
+ * leaves the last words). A ring of depth d keeps d - 1 blocks read ahead while it computes (d copies in
+ * flight at most); a window its chunks. */
+static void rf__flight_judge(rf__flight *f, rf__reader *rd)
+{
+	if (f->window_online || f->run_first == 0 || f->run_most < 2 || f->run_copies < 4 * (uint64_t)f->run_most)
+		return;
+	int64_t elapsed = rf__now_ns() - f->run_first, waited = f->run_waited;
+	if (RF__TEST_HOOK(flight_run_end) != NULL)
+		RF__TEST_HOOK(flight_run_end)(&elapsed, &waited);
+	rf__reader_window_stats ws;
+	rf__reader_window_get(rd, &ws);
+	int win = ws.copies != f->run_win0;
+	double ahead = win ? (double)ws.on * (double)ws.chunk : (double)(f->run_most - 1) * (double)f->run_block;
+	unsigned d = rf__flight_fill_depth((double)elapsed, (double)waited, ahead, f->run_block);
+	char w[sizeof f->fill] = "";
+	int pct = elapsed > 0 ? (int)(100 * waited / elapsed) : 0;
+	unsigned n = win ? ws.on : f->run_most - 1;
+	size_t kib = (win ? ws.chunk : f->run_block) >> 10;
+	if (d > RF__FLIGHT_MAX)
+		snprintf(w, sizeof w, "the compute waited for reads %d%% of the run, %u x %zuK read ahead: depth = auto "
+			 "would read further ahead", pct, n, kib);
+	else if (d != 0)
+		snprintf(w, sizeof w, "the compute waited for reads %d%% of the run, %u x %zuK read ahead: at the same "
+			 "latency depth %u or more would keep them ahead (depth = auto measures what pays)", pct, n, kib, d);
+	if (d == 0 && f->fill[0] == '\0')
+		return;
+	/* the same depth named: the words stand (their percentage would change the line every run) */
+	if (d != 0 && f->fill[0] != '\0' && f->fill_depth == d)
+		return;
+	snprintf(f->fill, sizeof f->fill, "%s", w);
+	f->fill_depth = d;
+	f->fill_gen++;
+}
+
 void rf__flight_run_end(rf__flight *f)
 {
 	rf__reader *rd = rf__flight_rd(f);
-	if (rd != NULL)
+	if (rd != NULL) {
+		rf__flight_judge(f, rd);
 		rf__reader_window_release(rd);
+	}
+	f->run_on = 0;
 }
 
 int rf__flight_read_shifted(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,

@@ -92,7 +92,28 @@ typedef struct rf__flight {
 	int window_online; /* its chunks in flight chosen online (depth = auto), from window_from bytes */
 	size_t window_from;
 	size_t window_block; /* the largest block read ahead (a larger one is large requests of its own) */
+	/* A run on the flight's thread (rf__flight_run_start .. rf__flight_run_end), and whether its reads kept
+	 * its compute waiting: from the first copy's landing (no depth hides the first read), the time slept
+	 * for reads, the copies landed, the most in flight at once and the largest. */
+	int run_on;
+	int64_t run_first, run_waited;
+	uint64_t run_copies, run_win0; /* run_win0: the window's copies at the run's start */
+	unsigned run_most;
+	size_t run_block;
+	/* With the read-ahead fixed (not depth = auto): what the last run long enough to say found, in words
+	 * for describe ("" when its reads kept up), and a count of its changes. */
+	char fill[200];
+	unsigned fill_depth, fill_gen; /* fill_depth: the depth it names (RF__FLIGHT_MAX + 1: more than a lane keeps) */
 } rf__flight;
+
+/* A run's reads against its compute (a pure rule, tested on its own): elapsed ns from its first copy's
+ * landing to its end, of which it slept `waited` ns for reads, with `ahead` bytes read ahead of the
+ * compute while it computed, in blocks of `block` bytes. The depth whose reads ahead (depth - 1 blocks) would keep
+ * the compute fed at the same latency per read (Little's law: in flight = rate x latency, and the rate the
+ * compute would take is elapsed / (elapsed - waited) times the one measured): the least depth that
+ * holds, rounded up; 0 when the compute waited under a tenth of the time (the reads were not what held
+ * it) or there is nothing to go by. */
+unsigned rf__flight_fill_depth(double elapsed, double waited, double ahead, size_t block);
 
 /* No reader yet. value: the queue's counter; ec/bell_slot: where the lane sleeps. */
 void rf__flight_init(rf__flight *f, rf__ec *ec, unsigned bell_slot, _Atomic int64_t *value);
@@ -157,7 +178,8 @@ static inline int rf__flight_busy(const rf__flight *f)
  * and the window is mapped if the run's blocks want one (small and contiguous: first_small) and it is
  * not yet. A refusal (no memory) leaves the reads as they were; describe says so. */
 void rf__flight_run_start(rf__flight *f, int first_small);
-/* A run's end, once its copies have landed: the window's reads ahead too (its files may be closed). */
+/* A run's end, once its copies have landed: the window's reads ahead too (its files may be closed). With
+ * the read-ahead fixed, f->fill says whether its reads kept its compute waiting (rf__flight_fill_depth). */
 void rf__flight_run_end(rf__flight *f);
 
 /* A blocking read on the calling thread, with rf__reader_start's flags: *shift says where the bytes

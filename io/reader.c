@@ -300,7 +300,6 @@ int rf__reader_window(rf__reader *r, size_t bytes)
 #ifdef MADV_HUGEPAGE
 	(void)madvise(mem, len, MADV_HUGEPAGE); /* a refusal leaves 4 KiB pages: slower, not wrong */
 #endif
-	memset(mem, 0, len); /* its pages now, not during a run */
 	w->map = m, w->map_len = map_len, w->mem = mem, w->cap = bytes;
 	return RF_OK;
 }
@@ -310,7 +309,7 @@ void rf__reader_window_drop(rf__reader *r)
 	rd_win *w = &r->win;
 	w->expect = UINT64_MAX; /* no copy continues what is held: the next one starts afresh */
 	if (w->out == 0 && w->nwait == 0)
-		w->n = 0, w->head = 0;
+		rf__reader_win_clear(r);
 }
 
 void rf__reader_window_release(rf__reader *r)
@@ -323,7 +322,8 @@ void rf__reader_window_release(rf__reader *r)
 		if (w->out != 0)
 			rf__reader_wait(r);
 	}
-	w->f = NULL, w->n = 0, w->head = 0, w->expect = UINT64_MAX;
+	rf__reader_win_clear(r);
+	w->f = NULL, w->expect = UINT64_MAX;
 }
 
 void rf__reader_window_online(rf__reader *r, int on, size_t from)
@@ -336,5 +336,5 @@ void rf__reader_window_online(rf__reader *r, int on, size_t from)
 void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out)
 {
 	*out = (rf__reader_window_stats){r->win.mem ? r->win.cap : 0, r->win.chunk, r->win.k, r->win.ahead.on,
-					 r->win.copies, r->win.read};
+					 r->win.copies, r->win.read, r->win.touched};
 }

@@ -58,7 +58,8 @@ int rf__reader_start(rf__reader *r, const rf__fsrc *s, size_t n, unsigned char *
  * chunks are read one at a time, each when a copy needs it: large requests still, nothing read further ahead
  * (no read would overlap it), and the setting is not chosen online. The memory is mapped here, on
  * huge pages where the kernel gives them (each physically contiguous run of a destination is a request segment
- * to the disk). bytes 0 frees it. RF_OK; RF_EBUSY (copies in flight); RF_ENOMEM. */
+ * to the disk), and its pages touched as chunks first use them: a window that reads few chunks ahead (chosen
+ * online) touches few. bytes 0 frees it. RF_OK; RF_EBUSY (copies in flight); RF_ENOMEM. */
 int rf__reader_window(rf__reader *r, size_t bytes);
 /* Choose the chunks in flight online (on != 0) from the next window on, starting from `from` bytes
  * read ahead (or the chunks one copy needs, if more), or read with all of them (0). */

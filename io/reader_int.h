@@ -48,7 +48,7 @@ typedef struct rd_copy {
 } rd_copy;
 
 /* The read-ahead window (rf__reader_window): chunks, each one request, in file order. */
-#define RD_WIN_MAX 16u           /* chunks at most */
+#define RD_WIN_MAX 32u           /* chunks at most: each one read, as many as the ring keeps in flight */
 #define RD_CHUNK 0x80000000u     /* rd_piece.copy of a chunk's read (low bits: the chunk) */
 #define RD_HUGE ((size_t)2 << 20) /* the window's mapping is aligned to a huge page */
 enum { RD_CH_OUT = 1, RD_CH_IN, RD_CH_BAD };
@@ -57,11 +57,17 @@ typedef struct rd_chunk {
 	uint64_t off, lim; /* the file range it was read for */
 	uint64_t end;      /* its bytes are good up to here (<= lim: the file ended) */
 	unsigned char state;
+	unsigned char buf; /* its memory: mem + buf * chunk */
 } rd_chunk;
 
 typedef struct rd_win {
-	unsigned char *mem; /* cap bytes, chunk i at mem + i * chunk */
+	unsigned char *mem; /* cap bytes: k buffers of a chunk each */
 	size_t cap, map_len;
+	size_t touched;     /* bytes of mem faulted in so far (from its start) */
+	/* buffers not held: given back ones (last in, first out) above the never used ones, so that a
+	 * window that reads few chunks ahead touches few buffers' pages */
+	unsigned char fbuf[RD_WIN_MAX];
+	unsigned nfbuf, fresh; /* given back; the first buffer never used for this chunk size */
 	void *map;
 	rf_file *f;         /* the file the chunks hold (NULL: none yet) */
 	size_t chunk;       /* bytes per chunk for f */
@@ -144,6 +150,7 @@ void rf__reader_explain(rf__reader *r, const rd_copy *c); /* failed copy c's sen
 void rf__reader_done(rf__reader *r, unsigned pi, long res); /* read pi came back: a chunk's, or a copy's piece */
 void rf__reader_win_serve(rf__reader *r);
 void rf__reader_win_fill(rf__reader *r);
+void rf__reader_win_clear(rf__reader *r); /* let go of the chunks held (none in flight) */
 int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead);
 /* io/uring.c: what comes back goes to r->read_done. Without liburing no ring; what needs one is a no-op. */
 int rf__reader_transient(int err);        /* "not now" (EAGAIN, EBUSY, EINTR): worth another try */

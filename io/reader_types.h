@@ -14,11 +14,12 @@ typedef struct rf__reader rf__reader;
 #define RF__READER_PIECE_MAX ((size_t)4 << 20)      /* and the largest piece whatever it says */
 
 /* The window's figures: bytes mapped (0: none), chunk bytes for the last file, its chunks, of them read
- * ahead at once now, copies served from it, bytes read into it. */
+ * ahead at once now, copies served from it, bytes read into it, bytes of it touched so far. */
 typedef struct rf__reader_window_stats {
 	size_t bytes, chunk;
 	unsigned chunks, on;
 	uint64_t copies, read;
+	size_t touched;
 } rf__reader_window_stats;
 
 /* How many of the window's chunks are read ahead at once. Fixed (all of them) unless chosen online
@@ -27,7 +28,7 @@ typedef struct rf__reader_window_stats {
  * ladder: each measurement lasts RF__READER_AHEAD_ROUNDS rounds of chunks landed, each round timed; the
  * next setting doubles while the rate rises by more than the standard error of the difference (from
  * the spread of the rounds), and goes back to the last one that paid, for good, once it does not. */
-#define RF__READER_AHEAD_SETTINGS 5u /* 1, 2, 4, 8, 16 chunks */
+#define RF__READER_AHEAD_SETTINGS 6u /* 1, 2, 4, 8, 16, 32 chunks */
 /* A measurement at `on` chunks lasts this many rounds of `on` chunks landed: the fewest whose spread says
  * something (three degrees of freedom). */
 #define RF__READER_AHEAD_ROUNDS 4u
@@ -38,8 +39,10 @@ typedef struct rf__reader_ahead {
 	double rate[RF__READER_AHEAD_SETTINGS]; /* bytes per second at 1 << i chunks (0: not measured) */
 	double err[RF__READER_AHEAD_SETTINGS];  /* its standard error */
 } rf__reader_ahead;
-/* Start at the largest setting <= first (the chunks one copy may need at once), within max. */
-void rf__reader_ahead_start(rf__reader_ahead *a, unsigned max, unsigned first);
+/* Start at the largest setting <= from (where the search starts), or at the smallest >= need (the chunks
+ * one copy may need at once) if that is more: a setting below it reads as many all the same, so its
+ * rate would be another's. Within max. */
+void rf__reader_ahead_start(rf__reader_ahead *a, unsigned max, unsigned need, unsigned from);
 /* A measurement at a->on read `rate` bytes per second, with standard error err: the next setting. */
 unsigned rf__reader_ahead_rule(rf__reader_ahead *a, double rate, double err);
 /* A measurement's rate and standard error: bytes landed in `seconds`, in n rounds (a round: as many

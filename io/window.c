@@ -5,10 +5,14 @@
 #include <math.h>
 #include <string.h>
 
-void rf__reader_ahead_start(rf__reader_ahead *a, unsigned max, unsigned first)
+_Static_assert(RD_WIN_MAX <= 256, "rd_chunk.buf holds a buffer's number");
+_Static_assert((1u << (RF__READER_AHEAD_SETTINGS - 1)) <= RD_WIN_MAX, "the top setting fits in the window");
+_Static_assert(RD_WIN_MAX <= RF__READER_QD, "every chunk can be in flight at once");
+
+void rf__reader_ahead_start(rf__reader_ahead *a, unsigned max, unsigned need, unsigned from)
 {
 	*a = (rf__reader_ahead){.on = 1, .max = max ? max : 1};
-	while (a->on * 2 <= first && a->on * 2 <= a->max && a->on * 2 < (1u << RF__READER_AHEAD_SETTINGS))
+	while ((a->on * 2 <= from || a->on < need) && a->on * 2 <= a->max && a->on * 2 < (1u << RF__READER_AHEAD_SETTINGS))
 		a->on *= 2;
 	a->settled = a->on >= a->max;
 }
@@ -114,8 +118,7 @@ void rf__reader_win_serve(rf__reader *r)
 				if (h->lim <= off || h->off >= end)
 					continue;
 				uint64_t a = off > h->off ? off : h->off, b = end < h->lim ? end : h->lim;
-				unsigned i = (w->head + j) % w->k;
-				memcpy(c->dst + (a - off), w->mem + (size_t)i * w->chunk + (a - h->off), (size_t)(b - a));
+				memcpy(c->dst + (a - off), w->mem + (size_t)h->buf * w->chunk + (a - h->off), (size_t)(b - a));
 			}
 			w->copies++;
 			rf__reader_finish(r, ci);
@@ -124,6 +127,7 @@ void rf__reader_win_serve(rf__reader *r)
 			rf__reader_setup(r, ci);
 		}
 		while (w->n > 0 && w->ch[w->head].state != RD_CH_OUT && w->ch[w->head].lim <= end) {
+			w->fbuf[w->nfbuf++] = w->ch[w->head].buf;
 			w->head = (w->head + 1) % w->k;
 			w->n--;
 		}
@@ -138,6 +142,27 @@ static int rd_win_short(const rf__reader *r)
 	return w->nwait > 0 && w->next < r->copies[w->wait[w->wait_head]].end;
 }
 
+void rf__reader_win_clear(rf__reader *r)
+{
+	rd_win *w = &r->win;
+	for (; w->n > 0; w->n--, w->head = (w->head + 1) % w->k)
+		w->fbuf[w->nfbuf++] = w->ch[w->head].buf;
+	w->head = 0;
+}
+
+/* A buffer for the next chunk (the window holds fewer than k): one given back, else one never used,
+ * its pages faulted in now (a read into pages not yet there would wait for them inside the ring). */
+static unsigned rd_win_buf(rd_win *w)
+{
+	if (w->nfbuf > 0)
+		return w->fbuf[--w->nfbuf];
+	unsigned b = w->fresh++;
+	size_t to = (size_t)(b + 1) * w->chunk;
+	for (; w->touched < to; w->touched += 4096)
+		w->mem[w->touched] = 0;
+	return b;
+}
+
 /* Read chunks ahead while the window has room: whole chunks while the run goes on past them, the last
  * one up to where the run ends. */
 void rf__reader_win_fill(rf__reader *r)
@@ -150,14 +175,14 @@ void rf__reader_win_fill(rf__reader *r)
 		size_t a = rf__file_dio_align(w->f);
 		uint64_t lim = w->next + w->chunk < w->limit ? w->next + w->chunk : w->limit;
 		size_t len = (size_t)((lim - w->next + a - 1) / a * a);
-		unsigned i = (w->head + w->n) % w->k;
-		w->ch[i] = (rd_chunk){w->next, lim, w->next, RD_CH_OUT};
+		unsigned i = (w->head + w->n) % w->k, b = rd_win_buf(w);
+		w->ch[i] = (rd_chunk){w->next, lim, w->next, RD_CH_OUT, (unsigned char)b};
 		w->n++;
 		w->out++;
 		if (w->online && !w->ahead.settled && w->m_landed == 0 && w->m_t0 == 0)
 			w->m_t0 = w->m_last = rf__now_ns(); /* a measurement starts with its first read */
 		unsigned pi = r->free_pieces[--r->nfree_pieces];
-		r->pieces[pi] = (rd_piece){RD_CHUNK | i, w->next, len, w->mem + (size_t)i * w->chunk, 0, 0};
+		r->pieces[pi] = (rd_piece){RD_CHUNK | i, w->next, len, w->mem + (size_t)b * w->chunk, 0, 0};
 		w->next = lim;
 		rf__reader_issue(r, pi);
 	}
@@ -192,14 +217,17 @@ int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead)
 		if (w->chunk != chunk || w->k != k) { /* a new setting to choose: the old one was for other chunks */
 			/* from the chunks one copy may need at once (it may cross a chunk's boundary) */
 			unsigned need = (unsigned)((c->n + chunk - 1) / chunk) + 1, from = (unsigned)(w->from / chunk);
-			rf__reader_ahead_start(&w->ahead, k, need > from ? need : from);
+			rf__reader_ahead_start(&w->ahead, k, need, from);
 			if (!r->uring) /* preads, one at a time: a chunk further ahead overlaps nothing */
 				w->ahead.on = need < k ? need : k, w->ahead.settled = 1;
 			else if (!w->online)
 				w->ahead.on = k, w->ahead.settled = 1;
 		}
 		w->m_t0 = 0, w->m_landed = 0, w->m_bytes = 0, w->m_round = 0, w->m_sum = 0, w->m_sq = 0; /* one stream's */
-		w->f = f, w->chunk = chunk, w->k = k, w->head = 0, w->n = 0;
+		rf__reader_win_clear(r);
+		if (w->chunk != chunk) /* the buffers are of another size now */
+			w->nfbuf = 0, w->fresh = 0;
+		w->f = f, w->chunk = chunk, w->k = k;
 		w->next = c->win_off / a * a;
 		w->limit = c->win_off;
 		w->final = 0;

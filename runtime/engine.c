@@ -152,11 +152,13 @@ int rf__engine_io(rf__engine *e, const char *who)
 	e->io.window = win >= RF__ENGINE_WINDOW / 4 ? win : 0;
 	e->io.window_online = e->io_online;
 	e->io.window_from = RF__ENGINE_WINDOW; /* more only where more pays */
-	e->io.window_block = RF__ENGINE_WINDOW / 2;
+	/* Fixed, larger blocks are large requests of their own; chosen online, blocks up to half the window
+	 * are read ahead too (a ring of depth 2 keeps one in flight: too few for a disk that wants more). */
+	e->io.window_block = e->io_online ? e->io.window / 2 : RF__ENGINE_WINDOW / 2;
 	int rc = rf__flight_open(&e->io, host ? e->slots : NULL, host ? e->slots_len : 0);
 	if (rc != RF_OK)
 		return rf__err(rc, "%s: file reads: %s", who, rf__errmsg_peek());
-	e->files_gen = e->io.why_gen - 1; /* written below */
+	e->files_gen = e->io.why_gen + e->io.fill_gen - 1; /* written below */
 	rf__engine_io_refresh(e);
 	return RF_OK;
 }
@@ -166,18 +168,20 @@ void rf__engine_io_refresh(rf__engine *e)
 	if (atomic_load_explicit(&e->io.rd, memory_order_relaxed) == NULL)
 		return;
 	rf__flight_refresh(&e->io);
-	unsigned lg = atomic_load_explicit(&e->io.lanes_gen, memory_order_acquire);
-	if (e->io.why_gen == e->files_gen && lg == e->lanes_gen)
+	unsigned lg = atomic_load_explicit(&e->io.lanes_gen, memory_order_acquire), g = e->io.why_gen + e->io.fill_gen;
+	if (g == e->files_gen && lg == e->lanes_gen)
 		return;
-	e->files_gen = e->io.why_gen, e->lanes_gen = lg;
+	e->files_gen = g, e->lanes_gen = lg;
 	char lane[sizeof e->io.lanes_why], d[sizeof e->desc_files];
 	unsigned no = 0;
 	rf__flight_lanes(&e->io, lane, sizeof lane, &no);
-	/* A lane's reader that reads as the caller's does goes unsaid; one that does not is named. */
+	/* A lane's reader that reads as the caller's does goes unsaid; one that does not is named. A fixed
+	 * depth whose reads kept the compute waiting is said after the caller's reader (rf__flight.fill). */
+	const char *sep = e->io.fill[0] != '\0' ? "; " : "";
 	if (lane[0] != '\0' && strcmp(lane, e->io.why) != 0)
-		snprintf(d, sizeof d, "; files: %s; copy lane %u: %s", e->io.why, no, lane);
+		snprintf(d, sizeof d, "; files: %s%s%s; copy lane %u: %s", e->io.why, sep, e->io.fill, no, lane);
 	else
-		snprintf(d, sizeof d, "; files: %s", e->io.why);
+		snprintf(d, sizeof d, "; files: %s%s%s", e->io.why, sep, e->io.fill);
 	if (strcmp(d, e->desc_files) == 0)
 		return;
 	memcpy(e->desc_files, d, sizeof d);

@@ -23,8 +23,10 @@ enum { RF__IDLE = 0, RF__RUNNING = 1, RF__DOOMED = 2, RF__KEYED = 3 };
  * contiguous file blocks: four requests of 1 MiB, the device's largest request on common NVMe and
  * virtio disks, so that the disk always has the next large request while one lands. */
 #define RF__ENGINE_WINDOW ((size_t)4 << 20)
-/* With depth = auto the bytes read ahead are chosen online (io/reader.h): room for up to 16 requests. */
-#define RF__ENGINE_WINDOW_ONLINE ((size_t)16 << 20)
+/* With depth = auto the bytes read ahead are chosen online (io/reader.h): room for as many requests as the
+ * reader keeps in flight (RF__READER_QD) of 1 MiB, blocks up to half of it included; its pages are touched
+ * only as far as the choice reads ahead. */
+#define RF__ENGINE_WINDOW_ONLINE ((size_t)32 << 20)
 
 typedef struct rf__engine {
 	const rf__backend_ops *be;
@@ -46,8 +48,9 @@ typedef struct rf__engine {
 	atomic_uint desc_cur;
 	char desc_core[512]; /* what the versions are made of: the notes appended, then the backend's latest */
 	char desc_note[256]; /* schedule note (rf__run.note), replaced rather than appended */
-	char desc_files[680]; /* "; files: ", how the calling thread's reader reads now, and a copy lane's
-	                       * reader if it reads otherwise; replaced likewise */
+	char desc_files[880]; /* "; files: ", how the calling thread's reader reads now (and whether its reads
+	                       * kept a fixed depth's compute waiting), and a copy lane's reader if it reads
+	                       * otherwise; replaced likewise */
 	unsigned files_gen, lanes_gen; /* e->io's why_gen and lanes_gen when desc_files was written */
 	int collect_stats;  /* rf_pipeline_collect_stats */
 	rf__qstats qstats[RF_MAX_QUEUES];

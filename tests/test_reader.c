@@ -7,6 +7,7 @@
  * samples; the signals a flight of copies holds back and what its owner's hook hears (io/flight.h).
  * Files live in the working directory (the build tree: a disk that takes O_DIRECT). */
 #define _GNU_SOURCE
+#include "base/test_hooks.h"
 #include "io/file.h"
 #include "io/reader.h"
 #include "ringfetch.h"
@@ -1054,6 +1055,42 @@ Test(reader_window, chosen_online_from_one_chunk_up)
 	drop(path);
 }
 
+/* A window's pages are touched as its chunks first use them: a stream that reads only a few chunks
+ * ahead touches only those, and the next stream reuses them (the buffers last given back first). */
+Test(reader_window, only_the_chunks_used_are_touched)
+{
+	char *path = make_file(FSIZE, 27);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
+	cr_assert_eq(rf__reader_window(r, 32u << 20), RF_OK);
+	rf__reader_window_stats w;
+	rf__reader_window_get(r, &w);
+	cr_assert_eq(w.touched, 0u, "nothing touched before a chunk is read");
+	uint64_t bad;
+	cr_assert_eq(stream(r, f, 0, 2u << 20, 65536, 27, &bad, UINT_MAX), 32u);
+	cr_assert_eq(bad, UINT64_MAX, "%s", rf__reader_error(r));
+	rf__reader_window_get(r, &w);
+	cr_assert(w.copies == 32 && w.chunk > 0, "%llu copies from the window", (unsigned long long)w.copies);
+	size_t most = ((2u << 20) / w.chunk + 2) * w.chunk; /* the chunks a 2 MiB stream can read, and one more */
+	cr_assert(w.touched > 0 && w.touched <= most && w.touched < w.bytes, "%zu of %zu bytes touched (chunks of %zu)",
+		  w.touched, w.bytes, w.chunk);
+	size_t first = w.touched;
+	rf__reader_window_drop(r);
+	cr_assert_eq(stream(r, f, 0, 2u << 20, 65536, 27, &bad, UINT_MAX), 32u);
+	cr_assert_eq(bad, UINT64_MAX);
+	rf__reader_window_get(r, &w);
+	cr_assert_eq(w.touched, first, "the same stream again: the same buffers");
+	cr_assert_eq(stream(r, f, 0, FSIZE, 65536, 27, &bad, UINT_MAX), (FSIZE + 65535) / 65536);
+	cr_assert_eq(bad, UINT64_MAX, "%s", rf__reader_error(r));
+	rf__reader_window_get(r, &w);
+	cr_assert_leq(w.touched, w.bytes);
+	rf__reader_destroy(r);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
 /* Large copies, a stream that is not in file order, copies without `ahead` and shifted (device) copies
  * are read as before: on their own. */
 Test(reader_window, other_copies_are_read_on_their_own)
@@ -1155,7 +1192,7 @@ Test(reader_window, an_undropped_window_held_the_bytes_read_ahead) { take_up(0, 
 static unsigned settle(unsigned max, double (*rate_at)(unsigned), double noise, unsigned *steps)
 {
 	rf__reader_ahead a;
-	rf__reader_ahead_start(&a, max, 1);
+	rf__reader_ahead_start(&a, max, 1, 1);
 	unsigned k = 0;
 	while (!a.settled && k < 20) {
 		double r = rate_at(a.on);
@@ -1220,23 +1257,51 @@ Test(reader_rule, rate_and_error_from_the_rounds)
 	cr_assert(err == 0, "one round: no spread to speak of");
 }
 
-/* The search starts at the chunks one copy may need at once: fewer would be no setting at all. */
+/* The search starts where it is told (the power of two at or below), or at the chunks one copy may need
+ * at once if more (the power of two at or above: fewer would read as many all the same). */
 Test(reader_rule, starts_at_the_chunks_a_copy_needs)
 {
 	rf__reader_ahead a;
-	rf__reader_ahead_start(&a, 16, 2);
+	rf__reader_ahead_start(&a, 16, 2, 2);
 	cr_assert_eq(a.on, 2u);
-	rf__reader_ahead_start(&a, 16, 3);
-	cr_assert_eq(a.on, 2u, "the power of two below");
-	rf__reader_ahead_start(&a, 16, 5);
+	rf__reader_ahead_start(&a, 16, 1, 3);
+	cr_assert_eq(a.on, 2u, "from: the power of two below");
+	rf__reader_ahead_start(&a, 16, 3, 1);
+	cr_assert_eq(a.on, 4u, "need: the power of two above");
+	rf__reader_ahead_start(&a, 16, 3, 4);
+	cr_assert_eq(a.on, 4u);
+	rf__reader_ahead_start(&a, 32, 6, 4);
+	cr_assert_eq(a.on, 8u, "a block of five chunks and the next one: 8, not 4");
+	rf__reader_ahead_start(&a, 16, 2, 5);
 	cr_assert_eq(a.on, 4u);
 	cr_assert(!a.settled);
 	cr_assert_eq(rf__reader_ahead_rule(&a, 3e9, 0), 8u, "nothing below to compare with: up");
 	cr_assert_eq(rf__reader_ahead_rule(&a, 3.05e9, 0.1e9), 4u, "no gain: back to where it started");
 	cr_assert(a.settled);
-	rf__reader_ahead_start(&a, 4, 9);
+	rf__reader_ahead_start(&a, 4, 9, 9);
 	cr_assert_eq(a.on, 4u);
 	cr_assert(a.settled, "the window's all from the start: nothing to choose");
+	rf__reader_ahead_start(&a, 32, 1, 64);
+	cr_assert_eq(a.on, 32u, "never past the top setting");
+	cr_assert(a.settled);
+}
+
+/* A disk that wants many requests in flight (the rate rising up to 16 or 32 chunks): the ladder climbs
+ * from where it starts as far as the window and the settings go, and stops where the rise stops. */
+Test(reader_rule, climbs_to_what_a_deep_disk_wants)
+{
+	rf__reader_ahead a;
+	rf__reader_ahead_start(&a, 32, 1, 4);
+	static const double at[] = {1.9e9, 2.6e9, 3.4e9, 3.45e9}; /* 4, 8, 16, 32 chunks */
+	unsigned k = 0;
+	while (!a.settled && k < 4)
+		rf__reader_ahead_rule(&a, at[k++], 0.05e9);
+	cr_assert(a.settled);
+	cr_assert_eq(a.on, 16u, "32 within the noise of 16: back to 16");
+	cr_assert_eq(k, 4u);
+	unsigned steps;
+	cr_assert_eq(settle(32, rising, 0.05e9, &steps), 32u, "rising all the way: the top setting");
+	cr_assert_eq(steps, 6u, "1, 2, 4, 8, 16, 32: the top is measured too (it may not pay)");
 }
 
 Test(reader_rule, a_rise_within_the_measurements_noise_does_not_count)
@@ -1247,7 +1312,7 @@ Test(reader_rule, a_rise_within_the_measurements_noise_does_not_count)
 	/* the same gain with errors of 0.5 is one (the difference's error: 0.71) */
 	cr_assert_eq(settle(16, knee4, 0.5e9, &steps), 4u);
 	rf__reader_ahead a;
-	rf__reader_ahead_start(&a, 16, 1);
+	rf__reader_ahead_start(&a, 16, 1, 1);
 	cr_assert_eq(rf__reader_ahead_rule(&a, 1e9, 0), 2u);
 	cr_assert_eq(rf__reader_ahead_rule(&a, 2e9, 1.1e9), 1u, "2.0 against 1.0, but with an error of 1.1");
 	cr_assert(a.settled);
@@ -1438,5 +1503,116 @@ Test(flight, the_hook_hears_of_traced_copies_as_they_start_and_land)
 	rf__flight_fini(&fl);
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	free(buf);
+	drop(path);
+}
+
+/* ---- a fixed depth's reads against its compute ------------------------------------------------- */
+
+/* Little's law on synthetic figures (no clock): the rate the compute would take over the one measured,
+ * times what was read ahead, in blocks, is what depth - 1 must hold. */
+Test(reader_fill, the_depth_that_keeps_the_reads_ahead)
+{
+	cr_assert_eq(rf__flight_fill_depth(100e6, 50e6, 1u << 20, 1u << 20), 3u, "1 block ahead, twice the rate: 2");
+	cr_assert_eq(rf__flight_fill_depth(100e6, 60e6, 3u << 20, 1u << 20), 9u, "3 blocks x 2.5 = 7.5: 8 ahead");
+	cr_assert_eq(rf__flight_fill_depth(100e6, 20e6, 4u << 20, 1u << 20), 6u, "4 x 1.25 = 5, exactly");
+	cr_assert_eq(rf__flight_fill_depth(100e6, 9e6, 1u << 20, 1u << 20), 0u, "under a tenth of the time: nothing said");
+	cr_assert_eq(rf__flight_fill_depth(100e6, 10e6, 1u << 20, 1u << 20), 3u, "a tenth: 1.11 blocks, so 2");
+	cr_assert_eq(rf__flight_fill_depth(100e6, 60e6, 4u << 20, 65536), RF__FLIGHT_MAX + 1u,
+		     "more than a lane keeps in flight");
+	cr_assert_eq(rf__flight_fill_depth(100e6, 100e6, 1u << 20, 1u << 20), RF__FLIGHT_MAX + 1u,
+		     "it only waited: as far as it goes");
+	cr_assert_eq(rf__flight_fill_depth(0, 0, 1u << 20, 1u << 20), 0u);
+	cr_assert_eq(rf__flight_fill_depth(100e6, 50e6, 0, 1u << 20), 0u);
+	cr_assert_eq(rf__flight_fill_depth(100e6, 50e6, 1u << 20, 0), 0u);
+}
+
+/* What a run's end measured, replaced (a test hook): the words do not depend on the disk's speed. */
+static int64_t g_fill_elapsed, g_fill_waited;
+static void fill_hook(int64_t *elapsed, int64_t *waited)
+{
+	*elapsed = g_fill_elapsed;
+	*waited = g_fill_waited;
+}
+
+static int noop_compute(void *user, const rf_block *b)
+{
+	(void)user, (void)b;
+	return 0;
+}
+
+static void fill_run(rf_pipeline *p, const unsigned char *d, size_t block, size_t nb, int64_t elapsed, int64_t waited)
+{
+	const void **srcs = malloc(nb * sizeof *srcs);
+	size_t *sizes = malloc(nb * sizeof *sizes);
+	for (size_t i = 0; i < nb; i++)
+		srcs[i] = d + i * block, sizes[i] = block;
+	g_fill_elapsed = elapsed, g_fill_waited = waited;
+	rf__test_hooks.flight_run_end = fill_hook;
+	int rc = rf_pipeline_run(p, nb, srcs, sizes, noop_compute, NULL);
+	rf__test_hooks.flight_run_end = NULL;
+	cr_assert_eq(rc, RF_OK, "%s", rf_errmsg());
+	free(srcs);
+	free(sizes);
+}
+
+static rf_pipeline *fill_pipeline(unsigned depth, size_t slot_bytes)
+{
+	rf_pipeline_params pp = {.slot_bytes = slot_bytes, .backend = "threads"};
+	if (depth != 0)
+		pp.depth = depth;
+	else
+		pp.depth_auto = RF_DEPTH_AUTO;
+	rf_pipeline *p = NULL;
+	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
+	return p;
+}
+
+/* A fixed depth whose compute waited for its reads is told, in describe, the depth that would keep them
+ * ahead at the same latency; one whose reads kept up is told nothing (and words said before go); depth =
+ * auto, which measures, is told nothing. The ring of depth 4 reads blocks of 1 MiB on its own (no
+ * window: more than it holds), and starts its four first copies before it waits for any (4 in flight). */
+Test(reader_fill, describe_names_the_depth_that_would_keep_the_reads_ahead)
+{
+	const size_t fsize = 16u << 20;
+	char *path = make_file(fsize, 31);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	const unsigned char *d = rf_file_data(f);
+	rf_pipeline *p = fill_pipeline(4, 1u << 20);
+	fill_run(p, d, 1u << 20, 16, 100000000, 60000000);
+	const char *desc = rf_pipeline_describe(p);
+	cr_assert(strstr(desc, "; the compute waited for reads 60% of the run, 3 x 1024K read ahead: at the same latency "
+			       "depth 9 or more would keep them ahead (depth = auto measures what pays)") != NULL,
+		  "%s", desc);
+	fill_run(p, d, 1u << 20, 16, 100000000, 61000000);
+	cr_assert_str_eq(rf_pipeline_describe(p), desc, "the same depth named: the line stands");
+	fill_run(p, d, 1u << 20, 16, 100000000, 5000000);
+	desc = rf_pipeline_describe(p);
+	cr_assert(strstr(desc, "waited for reads") == NULL, "kept up: nothing said: %s", desc);
+	fill_run(p, d, 1u << 20, 3, 100000000, 90000000);
+	cr_assert(strstr(rf_pipeline_describe(p), "waited for reads") == NULL, "a run too short to say: %s",
+		  rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+	/* small blocks through the fixed window: its chunks are what was read ahead */
+	p = fill_pipeline(2, 65536);
+	fill_run(p, d, 65536, 64, 100000000, 60000000);
+	rf_stats st;
+	cr_assert_eq(rf_pipeline_stats(p, &st), RF_OK);
+	desc = rf_pipeline_describe(p);
+	cr_assert_gt(st.ahead_bytes, 0u, "%s", desc);
+	unsigned want = rf__flight_fill_depth(100e6, 60e6, (double)st.ahead_bytes, 65536);
+	char w[160];
+	if (want > RF__FLIGHT_MAX)
+		snprintf(w, sizeof w, "read ahead: depth = auto would read further ahead");
+	else
+		snprintf(w, sizeof w, "read ahead: at the same latency depth %u or more", want);
+	cr_assert(strstr(desc, "the compute waited for reads 60% of the run, ") != NULL && strstr(desc, w) != NULL,
+		  "%s (%s)", desc, w);
+	rf_pipeline_destroy(p);
+	p = fill_pipeline(0, 1u << 20);
+	fill_run(p, d, 1u << 20, 16, 100000000, 60000000);
+	cr_assert(strstr(rf_pipeline_describe(p), "waited for reads") == NULL, "depth = auto: %s", rf_pipeline_describe(p));
+	rf_pipeline_destroy(p);
+	cr_assert_eq(rf_file_close(f), RF_OK);
 	drop(path);
 }
