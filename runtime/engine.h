@@ -24,8 +24,8 @@ enum { RF__IDLE = 0, RF__RUNNING = 1, RF__DOOMED = 2, RF__KEYED = 3 };
  * virtio disks, so that the disk always has the next large request while one lands. */
 #define RF__ENGINE_WINDOW ((size_t)4 << 20)
 /* With depth = auto the bytes read ahead are chosen online (io/reader.h): room for as many requests as the
- * reader keeps in flight (RF__READER_QD) of 1 MiB, blocks up to half of it included; its pages are touched
- * only as far as the choice reads ahead. */
+ * reader keeps in flight (RF__READER_QD) of 1 MiB; its pages are touched only as far as the choice reads
+ * ahead. */
 #define RF__ENGINE_WINDOW_ONLINE ((size_t)32 << 20)
 
 typedef struct rf__engine {
