@@ -45,9 +45,9 @@ typedef struct rf__freg_arr {
 static struct {
 	pthread_mutex_t mu;
 	atomic_uint seq; /* odd while a writer changes the array */
-	atomic_uint n;
 	_Atomic(rf__freg_arr *) arr;
-} rf__freg = {PTHREAD_MUTEX_INITIALIZER, 0, 0, NULL};
+} rf__freg = {PTHREAD_MUTEX_INITIALIZER, 0, NULL};
+atomic_uint rf__files_open; /* the array's entries */
 
 /* fork() while another thread opens or closes a file would leave mu locked in the child (its owner
  * does not exist there) and, inside a write section, the seqlock odd: the child's next open would block
@@ -81,11 +81,6 @@ static int rf__freg_fork_register(void)
 	return rc == 0 ? RF_OK : RF_ENOMEM;
 }
 
-int rf__file_any(void)
-{
-	return atomic_load_explicit(&rf__freg.n, memory_order_relaxed) != 0;
-}
-
 /* Where an address falls: the mapping that contains it (f, NULL if none), and the first mapping above
  * it (next, NULL if none). */
 typedef struct rf__freg_hit {
@@ -104,7 +99,7 @@ static void rf__freg_find(uintptr_t a, rf__freg_hit *out)
 			continue;
 		}
 		rf__freg_arr *arr = atomic_load_explicit(&rf__freg.arr, memory_order_acquire);
-		unsigned n = atomic_load_explicit(&rf__freg.n, memory_order_relaxed);
+		unsigned n = atomic_load_explicit(&rf__files_open, memory_order_relaxed);
 		rf__freg_hit h = {0};
 		if (arr != NULL) {
 			n = n < arr->cap ? n : arr->cap;
@@ -170,7 +165,7 @@ static int rf__freg_insert(rf_file *f)
 	pthread_mutex_lock(&rf__freg.mu);
 	for (;;) {
 		arr = atomic_load_explicit(&rf__freg.arr, memory_order_relaxed);
-		n = atomic_load_explicit(&rf__freg.n, memory_order_relaxed);
+		n = atomic_load_explicit(&rf__files_open, memory_order_relaxed);
 		if (arr != NULL && n < arr->cap)
 			break;
 		unsigned cap = arr ? arr->cap * 2 : 16;
@@ -196,7 +191,7 @@ static int rf__freg_insert(rf_file *f)
 	for (; i > 0 && atomic_load_explicit(&arr->e[i - 1].lo, memory_order_relaxed) > lo; i--)
 		rf__freg_move(&arr->e[i], &arr->e[i - 1]);
 	rf__freg_set(&arr->e[i], lo, lo + (uintptr_t)f->size, lo + f->map_len, f);
-	atomic_store_explicit(&rf__freg.n, n + 1, memory_order_relaxed);
+	atomic_store_explicit(&rf__files_open, n + 1, memory_order_relaxed);
 	rf__freg_write_end();
 	pthread_mutex_unlock(&rf__freg.mu);
 	free(spare);
@@ -207,7 +202,7 @@ static int rf__freg_insert(rf_file *f)
 static void rf__freg_remove(rf_file *f)
 {
 	rf__freg_arr *arr = atomic_load_explicit(&rf__freg.arr, memory_order_relaxed);
-	unsigned n = atomic_load_explicit(&rf__freg.n, memory_order_relaxed), i = 0;
+	unsigned n = atomic_load_explicit(&rf__files_open, memory_order_relaxed), i = 0;
 	while (i < n && atomic_load_explicit(&arr->e[i].f, memory_order_relaxed) != f)
 		i++;
 	if (i == n)
@@ -215,15 +210,15 @@ static void rf__freg_remove(rf_file *f)
 	rf__freg_write_begin();
 	for (; i + 1 < n; i++)
 		rf__freg_move(&arr->e[i], &arr->e[i + 1]);
-	atomic_store_explicit(&rf__freg.n, n - 1, memory_order_relaxed);
+	atomic_store_explicit(&rf__files_open, n - 1, memory_order_relaxed);
 	rf__freg_write_end();
 }
 
-int rf__file_classify(const char *who, const char *what, const void *src, size_t n, rf__src *out)
+int rf__file_classify_mapped(const char *who, const char *what, const void *src, size_t n, rf__src *out)
 {
 	if (RF__TEST_HOOK(classify) != NULL)
 		RF__TEST_HOOK(classify)(src, n);
-	if (!rf__file_any()) { /* no file open: memory, without a registry read (every keyed call's path) */
+	if (!rf__file_any()) { /* no file open: memory (a test counting classifications comes here) */
 		*out = (rf__src){.p = src};
 		return 0;
 	}

@@ -8,6 +8,7 @@
 #define RF_IO_FILE_H
 
 #include "ringfetch.h"
+#include "base/test_hooks.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -39,13 +40,30 @@ typedef struct rf__src {
 	rf__fsrc fs;
 } rf__src;
 
+/* The files open in the process (io/file.c's registry, written under its lock). */
+extern atomic_uint rf__files_open;
+
 /* Is any file open in the process? A relaxed load: the fast path of every classification. */
-int rf__file_any(void);
+static inline int rf__file_any(void)
+{
+	return atomic_load_explicit(&rf__files_open, memory_order_relaxed) != 0;
+}
+
+/* rf__file_classify when some file is open (or a test counts classifications): the registry's answer. */
+int rf__file_classify_mapped(const char *who, const char *what, const void *src, size_t n, rf__src *out);
 
 /* Resolve [src, src + n) (n >= 1) into *out, holding nothing: 0 memory (it overlaps no open file's
  * mapping), 1 inside a file's bytes; RF_EINVAL ("<who>: <what> ...") when it overlaps a mapping outside
- * the file: it ends past the file's end, starts in the mapping's last page, or runs into it from below. */
-int rf__file_classify(const char *who, const char *what, const void *src, size_t n, rf__src *out);
+ * the file: it ends past the file's end, starts in the mapping's last page, or runs into it from below.
+ * Inline: with no file open (every keyed call of a pipeline fed from memory) it reads one counter. */
+static inline int rf__file_classify(const char *who, const char *what, const void *src, size_t n, rf__src *out)
+{
+	if (RF__TEST_HOOK(classify) == NULL && !rf__file_any()) {
+		*out = (rf__src){.p = src};
+		return 0;
+	}
+	return rf__file_classify_mapped(who, what, src, n, out);
+}
 
 /* Hold the file of a resolved file source for a copy of its first n bytes (let go: rf__file_unhold):
  * RF_OK, or RF_EINVAL when it was closed since. Under the registry's mutex: a close cannot intervene. */

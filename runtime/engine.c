@@ -423,7 +423,8 @@ int rf__engine_keyed_begin(rf__engine *e, const char *who)
 
 void rf__engine_keyed_end(rf__engine *e)
 {
-	rf__engine_io_refresh(e); /* the call's misses may have changed how files are read */
+	if (atomic_load_explicit(&e->io.rd, memory_order_relaxed) != NULL) /* read no file yet: nothing new */
+		rf__engine_io_refresh(e); /* the call's misses may have changed how files are read */
 	int keyed = RF__KEYED;
 	if (!atomic_compare_exchange_strong_explicit(&e->state, &keyed, RF__IDLE, memory_order_release,
 						     memory_order_relaxed))

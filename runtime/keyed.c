@@ -180,16 +180,21 @@ static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const rf__src *
 
 /* An acquire takes unheld slot i: an unacquired hint's key moves to the LRU list, and its credit comes
  * back (it was asked for, or never copied). */
-static void rf__kunhint(rf__keyed *k, unsigned i)
+static void rf__kunhint_slow(rf__keyed *k, unsigned i)
 {
 	rf__kslot *s = &k->s[i];
-	if (!s->hint || s->refs != 0)
-		return;
 	rf__kunlink(k, rf__klist(k, i), i); /* its list while the hint flag is still set */
 	k->hint_bytes -= s->bytes;
 	rf__kcredit(k, s->bytes);
 	s->hint = 0;
 	rf__kpush(k, RF__KLRU, i);
+}
+
+/* rf__kunhint_slow where slot i is an unheld hint (the test inline: every hit makes it). */
+static inline void rf__kunhint(rf__keyed *k, unsigned i)
+{
+	if (k->s[i].hint && k->s[i].refs == 0)
+		rf__kunhint_slow(k, i);
 }
 
 /* A failure of the copy under a keyed call (a file's read: "<path>: short read ..."), named after the
