@@ -303,6 +303,8 @@ void rf__flight_run_start(rf__flight *f, int first_small)
 	f->run_on = 1, f->run_first = 0, f->run_waited = 0, f->run_copies = 0, f->run_most = 0, f->run_block = 0;
 	f->run_win0 = ws.copies;
 	rf__reader_window_drop(rd);
+	if (f->reads_online)
+		rf__reader_reads_online(rd, 1, f->window_from);
 	if (!first_small || f->window == 0 || f->window_state != 0 || rf__flight_busy(f))
 		return;
 	f->window_state = rf__reader_window(rd, f->window) == RF_OK ? 1 : -1;
@@ -359,6 +361,8 @@ void rf__flight_run_end(rf__flight *f)
 	if (rd != NULL) {
 		rf__flight_judge(f, rd);
 		rf__reader_window_release(rd);
+		if (f->reads_online)
+			rf__reader_reads_online(rd, 0, 0);
 	}
 	f->run_on = 0;
 }

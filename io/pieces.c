@@ -162,6 +162,9 @@ void rf__reader_piece_done(rf__reader *r, unsigned pi, long res)
 	} else if (res < 0) {
 		rd_fail(r, ci, p, (int)-res, 0, 0);
 	}
+	if (res > 0 && r->reads_piece != 0 && !r->reads.settled && r->reads_m.t0 != 0)
+		rf__reader_meas_landed(r, &r->reads, &r->reads_m, (uint64_t)res);
+	r->copy_out--;
 	r->free_pieces[r->nfree_pieces++] = pi;
 	if (--c->out == 0 && c->next == c->win_len && !c->pending)
 		rf__reader_finish(r, ci);
@@ -179,9 +182,15 @@ void rf__reader_issue(rf__reader *r, unsigned pi)
 		rf__reader_pread(r, pi, fd);
 }
 
+/* Whether another piece of a copy read on its own may go out: the reads in flight chosen online cap them. */
+static int rd_copy_room(const rf__reader *r)
+{
+	return r->nfree_pieces > 0 && (!r->reads_online || r->reads_piece == 0 || r->copy_out < r->reads.on);
+}
+
 void rf__reader_top_up_pending(rf__reader *r)
 {
-	while (r->nfree_pieces > 0 && r->npend > 0) {
+	while (r->npend > 0 && rd_copy_room(r)) {
 		unsigned ci = r->pend[r->pend_head];
 		rd_copy *c = &r->copies[ci];
 		if (c->next < c->win_len) {
@@ -190,6 +199,9 @@ void rf__reader_top_up_pending(rf__reader *r)
 			r->pieces[pi] = (rd_piece){ci, c->win_off + c->next, len, c->dst + c->next, 0, 0};
 			c->next += len;
 			c->out++;
+			r->copy_out++;
+			if (r->reads_online && r->reads_piece != 0 && !r->reads.settled)
+				rf__reader_meas_start(&r->reads_m);
 			rf__reader_issue(r, pi);
 		}
 		if (c->next == c->win_len) {
@@ -228,6 +240,16 @@ void rf__reader_setup(rf__reader *r, unsigned ci)
 		}
 	}
 	c->piece = rf__reader_piece(c->win_len, c->direct ? a : 4096, f->io_max);
+	if (r->reads_online && r->reads_piece == 0 && c->direct && r->uring) {
+		/* the setting counts this copy's pieces: from the pieces it needs at once (a setting below would
+		 * read as many all the same), or from reads_from bytes if that is more */
+		size_t need = (c->win_len + c->piece - 1) / c->piece, from = r->reads_from / c->piece;
+		rf__reader_ahead_start(&r->reads, RF__READER_QD, need < RF__READER_QD ? (unsigned)need : RF__READER_QD,
+				       from < RF__READER_QD ? (unsigned)from : RF__READER_QD);
+		r->reads_piece = c->piece;
+		r->reads_m = (rd_meas){0};
+		r->gen++;
+	}
 	r->pend[(r->pend_head + r->npend++) % r->max_copies] = ci;
 	c->pending = 1;
 }

@@ -233,21 +233,17 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 		const rf__reader_ahead *a = &r->win.ahead;
 		RD_PUT(", read-ahead %u x %zuK in flight (blocks in file order", a->on, r->win.chunk >> 10);
 		if (r->win.online) {
-			RD_PUT("; %s online", a->settled ? "chosen" : "choosing");
-			for (unsigned i = 0, first = 1; i < RF__READER_AHEAD_SETTINGS; i++)
-				if (a->rate[i] > 0) {
-					RD_PUT("%s %u: %.2f", first ? ", GB/s at" : "", 1u << i, a->rate[i] * 1e-9);
-					first = 0;
-				}
-			unsigned i = 0;
-			while ((2u << i) <= a->on && i + 1 < RF__READER_AHEAD_SETTINGS)
-				i++;
-			if (a->settled && i + 1 < RF__READER_AHEAD_SETTINGS && a->rate[i + 1] > 0)
-				RD_PUT("; more did not pay");
+			RD_PUT("; ");
+			len += rf__reader_ahead_words(a, buf + len, len < cap ? cap - len : 0);
 		}
 		RD_PUT(")");
 	} else if (r->win.mem != NULL)
 		RD_PUT(", read-ahead up to %zuK (blocks in file order)", r->win.cap >> 10);
+	if (r->reads_online && r->reads_piece != 0) {
+		RD_PUT(", reads of whole blocks %u x %zuK in flight (", r->reads.on, r->reads_piece >> 10);
+		len += rf__reader_ahead_words(&r->reads, buf + len, len < cap ? cap - len : 0);
+		RD_PUT(")");
+	}
 	if (r->reg_base != NULL)
 		RD_PUT(", slots registered");
 	else if (r->want_len > 0)
@@ -331,6 +327,45 @@ void rf__reader_window_online(rf__reader *r, int on, size_t from)
 	r->win.online = on != 0;
 	r->win.from = from;
 	r->win.chunk = 0, r->win.k = 0; /* the next window chooses afresh */
+}
+
+void rf__reader_reads_online(rf__reader *r, int on, size_t from)
+{
+	r->reads_online = on != 0;
+	r->gen++; /* describe says whether reads are chosen */
+	if (on)
+		r->reads_from = from, r->reads_piece = 0;
+	else
+		rd_top_up(r); /* what the cap held back goes out now */
+}
+
+size_t rf__reader_reads_get(const rf__reader *r, rf__reader_ahead *a)
+{
+	*a = r->reads;
+	return r->reads_piece;
+}
+
+size_t rf__reader_ahead_words(const rf__reader_ahead *a, char *buf, size_t cap)
+{
+	size_t len = 0;
+#define RD_PUT(...)                                                                                        \
+	do {                                                                                               \
+		int k_ = snprintf(buf + len, len < cap ? cap - len : 0, __VA_ARGS__);                     \
+		len += k_ > 0 ? (size_t)k_ : 0;                                                            \
+	} while (0)
+	RD_PUT("%s online", a->settled ? "chosen" : "choosing");
+	for (unsigned i = 0, first = 1; i < RF__READER_AHEAD_SETTINGS; i++)
+		if (a->rate[i] > 0) {
+			RD_PUT("%s %u: %.2f", first ? ", GB/s at" : ",", 1u << i, a->rate[i] * 1e-9);
+			first = 0;
+		}
+	unsigned i = 0;
+	while ((2u << i) <= a->on && i + 1 < RF__READER_AHEAD_SETTINGS)
+		i++;
+	if (a->settled && i + 1 < RF__READER_AHEAD_SETTINGS && a->rate[i + 1] > 0)
+		RD_PUT("; more did not pay");
+#undef RD_PUT
+	return len;
 }
 
 void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out)

@@ -65,6 +65,18 @@ int rf__reader_window(rf__reader *r, size_t bytes);
  * read ahead (or the chunks one copy needs, if more), or read with all of them (0). */
 void rf__reader_window_online(rf__reader *r, int on, size_t from);
 void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out);
+/* The reads of copies read on their own (not from the window), chosen online (on != 0): from the next
+ * such copy with O_DIRECT through the ring on, at most a setting's pieces are in flight, climbed from
+ * `from` bytes (or the pieces that copy needs, if more) as the window's chunks are (rf__reader_ahead:
+ * doubled while the read rate rises, back to the last that paid once it does not); the copies beyond
+ * wait for room, in order. 0 lifts the cap and leaves the setting as chosen, for rf__reader_reads_get.
+ * Without io_uring nothing is chosen (reads go one at a time). */
+void rf__reader_reads_online(rf__reader *r, int on, size_t from);
+/* The last such choice into *a; returns the bytes of its pieces (0: none started). */
+size_t rf__reader_reads_get(const rf__reader *r, rf__reader_ahead *a);
+/* "chosen online, GB/s at 4: 1.90, 8: 2.41; more did not pay" for a setting chosen online, into buf (cap
+ * bytes, truncated); returns the length it would have (as snprintf). */
+size_t rf__reader_ahead_words(const rf__reader_ahead *a, char *buf, size_t cap);
 /* Forget what the window holds: no later copy is served from bytes read before this call (a run's
  * start: the file may have changed since the last run read ahead). */
 void rf__reader_window_drop(rf__reader *r);

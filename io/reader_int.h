@@ -47,6 +47,15 @@ typedef struct rd_copy {
 	size_t err_len, err_got;
 } rd_copy;
 
+/* A measurement of a setting chosen online (rf__reader_ahead: the window's chunks, or the reads of copies
+ * read on their own) in progress: rounds of `on` reads landed, each round timed. */
+typedef struct rd_meas {
+	int64_t t0, last;      /* its start (0: none in progress), the last round's end (ns) */
+	double sum, sq;        /* the rounds' rates: their sum, their squares' */
+	uint64_t bytes, round; /* bytes landed in it, in its round so far */
+	unsigned landed;
+} rd_meas;
+
 /* The read-ahead window (rf__reader_window): chunks, each one request, in file order. */
 #define RD_WIN_MAX 32u           /* chunks at most: each one read, as many as the ring keeps in flight */
 #define RD_CHUNK 0x80000000u     /* rd_piece.copy of a chunk's read (low bits: the chunk) */
@@ -84,10 +93,7 @@ typedef struct rd_win {
 	int online;         /* the chunks in flight are chosen online (ahead) */
 	size_t from;        /* online: the bytes the search starts from (the chunks a copy needs, if more) */
 	rf__reader_ahead ahead; /* chunks read ahead at once: ahead.on (all k when not online) */
-	int64_t m_t0, m_last; /* the measurement in progress: its start, the last landing (ns) */
-	double m_sum, m_sq;  /* the intervals between its landings: their sum, their squares' */
-	uint64_t m_bytes, m_round; /* bytes landed in it, in its round so far */
-	unsigned m_landed;
+	rd_meas m;          /* the measurement of ahead.on in progress */
 } rd_win;
 
 typedef struct rd_piece {
@@ -129,6 +135,14 @@ struct rf__reader {
 	unsigned *done, done_head, ndone; /* FIFO of finished copies, max_copies long */
 	rd_piece pieces[RF__READER_QD];
 	unsigned free_pieces[RF__READER_QD], nfree_pieces;
+	/* The reads of copies read on their own, chosen online (rf__reader_reads_online): while reads_online,
+	 * at most reads.on of their pieces in flight, counted in pieces of reads_piece bytes (0: not started:
+	 * the first such copy with O_DIRECT through the ring starts it). copy_out: their pieces in flight. */
+	int reads_online;
+	size_t reads_from, reads_piece;
+	rf__reader_ahead reads;
+	rd_meas reads_m;
+	unsigned copy_out;
 	rf__reader_samples samples[RF__READER_CLASSES];
 	rf__reader_counters cnt;
 	rd_win win;
@@ -147,6 +161,10 @@ void rf__reader_rest(rf__reader *r, unsigned pi, long res); /* the rest of a par
 void rf__reader_finish(rf__reader *r, unsigned ci);  /* every piece back: queue copy ci for poll */
 void rf__reader_explain(rf__reader *r, const rd_copy *c); /* failed copy c's sentence into r->err */
 /* io/window.c */
+void rf__reader_meas_start(rd_meas *m); /* a read of the setting measured is issued: its clock starts */
+/* A read of the setting a->on measured landed `bytes`: each a->on reads a round, and after
+ * RF__READER_AHEAD_ROUNDS rounds the rule (r->ahead_rule) sets the next a->on. */
+void rf__reader_meas_landed(rf__reader *r, rf__reader_ahead *a, rd_meas *m, uint64_t bytes);
 void rf__reader_done(rf__reader *r, unsigned pi, long res); /* read pi came back: a chunk's, or a copy's piece */
 void rf__reader_win_serve(rf__reader *r);
 void rf__reader_win_fill(rf__reader *r);

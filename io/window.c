@@ -25,27 +25,29 @@ void rf__reader_ahead_sample(uint64_t bytes, double seconds, unsigned n, double 
 	*err = var > 0 ? sqrt(var / n) : 0;
 }
 
-/* A chunk of `bytes` landed during a measurement: each `on` chunks a round, and after
- * RF__READER_AHEAD_ROUNDS rounds the rule decides. */
-static void rd_win_measure(rf__reader *r, uint64_t bytes)
+void rf__reader_meas_start(rd_meas *m)
 {
-	rd_win *w = &r->win;
-	w->m_bytes += bytes;
-	w->m_round += bytes;
-	if (++w->m_landed % w->ahead.on != 0)
+	if (m->landed == 0 && m->t0 == 0)
+		m->t0 = m->last = rf__now_ns();
+}
+
+void rf__reader_meas_landed(rf__reader *r, rf__reader_ahead *a, rd_meas *m, uint64_t bytes)
+{
+	m->bytes += bytes;
+	m->round += bytes;
+	if (++m->landed % a->on != 0)
 		return;
 	int64_t t = rf__now_ns();
-	double d = (double)(t - w->m_last) * 1e-9, x = d > 0 ? (double)w->m_round / d : 0; /* a round's rate */
-	w->m_last = t, w->m_round = 0;
-	w->m_sum += x, w->m_sq += x * x;
-	if (w->m_landed < RF__READER_AHEAD_ROUNDS * w->ahead.on)
+	double d = (double)(t - m->last) * 1e-9, x = d > 0 ? (double)m->round / d : 0; /* a round's rate */
+	m->last = t, m->round = 0;
+	m->sum += x, m->sq += x * x;
+	if (m->landed < RF__READER_AHEAD_ROUNDS * a->on)
 		return;
 	double rate, err;
-	rf__reader_ahead_sample(w->m_bytes, (double)(t - w->m_t0) * 1e-9, RF__READER_AHEAD_ROUNDS, w->m_sum, w->m_sq, &rate,
-				&err);
-	r->ahead_rule(&w->ahead, rate, err);
+	rf__reader_ahead_sample(m->bytes, (double)(t - m->t0) * 1e-9, RF__READER_AHEAD_ROUNDS, m->sum, m->sq, &rate, &err);
+	r->ahead_rule(a, rate, err);
 	r->gen++; /* describe shows the rates so far */
-	w->m_t0 = w->ahead.settled ? 0 : t, w->m_landed = 0, w->m_bytes = 0, w->m_sum = 0, w->m_sq = 0;
+	*m = (rd_meas){.t0 = a->settled ? 0 : t, .last = t};
 }
 
 /* Chunk pi came back with res. A refusal ("not now") is retried as a copy's piece is; a partial read
@@ -73,8 +75,8 @@ static void rd_chunk_done(rf__reader *r, unsigned pi, long res)
 		h->end = got < h->lim ? got : h->lim;
 		h->state = RD_CH_IN;
 		w->read += (uint64_t)res;
-		if (w->online && !w->ahead.settled && w->m_t0 != 0)
-			rd_win_measure(r, (uint64_t)res);
+		if (w->online && !w->ahead.settled && w->m.t0 != 0)
+			rf__reader_meas_landed(r, &w->ahead, &w->m, (uint64_t)res);
 	}
 	w->landed++;
 	w->out--;
@@ -179,8 +181,8 @@ void rf__reader_win_fill(rf__reader *r)
 		w->ch[i] = (rd_chunk){w->next, lim, w->next, RD_CH_OUT, (unsigned char)b};
 		w->n++;
 		w->out++;
-		if (w->online && !w->ahead.settled && w->m_landed == 0 && w->m_t0 == 0)
-			w->m_t0 = w->m_last = rf__now_ns(); /* a measurement starts with its first read */
+		if (w->online && !w->ahead.settled)
+			rf__reader_meas_start(&w->m); /* a measurement starts with its first read */
 		unsigned pi = r->free_pieces[--r->nfree_pieces];
 		r->pieces[pi] = (rd_piece){RD_CHUNK | i, w->next, len, w->mem + (size_t)b * w->chunk, 0, 0};
 		w->next = lim;
@@ -223,7 +225,7 @@ int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead)
 			else if (!w->online)
 				w->ahead.on = k, w->ahead.settled = 1;
 		}
-		w->m_t0 = 0, w->m_landed = 0, w->m_bytes = 0, w->m_round = 0, w->m_sum = 0, w->m_sq = 0; /* one stream's */
+		w->m = (rd_meas){0}; /* one stream's */
 		rf__reader_win_clear(r);
 		if (w->chunk != chunk) /* the buffers are of another size now */
 			w->nfbuf = 0, w->fresh = 0;

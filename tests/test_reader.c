@@ -832,6 +832,85 @@ static int io_urings(void)
 	return n;
 }
 
+/* Reads of copies read on their own, chosen online: never more of their pieces in flight than the
+ * setting (exactly the setting when more wait: a start never reaps), the bytes right, the setting kept
+ * once the cap is lifted, and then every piece that fits goes out at once. Nothing is chosen in pread
+ * mode (reads one at a time). */
+Test(reader, reads_chosen_online_keep_at_most_the_setting_in_flight)
+{
+	char *path = make_file(FSIZE, 27);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
+	enum { N = 12 };
+	rf__reader *r;
+	cr_assert_eq(rf__reader_create(N, -1, &r), RF_OK);
+	const size_t slot = 1u << 20;
+	unsigned char *dst = xalign(4096, N * slot);
+	cr_assert_eq(rf__reader_register(r, dst, N * slot), RF_OK);
+	rf__reader_reads_online(r, 1, 0);
+	rf__reader_ahead a = {0};
+	size_t piece = 0;
+	for (int round = 0; round < 6; round++) {
+		memset(dst, 0, N * slot);
+		for (unsigned i = 0; i < N; i++) {
+			rf__fsrc src = {f, (uint64_t)(i + round) % 11 * slot};
+			cr_assert_eq(rf__reader_start(r, &src, slot, dst + i * slot, slot, 0, i), RF_OK);
+			piece = rf__reader_reads_get(r, &a);
+			cr_assert(piece == 0 || rf__reader_reads_out(r) <= a.on, "%u reads out, setting %u",
+				  rf__reader_reads_out(r), a.on);
+		}
+		if (piece != 0) {
+			unsigned total = N * (unsigned)((slot + piece - 1) / piece);
+			cr_assert_eq(rf__reader_reads_out(r), total < a.on ? total : a.on);
+		}
+		for (unsigned k = 0; k < N; k++) {
+			uint64_t tag;
+			int rc;
+			size_t shift;
+			while (rf__reader_poll(r, &tag, &rc, &shift) == 0)
+				rf__reader_wait(r);
+			cr_assert_eq(rc, RF_OK, "%s", rf__reader_error(r));
+			cr_assert(check_bytes(dst + tag * slot + shift, (tag + (uint64_t)round) % 11 * slot, slot, 27),
+				  "copy %llu", (unsigned long long)tag);
+			piece = rf__reader_reads_get(r, &a);
+			cr_assert(piece == 0 || rf__reader_reads_out(r) <= a.on, "%u reads out, setting %u",
+				  rf__reader_reads_out(r), a.on);
+		}
+	}
+	char desc[512];
+	rf__reader_describe(r, desc, sizeof desc);
+	cr_assert_eq(piece != 0, have_io_uring(), "%s", desc);
+	cr_assert_eq(strstr(desc, "reads of whole blocks ") != NULL, have_io_uring(), "%s", desc);
+	cr_assert(piece == 0 || (a.on >= 2 && a.on <= RF__READER_QD), "%u", a.on); /* a copy needs two */
+	rf__reader_reads_online(r, 0, 0);
+	rf__reader_ahead kept;
+	cr_assert_eq(rf__reader_reads_get(r, &kept), piece);
+	cr_assert_eq(kept.on, a.on);
+	rf__reader_describe(r, desc, sizeof desc);
+	cr_assert(strstr(desc, "reads of whole blocks ") == NULL, "%s", desc);
+	for (unsigned i = 0; i < N; i++) {
+		rf__fsrc src = {f, (uint64_t)i * slot};
+		cr_assert_eq(rf__reader_start(r, &src, slot, dst + i * slot, slot, 0, i), RF_OK);
+	}
+	if (piece != 0) {
+		unsigned total = N * (unsigned)((slot + piece - 1) / piece);
+		cr_assert_eq(rf__reader_reads_out(r), total < RF__READER_QD ? total : RF__READER_QD);
+	}
+	for (unsigned k = 0; k < N; k++) {
+		uint64_t tag;
+		int rc;
+		size_t shift;
+		while (rf__reader_poll(r, &tag, &rc, &shift) == 0)
+			rf__reader_wait(r);
+		cr_assert_eq(rc, RF_OK, "%s", rf__reader_error(r));
+		cr_assert(check_bytes(dst + tag * slot + shift, tag * slot, slot, 27), "copy %llu", (unsigned long long)tag);
+	}
+	rf__reader_destroy(r);
+	free(dst);
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
 /* RLIMIT_NOFILE leaves no descriptor when a pipeline first reads a file: the run and the acquire still
  * succeed (pread; a lane without its doorbell), the describe line says why, not RF_ENOMEM. Once
  * descriptors are back, the next run after a pause sets io_uring up again, on the caller and the lanes
