@@ -4,6 +4,7 @@
 #include "base/error.h"
 #include "runtime/trace.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -49,6 +50,14 @@ unsigned rf__auto_rule(rf__auto_samples *s, unsigned kq, unsigned max, rf__auto_
 	}
 	d = d < lo ? lo : d;
 	*sum = x;
+	return d > max ? max : d;
+}
+
+unsigned rf__auto_reads_depth(double inflight, double block, unsigned lo, unsigned max)
+{
+	double k = block > 0 && inflight > 0 ? ceil(inflight / block - 1e-9) : 0;
+	unsigned d = k >= max ? max : 1 + (unsigned)k;
+	d = d < lo ? lo : d;
 	return d > max ? max : d;
 }
 

@@ -38,6 +38,11 @@ typedef struct rf__auto_summary {
  * is no copy or no compute to learn from. */
 unsigned rf__auto_rule(rf__auto_samples *s, unsigned kq, unsigned max, rf__auto_summary *sum);
 
+/* After a measuring run that read its file blocks ahead in every slot, with the reads in flight chosen
+ * online (inflight bytes, in blocks of `block` bytes on average): the depth that keeps as many bytes
+ * read ahead while a block computes, 1 + ceil(inflight / block), within lo .. max. */
+unsigned rf__auto_reads_depth(double inflight, double block, unsigned lo, unsigned max);
+
 /* The samples of a measuring run's events (a ring of `depth` slots), at most RF__AUTO_SAMPLES of each
  * kind. RF_OK or RF_ENOMEM; free with rf__auto_samples_free. */
 int rf__auto_collect(const struct rf__trace *t, unsigned depth, rf__auto_samples *s);

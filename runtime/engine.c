@@ -191,6 +191,7 @@ void rf__engine_io_refresh(rf__engine *e)
 void rf__engine_fini(rf__engine *e)
 {
 	rf__flight_fini(&e->io);
+	rf_program_destroy(e->deep);
 	free(e->src);
 	pthread_mutex_destroy(&e->stats_mu);
 	free(e->trace_path);
@@ -280,10 +281,11 @@ static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks
 	return RF_OK;
 }
 
-static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
-			   const size_t *sizes, rf_compute_fn compute, void *user, size_t nfile, int files_only)
+static int rf__engine_exec(rf__engine *e, const char *who, struct rf_program *prog, size_t nblocks,
+			   const void *const *srcs, const size_t *sizes, rf_compute_fn compute, void *user, size_t nfile,
+			   int files_only)
 {
-	rf__run run = {.prog = e->prog, .nblocks = nblocks, .srcs = srcs, .sizes = sizes, .compute = compute,
+	rf__run run = {.prog = prog, .nblocks = nblocks, .srcs = srcs, .sizes = sizes, .compute = compute,
 		       .user = user, .slots = e->slots, .slot_stride = e->slot_stride, .stage = e->stage,
 		       .cancel = &e->cancel, .nfile = nfile, .src = nfile ? e->src : NULL, .io = nfile ? &e->io : NULL,
 		       .files_only = files_only, .bytes = e->last.bytes, .vary = e->vary,
@@ -298,7 +300,7 @@ static int rf__engine_exec(rf__engine *e, const char *who, size_t nblocks, const
 	rf__trace trace;
 	if (e->trace_path != NULL || e->measure != NULL || e->oracle) {
 		int sampled = e->trace_path == NULL && !e->oracle; /* measuring only: bounded memory */
-		if (rf__trace_begin(&trace, e->prog, nblocks, sampled, e->prog->nslots, RF__AUTO_SAMPLES))
+		if (rf__trace_begin(&trace, prog, nblocks, sampled, prog->nslots, RF__AUTO_SAMPLES))
 			return rf__err(RF_ENOMEM, "%s: %s", who, rf__errmsg_peek());
 		run.trace = &trace;
 	}
@@ -456,8 +458,18 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	e->last.blocks = nblocks;
 	e->last.bytes = bytes;
 	e->last.file_bytes = file_bytes;
-	int measuring = e->measure != NULL;
-	rc = rf__engine_exec(e, who, nblocks, srcs, sizes, compute, user, nfile, nfile > 0 && nfile == nonempty);
+	int measuring = e->measure != NULL, files_only = nfile > 0 && nfile == nonempty;
+	/* Blocks the read-ahead window takes are read ahead there; larger ones, ahead in the slots. */
+	e->ran_deep = measuring && e->deep != NULL && files_only && (e->be->caps & RF__CAP_OVERLAP) &&
+		      (sizes[0] > e->io.window_block || e->io.window == 0);
+	e->io.reads_online = e->ran_deep;
+	rc = rf__engine_exec(e, who, e->ran_deep ? e->deep : e->prog, nblocks, srcs, sizes, compute, user, nfile,
+			     files_only);
+	e->io.reads_online = 0;
+	if (e->deep != NULL && e->measure == NULL) { /* measured: never run again */
+		rf_program_destroy(e->deep);
+		e->deep = NULL;
+	}
 	rf__unhold_files(e, nblocks, nfile);
 	if (nfile > 0) {
 		rf__engine_io_refresh(e);
@@ -466,6 +478,10 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 			rf__reader_window_stats ws;
 			rf__reader_window_get(rd, &ws);
 			e->last.ahead_bytes = ws.copies != e->ahead_copies ? (uint64_t)ws.on * ws.chunk : 0;
+			rf__reader_ahead ra;
+			size_t piece = rf__reader_reads_get(rd, &ra);
+			if (e->ran_deep && piece != 0) /* the slots read ahead: the reads in flight it chose */
+				e->last.ahead_bytes = (uint64_t)ra.on * piece;
 			e->last.total_ahead_blocks = ws.copies; /* a running count: published as is */
 			e->ahead_copies = ws.copies;
 		}

@@ -46,7 +46,7 @@ typedef struct rf__engine {
 	 * (release), so that a reader on another thread never sees one being written. */
 	char describe[RF__DESCRIBE_VERSIONS][1024];
 	atomic_uint desc_cur;
-	char desc_core[512]; /* what the versions are made of: the notes appended, then the backend's latest */
+	char desc_core[768]; /* what the versions are made of: the notes appended, then the backend's latest */
 	char desc_note[256]; /* schedule note (rf__run.note), replaced rather than appended */
 	char desc_files[880]; /* "; files: ", how the calling thread's reader reads now (and whether its reads
 	                       * kept a fixed depth's compute waiting), and a copy lane's reader if it reads
@@ -74,6 +74,13 @@ typedef struct rf__engine {
 	 * as a ring's, or against `graph`'s promises when non-NULL (rf_exec). */
 	int oracle;
 	const struct rf__oracle_graph *graph;
+	/* depth = auto on a host backend: a ring of every slot (owned, NULL: none), run instead of prog by a
+	 * measuring run whose blocks are all file ranges read on their own (larger than the read-ahead
+	 * window takes): the slots let its reads run ahead of the compute and the reader chooses how many
+	 * are in flight online (rf__flight.reads_online). Freed once measuring is over. ran_deep: the last
+	 * run did (its `measure` reads the reader's choice). */
+	struct rf_program *deep;
+	int ran_deep;
 	/* Called after a successful run with its events (those of about RF__AUTO_SAMPLES blocks, unless
 	 * tracing or the oracle records them all). */
 	void (*measure)(void *owner, const struct rf__trace *t);

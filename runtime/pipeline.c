@@ -249,20 +249,37 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 	rf_pipeline *p = owner;
 	rf__auto_samples a;
 	rf__auto_summary x;
-	unsigned d = 0;
-	if (rf__auto_collect(t, atomic_load_explicit(&p->depth, memory_order_relaxed), &a) == RF_OK)
+	unsigned d = 0, ran = p->eng.ran_deep ? p->eng.deep->nslots : atomic_load_explicit(&p->depth, memory_order_relaxed);
+	if (rf__auto_collect(t, ran, &a) == RF_OK)
 		d = rf__auto_rule(&a, p->copy_queues, p->eng.nslots, &x);
 	rf__auto_samples_free(&a);
 	if (d == 0)
 		return; /* nothing to learn from (no copies or computes, or no memory): the next run tries again */
+	rf__reader *rd = atomic_load_explicit(&p->eng.io.rd, memory_order_relaxed);
+	rf__reader_ahead ra;
+	size_t piece = p->eng.ran_deep && rd != NULL ? rf__reader_reads_get(rd, &ra) : 0;
+	if (piece != 0) {
+		/* the rule's copy times are the reads' waits for room, not their cost: the reads' choice stands */
+		const rf_stats *s = &p->eng.last;
+		double block = (double)s->file_bytes / (double)(s->blocks ? s->blocks : 1);
+		d = rf__auto_reads_depth((double)ra.on * (double)piece, block, rf__ring_busy_depth(p->copy_queues),
+					 p->eng.nslots);
+	}
 	rf__auto_begin_probing(p, d);
+	if (piece != 0) {
+		char words[160];
+		rf__reader_ahead_words(&ra, words, sizeof words);
+		rf__engine_describe_append(&p->eng, "; depth auto: first run %u deep, %u x %zuK read in flight (%s): depth %u",
+					   ran, ra.on, piece >> 10, words, d);
+	} else {
+		rf__engine_describe_append(&p->eng,
+					   "; depth auto: rule %u (copy mean %.1f us, p90 %.1f us; refill p90 %.1f us; "
+					   "compute mean %.1f us; at most %u)",
+					   d, x.copy_mean / 1e3, x.copy_p90 / 1e3, x.refill_p90 / 1e3, x.compute_mean / 1e3,
+					   p->eng.nslots);
+	}
 	p->eng.measure = NULL;
 	rf__pipeline_vary(p);
-	rf__engine_describe_append(&p->eng,
-				   "; depth auto: rule %u (copy mean %.1f us, p90 %.1f us; refill p90 %.1f us; compute "
-				   "mean %.1f us; at most %u)",
-				   d, x.copy_mean / 1e3, x.copy_p90 / 1e3, x.refill_p90 / 1e3, x.compute_mean / 1e3,
-				   p->eng.nslots);
 }
 
 /* depth = auto on a device backend, at create: no measuring run (a trace times the enqueue), the ladder
@@ -311,6 +328,10 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		goto fail;
 	p->eng.release = rf__pipeline_free;
 	p->eng.owner = p;
+	/* the measuring run's ring for large file blocks; without it (no memory) it runs the start's */
+	if (p->eng.measure != NULL && p->eng.nslots > r.depth &&
+	    rf__pipeline_program(p->local, p->eng.nslots, r.kq, p->pins, &p->eng.deep) != RF_OK)
+		p->eng.deep = NULL;
 	uint64_t hint_bytes = params->hint_bytes ? params->hint_bytes : r.cfg.hint_bytes;
 	if (p->eng.be->post != NULL && (rc = rf__keyed_create(&p->eng, hint_bytes, &p->eng.keyed)) != RF_OK) {
 		rc = rf__err(rc, "rf_pipeline_create: %s", rf__errmsg_peek());

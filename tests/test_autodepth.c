@@ -102,6 +102,21 @@ Test(autodepth, candidates_are_d_2d_4d_within_the_slots)
 	cr_assert_eq(c[0], 16u);
 }
 
+/* After a first run that read ahead in every slot: as many blocks ahead as the reads it chose in flight. */
+Test(autodepth, reads_chosen_online_become_blocks_ahead)
+{
+	const double mib = 1 << 20;
+	cr_assert_eq(rf__auto_reads_depth(8 * 1016 * 1024.0, 4 * mib, 2, 16), 3u, "8 x 1016K: two 4 MiB blocks ahead");
+	cr_assert_eq(rf__auto_reads_depth(8 * mib, 4 * mib, 2, 16), 3u, "exactly two blocks");
+	cr_assert_eq(rf__auto_reads_depth(8 * mib + 1, 4 * mib, 2, 16), 4u);
+	cr_assert_eq(rf__auto_reads_depth(2 * mib, 4 * mib, 2, 16), 2u, "less than a block: the ring's least");
+	cr_assert_eq(rf__auto_reads_depth(2 * mib, 4 * mib, 3, 16), 3u, "two copy queues need three");
+	cr_assert_eq(rf__auto_reads_depth(32 * mib, 1 * mib, 2, 16), 16u, "the slots cap it");
+	cr_assert_eq(rf__auto_reads_depth(1e30, 1, 2, 16), 16u);
+	cr_assert_eq(rf__auto_reads_depth(0, 4 * mib, 2, 16), 2u, "nothing chosen");
+	cr_assert_eq(rf__auto_reads_depth(8 * mib, 0, 2, 16), 2u, "no bytes per block");
+}
+
 /* Runs the probe over scripted speeds: speed[i][r] for candidate i's r-th run; returns the winner. */
 static unsigned probe_with(const unsigned *cand, unsigned n, double speed[][RF__AUTO_ROUNDS])
 {
