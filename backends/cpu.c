@@ -171,10 +171,11 @@ int rf__cpu_walk_overlapped(rf__run *run)
 	f->failed = 0;
 	rf__trace_flight(f, run->trace);
 	/* The read-ahead window pays for blocks that follow one another in a file where it keeps twice the
-	 * bytes in flight that the ring's own reads (depth - 1 blocks) do, or more. */
+	 * bytes in flight that the ring's own reads (depth - 1 blocks) do, or more; not where the owner
+	 * reads them straight into the slots. */
 	size_t n0 = run->sizes[0];
-	int ahead = run->nblocks >= 2 && n0 != 0 && n0 <= RF__READER_WIN_SMALL(f->window) && n0 <= f->window_block &&
-		    (size_t)(run->prog->nslots - 1) * n0 * 2 <= f->window &&
+	int ahead = !f->straight && run->nblocks >= 2 && n0 != 0 && n0 <= RF__READER_WIN_SMALL(f->window) &&
+		    n0 <= f->window_block && (size_t)(run->prog->nslots - 1) * n0 * 2 <= f->window &&
 		    run->srcs[1] == (const unsigned char *)run->srcs[0] + n0;
 	w.ra_cap = ahead ? f->window : 0;
 	rf__flight_run_start(f, ahead);

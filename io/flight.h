@@ -92,9 +92,10 @@ typedef struct rf__flight {
 	int window_online; /* its chunks in flight chosen online (depth = auto), from window_from bytes */
 	size_t window_from;
 	size_t window_block; /* the largest block read ahead (a larger one is large requests of its own) */
-	/* The next run's reads of blocks read on their own are chosen online, from window_from bytes
-	 * (rf__reader_reads_online; set by the owner for one run, the cap lifted at its end). */
-	int reads_online;
+	/* Set by the owner for the next run: its blocks are read straight into their slots, never through
+	 * the window (straight), and their reads in flight chosen online from window_from bytes
+	 * (reads_online: rf__reader_reads_online, the cap lifted at the run's end). */
+	int straight, reads_online;
 	/* A run on the flight's thread (rf__flight_run_start .. rf__flight_run_end), and whether its reads kept
 	 * its compute waiting: from the first copy's landing (no depth hides the first read), the time slept
 	 * for reads, the copies landed, the most in flight at once and the largest. */

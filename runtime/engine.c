@@ -244,6 +244,14 @@ static int rf__engine_files(rf__engine *e, const char *who, size_t nblocks, cons
 	return rc;
 }
 
+/* A file block of at least its device's largest request is large requests of its own: the read-ahead
+ * window would only move it (measured: the same speed, at 1.2x the CPU per GB at 1 MiB). */
+static int rf__engine_block_is_large(const rf__engine *e, size_t n)
+{
+	const rf_file *f = e->src[0].fs.f;
+	return n >= (f != NULL && f->io_max != 0 ? f->io_max : RF__READER_PIECE_UNKNOWN);
+}
+
 static int rf__check_inputs(const rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
 			    const size_t *sizes, rf_compute_fn compute, uint64_t *bytes, size_t *nonempty)
 {
@@ -459,13 +467,14 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	e->last.bytes = bytes;
 	e->last.file_bytes = file_bytes;
 	int measuring = e->measure != NULL, files_only = nfile > 0 && nfile == nonempty;
-	/* Blocks the read-ahead window takes are read ahead there; larger ones, ahead in the slots. */
+	/* depth = auto reads blocks of a request or more straight into the slots, the first run in all of them */
+	e->io.straight = files_only && e->io_online && rf__engine_block_is_large(e, sizes[0]);
 	e->ran_deep = measuring && e->deep != NULL && files_only && (e->be->caps & RF__CAP_OVERLAP) &&
-		      (sizes[0] > e->io.window_block || e->io.window == 0);
+		      (e->io.straight || e->io.window == 0);
 	e->io.reads_online = e->ran_deep;
 	rc = rf__engine_exec(e, who, e->ran_deep ? e->deep : e->prog, nblocks, srcs, sizes, compute, user, nfile,
 			     files_only);
-	e->io.reads_online = 0;
+	e->io.reads_online = 0, e->io.straight = 0;
 	if (e->deep != NULL && e->measure == NULL) { /* measured: never run again */
 		rf_program_destroy(e->deep);
 		e->deep = NULL;

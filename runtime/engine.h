@@ -75,9 +75,9 @@ typedef struct rf__engine {
 	int oracle;
 	const struct rf__oracle_graph *graph;
 	/* depth = auto on a host backend: a ring of every slot (owned, NULL: none), run instead of prog by a
-	 * measuring run whose blocks are all file ranges read on their own (larger than the read-ahead
-	 * window takes): the slots let its reads run ahead of the compute and the reader chooses how many
-	 * are in flight online (rf__flight.reads_online). Freed once measuring is over. ran_deep: the last
+	 * measuring run whose blocks are all file ranges of at least the device's largest request (the
+	 * read-ahead window would only move them): the slots let its reads run ahead of the compute and
+	 * the reader chooses how many are in flight online (rf__flight.reads_online). Freed once measuring is over. ran_deep: the last
 	 * run did (its `measure` reads the reader's choice). */
 	struct rf_program *deep;
 	int ran_deep;

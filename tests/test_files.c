@@ -799,23 +799,24 @@ Test(files, the_bytes_read_ahead_are_in_the_stats_and_depth_auto_chooses_them_on
 	leak_check();
 }
 
-/* Blocks too large for the read-ahead window, with depth = auto: the first run reads them ahead in every
- * slot, the reader choosing how many reads are in flight as it goes (describe and ahead_bytes say what
- * it chose), and the depth after it keeps as many bytes in flight. Every block holds its bytes, in the
- * first run and the later ones. Without io_uring (one read at a time) there is nothing to choose, and the
- * depth rule decides as for memory. */
-Test(files, depth_auto_reads_large_blocks_ahead_in_the_slots_first)
+/* File blocks of at least the device's largest request (1 MiB where sysfs does not say), with depth =
+ * auto: the first run reads them ahead in every slot, the reader choosing how many reads are in flight
+ * as it goes (describe and ahead_bytes say what it chose), and the depth after it keeps as many bytes in
+ * flight. Every block holds its bytes, in the first run and the later ones. Without io_uring (one read at
+ * a time) there is nothing to choose, and the depth rule decides as for memory. */
+static void auto_large_blocks(size_t n)
 {
 	rf_file *f;
 	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK);
 	const unsigned char *d = rf_file_data(f);
-	const size_t n = (2u << 20) + 4096, nb = 24; /* three such ranges in the file, each read eight times */
-	const void *srcs[24];
-	const unsigned char *want[24];
-	size_t sizes[24];
-	for (size_t i = 0; i < nb; i++) {
-		srcs[i] = d + i % 3 * n;
-		want[i] = g_ref + i % 3 * n;
+	enum { NB = 24 };
+	const size_t fit = FSIZE / n; /* the ranges that fit in the file, each read several times */
+	const void *srcs[NB];
+	const unsigned char *want[NB];
+	size_t sizes[NB];
+	for (size_t i = 0; i < NB; i++) {
+		srcs[i] = d + i % fit * n;
+		want[i] = g_ref + i % fit * n;
 		sizes[i] = n;
 	}
 	rf_pipeline_params pp = {0};
@@ -824,7 +825,7 @@ Test(files, depth_auto_reads_large_blocks_ahead_in_the_slots_first)
 	pp.backend = test_backend();
 	rf_pipeline *p = NULL;
 	cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
-	run_checked(p, nb, srcs, sizes, want);
+	run_checked(p, NB, srcs, sizes, want);
 	rf_stats st;
 	cr_assert_eq(rf_pipeline_stats(p, &st), RF_OK);
 	const char *desc = rf_pipeline_describe(p);
@@ -836,19 +837,23 @@ Test(files, depth_auto_reads_large_blocks_ahead_in_the_slots_first)
 		cr_assert(strstr(desc, " read in flight (cho") != NULL, "%s", desc); /* chosen, or choosing still */
 		cr_assert_geq(st.ahead_bytes, n, "%llu", (unsigned long long)st.ahead_bytes);
 		cr_assert_leq(st.ahead_bytes, 32u << 22, "%llu", (unsigned long long)st.ahead_bytes);
+		cr_assert_eq(st.total_ahead_blocks, 0u, "nothing went through the read-ahead window");
 		cr_assert(depth >= 2 && depth <= deep, "depth %u of %u slots", depth, deep);
 	} else {
 		cr_assert(strstr(desc, " deep, ") == NULL, "%s", desc);
 		cr_assert_eq(st.ahead_bytes, 0u);
 	}
 	for (int k = 0; k < 3; k++)
-		run_checked(p, nb, srcs, sizes, want);
+		run_checked(p, NB, srcs, sizes, want);
 	cr_assert_eq(rf_pipeline_stats(p, &st), RF_OK);
 	cr_assert_eq(st.ahead_bytes, 0u, "later runs read ahead in their ring only");
 	rf_pipeline_destroy(p);
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	leak_check();
 }
+
+Test(files, depth_auto_reads_1m_blocks_ahead_in_the_slots_first) { auto_large_blocks(1u << 20); }
+Test(files, depth_auto_reads_2m_blocks_ahead_in_the_slots_first) { auto_large_blocks((2u << 20) + 4096); }
 
 /* Small blocks of a file that shrank: RF_EIO naming the path, no block computed past the new end, no
  * block with wrong bytes; the pipeline stays usable. */
