@@ -77,8 +77,8 @@ typedef struct rf__engine {
 	/* depth = auto on a host backend: a ring of every slot (owned, NULL: none), run instead of prog by a
 	 * measuring run whose blocks are all file ranges of at least the device's largest request (the
 	 * read-ahead window would only move them): the slots let its reads run ahead of the compute and
-	 * the reader chooses how many are in flight online (rf__flight.reads_online). Freed once measuring is over. ran_deep: the last
-	 * run did (its `measure` reads the reader's choice). */
+	 * the reader chooses how many are in flight online (rf__flight.reads_online). Freed once measuring
+	 * is over. ran_deep: the last run did (its `measure` reads the reader's choice). */
 	struct rf_program *deep;
 	int ran_deep;
 	/* Called after a successful run with its events (those of about RF__AUTO_SAMPLES blocks, unless

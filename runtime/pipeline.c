@@ -249,7 +249,8 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 	rf_pipeline *p = owner;
 	rf__auto_samples a;
 	rf__auto_summary x;
-	unsigned d = 0, ran = p->eng.ran_deep ? p->eng.deep->nslots : atomic_load_explicit(&p->depth, memory_order_relaxed);
+	unsigned d = 0, ran = p->eng.ran_deep ? p->eng.deep->nslots
+					      : atomic_load_explicit(&p->depth, memory_order_relaxed);
 	if (rf__auto_collect(t, ran, &a) == RF_OK)
 		d = rf__auto_rule(&a, p->copy_queues, p->eng.nslots, &x);
 	rf__auto_samples_free(&a);
@@ -269,8 +270,8 @@ static void rf__pipeline_measure(void *owner, const struct rf__trace *t)
 	if (piece != 0) {
 		char words[160];
 		rf__reader_ahead_words(&ra, words, sizeof words);
-		rf__engine_describe_append(&p->eng, "; depth auto: first run %u deep, %u x %zuK read in flight (%s): depth %u",
-					   ran, ra.on, piece >> 10, words, d);
+		rf__engine_describe_append(&p->eng, "; depth auto: first run %u deep, %u x %zuK read in flight (%s): "
+						    "depth %u", ran, ra.on, piece >> 10, words, d);
 	} else {
 		rf__engine_describe_append(&p->eng,
 					   "; depth auto: rule %u (copy mean %.1f us, p90 %.1f us; refill p90 %.1f us; "
