@@ -183,7 +183,7 @@ int rf__cpu_walk_overlapped(rf__run *run)
 	/* Nothing may still write the ring or read the caller's files on return. */
 	while (rf__flight_progress(f))
 		rf__flight_sleep(f);
-	rf__flight_run_end(f);
+	rf__flight_run_end(f, rc == RF_OK && !f->failed);
 	rf__trace_flight(f, NULL);
 	if (rc == RF_OK && f->failed)
 		rc = rf__err(RF_EIO, "%s", f->msg);

@@ -355,11 +355,12 @@ static void rf__flight_judge(rf__flight *f, rf__reader *rd)
 	f->fill_gen++;
 }
 
-void rf__flight_run_end(rf__flight *f)
+void rf__flight_run_end(rf__flight *f, int ok)
 {
 	rf__reader *rd = rf__flight_rd(f);
 	if (rd != NULL) {
-		rf__flight_judge(f, rd);
+		if (ok)
+			rf__flight_judge(f, rd);
 		rf__reader_window_release(rd);
 		if (f->reads_online)
 			rf__reader_reads_online(rd, 0, 0);

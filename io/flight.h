@@ -183,8 +183,9 @@ static inline int rf__flight_busy(const rf__flight *f)
  * not yet. A refusal (no memory) leaves the reads as they were; describe says so. */
 void rf__flight_run_start(rf__flight *f, int first_small);
 /* A run's end, once its copies have landed: the window's reads ahead too (its files may be closed). With
- * the read-ahead fixed, f->fill says whether its reads kept its compute waiting (rf__flight_fill_depth). */
-void rf__flight_run_end(rf__flight *f);
+ * the read-ahead fixed, f->fill says whether the reads of a run that went through (ok) kept its compute
+ * waiting (rf__flight_fill_depth); one stopped early (a failed compute or read, a cancel) says nothing. */
+void rf__flight_run_end(rf__flight *f, int ok);
 
 /* A blocking read on the calling thread, with rf__reader_start's flags: *shift says where the bytes
  * begin (RF__READER_SHIFT_OK). RF_OK, or RF_EIO / RF_EINVAL with rf_errmsg set. */

@@ -1619,6 +1619,12 @@ static int noop_compute(void *user, const rf_block *b)
 	return 0;
 }
 
+static int fail_last_compute(void *user, const rf_block *b)
+{
+	(void)user;
+	return b->index == 15 ? 7 : 0;
+}
+
 static void fill_run(rf_pipeline *p, const unsigned char *d, size_t block, size_t nb, int64_t elapsed, int64_t waited)
 {
 	const void **srcs = malloc(nb * sizeof *srcs);
@@ -1671,6 +1677,19 @@ Test(reader_fill, describe_names_the_depth_that_would_keep_the_reads_ahead)
 	fill_run(p, d, 1u << 20, 3, 100000000, 90000000);
 	cr_assert(strstr(rf_pipeline_describe(p), "waited for reads") == NULL, "a run too short to say: %s",
 		  rf_pipeline_describe(p));
+	{ /* a run whose compute failed at its last block stopped early: its reads say nothing of the depth */
+		const void *srcs[16];
+		size_t sizes[16];
+		for (size_t i = 0; i < 16; i++)
+			srcs[i] = d + (i << 20), sizes[i] = 1u << 20;
+		g_fill_elapsed = 100000000, g_fill_waited = 60000000;
+		rf__test_hooks.flight_run_end = fill_hook;
+		int rc = rf_pipeline_run(p, 16, srcs, sizes, fail_last_compute, NULL);
+		rf__test_hooks.flight_run_end = NULL;
+		cr_assert_eq(rc, RF_ECALLBACK, "%s", rf_errmsg());
+		cr_assert(strstr(rf_pipeline_describe(p), "waited for reads") == NULL, "a failed run: %s",
+			  rf_pipeline_describe(p));
+	}
 	rf_pipeline_destroy(p);
 	/* small blocks through the fixed window: its chunks are what was read ahead */
 	p = fill_pipeline(2, 65536);
