@@ -212,14 +212,16 @@ void rf__reader_counters_get(const rf__reader *r, rf__reader_counters *out)
 }
 #endif
 
-void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
-{
-	size_t len = 0;
+/* Append to buf (cap bytes) at len, truncating; len counts what would have been written. */
 #define RD_PUT(...)                                                                                        \
 	do {                                                                                               \
 		int k_ = snprintf(buf + len, len < cap ? cap - len : 0, __VA_ARGS__);                     \
 		len += k_ > 0 ? (size_t)k_ : 0;                                                            \
 	} while (0)
+
+void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
+{
+	size_t len = 0;
 	if (cap == 0)
 		return;
 	if (r->uring)
@@ -258,7 +260,6 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 		       rf__reader_rule(&r->samples[k]) == RF__READER_MOVE ? "O_DIRECT+move" : "buffered");
 		first = 0;
 	}
-#undef RD_PUT
 }
 
 int rf__reader_register(rf__reader *r, void *base, size_t len)
@@ -348,11 +349,6 @@ size_t rf__reader_reads_get(const rf__reader *r, rf__reader_ahead *a)
 size_t rf__reader_ahead_words(const rf__reader_ahead *a, char *buf, size_t cap)
 {
 	size_t len = 0;
-#define RD_PUT(...)                                                                                        \
-	do {                                                                                               \
-		int k_ = snprintf(buf + len, len < cap ? cap - len : 0, __VA_ARGS__);                     \
-		len += k_ > 0 ? (size_t)k_ : 0;                                                            \
-	} while (0)
 	RD_PUT("%s online", a->settled ? "chosen" : "choosing");
 	for (unsigned i = 0, first = 1; i < RF__READER_AHEAD_SETTINGS; i++)
 		if (a->rate[i] > 0) {
@@ -364,7 +360,6 @@ size_t rf__reader_ahead_words(const rf__reader_ahead *a, char *buf, size_t cap)
 		i++;
 	if (a->settled && i + 1 < RF__READER_AHEAD_SETTINGS && a->rate[i + 1] > 0)
 		RD_PUT("; more did not pay");
-#undef RD_PUT
 	return len;
 }
 
