@@ -46,8 +46,10 @@ int rf__keyed_create(struct rf__engine *eng, uint64_t hint_bytes, rf__keyed **ou
 	}
 	for (int l = RF__KLRU; l <= RF__KHINT; l++)
 		k->s[nslots].ln[l].prev = k->s[nslots].ln[l].next = nslots;
-	for (unsigned i = 0; i < nslots; i++)
+	for (unsigned i = 0; i < nslots; i++) {
 		rf__kempty_set(k, i, 1);
+		k->s[i].lane = i % k->nlanes;
+	}
 	if (k->oracle && (rf__ktrace_make(k) != RF_OK || rf__oracle_keyed_make(&k->orc, nslots) != RF_OK)) {
 		rf__keyed_destroy(k);
 		return rf__err(RF_ENOMEM, "keyed: out of memory for the oracle's log");
@@ -286,7 +288,7 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	rf__kticket t = 0;
 	int state = RF__K_HELDBACK;
 	/* Issue now only when the lane has room and no older hint waits for it (they go first). */
-	if (k->nheldback == 0 && rf__klane_count(k, rf__klane(k, v)) < RF__KEYED_HINTS_PER_LANE) {
+	if (k->nheldback == 0 && rf__klane_count(k, k->s[v].lane) < RF__KEYED_HINTS_PER_LANE) {
 		rc = rf__kissue(k, v, &rs, bytes, 0, NULL, key, &t);
 		if (rc == RF_OK)
 			state = RF__K_FILLED;

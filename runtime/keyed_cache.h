@@ -25,6 +25,7 @@ typedef struct rf__kslot {
 	rf__kticket before;      /* the copy before it, when not known finished at issue: a withdrawn ticket
 	                            gives way to it (a started copy may still be writing the slot) */
 	unsigned refs;
+	unsigned lane; /* its copies' lane, fixed: hints into one slot are ordered by it (backend.h (a)) */
 	uint8_t state;
 	uint8_t hint;   /* filled by a hint that no acquire has taken yet */
 	uint8_t issued; /* that hint's copy was issued (wasted, not dropped, if it leaves unacquired) */
@@ -190,12 +191,6 @@ static inline unsigned char *rf__kdata(const rf__keyed *k, unsigned slot)
 static inline int rf__kop(const rf__keyed *k, unsigned mode, rf__kticket t, void *stream)
 {
 	return rf__backend_kwait(k->be, k->ctx, mode, t, stream);
-}
-
-/* The lane of a slot: fixed, so that hints into one slot are ordered by their lane (backend.h (a)). */
-static inline unsigned rf__klane(const rf__keyed *k, unsigned slot)
-{
-	return slot % k->nlanes;
 }
 
 /* Whether ticket t, finished, was a hint's failed file read into slot i (the backend stored it). */
