@@ -110,13 +110,9 @@ enum { RF__KFOR_DEMAND, RF__KFOR_HINT, RF__KFOR_HINT_OVER };
  *  - a hint within hint_cap: the least recently used acquired slot not held (a hint never displaces
  *    another hint while there is room for both), else as a demand miss.
  * *withdrawn: a pending hint copy of the chosen slot was withdrawn here (it will never land). */
-static unsigned rf__kchoose(rf__keyed *k, int why, int *withdrawn)
+static unsigned rf__kchoose_full(rf__keyed *k, int why, int *withdrawn, unsigned lru)
 {
-	*withdrawn = 0;
-	for (unsigned w = 0; w < k->nwords && why != RF__KFOR_HINT_OVER; w++)
-		if (k->empty[w] != 0)
-			return w * 64 + (unsigned)__builtin_ctzll(k->empty[w]);
-	unsigned lru = k->s[k->n].ln[RF__KLRU].next, v = k->n;
+	unsigned v;
 	if (why == RF__KFOR_HINT && lru != k->n)
 		return lru;
 	if ((v = rf__kchoose_hint(k, withdrawn)) != k->n)
@@ -128,6 +124,20 @@ static unsigned rf__kchoose(rf__keyed *k, int why, int *withdrawn)
 			if (k->s[i].refs > 0)
 				return i; /* negative control: refill a held slot */
 	return v;
+}
+
+/* The rule above, inline up to its common answer, where no unacquired hint is there to prefer (hints
+ * unbounded, the default, always): an empty slot, else the LRU list's head. */
+static inline __attribute__((always_inline)) unsigned rf__kchoose(rf__keyed *k, int why, int *withdrawn)
+{
+	*withdrawn = 0;
+	for (unsigned w = 0; w < k->nwords && why != RF__KFOR_HINT_OVER; w++)
+		if (k->empty[w] != 0)
+			return w * 64 + (unsigned)__builtin_ctzll(k->empty[w]);
+	unsigned lru = k->s[k->n].ln[RF__KLRU].next;
+	if (why != RF__KFOR_HINT_OVER && lru != k->n && k->s[k->n].ln[RF__KHINT].next == k->n)
+		return lru;
+	return rf__kchoose_full(k, why, withdrawn, lru);
 }
 
 /* The key in slot v leaves: count an unacquired hint, unlink, clear; the ticket stays, so the next

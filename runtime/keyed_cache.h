@@ -217,8 +217,13 @@ static inline void rf__kdebit(rf__keyed *k, size_t bytes)
 /* Make the trace that keyed copies' slices are kept in until written out: RF_OK or RF_ENOMEM. */
 int rf__ktrace_make(rf__keyed *k);
 /* 1 when the slot's last copy finished, 0 while it runs, -1 when it failed (a file read; the ticket is
- * kept, so that every look says so). */
-int rf__kdone(rf__keyed *k, rf__kslot *s);
+ * kept, so that every look says so). Inline for a ticket already known finished (0: every inline copy,
+ * most slots most of the time), which asks nothing. */
+int rf__kdone_ticket(rf__keyed *k, rf__kslot *s);
+static inline int rf__kdone(rf__keyed *k, rf__kslot *s)
+{
+	return atomic_load_explicit(&s->ticket, memory_order_relaxed) == 0 ? 1 : rf__kdone_ticket(k, s);
+}
 /* Forget finished hint copies; returns the hints in flight on `lane`. */
 unsigned rf__klane_count(rf__keyed *k, unsigned lane);
 /* Slot i leaves the held-back list (its copy issued, or the hint gone): let go of the file it held. */
@@ -236,8 +241,13 @@ static inline void rf__kpump(rf__keyed *k)
 		rf__kpump_held(k);
 }
 /* Before a copy into victim v: withdraw its pending hint copy where the backend can (so the new copy
- * never waits behind a hint that has not started). Returns 1 when one was withdrawn. */
-int rf__kwithdraw(rf__keyed *k, unsigned v);
+ * never waits behind a hint that has not started). Returns 1 when one was withdrawn. Inline for a
+ * finished ticket: nothing to withdraw (every miss asks). */
+int rf__kwithdraw_ticket(rf__keyed *k, unsigned v);
+static inline int rf__kwithdraw(rf__keyed *k, unsigned v)
+{
+	return atomic_load_explicit(&k->s[v].ticket, memory_order_relaxed) != 0 && rf__kwithdraw_ticket(k, v);
+}
 /* No copy may read `key`'s source once evict returns: its fill, or a hint copy whose slot was taken
  * for another key while it was in flight (still listed per lane). */
 int rf__ksync_key(rf__keyed *k, uint64_t key);

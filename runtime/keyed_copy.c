@@ -54,7 +54,7 @@ static int rf__ktrace_room(rf__keyed *k, rf__trace **out)
 	return rc;
 }
 
-int rf__kdone(rf__keyed *k, rf__kslot *s)
+int rf__kdone_ticket(rf__keyed *k, rf__kslot *s)
 {
 	rf__kticket t = atomic_load_explicit(&s->ticket, memory_order_relaxed);
 	if (t != 0 && !rf__kop(k, RF__KOP_TEST, t, NULL))
@@ -134,7 +134,7 @@ void rf__kpump_held(rf__keyed *k)
 	}
 }
 
-int rf__kwithdraw(rf__keyed *k, unsigned v)
+int rf__kwithdraw_ticket(rf__keyed *k, unsigned v)
 {
 	rf__kslot *s = &k->s[v];
 	if (rf__kdone(k, s))
