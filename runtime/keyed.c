@@ -175,8 +175,9 @@ static void rf__kdrop(rf__keyed *k, unsigned v)
 	rf__kunlock(k);
 }
 
-/* Make slot v hold `key` (state given), not held, at the tail of the LRU list (hint 0) or of the hint
- * list (hint 1). Under the lock. */
+/* Make slot v hold `key` (state given): a hint's (hint 1) not held, at the tail of its list (rf__klist);
+ * an acquire's (hint 0) held once, so in no list (rather than pushed onto the LRU list only for the
+ * hold to unlink it again). Under the lock. */
 static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const rf__src *src, size_t bytes, int state,
 			 int hint)
 {
@@ -184,10 +185,16 @@ static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const rf__src *
 	rf__kslot *s = &k->s[v];
 	s->key = key, s->src = *src, s->bytes = bytes, s->state = (uint8_t)state;
 	s->hint = (uint8_t)hint;
-	k->hint_bytes += hint ? bytes : 0;
 	rf__kempty_set(k, v, 0);
 	rf__ktab_insert(k, v);
-	rf__kpush(k, rf__klist(k, v), v);
+	if (hint) {
+		k->hint_bytes += bytes;
+		rf__kpush(k, rf__klist(k, v), v);
+	} else {
+		s->refs = 1;
+		k->nheld++;
+		rf__oracle_keyed_hold(&k->orc, v, 1);
+	}
 }
 
 /* An acquire takes unheld slot i: an unacquired hint's key moves to the LRU list, and its credit comes
@@ -418,12 +425,13 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		k->s[v].state = RF__K_FILLED;
 		k->s[v].src = rs;
 	} else {
-		rf__kinstall(k, v, key, &rs, bytes, RF__K_FILLED, 0);
+		rf__kinstall(k, v, key, &rs, bytes, RF__K_FILLED, 0); /* held */
 	}
 	rf__kcredit(k, bytes / RF__KEYED_WASTE_SHARE); /* a demand copy earns hints their share */
 	atomic_store_explicit(&k->s[v].ticket, rf__kop(k, RF__KOP_TEST, t, NULL) ? 0 : t, memory_order_relaxed);
 	rf__kunlock(k);
-	rf__khold(k, v);
+	if (i < k->n)
+		rf__khold(k, v);
 	rf__kst_add(k, ST_ACQ, 1);
 	rf__kout(k, v, stream, out);
 	rf__kpump(k);
