@@ -227,7 +227,9 @@ static int rf__kcall_err(const char *who, int rc)
 	return rf__err(rc, "%s: %s", who, m);
 }
 
-static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t bytes, unsigned flags, rf__src *rs)
+/* Inline into the two calls that check a source (prefetch, acquire): a few compares, no call. */
+static inline __attribute__((always_inline)) int rf__kcheck(rf__keyed *k, const char *who, const void *src,
+							    size_t bytes, unsigned flags, rf__src *rs)
 {
 	if (src == NULL)
 		return rf__err(RF_EINVAL, "%s: src is NULL", who);
@@ -255,8 +257,10 @@ static int rf__kfailed(rf__keyed *k, unsigned i)
 	return 1;
 }
 
-/* *i: the slot of key (k->n when absent, also after a failed hint read); RF_EINVAL for another size. */
-static int rf__kfind_live(rf__keyed *k, const char *who, uint64_t key, size_t bytes, unsigned *i)
+/* *i: the slot of key (k->n when absent, also after a failed hint read); RF_EINVAL for another size.
+ * Inline, as rf__kcheck: every acquire and prefetch asks. */
+static inline __attribute__((always_inline)) int rf__kfind_live(rf__keyed *k, const char *who, uint64_t key,
+								 size_t bytes, unsigned *i)
 {
 	unsigned j = rf__kfind(k, key);
 	if (j < k->n && k->s[j].refs == 0 && rf__kfailed(k, j))
