@@ -226,7 +226,11 @@ static inline int rf__backend_kwait(const rf__backend_ops *be, void *ctx, unsign
 {
 	if (t == 0 && mode != RF__KOP_QUIESCE)
 		return mode == RF__KOP_TEST;
-	return be->post(ctx, &(rf__kcopy){.op = mode, .after = t, .stream = stream}, NULL);
+	/* A WAIT op reads op, after and stream only: those three assigned, not the whole request zeroed
+	 * (an initializer's string store) on every look at a hint in flight. */
+	rf__kcopy op;
+	op.op = mode, op.after = t, op.stream = stream;
+	return be->post(ctx, &op, NULL);
 }
 
 /* Frees host slot memory from the staging layer (rf__staging_alloc); ctx and bytes ignored. */
