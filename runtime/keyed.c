@@ -160,7 +160,7 @@ static void rf__kforget(rf__keyed *k, unsigned v)
 		rf__kunlink(k, rf__klist(k, v), v);
 	else
 		k->nheld--; /* only under the negative-control hook, or when a run/destroy drops holds */
-	rf__ktab_remove(k, s->key);
+	rf__ktab_remove(k, v);
 	s->state = RF__K_EMPTY;
 	s->hint = s->issued = 0;
 	s->refs = 0;

@@ -26,6 +26,7 @@ typedef struct rf__kslot {
 	                            gives way to it (a started copy may still be writing the slot) */
 	unsigned refs;
 	unsigned lane; /* its copies' lane, fixed: hints into one slot are ordered by it (backend.h (a)) */
+	uint32_t home; /* rf__khash of key, kept from its insertion for its removal and the shifts around it */
 	uint8_t state;
 	uint8_t hint;   /* filled by a hint that no acquire has taken yet */
 	uint8_t issued; /* that hint's copy was issued (wasted, not dropped, if it leaves unacquired) */
@@ -116,20 +117,21 @@ static inline unsigned rf__kfind(const rf__keyed *k, uint64_t key)
 
 static inline void rf__ktab_insert(rf__keyed *k, unsigned slot)
 {
-	uint32_t i = rf__khash(k->s[slot].key, k->mask);
+	uint32_t i = k->s[slot].home = rf__khash(k->s[slot].key, k->mask);
 	while (k->tab[i] != 0)
 		i = (i + 1) & k->mask;
 	k->tab[i] = slot + 1;
 }
 
-/* Backward-shift deletion: later entries of the probe run move into the hole when their home allows. */
-static inline void rf__ktab_remove(rf__keyed *k, uint64_t key)
+/* Backward-shift deletion of slot v's key: later entries of the probe run move into the hole when
+ * their home allows. */
+static inline void rf__ktab_remove(rf__keyed *k, unsigned v)
 {
-	uint32_t i = rf__khash(key, k->mask);
-	while (k->s[k->tab[i] - 1].key != key)
+	uint32_t i = k->s[v].home;
+	while (k->tab[i] != v + 1)
 		i = (i + 1) & k->mask;
 	for (uint32_t j = (i + 1) & k->mask; k->tab[j] != 0; j = (j + 1) & k->mask) {
-		uint32_t home = rf__khash(k->s[k->tab[j] - 1].key, k->mask);
+		uint32_t home = k->s[k->tab[j] - 1].home;
 		if (((j - home) & k->mask) >= ((j - i) & k->mask)) {
 			k->tab[i] = k->tab[j];
 			i = j;
