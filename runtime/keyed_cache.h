@@ -231,9 +231,17 @@ unsigned rf__klane_count(rf__keyed *k, unsigned lane);
 /* Slot i leaves the held-back list (its copy issued, or the hint gone): let go of the file it held. */
 void rf__khb_leave(rf__keyed *k, unsigned i);
 /* Issue a copy of key into slot (a demand copy, or a hint listed in flight on its lane), ordered after the
- * slot's unfinished last copy; the oracle's, the trace's or the backend's error, nothing issued then. */
-int rf__kissue(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand, void *stream,
-	       uint64_t key, rf__kticket *t);
+ * slot's unfinished last copy; the oracle's, the trace's or the backend's error, nothing issued then.
+ * The oracle's WAR check is inline: as the first test of the copy's function, the compiler split it off
+ * into a stub that saved registers only to pass the eight arguments on, on every copy. */
+int rf__kissue_checked(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand, void *stream,
+		       uint64_t key, rf__kticket *t);
+static inline int rf__kissue(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand,
+			     void *stream, uint64_t key, rf__kticket *t)
+{
+	int rc = rf__oracle_keyed_copy(&k->orc, slot, key);
+	return rc != RF_OK ? rc : rf__kissue_checked(k, slot, src, bytes, demand, stream, key, t);
+}
 /* Issue held-back hints, oldest first, on lanes with room. A failure leaves the hint held back. Every
  * acquire and release ends here, nearly always with nothing held back: that test is inline. */
 void rf__kpump_held(rf__keyed *k);

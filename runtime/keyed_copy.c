@@ -83,14 +83,12 @@ void rf__khb_leave(rf__keyed *k, unsigned i)
 		rf__file_unhold(k->s[i].src.fs.f);
 }
 
-int rf__kissue(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand, void *stream,
-	       uint64_t key, rf__kticket *t)
+int rf__kissue_checked(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand, void *stream,
+		       uint64_t key, rf__kticket *t)
 {
-	int rc = rf__oracle_keyed_copy(&k->orc, slot, key);
-	if (rc != RF_OK)
-		return rc;
 	rf__trace *tr;
-	if ((rc = rf__ktrace_room(k, &tr)) != RF_OK)
+	int rc = rf__ktrace_room(k, &tr);
+	if (rc != RF_OK)
 		return rc;
 	rf__kslot *s = &k->s[slot];
 	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
