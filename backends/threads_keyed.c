@@ -154,13 +154,10 @@ static int rf__threads_kcancel(void *ctx, rf__kticket tk)
 	return 1;
 }
 
-/* A copy the caller makes (a demand copy; every copy without lanes): ticket 0, finished on return. */
-static int rf__threads_kown(rf__threads *t, const rf__kcopy *req, rf__kticket *out)
+/* A copy the caller makes (a demand copy; every copy without lanes): ticket 0, finished on return.
+ * Inline, its walk the last call: a miss from memory is set up and walked with no frame of its own. */
+static inline int rf__threads_kown(rf__threads *t, const rf__kcopy *req, rf__kticket *out)
 {
-	const rf__src *s = &req->src;
-	int rc = s->fs.f != NULL ? rf__file_hold("keyed copy", "src", s, req->bytes) : RF_OK;
-	if (rc != RF_OK)
-		return rc;
 	rf__threads_kprog *p = &t->kown;
 	rf__threads_kset(p, req); /* the request outlives the copy: no copy of it */
 	unsigned lane = 0;
@@ -175,17 +172,23 @@ static int rf__threads_kown(rf__threads *t, const rf__kcopy *req, rf__kticket *o
 	p->prog.ops = p->ops + (wait ? 0 : 1);
 	p->prog.nops = wait ? 2 : 1;
 	*out = 0;
-	rc = rf__threads_walk_keyed(&p->wk);
-	if (s->fs.f != NULL)
-		rf__file_unhold(s->fs.f);
+	return rf__threads_walk_keyed(&p->wk);
+}
+
+/* rf__threads_kown from a file, held for the copy. */
+static __attribute__((noinline)) int rf__threads_kown_file(rf__threads *t, const rf__kcopy *req, rf__kticket *out)
+{
+	int rc = rf__file_hold("keyed copy", "src", &req->src, req->bytes);
+	if (rc != RF_OK)
+		return rc;
+	rc = rf__threads_kown(t, req, out);
+	rf__file_unhold(req->src.fs.f);
 	return rc;
 }
 
-static int rf__threads_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
+/* A hint's copy, posted to its lane. Out of line: the demand path stays small. */
+static __attribute__((noinline)) int rf__threads_khint(rf__threads *t, const rf__kcopy *req, rf__kticket *out)
 {
-	rf__threads *t = ctx;
-	if (req->demand || t->pool.n == 0)
-		return rf__threads_kown(t, req, out);
 	int file = req->src.fs.f != NULL, rc = file ? rf__file_hold("keyed copy", "src", &req->src, req->bytes) : RF_OK;
 	if (rc != RF_OK)
 		return rc;
@@ -217,6 +220,14 @@ static int rf__threads_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	l->kposted = v;
 	*out = tk;
 	return RF_OK;
+}
+
+static inline int rf__threads_kissue(void *ctx, const rf__kcopy *req, rf__kticket *out)
+{
+	rf__threads *t = ctx;
+	if (!req->demand && t->pool.n > 0)
+		return rf__threads_khint(t, req, out);
+	return req->src.fs.f == NULL ? rf__threads_kown(t, req, out) : rf__threads_kown_file(t, req, out);
 }
 
 /* Every lane has signalled its last keyed ticket and passed every item (none is read any more). */

@@ -194,10 +194,8 @@ int rf__backend_kissue(const rf__backend_ops *be, void *ctx, rf__kcopy *req, rf_
 	return be->post(ctx, req, out);
 }
 
-int rf__backend_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream)
+int rf__backend_krelease_device(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream)
 {
-	if (!(be->caps & RF__CAP_DEVICE)) /* CPU backends order a refill after a release by nothing: (b) */
-		return RF_OK;
 	if (rf__fault())
 		return rf__backend_fault(be, "keyed release");
 	return be->post(ctx, &(rf__kcopy){.op = RF__KOP_RELEASE, .slot = slot, .stream = stream}, NULL);

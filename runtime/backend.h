@@ -213,7 +213,12 @@ void rf__backend_describe(const rf__backend_ops *be, void *ctx, char *buf, size_
 /* Keyed wrappers: a COPY and a RELEASE (fault injection); a WAIT op (mode RF__KOP_TEST ..
  * RF__KOP_QUIESCE) on ticket t, where t 0 is finished: TEST 1, CANCEL 0, the waits RF_OK. */
 int rf__backend_kissue(const rf__backend_ops *be, void *ctx, rf__kcopy *req, rf__kticket *out);
-int rf__backend_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream);
+int rf__backend_krelease_device(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream);
+/* Inline: CPU backends order a refill after a release by nothing ((b)), and every release asks. */
+static inline int rf__backend_krelease(const rf__backend_ops *be, void *ctx, unsigned slot, void *stream)
+{
+	return be->caps & RF__CAP_DEVICE ? rf__backend_krelease_device(be, ctx, slot, stream) : RF_OK;
+}
 /* Inline: every keyed call asks about tickets, most of them 0 (copied inline or known finished). No
  * fault injection: an acquire's wait comes after its copy was issued, where a failure could no longer
  * leave everything unchanged. */
@@ -221,7 +226,11 @@ static inline int rf__backend_kwait(const rf__backend_ops *be, void *ctx, unsign
 {
 	if (t == 0 && mode != RF__KOP_QUIESCE)
 		return mode == RF__KOP_TEST;
-	return be->post(ctx, &(rf__kcopy){.op = mode, .after = t, .stream = stream}, NULL);
+	/* A WAIT op reads op, after and stream only: those three assigned, not the whole request zeroed
+	 * (an initializer's string store) on every look at a hint in flight. */
+	rf__kcopy op;
+	op.op = mode, op.after = t, op.stream = stream;
+	return be->post(ctx, &op, NULL);
 }
 
 /* Frees host slot memory from the staging layer (rf__staging_alloc); ctx and bytes ignored. */

@@ -46,8 +46,10 @@ int rf__keyed_create(struct rf__engine *eng, uint64_t hint_bytes, rf__keyed **ou
 	}
 	for (int l = RF__KLRU; l <= RF__KHINT; l++)
 		k->s[nslots].ln[l].prev = k->s[nslots].ln[l].next = nslots;
-	for (unsigned i = 0; i < nslots; i++)
+	for (unsigned i = 0; i < nslots; i++) {
 		rf__kempty_set(k, i, 1);
+		k->s[i].lane = i % k->nlanes;
+	}
 	if (k->oracle && (rf__ktrace_make(k) != RF_OK || rf__oracle_keyed_make(&k->orc, nslots) != RF_OK)) {
 		rf__keyed_destroy(k);
 		return rf__err(RF_ENOMEM, "keyed: out of memory for the oracle's log");
@@ -108,13 +110,9 @@ enum { RF__KFOR_DEMAND, RF__KFOR_HINT, RF__KFOR_HINT_OVER };
  *  - a hint within hint_cap: the least recently used acquired slot not held (a hint never displaces
  *    another hint while there is room for both), else as a demand miss.
  * *withdrawn: a pending hint copy of the chosen slot was withdrawn here (it will never land). */
-static unsigned rf__kchoose(rf__keyed *k, int why, int *withdrawn)
+static unsigned rf__kchoose_full(rf__keyed *k, int why, int *withdrawn, unsigned lru)
 {
-	*withdrawn = 0;
-	for (unsigned w = 0; w < k->nwords && why != RF__KFOR_HINT_OVER; w++)
-		if (k->empty[w] != 0)
-			return w * 64 + (unsigned)__builtin_ctzll(k->empty[w]);
-	unsigned lru = k->s[k->n].ln[RF__KLRU].next, v = k->n;
+	unsigned v;
 	if (why == RF__KFOR_HINT && lru != k->n)
 		return lru;
 	if ((v = rf__kchoose_hint(k, withdrawn)) != k->n)
@@ -126,6 +124,20 @@ static unsigned rf__kchoose(rf__keyed *k, int why, int *withdrawn)
 			if (k->s[i].refs > 0)
 				return i; /* negative control: refill a held slot */
 	return v;
+}
+
+/* The rule above, inline up to its common answer, where no unacquired hint is there to prefer (hints
+ * unbounded, the default, always): an empty slot, else the LRU list's head. */
+static inline __attribute__((always_inline)) unsigned rf__kchoose(rf__keyed *k, int why, int *withdrawn)
+{
+	*withdrawn = 0;
+	for (unsigned w = 0; w < k->nwords && why != RF__KFOR_HINT_OVER; w++)
+		if (k->empty[w] != 0)
+			return w * 64 + (unsigned)__builtin_ctzll(k->empty[w]);
+	unsigned lru = k->s[k->n].ln[RF__KLRU].next;
+	if (why != RF__KFOR_HINT_OVER && lru != k->n && k->s[k->n].ln[RF__KHINT].next == k->n)
+		return lru;
+	return rf__kchoose_full(k, why, withdrawn, lru);
 }
 
 /* The key in slot v leaves: count an unacquired hint, unlink, clear; the ticket stays, so the next
@@ -148,7 +160,7 @@ static void rf__kforget(rf__keyed *k, unsigned v)
 		rf__kunlink(k, rf__klist(k, v), v);
 	else
 		k->nheld--; /* only under the negative-control hook, or when a run/destroy drops holds */
-	rf__ktab_remove(k, s->key);
+	rf__ktab_remove(k, v);
 	s->state = RF__K_EMPTY;
 	s->hint = s->issued = 0;
 	s->refs = 0;
@@ -163,19 +175,27 @@ static void rf__kdrop(rf__keyed *k, unsigned v)
 	rf__kunlock(k);
 }
 
-/* Make slot v hold `key` (state given), not held, at the tail of the LRU list (hint 0) or of the hint
- * list (hint 1). Under the lock. */
-static void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key, const rf__src *src, size_t bytes, int state,
-			 int hint)
+/* Make slot v hold `key` (state given): a hint's (hint 1) not held, at the tail of its list (rf__klist);
+ * an acquire's (hint 0) held once, so in no list (rather than pushed onto the LRU list only for the
+ * hold to unlink it again). Under the lock. Inline into its two callers: a call of seven arguments
+ * cost more than the stores it makes. */
+static inline __attribute__((always_inline)) void rf__kinstall(rf__keyed *k, unsigned v, uint64_t key,
+							       const rf__src *src, size_t bytes, int state, int hint)
 {
 	rf__kforget(k, v);
 	rf__kslot *s = &k->s[v];
 	s->key = key, s->src = *src, s->bytes = bytes, s->state = (uint8_t)state;
 	s->hint = (uint8_t)hint;
-	k->hint_bytes += hint ? bytes : 0;
 	rf__kempty_set(k, v, 0);
 	rf__ktab_insert(k, v);
-	rf__kpush(k, rf__klist(k, v), v);
+	if (hint) {
+		k->hint_bytes += bytes;
+		rf__kpush(k, rf__klist(k, v), v);
+	} else {
+		s->refs = 1;
+		k->nheld++;
+		rf__oracle_keyed_hold(&k->orc, v, 1);
+	}
 }
 
 /* An acquire takes unheld slot i: an unacquired hint's key moves to the LRU list, and its credit comes
@@ -208,7 +228,9 @@ static int rf__kcall_err(const char *who, int rc)
 	return rf__err(rc, "%s: %s", who, m);
 }
 
-static int rf__kcheck(rf__keyed *k, const char *who, const void *src, size_t bytes, unsigned flags, rf__src *rs)
+/* Inline into the two calls that check a source (prefetch, acquire): a few compares, no call. */
+static inline __attribute__((always_inline)) int rf__kcheck(rf__keyed *k, const char *who, const void *src,
+							    size_t bytes, unsigned flags, rf__src *rs)
 {
 	if (src == NULL)
 		return rf__err(RF_EINVAL, "%s: src is NULL", who);
@@ -236,8 +258,10 @@ static int rf__kfailed(rf__keyed *k, unsigned i)
 	return 1;
 }
 
-/* *i: the slot of key (k->n when absent, also after a failed hint read); RF_EINVAL for another size. */
-static int rf__kfind_live(rf__keyed *k, const char *who, uint64_t key, size_t bytes, unsigned *i)
+/* *i: the slot of key (k->n when absent, also after a failed hint read); RF_EINVAL for another size.
+ * Inline, as rf__kcheck: every acquire and prefetch asks. */
+static inline __attribute__((always_inline)) int rf__kfind_live(rf__keyed *k, const char *who, uint64_t key,
+								 size_t bytes, unsigned *i)
 {
 	unsigned j = rf__kfind(k, key);
 	if (j < k->n && k->s[j].refs == 0 && rf__kfailed(k, j))
@@ -286,7 +310,7 @@ int rf__keyed_prefetch(rf__keyed *k, uint64_t key, const void *src, size_t bytes
 	rf__kticket t = 0;
 	int state = RF__K_HELDBACK;
 	/* Issue now only when the lane has room and no older hint waits for it (they go first). */
-	if (k->nheldback == 0 && rf__klane_count(k, rf__klane(k, v)) < RF__KEYED_HINTS_PER_LANE) {
+	if (k->nheldback == 0 && rf__klane_count(k, k->s[v].lane) < RF__KEYED_HINTS_PER_LANE) {
 		rc = rf__kissue(k, v, &rs, bytes, 0, NULL, key, &t);
 		if (rc == RF_OK)
 			state = RF__K_FILLED;
@@ -406,12 +430,13 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		k->s[v].state = RF__K_FILLED;
 		k->s[v].src = rs;
 	} else {
-		rf__kinstall(k, v, key, &rs, bytes, RF__K_FILLED, 0);
+		rf__kinstall(k, v, key, &rs, bytes, RF__K_FILLED, 0); /* held */
 	}
 	rf__kcredit(k, bytes / RF__KEYED_WASTE_SHARE); /* a demand copy earns hints their share */
 	atomic_store_explicit(&k->s[v].ticket, rf__kop(k, RF__KOP_TEST, t, NULL) ? 0 : t, memory_order_relaxed);
 	rf__kunlock(k);
-	rf__khold(k, v);
+	if (i < k->n)
+		rf__khold(k, v);
 	rf__kst_add(k, ST_ACQ, 1);
 	rf__kout(k, v, stream, out);
 	rf__kpump(k);

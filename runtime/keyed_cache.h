@@ -25,6 +25,8 @@ typedef struct rf__kslot {
 	rf__kticket before;      /* the copy before it, when not known finished at issue: a withdrawn ticket
 	                            gives way to it (a started copy may still be writing the slot) */
 	unsigned refs;
+	unsigned lane; /* its copies' lane, fixed: hints into one slot are ordered by it (backend.h (a)) */
+	uint32_t home; /* rf__khash of key, kept from its insertion for its removal and the shifts around it */
 	uint8_t state;
 	uint8_t hint;   /* filled by a hint that no acquire has taken yet */
 	uint8_t issued; /* that hint's copy was issued (wasted, not dropped, if it leaves unacquired) */
@@ -115,20 +117,21 @@ static inline unsigned rf__kfind(const rf__keyed *k, uint64_t key)
 
 static inline void rf__ktab_insert(rf__keyed *k, unsigned slot)
 {
-	uint32_t i = rf__khash(k->s[slot].key, k->mask);
+	uint32_t i = k->s[slot].home = rf__khash(k->s[slot].key, k->mask);
 	while (k->tab[i] != 0)
 		i = (i + 1) & k->mask;
 	k->tab[i] = slot + 1;
 }
 
-/* Backward-shift deletion: later entries of the probe run move into the hole when their home allows. */
-static inline void rf__ktab_remove(rf__keyed *k, uint64_t key)
+/* Backward-shift deletion of slot v's key: later entries of the probe run move into the hole when
+ * their home allows. */
+static inline void rf__ktab_remove(rf__keyed *k, unsigned v)
 {
-	uint32_t i = rf__khash(key, k->mask);
-	while (k->s[k->tab[i] - 1].key != key)
+	uint32_t i = k->s[v].home;
+	while (k->tab[i] != v + 1)
 		i = (i + 1) & k->mask;
 	for (uint32_t j = (i + 1) & k->mask; k->tab[j] != 0; j = (j + 1) & k->mask) {
-		uint32_t home = rf__khash(k->s[k->tab[j] - 1].key, k->mask);
+		uint32_t home = k->s[k->tab[j] - 1].home;
 		if (((j - home) & k->mask) >= ((j - i) & k->mask)) {
 			k->tab[i] = k->tab[j];
 			i = j;
@@ -192,12 +195,6 @@ static inline int rf__kop(const rf__keyed *k, unsigned mode, rf__kticket t, void
 	return rf__backend_kwait(k->be, k->ctx, mode, t, stream);
 }
 
-/* The lane of a slot: fixed, so that hints into one slot are ordered by their lane (backend.h (a)). */
-static inline unsigned rf__klane(const rf__keyed *k, unsigned slot)
-{
-	return slot % k->nlanes;
-}
-
 /* Whether ticket t, finished, was a hint's failed file read into slot i (the backend stored it). */
 static inline int rf__kread_failed(const rf__keyed *k, unsigned i, rf__kticket t)
 {
@@ -222,16 +219,29 @@ static inline void rf__kdebit(rf__keyed *k, size_t bytes)
 /* Make the trace that keyed copies' slices are kept in until written out: RF_OK or RF_ENOMEM. */
 int rf__ktrace_make(rf__keyed *k);
 /* 1 when the slot's last copy finished, 0 while it runs, -1 when it failed (a file read; the ticket is
- * kept, so that every look says so). */
-int rf__kdone(rf__keyed *k, rf__kslot *s);
+ * kept, so that every look says so). Inline for a ticket already known finished (0: every inline copy,
+ * most slots most of the time), which asks nothing. */
+int rf__kdone_ticket(rf__keyed *k, rf__kslot *s);
+static inline int rf__kdone(rf__keyed *k, rf__kslot *s)
+{
+	return atomic_load_explicit(&s->ticket, memory_order_relaxed) == 0 ? 1 : rf__kdone_ticket(k, s);
+}
 /* Forget finished hint copies; returns the hints in flight on `lane`. */
 unsigned rf__klane_count(rf__keyed *k, unsigned lane);
 /* Slot i leaves the held-back list (its copy issued, or the hint gone): let go of the file it held. */
 void rf__khb_leave(rf__keyed *k, unsigned i);
 /* Issue a copy of key into slot (a demand copy, or a hint listed in flight on its lane), ordered after the
- * slot's unfinished last copy; the oracle's, the trace's or the backend's error, nothing issued then. */
-int rf__kissue(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand, void *stream,
-	       uint64_t key, rf__kticket *t);
+ * slot's unfinished last copy; the oracle's, the trace's or the backend's error, nothing issued then.
+ * The oracle's WAR check is inline: as the first test of the copy's function, the compiler split it off
+ * into a stub that saved registers only to pass the eight arguments on, on every copy. */
+int rf__kissue_checked(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand, void *stream,
+		       uint64_t key, rf__kticket *t);
+static inline int rf__kissue(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand,
+			     void *stream, uint64_t key, rf__kticket *t)
+{
+	int rc = rf__oracle_keyed_copy(&k->orc, slot, key);
+	return rc != RF_OK ? rc : rf__kissue_checked(k, slot, src, bytes, demand, stream, key, t);
+}
 /* Issue held-back hints, oldest first, on lanes with room. A failure leaves the hint held back. Every
  * acquire and release ends here, nearly always with nothing held back: that test is inline. */
 void rf__kpump_held(rf__keyed *k);
@@ -241,8 +251,13 @@ static inline void rf__kpump(rf__keyed *k)
 		rf__kpump_held(k);
 }
 /* Before a copy into victim v: withdraw its pending hint copy where the backend can (so the new copy
- * never waits behind a hint that has not started). Returns 1 when one was withdrawn. */
-int rf__kwithdraw(rf__keyed *k, unsigned v);
+ * never waits behind a hint that has not started). Returns 1 when one was withdrawn. Inline for a
+ * finished ticket: nothing to withdraw (every miss asks). */
+int rf__kwithdraw_ticket(rf__keyed *k, unsigned v);
+static inline int rf__kwithdraw(rf__keyed *k, unsigned v)
+{
+	return atomic_load_explicit(&k->s[v].ticket, memory_order_relaxed) != 0 && rf__kwithdraw_ticket(k, v);
+}
 /* No copy may read `key`'s source once evict returns: its fill, or a hint copy whose slot was taken
  * for another key while it was in flight (still listed per lane). */
 int rf__ksync_key(rf__keyed *k, uint64_t key);

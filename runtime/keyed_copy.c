@@ -54,7 +54,7 @@ static int rf__ktrace_room(rf__keyed *k, rf__trace **out)
 	return rc;
 }
 
-int rf__kdone(rf__keyed *k, rf__kslot *s)
+int rf__kdone_ticket(rf__keyed *k, rf__kslot *s)
 {
 	rf__kticket t = atomic_load_explicit(&s->ticket, memory_order_relaxed);
 	if (t != 0 && !rf__kop(k, RF__KOP_TEST, t, NULL))
@@ -83,21 +83,22 @@ void rf__khb_leave(rf__keyed *k, unsigned i)
 		rf__file_unhold(k->s[i].src.fs.f);
 }
 
-int rf__kissue(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand, void *stream,
-	       uint64_t key, rf__kticket *t)
+int rf__kissue_checked(rf__keyed *k, unsigned slot, const rf__src *src, size_t bytes, int demand, void *stream,
+		       uint64_t key, rf__kticket *t)
 {
-	int rc = rf__oracle_keyed_copy(&k->orc, slot, key);
-	if (rc != RF_OK)
-		return rc;
 	rf__trace *tr;
-	if ((rc = rf__ktrace_room(k, &tr)) != RF_OK)
+	int rc = rf__ktrace_room(k, &tr);
+	if (rc != RF_OK)
 		return rc;
 	rf__kslot *s = &k->s[slot];
 	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
-	rf__kcopy req = {.lane = rf__klane(k, slot), .slot = slot, .dst = rf__kdata(k, slot), .src = *src,
-			 .bytes = bytes, .demand = demand, .after = after, .stream = stream,
-			 .counter = &k->st[ST_BYTES], .io = &k->eng->io, .cap = k->slot_stride,
-			 .failed = &k->failed[slot], .trace = tr, .tev = k->tr_next, .key = key};
+	/* Every field by assignment: an initializer zeroes the whole request first (a string store over
+	 * it, padding included), on every miss. rf__backend_kissue sets op. */
+	rf__kcopy req;
+	req.lane = s->lane, req.slot = slot, req.dst = rf__kdata(k, slot), req.src = *src, req.bytes = bytes;
+	req.demand = demand, req.after = after, req.stream = stream, req.counter = &k->st[ST_BYTES];
+	req.io = &k->eng->io, req.cap = k->slot_stride, req.failed = &k->failed[slot], req.trace = tr;
+	req.tev = k->tr_next, req.key = key;
 	if ((rc = rf__backend_kissue(k->be, k->ctx, &req, t)) != RF_OK)
 		return rc;
 	k->tr_next += tr != NULL;
@@ -116,7 +117,7 @@ void rf__kpump_held(rf__keyed *k)
 		room += rf__klane_count(k, l) < RF__KEYED_HINTS_PER_LANE;
 	for (unsigned i = k->s[k->n].ln[RF__KHB].next; i != k->n && room > 0;) {
 		rf__kslot *s = &k->s[i];
-		unsigned next = s->ln[RF__KHB].next, lane = rf__klane(k, i);
+		unsigned next = s->ln[RF__KHB].next, lane = s->lane;
 		rf__kticket t;
 		if (k->nfl[lane] < RF__KEYED_HINTS_PER_LANE &&
 		    rf__kissue(k, i, &s->src, s->bytes, 0, NULL, s->key, &t) == RF_OK) {
@@ -131,7 +132,7 @@ void rf__kpump_held(rf__keyed *k)
 	}
 }
 
-int rf__kwithdraw(rf__keyed *k, unsigned v)
+int rf__kwithdraw_ticket(rf__keyed *k, unsigned v)
 {
 	rf__kslot *s = &k->s[v];
 	if (rf__kdone(k, s))

@@ -9,7 +9,7 @@
 
 /* Keyed calls take the pipeline for their duration (runtime/engine.h): a run, another keyed call or
  * a compute callback of a run meeting one gets RF_EBUSY. rf__keyed_end passes the call's result on. */
-static int rf__keyed_begin(rf_pipeline *p, const char *who)
+static inline __attribute__((always_inline)) int rf__keyed_begin(rf_pipeline *p, const char *who)
 {
 	if (p == NULL)
 		return rf__err(RF_EINVAL, "%s: p is NULL", who);
