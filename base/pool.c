@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static atomic_ullong rf__forks;
+atomic_ullong rf__forks;
 static pthread_once_t rf__fork_once = PTHREAD_ONCE_INIT;
 
 static void rf__fork_child(void)
@@ -21,11 +21,6 @@ static void rf__fork_child(void)
 static void rf__fork_register(void)
 {
 	pthread_atfork(NULL, NULL, rf__fork_child);
-}
-
-uint64_t rf__fork_count(void)
-{
-	return atomic_load_explicit(&rf__forks, memory_order_relaxed);
 }
 
 int rf__pool_owned(const rf__pool *p)

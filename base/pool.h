@@ -74,7 +74,12 @@ int rf__work_claim(rf__work *w);  /* start w (in its fn): 1, or 0 when it was wi
 
 /* Whether the pool's threads exist in this process (not a child of fork() that inherited it). */
 int rf__pool_owned(const rf__pool *p);
-/* Times this process has been the child of a fork() since the library was loaded: one relaxed load. */
-uint64_t rf__fork_count(void);
+/* Times this process has been the child of a fork() since the library was loaded: one relaxed load
+ * (inline: every run and keyed call asks). */
+extern atomic_ullong rf__forks;
+static inline uint64_t rf__fork_count(void)
+{
+	return atomic_load_explicit(&rf__forks, memory_order_relaxed);
+}
 
 #endif
