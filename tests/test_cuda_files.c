@@ -366,9 +366,9 @@ Test(cuda_files, a_shrunk_file_is_eio_and_the_pipeline_stays_usable, .timeout = 
 	rf_keyed_stats k0, k1;
 	rf_pipeline_keyed_stats(p, &k0);
 	cr_assert_eq(rf_pipeline_prefetch(p, 6, d + 6 * SZ, SZ, 0), RF_OK, "%s", rf_errmsg());
-	for (int i = 0; i < 2000; i++) { /* the hint's read fails on its lane */
+	for (;;) { /* the hint's read fails on its lane, however long the lane takes */
 		cr_assert_eq(rf_pipeline_lookup(p, 6, &st, NULL), RF_OK);
-		if (st == RF_KEY_ABSENT)
+		if (st != RF_KEY_COPYING)
 			break;
 		usleep(1000);
 	}

@@ -67,6 +67,7 @@ typedef struct cancel_probe {
 	rf_pipeline *p;
 	size_t calls, at;
 	atomic_int started;
+	atomic_int canceled; /* the other thread's cancel has returned */
 } cancel_probe;
 
 /* Cancels its own pipeline at block `at` (from inside the callback). */
@@ -79,15 +80,17 @@ static int cancel_self_cb(void *user, const rf_block *blk)
 	return 0;
 }
 
-/* Slow computes, so that a cancel from another thread lands mid-run. */
+/* Slow computes, and the fifth waits for the other thread's cancel, however late that thread runs: the
+ * cancel lands mid-run. */
 static int slow_cb(void *user, const rf_block *blk)
 {
-	(void)blk;
 	cancel_probe *c = user;
 	c->calls++;
 	atomic_store(&c->started, 1);
 	struct timespec d = {0, 2000000};
 	nanosleep(&d, NULL);
+	while (blk->index == 4 && !atomic_load(&c->canceled))
+		nanosleep(&d, NULL);
 	return 0;
 }
 
@@ -99,6 +102,7 @@ static void *cancel_later(void *arg)
 	struct timespec d = {0, 10000000};
 	nanosleep(&d, NULL);
 	cr_assert_eq(rf_pipeline_cancel(c->p), RF_OK);
+	atomic_store(&c->canceled, 1);
 	return NULL;
 }
 
@@ -108,7 +112,7 @@ Test(pipeline, cancel_from_the_callback_stops_after_that_block)
 	bs_uniform(&bs, 40, 64, test_seed());
 	for (unsigned depth = 1; depth <= 4; depth++) {
 		rf_pipeline *p = make_pipeline(depth, 64, 1);
-		cancel_probe c = {p, 0, 7, 0};
+		cancel_probe c = {p, 0, 7, 0, 0};
 		int rc = rf_pipeline_run(p, bs.n, bs_srcs(&bs), bs.sizes, cancel_self_cb, &c);
 		cr_assert_eq(rc, RF_ECANCELED, "depth %u: %s", depth, rf_err_name(rc));
 		cr_assert_eq(c.calls, 8u, "depth %u: %zu computes, none may follow block 7", depth, c.calls);
@@ -124,7 +128,7 @@ Test(pipeline, cancel_from_another_thread_drains_and_returns_ecanceled)
 	blockset bs;
 	bs_uniform(&bs, 2000, 64, test_seed());
 	rf_pipeline *p = make_pipeline(3, 64, 1);
-	cancel_probe c = {p, 0, 0, 0};
+	cancel_probe c = {p, 0, 0, 0, 0};
 	pthread_t t;
 	cr_assert_eq(pthread_create(&t, NULL, cancel_later, &c), 0);
 	int rc = rf_pipeline_run(p, bs.n, bs_srcs(&bs), bs.sizes, slow_cb, &c);
