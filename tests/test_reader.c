@@ -1067,16 +1067,36 @@ static unsigned stream(rf__reader *r, rf_file *f, uint64_t off0, uint64_t end, s
 	return done;
 }
 
+/* A reader with a read-ahead window of `window` bytes over a fresh file of fsize bytes (seed's pattern). */
+typedef struct winfix {
+	char *path;
+	rf_file *f;
+	rf__reader *r;
+} winfix;
+
+static winfix win_open(size_t fsize, unsigned seed, size_t window)
+{
+	winfix fx = {make_file(fsize, seed), NULL, NULL};
+	cr_assert_eq(rf_file_open(fx.path, 0, &fx.f), RF_OK);
+	cr_assert_eq(rf__reader_create(8, -1, &fx.r), RF_OK);
+	cr_assert_eq(rf__reader_window(fx.r, window), RF_OK, "%s", rf_errmsg());
+	return fx;
+}
+
+static void win_close(winfix *fx)
+{
+	rf__reader_destroy(fx->r);
+	cr_assert_eq(rf_file_close(fx->f), RF_OK);
+	drop(fx->path);
+}
+
 /* Small copies that follow one another in the file are read as a few large requests, aligned or not,
  * and every copy holds its bytes, the partial last one too. */
 Test(reader_window, small_copies_in_file_order_are_read_as_large_requests)
 {
-	char *path = make_file(FSIZE, 21);
-	rf_file *f;
-	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
-	rf__reader *r;
-	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
-	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK, "%s", rf_errmsg());
+	winfix fx = win_open(FSIZE, 21, 4u << 20);
+	rf__reader *r = fx.r;
+	rf_file *f = fx.f;
 	static const size_t sizes[] = {4096, 65536, 65536 + 8, 100000, 262144};
 	static const uint64_t offs[] = {0, 32, 4096 + 1};
 	for (unsigned i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
@@ -1102,21 +1122,16 @@ Test(reader_window, small_copies_in_file_order_are_read_as_large_requests)
 	rf__reader_describe(r, desc, sizeof desc);
 	/* without io_uring the chunks are read one at a time, as copies need them */
 	cr_assert(strstr(desc, have_io_uring() ? "read-ahead 4 x " : "read-ahead in ") != NULL, "%s", desc);
-	rf__reader_destroy(r);
-	cr_assert_eq(rf_file_close(f), RF_OK);
-	drop(path);
+	win_close(&fx);
 }
 
 /* Chosen online, the window starts with one chunk read ahead: copies across a chunk's boundary get the
  * next one all the same (no stream stalls), and describe shows the rates measured. */
 Test(reader_window, chosen_online_from_one_chunk_up)
 {
-	char *path = make_file(FSIZE, 26);
-	rf_file *f;
-	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
-	rf__reader *r;
-	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
-	cr_assert_eq(rf__reader_window(r, 16u << 20), RF_OK);
+	winfix fx = win_open(FSIZE, 26, 16u << 20);
+	rf__reader *r = fx.r;
+	rf_file *f = fx.f;
 	rf__reader_window_online(r, 1, 0);
 	static const size_t sizes[] = {65536, 65536 + 8, 1u << 20};
 	for (unsigned i = 0; i < 3; i++) {
@@ -1133,21 +1148,16 @@ Test(reader_window, chosen_online_from_one_chunk_up)
 	/* preads, one at a time: nothing to choose (no read would overlap another) */
 	cr_assert(strstr(desc, have_io_uring() ? "online, GB/s at " : "read-ahead in ") != NULL, "%s", desc);
 	cr_assert(have_io_uring() || w.on <= 2, "preads read %u chunks ahead", w.on);
-	rf__reader_destroy(r);
-	cr_assert_eq(rf_file_close(f), RF_OK);
-	drop(path);
+	win_close(&fx);
 }
 
 /* A window's pages are touched as its chunks first use them: a stream that reads only a few chunks
  * ahead touches only those, and the next stream reuses them (the buffers last given back first). */
 Test(reader_window, only_the_chunks_used_are_touched)
 {
-	char *path = make_file(FSIZE, 27);
-	rf_file *f;
-	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
-	rf__reader *r;
-	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
-	cr_assert_eq(rf__reader_window(r, 32u << 20), RF_OK);
+	winfix fx = win_open(FSIZE, 27, 32u << 20);
+	rf__reader *r = fx.r;
+	rf_file *f = fx.f;
 	rf__reader_window_stats w;
 	rf__reader_window_get(r, &w);
 	cr_assert_eq(w.touched, 0u, "nothing touched before a chunk is read");
@@ -1169,21 +1179,16 @@ Test(reader_window, only_the_chunks_used_are_touched)
 	cr_assert_eq(bad, UINT64_MAX, "%s", rf__reader_error(r));
 	rf__reader_window_get(r, &w);
 	cr_assert_leq(w.touched, w.bytes);
-	rf__reader_destroy(r);
-	cr_assert_eq(rf_file_close(f), RF_OK);
-	drop(path);
+	win_close(&fx);
 }
 
 /* Large copies, a stream that is not in file order, copies without `ahead` and shifted (device) copies
  * are read as before: on their own. */
 Test(reader_window, other_copies_are_read_on_their_own)
 {
-	char *path = make_file(FSIZE, 22);
-	rf_file *f;
-	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
-	rf__reader *r;
-	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
-	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK);
+	winfix fx = win_open(FSIZE, 22, 4u << 20);
+	rf__reader *r = fx.r;
+	rf_file *f = fx.f;
 	unsigned char *dst = xalign(4096, 3u << 20);
 	uint64_t bad;
 	stream(r, f, 0, 9u << 20, 3u << 20, 22, &bad, UINT_MAX); /* more than half the window */
@@ -1195,22 +1200,17 @@ Test(reader_window, other_copies_are_read_on_their_own)
 	rf__reader_window_get(r, &w);
 	cr_assert_eq(w.copies, 0u, "%llu copies from the window", (unsigned long long)w.copies);
 	free(dst);
-	rf__reader_destroy(r);
-	cr_assert_eq(rf_file_close(f), RF_OK);
-	drop(path);
+	win_close(&fx);
 }
 
 /* A file that shrank under the window: the copies inside its new size hold their bytes, the first past
  * it is RF_EIO in the words a copy read on its own gets, and the reader stays usable. */
 Test(reader_window, a_file_that_shrank_is_eio)
 {
-	char *path = make_file(4u << 20, 23);
-	rf_file *f;
-	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
-	cr_assert_eq(truncate(path, (1u << 20) + 100), 0);
-	rf__reader *r;
-	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
-	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK);
+	winfix fx = win_open(4u << 20, 23, 4u << 20);
+	rf__reader *r = fx.r;
+	rf_file *f = fx.f;
+	cr_assert_eq(truncate(fx.path, (1u << 20) + 100), 0);
 	uint64_t bad;
 	unsigned n = stream(r, f, 0, 4u << 20, 65536, 23, &bad, UINT_MAX);
 	cr_assert_eq(n, 64u);
@@ -1219,14 +1219,12 @@ Test(reader_window, a_file_that_shrank_is_eio)
 	rf__reader_counters_get(r, &c);
 	cr_assert_eq(c.failed, 48u, "every copy past the new end fails (%llu did)", (unsigned long long)c.failed);
 	/* the last failure's words: a copy read on its own past the end */
-	cr_assert(strstr(rf__reader_error(r), path) != NULL && strstr(rf__reader_error(r), "shrank to 1048676 bytes"),
+	cr_assert(strstr(rf__reader_error(r), fx.path) != NULL && strstr(rf__reader_error(r), "shrank to 1048676 bytes"),
 		  "%s", rf__reader_error(r));
 	unsigned char *dst = xalign(4096, 1u << 20);
 	one_copy(r, f, 100, 65536, dst, 1u << 20, 0, 23);
 	free(dst);
-	rf__reader_destroy(r);
-	cr_assert_eq(rf_file_close(f), RF_OK);
-	drop(path);
+	win_close(&fx);
 }
 
 /* What the window read ahead is never handed out after rf__reader_window_drop: a stream stopped
@@ -1247,22 +1245,17 @@ static void rewrite(const char *path, size_t n, unsigned seed)
 
 static void take_up(int drop_first, unsigned want_seed)
 {
-	char *path = make_file(4u << 20, 24);
-	rf_file *f;
-	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
-	rf__reader *r;
-	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
-	cr_assert_eq(rf__reader_window(r, 4u << 20), RF_OK);
+	winfix fx = win_open(4u << 20, 24, 4u << 20);
+	rf__reader *r = fx.r;
+	rf_file *f = fx.f;
 	uint64_t bad;
 	cr_assert_eq(stream(r, f, 0, 4u << 20, 65536, 24, &bad, 4), 4u); /* the window reads far ahead */
-	rewrite(path, 4u << 20, 25);
+	rewrite(fx.path, 4u << 20, 25);
 	if (drop_first)
 		rf__reader_window_drop(r);
 	stream(r, f, 4 * 65536, 4u << 20, 65536, want_seed, &bad, 8);
 	cr_assert_eq(bad, UINT64_MAX);
-	rf__reader_destroy(r);
-	cr_assert_eq(rf_file_close(f), RF_OK);
-	drop(path);
+	win_close(&fx);
 }
 
 Test(reader_window, a_dropped_window_hands_out_no_stale_bytes) { take_up(1, 25); }
