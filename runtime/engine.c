@@ -17,7 +17,7 @@
 
 /* Lay the slots out for e->be (slot_align apart), open it and allocate them; on failure nothing is
  * left open. */
-static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args, size_t ring_cap)
+static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args)
 {
 	size_t align = e->be->slot_align ? e->be->slot_align : RF__SLOT_ALIGN_DEFAULT;
 	size_t n = args->nslots, stride = rf__align_up(e->slot_bytes, align);
@@ -27,7 +27,7 @@ static int rf__engine_start(rf__engine *e, const char *who, rf__open_args *args,
 	e->slot_stride = args->slot_stride = stride;
 	e->slots_len = n * stride;
 	if (host) /* a host ring: on whole huge pages when the budget allows */
-		e->slots_len = rf__staging_ring_len(e->slots_len, ring_cap);
+		e->slots_len = rf__staging_ring_len(e->slots_len, e->budget);
 	int rc = rf__backend_open(e->be, args, &e->ctx);
 	if (rc != RF_OK)
 		return rc;
@@ -63,14 +63,14 @@ int rf__engine_init(rf__engine *e, const char *who, const char *backend, int dev
 	int rc = rf__backend_lookup(backend, device, &e->be);
 	if (rc != RF_OK)
 		goto fail;
-	rc = rf__engine_start(e, who, &args, (size_t)cfg->memory_budget);
+	rc = rf__engine_start(e, who, &args);
 	/* "auto" promised a backend that works here: a GPU that cannot host this pipeline (device or pinned
 	 * memory) falls back to the CPU backends, and describe says why. */
 	char why[200] = "";
 	if (rc != RF_OK && strcmp(backend, "auto") == 0 && (e->be->caps & RF__CAP_DEVICE)) {
 		snprintf(why, sizeof why, "%s", rf__errmsg_peek());
 		if ((rc = rf__backend_lookup("threads", device, &e->be)) == RF_OK)
-			rc = rf__engine_start(e, who, &args, (size_t)cfg->memory_budget);
+			rc = rf__engine_start(e, who, &args);
 	}
 	if (rc != RF_OK)
 		goto fail;
@@ -322,24 +322,19 @@ static int rf__engine_exec(rf__engine *e, const char *who, struct rf_program *pr
 		rf__engine_describe_publish(e);
 	}
 	if (run.trace != NULL) {
-		int orc = RF_OK;
-		if (e->oracle && rc == RF_OK && e->graph != NULL)
-			orc = rf__oracle_check_graph(&trace, e->graph);
-		else if (e->oracle && rc == RF_OK)
-			orc = rf__oracle_check(&trace, nblocks);
+		int orc = !e->oracle || rc != RF_OK ? RF_OK
+			  : e->graph != NULL ? rf__oracle_check_graph(&trace, e->graph)
+					     : rf__oracle_check(&trace, nblocks);
 		if (orc != RF_OK) { /* RF_EHAZARD, or RF_ENOMEM for the oracle's own tables */
 			rf__trace_drop(&trace);
 			return rf__err(orc, "%s: %s", who, rf__errmsg_peek());
 		}
 		if (e->measure != NULL && rc == RF_OK)
 			e->measure(e->owner, &trace);
-		if (e->trace_path == NULL) {
-			rf__trace_drop(&trace);
-		} else {
-			int trc = rf__trace_end(&trace, e->trace_path, e->be->name);
-			if (rc == RF_OK && trc != RF_OK)
-				return rf__err(trc, "%s: run succeeded, but %s", who, rf__errmsg_peek());
-		}
+		int trc = e->trace_path != NULL ? rf__trace_write(&trace, e->trace_path, e->be->name) : RF_OK;
+		rf__trace_drop(&trace);
+		if (rc == RF_OK && trc != RF_OK)
+			return rf__err(trc, "%s: run succeeded, but %s", who, rf__errmsg_peek());
 	}
 	switch (rc) {
 	case RF_OK:
@@ -404,20 +399,15 @@ static void rf__stats_publish(rf__engine *e)
 	pthread_mutex_unlock(&e->stats_mu);
 }
 
-/* A backend with threads (or a device) does not survive fork(): its threads stayed in the parent. */
-static int rf__engine_forked(const rf__engine *e, const char *who)
-{
-	if (e->forks == rf__fork_count() || !(e->be->caps & RF__CAP_OVERLAP))
-		return RF_OK;
-	return rf__err(RF_EBACKEND, "%s: the pipeline was created before fork() and backend %s's threads stayed in "
-				    "the parent: use it there, destroy it here", who, e->be->name);
-}
-
 /* Take the state for a run or a keyed call. Nothing here may touch `cancel` before the CAS is won: a
  * caller that loses it (RF_EBUSY) would erase the cancel of the run that won; the flag is cleared when
  * a run ends instead. */
 static int rf__engine_take(rf__engine *e, const char *who, int to)
 {
+	/* A backend with threads (or a device) does not survive fork(): its threads stayed in the parent. */
+	if (e->forks != rf__fork_count() && (e->be->caps & RF__CAP_OVERLAP))
+		return rf__err(RF_EBACKEND, "%s: the pipeline was created before fork() and backend %s's threads "
+					    "stayed in the parent: use it there, destroy it here", who, e->be->name);
 	int idle = RF__IDLE;
 	if (atomic_compare_exchange_strong_explicit(&e->state, &idle, to, memory_order_acquire, memory_order_relaxed))
 		return RF_OK;
@@ -425,20 +415,25 @@ static int rf__engine_take(rf__engine *e, const char *who, int to)
 		       idle == RF__KEYED ? "a keyed call is in progress" : "a run is in progress");
 }
 
+/* Give the state taken back; DOOMED instead: destroyed while the call was in progress, the owner is
+ * ours to release. */
+static void rf__engine_give(rf__engine *e, int from)
+{
+	if (!atomic_compare_exchange_strong_explicit(&e->state, &from, RF__IDLE, memory_order_release,
+						     memory_order_relaxed))
+		e->release(e->owner);
+}
+
 int rf__engine_keyed_begin(rf__engine *e, const char *who)
 {
-	int rc = rf__engine_forked(e, who);
-	return rc != RF_OK ? rc : rf__engine_take(e, who, RF__KEYED);
+	return rf__engine_take(e, who, RF__KEYED);
 }
 
 void rf__engine_keyed_end(rf__engine *e)
 {
 	if (atomic_load_explicit(&e->io.rd, memory_order_relaxed) != NULL) /* read no file yet: nothing new */
 		rf__engine_io_refresh(e); /* the call's misses may have changed how files are read */
-	int keyed = RF__KEYED;
-	if (!atomic_compare_exchange_strong_explicit(&e->state, &keyed, RF__IDLE, memory_order_release,
-						     memory_order_relaxed))
-		e->release(e->owner); /* destroyed while the call was in progress: ours to release */
+	rf__engine_give(e, RF__KEYED);
 }
 
 int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *const *srcs,
@@ -450,8 +445,6 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	size_t nfile = 0, nonempty = 0;
 	int rc = rf__check_inputs(e, who, nblocks, srcs, sizes, compute, &bytes, &nonempty);
 	if (rc == RF_OK)
-		rc = rf__engine_forked(e, who);
-	if (rc == RF_OK)
 		rc = rf__engine_take(e, who, RF__RUNNING);
 	if (rc != RF_OK)
 		return rc;
@@ -462,10 +455,7 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 		rf__unhold_files(e, nblocks, nfile);
 		goto idle;
 	}
-	memset(&e->last, 0, sizeof e->last);
-	e->last.blocks = nblocks;
-	e->last.bytes = bytes;
-	e->last.file_bytes = file_bytes;
+	e->last = (rf_stats){.blocks = nblocks, .bytes = bytes, .file_bytes = file_bytes};
 	int measuring = e->measure != NULL, files_only = nfile > 0 && nfile == nonempty;
 	/* depth = auto reads blocks of a request or more straight into the slots, the first run in all of them */
 	e->io.straight = files_only && e->io_online && rf__engine_block_is_large(e, sizes[0]);
@@ -504,10 +494,8 @@ int rf__engine_run(rf__engine *e, const char *who, size_t nblocks, const void *c
 	 * compute had started) stays pending for the next run. */
 	if (rc == RF_ECANCELED)
 		atomic_store(&e->cancel, 0);
-idle:;
-	int running = RF__RUNNING;
-	if (!atomic_compare_exchange_strong(&e->state, &running, RF__IDLE))
-		e->release(e->owner); /* destroyed while the run was ours (a refused one too): ours to release */
+idle:
+	rf__engine_give(e, RF__RUNNING); /* a refused run too */
 	return rc;
 }
 

@@ -466,10 +466,3 @@ int rf__trace_write(const rf__trace *t, const char *path, const char *label)
 	free(body);
 	return rc;
 }
-
-int rf__trace_end(rf__trace *t, const char *path, const char *label)
-{
-	int rc = rf__trace_write(t, path, label);
-	rf__trace_drop(t);
-	return rc;
-}
