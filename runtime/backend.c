@@ -72,8 +72,7 @@ int rf__backend_lookup(const char *name, int device, const rf__backend_ops **out
 	return RF_OK;
 }
 
-/* Which memory a backend's slots are: built-ins by name (also when not built in), registered ones by
- * their caps; -1 for "auto" and unknown names (the lookup refuses those). */
+/* RF_MEMORY_HOST or _DEVICE as rf__backend_is_device tells; -1 for "auto" and unknown names. */
 static int rf__backend_kind(const char *name)
 {
 	if (strcmp(name, "cpu") == 0 || strcmp(name, "threads") == 0)

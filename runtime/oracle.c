@@ -200,11 +200,10 @@ static int rf__tev_slot_cmp(const void *a, const void *b)
 	return (x->block > y->block) - (x->block < y->block);
 }
 
-/* WAW: the copies into one ring slot, in block order (the order rf_graph_validate requires of them), each
- * start after the one before ended. The predecessors catch this between neighbours on a queue; this
- * catches it between copies that others came between (copies of one queue may overlap otherwise). */
-/* The events of `kind` (copies into ring slots, or stages into staging slots) that fill one slot do so
- * one after another. */
+/* WAW: the events of `kind` (copies into ring slots, or stages into staging slots) that fill one slot, in
+ * block order (the order rf_graph_validate requires of them), each start after the one before ended.
+ * The predecessors catch this between neighbours on a queue; this catches it between fills that others
+ * came between (copies of one queue may overlap otherwise). */
 static int rf__oracle_waw(const rf__tev **ev, size_t n, uint8_t kind)
 {
 	const rf__tev **cp = rf__malloc((n ? n : 1) * sizeof *cp);
@@ -247,12 +246,11 @@ int rf__oracle_check_graph(const rf__trace *t, const rf__oracle_graph *og)
 	for (size_t v = 0; v < og->n && rc == RF_OK; v++) {
 		if (!og->work[v])
 			continue;
-		if (ev[v] == NULL) {
-			rc = rf__err(RF_EHAZARD, "oracle: node %zu never ran", v);
-			break;
-		}
 		size_t p = og->qwork[v];
-		qend[v] = p != RF__NONE && qend[p] > ev[v]->s1 ? qend[p] : ev[v]->s1;
+		if (ev[v] == NULL)
+			rc = rf__err(RF_EHAZARD, "oracle: node %zu never ran", v);
+		else
+			qend[v] = p != RF__NONE && qend[p] > ev[v]->s1 ? qend[p] : ev[v]->s1;
 	}
 	for (size_t v = 0; v < og->n && rc == RF_OK; v++) {
 		if (!og->work[v])

@@ -152,12 +152,12 @@ static int rf__ring_is_local(int local, unsigned d, unsigned kq)
 	return local && d >= kq + 1;
 }
 
-/* A ring program for depth d, as rf_pipeline_create builds them (test hooks included). */
-static int rf__pipeline_program(int local, unsigned d, unsigned kq, unsigned pins, struct rf_program **out)
+/* A ring program of p's for depth d (test hooks included). */
+static int rf__pipeline_program(const rf_pipeline *p, unsigned d, struct rf_program **out)
 {
-	if (rf__ring_is_local(local, d, kq))
-		return rf__ring_program_local(d, kq, out);
-	int rc = rf__ring_program(d, kq, pins, out);
+	if (rf__ring_is_local(p->local, d, p->copy_queues))
+		return rf__ring_program_local(d, p->copy_queues, out);
+	int rc = rf__ring_program(d, p->copy_queues, p->pins, out);
 	if (rc == RF_OK && RF__TEST_HOOK(drop_war_wait))
 		rf__prog_drop_war(*out, 0);
 	if (rc == RF_OK && RF__TEST_HOOK(drop_staging_war))
@@ -194,7 +194,7 @@ static unsigned rf__auto_begin_probing(rf_pipeline *p, unsigned d)
 		kept |= cand[built] == depth;
 		if (cand[built] == depth)
 			*c = start;
-		else if (rf__pipeline_program(p->local, cand[built], p->copy_queues, p->pins, c) != RF_OK)
+		else if (rf__pipeline_program(p, cand[built], c) != RF_OK)
 			break;
 	}
 	for (unsigned i = 0; built < n && i < built; i++)
@@ -313,8 +313,9 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 		return rf__err(RF_ENOMEM, "rf_pipeline_create: out of memory");
 	struct rf_program *prog;
 	p->pins = r.pins;
+	p->copy_queues = r.kq;
 	p->local = params->locality == RF_LOCALITY_COPIER && strcmp(r.backend, "threads") == 0;
-	if ((rc = rf__pipeline_program(p->local, r.depth, r.kq, p->pins, &prog)) != RF_OK)
+	if ((rc = rf__pipeline_program(p, r.depth, &prog)) != RF_OK)
 		goto fail;
 	p->eng.local = rf__ring_is_local(p->local, r.depth, r.kq);
 	p->eng.staging = r.staging;
@@ -322,8 +323,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	p->eng.min_slots = r.auto_max;
 	p->eng.io_online = r.auto_max != 0 && !r.device;
 	p->eng.after = r.auto_max != 0 ? rf__auto_after : NULL;
-	if (r.auto_max != 0 && !r.device)
-		p->eng.measure = rf__pipeline_measure;
+	p->eng.measure = p->eng.io_online ? rf__pipeline_measure : NULL;
 	if ((rc = rf__engine_init(&p->eng, "rf_pipeline_create", r.backend, params->device, prog,
 				  params->slot_bytes, &r.cfg)) != RF_OK)
 		goto fail;
@@ -331,7 +331,7 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	p->eng.owner = p;
 	/* the measuring run's ring for large file blocks; without it (no memory) it runs the start's */
 	if (p->eng.measure != NULL && p->eng.nslots > r.depth &&
-	    rf__pipeline_program(p->local, p->eng.nslots, r.kq, p->pins, &p->eng.deep) != RF_OK)
+	    rf__pipeline_program(p, p->eng.nslots, &p->eng.deep) != RF_OK)
 		p->eng.deep = NULL;
 	uint64_t hint_bytes = params->hint_bytes ? params->hint_bytes : r.cfg.hint_bytes;
 	if (p->eng.be->post != NULL && (rc = rf__keyed_create(&p->eng, hint_bytes, &p->eng.keyed)) != RF_OK) {
@@ -340,7 +340,6 @@ int rf_pipeline_create(const rf_pipeline_params *params, rf_pipeline **out)
 	}
 	p->eng.before = p->eng.keyed != NULL ? rf__pipeline_before : NULL;
 	atomic_init(&p->depth, r.depth);
-	p->copy_queues = r.kq;
 	if (r.auto_max != 0 && r.device)
 		rf__auto_device(p);
 	rf__pipeline_vary(p);
