@@ -30,38 +30,21 @@ static int rf__threads_klane_of(const rf__threads *t, rf__kticket tk, unsigned *
 static void rf__threads_kprog_init(rf__threads_kprog *p, rf__threads *t, rf__threads_lane *l, rf__threads_prog *ps,
 				   rf__work *item, size_t stride)
 {
-	memset(p, 0, sizeof *p);
-	if (l != NULL) {
-		p->ops[0] = rf__op_copy(l->q, 0, RF__NO_STAGE, 0, 0);
-		p->ops[1] = rf__op_signal(l->q, 0, 0, 0, 0);
-	} else {
-		p->ops[0] = rf__op_wait(0, 0, 0, 0, 0, 0);
-		p->ops[1] = rf__op_copy(0, 0, RF__NO_STAGE, 0, 0);
-	}
-	p->prog.nqueues = t->nq;
-	p->prog.nslots = t->nslots;
-	p->prog.nops = 2;
+	*p = (rf__threads_kprog){
+		.ops = {l != NULL ? rf__op_copy(l->q, 0, RF__NO_STAGE, 0, 0) : rf__op_wait(0, 0, 0, 0, 0, 0),
+			l != NULL ? rf__op_signal(l->q, 0, 0, 0, 0) : rf__op_copy(0, 0, RF__NO_STAGE, 0, 0)},
+		.prog = {.nqueues = t->nq, .nslots = t->nslots, .nops = 2, .nblocks_min = 1},
+		.wk = {.t = t, .lane = l, .ps = ps, .item = item,
+		       .run = {.nblocks = 1, .slot_stride = stride, .cancel = &rf__threads_never}},
+	};
 	p->prog.ops = p->ops;
-	p->prog.nblocks_min = 1;
-	p->wk.t = t;
-	p->wk.lane = l;
-	p->wk.ps = ps;
-	p->wk.item = item;
-	rf__run *r = &p->wk.run;
-	r->prog = &p->prog;
-	r->nblocks = 1;
-	r->slot_stride = stride;
-	r->cancel = &rf__threads_never;
+	p->wk.run.prog = &p->prog;
 }
 
 /* Keyed programs never steal, demote or count from a run's base; they wait under the keyed policy. */
 static void rf__threads_kps_init(rf__threads_prog *ps, const rf__threads *t)
 {
-	memset(ps, 0, sizeof *ps);
-	atomic_init(&ps->stop, 0);
-	atomic_init(&ps->first_rc, 0);
-	ps->tickets = 1;
-	ps->spin_ns = t->spin_ns;
+	*ps = (rf__threads_prog){.tickets = 1, .spin_ns = t->spin_ns};
 }
 
 void rf__threads_kopen(rf__threads *t, size_t stride)
