@@ -17,8 +17,7 @@ typedef struct rf__cpu_walk {
 	_Atomic int64_t seen[RF_MAX_QUEUES]; /* last value signalled per queue */
 	int overlapped;                      /* file copies are started, not waited for */
 	uint64_t after[RF_MAX_QUEUES];       /* overlapped: copies started up to each queue's last one */
-	rf__run *run;
-	rf__flight *run_io;
+	rf__run *run; /* overlapped: the run walked */
 	size_t ra_end; /* overlapped: blocks up to here were found adjacent in memory, one after another */
 	size_t ra_cap; /* overlapped: how far the reader's window may read ahead (0: no window this run) */
 } rf__cpu_walk;
@@ -26,17 +25,6 @@ typedef struct rf__cpu_walk {
 static int rf__cpu_seen(rf__cpu_walk *w, unsigned q, int64_t v)
 {
 	return atomic_load_explicit(&w->seen[q], memory_order_relaxed) >= v;
-}
-
-/* Reap the caller's reads until queue q has signalled v (or nothing is left in flight). */
-static int rf__cpu_reap(rf__cpu_walk *w, rf__run *run, unsigned q, int64_t v)
-{
-	rf__flight *f = run->io;
-	while (!rf__cpu_seen(w, q, v) && rf__flight_progress(f) && !f->failed && !rf__cpu_seen(w, q, v))
-		rf__flight_sleep(f);
-	if (f->failed)
-		return rf__err(RF_EIO, "%s", f->msg);
-	return RF_OK;
 }
 
 /* Bytes right after block b (a file range) that the walk copies next, in order: the blocks that follow
@@ -116,7 +104,7 @@ static int rf__cpu_signal(void *c, unsigned q, int64_t v, size_t block)
 {
 	(void)block;
 	rf__cpu_walk *w = c;
-	rf__flight_signal_after(w->run_io, &w->seen[q], v, w->after[q]);
+	rf__flight_signal_after(w->run->io, &w->seen[q], v, w->after[q]);
 	return 0;
 }
 
@@ -125,15 +113,19 @@ static int rf__cpu_never(unsigned q, unsigned wq, int64_t v)
 	return rf__err(RF_EBACKEND, "queue %u would wait forever for q%u >= %lld", q, wq, (long long)v);
 }
 
+/* The overlapped walk's wait reaps the caller's reads until wq has signalled v (or nothing is left in
+ * flight). */
 static int rf__cpu_wait(void *c, unsigned q, unsigned wq, int64_t v, size_t block)
 {
 	(void)block;
 	rf__cpu_walk *w = c;
+	rf__flight *f = w->run->io;
 	if (rf__cpu_seen(w, wq, v))
 		return 0;
-	int rc = rf__cpu_reap(w, w->run, wq, v);
-	if (rc != RF_OK)
-		return rc;
+	while (!rf__cpu_seen(w, wq, v) && rf__flight_progress(f) && !f->failed && !rf__cpu_seen(w, wq, v))
+		rf__flight_sleep(f);
+	if (f->failed)
+		return rf__err(RF_EIO, "%s", f->msg);
 	return rf__cpu_seen(w, wq, v) ? 0 : rf__cpu_never(q, wq, v);
 }
 
@@ -160,13 +152,13 @@ static const rf__walk_ops rf__cpu_plain_ops = {rf__cpu_copy, rf__cpu_compute, rf
 int rf__cpu_run(void *ctx, rf__run *run)
 {
 	(void)ctx;
-	rf__cpu_walk w = {{0}, 0, {0}, NULL, NULL, 0, 0};
+	rf__cpu_walk w = {{0}, 0, {0}, NULL, 0, 0};
 	return rf__walk(run, -1, 0, &rf__cpu_plain_ops, &w);
 }
 
 int rf__cpu_walk_overlapped(rf__run *run)
 {
-	rf__cpu_walk w = {{0}, 1, {0}, run, run->io, 0, 0};
+	rf__cpu_walk w = {{0}, 1, {0}, run, 0, 0};
 	rf__flight *f = run->io;
 	f->failed = 0;
 	rf__trace_flight(f, run->trace);
