@@ -322,7 +322,7 @@ static int rf__threads_lanes(rf__threads *t, rf__run *run)
 		if (rf__pool_post(&t->pool, i, &t->lane[i].walk) != RF_OK) /* keyed copies were quiesced */
 			return rf__err(RF_EBACKEND, "threads: lane %u has no room for the run", i);
 	rf__threads_walk(t, run, 0, NULL);
-	rf__ec_wait(&t->ec, rf__threads_all_done, t, t->run_spin_ns);
+	rf__ec_wait(&t->ec, rf__threads_all_done, t, t->rs.spin_ns);
 	rf__threads_kafter_run(t);
 	int rc = atomic_load(&t->rs.first_rc);
 	if (rc == RF_ECALLBACK) {
@@ -491,8 +491,7 @@ static int rf__threads_open(const rf__open_args *args, void **ctx)
 	}
 	rf__ec_init(&t->ec);
 	t->spin_ns = args->wait_spin_ns;
-	t->run_spin_ns = t->spin_ns > RF__RUN_SPIN_NS ? t->spin_ns : RF__RUN_SPIN_NS;
-	t->rs.spin_ns = t->run_spin_ns;
+	t->rs.spin_ns = t->spin_ns > RF__RUN_SPIN_NS ? t->spin_ns : RF__RUN_SPIN_NS;
 	rf__threads_arms(t, args->handoff);
 	int rc = rf__pool_start(&t->pool, nl, "copy", &t->ec, t->spin_ns, &rf__threads_lane_ops, lctx);
 	free(lctx);

@@ -100,9 +100,8 @@ struct rf__threads {
 	rf__pool pool;
 	rf__ec ec;
 	int64_t spin_ns;     /* the wait policy after runs and keyed copies (0: sleep at once) */
-	int64_t run_spin_ns; /* within a run */
 	rf__run *run;        /* the run in progress */
-	rf__threads_prog rs; /* its program state */
+	rf__threads_prog rs; /* its program state (its spin_ns: the wait policy within a run) */
 	atomic_uint active; /* lanes still walking it */
 	rf__threads_prog kps;   /* the keyed copies the caller makes (demand copies; every one without lanes) */
 	rf__threads_kprog kown; /* ... and the program of the one it makes now */
