@@ -498,8 +498,9 @@ int rf__keyed_unprefetch(rf__keyed *k, uint64_t key)
 		rf__kdrop(k, i);
 	} else { /* its copy started (or landed): it stays, first in line for eviction (at the head of the
 		  * hint list when hints are bounded, else of the one LRU list) */
-		rf__kunlink(k, rf__klist(k, i), i);
-		rf__kpush_head(k, rf__klist(k, i), i);
+		int l = rf__klist(k, i);
+		rf__kunlink(k, l, i);
+		rf__klink(k, l, i, k->n, k->s[k->n].ln[l].next);
 	}
 	rf__kpump(k);
 	return RF_OK;

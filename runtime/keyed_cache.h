@@ -30,10 +30,8 @@ typedef struct rf__kslot {
 	uint8_t state;
 	uint8_t hint;   /* filled by a hint that no acquire has taken yet */
 	uint8_t issued; /* that hint's copy was issued (wasted, not dropped, if it leaves unacquired) */
-	/* RF__KLRU: unheld keys, least recently used first: with hints bounded (hints_bounded) only those
-	 * that an acquire took; RF__KHINT, with hints bounded only: unheld keys no acquire has taken since
-	 * their hint (hint set), least recently used first (each unheld key is in exactly one of the two:
-	 * rf__klist); RF__KHB: held-back hints, in issue order */
+	/* RF__KLRU, RF__KHINT: the unheld keys, each in one of them (rf__klist; runtime/keyed.c says which),
+	 * least recently used first; RF__KHB: held-back hints, in issue order */
 	struct {
 		unsigned prev, next;
 	} ln[3];
@@ -164,13 +162,7 @@ static inline void rf__kpush(rf__keyed *k, int l, unsigned i) /* at the tail */
 	rf__klink(k, l, i, k->s[k->n].ln[l].prev, k->n);
 }
 
-static inline void rf__kpush_head(rf__keyed *k, int l, unsigned i) /* first in line */
-{
-	rf__klink(k, l, i, k->n, k->s[k->n].ln[l].next);
-}
-
-/* The list an unheld key is in (from its hint flag: ask before changing it). Unbounded hints share
- * the one LRU list with acquired keys: the documented rule, least recently used first, for both. */
+/* The list an unheld key is in (from its hint flag: ask before changing it). */
 static inline int rf__klist(const rf__keyed *k, unsigned i)
 {
 	return k->hints_bounded && k->s[i].hint ? RF__KHINT : RF__KLRU;
