@@ -35,7 +35,7 @@ typedef struct rd_copy {
 	size_t n, shift, piece, next; /* next: window bytes issued so far */
 	unsigned out;                 /* pieces in flight */
 	int rc;
-	unsigned char direct, move, timed, pending, win;
+	unsigned char direct, move, timed, pending;
 	unsigned cls, method;
 	size_t cap;      /* dst_cap, and the start's flags: for a window copy that is read on its own */
 	unsigned flags;

@@ -125,7 +125,6 @@ void rf__reader_win_serve(rf__reader *r)
 			w->copies++;
 			rf__reader_finish(r, ci);
 		} else { /* read on its own, where a failure is put into words */
-			c->win = 0;
 			rf__reader_setup(r, ci);
 		}
 		while (w->n > 0 && w->ch[w->head].state != RD_CH_OUT && w->ch[w->head].lim <= end) {
@@ -243,7 +242,6 @@ int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead)
 		w->final = ahead < w->cap || lim == size;
 	}
 	w->expect = c->end;
-	c->win = 1;
 	w->wait[(w->wait_head + w->nwait++) % r->max_copies] = ci;
 	return 1;
 }
