@@ -8,7 +8,7 @@
 
 #include "base/wait.h"
 #include "io/file.h"
-#include "io/reader_types.h"
+#include "io/reader.h"
 
 #ifdef RF_HAVE_LIBURING
 #include <liburing.h>
