@@ -69,7 +69,6 @@ static void rd_fail(rf__reader *r, unsigned ci, const rd_piece *p, int err_no, s
 	c->next = c->win_len;
 }
 
-/* The sentence of failed copy c, into r->err. */
 void rf__reader_explain(rf__reader *r, const rd_copy *c)
 {
 	const char *path = c->f->path;
@@ -139,7 +138,6 @@ void rf__reader_rest(rf__reader *r, unsigned pi, long res)
 	rf__reader_issue(r, pi);
 }
 
-/* Copy piece pi came back with res (bytes, or -errno). */
 void rf__reader_piece_done(rf__reader *r, unsigned pi, long res)
 {
 	rd_piece *p = &r->pieces[pi];
@@ -170,7 +168,6 @@ void rf__reader_piece_done(rf__reader *r, unsigned pi, long res)
 		rf__reader_finish(r, ci);
 }
 
-/* Start the read of piece pi (filled in): a submission queued in the ring, or a pread done now. */
 void rf__reader_issue(rf__reader *r, unsigned pi)
 {
 	rd_piece *p = &r->pieces[pi];

@@ -15,11 +15,8 @@
 #endif
 #define RD_BELL UINT64_MAX /* user_data of the doorbell's poll */
 #define RD_SQ_ENTRIES 64u  /* the reads in flight, the doorbell, and room to spare */
-/* A read, or io_uring_enter, answered EAGAIN / EBUSY / EINTR is tried again after a short sleep (50 us,
- * doubling: about 6 ms over all tries), this many times in a row at most: a kernel (a
- * seccomp filter, a driver) that gives one of them for ever would otherwise spin the caller for ever.
- * Then the ring is given up for pread, a piece the ring keeps refusing is read with pread, and a pread
- * that keeps refusing fails its copy (RF_EIO). */
+/* The tries in a row of a read, or of io_uring_enter, answered EAGAIN / EBUSY / EINTR (io/reader.h: the
+ * sleep between them, why there is a limit, and what follows the last). */
 #define RD_TRIES 8u
 #define RD_SETUP_AGAIN_NS 200000000 /* the least time between two tries of an io_uring_setup short of resources */
 #define RD_TRIES_S "8" /* RD_TRIES in words */
@@ -172,13 +169,16 @@ void rf__reader_win_clear(rf__reader *r); /* let go of the chunks held (none in 
 int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead);
 /* io/uring.c: what comes back goes to r->read_done. Without liburing no ring; what needs one is a no-op. */
 int rf__reader_transient(int err);        /* "not now" (EAGAIN, EBUSY, EINTR): worth another try */
-void rf__reader_backoff(unsigned k);      /* the sleep before try k + 1 */
-void rf__reader_pread(rf__reader *r, unsigned pi, int fd); /* pread piece pi and complete it on the spot */
+void rf__reader_backoff(unsigned k);      /* the sleep before try k + 1 (k >= 1 tries made) */
+/* pread piece pi from fd to its end (or EOF, or an error) and complete it on the spot (r->read_done) */
+void rf__reader_pread(rf__reader *r, unsigned pi, int fd);
 void rf__reader_uring_init(rf__reader *r);  /* set up the ring, or say in r->why why not */
 void rf__reader_bell_drain(rf__reader *r);  /* consume the doorbell's count */
-void rf__reader_ring_register(rf__reader *r);    /* the region asked for (r->want_*) registered, or why not */
+/* let go of the region registered; the one asked for (r->want_*) registered with the ring, or why not */
+void rf__reader_ring_register(rf__reader *r);
 #ifdef RF_HAVE_LIBURING
-void rf__reader_uring_again(rf__reader *r); /* an io_uring_setup short of resources, again */
+/* an io_uring_setup short of resources, again (nothing in flight, nothing owed by a ring) */
+void rf__reader_uring_again(rf__reader *r);
 void rf__reader_uring_close(rf__reader *r); /* wait for the reads the ring owes, and close it */
 int rf__reader_uring_queue(rf__reader *r, unsigned pi, int fd); /* piece pi as a submission: 1, or 0 (none) */
 int rf__reader_uring_wait(rf__reader *r);   /* rf__reader_wait on a ring: 2 slept in it, 1 waited or need not */

@@ -13,13 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 
-/* An answer that says "not now" rather than "no": worth another try (RD_TRIES). */
 int rf__reader_transient(int err)
 {
 	return err == EAGAIN || err == EBUSY || err == EINTR;
 }
 
-/* The sleep before try k + 1 (k >= 1 tries made). */
 void rf__reader_backoff(unsigned k)
 {
 	long us = 50L << (k > 7 ? 7 : k - 1);
@@ -27,7 +25,6 @@ void rf__reader_backoff(unsigned k)
 	nanosleep(&d, NULL);
 }
 
-/* pread piece pi from fd to its end (or EOF, or an error) and complete it on the spot (r->read_done). */
 void rf__reader_pread(rf__reader *r, unsigned pi, int fd)
 {
 	rd_piece *p = &r->pieces[pi];
@@ -65,7 +62,6 @@ void rf__reader_bell_drain(rf__reader *r)
 	}
 }
 
-/* Let go of the region registered, and register the one asked for (if any) with the ring, or say why not. */
 void rf__reader_ring_register(rf__reader *r)
 {
 #ifdef RF_HAVE_LIBURING
@@ -92,7 +88,6 @@ void rf__reader_ring_register(rf__reader *r)
 }
 
 #ifdef RF_HAVE_LIBURING
-/* Set up the ring, or say in r->why why not (the reader then reads with pread). */
 void rf__reader_uring_init(rf__reader *r)
 {
 	r->setup_again = 0;
@@ -121,7 +116,6 @@ void rf__reader_uring_init(rf__reader *r)
 	r->uring = 1;
 	r->ring_open = 1;
 }
-
 
 /* io_uring_enter failed for good: pread from now on. The submissions the kernel has not taken are read
  * here (the ring is never submitted to again); reads it took still complete through the ring. */
@@ -157,7 +151,6 @@ static void rd_entered(rf__reader *r, int rc)
 	rd_uring_broke(r, -rc);
 }
 
-/* Hand the queued submissions to the kernel. */
 void rf__reader_submit(rf__reader *r)
 {
 	if (!r->uring || io_uring_sq_ready(&r->ring) == 0)
@@ -193,7 +186,6 @@ void rf__reader_reap(rf__reader *r)
 	}
 }
 
-/* io_uring_setup failed for want of resources: try again (nothing in flight, nothing owed by a ring). */
 void rf__reader_uring_again(rf__reader *r)
 {
 	rf__reader_uring_init(r); /* sets setup_again and setup_at again if it fails the same way */
@@ -204,7 +196,6 @@ void rf__reader_uring_again(rf__reader *r)
 	rf__reader_ring_register(r);
 }
 
-/* Piece pi as a submission queued in the ring: 1, or 0 where there is no ring to queue it in. */
 int rf__reader_uring_queue(rf__reader *r, unsigned pi, int fd)
 {
 	/* Never NULL with a ring: RD_SQ_ENTRIES holds every piece and the doorbell. */
