@@ -81,9 +81,4 @@ static inline int rf__file_fd(const rf_file *f, int direct)
 	return direct && f->dfd >= 0 ? f->dfd : f->fd;
 }
 
-static inline size_t rf__file_dio_align(const rf_file *f)
-{
-	return f->dio_align;
-}
-
 #endif

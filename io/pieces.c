@@ -149,7 +149,7 @@ void rf__reader_piece_done(rf__reader *r, unsigned pi, long res)
 	}
 	uint64_t want = p->off + p->len < c->end ? p->off + p->len : c->end;
 	if (res >= 0 && p->off + (uint64_t)res < want && c->rc == RF_OK) {
-		size_t a = c->direct ? rf__file_dio_align(c->f) : 1;
+		size_t a = c->direct ? c->f->dio_align : 1;
 		if (res > 0 && (size_t)res % a == 0) {
 			rf__reader_rest(r, pi, res);
 			return;
@@ -217,7 +217,7 @@ void rf__reader_setup(rf__reader *r, unsigned ci)
 {
 	rd_copy *c = &r->copies[ci];
 	const rf_file *f = c->f;
-	size_t a = rf__file_dio_align(f), ma = f->dio_mem_align;
+	size_t a = f->dio_align, ma = f->dio_mem_align;
 	if (a != 0) {
 		uint64_t wo = c->win_off / a * a, we = (c->win_off + c->n + a - 1) / a * a;
 		size_t shift = (size_t)(c->win_off - wo), wl = (size_t)(we - wo);

@@ -64,7 +64,7 @@ static void rd_chunk_done(rf__reader *r, unsigned pi, long res)
 		return;
 	}
 	if (res > 0 && (size_t)res < p->len && p->off + (uint64_t)res < h->lim &&
-	    (size_t)res % rf__file_dio_align(w->f) == 0) {
+	    (size_t)res % w->f->dio_align == 0) {
 		rf__reader_rest(r, pi, res);
 		return;
 	}
@@ -173,7 +173,7 @@ void rf__reader_win_fill(rf__reader *r)
 	       r->nfree_pieces > 0) {
 		if (!w->final && w->next + w->chunk > w->limit)
 			return; /* a partial chunk would leave the next one off the alignment */
-		size_t a = rf__file_dio_align(w->f);
+		size_t a = w->f->dio_align;
 		uint64_t lim = w->next + w->chunk < w->limit ? w->next + w->chunk : w->limit;
 		size_t len = (size_t)((lim - w->next + a - 1) / a * a);
 		unsigned i = (w->head + w->n) % w->k, b = rd_win_buf(w);
@@ -197,7 +197,7 @@ int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead)
 	rd_win *w = &r->win;
 	rd_copy *c = &r->copies[ci];
 	rf_file *f = c->f;
-	size_t a = rf__file_dio_align(f);
+	size_t a = f->dio_align;
 	if (w->mem == NULL || a == 0 || (c->flags & RF__READER_SHIFT_OK))
 		return 0;
 	int cont = w->f == f && c->win_off == w->expect && w->expect < w->limit;

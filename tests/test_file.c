@@ -133,10 +133,10 @@ Test(file, o_direct_where_the_disk_takes_it)
 	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK);
 	cr_assert_eq(rf_file_open(path, RF_FILE_BUFFERED, &b), RF_OK);
 	/* The work tree is on a disk that takes O_DIRECT (ext4 here); a page is always enough alignment. */
-	size_t a = rf__file_dio_align(f);
+	size_t a = f->dio_align;
 	cr_assert(a >= 512 && a <= 4096 && (a & (a - 1)) == 0, "dio align %zu", a);
 	cr_assert_neq(rf__file_fd(f, 1), rf__file_fd(f, 0));
-	cr_assert_eq(rf__file_dio_align(b), 0u);
+	cr_assert_eq(b->dio_align, 0u);
 	cr_assert_eq(rf__file_fd(b, 1), rf__file_fd(b, 0));
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	cr_assert_eq(rf_file_close(b), RF_OK);
@@ -184,7 +184,7 @@ Test(file, no_descriptor_for_o_direct_fails_the_open_naming_it)
 	char *path = make_file(8192, 6);
 	rf_file *f;
 	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
-	int direct = rf__file_dio_align(f) != 0;
+	int direct = f->dio_align != 0;
 	cr_assert_eq(rf_file_close(f), RF_OK);
 	if (!direct) {
 		drop(path);

@@ -135,7 +135,7 @@ Test(reader, ranges_aligned_and_not)
 	char *path = make_file(FSIZE, 5);
 	rf_file *f;
 	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
-	cr_assert(rf__file_dio_align(f) != 0, "the test directory must take O_DIRECT (not a tmpfs)");
+	cr_assert(f->dio_align != 0, "the test directory must take O_DIRECT (not a tmpfs)");
 	rf__reader *r;
 	cr_assert_eq(rf__reader_create(8, -1, &r), RF_OK);
 	size_t cap = (6u << 20) + 16384;
