@@ -1,6 +1,5 @@
-/* io/pieces.c — a copy's pieces (io/reader_int.h): how a copy is read, its pieces issued as room
- * allows, completed (a partial read's rest, a refusal tried again, a pread when the ring will not),
- * its failure put into words, its bytes moved into place and timed for the rule, and the rule. */
+/* io/pieces.c — a copy's pieces (io/reader_int.h): issued as room allows, completed, retried, failed in
+ * words; its bytes moved into place and timed for the copy rule, and the rule. */
 #include "io/reader_int.h"
 #include "base/compare.h"
 

@@ -1,6 +1,5 @@
-/* io/uring.c — the reader's io_uring ring (io/reader_int.h): setup, and setup again after a shortage;
- * submissions and their reaping; the doorbell's poll; the registered region. Built without liburing,
- * there is never a ring: the reader reads with pread and says why. */
+/* io/uring.c — the reader's reads made (io/reader_int.h): the io_uring ring (set up again after a
+ * shortage) and its doorbell's poll and registered region, or pread (always, built without liburing). */
 #define _GNU_SOURCE
 #include "base/error.h"
 #include "io/reader_int.h"
