@@ -174,8 +174,7 @@ int rf__flight_progress(rf__flight *f)
 	while (rf__reader_poll(rd, &tag, &rc, &shift))
 		rf__flight_landed(f, tag, rc, shift);
 	rf__flight_fire(f);
-	if (rf__reader_gen(rd) != f->why_gen) /* what it landed changed how the reader reads */
-		rf__flight_describe(f, rd);
+	(void)rf__flight_refresh(f); /* what it landed may have changed how the reader reads */
 	return rf__flight_busy(f);
 }
 
