@@ -14,7 +14,6 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/pause.h"
-#include "base/test_hooks.h"
 
 #include <errno.h>
 #include <fcntl.h>

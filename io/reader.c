@@ -8,7 +8,6 @@
  * timing) is one code path for both. Small copies in file order may be served from the read-ahead
  * window (io/window.c). */
 #define _GNU_SOURCE /* MADV_HUGEPAGE */
-#include "io/reader.h"
 #include "io/reader_int.h"
 #include "base/alloc.h"
 #include "base/compare.h"

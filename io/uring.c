@@ -1,7 +1,6 @@
 /* io/uring.c — the reader's reads made (io/reader_int.h): the io_uring ring (set up again after a
  * shortage) and its doorbell's poll and registered region, or pread (always, built without liburing). */
 #define _GNU_SOURCE
-#include "base/error.h"
 #include "io/reader_int.h"
 
 #include <errno.h>
