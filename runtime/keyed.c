@@ -84,21 +84,6 @@ void rf__keyed_destroy(rf__keyed *k)
 	free(k);
 }
 
-/* The oldest unacquired hint whose slot a new copy can take without waiting: held back, its copy
- * finished, or its copy withdrawn here (*withdrawn = 1); k->n if every one is being copied. */
-static unsigned rf__kchoose_hint(rf__keyed *k, int *withdrawn)
-{
-	for (unsigned i = k->s[k->n].ln[RF__KHINT].next; i != k->n; i = k->s[i].ln[RF__KHINT].next) {
-		if (k->s[i].state == RF__K_HELDBACK || rf__kdone(k, &k->s[i]) != 0)
-			return i;
-		if (rf__kwithdraw(k, i)) {
-			*withdrawn = 1;
-			return i;
-		}
-	}
-	return k->n;
-}
-
 enum { RF__KFOR_DEMAND, RF__KFOR_HINT, RF__KFOR_HINT_OVER };
 
 /* The slot for a new key; k->n if none (every slot held). Hints unbounded: the hint list is empty and
@@ -115,8 +100,15 @@ static unsigned rf__kchoose_full(rf__keyed *k, int why, int *withdrawn, unsigned
 	unsigned v;
 	if (why == RF__KFOR_HINT && lru != k->n)
 		return lru;
-	if ((v = rf__kchoose_hint(k, withdrawn)) != k->n)
-		return v;
+	/* Needing no wait: held back, its copy finished, or its copy withdrawn here. */
+	for (v = k->s[k->n].ln[RF__KHINT].next; v != k->n; v = k->s[v].ln[RF__KHINT].next) {
+		if (k->s[v].state == RF__K_HELDBACK || rf__kdone(k, &k->s[v]) != 0)
+			return v;
+		if (rf__kwithdraw(k, v)) {
+			*withdrawn = 1;
+			return v;
+		}
+	}
 	if (why != RF__KFOR_HINT_OVER && lru != k->n)
 		return lru;
 	if ((v = k->s[k->n].ln[RF__KHINT].next) == k->n && RF__TEST_HOOK(keyed_refill_held))
