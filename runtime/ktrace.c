@@ -53,15 +53,13 @@ static void rf__kt_flush(rf__ktrace *t)
 int rf__ktrace_open(const char *who, const char *path, unsigned nslots, size_t slot_bytes, rf__ktrace **out)
 {
 	rf__ktrace *t = rf__calloc(1, sizeof *t);
-	size_t len = strlen(path);
 	if (t == NULL || (t->buf = rf__malloc(RF__KT_RECORDS * sizeof *t->buf)) == NULL ||
-	    (t->path = rf__malloc(len + 1)) == NULL) {
+	    (t->path = rf__strdup(path)) == NULL) {
 		if (t != NULL)
 			free(t->buf);
 		free(t);
 		return rf__err(RF_ENOMEM, "%s: out of memory for a keyed trace", who);
 	}
-	memcpy(t->path, path, len + 1);
 	/* O_NONBLOCK: a FIFO without a reader is ENXIO, not a wait; the writes themselves block. */
 	t->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY | O_NONBLOCK, 0666);
 	int e = t->fd < 0 ? errno : 0;
