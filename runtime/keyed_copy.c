@@ -20,9 +20,8 @@ int rf__ktrace_make(rf__keyed *k)
 	return k->tr.ev[0] != NULL ? RF_OK : RF_ENOMEM;
 }
 
-/* The slices of the keyed copies issued since the last time, once every one has finished: checked (a
- * hazard keeps them), written to the trace file (if one is set; never by a child of fork(): they are
- * the parent's), then forgotten. */
+/* Checked before they are written (a hazard keeps them); a child of fork() writes none: they are the
+ * parent's. */
 int rf__keyed_trace_flush(rf__keyed *k)
 {
 	if (k->tr_next == 0)
