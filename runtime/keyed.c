@@ -342,8 +342,7 @@ fail:
 
 static void rf__kout(const rf__keyed *k, unsigned i, void *stream, rf_block *out)
 {
-	*out = (rf_block){(size_t)k->s[i].key, i, rf__kdata(k, i), k->s[i].bytes,
-			  stream};
+	*out = (rf_block){(size_t)k->s[i].key, i, rf__kdata(k, i), k->s[i].bytes, stream};
 }
 
 /* A hold on resident slot i (hit or a copy just issued). */
