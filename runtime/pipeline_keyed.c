@@ -24,7 +24,7 @@ static int rf__keyed_end(rf_pipeline *p, int rc)
 	return rc;
 }
 
-/* ---- the keyed trace: each call's record, classified from the cache's own counters -------------- */
+/* ---- the keyed trace ------------------------------------------------------------------------------ */
 
 static unsigned rf__ktrace_slot(const rf_pipeline *p, uint64_t key)
 {
@@ -32,35 +32,6 @@ static unsigned rf__ktrace_slot(const rf_pipeline *p, uint64_t key)
 	unsigned slot = UINT32_MAX;
 	rf__keyed_lookup(p->eng.keyed, key, &st, &slot);
 	return st == RF_KEY_ABSENT ? UINT32_MAX : slot;
-}
-
-static int rf__ktrace_prefetch(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, unsigned flags)
-{
-	rf_keyed_stats a, b;
-	rf__keyed_stats(p->eng.keyed, &a);
-	int rc = rf__keyed_prefetch(p->eng.keyed, key, src, bytes, flags);
-	if (rc != RF_OK)
-		return rc;
-	rf__keyed_stats(p->eng.keyed, &b);
-	rf__ktrace_add(p->eng.ktrace, b.prefetches != a.prefetches ? RF_KTRACE_PREFETCH : RF_KTRACE_PREFETCH_PRESENT,
-		       key, bytes, rf__ktrace_slot(p, key));
-	return RF_OK;
-}
-
-static int rf__ktrace_acquire(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, void *stream,
-			      unsigned flags, rf_block *out)
-{
-	rf_keyed_stats a, b;
-	int present = rf__ktrace_slot(p, key) != UINT32_MAX;
-	rf__keyed_stats(p->eng.keyed, &a);
-	int rc = rf__keyed_acquire(p->eng.keyed, key, src, bytes, stream, flags, out);
-	if (rc != RF_OK)
-		return rc;
-	rf__keyed_stats(p->eng.keyed, &b);
-	unsigned kind = b.hits != a.hits ? RF_KTRACE_ACQUIRE_HIT : present ? RF_KTRACE_ACQUIRE_HINTED
-									    : RF_KTRACE_ACQUIRE_MISS;
-	rf__ktrace_add(p->eng.ktrace, kind, key, bytes, out->slot);
-	return RF_OK;
 }
 
 int rf_pipeline_keyed_trace(rf_pipeline *p, const char *path, unsigned flags)
@@ -84,15 +55,23 @@ int rf_pipeline_keyed_trace(rf_pipeline *p, const char *path, unsigned flags)
 	return rf__keyed_end(p, rc);
 }
 
-/* With a trace on, each call is wrapped by its recording twin (one predictable branch when off). */
+/* With a trace on (one predictable branch when off), a call's record is classified from the cache's
+ * counters around it. */
 int rf_pipeline_prefetch(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, unsigned flags)
 {
 	int rc = rf__keyed_begin(p, "rf_pipeline_prefetch");
 	if (rc != RF_OK)
 		return rc;
-	if (p->eng.ktrace != NULL)
-		return rf__keyed_end(p, rf__ktrace_prefetch(p, key, src, bytes, flags));
-	return rf__keyed_end(p, rf__keyed_prefetch(p->eng.keyed, key, src, bytes, flags));
+	if (p->eng.ktrace == NULL)
+		return rf__keyed_end(p, rf__keyed_prefetch(p->eng.keyed, key, src, bytes, flags));
+	rf_keyed_stats a, b;
+	rf__keyed_stats(p->eng.keyed, &a);
+	rc = rf__keyed_prefetch(p->eng.keyed, key, src, bytes, flags);
+	rf__keyed_stats(p->eng.keyed, &b);
+	if (rc == RF_OK)
+		rf__ktrace_add(p->eng.ktrace, b.prefetches != a.prefetches ? RF_KTRACE_PREFETCH : RF_KTRACE_PREFETCH_PRESENT,
+			       key, bytes, rf__ktrace_slot(p, key));
+	return rf__keyed_end(p, rc);
 }
 
 int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src, size_t bytes, void *stream,
@@ -101,9 +80,18 @@ int rf_pipeline_acquire(rf_pipeline *p, uint64_t key, const void *src, size_t by
 	int rc = rf__keyed_begin(p, "rf_pipeline_acquire");
 	if (rc != RF_OK)
 		return rc;
-	if (p->eng.ktrace != NULL)
-		return rf__keyed_end(p, rf__ktrace_acquire(p, key, src, bytes, stream, flags, out));
-	return rf__keyed_end(p, rf__keyed_acquire(p->eng.keyed, key, src, bytes, stream, flags, out));
+	if (p->eng.ktrace == NULL)
+		return rf__keyed_end(p, rf__keyed_acquire(p->eng.keyed, key, src, bytes, stream, flags, out));
+	rf_keyed_stats a, b;
+	int present = rf__ktrace_slot(p, key) != UINT32_MAX;
+	rf__keyed_stats(p->eng.keyed, &a);
+	rc = rf__keyed_acquire(p->eng.keyed, key, src, bytes, stream, flags, out);
+	rf__keyed_stats(p->eng.keyed, &b);
+	unsigned kind = b.hits != a.hits ? RF_KTRACE_ACQUIRE_HIT : present ? RF_KTRACE_ACQUIRE_HINTED
+									    : RF_KTRACE_ACQUIRE_MISS;
+	if (rc == RF_OK)
+		rf__ktrace_add(p->eng.ktrace, kind, key, bytes, out->slot);
+	return rf__keyed_end(p, rc);
 }
 
 int rf_pipeline_release(rf_pipeline *p, const rf_block *block)
