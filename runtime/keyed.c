@@ -487,8 +487,7 @@ int rf__keyed_unprefetch(rf__keyed *k, uint64_t key)
 	/* Held back, or its copy withdrawn before it started: the key goes (dropped, its credit back). */
 	if (k->s[i].state == RF__K_HELDBACK || rf__kwithdraw(k, i)) {
 		rf__kdrop(k, i);
-	} else { /* its copy started (or landed): it stays, first in line for eviction (at the head of the
-		  * hint list when hints are bounded, else of the one LRU list) */
+	} else { /* its copy started (or landed): it stays, at the head of its list (rf__klist) */
 		int l = rf__klist(k, i);
 		rf__kunlink(k, l, i);
 		rf__klink(k, l, i, k->n, k->s[k->n].ln[l].next);

@@ -43,8 +43,6 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		      rf_block *out);
 int rf__keyed_release(rf__keyed *k, const rf_block *block);
 int rf__keyed_evict(rf__keyed *k, uint64_t key);
-/* Withdraw the hint of key (rf_pipeline_unprefetch): RF_OK, also when key is absent, held or acquired
- * since its hint (nothing changes then). */
 int rf__keyed_unprefetch(rf__keyed *k, uint64_t key);
 int rf__keyed_lookup(const rf__keyed *k, uint64_t key, rf_key_state *state, unsigned *slot);
 void rf__keyed_stats(const rf__keyed *k, rf_keyed_stats *out);
