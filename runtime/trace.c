@@ -317,8 +317,7 @@ static int rf__jvalue(rf__jrd *r, int depth)
 	}
 }
 
-/* Check the whole file: blank (the events go at 0, a new array) or the trace array, then only
- * whitespace. -1 with r->why when the file is not a trace-event array. */
+/* The whole check (above); a blank file's events go at 0, a new array. -1 with r->why. */
 static int rf__trace_check(rf__jrd *r)
 {
 	r->at = 0;
@@ -368,8 +367,7 @@ static int rf__trace_fail(const char *path, const char *what)
 	return rf__err(RF_EBACKEND, "trace: cannot %s %s: %s", what, path, strerror(errno));
 }
 
-/* Append body (array elements) to the trace file at path, leaving it a closed array; a failed write
- * leaves the file as it was. */
+/* Append body (array elements) to the trace file at path (the file comment says how). */
 static int rf__trace_append(const char *path, const char *body, size_t len)
 {
 	int fd = open(path, O_RDWR | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0644);
