@@ -374,9 +374,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		return rc;
 	/* A hint whose copy has not started is overtaken (withdrawn, then copied here as if held back):
 	 * waiting for it could mean waiting behind other hints on its lane. */
-	int overtaken = 0;
-	if (i < k->n && k->s[i].state == RF__K_FILLED && k->s[i].hint && !rf__kdone(k, &k->s[i]))
-		overtaken = rf__kwithdraw(k, i);
+	int overtaken = i < k->n && k->s[i].state == RF__K_FILLED && k->s[i].hint && rf__kwithdraw(k, i);
 	if (i < k->n && k->s[i].state == RF__K_FILLED && !overtaken) { /* a hit, possibly late */
 		rf__kslot *s = &k->s[i];
 		int late = !rf__kdone(k, s);
