@@ -57,17 +57,10 @@ typedef struct rf__cuda_kt {
 	int rc;                  /* FAILED: why */
 	void *ev, *s;            /* s: the stream of a staged hint's H2D */
 	void *war;               /* staged hint: the event of the previous H2D out of its pinned slot (or NULL) */
-	unsigned slot, pin;      /* pin: the staging slot it reads (RF__NO_STAGE: the source) */
-	const void *src;
-	void *dst;
-	size_t bytes;
+	unsigned pin;            /* the staging slot it reads (RF__NO_STAGE: the source) */
 	rf__fsrc fs; /* staged hint, fs.f non-NULL: its source lies in this file (held until the read landed) */
-	_Atomic uint64_t *counter;
-	_Atomic int64_t *failed; /* rf__kcopy.failed */
-	struct rf__trace *trace; /* rf__kcopy.trace, tev, key, lane: its slice (the H2D's enqueue) */
-	uint32_t tev;
-	uint64_t key;
-	unsigned lane;
+	rf__kcopy req;           /* the copy asked for; req.trace, tev, key and lane: its slice (the H2D's enqueue) */
+	unsigned lane;           /* req.lane among the lanes */
 } rf__cuda_kt;
 
 struct rf__cuda_keyed {
@@ -180,7 +173,7 @@ static int rf__cuda_ktest(rf__cuda_ctx *cx, rf__kticket t)
 static int rf__cuda_kraw(const rf__cuda_kt *e)
 {
 	return rf__err(RF_EHAZARD, "keyed oracle: RAW: the copy of %zu bytes into slot %u would read pinned slot %u "
-				   "before its stage filled it", e->bytes, e->slot, e->pin);
+				   "before its stage filled it", e->req.bytes, e->req.slot, e->pin);
 }
 
 /* Stream s waits for what the H2D into `slot` follows (owner thread, before that H2D is enqueued): the
@@ -203,16 +196,16 @@ static int rf__cuda_korder(rf__cuda_ctx *cx, unsigned slot, rf__kticket after, v
 static int rf__cuda_kcopy(rf__cuda_ctx *cx, rf__cuda_kt *e, const void *src, void *s)
 {
 	const rf__cuda_api *api = cx->api;
-	if (cx->oracle && e->pin != RF__NO_STAGE && memcmp(src, e->src, e->bytes) != 0)
+	if (cx->oracle && e->pin != RF__NO_STAGE && memcmp(src, e->req.src.p, e->req.bytes) != 0)
 		return rf__cuda_kraw(e);
-	rf__tspan sp = rf__trace_kstart(e->trace);
-	int err = api->memcpy_async(e->dst, src, e->bytes, s);
+	rf__tspan sp = rf__trace_kstart(e->req.trace);
+	int err = api->memcpy_async(e->req.dst, src, e->req.bytes, s);
 	if (err == 0)
 		err = api->event_record(e->ev, s);
-	rf__trace_kcopy(e->trace, e->tev, sp, e->key, e->slot, e->lane);
+	rf__trace_kcopy(e->req.trace, e->req.tev, sp, e->req.key, e->req.slot, e->lane);
 	if (err != 0)
 		return rf__cuda_fail(api, "keyed copy (cudaMemcpyAsync / cudaEventRecord)", err);
-	atomic_fetch_add_explicit(e->counter, e->bytes, memory_order_relaxed);
+	atomic_fetch_add_explicit(e->req.counter, e->req.bytes, memory_order_relaxed);
 	atomic_store_explicit(&e->state, RF__CK_ISSUED, memory_order_release);
 	return RF_OK;
 }
@@ -268,11 +261,11 @@ static void rf__cuda_kstage_fn(rf__work *w, void *ctx)
 		else if (rf__cuda_clear(cx->api, e->war != NULL ? cx->api->event_synchronize(e->war) : 0) != 0)
 			e->rc = RF_EBACKEND;
 		else /* a file's read lets go of the file and marks a failure once landed (io/flight.h) */
-			rc = rf__cuda_stage(l, e->src, file ? &e->fs : NULL, e->bytes, SIZE_MAX - 1 - e->pin, e->pin,
-					  &(rf__flight_rec){.unhold = e->fs.f, .fail_at = e->failed, .fail_value = (int64_t)e->t});
+			rc = rf__cuda_stage(l, e->req.src.p, file ? &e->fs : NULL, e->req.bytes, SIZE_MAX - 1 - e->pin,
+					  e->pin, &(rf__flight_rec){.unhold = e->fs.f, .fail_at = e->req.failed, .fail_value = (int64_t)e->t});
 		if (rc < 0) { /* refused: failed as a read that landed so */
 			cx->sslot[e->pin] = NULL;
-			atomic_store_explicit(e->failed, (int64_t)e->t, memory_order_release);
+			atomic_store_explicit(e->req.failed, (int64_t)e->t, memory_order_release);
 		}
 		if (file && rc != RF__WALK_ASYNC) /* before the state says so: the file may be closed at once */
 			rf__file_unhold(e->fs.f);
@@ -426,9 +419,7 @@ static int rf__cuda_kissue(rf__cuda_ctx *cx, const rf__kcopy *req, rf__kticket *
 	if (old != 0 && atomic_load(&e->state) == RF__CK_WITHDRAWN) /* its item names the entry till passed */
 		rf__ec_wait(&cx->ec, rf__cuda_kitems_done, cx, cx->spin_ns);
 	atomic_store_explicit(&e->num, 0, memory_order_release);
-	e->t = t, e->rc = RF_OK, e->slot = req->slot, e->pin = RF__NO_STAGE, e->src = req->src.p, e->dst = req->dst;
-	e->bytes = req->bytes, e->counter = req->counter, e->failed = req->failed;
-	e->trace = req->trace, e->tev = req->tev, e->key = req->key, e->lane = l;
+	e->t = t, e->rc = RF_OK, e->pin = RF__NO_STAGE, e->req = *req, e->lane = l;
 	int dma = !file && (k->pins == 0 || rf__cuda_is_dma(cx, k->ranges, req->src.p, req->bytes));
 	/* Issued now (not by the lane's order): the slot's previous copy must be issued first. */
 	if ((dma || req->demand) && req->after != 0 && (rc = rf__cuda_kready(cx, req->after, NULL, 0)) != RF_OK)
