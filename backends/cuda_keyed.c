@@ -64,7 +64,8 @@ typedef struct rf__cuda_kt {
 } rf__cuda_kt;
 
 struct rf__cuda_keyed {
-	unsigned nlanes, nslots, nt, pins;
+	unsigned nlanes, nt, pins;
+	size_t nrel;             /* nslots * RF__CUDA_KREL */
 	void **hint;             /* per lane: its copy queue's stream; then demand, its own */
 	void **demand;
 	rf__cuda_kt *kt;           /* nt */
@@ -74,7 +75,7 @@ struct rf__cuda_keyed {
 	rf__kticket next;        /* the last ticket issued */
 	int dirty;               /* something issued or released since the last quiesce */
 	int used;                /* a keyed copy was ever issued: callers' streams may read the slots */
-	rf__cuda_krel *rel;        /* nslots * RF__CUDA_KREL */
+	rf__cuda_krel *rel;      /* nrel */
 	rf__cuda_range ranges[RF__CUDA_RANGES];
 };
 
@@ -88,15 +89,15 @@ int rf__cuda_keyed_open(rf__cuda_ctx *cx, unsigned *lanes)
 	k->nlanes = cx->ncopyq ? cx->ncopyq : 1;
 	if (lanes != NULL)
 		*lanes = k->nlanes;
-	k->nslots = cx->nslots;
+	k->nrel = (size_t)cx->nslots * RF__CUDA_KREL;
 	k->nt = 2 * cx->nslots + 2 * k->nlanes * 2 + 8;
 	k->pins = cx->nhost ? cx->nstage / k->nlanes : 0;
 	if ((k->hint = rf__calloc(2 * (size_t)k->nlanes, sizeof *k->hint)) == NULL ||
 	    (k->kt = rf__calloc(k->nt, sizeof *k->kt)) == NULL ||
-	    (k->ev = rf__calloc(k->nt + (size_t)k->nslots * RF__CUDA_KREL, sizeof *k->ev)) == NULL ||
+	    (k->ev = rf__calloc(k->nt + k->nrel, sizeof *k->ev)) == NULL ||
 	    (k->reader = rf__calloc(cx->nstage ? cx->nstage : 1, sizeof *k->reader)) == NULL ||
 	    (k->next_pin = rf__calloc(k->nlanes, sizeof *k->next_pin)) == NULL ||
-	    (k->rel = rf__calloc((size_t)k->nslots * RF__CUDA_KREL, sizeof *k->rel)) == NULL)
+	    (k->rel = rf__calloc(k->nrel, sizeof *k->rel)) == NULL)
 		return rf__err(RF_ENOMEM, "cuda: out of memory for keyed use");
 	k->demand = k->hint + k->nlanes;
 	for (unsigned i = 0, j = 0; i < k->nlanes; i++) {
@@ -105,11 +106,10 @@ int rf__cuda_keyed_open(rf__cuda_ctx *cx, unsigned *lanes)
 		RF__CUDA_TRY(api, "cudaStreamCreateWithFlags (keyed demand)", api->stream_create(&k->demand[i]));
 		k->hint[i] = j < cx->nq ? cx->q[j++].stream : k->demand[i];
 	}
-	int rc = rf__cuda_events_make(api, k->ev, k->nt + (size_t)k->nslots * RF__CUDA_KREL,
-				    "cudaEventCreateWithFlags (keyed)");
+	int rc = rf__cuda_events_make(api, k->ev, k->nt + k->nrel, "cudaEventCreateWithFlags (keyed)");
 	for (unsigned i = 0; i < k->nt; i++)
 		k->kt[i].ev = k->ev[i];
-	for (size_t i = 0; i < (size_t)k->nslots * RF__CUDA_KREL; i++)
+	for (size_t i = 0; i < k->nrel; i++)
 		k->rel[i].ev = k->ev[k->nt + i];
 	return rc;
 }
@@ -123,7 +123,7 @@ void rf__cuda_keyed_free(rf__cuda_ctx *cx)
 	for (unsigned i = 0; k->demand != NULL && i < k->nlanes; i++)
 		if (k->demand[i] != NULL)
 			rf__cuda_clear(api, api->stream_destroy(k->demand[i]));
-	rf__cuda_events_free(api, k->ev, k->nt + (size_t)k->nslots * RF__CUDA_KREL);
+	rf__cuda_events_free(api, k->ev, k->nt + k->nrel);
 	free(k->hint);
 	free(k->kt);
 	free(k->ev);
@@ -493,7 +493,7 @@ static int rf__cuda_kquiesce(rf__cuda_ctx *cx)
 		int e = api->stream_synchronize(k->hint[i]);
 		first = first ? first : e;
 	}
-	for (size_t i = 0; i < (size_t)k->nslots * RF__CUDA_KREL; i++)
+	for (size_t i = 0; i < k->nrel; i++)
 		if (k->rel[i].live) {
 			int e = api->event_synchronize(k->rel[i].ev);
 			first = first ? first : e;
