@@ -96,8 +96,7 @@ static int rf__cuda_streams_open(rf__cuda_ctx *cx, const struct rf_program *p)
 			continue;
 		q->nev = nev;
 		if (rf__fault())
-			return rf__err(RF_EBACKEND, "cuda: cudaStreamCreateWithFlags failed "
-				       "(injected fault)");
+			return rf__err(RF_EBACKEND, "cuda: cudaStreamCreateWithFlags failed (injected fault)");
 		RF__CUDA_TRY(cx->api, "cudaStreamCreateWithFlags", cx->api->stream_create(&q->stream));
 		if ((q->ev = rf__calloc(nev, sizeof *q->ev)) == NULL ||
 		    (q->ev_val = rf__calloc(nev, sizeof *q->ev_val)) == NULL)
