@@ -138,14 +138,6 @@ int rf__cuda_is_dma(rf__cuda_ctx *cx, rf__cuda_range *cache, const void *p, size
 	return 1;
 }
 
-/* Lane l's flight, opened on its first file read: its reader and bell, the pinned ring registered. */
-static int rf__cuda_lane_open(rf__cuda_lane *l, unsigned char *pin)
-{
-	if (rf__flight_open(&l->flight, pin, (size_t)l->cx->nstage * l->cx->pin_stride) != RF_OK)
-		return rf__err(RF_ENOMEM, "cuda: file reads of staging lane %u: %s", l->index, rf__errmsg_peek());
-	return RF_OK;
-}
-
 /* A read landed: the copy of its staging slot reads where its bytes begin (before the signal behind it,
  * or the keyed H2D behind it); NULL says it failed. A run's stage is a slice of its trace from its start
  * to its landing (a keyed hint's is traced by the keyed trace). */
@@ -228,8 +220,11 @@ int rf__cuda_stage(rf__cuda_lane *l, const void *src, const rf__fsrc *fs, size_t
 	rf__cuda_ctx *cx = l->cx;
 	unsigned char *pin;
 	int rc = rf__cuda_pin_ring(cx, &pin);
-	if (rc != RF_OK || (fs != NULL && (rc = rf__cuda_lane_open(l, pin)) != RF_OK))
+	if (rc != RF_OK)
 		return rc;
+	/* The lane's flight, opened on its first file read: its reader and bell, the pinned ring registered. */
+	if (fs != NULL && rf__flight_open(&l->flight, pin, (size_t)cx->nstage * cx->pin_stride) != RF_OK)
+		return rf__err(RF_ENOMEM, "cuda: file reads of staging lane %u: %s", l->index, rf__errmsg_peek());
 	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
 	if (fs != NULL) { /* the read starts and the lane walks on; its bytes are known once landed */
 		rf__flight_rec r = *rec;
