@@ -388,9 +388,8 @@ static int rf__cuda_placement(void *ctx, rf_placement *out)
 	return rc;
 }
 
-/* The embedder API behind <ringfetch/cuda.h>, CUDA-free (cuda_rt.c wraps it under the public names).
- * Every call leaves the caller's current context as it found it — "none" included — and clears only
- * CUDA errors it caused. */
+/* The embedder API (cuda_api.h): every call leaves the caller's current context as it found it — "none"
+ * included — and clears only CUDA errors it caused. */
 int rf__cuda_host_register(const void *p, size_t bytes)
 {
 	if (p == NULL || bytes == 0)
