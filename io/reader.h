@@ -150,8 +150,8 @@ void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out);
 /* The reads of copies read on their own (not from the window), chosen online (on != 0): from the next
  * such copy with O_DIRECT through the ring on, at most a setting's pieces are in flight, climbed from
  * `from` bytes (or the pieces that copy needs, if more) by rf__reader_ahead's rule, as the window's
- * chunks are; the copies beyond wait for room, in order. 0 lifts the cap and leaves the setting as chosen, for rf__reader_reads_get.
- * Without io_uring nothing is chosen (reads go one at a time). */
+ * chunks are; the copies beyond wait for room, in order. 0 lifts the cap and leaves the setting as
+ * chosen, for rf__reader_reads_get. Without io_uring nothing is chosen (reads go one at a time). */
 void rf__reader_reads_online(rf__reader *r, int on, size_t from);
 /* The last such choice into *a; returns the bytes of its pieces (0: none started). */
 size_t rf__reader_reads_get(const rf__reader *r, rf__reader_ahead *a);
