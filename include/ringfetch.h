@@ -302,10 +302,9 @@ RF_EXTERN int rf_pipeline_cancel_clear(rf_pipeline *p);
  * Append a Chrome trace of every following run to the file at path (copied; NULL stops), and of the
  * keyed copies (one slice each, by key), written by the next run, by destroy at the latest, or by a
  * keyed call every 4096 copies. Each write is one under flock(2) (pipelines, threads and processes may
- * share a path; a lock held by another for over 10 s fails the write). Only a blank
+ * share a path). Only a blank
  * file or a JSON array of objects is appended to; any other file is left untouched and the run returns
- * RF_EBACKEND, as it does when a write fails half-way (the file is put back as it was) or the lock is
- * not had in 10 s. docs/api.md.
+ * RF_EBACKEND, as it does when a write fails half-way (the file is put back as it was). docs/api.md.
  * \return RF_OK; RF_EINVAL (p NULL, path ""); RF_EBUSY (the pipeline is running); RF_ENOMEM.
  */
 RF_EXTERN int rf_pipeline_trace(rf_pipeline *p, const char *path);

@@ -1,17 +1,15 @@
 /* runtime/trace.c — a run's events as Chrome trace-event JSON: one process track per run, one thread
  * track per queue, one complete ("X") slice per copy, stage and compute.
  *
- * The file stays a closed JSON array between runs. Each run takes an exclusive flock, waited for 10 s
- * at most (so runs of many pipelines, threads or processes never interleave), checks that the file is
- * blank or a trace-event array (skipped while it is exactly as this thread left it), and writes ",",
- * its events and "]" over the closing bracket; a write that fails half-way puts the file back as it
- * was. Only regular files are written (opened non-blocking: a FIFO never hangs); anything else is left
- * untouched. */
+ * The file stays a closed JSON array between runs. Each run takes an exclusive flock (so runs of many
+ * pipelines, threads or processes never interleave), checks that the file is blank or a trace-event
+ * array (skipped while it is exactly as this thread left it), and writes ",", its events and "]"
+ * over the closing bracket; a write that fails half-way puts the file back as it was. Only regular
+ * files are written (opened non-blocking: a FIFO never hangs); anything else is left untouched. */
 #define _DEFAULT_SOURCE /* flock */
 #include "base/alloc.h"
 #include "runtime/trace.h"
 #include "base/error.h"
-#include "base/wait.h"
 #include "io/flight.h"
 
 #include <errno.h>
@@ -21,7 +19,6 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 int rf__trace_begin(rf__trace *t, const struct rf_program *p, size_t nblocks, int sampled, unsigned group,
@@ -370,23 +367,6 @@ static int rf__trace_fail(const char *path, const char *what)
 	return rf__err(RF_EBACKEND, "trace: cannot %s %s: %s", what, path, strerror(errno));
 }
 
-/* Another writer holds the lock for one write; one that holds it far longer (a stopped process, a
- * flock(1) left running) fails this trace write rather than hang the run behind it. */
-#define RF__TRACE_LOCK_NS (10 * (int64_t)1000000000)
-
-/* The exclusive lock on fd, waited for up to RF__TRACE_LOCK_NS: 0, or -1 with errno (EWOULDBLOCK: still
- * held by another at the end). */
-static int rf__trace_lock(int fd)
-{
-	int64_t end = rf__now_ns() + RF__TRACE_LOCK_NS;
-	for (long us = 50; flock(fd, LOCK_EX | LOCK_NB) != 0; us = us < 20000 ? 2 * us : us) {
-		if ((errno != EWOULDBLOCK && errno != EINTR) || rf__now_ns() >= end)
-			return -1;
-		nanosleep(&(struct timespec){0, us * 1000}, NULL);
-	}
-	return 0;
-}
-
 /* Append body (array elements) to the trace file at path (the file comment says how). */
 static int rf__trace_append(const char *path, const char *body, size_t len)
 {
@@ -402,12 +382,9 @@ static int rf__trace_append(const char *path, const char *body, size_t len)
 		rc = rf__err(RF_EBACKEND, "trace: %s is not a regular file", path);
 		goto out;
 	}
-	int locked = rf__trace_lock(fd);
-	if (locked != 0 && errno == EWOULDBLOCK) {
-		rc = rf__err(RF_EBACKEND, "trace: %s stayed locked by another writer for %d s; this run's events are "
-					  "not written", path, (int)(RF__TRACE_LOCK_NS / 1000000000));
-		goto out;
-	}
+	int locked;
+	while ((locked = flock(fd, LOCK_EX)) != 0 && errno == EINTR)
+		;
 	if (locked != 0 || fstat(fd, &st) != 0) { /* st again: now that no other writer can change it */
 		rc = rf__trace_fail(path, locked != 0 ? "lock" : "stat");
 		goto out;

@@ -89,11 +89,10 @@ static inline void rf__trace_kcopy(rf__trace *t, uint32_t at, rf__tspan sp, uint
  * blocks in groups of `group` (sampled 1: memory independent of nblocks). RF_OK or RF_ENOMEM. */
 int rf__trace_begin(rf__trace *t, const struct rf_program *prog, size_t nblocks, int sampled, unsigned group,
 		    size_t samples);
-/* Append the events to the file at path (created if needed; one write under an exclusive flock, waited
- * for 10 s at most); `label` names the process track. Only a blank file or a JSON array of objects
- * (perhaps left open by an older version) is written; a failed write leaves the file as it was. RF_OK;
- * RF_EBACKEND (not a regular file, not a trace-event array, the lock not had, the write failed);
- * RF_ENOMEM. */
+/* Append the events to the file at path (created if needed; one write under an exclusive flock);
+ * `label` names the process track. Only a blank file or a JSON array of objects (perhaps left open by
+ * an older version) is written; a failed write leaves the file as it was. RF_OK; RF_EBACKEND (not a
+ * regular file, not a trace-event array, the write failed); RF_ENOMEM. */
 int rf__trace_write(const rf__trace *t, const char *path, const char *label);
 /* Release the arrays without writing. */
 void rf__trace_drop(rf__trace *t);

@@ -1,8 +1,8 @@
 /* tests/test_trace.c — traces and statistics after a cancel count exactly what ran; the trace file is
  * a valid JSON document whenever no run writes it, also with several pipelines on several threads or
  * processes tracing to one path; a path that is not a regular file fails the trace instead of hanging;
- * a file that is not a trace-event array is never written, a write that fails half-way leaves the
- * file as it was, and a lock another keeps fails the write after its bound. */
+ * a file that is not a trace-event array is never written, and a write that fails half-way leaves the
+ * file as it was. */
 #include "ringfetch.h"
 
 #include <criterion/criterion.h>
@@ -12,8 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <fcntl.h>
-#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -505,39 +503,5 @@ Test(trace, three_processes_tracing_to_one_path_write_whole_runs)
 	assert_json(path);
 	cr_assert_eq(count_in(path, "process_name"), (size_t)NP * RUNS);
 	cr_assert_eq(count_in(path, "\"cat\":\"compute\""), (size_t)NP * RUNS * 16);
-	unlink(path);
-}
-
-/* A lock another holds for good (here: this process's own second open, which flock(2) treats as
- * another holder) fails the run's trace write after its bound instead of hanging the run; the run's
- * work was done, the file is as it was, and the next run with the lock free writes as before. */
-Test(trace, a_lock_held_by_another_fails_the_write_instead_of_hanging, .timeout = 90)
-{
-	init_blocks();
-	char path[128];
-	tmp_path(path, sizeof path, "locked");
-	rf_pipeline *p = make(2, 1);
-	cr_assert_eq(rf_pipeline_trace(p, path), RF_OK);
-	probe c = {p, 0, NB};
-	cr_assert_eq(rf_pipeline_run(p, 4, g_srcs, g_sizes, cb, &c), RF_OK, "%s", rf_errmsg());
-	size_t len0;
-	char *before = slurp(path, &len0);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	cr_assert(fd >= 0);
-	cr_assert_eq(flock(fd, LOCK_EX), 0);
-	c.computes = 0;
-	cr_assert_eq(rf_pipeline_run(p, 4, g_srcs, g_sizes, cb, &c), RF_EBACKEND);
-	cr_assert(strstr(rf_errmsg(), "stayed locked") != NULL, "%s", rf_errmsg());
-	cr_assert_eq(c.computes, 4u, "the run's work is done before its events are written");
-	size_t len1;
-	char *after = slurp(path, &len1);
-	cr_assert(len1 == len0 && memcmp(before, after, len0) == 0, "the file changed while locked");
-	close(fd); /* the lock goes with it */
-	cr_assert_eq(rf_pipeline_run(p, 4, g_srcs, g_sizes, cb, &c), RF_OK, "%s", rf_errmsg());
-	assert_json(path);
-	cr_assert_eq(count_in(path, "process_name"), 2u);
-	free(before);
-	free(after);
-	rf_pipeline_destroy(p);
 	unlink(path);
 }
