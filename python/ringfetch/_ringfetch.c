@@ -619,12 +619,18 @@ static void block_dealloc(BlockObject *self)
 	PipelineObject *pipe = self->pipe;
 	PyObject_GC_UnTrack(self);
 	/* A held block dropped without release: release it here (a destructor never leaks a hold). Another
-	 * thread may be inside the library on this pipeline: wait for it, without the GIL. */
-	if (self->state == BLOCK_HELD && pipe->owner != PyThread_get_thread_ident()) {
-		while (pipe->busy) {
-			Py_BEGIN_ALLOW_THREADS
-			sched_yield();
-			Py_END_ALLOW_THREADS
+	 * thread may be inside the library on this pipeline: wait for it, without the GIL. This thread may
+	 * be inside it too, between its rf_ calls: a keyed call or a sweep letting go of a pinned source
+	 * that owned the block, or a collection run by one of its allocations. Python code runs on the
+	 * entered thread only between its rf_ calls, or in a run's compute, where no block is held (a run
+	 * does not start with one held, and keyed calls are refused during it): release at once. */
+	if (self->state == BLOCK_HELD) {
+		if (pipe->owner != PyThread_get_thread_ident()) {
+			while (pipe->busy) {
+				Py_BEGIN_ALLOW_THREADS
+				sched_yield();
+				Py_END_ALLOW_THREADS
+			}
 		}
 		/* Under the GIL from here to the end of the call: no other thread can enter. */
 		if (pipe->p != NULL)
