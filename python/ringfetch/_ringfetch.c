@@ -1019,12 +1019,16 @@ static int shape_arg(ViewObject *v, PyObject *o)
 		PyErr_NoMemory();
 		return -1;
 	}
-	size_t n = v->dt->bits / 8;
+	/* n: the view's bytes; span: the same product with every 0 extent taken as 1, which the strides
+	 * below reach, so it must fit a Py_ssize_t too even when n is 0 (numpy refuses such shapes). */
+	size_t n = v->dt->bits / 8, span = n;
 	int bad = 0;
 	for (Py_ssize_t d = 0; !bad && d < nd; d++) {
 		unsigned long long e;
 		bad = rfpy_uint(PyTuple_GetItem(seq, d), "view: each extent of shape", PY_SSIZE_T_MAX, &e) < 0;
-		if (!bad && (__builtin_mul_overflow(n, (size_t)e, &n) || n > (size_t)PY_SSIZE_T_MAX)) {
+		if (!bad && (__builtin_mul_overflow(n, (size_t)e, &n) || n > (size_t)PY_SSIZE_T_MAX ||
+			     __builtin_mul_overflow(span, e > 0 ? (size_t)e : 1u, &span) ||
+			     span > (size_t)PY_SSIZE_T_MAX)) {
 			rfpy_raisef(RF_EINVAL, "view: shape %R of %s is more bytes than memory holds", o, v->dt->name);
 			bad = 1;
 		}
