@@ -66,6 +66,13 @@ def test_reads_what_the_safetensors_package_wrote(tmp_path, backend):
             f.source("a.bias", 0, 10 ** 6)
         with pytest.raises(rf.InvalidArgument):
             f.file_source(len(raw) - 4, 8)
+        with pytest.raises(TypeError):          # a wrong type is TypeError, as everywhere in the package
+            f.source("a.bias", 0.0)
+        with pytest.raises(TypeError):
+            f.source("a.bias", 0, "8")
+        with pytest.raises(TypeError):
+            f.file_source(None, 8)
+        assert f.source("a.bias", np.int64(4)).nbytes == f.info("a.bias")[3] - 4
     assert f.closed
     with pytest.raises(rf.InvalidArgument):
         f.source("a.bias")
@@ -122,7 +129,7 @@ def mutate(header, name, **fields):
     (None, b"\xff\xfe{}", b"", "not JSON"),
     (None, b"[" * 100000 + b"]" * 100000, b"", "not JSON"),
     (None, b'{"t": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, '
-           b'"t": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}', b"\0", "twice"),
+           b'"t": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}', b"\0", "header names 't' twice"),
 ])
 def test_hostile_headers(tmp_path, header, raw, data, match):
     path = tmp_path / "h.safetensors"
