@@ -179,8 +179,22 @@ static int rfpy_optstr(PyObject *o, const char *what, const char **out)
 		rfpy_type_error(what, "a str or None", o);
 		return -1;
 	}
-	*out = PyUnicode_AsUTF8AndSize(o, NULL);
-	return *out ? 0 : -1;
+	/* The library reads a C string: a NUL inside would cut the value short ("cpu\0x" taken for
+	 * "cpu"), and a str that has no UTF-8 (a lone surrogate) is no value of its either. */
+	Py_ssize_t n = 0;
+	*out = PyUnicode_AsUTF8AndSize(o, &n);
+	if (*out == NULL) {
+		if (!PyErr_ExceptionMatches(PyExc_UnicodeError))
+			return -1;
+		PyErr_Clear();
+		rfpy_raisef(RF_EINVAL, "%s %R is not valid UTF-8 text", what, o);
+		return -1;
+	}
+	if (strlen(*out) != (size_t)n) {
+		rfpy_raisef(RF_EINVAL, "%s %R holds a NUL character", what, o);
+		return -1;
+	}
+	return 0;
 }
 
 /* A source: any object with the buffer protocol whose bytes are contiguous (C or Fortran order: either
