@@ -179,8 +179,22 @@ static int rfpy_optstr(PyObject *o, const char *what, const char **out)
 		rfpy_type_error(what, "a str or None", o);
 		return -1;
 	}
-	*out = PyUnicode_AsUTF8AndSize(o, NULL);
-	return *out ? 0 : -1;
+	/* The library reads a C string: a NUL inside would cut the value short ("cpu\0x" taken for
+	 * "cpu"), and a str with no UTF-8 form (a lone surrogate) names no value either. */
+	Py_ssize_t n = 0;
+	*out = PyUnicode_AsUTF8AndSize(o, &n);
+	if (*out == NULL) {
+		if (!PyErr_ExceptionMatches(PyExc_UnicodeError))
+			return -1;
+		PyErr_Clear();
+		rfpy_raisef(RF_EINVAL, "%s %R is not valid UTF-8 text", what, o);
+		return -1;
+	}
+	if (strlen(*out) != (size_t)n) {
+		rfpy_raisef(RF_EINVAL, "%s %R holds a NUL character", what, o);
+		return -1;
+	}
+	return 0;
 }
 
 /* A source: any object with the buffer protocol whose bytes are contiguous (C or Fortran order: either
@@ -603,8 +617,9 @@ static int block_valid(BlockObject *self, const char *who)
 /*
  * The collector's view (a cycle through a held block's views, or through a source that refers to a
  * Block, is collected): a Block refers to its pipeline, a View to its block, a pipeline to every source
- * it pins. Only the pipeline breaks cycles (Pipeline_clear): a Block or View never lets go of what it
- * points into, so no object left in a cycle ever points at freed slot memory.
+ * it pins. Only the pipeline breaks cycles (Pipeline_clear, which lets go of its sources once no copy
+ * reads them): a Block or View never lets go of what it points into, so no object left in a cycle ever
+ * points at freed slot memory.
  */
 static int Block_traverse(BlockObject *self, visitproc visit, void *arg)
 {
@@ -619,12 +634,18 @@ static void block_dealloc(BlockObject *self)
 	PipelineObject *pipe = self->pipe;
 	PyObject_GC_UnTrack(self);
 	/* A held block dropped without release: release it here (a destructor never leaks a hold). Another
-	 * thread may be inside the library on this pipeline: wait for it, without the GIL. */
-	if (self->state == BLOCK_HELD && pipe->owner != PyThread_get_thread_ident()) {
-		while (pipe->busy) {
-			Py_BEGIN_ALLOW_THREADS
-			sched_yield();
-			Py_END_ALLOW_THREADS
+	 * thread may be inside the library on this pipeline: wait for it, without the GIL. This thread may
+	 * be inside it too, between its rf_ calls: a keyed call or a sweep letting go of a pinned source
+	 * that owned the block, or a collection run by one of its allocations. Python code runs on the
+	 * entered thread only between its rf_ calls, or in a run's compute, where no block is held (a run
+	 * does not start with one held, and keyed calls are refused during it): release at once. */
+	if (self->state == BLOCK_HELD) {
+		if (pipe->owner != PyThread_get_thread_ident()) {
+			while (pipe->busy) {
+				Py_BEGIN_ALLOW_THREADS
+				sched_yield();
+				Py_END_ALLOW_THREADS
+			}
 		}
 		/* Under the GIL from here to the end of the call: no other thread can enter. */
 		if (pipe->p != NULL)
@@ -1013,12 +1034,16 @@ static int shape_arg(ViewObject *v, PyObject *o)
 		PyErr_NoMemory();
 		return -1;
 	}
-	size_t n = v->dt->bits / 8;
+	/* n: the view's bytes; span: the same product with every 0 extent taken as 1, which the strides
+	 * below reach, so it must fit a Py_ssize_t too even when n is 0 (numpy refuses such shapes). */
+	size_t n = v->dt->bits / 8, span = n;
 	int bad = 0;
 	for (Py_ssize_t d = 0; !bad && d < nd; d++) {
 		unsigned long long e;
 		bad = rfpy_uint(PyTuple_GetItem(seq, d), "view: each extent of shape", PY_SSIZE_T_MAX, &e) < 0;
-		if (!bad && (__builtin_mul_overflow(n, (size_t)e, &n) || n > (size_t)PY_SSIZE_T_MAX)) {
+		if (!bad && (__builtin_mul_overflow(n, (size_t)e, &n) || n > (size_t)PY_SSIZE_T_MAX ||
+			     __builtin_mul_overflow(span, e > 0 ? (size_t)e : 1u, &span) ||
+			     span > (size_t)PY_SSIZE_T_MAX)) {
 			rfpy_raisef(RF_EINVAL, "view: shape %R of %s is more bytes than memory holds", o, v->dt->name);
 			bad = 1;
 		}
@@ -1497,11 +1522,54 @@ static int Pipeline_traverse(PipelineObject *self, visitproc visit, void *arg)
 	return 0;
 }
 
-/* A pipeline in a cycle that is garbage: destroy it (no copy reads a source after that), then let go of
- * its sources, which breaks the cycle. Its Blocks and Views keep pointing at it, never read again. */
+/*
+ * A pipeline in a cycle that is garbage: drain its copies (evict every key it pins a source of: once that
+ * returns no copy reads the source; a held key's copy is done), then let go of its sources, which breaks
+ * the cycle. It is not destroyed here: the collector clears a cycle's objects in no set order, and
+ * another pipeline of the same cycle may still be copying from this one's slots (a held block of it as
+ * a hint's source) until that one is cleared in turn. It is destroyed when its last Block goes, which
+ * drops the holds left; its Blocks and Views keep pointing at it until then, never read again.
+ */
 static int Pipeline_clear(PipelineObject *self)
 {
-	pipe_destroy(self);
+	if (self->p == NULL || self->pins == NULL) {
+		if (self->pins)
+			PyDict_Clear(self->pins);
+		return 0;
+	}
+	PyObject *et, *ev, *etb;
+	PyErr_Fetch(&et, &ev, &etb);
+	Py_ssize_t n = PyDict_Size(self->pins);
+	uint64_t *keys = n > 0 ? PyMem_Calloc((size_t)n, sizeof *keys) : NULL;
+	if (n > 0 && keys == NULL) {
+		/* No memory to drain: keep the sources (the cycle lives on to a later collection). */
+		PyErr_Clear();
+		PyErr_Restore(et, ev, etb);
+		return 0;
+	}
+	Py_ssize_t pos = 0, nk = 0;
+	PyObject *k, *v;
+	while (nk < n && PyDict_Next(self->pins, &pos, &k, &v)) {
+		unsigned long long key = PyLong_AsUnsignedLongLong(k);
+		if (key == (unsigned long long)-1 && PyErr_Occurred()) {
+			/* Never so (keys are stored as ints in range), but a pin whose key cannot be evicted
+			 * must not be let go: keep them all. */
+			PyMem_Free(keys);
+			PyErr_Clear();
+			PyErr_Restore(et, ev, etb);
+			return 0;
+		}
+		keys[nk++] = (uint64_t)key;
+	}
+	rf_pipeline *p = self->p;
+	Py_BEGIN_ALLOW_THREADS
+	for (Py_ssize_t i = 0; i < nk; i++)
+		(void)rf_pipeline_evict(p, keys[i]); /* RF_EBUSY for a held key: its copy has landed */
+	Py_END_ALLOW_THREADS
+	PyMem_Free(keys);
+	PyDict_Clear(self->pins);
+	PyErr_Clear();
+	PyErr_Restore(et, ev, etb);
 	return 0;
 }
 

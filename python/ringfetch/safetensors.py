@@ -18,6 +18,7 @@ two tensors overlapping, dtype known, shape x itemsize = the tensor's byte count
 is rf.InvalidArgument naming the file and the tensor (or the header), never another exception.
 """
 import json
+import operator
 import os
 import stat
 
@@ -47,11 +48,23 @@ def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _int_arg(who, name, v):
+    """An int argument (anything with __index__, numpy integers too, as the package's other calls take
+    them); the package's rule: a wrong type is TypeError, a wrong value rf.InvalidArgument."""
+    if isinstance(v, bool) or not hasattr(type(v), "__index__"):
+        raise TypeError("%s: %s must be an int, not %r" % (who, name, type(v).__name__))
+    return operator.index(v)
+
+
+class _Duplicate(ValueError):
+    """A JSON object naming a key twice: well-formed JSON, but not a header (which tensor is it?)."""
+
+
 def _no_duplicates(pairs):
     out = {}
     for k, v in pairs:
         if k in out:
-            raise ValueError("the name %r appears twice" % (k,))
+            raise _Duplicate("header names %r twice" % (k,))
         out[k] = v
     return out
 
@@ -112,6 +125,8 @@ def parse_header(head, file_size, where="safetensors file"):
         raise _bad(where, "header length %d, but only %d header bytes given" % (n, len(head) - 8))
     try:
         doc = json.loads(head[8:8 + n].decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except _Duplicate as e:
+        raise _bad(where, str(e)[:200]) from None
     except (ValueError, RecursionError) as e:   # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise _bad(where, "header is not JSON: %s" % (str(e)[:200],)) from None
     if not isinstance(doc, dict):
@@ -152,14 +167,13 @@ class SafetensorsFile:
         try:
             self._mv = memoryview(self._file)
             size = self._file.size
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            try:
-                head = os.pread(fd, 8, 0)
-                n = int.from_bytes(head, "little") if len(head) == 8 else 0
-                if 8 < 8 + n <= size and n <= MAX_HEADER_BYTES:
-                    head += os.pread(fd, n, 8)
-            finally:
-                os.close(fd)
+            # The header is read from the file the sources will read (its mapping), not from the path
+            # again: a file renamed over the path meanwhile would give its offsets for this file's bytes.
+            # A file that shrank since the open reads as zeros there, which no header parses as.
+            head = bytes(self._mv[:8])
+            n = int.from_bytes(head, "little") if len(head) == 8 else 0
+            if 8 < 8 + n <= size and n <= MAX_HEADER_BYTES:
+                head = bytes(self._mv[:8 + n])
             self.data_start, self._tensors, self._metadata = parse_header(head, size, self.path)
         except BaseException:
             self.close()
@@ -205,7 +219,8 @@ class SafetensorsFile:
             raise InvalidArgument("%s: the file is closed" % self.path)
         _, _, off, nbytes = self.info(name)
         stop = nbytes if stop is None else stop
-        if not (_is_int(start) and _is_int(stop)) or not 0 <= start <= stop <= nbytes:
+        start, stop = _int_arg("source", "start", start), _int_arg("source", "stop", stop)
+        if not 0 <= start <= stop <= nbytes:
             raise InvalidArgument("%s: tensor %r: bytes [%r, %r) are not inside its %d bytes"
                                   % (self.path, name, start, stop, nbytes))
         return self._mv[off + start:off + stop]
@@ -215,7 +230,8 @@ class SafetensorsFile:
         tensors read as one, say)."""
         if self.closed:
             raise InvalidArgument("%s: the file is closed" % self.path)
-        if not (_is_int(offset) and _is_int(nbytes)) or offset < 0 or nbytes < 0 or offset + nbytes > self.size:
+        offset, nbytes = _int_arg("file_source", "offset", offset), _int_arg("file_source", "nbytes", nbytes)
+        if offset < 0 or nbytes < 0 or offset + nbytes > self.size:
             raise InvalidArgument("%s: bytes [%r, +%r) are not inside the file (%d bytes)"
                                   % (self.path, offset, nbytes, self.size))
         return self._mv[offset:offset + nbytes]

@@ -89,6 +89,10 @@ def test_config_error_from_environment(monkeypatch):
     (dict(staging=b"auto"), TypeError),
     (dict(wait="spin:x"), rf.InvalidArgument),
     (dict(wait=1), TypeError),
+    (dict(backend="cpu\0threads"), rf.InvalidArgument),   # not cut short at the NUL
+    (dict(staging="auto\0"), rf.InvalidArgument),
+    (dict(wait="sleep\0"), rf.InvalidArgument),
+    (dict(backend="cpu\udc80"), rf.InvalidArgument),     # no UTF-8 for a lone surrogate
 ])
 def test_pipeline_arguments(kwargs, exc):
     with pytest.raises(exc):

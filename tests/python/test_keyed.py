@@ -272,3 +272,33 @@ def test_file_closes_once_its_keys_left_the_cache(backend, tmp_path):
         assert q.lookup(1)[0] in ("ready", "copying")
         q.evict(1)
         g.close()
+
+
+class Owner(bytearray):
+    """A source that owns a held block: letting go of the source drops the block's last reference."""
+
+
+@pytest.mark.parametrize("how", ["evict", "sweep"])
+def test_held_block_dropped_with_a_pinned_source_is_released(backend, how):
+    """The pipeline lets go of a key's source (evict, or a sweep of the sources of keys that left the
+    cache) while it is inside the pipeline on this thread: a held block freed then is released, as any
+    held block dropped without release is, not left held for good."""
+    with rf.Pipeline(4096, depth=3, backend=backend) as p:
+        src = Owner(b"s" * 64)
+        src.block = p.acquire(1, expert(1))
+        gone = weakref.ref(src)
+        p.prefetch(2, src)
+        del src
+        if how == "evict":
+            p.evict(2)
+        else:
+            for k in range(3, 1000):                    # key 2 leaves the two free slots, is swept
+                with p.acquire(k, bytes([k % 251]) * 64):
+                    pass
+                if gone() is None:
+                    break
+        assert gone() is None
+        assert p.lookup(1)[0] == "ready"
+        p.evict(1)                                      # rf.Busy while key 1 is still held
+        assert p.lookup(1) == ("absent", None)
+        p.run([expert(0)], lambda b: None)              # rf.Busy with a block held

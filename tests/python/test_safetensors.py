@@ -66,6 +66,13 @@ def test_reads_what_the_safetensors_package_wrote(tmp_path, backend):
             f.source("a.bias", 0, 10 ** 6)
         with pytest.raises(rf.InvalidArgument):
             f.file_source(len(raw) - 4, 8)
+        with pytest.raises(TypeError):          # a wrong type is TypeError, as everywhere in the package
+            f.source("a.bias", 0.0)
+        with pytest.raises(TypeError):
+            f.source("a.bias", 0, "8")
+        with pytest.raises(TypeError):
+            f.file_source(None, 8)
+        assert f.source("a.bias", np.int64(4)).nbytes == f.info("a.bias")[3] - 4
     assert f.closed
     with pytest.raises(rf.InvalidArgument):
         f.source("a.bias")
@@ -122,7 +129,7 @@ def mutate(header, name, **fields):
     (None, b"\xff\xfe{}", b"", "not JSON"),
     (None, b"[" * 100000 + b"]" * 100000, b"", "not JSON"),
     (None, b'{"t": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}, '
-           b'"t": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}', b"\0", "twice"),
+           b'"t": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]}}', b"\0", "header names 't' twice"),
 ])
 def test_hostile_headers(tmp_path, header, raw, data, match):
     path = tmp_path / "h.safetensors"
@@ -235,3 +242,27 @@ def test_fuzz_header_parser():
         assert all(start <= a and b <= size for a, b in spans)
         assert all(b0 <= a1 for (_, b0), (a1, _) in zip(spans, spans[1:]))
     assert accepted > 500 and refused > 5000      # both paths exercised
+
+
+def test_header_is_the_opened_files(tmp_path, monkeypatch):
+    """The header comes from the file whose bytes the sources read: a path renamed over between the
+    open and the header's read must not give one file's offsets for another file's bytes."""
+    path = write(tmp_path / "m.safetensors", {"t": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}},
+                 b"AAAAZZZZ")
+    other = write(tmp_path / "other.safetensors",        # the same size, the tensor 4 bytes later
+                  {"t": {"dtype": "U8", "shape": [4], "data_offsets": [4, 8]}}, b"BBBBCCCC")
+    assert path.stat().st_size == other.stat().st_size
+
+    def open_then_replace(p, **kw):
+        f = rf.File(p, **kw)
+        other.replace(path)                # another checkpoint lands at the path right after the open
+        return f
+
+    monkeypatch.setattr(rst, "File", open_then_replace)
+    with rst.open(path) as f:
+        assert f.info("t") == ("U8", (4,), f.data_start, 4)
+        assert bytes(f.source("t")) == b"AAAA"
+        with rf.Pipeline(4096, depth=2, backend="cpu") as p:
+            with p.acquire(1, f.source("t")) as b:
+                assert bytes(memoryview(b)) == b"AAAA"
+            p.evict(1)

@@ -217,6 +217,43 @@ def test_cycle_through_a_view_keeps_slot_memory_valid(backend):
     p.close()
 
 
+CROSS_CYCLE = """
+import gc, sys, weakref
+import numpy as np
+import ringfetch as rf
+N = 32 << 20
+big = np.ones(N // 4, np.float32)
+
+
+class Src(bytearray):
+    pass
+
+
+for _ in range(int(sys.argv[1])):
+    q = rf.Pipeline(N, depth=1, backend="threads")   # made first: the collector tends to clear it first
+    p = rf.Pipeline(N, depth=2, backend="threads")
+    bq = q.acquire(1, big)
+    p.prefetch(7, bq)                 # p's copy lane reads q's slot from now on
+    holder = Src(8)
+    holder.refs = (p, q, bq)
+    p.prefetch(8, holder)             # p pins holder: p -> holder -> (p, q, bq), q <- bq
+    refs = [weakref.ref(o) for o in (p, q)]
+    del p, q, bq, holder
+    gc.collect()                      # while p's hint may still be copying from q's slot
+    assert all(r() is None for r in refs), "the cycle was not collected"
+print("ok")
+"""
+
+
+def test_cycle_through_two_pipelines_never_frees_a_slot_being_read():
+    """A cycle through two pipelines, one copying from a held block of the other (a hint's source):
+    the collector clears them in no set order, and the one copied from must not be destroyed while the
+    other's copy still reads its slot (that read freed memory, and crashed). Run in a child: a crash
+    there is this test failing, not the suite dying."""
+    r = subprocess.run([sys.executable, "-c", CROSS_CYCLE, "12"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.returncode, r.stdout, r.stderr[-2000:])
+
+
 def test_no_leak_across_collected_pipelines(backend):
     """Python memory (the 64 KiB sources above all) does not grow over collected cycles."""
     def cycle():

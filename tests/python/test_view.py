@@ -147,6 +147,11 @@ def test_bad_arguments(pipeline):
             b.view("U8", (1,) * 65)
         with pytest.raises(rf.InvalidArgument):
             b.view("F64", (1 << 40, 1 << 40))       # the product overflows
+        with pytest.raises(rf.InvalidArgument):
+            b.view("F32", (0, 1 << 62, 1 << 62))    # no bytes, but strides past any Py_ssize_t
+        z = b.view("F32", (0, 1 << 20, 1 << 20))    # empty, with strides that fit
+        assert memoryview(z).strides == (1 << 42, 1 << 22, 4) and memoryview(z).nbytes == 0
+        del z
         with pytest.raises(TypeError):
             b.view("F32", (4,), 0)                  # offset is keyword-only
         with pytest.raises(TypeError):
