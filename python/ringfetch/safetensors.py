@@ -167,13 +167,14 @@ class SafetensorsFile:
         try:
             self._mv = memoryview(self._file)
             size = self._file.size
-            # The header is read from the file the sources will read (its mapping), not from the path
-            # again: a file renamed over the path meanwhile would give its offsets for this file's bytes.
-            # A file that shrank since the open reads as zeros there, which no header parses as.
-            head = bytes(self._mv[:8])
-            n = int.from_bytes(head, "little") if len(head) == 8 else 0
-            if 8 < 8 + n <= size and n <= MAX_HEADER_BYTES:
-                head = bytes(self._mv[:8 + n])
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                head = os.pread(fd, 8, 0)
+                n = int.from_bytes(head, "little") if len(head) == 8 else 0
+                if 8 < 8 + n <= size and n <= MAX_HEADER_BYTES:
+                    head += os.pread(fd, n, 8)
+            finally:
+                os.close(fd)
             self.data_start, self._tensors, self._metadata = parse_header(head, size, self.path)
         except BaseException:
             self.close()
