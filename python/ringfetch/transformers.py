@@ -433,9 +433,11 @@ class _Layer:
         idx = out[-1] if isinstance(out, tuple) else None
         if idx is None or not isinstance(idx, torch.Tensor) or idx.dtype.is_floating_point:
             return []
+        # a router may rank indices past this module's experts (zero experts, which its block handles)
         if idx.dim() == 2 and idx.shape[0] == 1:
-            return idx[0].tolist()[:n]
-        counts = torch.bincount(idx.reshape(-1), minlength=self.E)
+            return [e for e in idx[0].tolist() if 0 <= e < self.E][:n]
+        idx = idx.reshape(-1)
+        counts = torch.bincount(idx[(idx >= 0) & (idx < self.E)], minlength=self.E)
         return torch.topk(counts, min(n, self.E)).indices.tolist()
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
@@ -459,9 +461,11 @@ class _Layer:
         E = self.E
         final = torch.zeros_like(hidden_states)
         # As transformers' eager loop: which experts are routed, and to which tokens (for one token, a
-        # decode step, the same read off its row: the same rows, weights and sums, without the mask).
-        if top_k_index.shape[0] == 1:
-            row = top_k_index[0].tolist()
+        # decode step, the same read off its row: the same rows, weights and sums, without the mask --
+        # unless an expert is in the row twice, as where a block maps its zero experts onto real ones
+        # with weight 0: the loop computes it once per place, each with its own weight).
+        row = top_k_index[0].tolist() if top_k_index.shape[0] == 1 else None
+        if row is not None and len(set(row)) == len(row):
             routed = sorted({e for e in row if 0 <= e < E})
             expert_mask = None
         else:
