@@ -380,7 +380,8 @@ class _Layer:
         self._torch = torch
         self.name, self.top_k = name, top_k
         self.E = len(pieces["gate_up_proj"])
-        self.server = self.act_fn = self.gate = self.param_dtype = None
+        self.server = self.act_fn = self.gate = self.block = self.param_dtype = None
+        self.gate_args = ()
         self.keys, self.srcs, self.views = [], [], []
         self.ranges = [_plan_ranges(pieces["gate_up_proj"][e] + pieces["down_proj"][e], sizes)
                        for e in range(self.E)]
@@ -416,10 +417,18 @@ class _Layer:
         self._pieces = None
         return key
 
-    def attach(self, server, module, gate):
+    def attach(self, server, module, gate, block=None):
         """The loaded module: its activation, the dtype transformers gave its parameters (the slots' bytes
-        are cast to it where the checkpoint's differs), and its router (for the hints)."""
-        self.server, self.act_fn, self.gate = server, module.act_fn, gate
+        are cast to it where the checkpoint's differs), and its router (for the hints). A router whose
+        forward takes more than the hidden states gets them as its block passes them, the block's
+        attributes of those names (MiniMax-M2's e_score_correction_bias); one whose arguments cannot be
+        found so gives no hints."""
+        self.server, self.act_fn, self.gate, self.gate_args = server, module.act_fn, None, ()
+        self.block = block
+        if gate is not None:
+            args = _router_args(gate, block)
+            if args is not None:
+                self.gate, self.gate_args = gate, args
         self._token0 = self._torch.zeros(1, dtype=self._torch.long)
         self.param_dtype = (module.gate_up_proj.dtype, module.down_proj.dtype)
 
@@ -429,7 +438,7 @@ class _Layer:
         torch = self._torch
         # its forward, not the module's call: hooks on the router (transformers records router_logits
         # with them, for output_router_logits and the aux loss) must not see a call the model did not make
-        out = self.gate.forward(hidden_states)
+        out = self.gate.forward(hidden_states, *(getattr(self.block, a) for a in self.gate_args))
         idx = out[-1] if isinstance(out, tuple) else None
         if idx is None or not isinstance(idx, torch.Tensor) or idx.dtype.is_floating_point:
             return []
@@ -587,6 +596,30 @@ class _Layer:
             w.clear()
             for b in blocks:
                 p.release(b)
+
+
+def _router_args(gate, block):
+    """The names of the arguments after the hidden states with which `gate` (a router) is called, its
+    block's attributes of those names; None where a required one is not there."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(gate.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not positional:
+        return () if any(p.kind == p.VAR_POSITIONAL for p in params) else None
+    args = []
+    for p in positional[1:]:
+        if p.default is not p.empty:
+            break
+        if block is None or not hasattr(block, p.name):
+            return None
+        args.append(p.name)
+    if any(p.kind == p.KEYWORD_ONLY and p.default is p.empty for p in params):
+        return None
+    return tuple(args)
 
 
 def _typed_view(torch, blocks, spec, want):
@@ -884,7 +917,7 @@ def from_pretrained(model_dir, memory_budget, *, backend=None, prefetch=True, **
             mod = model.get_submodule(layer.name)
             parent = model.get_submodule(layer.name.rsplit(".", 1)[0]) if "." in layer.name else None
             gate = getattr(parent, "gate", None) if parent is not None else None
-            layer.attach(server, mod, gate if callable(gate) else None)
+            layer.attach(server, mod, gate if callable(gate) else None, parent)
         for a, b in zip(layers, layers[1:]):
             if b.gate is not None:
                 a.next = b
