@@ -380,7 +380,8 @@ class _Layer:
         self._torch = torch
         self.name, self.top_k = name, top_k
         self.E = len(pieces["gate_up_proj"])
-        self.server = self.act_fn = self.gate = self.param_dtype = None
+        self.server = self.act_fn = self.gate = self.block = self.param_dtype = None
+        self.gate_args = ()
         self.keys, self.srcs, self.views = [], [], []
         self.ranges = [_plan_ranges(pieces["gate_up_proj"][e] + pieces["down_proj"][e], sizes)
                        for e in range(self.E)]
@@ -416,10 +417,18 @@ class _Layer:
         self._pieces = None
         return key
 
-    def attach(self, server, module, gate):
+    def attach(self, server, module, gate, block=None):
         """The loaded module: its activation, the dtype transformers gave its parameters (the slots' bytes
-        are cast to it where the checkpoint's differs), and its router (for the hints)."""
-        self.server, self.act_fn, self.gate = server, module.act_fn, gate
+        are cast to it where the checkpoint's differs), and its router (for the hints). A router whose
+        forward takes more than the hidden states gets them as its block passes them, the block's
+        attributes of those names (MiniMax-M2's e_score_correction_bias); one whose arguments cannot be
+        found so gives no hints."""
+        self.server, self.act_fn, self.gate, self.gate_args = server, module.act_fn, None, ()
+        self.block = block
+        if gate is not None:
+            args = _router_args(gate, block)
+            if args is not None:
+                self.gate, self.gate_args = gate, args
         self._token0 = self._torch.zeros(1, dtype=self._torch.long)
         self.param_dtype = (module.gate_up_proj.dtype, module.down_proj.dtype)
 
@@ -429,13 +438,15 @@ class _Layer:
         torch = self._torch
         # its forward, not the module's call: hooks on the router (transformers records router_logits
         # with them, for output_router_logits and the aux loss) must not see a call the model did not make
-        out = self.gate.forward(hidden_states)
+        out = self.gate.forward(hidden_states, *(getattr(self.block, a) for a in self.gate_args))
         idx = out[-1] if isinstance(out, tuple) else None
         if idx is None or not isinstance(idx, torch.Tensor) or idx.dtype.is_floating_point:
             return []
+        # a router may rank indices past this module's experts (zero experts, which its block handles)
         if idx.dim() == 2 and idx.shape[0] == 1:
-            return idx[0].tolist()[:n]
-        counts = torch.bincount(idx.reshape(-1), minlength=self.E)
+            return [e for e in idx[0].tolist() if 0 <= e < self.E][:n]
+        idx = idx.reshape(-1)
+        counts = torch.bincount(idx[(idx >= 0) & (idx < self.E)], minlength=self.E)
         return torch.topk(counts, min(n, self.E)).indices.tolist()
 
     def forward(self, hidden_states, top_k_index, top_k_weights):
@@ -459,9 +470,11 @@ class _Layer:
         E = self.E
         final = torch.zeros_like(hidden_states)
         # As transformers' eager loop: which experts are routed, and to which tokens (for one token, a
-        # decode step, the same read off its row: the same rows, weights and sums, without the mask).
-        if top_k_index.shape[0] == 1:
-            row = top_k_index[0].tolist()
+        # decode step, the same read off its row: the same rows, weights and sums, without the mask --
+        # unless an expert is in the row twice, as where a block maps its zero experts onto real ones
+        # with weight 0: the loop computes it once per place, each with its own weight).
+        row = top_k_index[0].tolist() if top_k_index.shape[0] == 1 else None
+        if row is not None and len(set(row)) == len(row):
             routed = sorted({e for e in row if 0 <= e < E})
             expert_mask = None
         else:
@@ -583,6 +596,30 @@ class _Layer:
             w.clear()
             for b in blocks:
                 p.release(b)
+
+
+def _router_args(gate, block):
+    """The names of the arguments after the hidden states with which `gate` (a router) is called, its
+    block's attributes of those names; None where a required one is not there."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(gate.forward).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if not positional:
+        return () if any(p.kind == p.VAR_POSITIONAL for p in params) else None
+    args = []
+    for p in positional[1:]:
+        if p.default is not p.empty:
+            break
+        if block is None or not hasattr(block, p.name):
+            return None
+        args.append(p.name)
+    if any(p.kind == p.KEYWORD_ONLY and p.default is p.empty for p in params):
+        return None
+    return tuple(args)
 
 
 def _typed_view(torch, blocks, spec, want):
@@ -880,7 +917,7 @@ def from_pretrained(model_dir, memory_budget, *, backend=None, prefetch=True, **
             mod = model.get_submodule(layer.name)
             parent = model.get_submodule(layer.name.rsplit(".", 1)[0]) if "." in layer.name else None
             gate = getattr(parent, "gate", None) if parent is not None else None
-            layer.attach(server, mod, gate if callable(gate) else None)
+            layer.attach(server, mod, gate if callable(gate) else None, parent)
         for a, b in zip(layers, layers[1:]):
             if b.gate is not None:
                 a.next = b

@@ -48,6 +48,33 @@ CONFIGS = {
         vocab_size=96, hidden_size=64, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, num_experts=4, num_experts_per_tok=2, max_position_embeddings=64,
         initializer_range=0.1, eos_token_id=1, bos_token_id=0, pad_token_id=2),
+    # shared experts beside the routed ones, a grouped sigmoid router with a correction bias
+    "deepseek_v3": lambda: transformers.DeepseekV3Config(
+        vocab_size=96, hidden_size=64, intermediate_size=80, moe_intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, n_shared_experts=1, n_routed_experts=4,
+        num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=0, kv_lora_rank=16,
+        q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, head_dim=8,
+        max_position_embeddings=64, initializer_range=0.1),
+    # a router that takes its block's e_score_correction_bias as a second argument
+    "minimax_m2": lambda: transformers.MiniMaxM2Config(
+        vocab_size=96, hidden_size=64, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2,
+        max_position_embeddings=64, initializer_range=0.1, bos_token_id=0, eos_token_id=1),
+    # zero (identity) experts, mapped onto real experts with weight 0: a row may name an expert twice
+    "longcat_flash": lambda: transformers.LongcatFlashConfig(
+        vocab_size=96, hidden_size=64, num_layers=2, num_attention_heads=4, num_key_value_heads=4,
+        ffn_hidden_size=80, expert_ffn_hidden_size=48, moe_topk=4, n_routed_experts=4, zero_expert_num=4,
+        kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16, head_dim=8,
+        max_position_embeddings=64, initializer_range=0.1, bos_token_id=0, eos_token_id=1),
+    "glm4_moe": lambda: transformers.Glm4MoeConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=80, moe_intermediate_size=48, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, n_shared_experts=1, n_routed_experts=4,
+        num_experts_per_tok=2, n_group=1, topk_group=1, first_k_dense_replace=0,
+        max_position_embeddings=64, initializer_range=0.1, bos_token_id=0, eos_token_id=1, pad_token_id=2),
+    "phimoe": lambda: transformers.PhimoeConfig(
+        vocab_size=96, hidden_size=64, intermediate_size=80, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=64,
+        initializer_range=0.1, bos_token_id=0, eos_token_id=1),
 }
 
 _made = {}
@@ -134,7 +161,31 @@ def test_logits_equal_eager(tmp_path_factory, family, layout, dtype, prefetch):
         model.ringfetch.close()
 
 
-@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe", "qwen2_moe", "olmoe"])
+def experts_modules(model):
+    """How many modules of a model loaded whole hold experts as 3-D parameters (leading: the experts)."""
+    return sum(1 for m in model.modules() if any(
+        p.dim() == 3 and p.shape[0] == getattr(m, "num_experts", None) for p in m.parameters(recurse=False)))
+
+
+@pytest.mark.parametrize("family", ["deepseek_v3", "minimax_m2", "longcat_flash", "glm4_moe", "phimoe"])
+@pytest.mark.parametrize("layout", ["experts", "fused"])
+def test_more_families(tmp_path_factory, family, layout):
+    """Other transformers families whose experts are fused 3-D parameters: every such module served,
+    every decode step (one token: the one-row path) as eager's."""
+    path = checkpoint(tmp_path_factory, family, layout)
+    ref = eager(path)
+    want, want_toks = decode(ref, PROMPT, 5)
+    model = from_pretrained(path, "16MiB")
+    assert len(model.ringfetch._layers) == experts_modules(ref) > 0
+    got, toks = decode(model, PROMPT, 5)
+    assert toks == want_toks
+    assert_same_logits(got, want)
+    assert model.ringfetch.stats()["misses"] > 0
+    model.ringfetch.close()
+
+
+@pytest.mark.parametrize("family", ["mixtral", "qwen3_moe", "qwen2_moe", "olmoe", "deepseek_v3", "minimax_m2",
+                                    "longcat_flash", "glm4_moe", "phimoe"])
 def test_generate_token_for_token(tmp_path_factory, family):
     path = checkpoint(tmp_path_factory, family)
     ref = eager(path)
@@ -146,7 +197,7 @@ def test_generate_token_for_token(tmp_path_factory, family):
         assert_same_logits([model(prompt).logits], [ref(prompt).logits])
     assert torch.equal(got, want)
     assert model.ringfetch.describe().startswith(
-        "ringfetch.transformers: %s, %d experts modules" % (family, model.config.num_hidden_layers))
+        "ringfetch.transformers: %s, %d experts modules" % (family, experts_modules(ref)))
 
 
 @pytest.mark.parametrize("family", ["mixtral", "qwen3_moe"])
