@@ -481,6 +481,26 @@ uint64_t rf_file_size(const rf_file *f)
 	return f ? f->size : 0;
 }
 
+int rf_file_read(const rf_file *f, uint64_t offset, void *dst, size_t len)
+{
+	if (f == NULL || (dst == NULL && len > 0))
+		return rf__err(RF_EINVAL, "rf_file_read: %s is NULL", f == NULL ? "f" : "dst");
+	if (offset > f->size || len > f->size - offset)
+		return rf__err(RF_EINVAL, "rf_file_read: %s: [%" PRIu64 ", +%zu) is not inside its %" PRIu64 " bytes",
+			       f->path, offset, len, f->size);
+	size_t got = 0;
+	while (got < len) {
+		ssize_t k = pread(f->fd, (unsigned char *)dst + got, len - got, (off_t)(offset + got));
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return rf__err(RF_EIO, "rf_file_read: %s: at offset %" PRIu64 ": %s", f->path, offset + got,
+				       k < 0 ? strerror(errno) : "the file ends there (it shrank)");
+		got += (size_t)k;
+	}
+	return RF_OK;
+}
+
 int rf_file_close(rf_file *f)
 {
 	if (f == NULL)

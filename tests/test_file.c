@@ -73,6 +73,42 @@ Test(file, bad_arguments)
 	drop(path);
 }
 
+/* rf_file_read: the bytes of the file opened, at any offset and length inside it; a range outside it
+ * EINVAL; after the file shrank EIO; after another file was renamed over the path, still the first's. */
+Test(file, read_gives_the_opened_files_bytes)
+{
+	char *path = make_file(100000, 5);
+	rf_file *f = NULL;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	unsigned char b[5000];
+	cr_assert_eq(rf_file_read(f, 12345, b, sizeof b), RF_OK, "%s", rf_errmsg());
+	for (size_t i = 0; i < sizeof b; i++)
+		cr_assert_eq(b[i], (unsigned char)(((12345 + i) * 7 + 5) & 255), "byte %zu", i);
+	cr_assert_eq(rf_file_read(f, 100000 - 3, b, 3), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_file_read(f, 100000, NULL, 0), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_file_read(f, 100000 - 3, b, 4), RF_EINVAL);
+	cr_assert(strstr(rf_errmsg(), "not inside") != NULL, "%s", rf_errmsg());
+	cr_assert_eq(rf_file_read(f, UINT64_MAX, b, 2), RF_EINVAL);
+	cr_assert_eq(rf_file_read(f, 0, NULL, 1), RF_EINVAL);
+	cr_assert_eq(rf_file_read(NULL, 0, b, 1), RF_EINVAL);
+
+	int wfd = open(path, O_WRONLY); /* to shrink the opened file once another is renamed over it */
+	cr_assert(wfd >= 0);
+	char *other = make_file(100000, 9);
+	cr_assert_eq(rename(other, path), 0);
+	cr_assert_eq(rf_file_read(f, 0, b, 100), RF_OK, "%s", rf_errmsg());
+	for (size_t i = 0; i < 100; i++)
+		cr_assert_eq(b[i], (unsigned char)((i * 7 + 5) & 255), "byte %zu: not the opened file's", i);
+	free(other);
+	cr_assert_eq(ftruncate(wfd, 1000), 0);
+	close(wfd);
+	cr_assert_eq(rf_file_read(f, 500, b, 100), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_file_read(f, 990, b, 100), RF_EIO);
+	cr_assert(strstr(rf_errmsg(), "shrank") != NULL, "%s", rf_errmsg());
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	drop(path);
+}
+
 Test(file, not_regular_files_are_refused_without_blocking)
 {
 	rf_file *f = (rf_file *)0x1;

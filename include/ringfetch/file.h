@@ -52,6 +52,17 @@ RF_EXTERN const void *rf_file_data(const rf_file *f);
 RF_EXTERN uint64_t rf_file_size(const rf_file *f);
 
 /**
+ * Read the `len` bytes at `offset` of the file into `dst` (any alignment; through the page cache), with
+ * the descriptor the file was opened with: they are that file's bytes even where another file was since
+ * renamed over its path (a header read by reopening the path may not be). Never touches the mapping.
+ * Thread-safe with the file's copies and other reads; not with rf_file_close of `f`.
+ * \return RF_OK; RF_EINVAL (f NULL, dst NULL with len > 0, or [offset, offset + len) not inside the
+ *         file's size at open); RF_EIO (the read failed, or came back short because the file shrank:
+ *         rf_errmsg() names the path, the offset and errno's text).
+ */
+RF_EXTERN int rf_file_read(const rf_file *f, uint64_t offset, void *dst, size_t len);
+
+/**
  * Unmap and close. The file must stay open while a pipeline may still copy from it: until its keys
  * are evicted or the pipeline is destroyed (hits read no source).
  * \return RF_OK, also for NULL; RF_EBUSY (nothing changes) while a copy from it is in flight, a keyed

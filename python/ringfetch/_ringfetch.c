@@ -367,6 +367,7 @@ typedef struct {
 	PyObject_HEAD
 	rf_file *f; /* NULL once closed */
 	Py_ssize_t exports;
+	Py_ssize_t reads; /* pread calls reading it with the GIL released: close is rf.Busy meanwhile */
 	PyObject *weakrefs;
 } FileObject;
 
@@ -2505,6 +2506,8 @@ static PyObject *File_close(FileObject *self, PyObject *unused)
 		if (self->f == NULL) /* closed by another thread meanwhile */
 			Py_RETURN_NONE;
 	}
+	if (self->reads > 0)
+		return rfpy_raisef(RF_EBUSY, "close: another thread is reading the file (File.pread)");
 	if (self->exports > 0) {
 		PyErr_Format(PyExc_BufferError,
 			     "close: %zd view(s) of the file are still alive (memoryview slices, pipelines' keyed "
@@ -2529,6 +2532,37 @@ static PyObject *File_close(FileObject *self, PyObject *unused)
 	}
 	self->f = NULL;
 	Py_RETURN_NONE;
+}
+
+static PyObject *File_pread(FileObject *self, PyObject *args, PyObject *kwds)
+{
+	static char *kwlist[] = {"n", "offset", NULL};
+	PyObject *n_o, *off_o;
+	unsigned long long n, off;
+	if (!PyArg_ParseTupleAndKeywords(args, kwds, "OO:pread", kwlist, &n_o, &off_o))
+		return NULL;
+	if (rfpy_uint(n_o, "n", PY_SSIZE_T_MAX, &n) < 0 || rfpy_uint(off_o, "offset", UINT64_MAX, &off) < 0)
+		return NULL;
+	if (self->f == NULL)
+		return rfpy_raisef(RF_EINVAL, "File.pread: the file is closed");
+	uint64_t size = rf_file_size(self->f);
+	if (off > size || n > size - off) /* before allocating n bytes: not a MemoryError for a huge n */
+		return rfpy_raisef(RF_EINVAL, "File.pread: [%llu, +%llu) is not inside the file's %llu bytes", off, n,
+				   (unsigned long long)size);
+	PyObject *b = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)n);
+	if (b == NULL)
+		return NULL;
+	int rc;
+	self->reads++;
+	Py_BEGIN_ALLOW_THREADS
+	rc = rf_file_read(self->f, off, PyBytes_AsString(b), (size_t)n);
+	Py_END_ALLOW_THREADS
+	self->reads--;
+	if (rc != RF_OK) {
+		Py_DECREF(b);
+		return rfpy_raise(rc);
+	}
+	return b;
 }
 
 static int File_getbuffer(FileObject *self, Py_buffer *view, int flags)
@@ -2594,7 +2628,14 @@ static PyMethodDef File_methods[] = {
 	 "close($self, /)\n--\n\n"
 	 "Unmap and close. BufferError while a view of the file is alive (a memoryview, or a pipeline's keyed "
 	 "source of a key still in its cache: evict the key or close the pipeline first; the sources of keys "
-	 "that left the caches are let go first); rf.Busy while a copy reads it."},
+	 "that left the caches are let go first); rf.Busy while a copy reads it or File.pread runs on another "
+	 "thread."},
+	{"pread", (PyCFunction)(void (*)(void))File_pread, METH_VARARGS | METH_KEYWORDS,
+	 "pread($self, /, n, offset)\n--\n\n"
+	 "The n bytes at offset, as bytes (rf_file_read): read, with the GIL released, through the descriptor "
+	 "the file was opened with, so they are this file's even where another was since renamed over its "
+	 "path. rf.InvalidArgument for a range not inside size; rf.IOError where the read fails or the file "
+	 "shrank. close() on another thread meanwhile is rf.Busy."},
 	{"__enter__", (PyCFunction)File_enter, METH_NOARGS, NULL},
 	{"__exit__", (PyCFunction)File_exit, METH_VARARGS, NULL},
 	{NULL, NULL, 0, NULL},

@@ -167,14 +167,11 @@ class SafetensorsFile:
         try:
             self._mv = memoryview(self._file)
             size = self._file.size
-            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            try:
-                head = os.pread(fd, 8, 0)
-                n = int.from_bytes(head, "little") if len(head) == 8 else 0
-                if 8 < 8 + n <= size and n <= MAX_HEADER_BYTES:
-                    head += os.pread(fd, n, 8)
-            finally:
-                os.close(fd)
+            # through the file's own descriptor: another file renamed over the path meanwhile is not read
+            head = self._file.pread(8, 0) if size >= 8 else b""
+            n = int.from_bytes(head, "little") if len(head) == 8 else 0
+            if 8 < 8 + n <= size and n <= MAX_HEADER_BYTES:
+                head += self._file.pread(n, 8)
             self.data_start, self._tensors, self._metadata = parse_header(head, size, self.path)
         except BaseException:
             self.close()

@@ -92,3 +92,30 @@ def test_path_kinds(weights):
     for p in (str(path), bytes(path), path):
         with rf.File(p) as f:
             assert f.size == len(data)
+
+
+def test_pread_reads_the_opened_file(weights, tmp_path):
+    path, data = weights
+    with rf.File(path) as f:
+        assert f.pread(100, 4000) == data[4000:4100]
+        assert f.pread(n=3, offset=len(data) - 3) == data[-3:]
+        assert f.pread(0, len(data)) == b""
+        with pytest.raises(rf.InvalidArgument, match="not inside"):
+            f.pread(4, len(data) - 3)
+        with pytest.raises(rf.InvalidArgument, match="not inside"):
+            f.pread(2**62, 0)                              # refused before n bytes are allocated
+        with pytest.raises(rf.InvalidArgument):
+            f.pread(-1, 0)
+        with pytest.raises(TypeError):
+            f.pread(1.0, 0)
+        # another file renamed over the path: still the opened file's bytes
+        with open(path, "r+b") as w:
+            other = tmp_path / "other.bin"
+            other.write_bytes(bytes(len(data)))
+            os.replace(other, path)
+            assert f.pread(64, 0) == data[:64]
+            w.truncate(1000)                               # the opened file shrinks
+        with pytest.raises(rf.IOError, match="shrank"):
+            f.pread(100, 990)
+    with pytest.raises(rf.InvalidArgument, match="closed"):
+        f.pread(1, 0)
