@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 PyMODINIT_FUNC PyInit__ringfetch(void);
@@ -291,6 +292,7 @@ typedef struct PipelineObject {
 	PyObject_HEAD
 	rf_pipeline *p;          /* NULL once closed */
 	int busy;                /* a thread is inside the library on p (read and written under the GIL) */
+	int sweeping;            /* busy for File.close's sweep (pipes_sweep_all), not for a call of its own */
 	unsigned long owner;     /* that thread's ident while busy */
 	Py_ssize_t exports;      /* live buffer and DLPack views of its blocks */
 	Py_ssize_t kept;         /* of those, views of a run's block that outlived its compute */
@@ -392,6 +394,16 @@ static int pipe_enter(PipelineObject *self, const char *who)
 	if (self->owner == me) {
 		rfpy_raisef(RF_EBUSY, "%s: called from a compute callback of this pipeline's run", who);
 		return -1;
+	}
+	/* File.close on another thread sweeping its pins (the GIL released while it evicts absent keys) is
+	 * not a call of the user's: wait for it, a few evictions, rather than answer rf.Busy. */
+	while (self->busy && self->sweeping && self->owner != me) {
+		Py_BEGIN_ALLOW_THREADS
+		struct timespec d = {0, 20000};
+		nanosleep(&d, NULL);
+		Py_END_ALLOW_THREADS
+		if (pipe_open(self, who) < 0)
+			return -1;
 	}
 	if (self->busy) {
 		rfpy_raisef(RF_EBUSY, "%s: another thread is using this pipeline (a run or a keyed call)", who);
@@ -566,9 +578,10 @@ static void pipes_sweep_all(void)
 			continue;
 		}
 		Py_INCREF((PyObject *)q);
-		q->busy = 1;
+		q->busy = q->sweeping = 1;
 		q->owner = PyThread_get_thread_ident();
 		pins_sweep(q);
+		q->sweeping = 0;
 		pipe_leave(q);
 		PipelineObject *next = q->next_pipe;
 		Py_DECREF((PyObject *)q);

@@ -1,6 +1,7 @@
 """Keyed use from Python: holds and views (BufferError on release with a live view), blocks that stop
 being valid, hints, evict, lookup, the counters, and the sources kept alive for the library."""
 import gc
+import sys
 import weakref
 
 import numpy as np
@@ -302,3 +303,47 @@ def test_held_block_dropped_with_a_pinned_source_is_released(backend, how):
         p.evict(1)                                      # rf.Busy while key 1 is still held
         assert p.lookup(1) == ("absent", None)
         p.run([expert(0)], lambda b: None)              # rf.Busy with a block held
+
+
+def test_file_close_sweep_never_makes_another_thread_busy(backend, tmp_path):
+    """File.close() sweeps the pins of every pipeline that no thread is inside, the GIL released while it
+    evicts their absent keys: a keyed call on another thread meanwhile waits for the sweep, never gets
+    rf.Busy (no call of the user's was inside the pipeline). Whether a sweep lands between the thread's
+    calls is the scheduler's; the test passes either way unless one gives rf.Busy."""
+    import threading
+    import time
+
+    path = tmp_path / "w.bin"
+    path.write_bytes(bytes(64 * 4096))
+    busy, stop = [], threading.Event()
+    with rf.Pipeline(4096, depth=16, backend=backend) as p, rf.File(path) as f, rf.File(path) as g:
+        src = memoryview(g)
+
+        def serve():
+            k = 0
+            while not stop.is_set():
+                k += 1
+                try:
+                    b = p.acquire(k, src[k % 64 * 4096:(k % 64 + 1) * 4096])   # keys leave: absent, pinned
+                    p.release(b)
+                except rf.Busy as e:
+                    busy.append(str(e))
+                    return
+                sum(range(100))            # between calls, with the GIL: where a switch lets close() sweep
+        t = threading.Thread(target=serve)
+        mv = memoryview(f)                 # close() sweeps, then refuses (BufferError): f stays open
+        interval = sys.getswitchinterval()
+        sys.setswitchinterval(1e-5)        # switch often: more sweeps land between the thread's calls
+        t.start()
+        try:
+            end = time.monotonic() + 1.0
+            while time.monotonic() < end and not busy:
+                with pytest.raises(BufferError):
+                    f.close()
+        finally:
+            sys.setswitchinterval(interval)
+            stop.set()
+            t.join()
+        del mv, src
+        p.close()                          # lets go of g's slices before g closes
+    assert busy == []
