@@ -366,8 +366,10 @@ static int rf__threads_run(void *ctx, rf__run *run)
 		return rf__cpu_run(NULL, run);
 	}
 	/* Every copy a file read and every compute the caller's (a graph's computes on other queues run on
-	 * their lanes): the caller keeps the reads in flight itself, no hand-off on the critical path. */
-	if (run->files_only && run->prog->compute_queues <= 1)
+	 * their lanes): the caller keeps the reads in flight itself, no hand-off on the critical path. Not
+	 * where its reads are preads (no io_uring): each is done before the caller could compute; the lanes
+	 * read while it computes. */
+	if (run->files_only && run->prog->compute_queues <= 1 && (run->io == NULL || rf__flight_async(run->io)))
 		return rf__cpu_walk_overlapped(run);
 	/* The arm: from this pipeline's own runs of this shape, unless the owner compares runs itself
 	 * (depth = auto) or the run reads files (overlap always hides the device's wait). */

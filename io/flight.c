@@ -66,6 +66,12 @@ void rf__flight_lanes(rf__flight *f, char *buf, size_t cap, unsigned *lane)
 	rf__flight_unlock(f);
 }
 
+int rf__flight_async(rf__flight *f)
+{
+	rf__reader *rd = rf__flight_rd(f);
+	return rd != NULL && rf__reader_async(rd);
+}
+
 int rf__flight_open(rf__flight *f, void *base, size_t len)
 {
 	if (rf__flight_rd(f) != NULL)

@@ -172,6 +172,8 @@ static inline int rf__flight_reap(rf__flight *f)
 }
 /* Sleep until a copy may have landed or the bell rang (rf__ec_wait_bell's sleep). */
 void rf__flight_sleep(void *f);
+/* Whether the flight's reads are asynchronous (its reader reads through io_uring); 0 before it is open. */
+int rf__flight_async(rf__flight *f);
 /* Copies in flight (the lane's view). */
 static inline int rf__flight_busy(const rf__flight *f)
 {

@@ -3,6 +3,7 @@
 #include "io/reader_int.h"
 #include "base/compare.h"
 
+#include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -88,6 +89,13 @@ void rf__reader_explain(rf__reader *r, const rd_copy *c)
 void rf__reader_finish(rf__reader *r, unsigned ci)
 {
 	rd_copy *c = &r->copies[ci];
+	if (c->uncache) {
+		/* The page cache holds a file in folios of up to a huge page, and DONTNEED drops only those wholly
+		 * inside the range: from RD_HUGE before the copy, so that the folio across its start goes too. */
+		uint64_t from = c->win_off > RD_HUGE ? c->win_off - RD_HUGE : 0;
+		(void)posix_fadvise(rf__file_fd(c->f, 0), (off_t)from, (off_t)(c->win_off + c->win_len - from),
+				    POSIX_FADV_DONTNEED);
+	}
 	if (c->rc == RF_OK && c->move) {
 		memmove(c->dst, c->dst + c->shift, c->n);
 		c->shift = 0;
@@ -217,7 +225,12 @@ void rf__reader_setup(rf__reader *r, unsigned ci)
 	rd_copy *c = &r->copies[ci];
 	const rf_file *f = c->f;
 	size_t a = f->dio_align, ma = f->dio_mem_align;
-	if (a != 0) {
+	/* Without the ring a read is synchronous: O_DIRECT would give the disk one request at a time, while
+	 * the page cache's read-ahead keeps the next reads of a stream in flight behind the caller's back. The
+	 * pages read are dropped once the copy lands, so that the slot stays the bytes' one copy in memory,
+	 * as with O_DIRECT (RF_FILE_BUFFERED, no O_DIRECT descriptor, keeps them). */
+	c->uncache = a != 0 && !r->uring;
+	if (a != 0 && r->uring) {
 		uint64_t wo = c->win_off / a * a, we = (c->win_off + c->n + a - 1) / a * a;
 		size_t shift = (size_t)(c->win_off - wo), wl = (size_t)(we - wo);
 		if (((uintptr_t)c->dst & (ma - 1)) == 0 && c->cap >= wl) {

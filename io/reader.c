@@ -218,16 +218,21 @@ void rf__reader_counters_get(const rf__reader *r, rf__reader_counters *out)
 		len += k_ > 0 ? (size_t)k_ : 0;                                                            \
 	} while (0)
 
+int rf__reader_async(const rf__reader *r)
+{
+	return r->uring;
+}
+
 void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 {
 	size_t len = 0;
 	if (cap == 0)
 		return;
 	if (r->uring)
-		RD_PUT("io_uring, up to %u reads in flight", RF__READER_QD);
+		RD_PUT("io_uring, up to %u reads in flight, O_DIRECT where the file and the range allow it",
+		       RF__READER_QD);
 	else
-		RD_PUT("pread (%s), one read at a time", r->why);
-	RD_PUT(", O_DIRECT where the file and the range allow it");
+		RD_PUT("pread (%s), one read at a time, through the page cache (its read-ahead)", r->why);
 	if (r->win.mem != NULL && r->win.chunk != 0 && !r->uring) {
 		RD_PUT(", read-ahead in %zuK requests (blocks in file order)", r->win.chunk >> 10);
 	} else if (r->win.mem != NULL && r->win.chunk != 0) {

@@ -5,13 +5,16 @@
  *  - io_uring: a copy is cut into pieces, one read each, at most RF__READER_QD in flight; the rest are
  *    submitted as reads finish (poll, wait); reads into the registered region are fixed-buffer reads.
  *    Where io_uring is refused (old kernel, io_uring_disabled, seccomp) start preads the whole copy
- *    and poll hands it back: never a failure; describe says which and why. An io_uring_setup that
- *    failed for want of a descriptor or memory (EMFILE, ENFILE, ENOMEM, EAGAIN) is tried again by a
- *    start that finds nothing in flight, at most five times a second: a shortage does not last.
- *  - O_DIRECT when the range's aligned window can land in dst: dst aligned to f->dio_mem_align,
- *    the range on a dio_align boundary or RF__READER_SHIFT_OK given, and dst_cap holding the
- *    window. A range off the boundary without RF__READER_SHIFT_OK is read buffered, or as its O_DIRECT
- *    window moved down in place, whichever was measured faster for its size (rf__reader_rule).
+ *    through the page cache (its read-ahead keeps a stream's next reads in flight; the copy's pages are
+ *    dropped once it lands) and poll hands it back: never a failure; describe says which and why; no
+ *    read-ahead window is started. An io_uring_setup that failed for want of a descriptor or memory
+ *    (EMFILE, ENFILE, ENOMEM, EAGAIN) is tried again by a start that finds nothing in flight, at most
+ *    five times a second: a shortage does not last.
+ *  - O_DIRECT (with io_uring) when the range's aligned window can land in dst: dst aligned to
+ *    f->dio_mem_align, the range on a dio_align boundary or RF__READER_SHIFT_OK given, and dst_cap
+ *    holding the window. A range off the boundary without RF__READER_SHIFT_OK is read buffered, or as
+ *    its O_DIRECT window moved down in place, whichever was measured faster for its size
+ *    (rf__reader_rule).
  *  - A piece is cut only where the block layer would cut anyway (f->io_max): smaller requests
  *    each cost a request and buy nothing the reads of the next blocks do not.
  *  - A failed read, or a short one (the file shrank), fails that copy with RF_EIO (rf__reader_error
@@ -189,6 +192,8 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap);
 /* A number that changes whenever the describe line would (the reader's thread): a class's rule decided,
  * the ring given up or set up again, a registration. */
 unsigned rf__reader_gen(const rf__reader *r);
+/* Whether reads go through the ring now (0: pread, each read done before start returns). */
+int rf__reader_async(const rf__reader *r);
 /* Reads in flight on a ring (what rf__reader_wait can wait for besides the bell); 0 in pread mode. */
 unsigned rf__reader_reads_out(const rf__reader *r);
 

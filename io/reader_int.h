@@ -33,6 +33,7 @@ typedef struct rd_copy {
 	unsigned out;                 /* pieces in flight */
 	int rc;
 	unsigned char direct, move, timed, pending;
+	unsigned char uncache; /* read through the page cache for want of the ring: its pages dropped after */
 	unsigned cls, method;
 	size_t cap;      /* dst_cap, and the start's flags: for a window copy that is read on its own */
 	unsigned flags;

@@ -200,6 +200,8 @@ int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead)
 	size_t a = f->dio_align;
 	if (w->mem == NULL || a == 0 || (c->flags & RF__READER_SHIFT_OK))
 		return 0;
+	if (!r->uring && w->n == 0) /* preads: the page cache's own read-ahead reads ahead (rf__reader_setup) */
+		return 0;
 	int cont = w->f == f && c->win_off == w->expect && w->expect < w->limit;
 	if (!cont) {
 		if (ahead == 0 || w->out != 0 || w->nwait != 0)

@@ -173,8 +173,10 @@ static int child(const tcase *c, const char *cg, const char *path)
 	rf_pipeline_keyed_stats(pl, &ks);
 	if (rc == 0 && ks.acquires != (uint64_t)ROUNDS * NBLOCKS)
 		rc = FAIL("%llu acquires, %u expected", (unsigned long long)ks.acquires, ROUNDS * NBLOCKS);
-	if (rc == 0 && !c->buffered && (strstr(rf_pipeline_describe(pl), "O_DIRECT") == NULL))
-		rc = FAIL("the reads are not O_DIRECT: %s", rf_pipeline_describe(pl));
+	/* (without io_uring: preads through the page cache, each copy's pages dropped once it landed) */
+	const char *how = rf_pipeline_describe(pl);
+	if (rc == 0 && !c->buffered && strstr(how, "O_DIRECT") == NULL && strstr(how, "files: pread (") == NULL)
+		rc = FAIL("the reads are not O_DIRECT: %s", how);
 	stage(cg, "after the loop", base);
 	rf_pipeline_destroy(pl);
 	rf_file_close(f);

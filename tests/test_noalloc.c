@@ -117,7 +117,8 @@ Test(noalloc, file_runs_read_ahead_allocate_nothing)
 	}
 	rf_stats st;
 	cr_assert_eq(rf_pipeline_stats(p, &st), RF_OK);
-	if (strcmp(test_backend(), "threads") == 0)
+	/* (without io_uring the copy lanes pread a file run through the page cache: no window, nothing ahead) */
+	if (strcmp(test_backend(), "threads") == 0 && strstr(rf_pipeline_describe(p), "files: pread (") == NULL)
 		cr_assert_eq(st.total_ahead_blocks, (uint64_t)NB * STEPS, "the runs were read ahead: %llu blocks",
 			     (unsigned long long)st.total_ahead_blocks);
 	rf_pipeline_destroy(p);
