@@ -222,10 +222,11 @@ int rf__cpu_kpost(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
 	*out = 0;
 	rf__tspan sp = rf__trace_kstart(req->trace);
+	size_t shift;
 	if (s->fs.f == NULL)
 		memcpy(req->dst, s->p, req->bytes);
 	else
-		rc = rf__flight_read(req->io, &s->fs, req->bytes, req->dst, req->cap);
+		rc = rf__flight_read_shifted(req->io, &s->fs, req->bytes, req->dst, req->cap, RF__READER_ALONE, &shift);
 	rf__trace_kcopy(req->trace, req->tev, sp, req->key, req->slot, req->lane);
 	if (s->fs.f != NULL)
 		rf__file_unhold(s->fs.f);

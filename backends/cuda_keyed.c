@@ -262,7 +262,8 @@ static void rf__cuda_kstage_fn(rf__work *w, void *ctx)
 			e->rc = RF_EBACKEND;
 		else /* a file's read lets go of the file and marks a failure once landed (io/flight.h) */
 			rc = rf__cuda_stage(l, e->req.src.p, file ? &e->fs : NULL, e->req.bytes, SIZE_MAX - 1 - e->pin,
-					  e->pin, &(rf__flight_rec){.unhold = e->fs.f, .fail_at = e->req.failed, .fail_value = (int64_t)e->t});
+					  e->pin, &(rf__flight_rec){.unhold = e->fs.f, .flags = RF__READER_ALONE, .fail_at = e->req.failed,
+							     .fail_value = (int64_t)e->t});
 		if (rc < 0) { /* refused: failed as a read that landed so */
 			cx->sslot[e->pin] = NULL;
 			atomic_store_explicit(e->req.failed, (int64_t)e->t, memory_order_release);
@@ -342,7 +343,7 @@ static int rf__cuda_kstage(rf__cuda_ctx *cx, const rf__kcopy *req, rf__cuda_kt *
 		if (fs->f == NULL)
 			memcpy(data, req->src.p, req->bytes);
 		else if ((rc = rf__flight_read_shifted(req->io, fs, req->bytes, data, cx->pin_stride,
-						       RF__READER_SHIFT_OK, &shift)) != RF_OK)
+						       RF__READER_SHIFT_OK | RF__READER_ALONE, &shift)) != RF_OK)
 			return rc;
 		k->reader[pt] = e->t;
 		return rf__cuda_kcopy(cx, e, data + shift, s);

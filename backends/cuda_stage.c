@@ -228,7 +228,8 @@ int rf__cuda_stage(rf__cuda_lane *l, const void *src, const rf__fsrc *fs, size_t
 	unsigned char *dst = pin + (size_t)t * cx->pin_stride;
 	if (fs != NULL) { /* the read starts and the lane walks on; its bytes are known once landed */
 		rf__flight_rec r = *rec;
-		r.slot = t, r.traced = 1, r.flags = RF__READER_SHIFT_OK; /* traced: rf__cuda_landed is told */
+		/* traced: rf__cuda_landed is told; a keyed copy's ALONE kept */
+		r.slot = t, r.traced = 1, r.flags = RF__READER_SHIFT_OK | (rec->flags & RF__READER_ALONE);
 		if ((rc = rf__flight_start(&l->flight, fs, n, dst, cx->pin_stride, &r)) != RF_OK)
 			return rf__err(rc, "cuda: %s", rf__errmsg_peek());
 		return RF__WALK_ASYNC;

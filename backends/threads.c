@@ -47,6 +47,14 @@ static void rf__threads_progress(rf__walker *wk)
 		rf__threads_fail(wk, RF_EIO);
 }
 
+/* A blocking read of a file copy on the walking thread; a keyed one is read as one no stream follows. */
+static int rf__threads_read(rf__flight *f, const rf__run *run, const rf__fsrc *fs, size_t n, unsigned char *dst)
+{
+	size_t shift;
+	return rf__flight_read_shifted(f, fs, n, dst, run->slot_stride, run->keyed != NULL ? RF__READER_ALONE : 0,
+				       &shift);
+}
+
 /* A file copy: a lane starts its reads and walks on; the caller reads it through. A keyed hint's read
  * lets go of its file once landed and marks its slot if it fails (the flight's record says so); one
  * that cannot start is marked at once. Either way its signal goes out, in order: a hint's failure is
@@ -57,11 +65,12 @@ static int rf__threads_file_copy(rf__walker *wk, rf__run *run, const rf__fsrc *f
 	size_t n = run->sizes[b];
 	unsigned char *dst = rf__slot_ptr(run, slot);
 	if (wk->lane == NULL)
-		return rf__flight_read(run->io, fs, n, dst, run->slot_stride);
+		return rf__threads_read(run->io, run, fs, n, dst);
 	rf__flight_rec rec = {.block = (int64_t)b, .slot = slot, .node = node, .queue = (uint8_t)wk->lane->q,
 			      .traced = run->trace != NULL && run->keyed == NULL};
 	if (run->keyed != NULL) {
 		rec.unhold = fs->f;
+		rec.flags = RF__READER_ALONE;
 		rec.fail_at = run->keyed->failed;
 		rec.fail_value = (int64_t)wk->ticket;
 	}
@@ -91,7 +100,7 @@ static inline __attribute__((always_inline)) int rf__threads_move(void *c, rf__r
 	if (fs != NULL && fs->f != NULL)
 		return slot != RF__NO_STAGE && !((run->prog->compute_queues >> queue) & 1)
 			       ? rf__threads_file_copy(c, run, fs, b, slot, node)
-			       : rf__flight_read(wk->lane ? &wk->lane->flight : run->io, fs, n, dst, run->slot_stride);
+			       : rf__threads_read(wk->lane ? &wk->lane->flight : run->io, run, fs, n, dst);
 	src = src != NULL ? src : run->srcs[b];
 	if (n != 0) {
 		rf__threads *t = wk->t;

@@ -228,9 +228,11 @@ void rf__reader_setup(rf__reader *r, unsigned ci)
 	/* Without the ring a read is synchronous: O_DIRECT would give the disk one request at a time, while
 	 * the page cache's read-ahead keeps the next reads of a stream in flight behind the caller's back. The
 	 * pages read are dropped once the copy lands, so that the slot stays the bytes' one copy in memory,
-	 * as with O_DIRECT (RF_FILE_BUFFERED, no O_DIRECT descriptor, keeps them). */
-	c->uncache = a != 0 && !r->uring;
-	if (a != 0 && r->uring) {
+	 * as with O_DIRECT (RF_FILE_BUFFERED, no O_DIRECT descriptor, keeps them). A copy no stream follows
+	 * (RF__READER_ALONE) is read O_DIRECT still: read-ahead past it would be read for nothing. */
+	int direct_ok = r->uring || (c->flags & RF__READER_ALONE);
+	c->uncache = a != 0 && !direct_ok;
+	if (a != 0 && direct_ok) {
 		uint64_t wo = c->win_off / a * a, we = (c->win_off + c->n + a - 1) / a * a;
 		size_t shift = (size_t)(c->win_off - wo), wl = (size_t)(we - wo);
 		if (((uintptr_t)c->dst & (ma - 1)) == 0 && c->cap >= wl) {

@@ -122,7 +122,8 @@ int rf__reader_start_ahead(rf__reader *r, const rf__fsrc *s, size_t n, unsigned 
 			   unsigned flags, uint64_t tag, size_t ahead)
 {
 	static const char who[] = "rf__reader_start";
-	if (r == NULL || s == NULL || s->f == NULL || dst == NULL || n == 0 || dst_cap < n || (flags & ~RF__READER_SHIFT_OK))
+	if (r == NULL || s == NULL || s->f == NULL || dst == NULL || n == 0 || dst_cap < n ||
+	    (flags & ~(RF__READER_SHIFT_OK | RF__READER_ALONE)))
 		return rf__err(RF_EINVAL, "%s: bad arguments", who);
 	uint64_t size = rf_file_size(s->f);
 	if (s->off > size || n > size - s->off)

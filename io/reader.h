@@ -33,6 +33,9 @@
 typedef struct rf__reader rf__reader;
 
 #define RF__READER_SHIFT_OK 1u /* rf__reader_start flag: the data may start at dst + *shift */
+/* rf__reader_start flag: no stream of copies follows this one (a keyed copy): without io_uring too it is
+ * read O_DIRECT where it can, since the page cache's read-ahead would only read past it for nothing */
+#define RF__READER_ALONE 2u
 #define RF__READER_QD 32u                           /* reads in flight, at most (io_uring) */
 #define RF__READER_PIECE_UNKNOWN ((size_t)1 << 20)  /* the largest piece when sysfs does not say */
 #define RF__READER_PIECE_MAX ((size_t)4 << 20)      /* and the largest piece whatever it says */

@@ -230,14 +230,15 @@ def test_depth_auto():
 @pytest.mark.parametrize("backend", ["cpu", "threads"])
 def test_stats_count_the_blocks_read_ahead(tmp_path, backend):
     # Blocks that follow one another in a file: on threads the caller reads them ahead of the slots in
-    # large requests (docs/files.md, "Read ahead"), and stats() says how much; cpu reads each on its own.
+    # large requests (docs/files.md, "Read ahead"), and stats() says how much; cpu reads each on its own,
+    # and so does threads where io_uring is refused (preads through the page cache, on the copy lanes).
     path = tmp_path / "blocks.bin"
     path.write_bytes(os.urandom(64 * 65536))
     with rf.File(str(path)) as f, rf.Pipeline(65536, backend=backend) as p:
         view = memoryview(f)
         p.run([view[i * 65536:(i + 1) * 65536] for i in range(64)], lambda b: None)
         st = p.stats()
-        if backend == "threads":
+        if backend == "threads" and "files: pread (" not in p.describe():
             assert st["ahead_bytes"] > 0 and st["total_ahead_blocks"] == 64, p.describe()
         else:
             assert st["ahead_bytes"] == 0 and st["total_ahead_blocks"] == 0, p.describe()
