@@ -83,6 +83,7 @@ typedef struct ctx {
 	char auto_describe[MAXL][1024]; /* per size: what depth = auto chose in its first pass */
 	char reader_describe[512];
 	char fio_why[160];
+	char hand_why[160]; /* why the hand loop did not run (io_uring refused): its figures are left out */
 } ctx;
 
 /* ---- options ---------------------------------------------------------------------------------------- */
@@ -332,8 +333,11 @@ static int run_hand(ctx *c, int compute, unsigned qd, rfb_sink *k)
 	size_t n = c->nblocks, sz = c->size;
 	qd = qd > n ? (unsigned)n : qd;
 	struct io_uring ring;
-	if (io_uring_queue_init(qd < 4 ? 4 : qd, &ring, 0) != 0)
+	int e = io_uring_queue_init(qd < 4 ? 4 : qd, &ring, 0);
+	if (e != 0) { /* a seccomp profile, io_uring_disabled, an old kernel: no hand loop to compare with */
+		snprintf(c->hand_why, sizeof c->hand_why, "io_uring_queue_init: %s", strerror(-e));
 		return -1;
+	}
 	unsigned char *buf = bench_buffer((size_t)qd * sz);
 	struct iovec *iov = calloc(qd, sizeof *iov);
 	unsigned char *ready = calloc(qd, 1);
@@ -563,6 +567,8 @@ static int one_pass(ctx *c, arm *a)
 	double t0 = rfb_now(), u0 = cpu_now();
 	int rc = fn_of(a->kind)(c, a->compute, a->param, &k);
 	double t = rfb_now() - t0, u = cpu_now() - u0;
+	if (rc != 0 && a->kind == K_HAND && c->hand_why[0] != '\0')
+		return -1; /* said by the caller */
 	if (rc != 0 || k.bad != 0) {
 		fprintf(stderr, "\n%s/%u%s: %s (%zu wrong blocks)\n", kind_name[a->kind], a->param,
 			a->compute ? "" : " read alone", rc ? "failed" : "payload check failed", k.bad);
@@ -642,9 +648,13 @@ static int bench_size(ctx *c, unsigned si, result *res, size_t *nres, FILE *prog
 			if (progress)
 				fprintf(progress, "\r[size %zu K, rep %u/%u, %u/%u] %-10s   ", c->size >> 10, r + 1, o->reps, j + 1,
 					na, kind_name[a->kind]), fflush(progress);
+			c->hand_why[0] = '\0';
 			rc = one_pass(c, a);
 			if (rc != 0 && a->kind == K_FIO) { /* fio failing is no reason to stop */
 				fprintf(stderr, "\nfio: %s: its figures are left out\n", c->fio_why);
+				a->kind = -1, rc = 0;
+			} else if (rc != 0 && a->kind == K_HAND && c->hand_why[0] != '\0') { /* nor io_uring refused */
+				fprintf(stderr, "\nhand/%u: %s: its figures are left out\n", a->param, c->hand_why);
 				a->kind = -1, rc = 0;
 			}
 		}
