@@ -20,8 +20,6 @@
 #define NO_URING_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
 #define NO_URING_ARCH AUDIT_ARCH_AARCH64
-#else
-#error "tests/no_io_uring.c: the seccomp filter needs this architecture's AUDIT_ARCH"
 #endif
 
 int main(int argc, char **argv)
@@ -30,6 +28,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: no_io_uring COMMAND [ARG ...]\n");
 		return 125;
 	}
+#ifndef NO_URING_ARCH
+	fprintf(stderr, "no_io_uring: no seccomp filter for this architecture\n");
+	return 125;
+#else
 	struct sock_filter prog[] = {
 		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
 		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NO_URING_ARCH, 1, 0),
@@ -47,4 +49,5 @@ int main(int argc, char **argv)
 	execvp(argv[1], argv + 1);
 	fprintf(stderr, "no_io_uring: %s: %s\n", argv[1], strerror(errno));
 	return 127;
+#endif
 }
