@@ -233,7 +233,8 @@ void rf__reader_describe(const rf__reader *r, char *buf, size_t cap)
 		RD_PUT("io_uring, up to %u reads in flight, O_DIRECT where the file and the range allow it",
 		       RF__READER_QD);
 	else
-		RD_PUT("pread (%s), one read at a time, through the page cache (its read-ahead)", r->why);
+		RD_PUT("pread (%s), one read at a time: a stream's through the page cache (its read-ahead), a "
+		       "keyed copy's O_DIRECT where the file and the range allow it", r->why);
 	if (r->win.mem != NULL && r->win.chunk != 0 && !r->uring) {
 		RD_PUT(", read-ahead in %zuK requests (blocks in file order)", r->win.chunk >> 10);
 	} else if (r->win.mem != NULL && r->win.chunk != 0) {
