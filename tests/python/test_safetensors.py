@@ -1,6 +1,7 @@
 """ringfetch.safetensors: the header read and checked without torch, tensors' bytes as file sources, and
 hostile headers refused with rf.InvalidArgument naming the tensor (a seeded fuzz of the parser too)."""
 import json
+import os
 import random
 import struct
 
@@ -242,3 +243,24 @@ def test_fuzz_header_parser():
         assert all(start <= a and b <= size for a, b in spans)
         assert all(b0 <= a1 for (_, b0), (a1, _) in zip(spans, spans[1:]))
     assert accepted > 500 and refused > 5000      # both paths exercised
+
+
+def test_header_is_the_opened_files_when_another_is_renamed_over_it(tmp_path, monkeypatch):
+    """Another checkpoint renamed over the path right after the file is opened (a deploy swapping
+    weights): the header read is the opened file's, so its offsets fit the bytes its sources read."""
+    path = tmp_path / "m.safetensors"
+    other = tmp_path / "other.safetensors"
+    write(path, {"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]}}, b"AAAA")
+    write(other, {"b": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]},
+                  "c": {"dtype": "U8", "shape": [6], "data_offsets": [2, 8]}}, b"BBCCCCCC")
+    real = rst.File
+
+    def open_then_swap(p, **kw):
+        f = real(p, **kw)
+        os.replace(other, path)       # between the open and the header's read
+        return f
+
+    monkeypatch.setattr(rst, "File", open_then_swap)
+    with rst.open(path) as f:
+        assert f.keys() == ["a"] and f.info("a") == ("U8", (4,), f.data_start, 4)
+        assert bytes(f.source("a")) == b"AAAA"
