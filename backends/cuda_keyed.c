@@ -57,6 +57,7 @@ typedef struct rf__cuda_kt {
 	int rc;                  /* FAILED: why */
 	void *ev, *s;            /* s: the stream of a staged hint's H2D */
 	void *war;               /* staged hint: the event of the previous H2D out of its pinned slot (or NULL) */
+	rf__kticket prev_reader; /* staged hint: the ticket that read its pinned slot before it (0: none) */
 	unsigned pin;            /* the staging slot it reads (RF__NO_STAGE: the source) */
 	rf__fsrc fs; /* staged hint, fs.f non-NULL: its source lies in this file (held until the read landed) */
 	rf__kcopy req;           /* the copy asked for; req.trace, tev, key and lane: its slice (the H2D's enqueue) */
@@ -356,6 +357,7 @@ static int rf__cuda_kstage(rf__cuda_ctx *cx, const rf__kcopy *req, rf__cuda_kt *
 		atomic_store_explicit(&e->num, 0, memory_order_relaxed);
 		return RF_ENOSPC;
 	}
+	e->prev_reader = k->reader[pt];
 	k->reader[pt] = e->t;
 	fs->f = NULL; /* the item lets go of the file */
 	return RF_OK;
@@ -452,6 +454,11 @@ static int rf__cuda_kcancel(rf__cuda_ctx *cx, rf__kticket t)
 	if (e->fs.f != NULL) /* the item will not run: its hold is ours to let go */
 		rf__file_unhold(e->fs.f);
 	atomic_store_explicit(&e->state, RF__CK_WITHDRAWN, memory_order_release);
+	/* It never read its pinned slot: the slot's last reader is the one before it again, whose H2D may
+	 * still be reading it (the next stage there must wait for that H2D, not for this event's record). */
+	rf__cuda_keyed *k = cx->keyed;
+	if (e->pin != RF__NO_STAGE && k->reader[e->pin] == e->t)
+		k->reader[e->pin] = e->prev_reader;
 	return 1;
 }
 
