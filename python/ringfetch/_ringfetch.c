@@ -33,7 +33,6 @@
 
 #include <errno.h>
 #include <limits.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -384,6 +383,18 @@ static int pipe_open(PipelineObject *self, const char *who)
 	return 0;
 }
 
+/* Until another thread is no longer inside the library on self (only a File.close sweep, if sweep_only),
+ * without the GIL: it needs the GIL back to finish. Polls, as long as one library call of that thread. */
+static void pipe_wait_idle(PipelineObject *self, int sweep_only)
+{
+	while (self->busy && (!sweep_only || self->sweeping)) {
+		Py_BEGIN_ALLOW_THREADS
+		struct timespec d = {0, 20000};
+		nanosleep(&d, NULL);
+		Py_END_ALLOW_THREADS
+	}
+}
+
 /* Enter the library on self->p from this thread, or raise rf.Busy: from a compute callback of its own run
  * (the library would answer RF_EBUSY too), or while another Python thread is inside it. */
 static int pipe_enter(PipelineObject *self, const char *who)
@@ -398,10 +409,7 @@ static int pipe_enter(PipelineObject *self, const char *who)
 	/* File.close on another thread sweeping its pins (the GIL released while it evicts absent keys) is
 	 * not a call of the user's: wait for it, a few evictions, rather than answer rf.Busy. */
 	while (self->busy && self->sweeping && self->owner != me) {
-		Py_BEGIN_ALLOW_THREADS
-		struct timespec d = {0, 20000};
-		nanosleep(&d, NULL);
-		Py_END_ALLOW_THREADS
+		pipe_wait_idle(self, 1);
 		if (pipe_open(self, who) < 0)
 			return -1;
 	}
@@ -654,13 +662,8 @@ static void block_dealloc(BlockObject *self)
 	 * entered thread only between its rf_ calls, or in a run's compute, where no block is held (a run
 	 * does not start with one held, and keyed calls are refused during it): release at once. */
 	if (self->state == BLOCK_HELD) {
-		if (pipe->owner != PyThread_get_thread_ident()) {
-			while (pipe->busy) {
-				Py_BEGIN_ALLOW_THREADS
-				sched_yield();
-				Py_END_ALLOW_THREADS
-			}
-		}
+		if (pipe->owner != PyThread_get_thread_ident())
+			pipe_wait_idle(pipe, 0);
 		/* Under the GIL from here to the end of the call: no other thread can enter. */
 		if (pipe->p != NULL)
 			(void)rf_pipeline_release(pipe->p, &self->b);
