@@ -4,8 +4,6 @@ each greedy decode step through the cache (one token: the one-row path, with hin
 checkpoint loaded whole with experts_implementation="eager". A family whose experts compute otherwise is
 refused by name, never served with other logits. (test_transformers.py checks the families of its
 CONFIGS more closely: both layouts, bf16, generate.)"""
-import inspect
-
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -31,7 +29,7 @@ FAMILIES = ["afmoe", "axk1", "cohere2_moe", "deepseek_v2", "dots1", "ernie4_5_mo
             "flint", "glm4_moe_lite", "granitemoe", "granitemoe_swa", "granitemoehybrid", "granitemoeshared",
             "hunyuan_v1_moe", "hy_v3", "inkling", "jamba", "kolibri1", "laguna", "lara_mini", "mellum",
             "mimo_v2_flash", "minicpm5_moe", "minimax", "qwen3_next", "solar_open"]
-# Their experts compute otherwise: biases and a clamped activation (gpt_oss), transposed weights (aria), ...
+# Their experts' forward is not transformers' eager loop (gpt_oss, by name below: biases, a clamped SwiGLU)
 REFUSED = ["aria", "deepseek_v4", "ergo", "hy_v4", "jetmoe", "minimax_m3_vl", "nemotron_h"]
 PROMPT = torch.tensor([[3, 17, 42, 8, 60, 5, 23]])
 
