@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/sysmacros.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct rf__freg_ent {
@@ -488,17 +489,45 @@ int rf_file_read(const rf_file *f, uint64_t offset, void *dst, size_t len)
 	if (offset > f->size || len > f->size - offset)
 		return rf__err(RF_EINVAL, "rf_file_read: %s: [%" PRIu64 ", +%zu) is not inside its %" PRIu64 " bytes",
 			       f->path, offset, len, f->size);
-	size_t got = 0;
-	while (got < len) {
-		ssize_t k = pread(f->fd, (unsigned char *)dst + got, len - got, (off_t)(offset + got));
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)
-			return rf__err(RF_EIO, "rf_file_read: %s: at offset %" PRIu64 ": %s", f->path, offset + got,
-				       k < 0 ? strerror(errno) : "the file ends there (it shrank)");
-		got += (size_t)k;
-	}
+	int err;
+	size_t got = rf__file_pread(f->fd, dst, len, offset, &err);
+	if (got < len)
+		return rf__err(RF_EIO, "rf_file_read: %s: at offset %" PRIu64 ": %s", f->path, offset + got,
+			       err != 0 ? strerror(err) : "the file ends there (it shrank)");
 	return RF_OK;
+}
+
+int rf__file_transient(int err)
+{
+	return err == EAGAIN || err == EBUSY || err == EINTR;
+}
+
+void rf__file_backoff(unsigned k)
+{
+	long us = 50L << (k > 7 ? 7 : k - 1);
+	struct timespec d = {0, (us > 5000 ? 5000 : us) * 1000L};
+	nanosleep(&d, NULL);
+}
+
+size_t rf__file_pread(int fd, void *dst, size_t len, uint64_t off, int *err)
+{
+	size_t got = 0;
+	unsigned tries = 0;
+	*err = 0;
+	while (got < len) {
+		ssize_t k = pread(fd, (unsigned char *)dst + got, len - got, (off_t)(off + got));
+		if (k < 0 && rf__file_transient(errno) && ++tries < RF__FILE_TRIES) {
+			rf__file_backoff(tries);
+			continue;
+		}
+		if (k <= 0) {
+			*err = k < 0 ? errno : 0;
+			break;
+		}
+		got += (size_t)k;
+		tries = 0;
+	}
+	return got;
 }
 
 int rf_file_close(rf_file *f)

@@ -75,6 +75,18 @@ void rf__file_unhold(rf_file *f);
 /* What a file that is not a regular one is ("a FIFO", "a character device"), for messages. */
 const char *rf__file_kind(mode_t mode);
 
+/* The tries in a row of a read, or of io_uring_enter, answered EAGAIN / EBUSY / EINTR (io/reader.h: the
+ * sleep between them, why there is a limit, and what follows the last). */
+#define RF__FILE_TRIES 8u
+#define RF__FILE_TRIES_S "8" /* RF__FILE_TRIES in words */
+_Static_assert(RF__FILE_TRIES == 8, "RF__FILE_TRIES_S says RF__FILE_TRIES");
+int rf__file_transient(int err);   /* "not now" (EAGAIN, EBUSY, EINTR): worth another try */
+void rf__file_backoff(unsigned k); /* the sleep before try k + 1 (k >= 1 tries made) */
+
+/* pread [off, off + len) of fd into dst until done, the file's end or an error, a "not now" tried again
+ * as above. The bytes read; *err 0, or the errno of the read that failed. */
+size_t rf__file_pread(int fd, void *dst, size_t len, uint64_t off, int *err);
+
 /* The descriptor to read with: the O_DIRECT one when `direct` and the file has one. */
 static inline int rf__file_fd(const rf_file *f, int direct)
 {

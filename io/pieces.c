@@ -75,7 +75,7 @@ void rf__reader_explain(rf__reader *r, const rd_copy *c)
 	if (c->err_no != 0)
 		snprintf(r->err, sizeof r->err, "%s: read of %zu bytes at offset %" PRIu64 ": %s%s", path, c->err_len,
 			 c->err_off, strerror(c->err_no),
-			 rf__reader_transient(c->err_no) ? " (every try of " RD_TRIES_S ")" : "");
+			 rf__file_transient(c->err_no) ? " (every try of " RF__FILE_TRIES_S ")" : "");
 	else if (c->err_size != UINT64_MAX)
 		snprintf(r->err, sizeof r->err, "%s: short read at offset %" PRIu64 ": file shrank to %" PRIu64 " bytes",
 			 path, c->err_off, c->err_size);
@@ -122,12 +122,12 @@ static int rd_fd(const rf__reader *r, const rd_piece *p)
 }
 
 /* A refused read ("not now", res = -EAGAIN ...) of piece pi: the same read again after a pause, or,
- * once the ring has refused it RD_TRIES times, by pread (which retries on its own). */
+ * once the ring has refused it RF__FILE_TRIES times, by pread (which retries on its own). */
 void rf__reader_retry(rf__reader *r, unsigned pi)
 {
 	rd_piece *p = &r->pieces[pi];
-	if (++p->tries < RD_TRIES) {
-		rf__reader_backoff(p->tries);
+	if (++p->tries < RF__FILE_TRIES) {
+		rf__file_backoff(p->tries);
 		rf__reader_issue(r, pi);
 	} else {
 		rf__reader_pread(r, pi, rd_fd(r, p));
@@ -150,7 +150,7 @@ void rf__reader_piece_done(rf__reader *r, unsigned pi, long res)
 	rd_piece *p = &r->pieces[pi];
 	unsigned ci = p->copy;
 	rd_copy *c = &r->copies[ci];
-	if (res < 0 && rf__reader_transient((int)-res) && c->rc == RF_OK && !p->by_pread) {
+	if (res < 0 && rf__file_transient((int)-res) && c->rc == RF_OK && !p->by_pread) {
 		rf__reader_retry(r, pi);
 		return;
 	}

@@ -15,12 +15,7 @@
 #endif
 #define RD_BELL UINT64_MAX /* user_data of the doorbell's poll */
 #define RD_SQ_ENTRIES 64u  /* the reads in flight, the doorbell, and room to spare */
-/* The tries in a row of a read, or of io_uring_enter, answered EAGAIN / EBUSY / EINTR (io/reader.h: the
- * sleep between them, why there is a limit, and what follows the last). */
-#define RD_TRIES 8u
 #define RD_SETUP_AGAIN_NS 200000000 /* the least time between two tries of an io_uring_setup short of resources */
-#define RD_TRIES_S "8" /* RD_TRIES in words */
-_Static_assert(RD_TRIES == 8, "RD_TRIES_S says RD_TRIES");
 
 typedef struct rd_copy {
 	uint64_t tag;
@@ -169,8 +164,6 @@ void rf__reader_win_fill(rf__reader *r);
 void rf__reader_win_clear(rf__reader *r); /* let go of the chunks held (none in flight) */
 int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead);
 /* io/uring.c: what comes back goes to r->read_done. Without liburing no ring; what needs one is a no-op. */
-int rf__reader_transient(int err);        /* "not now" (EAGAIN, EBUSY, EINTR): worth another try */
-void rf__reader_backoff(unsigned k);      /* the sleep before try k + 1 (k >= 1 tries made) */
 /* pread piece pi from fd to its end (or EOF, or an error) and complete it on the spot (r->read_done) */
 void rf__reader_pread(rf__reader *r, unsigned pi, int fd);
 void rf__reader_uring_init(rf__reader *r);  /* set up the ring, or say in r->why why not */

@@ -8,42 +8,15 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/uio.h>
-#include <time.h>
 #include <unistd.h>
-
-int rf__reader_transient(int err)
-{
-	return err == EAGAIN || err == EBUSY || err == EINTR;
-}
-
-void rf__reader_backoff(unsigned k)
-{
-	long us = 50L << (k > 7 ? 7 : k - 1);
-	struct timespec d = {0, (us > 5000 ? 5000 : us) * 1000L};
-	nanosleep(&d, NULL);
-}
 
 void rf__reader_pread(rf__reader *r, unsigned pi, int fd)
 {
 	rd_piece *p = &r->pieces[pi];
-	size_t got = 0;
-	long res = 0;
-	unsigned tries = 0;
-	while (got < p->len) {
-		ssize_t k = pread(fd, p->dst + got, p->len - got, (off_t)(p->off + got));
-		if (k < 0 && rf__reader_transient(errno) && ++tries < RD_TRIES) {
-			rf__reader_backoff(tries);
-			continue;
-		}
-		if (k <= 0) {
-			res = k < 0 ? -errno : 0;
-			break;
-		}
-		got += (size_t)k;
-		tries = 0;
-	}
+	int err;
+	size_t got = rf__file_pread(fd, p->dst, p->len, p->off, &err);
 	p->by_pread = 1;
-	r->read_done(r, pi, got > 0 || res == 0 ? (long)got : res);
+	r->read_done(r, pi, got > 0 || err == 0 ? (long)got : -(long)err);
 }
 
 /* The doorbell rang: consume its count, so that the next wait waits afresh; only if still readable (a
@@ -120,7 +93,7 @@ void rf__reader_uring_init(rf__reader *r)
 static void rd_uring_broke(rf__reader *r, int err)
 {
 	snprintf(r->why, sizeof r->why, "io_uring failed: io_uring_enter: %s%s", strerror(err),
-		 rf__reader_transient(err) ? " (every try of " RD_TRIES_S ")" : "");
+		 rf__file_transient(err) ? " (every try of " RF__FILE_TRIES_S ")" : "");
 	r->uring = 0;
 	r->gen++;
 	unsigned k = io_uring_sq_ready(&r->ring), head = *r->ring.sq.khead;
@@ -134,7 +107,7 @@ static void rd_uring_broke(rf__reader *r, int err)
 }
 
 /* io_uring_enter answered -rc (rc < 0) or took what it was given (rc >= 0). EAGAIN / EBUSY / EINTR leave
- * the submissions queued for the next call, after a pause, RD_TRIES times in a row at most; anything
+ * the submissions queued for the next call, after a pause, RF__FILE_TRIES times in a row at most; anything
  * else, or one more of them, gives the ring up. */
 static void rd_entered(rf__reader *r, int rc)
 {
@@ -142,8 +115,8 @@ static void rd_entered(rf__reader *r, int rc)
 		r->enter_fails = 0;
 		return;
 	}
-	if (rf__reader_transient(-rc) && ++r->enter_fails < RD_TRIES) {
-		rf__reader_backoff(r->enter_fails);
+	if (rf__file_transient(-rc) && ++r->enter_fails < RF__FILE_TRIES) {
+		rf__file_backoff(r->enter_fails);
 		return;
 	}
 	rd_uring_broke(r, -rc);
@@ -234,7 +207,7 @@ int rf__reader_uring_wait(rf__reader *r)
 	if (r->ring_open && rf__reader_ring_reads(r) != 0) { /* a broken ring still owes reads it took */
 		struct io_uring_cqe *cqe;
 		if (io_uring_wait_cqe(&r->ring, &cqe) < 0) /* they complete without us: no hot spin */
-			rf__reader_backoff(3);
+			rf__file_backoff(3);
 		return 1;
 	}
 	return 0;
@@ -248,7 +221,7 @@ void rf__reader_uring_close(rf__reader *r)
 		rf__reader_submit(r);
 		struct io_uring_cqe *cqe;
 		if (r->ring_open && rf__reader_ring_reads(r) != 0 && io_uring_wait_cqe(&r->ring, &cqe) < 0)
-			rf__reader_backoff(3);
+			rf__file_backoff(3);
 		rf__reader_reap(r);
 	}
 	if (r->ring_open)

@@ -59,7 +59,7 @@ static void rd_chunk_done(rf__reader *r, unsigned pi, long res)
 	rd_piece *p = &r->pieces[pi];
 	rd_win *w = &r->win;
 	rd_chunk *h = &w->ch[p->copy & ~RD_CHUNK];
-	if (res < 0 && rf__reader_transient((int)-res) && !p->by_pread) {
+	if (res < 0 && rf__file_transient((int)-res) && !p->by_pread) {
 		rf__reader_retry(r, pi);
 		return;
 	}
