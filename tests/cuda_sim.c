@@ -4,6 +4,7 @@
 #include "runtime/backend.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -516,7 +517,8 @@ static int s_event_query(void *e)
 	sim_event *ev = e;
 	if (g_sticky)
 		return failed(g_sticky);
-	(void)step();
+	if (!g_cfg.query_idle)
+		(void)step();
 	return ev->done >= ev->enq ? 0 : SIM_NOT_READY;
 }
 
@@ -541,6 +543,12 @@ static int s_capture_mode_restore(int saved)
 }
 
 static long g_device_syncs;
+static _Atomic long g_memcpys;
+
+long sim_memcpys(void)
+{
+	return atomic_load(&g_memcpys);
+}
 
 long sim_device_syncs(void)
 {
@@ -642,6 +650,7 @@ static int s_memcpy_async(void *dst, const void *src, size_t n, void *sp)
 	if (err)
 		return failed(err);
 	push(s, (sim_op){.kind = OP_MEMCPY, .dst = dst, .src = src, .n = n});
+	atomic_fetch_add(&g_memcpys, 1);
 	return 0;
 }
 
@@ -892,6 +901,7 @@ void sim_install(const sim_config *cfg)
 	g_nstreams = g_nevents = 0;
 	g_legacy = NULL;
 	g_device_syncs = 0;
+	atomic_store(&g_memcpys, 0);
 	g_capture_mode_calls = 0;
 	g_cfg = *cfg;
 	g_rng = cfg->seed ? cfg->seed : 0x9e3779b97f4a7c15ull;

@@ -40,6 +40,7 @@ typedef struct sim_config {
 	int driver_version;    /* cudaDriverGetVersion: 0 = 13000, -1 = no driver (reports 0) */
 	int runtime_version;   /* CUDART_VERSION: 0 = 13000 */
 	int log;               /* keep the call log */
+	int query_idle;        /* cudaEventQuery runs no step: only a synchronisation moves the device */
 } sim_config;
 
 extern const rf__cuda_api sim_api;
@@ -76,6 +77,8 @@ void sim_set_capturing(void *stream, int on);
 int sim_capture_mode_balance(void);
 /* cudaDeviceSynchronize calls so far. */
 long sim_device_syncs(void);
+/* cudaMemcpyAsync calls so far (any thread; a test waits on it without stepping the device). */
+long sim_memcpys(void);
 
 /* Most operations ever pending at once on all streams (since install or the last reset). */
 size_t sim_max_pending(void);

@@ -2,7 +2,8 @@
  * the copy (RAW) and the next copy into a slot waits on the release (WAR), on the device, with no host
  * wait in acquire or release for sources DMA can read; pageable sources are staged through the pinned
  * ring (a hint by its host lane, an acquire by the caller), and a staged copy's H2D never starts before
- * its stage (negative control: the keyed oracle refuses it); the legacy default stream (NULL) works; a
+ * its stage (negative control: the keyed oracle refuses it), nor a later stage into the pinned slot before
+ * an earlier hint's H2D read it, past a withdrawn hint; the legacy default stream (NULL) works; a
  * capturing stream is refused with nothing changed; the library's CUDA calls run in thread-local
  * capture mode; thousands of random serving steps under random device schedules keep every payload. */
 #include <criterion/criterion.h>
@@ -297,6 +298,81 @@ Test(cuda_keyed, pageable_sources_are_staged_through_the_pinned_ring)
 	cr_assert_eq(sim_api.stream_destroy(s), 0);
 	free(a);
 	free(b);
+	leak_check();
+}
+
+
+/* The lane's second stage holds it until the test opens the gate (its first one ran whole). */
+static atomic_int g_gate_calls, g_gate_open;
+
+static void gate_second_stage(int started)
+{
+	if (!started || atomic_fetch_add(&g_gate_calls, 1) != 1)
+		return;
+	atomic_store(&g_staging, 1);
+	struct timespec t = {0, 100000};
+	while (!atomic_load(&g_gate_open))
+		nanosleep(&t, NULL);
+}
+
+/* A hint withdrawn before its stage gives its pinned slot back to the slot's previous reader: the next
+ * stage there waits for that reader's H2D, not for the withdrawn hint's event (never recorded). Two
+ * pinned slots for hints: A's H2D from slot 1 stays pending (the device runs nothing until a wait);
+ * Z holds the lane in slot 2; B takes slot 1 after A and is withdrawn; C then takes slot 1, and its
+ * stage must not overwrite it before A's H2D has read it. */
+Test(cuda_keyed, a_withdrawn_hint_leaves_its_pinned_slot_to_the_previous_reader)
+{
+	install(11, 0);
+	sim_cfg()->query_idle = 1; /* A's H2D stays pending until a synchronisation */
+	rf_pipeline *p = make(3, 4096); /* three pinned slots: one for acquires, two for hints */
+	void *s;
+	cr_assert_eq(sim_api.stream_create(&s), 0);
+	unsigned char *src[4]; /* A, Z, B, C: pageable, so staged */
+	for (int i = 0; i < 4; i++) {
+		src[i] = malloc(4096);
+		memset(src[i], 'A' + i, 4096);
+	}
+	int bad = 0;
+	g_np = 0;
+	atomic_store(&g_staging, 0);
+	atomic_store(&g_gate_calls, 0);
+	atomic_store(&g_gate_open, 0);
+	rf__test_hooks.keyed_before_copy = gate_second_stage;
+	cr_assert_eq(rf_pipeline_prefetch(p, 0, src[0], 4096, 0), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_prefetch(p, 1, src[1], 4096, 0), RF_OK, "%s", rf_errmsg());
+	struct timespec t = {0, 100000};
+	while (!atomic_load(&g_staging)) /* Z's stage began: A's ran whole, its H2D enqueued */
+		nanosleep(&t, NULL);
+	cr_assert_eq(rf_pipeline_prefetch(p, 2, src[2], 4096, 0), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_pipeline_unprefetch(p, 2), RF_OK, "%s", rf_errmsg());
+	rf_key_state st;
+	cr_assert_eq(rf_pipeline_lookup(p, 2, &st, NULL), RF_OK);
+	cr_assert_eq(st, RF_KEY_ABSENT, "B was withdrawn before its stage");
+	cr_assert_eq(rf_pipeline_prefetch(p, 3, src[3], 4096, 0), RF_OK, "%s", rf_errmsg());
+	long h2ds = sim_memcpys();
+	atomic_store(&g_gate_open, 1);
+	while (sim_memcpys() < h2ds + 2) /* Z's and C's H2Ds enqueued, so C's stage is done: no call steps the device */
+		nanosleep(&t, NULL);
+	rf_block b[3];
+	const int keys[3] = {0, 1, 3};
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(rf_pipeline_acquire(p, (uint64_t)keys[i], src[keys[i]], 4096, s, 0, &b[i]), RF_OK, "%s",
+			     rf_errmsg());
+		use(s, &b[i], src[keys[i]], &bad);
+	}
+	rf__test_hooks.keyed_before_copy = NULL;
+	rf_keyed_stats ks;
+	cr_assert_eq(rf_pipeline_keyed_stats(p, &ks), RF_OK);
+	cr_assert_eq(ks.hits, 3, "A, Z and C were hits");
+	cr_assert_eq(ks.dropped, 1, "B was dropped");
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(rf_pipeline_release(p, &b[i]), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(sim_api.stream_synchronize(s), 0);
+	cr_assert_eq(bad, 0, "%d reads saw the wrong bytes (C's stage overwrote A's pinned slot)", bad);
+	rf_pipeline_destroy(p);
+	cr_assert_eq(sim_api.stream_destroy(s), 0);
+	for (int i = 0; i < 4; i++)
+		free(src[i]);
 	leak_check();
 }
 
