@@ -180,6 +180,7 @@ Test(cuda_keyed, random_serving_keeps_every_payload, .timeout = 120)
 	for (int round = 0; round < 40; round++) {
 		install(rng_next(&rng) | 1, (double)(rng_next(&rng) % 100) / 100.0);
 		sim_cfg()->log = 0;
+		sim_cfg()->query_idle = (int)(rng_next(&rng) % 2);
 		unsigned depth = 2 + (unsigned)(rng_next(&rng) % 4);
 		size_t slot = 64;
 		rf_pipeline *p = make(depth, slot);
