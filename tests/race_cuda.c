@@ -275,6 +275,7 @@ int main(int argc, char **argv)
 		sim_config cfg = {0};
 		cfg.seed = rnd(&rng, 1ull << 40) | 1;
 		cfg.step_prob = (double)rnd(&rng, 100) / 100.0;
+		cfg.query_idle = (int)rnd(&rng, 2);
 		cfg.device_count = 1;
 		cfg.numa_node = -1;
 		sim_install(&cfg);

@@ -204,6 +204,7 @@ static size_t random_case_rc(uint64_t *rng, int prefer_copies, int expect_ok, in
 	sim_config cfg = {0};
 	cfg.seed = rng_next(rng) | 1;
 	cfg.step_prob = (double)(rng_next(rng) % 100) / 100.0;
+	cfg.query_idle = (int)(rng_next(rng) % 2);
 	cfg.prefer_copies = prefer_copies;
 	cfg.device_count = 1;
 	cfg.numa_node = -1;
