@@ -55,7 +55,9 @@ RF_EXTERN uint64_t rf_file_size(const rf_file *f);
  * Read the `len` bytes at `offset` of the file into `dst` (any alignment; through the page cache), with
  * the descriptor the file was opened with: they are that file's bytes even where another file was since
  * renamed over its path (a header read by reopening the path may not be). Never touches the mapping.
- * Thread-safe with the file's copies and other reads; not with rf_file_close of `f`.
+ * A read answered EAGAIN, EBUSY or EINTR is tried again after a pause, as the copies' reads are (8 tries
+ * in a row at most, then RF_EIO). Thread-safe with the file's copies and other reads; not with
+ * rf_file_close of `f`.
  * \return RF_OK; RF_EINVAL (f NULL, dst NULL with len > 0, or [offset, offset + len) not inside the
  *         file's size at open); RF_EIO (the read failed, or came back short because the file shrank:
  *         rf_errmsg() names the path, the offset and errno's text).
