@@ -774,7 +774,8 @@ Test(reader, io_uring_enter_eintr_for_ever_falls_back_to_pread) { enter_refused(
 
 /* io_uring refused and pread answering g_err for ever: each copy fails with RF_EIO after a few tries,
  * its message names the read and errno's text, the reader stays usable; through a pipeline the run and
- * the acquire are RF_EIO. Without the bound, the first copy was read again for ever. */
+ * the acquire are RF_EIO, and so is rf_file_read. Without the bound, the first copy was read again for
+ * ever (and rf_file_read, on EINTR). */
 static int pread_refused_child(const char *path)
 {
 	rf_file *f;
@@ -801,6 +802,10 @@ static int pread_refused_child(const char *path)
 	}
 	free(dst);
 	rf__reader_destroy(r);
+	unsigned char head[64];
+	CHILD_CHECK(rf_file_read(f, 8, head, sizeof head) == RF_EIO && strstr(rf_errmsg(), path) != NULL &&
+			    strstr(rf_errmsg(), strerror(g_err)) != NULL,
+		    "rf_file_read: %s", rf_errmsg());
 	char desc[1024];
 	if (pipeline_reads(f, 10, "cpu", RF_EIO, desc, sizeof desc) != 0 ||
 	    pipeline_reads(f, 10, "threads", RF_EIO, desc, sizeof desc) != 0)
