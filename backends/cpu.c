@@ -62,7 +62,7 @@ static int rf__cpu_move(rf__cpu_walk *w, rf__run *run, unsigned queue, size_t b,
 		return 0;
 	}
 	if (!w->overlapped || slot == RF__NO_STAGE || ((run->prog->compute_queues >> queue) & 1))
-		return rf__flight_read(run->io, &run->src[b].fs, n, dst, run->slot_stride);
+		return rf__flight_read(run->io, &run->src[b].fs, n, dst, run->slot_stride, 0);
 	rf__flight_rec rec = {.block = (int64_t)b, .slot = slot, .node = node, .queue = (uint8_t)queue,
 			      .traced = run->trace != NULL,
 			      .ahead = run->io->window_state > 0 ? rf__cpu_ahead(w, run, b, w->ra_cap) : 0};
@@ -222,11 +222,10 @@ int rf__cpu_kpost(void *ctx, const rf__kcopy *req, rf__kticket *out)
 	atomic_fetch_add_explicit(req->counter, req->bytes, memory_order_relaxed);
 	*out = 0;
 	rf__tspan sp = rf__trace_kstart(req->trace);
-	size_t shift;
 	if (s->fs.f == NULL)
 		memcpy(req->dst, s->p, req->bytes);
 	else
-		rc = rf__flight_read_shifted(req->io, &s->fs, req->bytes, req->dst, req->cap, RF__READER_ALONE, &shift);
+		rc = rf__flight_read(req->io, &s->fs, req->bytes, req->dst, req->cap, RF__READER_ALONE);
 	rf__trace_kcopy(req->trace, req->tev, sp, req->key, req->slot, req->lane);
 	if (s->fs.f != NULL)
 		rf__file_unhold(s->fs.f);

@@ -50,9 +50,7 @@ static void rf__threads_progress(rf__walker *wk)
 /* A blocking read of a file copy on the walking thread; a keyed one is read as one no stream follows. */
 static int rf__threads_read(rf__flight *f, const rf__run *run, const rf__fsrc *fs, size_t n, unsigned char *dst)
 {
-	size_t shift;
-	return rf__flight_read_shifted(f, fs, n, dst, run->slot_stride, run->keyed != NULL ? RF__READER_ALONE : 0,
-				       &shift);
+	return rf__flight_read(f, fs, n, dst, run->slot_stride, run->keyed != NULL ? RF__READER_ALONE : 0);
 }
 
 /* A file copy: a lane starts its reads and walks on; the caller reads it through. A keyed hint's read

@@ -193,10 +193,12 @@ void rf__flight_run_end(rf__flight *f, int ok);
  * begin (RF__READER_SHIFT_OK). RF_OK, or RF_EIO / RF_EINVAL with rf_errmsg set. */
 int rf__flight_read_shifted(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
 			    unsigned flags, size_t *shift);
-static inline int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap)
+/* The same where the bytes land at dst (flags without RF__READER_SHIFT_OK). */
+static inline int rf__flight_read(rf__flight *f, const rf__fsrc *s, size_t n, unsigned char *dst, size_t cap,
+				  unsigned flags)
 {
 	size_t shift;
-	return rf__flight_read_shifted(f, s, n, dst, cap, 0, &shift);
+	return rf__flight_read_shifted(f, s, n, dst, cap, flags, &shift);
 }
 
 #endif
