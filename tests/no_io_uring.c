@@ -5,22 +5,12 @@
  *   no_io_uring COMMAND [ARG ...]
  * Exits 125 when the filter cannot be installed, 127 when COMMAND cannot be run, else COMMAND's status. */
 #define _GNU_SOURCE
+#include "seccomp_refuse.h"
+
 #include <errno.h>
-#include <linux/audit.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
-#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
-
-#if defined(__x86_64__)
-#define NO_URING_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define NO_URING_ARCH AUDIT_ARCH_AARCH64
-#endif
 
 int main(int argc, char **argv)
 {
@@ -28,21 +18,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: no_io_uring COMMAND [ARG ...]\n");
 		return 125;
 	}
-#ifndef NO_URING_ARCH
+#ifndef RF_AUDIT_ARCH
 	fprintf(stderr, "no_io_uring: no seccomp filter for this architecture\n");
 	return 125;
 #else
-	struct sock_filter prog[] = {
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, NO_URING_ARCH, 1, 0),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
-		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_io_uring_setup, 0, 1),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
-		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
-	};
-	struct sock_fprog fp = {(unsigned short)(sizeof prog / sizeof prog[0]), prog};
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 || syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &fp) != 0) {
+	refusal r = {__NR_io_uring_setup, EPERM};
+	if (refuse(&r, 1) != 0) {
 		fprintf(stderr, "no_io_uring: seccomp: %s\n", strerror(errno));
 		return 125;
 	}

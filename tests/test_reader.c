@@ -12,6 +12,7 @@
 #include "io/reader.h"
 #include "ringfetch.h"
 #include "io/flight.h"
+#include "seccomp_refuse.h"
 
 #include <criterion/criterion.h>
 #include <dirent.h>
@@ -19,10 +20,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <linux/audit.h>
 #include <linux/capability.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -30,7 +28,6 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -469,39 +466,9 @@ Test(reader, direct_reads_leave_the_page_cache_cold)
 
 /* ---- refusals: io_uring under seccomp, registration without CAP_IPC_LOCK -------------------------- */
 
-#if defined(__x86_64__)
-#define RF_AUDIT_ARCH AUDIT_ARCH_X86_64
-#elif defined(__aarch64__)
-#define RF_AUDIT_ARCH AUDIT_ARCH_AARCH64
-#else
+#ifndef RF_AUDIT_ARCH
 #error "tests/test_reader.c: the seccomp filter needs this architecture's AUDIT_ARCH"
 #endif
-
-/* A system call and the errno a seccomp filter answers it with. */
-typedef struct refusal {
-	int nr, err;
-} refusal;
-
-/* Answer each of the n (<= 4) calls with its errno, on every thread of the process (TSYNC: threads made
- * before, a pipeline's lanes, too), as a container's seccomp profile or a flaky driver would. */
-static int refuse(const refusal *rs, unsigned n)
-{
-	struct sock_filter prog[5 + 2 * 4];
-	unsigned k = 0;
-	prog[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
-	prog[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, RF_AUDIT_ARCH, 1, 0);
-	prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-	prog[k++] = (struct sock_filter)BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
-	for (unsigned i = 0; i < n && i < 4; i++) {
-		prog[k++] = (struct sock_filter)BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (unsigned)rs[i].nr, 0, 1);
-		prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (unsigned)rs[i].err);
-	}
-	prog[k++] = (struct sock_filter)BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-	struct sock_fprog fp = {(unsigned short)k, prog};
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-		return -1;
-	return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &fp);
-}
 
 /* Refuse io_uring_setup with EPERM, as a container's seccomp profile does. */
 static int refuse_io_uring(void)
