@@ -479,9 +479,11 @@ static int refuse_io_uring(void)
 
 #define NO_IO_URING 77 /* a child's exit status: the test needs io_uring, which this system refuses */
 
-/* Run fn in a forked child; its exit status (0 = pass, NO_IO_URING = skipped) is the test's. Messages
- * on stderr. A child that hangs is killed by its alarm (SIGALRM): a failure, not a stuck suite. */
-static void in_child(int (*fn)(const char *path), const char *path)
+/* Run fn on the file at path in a forked child; its exit status (0 = pass, NO_IO_URING = skipped) is the
+ * test's. Messages on stderr. A child that hangs is killed by its alarm (SIGALRM): a failure, not a stuck
+ * suite. The file is dropped once the child is gone, before the verdict: a skip or a failure ends the
+ * test there, and the file would stay behind. */
+static void in_child(int (*fn)(const char *path), char *path)
 {
 	pid_t pid = fork();
 	cr_assert(pid >= 0);
@@ -490,7 +492,9 @@ static void in_child(int (*fn)(const char *path), const char *path)
 		_exit(fn(path));
 	}
 	int st;
-	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	pid_t waited = waitpid(pid, &st, 0);
+	drop(path);
+	cr_assert_eq(waited, pid);
 	cr_assert(!WIFSIGNALED(st), "child killed by signal %d%s", WTERMSIG(st),
 		  WTERMSIG(st) == SIGALRM ? " (its alarm: it hung)" : "");
 	if (WIFEXITED(st) && WEXITSTATUS(st) == NO_IO_URING)
@@ -588,7 +592,6 @@ Test(reader, pread_when_io_uring_is_refused)
 {
 	char *path = make_file(4u << 20, 6);
 	in_child(pread_child, path);
-	drop(path);
 }
 
 /* ---- a kernel that answers "not now" for ever: bounded retries, then pread, or RF_EIO ---------------- */
@@ -732,7 +735,6 @@ static void enter_refused(int err)
 	char *path = make_file(8u << 20, 9);
 	g_err = err;
 	in_child(enter_refused_child, path);
-	drop(path);
 }
 
 Test(reader, io_uring_enter_eagain_for_ever_falls_back_to_pread) { enter_refused(EAGAIN); }
@@ -786,7 +788,6 @@ static void pread_refused(int err)
 	char *path = make_file(8u << 20, 10);
 	g_err = err;
 	in_child(pread_refused_child, path);
-	drop(path);
 }
 
 Test(reader, pread_eagain_for_ever_is_eio) { pread_refused(EAGAIN); }
@@ -953,7 +954,6 @@ Test(reader, out_of_descriptors_at_the_first_file_use)
 {
 	char *path = make_file(8u << 20, 11);
 	in_child(emfile_child, path);
-	drop(path);
 }
 
 /* Without CAP_IPC_LOCK, registered buffers are charged to RLIMIT_MEMLOCK: a 4 MiB region under a 64 KiB
@@ -994,7 +994,6 @@ Test(reader, registration_refused)
 {
 	char *path = make_file(4u << 20, 8);
 	in_child(memlock_child, path);
-	drop(path);
 }
 
 /* ---- the pure parts --------------------------------------------------------------------------------- */

@@ -29,7 +29,16 @@ static void clean_env(void)
 	unsetenv("RINGFETCH_BACKEND");
 }
 
-TestSuite(threads_copy, .init = clean_env);
+static char g_config[32]; /* the configuration file write_config made last, "" when none */
+
+static void drop_config(void)
+{
+	if (g_config[0] != '\0')
+		unlink(g_config);
+	g_config[0] = '\0';
+}
+
+TestSuite(threads_copy, .init = clean_env, .fini = drop_config);
 
 /* ---- the decision rule ------------------------------------------------------------------------------ */
 
@@ -246,14 +255,16 @@ Test(threads_copy, handoff_auto_is_off_and_says_why)
 	rf_pipeline_destroy(p);
 }
 
+/* RINGFETCH_CONFIG names a new file holding text; the previous one goes, and the last at the test's end. */
 static void write_config(const char *text)
 {
-	char path[] = "/tmp/rf_handoff_XXXXXX";
-	int fd = mkstemp(path);
+	drop_config();
+	snprintf(g_config, sizeof g_config, "/tmp/rf_handoff_XXXXXX");
+	int fd = mkstemp(g_config);
 	cr_assert(fd >= 0);
 	cr_assert_eq(write(fd, text, strlen(text)), (ssize_t)strlen(text));
 	close(fd);
-	setenv("RINGFETCH_CONFIG", path, 1);
+	setenv("RINGFETCH_CONFIG", g_config, 1);
 }
 
 Test(threads_copy, handoff_key_in_the_file_and_env_wins)
