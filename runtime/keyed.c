@@ -8,7 +8,7 @@
  * (lowest-numbered empty slot: count trailing zeros). Every call checks everything, decides, issues the
  * backend's copy (the one step that can fail late), then commits, so a failed call changes nothing,
  * except that a victim whose pending hint copy was withdrawn is then forgotten. */
-#include "runtime/keyed_cache.h"
+#include "runtime/keyed_copy.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "io/file.h"

@@ -2,7 +2,7 @@
  * one lane per slot, hints in flight per lane and the held-back ones pumped onto lanes with room, a
  * copy's end (finished, failed read, withdrawn) and the copies' trace slices. runtime/keyed.c decides
  * which copy goes where; nothing here calls back into it. */
-#include "runtime/keyed_cache.h"
+#include "runtime/keyed_copy.h"
 #include "base/alloc.h"
 #include "base/error.h"
 #include "base/pool.h"
