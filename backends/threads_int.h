@@ -1,7 +1,7 @@
-/* backends/threads_int.h — what threads.c (runs), threads_keyed.c (keyed copies) and threads_place.c
- * (where lanes run) share. Queue 0 is the caller; lane i of the pool serves queue i + 1. A queue's
- * progress is one monotone counter, `value`: a run's signal v stores base + v (base: the value when the
- * run started), a keyed copy stores its ticket. */
+/* backends/threads_int.h — what threads.c (runs), threads_walk.c (the op handlers), threads_keyed.c
+ * (keyed copies) and threads_place.c (where lanes run) share. Queue 0 is the caller; lane i of the pool
+ * serves queue i + 1. A queue's progress is one monotone counter, `value`: a run's signal v stores
+ * base + v (base: the value when the run started), a keyed copy stores its ticket. */
 #ifndef RF_BACKENDS_THREADS_INT_H
 #define RF_BACKENDS_THREADS_INT_H
 
@@ -130,9 +130,10 @@ void rf__threads_pin(rf__threads *t, const char *cpus);
 void rf__threads_follow(rf__threads *t);
 void rf__threads_unpin(rf__threads *t, int owned);
 
-/* Walk a keyed copy's program (threads.c), on its lane or the caller, with a run's handlers: RF_OK, or a
- * copy's failure on the caller (a hint's failed read on a lane is marked in its slot; its signal still
- * goes out). */
+/* The walks (threads_walk.c). A run's queue q, on lane (NULL: the caller); a failure stops the run. */
+void rf__threads_walk(rf__threads *t, rf__run *run, unsigned q, rf__threads_lane *lane);
+/* A keyed copy's program, on its lane or the caller, with a run's handlers: RF_OK, or a copy's failure on
+ * the caller (a hint's failed read on a lane is marked in its slot; its signal still goes out). */
 int rf__threads_walk_keyed(rf__walker *wk);
 /* Prepare the keyed copies' programs (threads_keyed.c), at open once the lanes are set up, and give
  * them the slots once allocated. */

@@ -1,5 +1,5 @@
 /* backends/threads_keyed.c — keyed copies on the threads backend. A keyed copy is a one-block program
- * walked with a run's handlers (threads.c), so that its copy, file read, flight record and trace slice
+ * walked with a run's handlers (threads_walk.c), so that its copy, file read, flight record and trace slice
  * are a run's copy's. A hint's program, COPY then the SIGNAL of its ticket, is a work item on a copy lane
  * (runs start only once keyed copies are quiesced); a withdrawn one still signals, in order, without
  * copying. A ticket is its lane's queue value: finished when the lane's value has reached it or it was
