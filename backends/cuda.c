@@ -140,7 +140,8 @@ static int rf__cuda_open(const rf__open_args *args, void **ctx)
 		cx->placement_note = "";
 	if ((cx->q = rf__calloc(cx->nq, sizeof *cx->q)) == NULL)
 		rc = rf__err(RF_ENOMEM, "cuda: out of memory");
-	if (rc == RF_OK && (rc = rf__cuda_pool_open(cx, args->prog, args->files_report)) == RF_OK &&
+	if (rc == RF_OK &&
+	    (rc = rf__cuda_pool_open(cx, args->prog, args->files_report, &rf__cuda_lane_ops_keyed)) == RF_OK &&
 	    (rc = rf__cuda_streams_open(cx, args->prog)) == RF_OK)
 		rc = rf__cuda_keyed_open(cx, args->klanes);
 	if (rc != RF_OK)

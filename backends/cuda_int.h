@@ -142,8 +142,10 @@ void rf__cuda_policy(const rf__cuda_api *api, int device, const rf__staging_poli
 int rf__cuda_pin_ring(rf__cuda_ctx *cx, unsigned char **out); /* the pinned ring, allocated on first need */
 int rf__cuda_is_dma(rf__cuda_ctx *cx, rf__cuda_range *cache, const void *p, size_t n);
 unsigned rf__cuda_stage_slots(size_t slot_bytes);
-/* Host queues, lanes, helpers; report: where the lanes' readers say how they read (describe). */
-int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p, struct rf__flight *report);
+/* Host queues, lanes, helpers; report: where the lanes' readers say how they read (describe); between:
+ * what a lane does between items (rf__cuda_lane_ops_keyed). */
+int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p, struct rf__flight *report,
+		       const rf__lane_ops *between);
 void rf__cuda_pool_close(rf__cuda_ctx *cx);
 int rf__cuda_pool_prepare(rf__cuda_ctx *cx, const struct rf_program *p); /* per run: deferrals, watched streams */
 void rf__cuda_lane_enter(rf__cuda_lane *l); /* once per lane thread */
@@ -168,6 +170,7 @@ int rf__cuda_keyed_open(rf__cuda_ctx *cx, unsigned *lanes); /* *lanes: rf__open_
 void rf__cuda_keyed_free(rf__cuda_ctx *cx);
 int rf__cuda_keyed_settle(rf__cuda_ctx *cx); /* a device synchronisation when keyed use ever happened */
 int rf__cuda_kpost(void *ctx, const rf__kcopy *op, rf__kticket *out);
-void rf__cuda_kflush(rf__cuda_lane *l); /* a lane between items: the H2Ds its landed reads free */
+/* A staging lane between items: its reads land, and the H2Ds of the hints they free are enqueued. */
+extern const rf__lane_ops rf__cuda_lane_ops_keyed;
 
 #endif

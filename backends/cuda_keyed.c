@@ -241,6 +241,43 @@ static int rf__cuda_kready(rf__cuda_ctx *cx, rf__kticket t, void *stream, int ho
 	return rf__err(RF_EBACKEND, "cuda: a keyed copy's stage failed: %s", cx->broken_msg);
 }
 
+/* On host lane l: the H2Ds of its hints whose stage is done, in order (a hint into a slot whose previous
+ * hint is not enqueued yet relies on the stream's order: WAW); a failed read's hint is EIO, no H2D. */
+static void rf__cuda_kflush(rf__cuda_lane *l)
+{
+	rf__cuda_ctx *cx = l->cx;
+	int any = 0;
+	for (rf__cuda_kt *e = l->khead; e != NULL && e->tag <= l->flight.upto; e = l->khead, any = 1) {
+		l->khead = e->next;
+		const unsigned char *data = cx->sslot[e->pin];
+		int rc = data != NULL ? rf__cuda_kcopy(cx, e, data, e->s) : RF_EIO;
+		if (rc != RF_OK) {
+			e->rc = rc;
+			atomic_store_explicit(&e->state, data != NULL ? RF__CK_FAILED : RF__CK_EIO, memory_order_release);
+		}
+		atomic_fetch_sub_explicit(&l->kpend, 1, memory_order_release);
+	}
+	if (any)
+		rf__ec_notify(&cx->ec);
+}
+
+/* The staging lanes between items (base/pool.h; cuda.c hands these to rf__cuda_pool_open): their file
+ * reads land, and the H2Ds of the hints those free are enqueued. */
+static int rf__cuda_lane_idle(void *ctx)
+{
+	rf__cuda_lane *l = ctx;
+	int st = rf__flight_idle(&l->flight);
+	rf__cuda_kflush(l);
+	return st;
+}
+
+static void rf__cuda_lane_sleep(void *ctx)
+{
+	rf__flight_sleep(&((rf__cuda_lane *)ctx)->flight);
+}
+
+const rf__lane_ops rf__cuda_lane_ops_keyed = {rf__cuda_lane_idle, rf__cuda_lane_sleep};
+
 /* On the host lane: stage a hint's source into its pinned slot after the slot's previous H2D (the owner
  * made its stream wait for the WAW and WAR before posting); its H2D is enqueued once the stage is done,
  * behind the lane's earlier hints (rf__cuda_kflush). A file's read is left in flight: the lane reaps
@@ -283,26 +320,6 @@ static void rf__cuda_kstage_fn(rf__work *w, void *ctx)
 		}
 	}
 	rf__ec_notify(&cx->ec);
-}
-
-/* On host lane l: the H2Ds of its hints whose stage is done, in order (a hint into a slot whose previous
- * hint is not enqueued yet relies on the stream's order: WAW); a failed read's hint is EIO, no H2D. */
-void rf__cuda_kflush(rf__cuda_lane *l)
-{
-	rf__cuda_ctx *cx = l->cx;
-	int any = 0;
-	for (rf__cuda_kt *e = l->khead; e != NULL && e->tag <= l->flight.upto; e = l->khead, any = 1) {
-		l->khead = e->next;
-		const unsigned char *data = cx->sslot[e->pin];
-		int rc = data != NULL ? rf__cuda_kcopy(cx, e, data, e->s) : RF_EIO;
-		if (rc != RF_OK) {
-			e->rc = rc;
-			atomic_store_explicit(&e->state, data != NULL ? RF__CK_FAILED : RF__CK_EIO, memory_order_release);
-		}
-		atomic_fetch_sub_explicit(&l->kpend, 1, memory_order_release);
-	}
-	if (any)
-		rf__ec_notify(&cx->ec);
 }
 
 /* A pinned slot of lane l and the event of the H2D that last read it (NULL: none). An acquire has slot 0

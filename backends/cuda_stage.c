@@ -339,22 +339,6 @@ static void rf__cuda_walk_item(rf__work *w, void *ctx)
 	rf__ec_notify(&cx->ec);
 }
 
-/* A lane between items: its file reads land, and keyed hints' H2Ds they free are enqueued. */
-static int rf__cuda_lane_idle(void *ctx)
-{
-	rf__cuda_lane *l = ctx;
-	int st = rf__flight_idle(&l->flight);
-	rf__cuda_kflush(l);
-	return st;
-}
-
-static void rf__cuda_lane_sleep(void *ctx)
-{
-	rf__flight_sleep(&((rf__cuda_lane *)ctx)->flight);
-}
-
-static const rf__lane_ops rf__cuda_pool_ops = {rf__cuda_lane_idle, rf__cuda_lane_sleep};
-
 static void rf__cuda_help_item(rf__work *w, void *ctx)
 {
 	(void)w;
@@ -388,7 +372,8 @@ static int rf__cuda_place(rf__cuda_ctx *cx)
 	return RF_OK;
 }
 
-int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p, struct rf__flight *report)
+int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p, struct rf__flight *report,
+		      const rf__lane_ops *between)
 {
 	uint64_t others = 0;
 	for (size_t i = 0; p != NULL && i < p->nops; i++) {
@@ -429,7 +414,7 @@ int rf__cuda_pool_open(rf__cuda_ctx *cx, const struct rf_program *p, struct rf__
 		}
 		ctx[i] = l;
 	}
-	int rc = rf__pool_start(&cx->pool, n, "stage", &cx->ec, cx->spin_ns, &rf__cuda_pool_ops, ctx);
+	int rc = rf__pool_start(&cx->pool, n, "stage", &cx->ec, cx->spin_ns, between, ctx);
 	free(ctx);
 	if (rc != RF_OK)
 		return rf__err(rc, "cuda: %s", rf__errmsg_peek());
