@@ -1,4 +1,4 @@
-/* io/reader.c — the reads of file copies (io/reader.h): the reader object, and the read-ahead rule.
+/* io/reader.c — the reads of file copies (io/reader.h): the reader object and its entry points.
  *
  * A copy is a window of the file (its range, or the range widened to the O_DIRECT alignment) cut into
  * pieces, one read each (io/pieces.c). Copies with pieces not yet issued wait in a FIFO (the pending
@@ -10,7 +10,6 @@
 #define _GNU_SOURCE /* MADV_HUGEPAGE */
 #include "io/reader_int.h"
 #include "base/alloc.h"
-#include "base/compare.h"
 #include "base/error.h"
 
 #include <inttypes.h>
@@ -20,23 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-
-unsigned rf__reader_ahead_rule(rf__reader_ahead *a, double rate, double err)
-{
-	static const rf__cmp_rule pays = {.z = 1, .higher = 1}; /* more in flight: a rise beyond the noise */
-	if (a->settled)
-		return a->on;
-	unsigned i = 0;
-	while ((2u << i) <= a->on && i + 1 < RF__READER_AHEAD_SETTINGS)
-		i++;
-	a->rate[i] = rate;
-	a->err[i] = err;
-	unsigned lo = i > 0 && a->rate[i - 1] > 0 ? i - 1 : i; /* the setting kept before this one */
-	unsigned w = lo + rf__cmp_pick(&pays, a->rate + lo, a->err + lo, i + 1 - lo);
-	a->settled = w < i || i + 1 == RF__READER_AHEAD_SETTINGS || (2u << i) > a->max; /* back, for good; or top */
-	a->on = a->settled ? 1u << w : 2u << i;
-	return a->on;
-}
 
 int rf__reader_create(unsigned max_copies, int bell_fd, rf__reader **out)
 {

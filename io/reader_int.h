@@ -1,7 +1,8 @@
 /* io/reader_int.h — internal to the reader (io/reader.h): its state and what its files share, in layers,
  * each file calling only those below it (what a lower one needs from above is passed down in the struct):
- *   io/reader.c  the reader object: io/reader.h's entry points, the read-ahead rule;
+ *   io/reader.c  the reader object: io/reader.h's entry points;
  *   io/window.c  the read-ahead window;   io/pieces.c  a copy's pieces, retries, failures, the copy rule;
+ *   io/ahead.c   the reads in flight chosen online: the ladder's rule, a setting measured as reads land;
  *   io/uring.c   reads made: the io_uring ring (submission, reaping, doorbell, registration) or pread. */
 #ifndef RF_IO_READER_INT_H
 #define RF_IO_READER_INT_H
@@ -153,11 +154,12 @@ void rf__reader_retry(rf__reader *r, unsigned pi);   /* a refused read again, or
 void rf__reader_rest(rf__reader *r, unsigned pi, long res); /* the rest of a partial read */
 void rf__reader_finish(rf__reader *r, unsigned ci);  /* every piece back: queue copy ci for poll */
 void rf__reader_explain(rf__reader *r, const rd_copy *c); /* failed copy c's sentence into r->err */
-/* io/window.c */
+/* io/ahead.c */
 void rf__reader_meas_start(rd_meas *m); /* a read of the setting measured is issued: its clock starts */
 /* A read of the setting a->on measured landed `bytes`: each a->on reads a round, and after
  * RF__READER_AHEAD_ROUNDS rounds the rule (r->ahead_rule) sets the next a->on. */
 void rf__reader_meas_landed(rf__reader *r, rf__reader_ahead *a, rd_meas *m, uint64_t bytes);
+/* io/window.c */
 void rf__reader_done(rf__reader *r, unsigned pi, long res); /* read pi came back: a chunk's, or a copy's piece */
 void rf__reader_win_serve(rf__reader *r);
 void rf__reader_win_fill(rf__reader *r);

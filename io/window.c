@@ -2,53 +2,11 @@
  * file order, each one request as large as the device takes, and the small copies served from them. */
 #include "io/reader_int.h"
 
-#include <math.h>
 #include <string.h>
 
 _Static_assert(RD_WIN_MAX <= 256, "rd_chunk.buf holds a buffer's number");
 _Static_assert((1u << (RF__READER_AHEAD_SETTINGS - 1)) <= RD_WIN_MAX, "the top setting fits in the window");
 _Static_assert(RD_WIN_MAX <= RF__READER_QD, "every chunk can be in flight at once");
-
-void rf__reader_ahead_start(rf__reader_ahead *a, unsigned max, unsigned need, unsigned from)
-{
-	*a = (rf__reader_ahead){.on = 1, .max = max ? max : 1};
-	while ((a->on * 2 <= from || a->on < need) && a->on * 2 <= a->max && a->on * 2 < (1u << RF__READER_AHEAD_SETTINGS))
-		a->on *= 2;
-	a->settled = a->on >= a->max;
-}
-
-void rf__reader_ahead_sample(uint64_t bytes, double seconds, unsigned n, double sum, double sumsq, double *rate,
-			     double *err)
-{
-	*rate = seconds > 0 ? (double)bytes / seconds : 0;
-	double mu = n > 1 ? sum / n : 0, var = n > 1 ? (sumsq - n * mu * mu) / (n - 1) : 0;
-	*err = var > 0 ? sqrt(var / n) : 0;
-}
-
-void rf__reader_meas_start(rd_meas *m)
-{
-	if (m->landed == 0 && m->t0 == 0)
-		m->t0 = m->last = rf__now_ns();
-}
-
-void rf__reader_meas_landed(rf__reader *r, rf__reader_ahead *a, rd_meas *m, uint64_t bytes)
-{
-	m->bytes += bytes;
-	m->round += bytes;
-	if (++m->landed % a->on != 0)
-		return;
-	int64_t t = rf__now_ns();
-	double d = (double)(t - m->last) * 1e-9, x = d > 0 ? (double)m->round / d : 0; /* a round's rate */
-	m->last = t, m->round = 0;
-	m->sum += x, m->sq += x * x;
-	if (m->landed < RF__READER_AHEAD_ROUNDS * a->on)
-		return;
-	double rate, err;
-	rf__reader_ahead_sample(m->bytes, (double)(t - m->t0) * 1e-9, RF__READER_AHEAD_ROUNDS, m->sum, m->sq, &rate, &err);
-	r->ahead_rule(a, rate, err);
-	r->gen++; /* describe shows the rates so far */
-	*m = (rd_meas){.t0 = a->settled ? 0 : t, .last = t};
-}
 
 /* Chunk pi came back with res. A refusal ("not now") is retried as a copy's piece is; a partial read
  * on the alignment reads the rest; anything else ends the chunk: its good bytes end where the read
