@@ -166,7 +166,7 @@ int rf__cpu_walk_overlapped(rf__run *run)
 	 * bytes in flight that the ring's own reads (depth - 1 blocks) do, or more; not where the owner
 	 * reads them straight into the slots. */
 	size_t n0 = run->sizes[0];
-	int ahead = !f->straight && run->nblocks >= 2 && n0 != 0 && n0 <= RF__READER_WIN_SMALL(f->window) &&
+	int ahead = !f->straight && run->nblocks >= 2 && n0 != 0 && rf__reader_window_serves(f->window, n0) &&
 		    n0 <= f->window_block && (size_t)(run->prog->nslots - 1) * n0 * 2 <= f->window &&
 		    run->srcs[1] == (const unsigned char *)run->srcs[0] + n0;
 	w.ra_cap = ahead ? f->window : 0;

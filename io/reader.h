@@ -78,10 +78,6 @@ unsigned rf__reader_ahead_rule(rf__reader_ahead *a, double rate, double err);
  * that land together are one round, not many samples). */
 void rf__reader_ahead_sample(uint64_t bytes, double seconds, unsigned n, double sum, double sumsq, double *rate,
 			     double *err);
-/* A copy is served from a window of `bytes` when n <= RF__READER_WIN_SMALL(bytes): two copies at least fit
- * in it. Whether that pays is the caller's to say (it passes `ahead` or not): where the window keeps
- * more bytes in flight than the caller's own copies do. */
-#define RF__READER_WIN_SMALL(bytes) ((bytes) / 2)
 
 typedef struct rf__reader_counters {
 	uint64_t copies;       /* copies handed back, failed ones included */
@@ -153,6 +149,10 @@ int rf__reader_window(rf__reader *r, size_t bytes);
  * read ahead (or the chunks one copy needs, if more), or read with all of them (0). */
 void rf__reader_window_online(rf__reader *r, int on, size_t from);
 void rf__reader_window_get(const rf__reader *r, rf__reader_window_stats *out);
+/* Whether a copy of n bytes is small enough to be served from a window of `bytes`: two copies at least
+ * fit in it. Whether that pays is the caller's to say (it passes `ahead` or not): where the window keeps
+ * more bytes in flight than the caller's own copies do. */
+int rf__reader_window_serves(size_t bytes, size_t n);
 /* The reads of copies read on their own (not from the window), chosen online (on != 0): from the next
  * such copy with O_DIRECT through the ring on, at most a setting's pieces are in flight, climbed from
  * `from` bytes (or the pieces that copy needs, if more) by rf__reader_ahead's rule, as the window's

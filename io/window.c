@@ -147,6 +147,11 @@ void rf__reader_win_fill(rf__reader *r)
 	}
 }
 
+int rf__reader_window_serves(size_t bytes, size_t n)
+{
+	return n <= bytes / 2;
+}
+
 /* Copy ci (filled in by start) is served from the window if it is small, of a file O_DIRECT reads, and
  * either continues the window's run or starts a new one (none of the old chunks still in flight).
  * 1 if taken. */
@@ -171,7 +176,7 @@ int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead)
 			return 0;
 		unsigned k = (unsigned)(w->cap / chunk);
 		k = k > RD_WIN_MAX ? RD_WIN_MAX : k;
-		if (k < 2 || c->n > RF__READER_WIN_SMALL(k * chunk))
+		if (k < 2 || !rf__reader_window_serves(k * chunk, c->n))
 			return 0;
 		if (w->f != f || w->chunk != chunk)
 			r->gen++; /* describe names the chunk size */
@@ -192,7 +197,7 @@ int rf__reader_win_take(rf__reader *r, unsigned ci, size_t ahead)
 		w->next = c->win_off / a * a;
 		w->limit = c->win_off;
 		w->final = 0;
-	} else if (c->n > RF__READER_WIN_SMALL(w->k * w->chunk)) {
+	} else if (!rf__reader_window_serves(w->k * w->chunk, c->n)) {
 		return 0;
 	}
 	uint64_t size = rf_file_size(f), lim = c->end + (ahead < w->cap ? ahead : w->cap);
