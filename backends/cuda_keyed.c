@@ -27,6 +27,7 @@
 #include "base/alloc.h"
 #include "base/error.h"
 #include "io/file.h"
+#include "runtime/oracle.h"
 #include "runtime/trace.h"
 
 #include <stdlib.h>
@@ -197,7 +198,7 @@ static int rf__cuda_korder(rf__cuda_ctx *cx, unsigned slot, rf__kticket after, v
 static int rf__cuda_kcopy(rf__cuda_ctx *cx, rf__cuda_kt *e, const void *src, void *s)
 {
 	const rf__cuda_api *api = cx->api;
-	if (cx->oracle && e->pin != RF__NO_STAGE && memcmp(src, e->req.src.p, e->req.bytes) != 0)
+	if (cx->oracle && e->pin != RF__NO_STAGE && !rf__oracle_src_holds(src, &e->req.src, e->req.bytes))
 		return rf__cuda_kraw(e);
 	rf__tspan sp = rf__trace_kstart(e->req.trace);
 	int err = api->memcpy_async(e->req.dst, src, e->req.bytes, s);

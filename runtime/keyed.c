@@ -384,7 +384,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 		if (late && s->refs == 0 && rf__kfailed(k, i)) /* the hint's read failed: copy it now */
 			return rf__keyed_acquire(k, key, src, bytes, stream, flags, out);
 		if (k->oracle && !k->device &&
-		    (rc = rf__oracle_keyed_acquire(rf__kdata(k, i), src, bytes, key, i)) != RF_OK)
+		    (rc = rf__oracle_keyed_acquire(rf__kdata(k, i), &rs, bytes, key, i)) != RF_OK)
 			return rc;
 		rf__khold(k, i);
 		rf__kst_add(k, ST_ACQ, 1);
@@ -403,7 +403,7 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	rf__kticket t;
 	if ((rc = rf__kissue(k, v, &rs, bytes, 1, stream, key, &t)) == RF_OK &&
 	    (rc = rf__kop(k, RF__KOP_WAIT_STREAM, t, stream)) == RF_OK)
-		rc = k->oracle && !k->device ? rf__oracle_keyed_acquire(rf__kdata(k, v), src, bytes, key, v) : RF_OK;
+		rc = k->oracle && !k->device ? rf__oracle_keyed_acquire(rf__kdata(k, v), &rs, bytes, key, v) : RF_OK;
 	if (rc != RF_OK) {
 		if (withdrawn || rc == RF_EIO) /* nothing will land, or a failed read wrote part of the slot */
 			rf__kdrop(k, v);

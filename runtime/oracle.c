@@ -299,9 +299,26 @@ int rf__oracle_keyed_war(const rf__oracle_keyed *o, unsigned slot, uint64_t key)
 		       (unsigned long long)key, slot, o->holds[slot]);
 }
 
-int rf__oracle_keyed_acquire(const void *data, const void *src, size_t bytes, uint64_t key, unsigned slot)
+int rf__oracle_src_holds(const void *data, const rf__src *src, size_t bytes)
 {
-	if (memcmp(data, src, bytes) == 0)
+	if (src->fs.f == NULL)
+		return memcmp(data, src->p, bytes) == 0;
+	unsigned char buf[4096]; /* read through the descriptor as the copies do: never the mapping */
+	for (size_t at = 0; at < bytes;) {
+		size_t n = bytes - at < sizeof buf ? bytes - at : sizeof buf;
+		int err;
+		if (rf__file_pread(src->fs.f->fd, buf, n, src->fs.off + at, &err) != n)
+			return 1; /* the file no longer holds the range: nothing to compare with */
+		if (memcmp((const unsigned char *)data + at, buf, n) != 0)
+			return 0;
+		at += n;
+	}
+	return 1;
+}
+
+int rf__oracle_keyed_acquire(const void *data, const rf__src *src, size_t bytes, uint64_t key, unsigned slot)
+{
+	if (rf__oracle_src_holds(data, src, bytes))
 		return RF_OK;
 	return rf__err(RF_EHAZARD, "keyed oracle: RAW: acquire of key %llu returned slot %u, which does not hold "
 				   "its %zu bytes", (unsigned long long)key, slot, bytes);

@@ -4,6 +4,7 @@
 #ifndef RF_RUNTIME_ORACLE_H
 #define RF_RUNTIME_ORACLE_H
 
+#include "io/file.h"
 #include "runtime/trace.h"
 
 /* A ring run over nblocks that returned RF_OK: every block copied and computed once, in block order one
@@ -65,8 +66,12 @@ static inline int rf__oracle_keyed_copy(const rf__oracle_keyed *o, unsigned slot
 {
 	return o->holds == NULL || o->holds[slot] == 0 ? RF_OK : rf__oracle_keyed_war(o, slot, key);
 }
-/* RAW: an acquire on a host backend returns slot (at data) holding exactly key's bytes at src. */
-int rf__oracle_keyed_acquire(const void *data, const void *src, size_t bytes, uint64_t key, unsigned slot);
+/* 1 when data holds src's bytes: a file's read through its descriptor (never its mapping, which faults
+ * past the end of a file that shrank), a range the file no longer holds taken as held; else 0. */
+int rf__oracle_src_holds(const void *data, const rf__src *src, size_t bytes);
+/* RAW: an acquire on a host backend returns slot (at data) holding exactly key's bytes at src
+ * (rf__oracle_src_holds). */
+int rf__oracle_keyed_acquire(const void *data, const rf__src *src, size_t bytes, uint64_t key, unsigned slot);
 /* WAW, from the keyed copies' slices (runtime/trace.h, keyed; every copy finished): each copy into a
  * slot starts after the copy issued into it before ended. RF_OK or RF_EHAZARD. */
 int rf__oracle_keyed_log(rf__oracle_keyed *o, const rf__trace *t);

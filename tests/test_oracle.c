@@ -3,7 +3,9 @@
 #include "runtime/oracle.h"
 
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A log on two queues: queue 1 copies, queue 0 computes; events given as (kind, block, slot, s0, s1). */
 typedef struct ev {
@@ -269,9 +271,31 @@ Test(oracle, keyed_holds_and_acquires)
 	rf__oracle_keyed_hold(&o, 0, 0);
 	cr_assert_eq(rf__oracle_keyed_copy(&o, 0, 7), RF_OK, "a reset drops the holds");
 	const char a[4] = "abc", b[4] = "abd";
-	cr_assert_eq(rf__oracle_keyed_acquire(a, "abc", 4, 9, 0), RF_OK);
-	cr_assert_eq(rf__oracle_keyed_acquire(b, "abc", 4, 9, 1), RF_EHAZARD);
+	const rf__src mem = {.p = "abc"};
+	cr_assert_eq(rf__oracle_keyed_acquire(a, &mem, 4, 9, 0), RF_OK);
+	cr_assert_eq(rf__oracle_keyed_acquire(b, &mem, 4, 9, 1), RF_EHAZARD);
 	cr_assert(strstr(rf_errmsg(), "RAW: acquire of key 9 returned slot 1") != NULL, "%s", rf_errmsg());
+	/* A file source is read through its descriptor, past a page; a range the file no longer holds (it
+	 * shrank) is not compared, where its mapping would fault. */
+	char path[] = "rf_oracle_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	static unsigned char bytes[3 * 4096 + 5], slot[3 * 4096 + 5];
+	for (size_t i = 0; i < sizeof bytes; i++)
+		bytes[i] = (unsigned char)(i * 7 + 1);
+	cr_assert_eq(write(fd, bytes, sizeof bytes), (ssize_t)sizeof bytes);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, RF_FILE_BUFFERED, &f), RF_OK, "%s", rf_errmsg());
+	const rf__src file = {.p = (const unsigned char *)rf_file_data(f) + 3, .fs = {.f = f, .off = 3}};
+	memcpy(slot, bytes + 3, sizeof slot - 3);
+	cr_assert_eq(rf__oracle_keyed_acquire(slot, &file, sizeof slot - 3, 9, 2), RF_OK, "%s", rf_errmsg());
+	slot[2 * 4096 + 1] ^= 1;
+	cr_assert_eq(rf__oracle_keyed_acquire(slot, &file, sizeof slot - 3, 9, 2), RF_EHAZARD);
+	cr_assert_eq(ftruncate(fd, 4096), 0);
+	cr_assert_eq(rf__oracle_keyed_acquire(slot, &file, sizeof slot - 3, 9, 2), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(rf_file_close(f), RF_OK);
+	close(fd);
+	unlink(path);
 	rf__oracle_keyed_free(&o);
 	/* without the oracle (never made) nothing is counted or refused */
 	rf__oracle_keyed none = {0};
