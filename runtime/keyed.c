@@ -377,11 +377,12 @@ int rf__keyed_acquire(rf__keyed *k, uint64_t key, const void *src, size_t bytes,
 	int overtaken = i < k->n && k->s[i].state == RF__K_FILLED && k->s[i].hint && rf__kwithdraw(k, i);
 	if (i < k->n && k->s[i].state == RF__K_FILLED && !overtaken) { /* a hit, possibly late */
 		rf__kslot *s = &k->s[i];
-		int late = !rf__kdone(k, s);
+		/* done < 0: the hint's read failed since rf__kfind_live looked (it was still running then) */
+		int done = rf__kdone(k, s), late = done == 0;
 		if (late && (rc = rf__kop(k, RF__KOP_WAIT_STREAM, atomic_load_explicit(&s->ticket, memory_order_relaxed),
 					  stream)) != RF_OK)
 			return rf__kcall_err(who, rc);
-		if (late && s->refs == 0 && rf__kfailed(k, i)) /* the hint's read failed: copy it now */
+		if (done <= 0 && s->refs == 0 && rf__kfailed(k, i)) /* the hint's read failed: copy it now */
 			return rf__keyed_acquire(k, key, src, bytes, stream, flags, out);
 		if (k->oracle && !k->device &&
 		    (rc = rf__oracle_keyed_acquire(rf__kdata(k, i), &rs, bytes, key, i)) != RF_OK)

@@ -481,6 +481,75 @@ Test(files, keyed_hints_and_acquires)
 	leak_check();
 }
 
+/* Random keyed serving where each key's bytes come from two sources of the same bytes, its file range
+ * and a copy in memory, and half of the keys' ranges lie past the end of a file that shrank: their
+ * hints fail on a lane while later hints and acquires of the same key name memory. A failed read never
+ * serves its slot: every acquire that succeeds holds the key's bytes until its release, and an acquire
+ * from a range past the end is RF_EIO unless the key is there already. */
+Test(files, failed_hint_reads_never_serve_a_later_source)
+{
+	enum { NKEYS = 12, SZ = 40000 };
+	rf_file *f;
+	cr_assert_eq(rf_file_open(g_path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	cr_assert_eq(truncate(g_path, FSIZE / 2), 0);
+	uint64_t seed = test_seed(), rng = seed;
+	fprintf(stderr, "files: RF_TEST_SEED=%llu\n", (unsigned long long)seed);
+	size_t off[NKEYS];
+	unsigned char *mem[NKEYS];
+	for (unsigned k = 0; k < NKEYS; k++) { /* odd keys past the end */
+		off[k] = (k % 2 ? FSIZE / 2 + 4096 : 0) + k * (SZ + 4099) + (rng_next(&rng) % 2 ? 0 : 13);
+		cr_assert_not_null(mem[k] = malloc(SZ));
+		memcpy(mem[k], g_ref + off[k], SZ);
+	}
+	int eio = 0, served = 0;
+	for (int round = 0; round < 8; round++) {
+		unsigned depth = 2 + (unsigned)(rng_next(&rng) % 5);
+		unsigned kq = depth >= 3 ? 1 + (unsigned)(rng_next(&rng) % 2) : 1; /* two lanes: depth 3 or more */
+		rf_pipeline *p = mk(depth, SZ, kq);
+		rf_block held[8];
+		unsigned hkey[8], nheld = 0;
+		for (int step = 0; step < 300; step++) {
+			unsigned key = (unsigned)(rng_next(&rng) % NKEYS), file = (unsigned)(rng_next(&rng) % 2);
+			unsigned op = (unsigned)(rng_next(&rng) % 10);
+			const void *src = file ? (const void *)(d + off[key]) : mem[key];
+			if (op < 4) {
+				int rc = rf_pipeline_prefetch(p, key, src, SZ, 0);
+				cr_assert(rc == RF_OK || rc == RF_ENOSPC, "prefetch: %s", rf_errmsg());
+			} else if (op < 7 && nheld + 1 < depth && nheld < 8) {
+				int rc = rf_pipeline_acquire(p, key, src, SZ, NULL, 0, &held[nheld]);
+				cr_assert(rc == RF_OK || rc == RF_ENOSPC || (rc == RF_EIO && file && key % 2),
+					  "acquire of key %u (from %s): %s", key, file ? "the file" : "memory", rf_errmsg());
+				eio += rc == RF_EIO;
+				if (rc == RF_OK) {
+					cr_assert(memcmp(held[nheld].data, g_ref + off[key], SZ) == 0,
+						  "round %d step %d: key %u's bytes (from %s)", round, step, key,
+						  file ? "the file" : "memory");
+					hkey[nheld++] = key;
+					served++;
+				}
+			} else if (op < 9 && nheld > 0) {
+				unsigned i = (unsigned)(rng_next(&rng) % nheld);
+				cr_assert(memcmp(held[i].data, g_ref + off[hkey[i]], SZ) == 0, "key %u changed while held",
+					  hkey[i]);
+				cr_assert_eq(rf_pipeline_release(p, &held[i]), RF_OK, "%s", rf_errmsg());
+				held[i] = held[--nheld], hkey[i] = hkey[nheld];
+			} else if (nheld == 0) {
+				cr_assert_eq(rf_pipeline_evict(p, key), RF_OK, "evict: %s", rf_errmsg());
+			}
+		}
+		while (nheld > 0)
+			cr_assert_eq(rf_pipeline_release(p, &held[--nheld]), RF_OK, "%s", rf_errmsg());
+		rf_pipeline_destroy(p);
+	}
+	cr_assert_gt(eio, 0, "no acquire read past the end");
+	cr_assert_gt(served, 100);
+	for (unsigned k = 0; k < NKEYS; k++)
+		free(mem[k]);
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	leak_check();
+}
+
 /* Keyed copies after a run that failed (its compute), one that was canceled and one whose read failed:
  * misses and hints, from memory and from the file, on every copy lane, hold their bytes; every hint
  * lands (none is left copying, none failed), is a hit, counts its bytes once and nothing as wasted. A
