@@ -35,9 +35,10 @@
 
 #define RF__CUDA_KREL 4u /* release events kept per slot */
 
-/* A ticket's state. EIO: a hint's file read failed (no H2D; *failed says so); FAILED: its lane failed
- * (rc: RF_EHAZARD, the oracle refused its H2D; else a CUDA call, a device error). */
-enum { RF__CK_STAGING = 1, RF__CK_ISSUED, RF__CK_WITHDRAWN, RF__CK_EIO, RF__CK_FAILED };
+/* A ticket's state. A hint whose file read failed is ISSUED with no H2D (*failed says so): its event is
+ * recorded all the same, so that it finishes only once what it was ordered after has. FAILED: its lane
+ * failed (rc: RF_EHAZARD, the oracle refused its H2D; else a CUDA call, a device error). */
+enum { RF__CK_STAGING = 1, RF__CK_ISSUED, RF__CK_WITHDRAWN, RF__CK_FAILED };
 
 typedef struct rf__cuda_krel {
 	void *stream;
@@ -157,7 +158,7 @@ static int rf__cuda_ktest(rf__cuda_ctx *cx, rf__kticket t)
 {
 	rf__cuda_kt *e = rf__cuda_kt_of(cx->keyed, t);
 	int st = e != NULL ? atomic_load_explicit(&e->state, memory_order_acquire) : 0;
-	if (e == NULL || rf__cuda_kt_of(cx->keyed, t) == NULL || st == RF__CK_WITHDRAWN || st == RF__CK_EIO)
+	if (e == NULL || rf__cuda_kt_of(cx->keyed, t) == NULL || st == RF__CK_WITHDRAWN)
 		return 1;
 	if (st != RF__CK_ISSUED)
 		return 0;
@@ -242,8 +243,20 @@ static int rf__cuda_kready(rf__cuda_ctx *cx, rf__kticket t, void *stream, int ho
 	return rf__err(RF_EBACKEND, "cuda: a keyed copy's stage failed: %s", cx->broken_msg);
 }
 
+/* A hint whose read failed: no H2D, its event on its stream. The copy it was ordered after may still be
+ * writing the slot (its H2D on the same stream, or one the stream waits on): the next copy into the slot
+ * waits for this event, and so for that one too. On its lane, the state last. */
+static int rf__cuda_kno_copy(rf__cuda_ctx *cx, rf__cuda_kt *e)
+{
+	int err = cx->api->event_record(e->ev, e->s);
+	if (err != 0)
+		return rf__cuda_fail(cx->api, "cudaEventRecord (keyed copy, failed read)", err);
+	atomic_store_explicit(&e->state, RF__CK_ISSUED, memory_order_release);
+	return RF_OK;
+}
+
 /* On host lane l: the H2Ds of its hints whose stage is done, in order (a hint into a slot whose previous
- * hint is not enqueued yet relies on the stream's order: WAW); a failed read's hint is EIO, no H2D. */
+ * hint is not enqueued yet relies on the stream's order: WAW); a failed read's hint has none. */
 static void rf__cuda_kflush(rf__cuda_lane *l)
 {
 	rf__cuda_ctx *cx = l->cx;
@@ -251,10 +264,10 @@ static void rf__cuda_kflush(rf__cuda_lane *l)
 	for (rf__cuda_kt *e = l->khead; e != NULL && e->tag <= l->flight.upto; e = l->khead, any = 1) {
 		l->khead = e->next;
 		const unsigned char *data = cx->sslot[e->pin];
-		int rc = data != NULL ? rf__cuda_kcopy(cx, e, data, e->s) : RF_EIO;
+		int rc = data != NULL ? rf__cuda_kcopy(cx, e, data, e->s) : rf__cuda_kno_copy(cx, e);
 		if (rc != RF_OK) {
 			e->rc = rc;
-			atomic_store_explicit(&e->state, data != NULL ? RF__CK_FAILED : RF__CK_EIO, memory_order_release);
+			atomic_store_explicit(&e->state, RF__CK_FAILED, memory_order_release);
 		}
 		atomic_fetch_sub_explicit(&l->kpend, 1, memory_order_release);
 	}

@@ -239,14 +239,13 @@ static inline __attribute__((always_inline)) int rf__kcheck(rf__keyed *k, const 
 	return file <= 0 ? file : rf__engine_io(k->eng, who); /* RF_OK (memory), an error, or a file's */
 }
 
-/* 1 when slot i's last copy was a hint's failed file read: its key then left (a wasted hint). */
+/* 1 when slot i's last copy was a hint's failed file read: its key then left (a wasted hint). Its ticket
+ * stays the slot's last copy: the next one waits for it, and so for the copies it was ordered after. */
 static int rf__kfailed(rf__keyed *k, unsigned i)
 {
 	if (rf__kdone(k, &k->s[i]) >= 0)
 		return 0;
 	rf__kdrop(k, i);
-	atomic_store_explicit(&k->s[i].ticket, 0, memory_order_relaxed);
-	k->s[i].before = 0;
 	return 1;
 }
 
@@ -502,10 +501,12 @@ int rf__keyed_lookup(const rf__keyed *k, uint64_t key, rf_key_state *state, unsi
 	rf_key_state st = RF_KEY_ABSENT;
 	if (i < k->n) {
 		rf__kticket t = atomic_load_explicit(&k->s[i].ticket, memory_order_relaxed);
-		st = k->s[i].state == RF__K_HELDBACK || (t != 0 && !rf__kop(k, RF__KOP_TEST, t, NULL)) ? RF_KEY_COPYING
-												  : RF_KEY_READY;
-		if (st == RF_KEY_READY && rf__kread_failed(k, i, t))
+		if (rf__kread_failed(k, i, t))
 			st = RF_KEY_ABSENT; /* its file read failed: the next acquire copies it again */
+		else if (k->s[i].state == RF__K_HELDBACK || (t != 0 && !rf__kop(k, RF__KOP_TEST, t, NULL)))
+			st = RF_KEY_COPYING;
+		else
+			st = RF_KEY_READY;
 	}
 	rf__kunlock(k);
 	*state = st;

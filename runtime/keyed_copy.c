@@ -56,10 +56,10 @@ static int rf__ktrace_room(rf__keyed *k, rf__trace **out)
 int rf__kdone_ticket(rf__keyed *k, rf__kslot *s)
 {
 	rf__kticket t = atomic_load_explicit(&s->ticket, memory_order_relaxed);
+	if (rf__kread_failed(k, (unsigned)(s - k->s), t)) /* marked once its read failed, before it finishes */
+		return -1;
 	if (t != 0 && !rf__kop(k, RF__KOP_TEST, t, NULL))
 		return 0;
-	if (rf__kread_failed(k, (unsigned)(s - k->s), t))
-		return -1;
 	atomic_store_explicit(&s->ticket, 0, memory_order_relaxed);
 	return 1;
 }
@@ -90,7 +90,9 @@ int rf__kissue_checked(rf__keyed *k, unsigned slot, const rf__src *src, size_t b
 	if (rc != RF_OK)
 		return rc;
 	rf__kslot *s = &k->s[slot];
-	rf__kticket after = rf__kdone(k, s) ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
+	/* A failed read's ticket too: it finishes only once the copies it was ordered after have (one of
+	 * them may still be writing the slot). */
+	rf__kticket after = rf__kdone(k, s) > 0 ? 0 : atomic_load_explicit(&s->ticket, memory_order_relaxed);
 	/* Every field by assignment: an initializer zeroes the whole request first (a string store over
 	 * it, padding included), on every miss. rf__backend_kissue sets op. */
 	rf__kcopy req;

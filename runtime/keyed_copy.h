@@ -7,9 +7,10 @@
 
 /* Make the trace that keyed copies' slices are kept in until written out: RF_OK or RF_ENOMEM. */
 int rf__ktrace_make(rf__keyed *k);
-/* 1 when the slot's last copy finished, 0 while it runs, -1 when it failed (a file read; the ticket is
- * kept, so that every look says so). Inline for a ticket already known finished (0: every inline copy,
- * most slots most of the time), which asks nothing. */
+/* 1 when the slot's last copy finished, 0 while it runs, -1 when it failed (a file read: said once the
+ * read failed, which may be before the ticket finishes; the ticket is kept, so that every look says so
+ * and the next copy into the slot is ordered after it). Inline for a ticket already known finished (0:
+ * every inline copy, most slots most of the time), which asks nothing. */
 int rf__kdone_ticket(rf__keyed *k, rf__kslot *s);
 static inline int rf__kdone(rf__keyed *k, rf__kslot *s)
 {

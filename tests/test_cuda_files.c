@@ -704,6 +704,110 @@ Test(cuda_files, keyed_hints_keep_their_reads_in_flight_together, .timeout = 60)
 	leak_check();
 }
 
+/* A slot's bytes where a kernel on the acquiring stream reads them, against the key's bytes. */
+typedef struct kprobe {
+	const unsigned char *slot, *want;
+	size_t n;
+	int *bad;
+} kprobe;
+
+static kprobe g_kprobes[8192];
+
+static void kprobe_fn(void *arg)
+{
+	kprobe *pr = arg;
+	if (memcmp(pr->slot, pr->want, pr->n) != 0)
+		(*pr->bad)++;
+}
+
+/* Random keyed serving where each key's bytes come from three sources of the same bytes: its file range,
+ * a pageable copy and a pinned one; half of the keys' ranges lie past the end of a file that shrank, so
+ * their hints fail on a lane while later hints and acquires of the same key name memory. A failed read
+ * never serves its slot: every acquire that succeeds reads the key's bytes where a kernel would, and an
+ * acquire from a range past the end is RF_EIO, unless the key is there already. */
+Test(cuda_files, failed_hint_reads_never_serve_a_later_source, .timeout = 120)
+{
+	enum { NKEYS = 12, SZ = 24000 };
+	char path[] = "rf_cuda_files_fail_XXXXXX";
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	cr_assert_eq(write(fd, g_ref, FSIZE), (ssize_t)FSIZE);
+	close(fd);
+	rf_file *f;
+	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
+	const unsigned char *d = rf_file_data(f);
+	cr_assert_eq(truncate(path, FSIZE / 2), 0);
+	uint64_t seed = test_seed(), rng = seed;
+	fprintf(stderr, "cuda_files: RF_TEST_SEED=%llu\n", (unsigned long long)seed);
+	size_t off[NKEYS];
+	unsigned char *pageable[NKEYS], *pinned[NKEYS];
+	for (unsigned k = 0; k < NKEYS; k++) { /* odd keys past the end */
+		off[k] = (k % 2 ? FSIZE / 2 + 4096 : 0) + k * (SZ + 4099) + (rng_next(&rng) % 2 ? 0 : 13);
+		pageable[k] = malloc(SZ);
+		pinned[k] = sim_host_alloc(SZ);
+		cr_assert(pageable[k] != NULL && pinned[k] != NULL);
+		memcpy(pageable[k], g_ref + off[k], SZ);
+		memcpy(pinned[k], g_ref + off[k], SZ);
+	}
+	int bad = 0, eio = 0, served = 0;
+	size_t np = 0;
+	for (int round = 0; round < 12; round++) {
+		sim_use(rng_next(&rng) | 1, (double)(rng_next(&rng) % 100) / 100.0);
+		sim_cfg()->log = 0;
+		unsigned depth = 2 + (unsigned)(rng_next(&rng) % 5);
+		rf_pipeline *p = make(depth, SZ);
+		void *streams[2] = {NULL, NULL};
+		cr_assert_eq(sim_api.stream_create(&streams[1]), 0);
+		rf_block held[8];
+		unsigned nheld = 0;
+		for (int step = 0; step < 200; step++) {
+			unsigned key = (unsigned)(rng_next(&rng) % NKEYS), kind = (unsigned)(rng_next(&rng) % 3);
+			unsigned op = (unsigned)(rng_next(&rng) % 10);
+			const void *src = kind == 0 ? (const void *)(d + off[key]) : kind == 1 ? pageable[key] : pinned[key];
+			if (op < 4) {
+				int rc = rf_pipeline_prefetch(p, key, src, SZ, 0);
+				cr_assert(rc == RF_OK || rc == RF_ENOSPC, "prefetch: %s", rf_errmsg());
+			} else if (op < 7 && nheld + 1 < depth && nheld < 8) {
+				void *s = streams[rng_next(&rng) % 2];
+				int rc = rf_pipeline_acquire(p, key, src, SZ, s, 0, &held[nheld]);
+				cr_assert(rc == RF_OK || rc == RF_ENOSPC || (rc == RF_EIO && kind == 0 && key % 2),
+					  "acquire of key %u (source %u): %s", key, kind, rf_errmsg());
+				eio += rc == RF_EIO;
+				if (rc == RF_OK) {
+					cr_assert_lt(np, sizeof g_kprobes / sizeof g_kprobes[0]);
+					g_kprobes[np] = (kprobe){held[nheld].data, g_ref + off[key], SZ, &bad};
+					cr_assert_eq(sim_launch(s, kprobe_fn, &g_kprobes[np++]), 0);
+					held[nheld++].stream = s;
+					served++;
+				}
+			} else if (op < 9 && nheld > 0) {
+				unsigned i = (unsigned)(rng_next(&rng) % nheld);
+				cr_assert_eq(rf_pipeline_release(p, &held[i]), RF_OK, "%s", rf_errmsg());
+				held[i] = held[--nheld];
+			} else if (nheld == 0) {
+				cr_assert_eq(rf_pipeline_evict(p, key), RF_OK, "evict: %s", rf_errmsg());
+			}
+		}
+		while (nheld > 0)
+			cr_assert_eq(rf_pipeline_release(p, &held[--nheld]), RF_OK, "%s", rf_errmsg());
+		rf_pipeline_destroy(p);
+		cr_assert_eq(sim_api.stream_synchronize(NULL), 0);
+		cr_assert_eq(sim_api.stream_synchronize(streams[1]), 0);
+		cr_assert_eq(bad, 0, "round %d: %d of %d reads saw the wrong bytes", round, bad, served);
+		cr_assert_eq(sim_api.stream_destroy(streams[1]), 0);
+		np = 0;
+	}
+	cr_assert_gt(eio, 0, "no acquire read past the end");
+	cr_assert_gt(served, 100);
+	for (unsigned k = 0; k < NKEYS; k++) {
+		free(pageable[k]);
+		sim_host_free(pinned[k]);
+	}
+	cr_assert_eq(rf_file_close(f), RF_OK, "%s", rf_errmsg());
+	unlink(path);
+	leak_check();
+}
+
 /* Hints left in flight at destroy: the reads land, the file is let go, nothing leaks. */
 Test(cuda_files, destroy_with_keyed_reads_in_flight, .timeout = 120)
 {
