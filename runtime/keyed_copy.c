@@ -100,9 +100,12 @@ int rf__kissue_checked(rf__keyed *k, unsigned slot, const rf__src *src, size_t b
 	req.demand = demand, req.after = after, req.stream = stream, req.counter = &k->st[ST_BYTES];
 	req.io = &k->eng->io, req.cap = k->slot_stride, req.failed = &k->failed[slot], req.trace = tr;
 	req.tev = k->tr_next, req.key = key;
-	if ((rc = rf__backend_kissue(k->be, k->ctx, &req, t)) != RF_OK)
-		return rc;
+	rc = rf__backend_kissue(k->be, k->ctx, &req, t);
+	/* Its entry is its own even when it failed: a read that failed was made and traced there, and an
+	 * entry left for the next copy would carry that slice as the next copy's if it is never made. */
 	k->tr_next += tr != NULL;
+	if (rc != RF_OK)
+		return rc;
 	s->before = after;
 	atomic_store_explicit(&s->ticket, *t, memory_order_relaxed);
 	if (!demand && !rf__kop(k, RF__KOP_TEST, *t, NULL)) /* a hint in flight on its lane */

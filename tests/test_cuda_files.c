@@ -722,9 +722,9 @@ static void kprobe_fn(void *arg)
 
 /* Random keyed serving where each key's bytes come from three sources of the same bytes: its file range,
  * a pageable copy and a pinned one; half of the keys' ranges lie past the end of a file that shrank, so
- * their hints fail on a lane while later hints and acquires of the same key name memory. A failed read
- * never serves its slot: every acquire that succeeds reads the key's bytes where a kernel would, and an
- * acquire from a range past the end is RF_EIO, unless the key is there already. */
+ * their hints fail on a lane while later hints and acquires of the same key name memory (hints bounded
+ * or not). A failed read never serves its slot: every acquire that succeeds reads the key's bytes where
+ * a kernel would, and an acquire from a range past the end is RF_EIO, unless the key is there already. */
 Test(cuda_files, failed_hint_reads_never_serve_a_later_source, .timeout = 120)
 {
 	enum { NKEYS = 12, SZ = 24000 };
@@ -755,7 +755,12 @@ Test(cuda_files, failed_hint_reads_never_serve_a_later_source, .timeout = 120)
 		sim_use(rng_next(&rng) | 1, (double)(rng_next(&rng) % 100) / 100.0);
 		sim_cfg()->log = 0;
 		unsigned depth = 2 + (unsigned)(rng_next(&rng) % 5);
-		rf_pipeline *p = make(depth, SZ);
+		static const uint64_t bound[3] = {0, SZ, 3 * SZ}; /* hints unbounded or not */
+		rf_pipeline_params pp = {0};
+		pp.depth = depth, pp.slot_bytes = SZ, pp.backend = "cuda", pp.memory = RF_MEMORY_DEVICE;
+		pp.hint_bytes = bound[rng_next(&rng) % 3];
+		rf_pipeline *p = NULL;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 		void *streams[2] = {NULL, NULL};
 		cr_assert_eq(sim_api.stream_create(&streams[1]), 0);
 		rf_block held[8];

@@ -483,9 +483,11 @@ Test(files, keyed_hints_and_acquires)
 
 /* Random keyed serving where each key's bytes come from two sources of the same bytes, its file range
  * and a copy in memory, and half of the keys' ranges lie past the end of a file that shrank: their
- * hints fail on a lane while later hints and acquires of the same key name memory. A failed read never
- * serves its slot: every acquire that succeeds holds the key's bytes until its release, and an acquire
- * from a range past the end is RF_EIO unless the key is there already. */
+ * hints fail on a lane while later hints and acquires of the same key name memory. Hints bounded or
+ * not, runs of such blocks in between. A failed read never serves its slot: every acquire that
+ * succeeds holds the key's bytes until its release, and an acquire from a range past the end is RF_EIO
+ * unless the key is there already; a run's blocks hold theirs, and a run with one past the end is
+ * RF_EIO. */
 Test(files, failed_hint_reads_never_serve_a_later_source)
 {
 	enum { NKEYS = 12, SZ = 40000 };
@@ -506,7 +508,12 @@ Test(files, failed_hint_reads_never_serve_a_later_source)
 	for (int round = 0; round < 8; round++) {
 		unsigned depth = 2 + (unsigned)(rng_next(&rng) % 5);
 		unsigned kq = depth >= 3 ? 1 + (unsigned)(rng_next(&rng) % 2) : 1; /* two lanes: depth 3 or more */
-		rf_pipeline *p = mk(depth, SZ, kq);
+		static const uint64_t bound[3] = {0, SZ, 3 * SZ};
+		rf_pipeline_params pp = {0};
+		pp.depth = depth, pp.slot_bytes = SZ, pp.copy_queues = kq, pp.backend = test_backend();
+		pp.hint_bytes = bound[rng_next(&rng) % 3];
+		rf_pipeline *p = NULL;
+		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 		rf_block held[8];
 		unsigned hkey[8], nheld = 0;
 		for (int step = 0; step < 300; step++) {
@@ -534,8 +541,26 @@ Test(files, failed_hint_reads_never_serve_a_later_source)
 					  hkey[i]);
 				cr_assert_eq(rf_pipeline_release(p, &held[i]), RF_OK, "%s", rf_errmsg());
 				held[i] = held[--nheld], hkey[i] = hkey[nheld];
-			} else if (nheld == 0) {
+			} else if (nheld == 0 && op == 9 && step % 2) {
 				cr_assert_eq(rf_pipeline_evict(p, key), RF_OK, "evict: %s", rf_errmsg());
+			} else if (nheld == 0) { /* a run: blocks of even keys from either source, one odd maybe */
+				const void *srcs[4];
+				const unsigned char *want[4];
+				size_t sizes[4];
+				int past = 0;
+				for (unsigned b = 0; b < 4; b++) {
+					unsigned rk = (unsigned)(rng_next(&rng) % NKEYS) & ~1u, in_file = (unsigned)(rng_next(&rng) % 2);
+					if (b == 3 && rng_next(&rng) % 3 == 0)
+						rk |= 1, in_file = 1, past = 1;
+					srcs[b] = in_file ? (const void *)(d + off[rk]) : mem[rk];
+					want[b] = g_ref + off[rk];
+					sizes[b] = SZ;
+				}
+				expect e = {want, 4, 0, 0, 0};
+				int rc = rf_pipeline_run(p, 4, srcs, sizes, file_check_cb, &e);
+				cr_assert(rc == (past ? RF_EIO : RF_OK), "run%s: %s", past ? " with a block past the end" : "",
+					  rf_errmsg());
+				cr_assert(!e.bad, "run: block %zu does not hold its bytes", e.bad_block);
 			}
 		}
 		while (nheld > 0)
