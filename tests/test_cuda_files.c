@@ -723,8 +723,10 @@ static void kprobe_fn(void *arg)
 /* Random keyed serving where each key's bytes come from three sources of the same bytes: its file range,
  * a pageable copy and a pinned one; half of the keys' ranges lie past the end of a file that shrank, so
  * their hints fail on a lane while later hints and acquires of the same key name memory (hints bounded
- * or not). A failed read never serves its slot: every acquire that succeeds reads the key's bytes where
- * a kernel would, and an acquire from a range past the end is RF_EIO, unless the key is there already. */
+ * or not), runs of such blocks in between. A failed read never serves its slot: every acquire that
+ * succeeds reads the key's bytes where a kernel would, and an acquire from a range past the end is
+ * RF_EIO, unless the key is there already; a run's blocks hold theirs, a run with one past the end is
+ * RF_EIO. */
 Test(cuda_files, failed_hint_reads_never_serve_a_later_source, .timeout = 120)
 {
 	enum { NKEYS = 12, SZ = 24000 };
@@ -789,8 +791,30 @@ Test(cuda_files, failed_hint_reads_never_serve_a_later_source, .timeout = 120)
 				unsigned i = (unsigned)(rng_next(&rng) % nheld);
 				cr_assert_eq(rf_pipeline_release(p, &held[i]), RF_OK, "%s", rf_errmsg());
 				held[i] = held[--nheld];
-			} else if (nheld == 0) {
+			} else if (nheld == 0 && op == 9 && step % 2) {
 				cr_assert_eq(rf_pipeline_evict(p, key), RF_OK, "evict: %s", rf_errmsg());
+			} else if (nheld == 0) { /* a run: blocks of even keys from any source, one odd maybe */
+				const void *srcs[4], *want[4];
+				size_t sizes[4] = {SZ, SZ, SZ, SZ};
+				int past = 0;
+				for (unsigned b = 0; b < 4; b++) {
+					unsigned rk = (unsigned)(rng_next(&rng) % NKEYS) & ~1u, rs = (unsigned)(rng_next(&rng) % 3);
+					if (b == 3 && rng_next(&rng) % 3 == 0)
+						rk |= 1, rs = 0, past = 1;
+					srcs[b] = rs == 0 ? (const void *)(d + off[rk]) : rs == 1 ? pageable[rk] : pinned[rk];
+					want[b] = g_ref + off[rk];
+				}
+				blockset ws = {4, 0, want, sizes, NULL};
+				check c;
+				memset(&c, 0, sizeof c);
+				c.bs = &ws, c.fail_at = c.cancel_at = -1, c.p = p;
+				g_nprobes = 0;
+				int rc = rf_pipeline_run(p, 4, srcs, sizes, compute, &c);
+				cr_assert(rc == (past ? RF_EIO : RF_OK), "run%s: %s", past ? " with a block past the end" : "",
+					  rf_errmsg());
+				cr_assert_eq(sim_api.device_synchronize(), 0); /* the probes ran: c is ours again */
+				cr_assert(past || c.checked == 4, "run: %zu of 4 blocks checked", c.checked);
+				cr_assert_eq(c.bad, 0, "run: block %zu does not hold its bytes", c.first_bad);
 			}
 		}
 		while (nheld > 0)
