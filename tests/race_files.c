@@ -2,11 +2,12 @@
  * runs under ThreadSanitizer. Each iteration creates a pipeline (random backend cpu/threads, depth
  * 1..6, copy queues, wait policy) and alternates runs whose blocks mix ranges of two open files
  * (one O_DIRECT, one RF_FILE_BUFFERED; aligned and unaligned offsets, random lengths) with memory
- * blocks, and keyed phases of hints and acquires over file ranges; every compute and every acquire
- * checks the payload. Another thread polls rf_pipeline_stats, keyed_stats and lookup all the time;
- * two more open and close dozens of files at a time (the registry grows and shrinks under the
- * classifications), and each iteration forks a child that opens and closes a file while they do (in
- * the plain build: see fork_child_opens_a_file).
+ * blocks, and keyed phases of hints and acquires over file ranges, some hints naming the same bytes in
+ * a copy of the file that shrank since it was opened (their reads fail on a lane, and the acquire that
+ * follows names the whole file); every compute and every acquire checks the payload. Another thread
+ * polls rf_pipeline_stats, keyed_stats and lookup all the time; two more open and close dozens of
+ * files at a time (the registry grows and shrinks under the classifications), and each iteration forks
+ * a child that opens and closes a file while they do (in the plain build: see fork_child_opens_a_file).
  *
  * usage: race_files [--seed S] [--iterations N]
  * Output ends with the plain line "N passed, N failed"; a failure prints the line that replays it. */
@@ -27,9 +28,10 @@
 #define NB 24
 
 static unsigned char *g_ref;
-static const unsigned char *g_map[2];
+static const unsigned char *g_map[3]; /* [2]: the copy that shrank to FSIZE / 2 */
 static unsigned char g_mem[NB][4096];
 static atomic_int g_stop, g_bad;
+static unsigned long long g_bad_hints, g_wasted; /* hints into the shrunk copy; hints wasted */
 static rf_pipeline *_Atomic g_p;
 static atomic_int g_busy;
 
@@ -199,12 +201,20 @@ static int iteration(unsigned long long seed)
 		const void *ks[8];
 		const unsigned char *kw[8];
 		size_t kn[8];
-		for (int k = 0; k < 8; k++)
+		const void *kbad[8]; /* the same bytes in the copy that shrank, where they run past its end */
+		for (int k = 0; k < 8; k++) {
 			pick(&s, pp.slot_bytes, &ks[k], &kw[k], &kn[k]);
+			int file = ks[k] != (const void *)kw[k]; /* memory is its own expected bytes */
+			size_t off = file ? (size_t)(kw[k] - g_ref) : 0;
+			kbad[k] = file && off + kn[k] > FSIZE / 2 ? (const void *)(g_map[2] + off) : NULL;
+		}
 		for (int op = 0; op < 40 && rc == 0; op++) {
 			unsigned k = (unsigned)rnd(&s, 8);
 			if (rnd(&s, 2)) {
-				(void)rf_pipeline_prefetch(p, k, ks[k], kn[k], 0);
+				int bad = kbad[k] != NULL && rnd(&s, 2);
+				g_bad_hints += bad && rf_pipeline_prefetch(p, k, bad ? kbad[k] : ks[k], kn[k], 0) == RF_OK;
+				if (!bad)
+					(void)rf_pipeline_prefetch(p, k, ks[k], kn[k], 0);
 				continue;
 			}
 			rf_block b;
@@ -226,6 +236,9 @@ static int iteration(unsigned long long seed)
 	atomic_store(&g_p, NULL);
 	while (atomic_load(&g_busy))
 		sched_yield();
+	rf_keyed_stats kst;
+	rf_pipeline_keyed_stats(p, &kst);
+	g_wasted += kst.wasted;
 	rf_pipeline_destroy(p);
 	return rc || atomic_load(&g_bad) ? -1 : 0;
 }
@@ -261,6 +274,15 @@ int main(int argc, char **argv)
 	g_map[0] = rf_file_data(f[0]);
 	g_map[1] = rf_file_data(f[1]);
 	g_path = path;
+	char spath[] = "rf_race_files_short_XXXXXX";
+	rf_file *shrunk;
+	if ((fd = mkstemp(spath)) < 0 || write(fd, g_ref, FSIZE) != (ssize_t)FSIZE ||
+	    rf_file_open(spath, 0, &shrunk) != RF_OK || ftruncate(fd, FSIZE / 2) != 0) {
+		fprintf(stderr, "the file that shrinks: %s\n", rf_errmsg());
+		return 2;
+	}
+	close(fd);
+	g_map[2] = rf_file_data(shrunk);
 	pthread_t th, ch[2];
 	pthread_create(&th, NULL, observer, NULL);
 	for (int i = 0; i < 2; i++) /* two: the registry grows under both at first */
@@ -279,8 +301,9 @@ int main(int argc, char **argv)
 	pthread_join(th, NULL);
 	for (int i = 0; i < 2; i++)
 		pthread_join(ch[i], NULL);
-	int closed = rf_file_close(f[0]) == RF_OK && rf_file_close(f[1]) == RF_OK;
+	int closed = rf_file_close(f[0]) == RF_OK && rf_file_close(f[1]) == RF_OK && rf_file_close(shrunk) == RF_OK;
 	unlink(path);
+	unlink(spath);
 	free(g_ref);
 	if (!closed) {
 		printf("a file could not be closed after every pipeline was destroyed: %s\n", rf_errmsg());
@@ -289,6 +312,7 @@ int main(int argc, char **argv)
 #ifdef RF_RACE_NO_FORK
 	printf("no fork() checks under a sanitizer (see fork_child_opens_a_file)\n");
 #endif
+	printf("%llu hints named bytes past the end of the copy that shrank; %llu hints wasted\n", g_bad_hints, g_wasted);
 	printf("%llu passed, %llu failed\n", passed, failed);
 	return failed ? 1 : 0;
 }
