@@ -723,10 +723,10 @@ static void kprobe_fn(void *arg)
 /* Random keyed serving where each key's bytes come from three sources of the same bytes: its file range,
  * a pageable copy and a pinned one; half of the keys' ranges lie past the end of a file that shrank, so
  * their hints fail on a lane while later hints and acquires of the same key name memory (hints bounded
- * or not), runs of such blocks in between. A failed read never serves its slot: every acquire that
- * succeeds reads the key's bytes where a kernel would, and an acquire from a range past the end is
- * RF_EIO, unless the key is there already; a run's blocks hold theirs, a run with one past the end is
- * RF_EIO. */
+ * or not, some withdrawn), runs of such blocks in between. A failed read never serves its slot: every
+ * acquire that succeeds reads the key's bytes where a kernel would, and an acquire from a range past
+ * the end is RF_EIO, unless the key is there already; a run's blocks hold theirs, a run with one past
+ * the end is RF_EIO. */
 Test(cuda_files, failed_hint_reads_never_serve_a_later_source, .timeout = 120)
 {
 	enum { NKEYS = 12, SZ = 24000 };
@@ -771,7 +771,9 @@ Test(cuda_files, failed_hint_reads_never_serve_a_later_source, .timeout = 120)
 			unsigned key = (unsigned)(rng_next(&rng) % NKEYS), kind = (unsigned)(rng_next(&rng) % 3);
 			unsigned op = (unsigned)(rng_next(&rng) % 10);
 			const void *src = kind == 0 ? (const void *)(d + off[key]) : kind == 1 ? pageable[key] : pinned[key];
-			if (op < 4) {
+			if (op == 3) { /* the hint withdrawn: dropped if not started, else first to go */
+				cr_assert_eq(rf_pipeline_unprefetch(p, key), RF_OK, "unprefetch: %s", rf_errmsg());
+			} else if (op < 3) {
 				int rc = rf_pipeline_prefetch(p, key, src, SZ, 0);
 				cr_assert(rc == RF_OK || rc == RF_ENOSPC, "prefetch: %s", rf_errmsg());
 			} else if (op < 7 && nheld + 1 < depth && nheld < 8) {
