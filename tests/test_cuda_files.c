@@ -624,6 +624,19 @@ static void gate_count_hook(int started)
 		atomic_fetch_add(&g_claimed, 1);
 }
 
+/* A new file (path: a mkstemp template) of the suite's bytes, opened, then cut to half: a read of a range
+ * past FSIZE / 2 fails. Its mapping. */
+static const unsigned char *open_shrunk(char *path, rf_file **f)
+{
+	int fd = mkstemp(path);
+	cr_assert(fd >= 0);
+	cr_assert_eq(write(fd, g_ref, FSIZE), (ssize_t)FSIZE);
+	close(fd);
+	cr_assert_eq(rf_file_open(path, 0, f), RF_OK, "%s", rf_errmsg());
+	cr_assert_eq(truncate(path, FSIZE / 2), 0);
+	return rf_file_data(*f);
+}
+
 /* File hints queued together on one staging lane have their reads in flight together: the lane starts
  * each read and goes on to the next hint, and enqueues the H2Ds once the reads landed, in order. The gate
  * holds the lane until every hint is queued, and the lane reaps reads only between items, so the count
@@ -634,14 +647,8 @@ Test(cuda_files, keyed_hints_keep_their_reads_in_flight_together, .timeout = 60)
 {
 	enum { SZ = 20000 };
 	char path[] = "rf_cuda_files_hints_XXXXXX";
-	int fd = mkstemp(path);
-	cr_assert(fd >= 0);
-	cr_assert_eq(write(fd, g_ref, FSIZE), (ssize_t)FSIZE);
-	close(fd);
 	rf_file *f;
-	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
-	const unsigned char *d = rf_file_data(f);
-	cr_assert_eq(truncate(path, FSIZE / 2), 0);
+	const unsigned char *d = open_shrunk(path, &f);
 	rf__test_hooks.cuda_copy_threads = 6; /* 8 pinned slots: 7 for hints (the keyed cache queues 8 per lane) */
 	for (int round = 0; round < 4; round++) {
 		sim_use(31 + (uint64_t)round, (double)round / 4.0);
@@ -731,14 +738,8 @@ Test(cuda_files, failed_hint_reads_never_serve_a_later_source, .timeout = 120)
 {
 	enum { NKEYS = 12, SZ = 24000 };
 	char path[] = "rf_cuda_files_fail_XXXXXX";
-	int fd = mkstemp(path);
-	cr_assert(fd >= 0);
-	cr_assert_eq(write(fd, g_ref, FSIZE), (ssize_t)FSIZE);
-	close(fd);
 	rf_file *f;
-	cr_assert_eq(rf_file_open(path, 0, &f), RF_OK, "%s", rf_errmsg());
-	const unsigned char *d = rf_file_data(f);
-	cr_assert_eq(truncate(path, FSIZE / 2), 0);
+	const unsigned char *d = open_shrunk(path, &f);
 	uint64_t seed = test_seed(), rng = seed;
 	fprintf(stderr, "cuda_files: RF_TEST_SEED=%llu\n", (unsigned long long)seed);
 	size_t off[NKEYS];
