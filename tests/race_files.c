@@ -1,11 +1,12 @@
 /* tests/race_files.c — seeded stress of file sources through pipelines, as a plain program so that it
  * runs under ThreadSanitizer. Each iteration creates a pipeline (random backend cpu/threads, depth
- * 1..6, copy queues, wait policy) and alternates runs whose blocks mix ranges of two open files
- * (one O_DIRECT, one RF_FILE_BUFFERED; aligned and unaligned offsets, random lengths) with memory
- * blocks, and keyed phases of hints and acquires over file ranges, some hints naming the same bytes in
+ * 1..6 or depth = auto, copy queues, wait policy, locality) and alternates runs whose blocks mix ranges
+ * of two open files (one O_DIRECT, one RF_FILE_BUFFERED; aligned and unaligned offsets, random lengths)
+ * with memory blocks, now and then one past the end of a file that shrank (RF_EIO), and keyed phases of hints and acquires over file ranges, some hints naming the same bytes in
  * a copy of the file that shrank since it was opened (their reads fail on a lane, and the acquire that
  * follows names the whole file); every compute and every acquire checks the payload. Another thread
- * polls rf_pipeline_stats, keyed_stats and lookup all the time; two more open and close dozens of
+ * polls rf_pipeline_stats, keyed_stats and lookup all the time, and cancels a run now and then
+ * (RF_ECANCELED, the cancel cleared after it); two more open and close dozens of
  * files at a time (the registry grows and shrinks under the classifications), and each iteration forks
  * a child that opens and closes a file while they do (in the plain build: see fork_child_opens_a_file).
  *
@@ -86,6 +87,7 @@ static void pick(unsigned long long *s, size_t cap, const void **src, const unsi
 static void *observer(void *arg)
 {
 	(void)arg;
+	unsigned long long s = 5;
 	while (!atomic_load(&g_stop)) {
 		atomic_store(&g_busy, 1);
 		rf_pipeline *p = atomic_load(&g_p);
@@ -97,6 +99,8 @@ static void *observer(void *arg)
 			rf_pipeline_keyed_stats(p, &ks);
 			rf_pipeline_lookup(p, 3, &k, NULL);
 			(void)rf_pipeline_describe(p);
+			if (rnd(&s, 200) == 0)
+				rf_pipeline_cancel(p);
 		}
 		atomic_store(&g_busy, 0);
 		sched_yield();
@@ -172,11 +176,15 @@ static int iteration(unsigned long long seed)
 	unsigned long long s = seed;
 	static const char *waits[] = {"auto", "sleep", "spin:20"};
 	rf_pipeline_params pp = {0};
-	pp.depth = 1 + (unsigned)rnd(&s, 6);
+	if (rnd(&s, 4) == 0)
+		pp.depth_auto = RF_DEPTH_AUTO;
+	else
+		pp.depth = 1 + (unsigned)rnd(&s, 6);
 	pp.copy_queues = pp.depth >= 3 ? 1 + (unsigned)rnd(&s, 2) : 1;
 	pp.slot_bytes = 4096 + (size_t)rnd(&s, MAXB);
 	pp.backend = rnd(&s, 3) ? "threads" : "cpu";
 	pp.wait = waits[rnd(&s, 3)];
+	pp.locality = strcmp(pp.backend, "threads") == 0 && rnd(&s, 3) == 0 ? RF_LOCALITY_COPIER : 0;
 	rf_pipeline *p;
 	if (rf_pipeline_create(&pp, &p) != RF_OK) {
 		fprintf(stderr, "create: %s\n", rf_errmsg());
@@ -190,11 +198,16 @@ static int iteration(unsigned long long seed)
 			size_t n = 1 + (size_t)rnd(&s, NB);
 			for (size_t i = 0; i < n; i++)
 				pick(&s, pp.slot_bytes, &bl.srcs[i], &bl.want[i], &bl.sizes[i]);
+			size_t past = rnd(&s, 4) == 0 ? (size_t)rnd(&s, n) : NB; /* its bytes in the copy that shrank */
+			if (past < n)
+				bl.srcs[past] = g_map[2] + FSIZE / 2 + (size_t)rnd(&s, FSIZE / 2 - bl.sizes[past] + 1),
+				bl.want[past] = g_ref + ((const unsigned char *)bl.srcs[past] - g_map[2]);
 			int r = rf_pipeline_run(p, n, bl.srcs, bl.sizes, check_cb, &bl);
-			if (r != RF_OK) {
+			if (r != RF_OK && r != RF_ECANCELED && !(r == RF_EIO && past < n)) {
 				fprintf(stderr, "run: %s: %s\n", rf_err_name(r), rf_errmsg());
 				rc = -1;
 			}
+			rf_pipeline_cancel_clear(p); /* one that came after the run ended */
 			continue;
 		}
 		/* Keyed: keys 0..7 name fixed file ranges of this phase. */
