@@ -8,8 +8,10 @@
  * run), cancels from another thread at random moments, and keyed use between runs (hints staged by the
  * lanes, acquires staged by the caller). One run of each pipeline reads most blocks from a file (the
  * lanes' reads in flight, landing while the walker waits for them), and so do its keyed steps (bursts
- * of hints: a lane's reads in flight, their H2Ds enqueued by the lane as they land). Every block is checked in stream order, where a kernel would
- * read it; after a canceled run the next run must be whole.
+ * of hints: a lane's reads in flight, their H2Ds enqueued by the lane as they land), some of them
+ * naming the same bytes in a copy of the file cut to half since it was opened (past the half their
+ * reads fail on a lane, and the acquire that follows names the whole file). Every block is checked in
+ * stream order, where a kernel would read it; after a canceled run the next run must be whole.
  * Usage: race_cuda [--iterations N] [--seed S]. Exit 0 when every check passed.
  */
 #include "ringfetch.h"
@@ -47,6 +49,11 @@ typedef struct blocks {
 	size_t *sizes;
 	rf_file *file; /* FILES */
 	char path[32];
+	/* FILES: a copy of the file cut to half after it was opened (hints of its ranges past the half fail
+	 * on a lane), and each block's offset in both */
+	rf_file *shrunk;
+	char spath[32];
+	size_t *off;
 } blocks;
 
 /* The blocks' bytes written to a file, at unaligned offsets, some contiguous; most blocks then name
@@ -69,11 +76,24 @@ static void blocks_to_file(blocks *b, unsigned long long *rng)
 		fprintf(stderr, "race_cuda: the blocks' file: %s\n", rf_errmsg());
 		exit(1);
 	}
+	snprintf(b->spath, sizeof b->spath, "race_cuda_short_XXXXXX");
+	int sfd = mkstemp(b->spath);
+	ok = sfd >= 0;
+	for (size_t i = 0; ok && i < b->n; i++)
+		ok = pwrite(sfd, b->buf[i], b->sizes[i], (off_t)off[i]) == (ssize_t)b->sizes[i];
+	ok = ok && ftruncate(sfd, (off_t)at + 1) == 0 && rf_file_open(b->spath, 0, &b->shrunk) == RF_OK &&
+	     ftruncate(sfd, (off_t)(at / 2)) == 0;
+	if (sfd >= 0)
+		close(sfd);
+	if (!ok) {
+		fprintf(stderr, "race_cuda: the file that shrinks: %s\n", rf_errmsg());
+		exit(1);
+	}
 	const unsigned char *d = rf_file_data(b->file);
 	for (size_t i = 0; i < b->n; i++)
 		if (b->sizes[i] != 0 && rnd(rng, 4) != 0)
 			b->srcs[i] = d + off[i];
-	free(off);
+	b->off = off;
 }
 
 static void blocks_make(blocks *b, size_t n, size_t slot, int kind, unsigned long long *rng)
@@ -93,7 +113,8 @@ static void blocks_make(blocks *b, size_t n, size_t slot, int kind, unsigned lon
 			b->buf[i][j] = pat(i, j, b->salt);
 		b->srcs[i] = b->buf[i];
 	}
-	b->file = NULL;
+	b->file = b->shrunk = NULL;
+	b->off = NULL;
 	if (kind == FILES)
 		blocks_to_file(b, rng);
 }
@@ -106,6 +127,12 @@ static int blocks_free(blocks *b)
 		if (fails)
 			fprintf(stderr, "race_cuda: closing the blocks' file: %s\n", rf_errmsg());
 		unlink(b->path);
+		if (rf_file_close(b->shrunk) != RF_OK) {
+			fprintf(stderr, "race_cuda: closing the file that shrank: %s\n", rf_errmsg());
+			fails++;
+		}
+		unlink(b->spath);
+		free(b->off);
 	}
 	for (size_t i = 0; i < b->n; i++) {
 		if (b->pinned[i])
@@ -170,6 +197,7 @@ static void *cancel_main(void *arg)
 }
 
 static unsigned long long g_canceled, g_runs, g_keyed; /* runs a cancel stopped, runs, keyed acquires */
+static unsigned long long g_short; /* hints that named the copy that shrank */
 
 /* Keyed use between runs: hints and acquires of the blocks as keys (staged when pageable), each
  * acquired block checked on the legacy default stream, where a kernel would read it. */
@@ -189,9 +217,16 @@ static int keyed_steps(rf_pipeline *p, const blocks *b, unsigned depth, unsigned
 		unsigned op = (unsigned)rnd(rng, 4);
 		int r = RF_OK;
 		if (op == 0) { /* a burst of hints: a lane's file reads in flight together */
-			for (size_t j = i, end = i + 1 + (size_t)rnd(rng, 4); r == RF_OK && j < end && j < b->n && j < MAXBLK; j++)
-				if (b->sizes[j] != 0 && (r = rf_pipeline_prefetch(p, j, b->srcs[j], b->sizes[j], 0)) == RF_ENOSPC)
+			for (size_t j = i, end = i + 1 + (size_t)rnd(rng, 4); r == RF_OK && j < end && j < b->n && j < MAXBLK; j++) {
+				/* a file block's bytes now and then from the copy that shrank: past its end the
+				 * hint's read fails, and the acquire that follows names the whole file */
+				const void *src = b->shrunk != NULL && b->srcs[j] != b->buf[j] && rnd(rng, 3) == 0
+							  ? (const void *)((const unsigned char *)rf_file_data(b->shrunk) + b->off[j])
+							  : b->srcs[j];
+				if (b->sizes[j] != 0 && (r = rf_pipeline_prefetch(p, j, src, b->sizes[j], 0)) == RF_ENOSPC)
 					r = RF_OK;
+				g_short += r == RF_OK && b->sizes[j] != 0 && src != b->srcs[j];
+			}
 		} else if (op < 3 && nheld + 1 < depth) {
 			rf_block *k = &held[nheld];
 			r = rf_pipeline_acquire(p, i, b->srcs[i], b->sizes[i], NULL, 0, k);
@@ -314,6 +349,6 @@ int main(int argc, char **argv)
 	rf__test_hooks.cuda_copy_threads = 0;
 	if (fails == 0)
 		printf("race_cuda: %llu iterations passed (seed %llu): %llu runs, %llu stopped by a cancel, %llu keyed "
-		       "acquires\n", iters, seed, g_runs, g_canceled, g_keyed);
+		       "acquires, %llu hints from the copy that shrank\n", iters, seed, g_runs, g_canceled, g_keyed, g_short);
 	return fails ? 1 : 0;
 }
