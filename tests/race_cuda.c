@@ -10,8 +10,9 @@
  * lanes' reads in flight, landing while the walker waits for them), and so do its keyed steps (bursts
  * of hints: a lane's reads in flight, their H2Ds enqueued by the lane as they land), some of them
  * naming the same bytes in a copy of the file cut to half since it was opened (past the half their
- * reads fail on a lane, and the acquire that follows names the whole file). Every block is checked in
- * stream order, where a kernel would read it; after a canceled run the next run must be whole.
+ * reads fail on a lane, and the acquire that follows names the whole file); so does one block of a run
+ * before it now and then (RF_EIO). Every block is checked in stream order, where a kernel would read
+ * it; after a canceled or failed run the next run must be whole.
  * Usage: race_cuda [--iterations N] [--seed S]. Exit 0 when every check passed.
  */
 #include "ringfetch.h"
@@ -53,7 +54,7 @@ typedef struct blocks {
 	 * on a lane), and each block's offset in both */
 	rf_file *shrunk;
 	char spath[32];
-	size_t *off;
+	size_t *off, half; /* half: the copy's size */
 } blocks;
 
 /* The blocks' bytes written to a file, at unaligned offsets, some contiguous; most blocks then name
@@ -82,7 +83,7 @@ static void blocks_to_file(blocks *b, unsigned long long *rng)
 	for (size_t i = 0; ok && i < b->n; i++)
 		ok = pwrite(sfd, b->buf[i], b->sizes[i], (off_t)off[i]) == (ssize_t)b->sizes[i];
 	ok = ok && ftruncate(sfd, (off_t)at + 1) == 0 && rf_file_open(b->spath, 0, &b->shrunk) == RF_OK &&
-	     ftruncate(sfd, (off_t)(at / 2)) == 0;
+	     ftruncate(sfd, (off_t)(b->half = at / 2)) == 0;
 	if (sfd >= 0)
 		close(sfd);
 	if (!ok) {
@@ -197,7 +198,7 @@ static void *cancel_main(void *arg)
 }
 
 static unsigned long long g_canceled, g_runs, g_keyed; /* runs a cancel stopped, runs, keyed acquires */
-static unsigned long long g_short; /* hints that named the copy that shrank */
+static unsigned long long g_short, g_eio; /* hints that named the copy that shrank; runs it failed */
 
 /* Keyed use between runs: hints and acquires of the blocks as keys (staged when pageable), each
  * acquired block checked on the legacy default stream, where a kernel would read it. */
@@ -259,6 +260,38 @@ static int keyed_steps(rf_pipeline *p, const blocks *b, unsigned depth, unsigned
 }
 
 /* One run; with a canceller racing it when `cancel`. Returns the number of failures seen. */
+/* A run of the file blocks with one of them from the copy that shrank, past its end: RF_EIO naming that
+ * file; the blocks computed before it hold their bytes, and nothing is left enqueued. */
+static int one_failed_run(rf_pipeline *p, const blocks *b, unsigned long long *rng, const char *what)
+{
+	size_t i = (size_t)rnd(rng, b->n);
+	while (i < b->n && (b->srcs[i] == b->buf[i] || b->off[i] + b->sizes[i] <= b->half))
+		i++;
+	if (i == b->n)
+		return 0;
+	const void **srcs = malloc(b->n * sizeof *srcs);
+	if (srcs == NULL)
+		return 1;
+	memcpy(srcs, b->srcs, b->n * sizeof *srcs);
+	srcs[i] = (const unsigned char *)rf_file_data(b->shrunk) + b->off[i];
+	static run_check rc;
+	memset(&rc, 0, sizeof rc);
+	rc.b = b;
+	int r = rf_pipeline_run(p, b->n, srcs, b->sizes, compute, &rc), fails = 0;
+	free(srcs);
+	g_eio += r == RF_EIO;
+	if (r != RF_EIO || strstr(rf_errmsg(), b->spath) == NULL) {
+		fprintf(stderr, "race_cuda: %s: a run with block %zu past the end: %d %s\n", what, i, r, rf_errmsg());
+		fails++;
+	}
+	if (sim_api.stream_synchronize(NULL) != 0 || atomic_load(&rc.bad) != 0 || sim_pending() != 0) {
+		fprintf(stderr, "race_cuda: %s: a failed run: %zu blocks corrupted or work left enqueued\n", what,
+			atomic_load(&rc.bad));
+		fails++;
+	}
+	return fails;
+}
+
 static int one_run(rf_pipeline *p, const blocks *b, int cancel, unsigned long long *rng, const char *what)
 {
 	static run_check rc;
@@ -337,6 +370,8 @@ int main(int argc, char **argv)
 			blocks b;
 			blocks_make(&b, n, slot, kinds[r], &rng);
 			int cancel = rnd(&rng, 3) == 0;
+			if (b.shrunk != NULL && rnd(&rng, 2) == 0) /* then the run below must be whole */
+				fails += one_failed_run(p, &b, &rng, what);
 			fails += one_run(p, &b, cancel, &rng, what);
 			if (cancel && fails == 0)
 				fails += one_run(p, &b, 0, &rng, what); /* whole after a cancel */
@@ -349,6 +384,7 @@ int main(int argc, char **argv)
 	rf__test_hooks.cuda_copy_threads = 0;
 	if (fails == 0)
 		printf("race_cuda: %llu iterations passed (seed %llu): %llu runs, %llu stopped by a cancel, %llu keyed "
-		       "acquires, %llu hints from the copy that shrank\n", iters, seed, g_runs, g_canceled, g_keyed, g_short);
+		       "acquires, %llu hints from the copy that shrank, %llu runs failed by it\n", iters, seed, g_runs,
+		       g_canceled, g_keyed, g_short, g_eio);
 	return fails ? 1 : 0;
 }
