@@ -762,6 +762,7 @@ Test(cuda_files, failed_hint_reads_never_serve_a_later_source, .timeout = 120)
 		rf_pipeline_params pp = {0};
 		pp.depth = depth, pp.slot_bytes = SZ, pp.backend = "cuda", pp.memory = RF_MEMORY_DEVICE;
 		pp.hint_bytes = bound[rng_next(&rng) % 3];
+		pp.copy_queues = depth >= 3 ? 1 + (unsigned)(rng_next(&rng) % 2) : 1; /* hints on one lane or two */
 		rf_pipeline *p = NULL;
 		cr_assert_eq(rf_pipeline_create(&pp, &p), RF_OK, "%s", rf_errmsg());
 		void *streams[2] = {NULL, NULL};
